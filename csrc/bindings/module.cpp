@@ -1,0 +1,43 @@
+// stoker._core: the only translation unit set that includes pybind11.
+#include <pybind11/pybind11.h>
+
+#include "common/error.h"
+
+namespace py = pybind11;
+
+namespace stoker::bindings {
+void register_format(py::module_& m);
+void register_loader(py::module_& m);
+void register_decode(py::module_& m);
+void register_cuda(py::module_& m);
+}  // namespace stoker::bindings
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "stoker's native core (private; use the stoker package)";
+
+  // Translators run last-registered first: derived types after their bases.
+  static py::exception<stoker::Error> error(m, "Error", PyExc_RuntimeError);
+  static py::exception<stoker::DataError> data_error(m, "DataError", error.ptr());
+  static py::exception<stoker::DecodeError> decode_error(m, "DecodeError", data_error.ptr());
+  static py::exception<stoker::CudaError> cuda_error(m, "CudaError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const stoker::UsageError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const stoker::DecodeError& e) {
+      PyErr_SetString(decode_error.ptr(), e.what());
+    } catch (const stoker::DataError& e) {
+      PyErr_SetString(data_error.ptr(), e.what());
+    } catch (const stoker::CudaError& e) {
+      PyErr_SetString(cuda_error.ptr(), e.what());
+    } catch (const stoker::Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  stoker::bindings::register_format(m);
+  stoker::bindings::register_loader(m);
+  stoker::bindings::register_decode(m);
+  stoker::bindings::register_cuda(m);
+}

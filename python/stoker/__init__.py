@@ -1,0 +1,44 @@
+"""stoker: a native-accelerated data loader for PyTorch.
+
+Write a dataset once with :class:`ShardWriter`, then iterate it with :class:`Loader`::
+
+    import stoker
+
+    fields = {"image": stoker.image(), "label": stoker.scalar("int64")}
+    with stoker.ShardWriter("out/train", fields) as w:
+        w.write({"image": jpeg_bytes, "label": 3})
+
+    loader = stoker.Loader(stoker.Dataset("out/train"), batch_size=256, shuffle=True,
+                           transforms={"image": [stoker.ops.RandomResizedCrop(224)]})
+    for batch in loader:          # {"image": uint8 tensor, "label": int64 tensor}
+        ...
+"""
+
+from . import ops
+from ._core import CudaError, DataError, DecodeError
+from .dataset import Dataset
+from .fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, scalar
+from .loader import Loader
+from .writer import ShardWriter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Blob",
+    "CudaError",
+    "DataError",
+    "Dataset",
+    "DecodeError",
+    "Field",
+    "Image",
+    "Loader",
+    "NDArray",
+    "Scalar",
+    "ShardWriter",
+    "blob",
+    "image",
+    "ndarray",
+    "ops",
+    "scalar",
+    "__version__",
+]

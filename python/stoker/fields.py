@@ -1,0 +1,289 @@
+"""Field types: what a dataset's samples hold and how each is stored.
+
+A schema is a dict ``{name: field}``::
+
+    fields = {
+        "image": stoker.image(),                          # encoded JPEG/PNG, decoded in C++
+        "label": stoker.scalar("int64"),
+        "x": stoker.ndarray("float32", (3, 32, 32)),      # fixed shape
+        "tokens": stoker.ndarray("int32", (None,)),       # variable length, padded per batch
+        "raw": stoker.blob(),                             # opaque bytes
+    }
+
+Every field type is a small subclass of :class:`Field` with a fixed contract:
+``encode`` validates one value and returns its bytes, ``decode`` turns stored
+bytes back into a value, ``spec`` is the JSON stored in ``index.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "scalar", "ndarray", "blob", "image"]
+
+_DTYPES = (
+    "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+    "float16", "float32", "float64",
+)
+
+
+def _check_dtype(dtype: Any) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise ValueError(f"unsupported dtype {dtype!r}") from e
+    if dt.name not in _DTYPES:
+        raise ValueError(f"unsupported dtype {dt.name!r}; use one of {', '.join(_DTYPES)}")
+    return dt.newbyteorder("<")
+
+
+def _as_array(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
+    """Value as an array of `dtype`, refusing anything that would change values."""
+    if isinstance(value, np.ndarray):
+        arr = np.asarray(value)
+        if arr.dtype.newbyteorder("=") != dtype.newbyteorder("="):
+            raise ValueError(f"{what}: expected dtype {dtype.name}, got {arr.dtype.name}")
+        return arr.astype(dtype, copy=False)
+    try:
+        arr = np.asarray(value)
+    except Exception as e:  # ragged lists and the like
+        raise ValueError(f"{what}: cannot convert {type(value).__name__} to an array: {e}") from e
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{what}: expected {dtype.name} numbers, got {type(value).__name__}")
+    with np.errstate(all="ignore"):
+        out = arr.astype(dtype)
+    same = np.array_equal(out, arr, equal_nan=arr.dtype.kind == "f" and dtype.kind == "f")
+    if arr.dtype.kind == "f" and dtype.kind == "f":
+        same = same or np.allclose(out, arr, equal_nan=True, rtol=1e-3)
+    if not same or (arr.dtype.kind == "f" and dtype.kind in "biu"):
+        raise ValueError(f"{what}: value {value!r} does not fit dtype {dtype.name}")
+    return out
+
+
+class Field:
+    """Base class of field types. Subclasses set ``kind`` and implement the contract."""
+
+    kind: str = ""
+
+    def encode(self, value: Any, what: str = "value") -> bytes:
+        """Validates `value` and returns the bytes stored for it; ValueError when invalid."""
+        raise NotImplementedError
+
+    def decode(self, payload: bytes) -> Any:
+        """The value for stored bytes (what ``Dataset[i]`` returns)."""
+        raise NotImplementedError
+
+    def spec(self) -> Dict[str, Any]:
+        """JSON description stored in index.json."""
+        return {"kind": self.kind}
+
+    @staticmethod
+    def from_spec(spec: Mapping[str, Any]) -> "Field":
+        kind = spec.get("kind")
+        if kind == "scalar":
+            return Scalar(spec["dtype"])
+        if kind == "ndarray":
+            return NDArray(spec["dtype"], tuple(None if d is None or d < 0 else d
+                                                 for d in spec["shape"]))
+        if kind == "blob":
+            return Blob()
+        if kind == "image":
+            return Image(layout=spec.get("layout", "HWC"))
+        raise ValueError(f"unknown field kind {kind!r}")
+
+    def _core_spec(self, name: str) -> Dict[str, Any]:
+        return {"name": name, "kind": self.kind}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Field) and self.spec() == other.spec()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.spec(), sort_keys=True))
+
+
+class Scalar(Field):
+    """One number per sample; batches as a 1-D tensor of ``dtype``."""
+
+    kind = "scalar"
+
+    def __init__(self, dtype: Any):
+        self.dtype = _check_dtype(dtype)
+
+    def encode(self, value: Any, what: str = "value") -> bytes:
+        arr = _as_array(value, self.dtype, what)
+        if arr.shape != ():
+            raise ValueError(f"{what}: expected a scalar, got shape {arr.shape}")
+        return arr.tobytes()
+
+    def decode(self, payload: bytes) -> Any:
+        return np.frombuffer(payload, dtype=self.dtype)[0]
+
+    def spec(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "dtype": self.dtype.name}
+
+    def _core_spec(self, name: str) -> Dict[str, Any]:
+        return {"name": name, "kind": self.kind, "dtype": self.dtype.name, "shape": []}
+
+    def __repr__(self) -> str:
+        return f"stoker.scalar({self.dtype.name!r})"
+
+
+class NDArray(Field):
+    """An array per sample. ``shape`` is fixed, except that the first dimension may be
+    ``None`` (variable length): such a field batches padded with zeros to the longest
+    sample, with the lengths in ``"<name>_lengths"``."""
+
+    kind = "ndarray"
+
+    def __init__(self, dtype: Any, shape: Sequence[Optional[int]]):
+        self.dtype = _check_dtype(dtype)
+        shape = tuple(shape)
+        for i, d in enumerate(shape):
+            if d is None and i == 0:
+                continue
+            if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0:
+                raise ValueError(
+                    f"ndarray shape {shape}: dimensions must be non-negative ints "
+                    "(only the first may be None)")
+        self.shape: Tuple[Optional[int], ...] = tuple(None if d is None else int(d)
+                                                      for d in shape)
+
+    @property
+    def variable(self) -> bool:
+        return bool(self.shape) and self.shape[0] is None
+
+    def encode(self, value: Any, what: str = "value") -> bytes:
+        arr = _as_array(value, self.dtype, what)
+        ok = arr.ndim == len(self.shape) and all(
+            want is None or want == got for want, got in zip(self.shape, arr.shape))
+        if not ok:
+            want = tuple("None" if d is None else d for d in self.shape)
+            raise ValueError(f"{what}: expected shape ({', '.join(map(str, want))}), "
+                             f"got {arr.shape}")
+        return np.ascontiguousarray(arr).tobytes()
+
+    def decode(self, payload: bytes) -> np.ndarray:
+        arr = np.frombuffer(payload, dtype=self.dtype)
+        rest = self.shape[1:] if self.variable else self.shape
+        return arr.reshape((-1, *rest) if self.variable else rest)
+
+    def spec(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "dtype": self.dtype.name, "shape": list(self.shape)}
+
+    def _core_spec(self, name: str) -> Dict[str, Any]:
+        return {"name": name, "kind": self.kind, "dtype": self.dtype.name,
+                "shape": [-1 if d is None else d for d in self.shape]}
+
+    def __repr__(self) -> str:
+        return f"stoker.ndarray({self.dtype.name!r}, {self.shape})"
+
+
+class Blob(Field):
+    """Opaque bytes per sample; batches as padded ``uint8`` plus ``"<name>_lengths"``."""
+
+    kind = "blob"
+
+    def encode(self, value: Any, what: str = "value") -> bytes:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise ValueError(f"{what}: expected bytes, got {type(value).__name__}")
+        return bytes(value)
+
+    def decode(self, payload: bytes) -> bytes:
+        return bytes(payload)
+
+    def _core_spec(self, name: str) -> Dict[str, Any]:
+        return {"name": name, "kind": self.kind, "dtype": "uint8", "shape": []}
+
+    def __repr__(self) -> str:
+        return "stoker.blob()"
+
+
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class Image(Field):
+    """Encoded JPEG or PNG bytes, stored as written and decoded by the loader's worker
+    threads to 8-bit RGB (``uint8``), in ``layout`` ``"HWC"`` or ``"CHW"``.
+    ``Dataset[i]`` returns the encoded bytes."""
+
+    kind = "image"
+
+    def __init__(self, layout: str = "HWC"):
+        if layout not in ("HWC", "CHW"):
+            raise ValueError(f"image layout must be 'HWC' or 'CHW', got {layout!r}")
+        self.layout = layout
+
+    def encode(self, value: Any, what: str = "value") -> bytes:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise ValueError(f"{what}: expected encoded JPEG or PNG bytes, got "
+                             f"{type(value).__name__}")
+        data = bytes(value)
+        if not (data.startswith(_JPEG_MAGIC) or data.startswith(_PNG_MAGIC)):
+            raise ValueError(f"{what}: not a JPEG or PNG (starts with {data[:8]!r})")
+        return data
+
+    def decode(self, payload: bytes) -> bytes:
+        return bytes(payload)
+
+    def spec(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "layout": self.layout}
+
+    def __repr__(self) -> str:
+        return f"stoker.image(layout={self.layout!r})"
+
+
+def scalar(dtype: Any) -> Scalar:
+    """A number per sample, e.g. ``stoker.scalar("int64")`` for a class label."""
+    return Scalar(dtype)
+
+
+def ndarray(dtype: Any, shape: Sequence[Optional[int]]) -> NDArray:
+    """An array per sample, e.g. ``stoker.ndarray("float32", (3, 32, 32))``, or
+    ``stoker.ndarray("int32", (None,))`` for variable-length token sequences."""
+    return NDArray(dtype, shape)
+
+
+def blob() -> Blob:
+    """Opaque bytes per sample."""
+    return Blob()
+
+
+def image(layout: str = "HWC") -> Image:
+    """An encoded JPEG/PNG image per sample, decoded to RGB ``uint8`` in ``layout``."""
+    return Image(layout)
+
+
+# -- schema helpers (private) ------------------------------------------------
+
+def check_schema(fields: Mapping[str, Field]) -> Dict[str, Field]:
+    if not isinstance(fields, Mapping) or not fields:
+        raise ValueError("fields must be a non-empty dict {name: field}")
+    out: Dict[str, Field] = {}
+    for name, f in fields.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"field names must be non-empty strings, got {name!r}")
+        if name.endswith("_lengths"):
+            raise ValueError(f"field name {name!r}: the suffix '_lengths' is reserved")
+        if not isinstance(f, Field):
+            raise ValueError(f"field {name!r}: expected a stoker field (stoker.scalar, "
+                             f"stoker.ndarray, ...), got {type(f).__name__}")
+        out[name] = f
+    return out
+
+
+def schema_json(fields: Mapping[str, Field]) -> list:
+    return [{"name": n, **f.spec()} for n, f in fields.items()]
+
+
+def schema_hash(fields: Mapping[str, Field]) -> int:
+    canon = json.dumps(schema_json(fields), sort_keys=True, separators=(",", ":"))
+    return int.from_bytes(hashlib.sha256(canon.encode()).digest()[:8], "little")
+
+
+def core_specs(fields: Mapping[str, Field]) -> list:
+    return [f._core_spec(n) for n, f in fields.items()]

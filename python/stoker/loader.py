@@ -1,0 +1,414 @@
+"""The loader: :class:`Loader`."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import warnings
+import weakref
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+
+import torch
+
+from . import _core
+from .dataset import Dataset
+from .fields import Image
+from .ops import Op, _specs
+
+__all__ = ["Loader"]
+
+_STATE_VERSION = 1
+_DEFAULT_MAX_PIXELS = 100_000_000
+
+# Every live iterator, so interpreter exit stops worker threads before teardown.
+_live_iterators: "weakref.WeakSet[_LoaderIter]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for it in list(_live_iterators):
+        it.close()
+
+
+def _available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _dist_defaults() -> tuple:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    return 0, 1
+
+
+class Loader:
+    """Batches of a :class:`stoker.Dataset` as dicts of ``torch.Tensor``.
+
+    A drop-in for ``torch.utils.data.DataLoader`` over stoker datasets: C++ worker threads
+    read, verify, decode and transform samples straight into batch buffers, and each batch
+    reaches Python without a copy (DLPack). Example::
+
+        ds = stoker.Dataset("out/train")
+        loader = stoker.Loader(ds, batch_size=256, shuffle=True, seed=0,
+                               transforms={"image": [stoker.ops.RandomResizedCrop(224),
+                                                     stoker.ops.RandomHorizontalFlip()]})
+        for epoch in range(10):
+            loader.set_epoch(epoch)
+            for batch in loader:   # {"image": uint8[256, 224, 224, 3], "label": int64[256]}
+                ...
+
+    Guarantees:
+      * ``len(loader)`` batches per epoch, always: ``ceil(n / batch_size)`` (``floor`` with
+        ``drop_last``) where n is this rank's share; never dependent on ``num_threads``.
+      * The same (data, seed, epoch, rank, world_size, batch_size, drop_last) gives the
+        same batches, bit for bit, for any ``num_threads`` and ``prefetch``.
+      * ``state_dict()`` mid-epoch, then ``load_state_dict()`` on a new loader (any thread
+        count): the next iteration yields exactly the batches not yet yielded.
+      * A bad sample raises :class:`stoker.DataError` naming the shard file and record in
+        the iterating thread, when its batch is reached (or, with ``on_error="skip"``, is
+        replaced by the next valid sample, counted in ``stats()`` and reported by a warning).
+
+    Args:
+        dataset: a :class:`stoker.Dataset` or a path to one.
+        batch_size: samples per batch.
+        shuffle: a new permutation each epoch, from (seed, epoch); sequential if False.
+        seed: the shuffling and augmentation seed.
+        drop_last: drop the last incomplete batch (and the remainder of the rank split).
+        num_threads: worker threads; None = the cores available to this process.
+        prefetch: batches in flight; None = automatic.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``: where batches are delivered.
+        pin_memory: page-lock the batch buffers; None = True when device is CUDA.
+        rank, world_size: this process's share; None = from torch.distributed if
+            initialised, else 0 and 1. Every rank gets the same number of batches (the
+            order wraps around to pad, as DistributedSampler does, unless drop_last).
+        transforms: ``{field: [op, ...]}`` with ops from :mod:`stoker.ops` (image fields).
+        on_error: ``"raise"`` (default) or ``"skip"``.
+        max_image_pixels: images whose header declares more pixels are refused.
+
+    Each ``iter(loader)`` runs one epoch: the epoch given by ``set_epoch``, or else the one
+    after the last started (like DataLoader, which reshuffles on every pass). Starting a
+    new iterator stops the previous one.
+    """
+
+    def __init__(
+        self,
+        dataset: Union[Dataset, str, os.PathLike],
+        batch_size: int = 1,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        num_threads: Optional[int] = None,
+        prefetch: Optional[int] = None,
+        device: Union[str, torch.device] = "cpu",
+        pin_memory: Optional[bool] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        transforms: Optional[Mapping[str, Sequence[Op]]] = None,
+        on_error: str = "raise",
+        max_image_pixels: int = _DEFAULT_MAX_PIXELS,
+        _fake_device: bool = False,
+    ):
+        if not isinstance(dataset, Dataset):
+            dataset = Dataset(dataset)
+        self.dataset = dataset
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        self.batch_size = batch_size
+        self.shuffle = bool(shuffle)
+        self.seed = seed
+        self.drop_last = bool(drop_last)
+        self.on_error = on_error
+
+        if num_threads is None:
+            num_threads = _available_cores()
+        if not isinstance(num_threads, int) or num_threads < 1:
+            raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+        self.num_threads = num_threads
+        if prefetch is None:
+            prefetch = 4
+        if not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch must be a positive int or None, got {prefetch!r}")
+        self.prefetch = prefetch
+
+        d_rank, d_world = _dist_defaults()
+        self.rank = d_rank if rank is None else rank
+        self.world_size = d_world if world_size is None else world_size
+
+        self.device = torch.device(device)
+        self._fake_device = bool(_fake_device)
+        is_cuda = self.device.type == "cuda"
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+        if is_cuda and not self._fake_device:
+            available, count, reason = _core.cuda_status()
+            if not available:
+                raise RuntimeError(f"device={str(self.device)!r} requested but CUDA is not "
+                                   f"usable here: {reason}")
+            index = self.device.index
+            if index is None:
+                index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+            if index >= count:
+                raise RuntimeError(f"device={str(self.device)!r}: only {count} CUDA device(s)")
+            self.device = torch.device("cuda", index)
+        self.pin_memory = is_cuda if pin_memory is None else bool(pin_memory)
+
+        self.transforms = self._check_transforms(transforms or {})
+        images = {}
+        for name, f in dataset.fields.items():
+            if isinstance(f, Image):
+                images[name] = (f.layout, _specs(self.transforms.get(name, [])),
+                                int(max_image_pixels))
+
+        allocator = None
+        if self.pin_memory:
+            if self._fake_device:
+                allocator = _core.fake_pinned_allocator()
+            elif is_cuda:
+                allocator = _core.pinned_allocator(self.device.index)
+            elif _core.cuda_status()[0]:
+                allocator = _core.pinned_allocator(0)
+            else:
+                warnings.warn("pin_memory=True but no CUDA device is available; batches use "
+                              "pageable memory", RuntimeWarning, stacklevel=2)
+        self._engine = _core.Engine(
+            dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
+            self.drop_last, self.rank, self.world_size, num_threads, prefetch,
+            on_error == "skip", images, allocator)
+        self._pid = os.getpid()
+        self._epoch = 0            # the epoch the next iterator runs
+        self._resume: Optional[tuple] = None   # (epoch, first batch) from load_state_dict
+        self._last: Optional[weakref.ref] = None
+        self._last_state: Optional[tuple] = None  # (epoch, yielded, finished) of last iterator
+        self._skipped_reported = 0
+        self._lock = threading.Lock()
+
+    def _check_transforms(self, transforms: Mapping[str, Sequence[Op]]) -> Dict[str, list]:
+        out = {}
+        for name, ops in transforms.items():
+            if name not in self.dataset.fields:
+                raise ValueError(f"transforms: no field {name!r} in the dataset "
+                                 f"(fields: {', '.join(self.dataset.fields)})")
+            if not isinstance(self.dataset.fields[name], Image):
+                raise ValueError(f"transforms: field {name!r} is not an image field; ops apply "
+                                 "to stoker.image() fields")
+            if isinstance(ops, Op):
+                ops = [ops]
+            ops = list(ops)
+            for op in ops:
+                if not isinstance(op, Op):
+                    raise ValueError(f"transforms[{name!r}]: expected stoker.ops objects, got "
+                                     f"{type(op).__name__}")
+            out[name] = ops
+        return out
+
+    # -- epochs and length ----------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+        return self._engine.num_batches
+
+    @property
+    def num_samples(self) -> int:
+        """Samples per epoch for this rank (including wrap-around padding)."""
+        return self._engine.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch the next iteration runs (its permutation and augmentations).
+        A pending resume from ``load_state_dict`` is kept when it is for this epoch."""
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self._epoch = epoch
+        if self._resume is not None and self._resume[0] != epoch:
+            self._resume = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration will run."""
+        return self._resume[0] if self._resume is not None else self._epoch
+
+    def __iter__(self) -> "_LoaderIter":
+        if os.getpid() != self._pid:
+            raise RuntimeError("this Loader was created in another process (before os.fork()); "
+                               "create a new Loader in this process")
+        with self._lock:
+            prev = self._last() if self._last is not None else None
+            if prev is not None:
+                prev.close()
+            if self._resume is not None:
+                epoch, first = self._resume
+                self._resume = None
+            else:
+                epoch, first = self._epoch, 0
+            self._epoch = epoch + 1
+            it = _LoaderIter(self, epoch, first)
+            self._last = weakref.ref(it)
+            self._last_state = (epoch, first, first >= len(self))
+            return it
+
+    # -- resume ---------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader stands: the rest of the current epoch after
+        ``load_state_dict`` is exactly the batches not yet yielded."""
+        if self._resume is not None:
+            epoch, done = self._resume
+        elif self._last_state is not None and not self._last_state[2]:
+            epoch, done = self._last_state[0], self._last_state[1]
+        else:
+            epoch, done = self._epoch, 0
+        return {
+            "version": _STATE_VERSION,
+            "epoch": epoch,
+            "batches_yielded": done,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_records": len(self.dataset),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes from ``state_dict()``: the next iteration continues that epoch.
+        The thread count and prefetch may differ; the data and sampling settings may not."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unsupported loader state version {state.get('version')!r}")
+        mine = self.state_dict()
+        for key in ("seed", "shuffle", "batch_size", "drop_last", "rank", "world_size",
+                    "num_records"):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"cannot resume: state has {key}={state.get(key)!r} but this "
+                                 f"loader has {key}={mine[key]!r}")
+        epoch, done = int(state["epoch"]), int(state["batches_yielded"])
+        if not 0 <= done <= len(self):
+            raise ValueError(f"cannot resume: batches_yielded={done} outside [0, {len(self)}]")
+        if done == len(self):
+            epoch, done = epoch + 1, 0
+        self._resume = (epoch, done)
+        self._epoch = epoch
+        self._last_state = None
+
+    # -- introspection --------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters since creation: batches, samples, bytes read, skipped samples,
+        seconds per stage (read+verify, decode, prepare), consumer wait seconds,
+        worker idle seconds, and the current queue depth."""
+        s = self._engine.stats()
+        it = self._last() if self._last is not None else None
+        s["queue_depth"] = it._queue_depth() if it is not None else 0
+        s["live_workers"] = it._live_workers() if it is not None else 0
+        if it is not None and it._elapsed is not None:
+            s["samples_per_second"] = s["samples"] / max(it._elapsed(), 1e-9)
+        return s
+
+    def _report_skipped(self) -> None:
+        skipped = self._engine.stats()["skipped"]
+        new = skipped - self._skipped_reported
+        if new > 0:
+            self._skipped_reported = skipped
+            warnings.warn(f"stoker: replaced {new} unreadable sample(s) with the next valid "
+                          "one (on_error='skip'); see loader.stats()['skipped']",
+                          RuntimeWarning, stacklevel=3)
+
+    def __repr__(self) -> str:
+        return (f"stoker.Loader({len(self.dataset)} samples, batch_size={self.batch_size}, "
+                f"shuffle={self.shuffle}, num_threads={self.num_threads}, "
+                f"device={str(self.device)!r})")
+
+
+class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
+    """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
+
+    def __init__(self, loader: Loader, epoch: int, first: int):
+        import time
+
+        self._loader = loader
+        self._epoch = epoch
+        self._yielded = first
+        self._end = len(loader)
+        self._pid = os.getpid()
+        self._done = False
+        self._t0 = time.perf_counter()
+        self._elapsed = lambda: time.perf_counter() - self._t0
+        self._it = loader._engine.start(epoch, first)
+        self._transfer = None
+        self._stream_of = None
+        if loader.device.type == "cuda":
+            dev_index = loader.device.index if loader.device.index is not None else 0
+            self._transfer = _core.CudaTransfer(self._it, dev_index, loader.prefetch,
+                                                fake=loader._fake_device)
+            if not loader._fake_device:
+                self._stream_of = lambda: torch.cuda.current_stream(loader.device).cuda_stream
+        _live_iterators.add(self)
+
+    def __iter__(self) -> "_LoaderIter":
+        return self
+
+    def __len__(self) -> int:
+        return self._end - self._yielded
+
+    def __next__(self) -> Dict[str, torch.Tensor]:
+        if self._done:
+            raise StopIteration
+        if os.getpid() != self._pid:
+            raise RuntimeError("this loader iterator was started in another process (before "
+                               "os.fork()); create a new Loader in this process")
+        try:
+            if self._transfer is not None:
+                stream = self._stream_of() if self._stream_of is not None else 0
+                caps = self._transfer.next(stream)
+            else:
+                caps = self._it.next()
+        except BaseException:
+            self.close()
+            raise
+        if caps is None:
+            self.close()
+            self._loader._report_skipped()
+            raise StopIteration
+        self._yielded += 1
+        self._record_state()
+        return {name: torch.from_dlpack(cap) for name, cap in caps}
+
+    def _record_state(self) -> None:
+        loader = self._loader
+        if loader._last is not None and loader._last() is self:
+            loader._last_state = (self._epoch, self._yielded, self._yielded >= self._end)
+
+    def _queue_depth(self) -> int:
+        return 0 if self._done else self._it.ready_batches
+
+    def _live_workers(self) -> int:
+        return 0 if self._done else self._it.live_workers
+
+    def close(self) -> None:
+        """Stops the worker threads; batches already yielded stay valid."""
+        if self._done:
+            return
+        self._done = True
+        if os.getpid() != self._pid:
+            return  # forked child: the threads live in the parent
+        if self._transfer is not None:
+            self._it.stop()  # unblocks the copy thread's source first
+            self._transfer.stop()
+        self._it.stop()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
