@@ -2,7 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "common/crc32c.h"
+#include "common/checksum.h"
 #include "common/error.h"
 #include "format/dataset.h"
 #include "format/shard_writer.h"
@@ -50,15 +50,15 @@ py::buffer_info request_contiguous(const py::buffer& b) {
 
 void register_format(py::module_& m) {
   m.def(
-      "crc32c",
-      [](const py::buffer& data, uint32_t value) {
+      "checksum32",
+      [](const py::buffer& data) {
         py::buffer_info info = request_contiguous(data);
         const size_t n = static_cast<size_t>(info.size * info.itemsize);
         py::gil_scoped_release nogil;
-        return crc32c_extend(value, info.ptr, n);
+        return checksum32(info.ptr, n);
       },
-      py::arg("data"), py::arg("value") = 0, "CRC-32C of a buffer (extends `value`).");
-  m.def("crc32c_hardware", &crc32c_hardware);
+      py::arg("data"), "The shard format's checksum of a buffer (low 32 bits of XXH3-64).");
+  m.def("checksum_impl", &checksum_impl);
 
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
       .def(py::init([](const py::list& fields, uint64_t schema_hash,
@@ -102,9 +102,9 @@ void register_format(py::module_& m) {
       .def(
           "verify_shard",
           [](const Dataset& d, size_t s) {
-            // Every record: CRC and field structure. Returns (file_crc, [(record, reason)]).
+            // Every record: checksum and field structure. Returns (file_checksum, [(record, reason)]).
             std::vector<std::pair<int64_t, std::string>> bad;
-            uint32_t file_crc;
+            uint32_t file_checksum;
             {
               py::gil_scoped_release nogil;
               const ShardReader& r = d.shard(s);
@@ -116,9 +116,9 @@ void register_format(py::module_& m) {
                   bad.emplace_back(i, e.what());
                 }
               }
-              file_crc = r.file_crc();
+              file_checksum = r.file_checksum();
             }
-            return py::make_tuple(file_crc, bad);
+            return py::make_tuple(file_checksum, bad);
           },
           py::arg("shard"));
 
@@ -138,7 +138,7 @@ void register_format(py::module_& m) {
       .def("finish",
            [](ShardWriter& w) {
              ShardSummary s = w.finish();
-             return py::make_tuple(s.num_records, s.bytes, s.crc);
+             return py::make_tuple(s.num_records, s.bytes, s.checksum);
            })
       .def("abort", &ShardWriter::abort);
 }

@@ -19,7 +19,7 @@ struct ShardInfo {
 
 class Dataset {
  public:
-  /// Opens and validates every shard (structure and table CRCs).
+  /// Opens and validates every shard (structure and table checksums).
   Dataset(Schema schema, const std::vector<ShardInfo>& shards);
 
   const Schema& schema() const { return schema_; }

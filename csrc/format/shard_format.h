@@ -1,16 +1,17 @@
 // Shard file layout, version 1. All integers little-endian.
 //
 //   offset 0      Header (64 bytes): magic "STKSHARD", version, header size,
-//                 schema hash, field count, header CRC-32C
+//                 schema hash, field count, header checksum
 //   offset 64     records, back to back, no padding. A record is
 //                   u32 length of each field (field count of them)
 //                   the field payloads in schema order
-//   table_offset  record table: num_records x {u64 offset, u32 length, u32 crc32c}
-//   end - 32      Footer (32 bytes): table offset, record count, table CRC,
-//                 footer CRC, magic "STKFOOT1"
+//   table_offset  record table: num_records x {u64 offset, u32 length, u32 checksum}
+//   end - 32      Footer (32 bytes): table offset, record count, table checksum,
+//                 footer checksum, magic "STKFOOT1"
 //
-// Every byte is covered: header and footer by their own CRC, the table by the
-// footer's table CRC, each record by its entry's CRC (checked on every read).
+// Checksums are checksum32 (common/checksum.h). Every byte is covered: header
+// and footer by their own checksum, the table by the footer's table checksum,
+// each record by its entry's checksum (checked on every read).
 // There is no padding anywhere, so no byte can change unnoticed.
 #pragma once
 
@@ -32,20 +33,20 @@ struct ShardHeader {
   uint32_t num_fields;
   uint32_t flags;
   uint8_t reserved[28];
-  uint32_t header_crc;  // CRC-32C of the 60 bytes before it
+  uint32_t header_sum;  // checksum32 of the 60 bytes before it
 };
 
 struct RecordEntry {
   uint64_t offset;
   uint32_t length;
-  uint32_t crc;  // CRC-32C of the record's bytes
+  uint32_t sum;  // checksum32 of the record's bytes
 };
 
 struct ShardFooter {
   uint64_t table_offset;
   uint64_t num_records;
-  uint32_t table_crc;   // CRC-32C of the record table
-  uint32_t footer_crc;  // CRC-32C of the 20 bytes before it
+  uint32_t table_sum;   // checksum32 of the record table
+  uint32_t footer_sum;  // checksum32 of the 20 bytes before it
   char magic[8];
 };
 #pragma pack(pop)

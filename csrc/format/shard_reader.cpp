@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/crc32c.h"
+#include "common/checksum.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -48,7 +48,7 @@ ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash,
     std::memcpy(&h, base_, sizeof h);
     if (std::memcmp(h.magic, format::kShardMagic, 8) != 0)
       STOKER_THROW(DataError, path_, ": not a stoker shard (bad magic)");
-    if (crc32c(base_, offsetof(ShardHeader, header_crc)) != h.header_crc)
+    if (checksum32(base_, offsetof(ShardHeader, header_sum)) != h.header_sum)
       STOKER_THROW(DataError, path_, ": header checksum mismatch (corrupt header)");
     if (h.version != format::kFormatVersion)
       STOKER_THROW(DataError, path_, ": shard format version ", h.version,
@@ -64,7 +64,7 @@ ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash,
     std::memcpy(&f, base_ + size_ - sizeof f, sizeof f);
     if (std::memcmp(f.magic, format::kFooterMagic, 8) != 0)
       STOKER_THROW(DataError, path_, ": bad footer magic (truncated or unfinished shard)");
-    if (crc32c(&f, offsetof(ShardFooter, footer_crc)) != f.footer_crc)
+    if (checksum32(&f, offsetof(ShardFooter, footer_sum)) != f.footer_sum)
       STOKER_THROW(DataError, path_, ": footer checksum mismatch (corrupt footer)");
     const uint64_t table_end = size_ - sizeof(ShardFooter);
     if (f.table_offset < sizeof(ShardHeader) || f.table_offset > table_end ||
@@ -75,7 +75,7 @@ ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash,
       STOKER_THROW(DataError, path_, ": shard holds ", f.num_records,
                    " records but index.json says ", expected_records);
     table_ = reinterpret_cast<const RecordEntry*>(base_ + f.table_offset);
-    if (crc32c(table_, f.num_records * sizeof(RecordEntry)) != f.table_crc)
+    if (checksum32(table_, f.num_records * sizeof(RecordEntry)) != f.table_sum)
       STOKER_THROW(DataError, path_, ": record table checksum mismatch (corrupt table)");
     num_records_ = static_cast<int64_t>(f.num_records);
     // Records are back to back from the header to the table: check that exactly.
@@ -112,13 +112,13 @@ RecordView ShardReader::record_unchecked(int64_t i) const {
 RecordView ShardReader::record(int64_t i) const {
   RecordView v = record_unchecked(i);
   uint32_t want;
-  std::memcpy(&want, &table_[i].crc, sizeof want);
-  if (crc32c(v.data, v.size) != want)
+  std::memcpy(&want, &table_[i].sum, sizeof want);
+  if (checksum32(v.data, v.size) != want)
     STOKER_THROW(DataError, path_, ": record ", i, ": checksum mismatch (corrupt data)");
   return v;
 }
 
-uint32_t ShardReader::file_crc() const { return crc32c(base_, size_); }
+uint32_t ShardReader::file_checksum() const { return checksum32(base_, size_); }
 
 void ShardReader::prefetch() const {
   ::madvise(const_cast<uint8_t*>(base_), size_, MADV_WILLNEED);

@@ -1,6 +1,6 @@
 // Read-only view of one shard file through mmap. Opening checks the whole
-// structure (header, footer, table and its CRC, every entry's bounds), so
-// later reads only need the per-record CRC.
+// structure (header, footer, table and its checksum, every entry's bounds), so
+// later reads only need the per-record checksum.
 #pragma once
 
 #include <cstddef>
@@ -35,12 +35,12 @@ class ShardReader {
   size_t file_size() const { return size_; }
   uint32_t num_fields() const { return num_fields_; }
 
-  /// Record `i` after checking its CRC; DataError naming file and record on mismatch.
+  /// Record `i` after checking its checksum; DataError naming file and record on mismatch.
   RecordView record(int64_t i) const;
-  /// Record `i` without the CRC check (structure is still bounds-checked at open).
+  /// Record `i` without the checksum check (structure is still bounds-checked at open).
   RecordView record_unchecked(int64_t i) const;
-  /// CRC-32C of the whole file (reads every byte).
-  uint32_t file_crc() const;
+  /// checksum32 of the whole file (reads every byte).
+  uint32_t file_checksum() const;
   /// Asks the kernel to read the whole file ahead (for a sequential first epoch).
   void prefetch() const;
 

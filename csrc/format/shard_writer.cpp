@@ -5,7 +5,7 @@
 #include <cstring>
 #include <unistd.h>
 
-#include "common/crc32c.h"
+#include "common/checksum.h"
 #include "common/error.h"
 #include "format/shard_format.h"
 
@@ -21,7 +21,7 @@ ShardWriter::ShardWriter(std::string path, uint64_t schema_hash, uint32_t num_fi
   h.header_size = sizeof h;
   h.schema_hash = schema_hash;
   h.num_fields = num_fields;
-  h.header_crc = crc32c(&h, offsetof(format::ShardHeader, header_crc));
+  h.header_sum = checksum32(&h, offsetof(format::ShardHeader, header_sum));
   write(&h, sizeof h);
 }
 
@@ -34,7 +34,7 @@ void ShardWriter::write(const void* p, size_t n) {
     abort();
     STOKER_THROW(DataError, tmp_path_, ": write failed: ", std::strerror(err));
   }
-  file_crc_ = crc32c_extend(file_crc_, p, n);
+  file_sum_.update(p, n);
   offset_ += n;
 }
 
@@ -43,7 +43,7 @@ void ShardWriter::append(const uint8_t* data, size_t size) {
     STOKER_THROW(UsageError, "record of ", size, " bytes is over the 4 GiB record limit");
   if (size < 4ull * num_fields_)
     STOKER_THROW(UsageError, "record of ", size, " bytes is shorter than its field table");
-  format::RecordEntry e{offset_, static_cast<uint32_t>(size), crc32c(data, size)};
+  format::RecordEntry e{offset_, static_cast<uint32_t>(size), checksum32(data, size)};
   write(data, size);
   table_.append(reinterpret_cast<const char*>(&e), sizeof e);
 }
@@ -53,9 +53,9 @@ ShardSummary ShardWriter::finish() {
   f.table_offset = offset_;
   f.num_records = table_.size() / sizeof(format::RecordEntry);
   write(table_.data(), table_.size());
-  f.table_crc = crc32c(table_.data(), table_.size());
+  f.table_sum = checksum32(table_.data(), table_.size());
   std::memcpy(f.magic, format::kFooterMagic, 8);
-  f.footer_crc = crc32c(&f, offsetof(format::ShardFooter, footer_crc));
+  f.footer_sum = checksum32(&f, offsetof(format::ShardFooter, footer_sum));
   write(&f, sizeof f);
   int rc = std::fflush(file_);
   int err = errno;
@@ -75,7 +75,7 @@ ShardSummary ShardWriter::finish() {
     std::remove(tmp_path_.c_str());
     STOKER_THROW(DataError, path_, ": rename failed: ", std::strerror(err));
   }
-  return {static_cast<int64_t>(f.num_records), offset_, file_crc_};
+  return {static_cast<int64_t>(f.num_records), offset_, file_sum_.digest()};
 }
 
 void ShardWriter::abort() noexcept {

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <string>
 
+#include "common/checksum.h"
+
 namespace stoker {
 
 struct ShardSummary {
   int64_t num_records = 0;
   uint64_t bytes = 0;
-  uint32_t crc = 0;  ///< CRC-32C of the whole file
+  uint32_t checksum = 0;  ///< checksum32 of the whole file
 };
 
 class ShardWriter {
@@ -41,7 +43,7 @@ class ShardWriter {
   std::FILE* file_ = nullptr;
   uint32_t num_fields_;
   uint64_t offset_ = 0;
-  uint32_t file_crc_ = 0;
+  StreamingChecksum file_sum_;
   std::string table_;
 };
 

@@ -307,15 +307,13 @@ bool Iteration::fits(const Job& job, const std::vector<RecordView>& fields) cons
 }
 
 void Iteration::process_sample(Job& job, int64_t pos, int64_t index,
-                               std::vector<RecordView>& fields) {
+                               std::vector<RecordView>& fields, LocalStats& ls) {
   const Schema& schema = ds_.schema();
-  EngineStats& stats = *engine_->stats_;
   uint8_t* base = job.batch_out.memory.get();
   auto t0 = Clock::now();
   ds_.read(index, fields.data());
   auto t1 = Clock::now();
-  stats.read_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count(),
-                          std::memory_order_relaxed);
+  ls.read_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   size_t f = 0;
   try {
     for (f = 0; f < schema.fields.size(); ++f) {
@@ -343,10 +341,8 @@ void Iteration::process_sample(Job& job, int64_t pos, int64_t index,
   } catch (...) {
     rethrow_with_context(ds_, index, schema.fields[f].name);
   }
-  stats.decode_ns.fetch_add(ns_since(t1), std::memory_order_relaxed);
-  int64_t bytes = 0;
-  for (const auto& v : fields) bytes += static_cast<int64_t>(v.size);
-  stats.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+  ls.decode_ns += ns_since(t1);
+  for (const auto& v : fields) ls.bytes += static_cast<int64_t>(v.size);
 }
 
 void Iteration::run_chunk(Job& job, int64_t k, int64_t chunk) {
@@ -355,11 +351,21 @@ void Iteration::run_chunk(Job& job, int64_t k, int64_t chunk) {
   const int64_t hi = std::min(len, lo + chunk_size_);
   const int64_t n = ds_.size();
   std::vector<RecordView> fields(ds_.schema().fields.size());
+  LocalStats ls;
+  struct Flush {  // publish the chunk's counters however the loop ends
+    EngineStats& s;
+    LocalStats& l;
+    ~Flush() {
+      s.read_ns.fetch_add(l.read_ns, std::memory_order_relaxed);
+      s.decode_ns.fetch_add(l.decode_ns, std::memory_order_relaxed);
+      s.bytes_read.fetch_add(l.bytes, std::memory_order_relaxed);
+    }
+  } flush{*engine_->stats_, ls};
   for (int64_t pos = lo; pos < hi; ++pos) {
     if (stop_.load(std::memory_order_relaxed)) return;
     const int64_t index = job.indices[static_cast<size_t>(pos)];
     try {
-      process_sample(job, pos, index, fields);
+      process_sample(job, pos, index, fields, ls);
     } catch (...) {
       if (!engine_->opts_.skip_errors) {
         fail(job, pos, std::current_exception());
@@ -375,7 +381,7 @@ void Iteration::run_chunk(Job& job, int64_t k, int64_t chunk) {
         try {
           ds_.read(alt, fields.data());
           if (!fits(job, fields)) continue;
-          process_sample(job, pos, alt, fields);
+          process_sample(job, pos, alt, fields, ls);
           replaced = true;
         } catch (...) {
         }

@@ -124,7 +124,7 @@ class Dataset:
 
     @property
     def shards(self) -> List[Dict[str, Any]]:
-        """The shard entries of index.json (path, num_records, bytes, crc32c)."""
+        """The shard entries of index.json (path, num_records, bytes, checksum)."""
         return [dict(s) for s in self._shards]
 
     def verify(self, progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:
@@ -140,7 +140,7 @@ class Dataset:
             path = self._core.shard_path(s)
             for rec, reason in bad_records:
                 bad.append((path, rec, reason))
-            want = entry.get("crc32c")
+            want = entry.get("checksum")
             if want is not None and crc != want:
                 bad.append((path, -1, f"file checksum {crc:08x} differs from index.json's "
                                       f"{want:08x}"))

@@ -125,7 +125,7 @@ class ShardWriter:
     def _finish_shard(self) -> None:
         n, size, crc = self._current.finish()
         self._shards.append({"path": self._current_name, "num_records": n, "bytes": size,
-                             "crc32c": crc})
+                             "checksum": crc})
         self._current = None
 
     def __len__(self) -> int:

@@ -1,0 +1,174 @@
+"""The ``stoker`` command line: demo, convert, inspect, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import List, Optional
+
+import numpy as np
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Writes a small built-in dataset and iterates it, printing throughput."""
+    from . import Dataset, Loader, ShardWriter, ndarray, scalar
+
+    tmp = None
+    out = args.out
+    if out is None:
+        tmp = tempfile.TemporaryDirectory(prefix="stoker-demo-")
+        out = tmp.name
+    path = os.path.join(out, "demo")
+    rng = np.random.default_rng(0)
+    fields = {"x": ndarray("uint8", (3, 64, 64)), "tokens": ndarray("int32", (None,)),
+              "label": scalar("int64")}
+    t0 = time.perf_counter()
+    with ShardWriter(path, fields, shard_size="16MB", overwrite=True) as w:
+        for i in range(args.samples):
+            w.write({"x": rng.integers(0, 256, (3, 64, 64), dtype=np.uint8),
+                     "tokens": rng.integers(0, 50000, rng.integers(1, 64), dtype=np.int32),
+                     "label": i % 10})
+    print(f"wrote {args.samples} samples to {path} in {time.perf_counter() - t0:.2f} s")
+    ds = Dataset(path)
+    print(ds)
+    loader = Loader(ds, batch_size=args.batch_size, shuffle=True, seed=0)
+    print(f"{loader}: {len(loader)} batches per epoch")
+    for epoch in range(args.epochs):
+        loader.set_epoch(epoch)
+        t0 = time.perf_counter()
+        first = None
+        n = 0
+        for batch in loader:
+            if first is None:
+                first = time.perf_counter() - t0
+                shapes = {k: tuple(v.shape) for k, v in batch.items()}
+            n += len(batch["label"])
+        secs = time.perf_counter() - t0
+        print(f"epoch {epoch}: {n} samples in {secs:.3f} s = {n / secs:,.0f} samples/s "
+              f"(first batch after {first * 1e3:.1f} ms)")
+    print(f"batch: {shapes}")
+    state = loader.stats()
+    print("stats: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                for k, v in state.items()))
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from . import Dataset
+
+    ds = Dataset(args.path)
+    sizes = [s["bytes"] for s in ds.shards]
+    info = {
+        "path": ds.path,
+        "samples": len(ds),
+        "shards": len(sizes),
+        "bytes": sum(sizes),
+        "fields": {n: f.spec() for n, f in ds.fields.items()},
+        "metadata": ds.metadata,
+    }
+    print(json.dumps(info, indent=2, default=str) if args.json else
+          "\n".join(f"{k}: {v}" for k, v in info.items()))
+    if not args.verify:
+        return 0
+
+    def progress(done: int, total: int) -> None:
+        print(f"\rverifying shard {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    report = ds.verify(progress=progress)
+    print(file=sys.stderr)
+    print(f"verified {report['records']} records, {report['bytes']} bytes in "
+          f"{report['shards']} shards: {len(report['bad'])} problem(s)")
+    for path, rec, reason in report["bad"]:
+        where = f"record {rec}" if rec >= 0 else "file"
+        print(f"  BAD {path}: {where}: {reason}")
+    return 0 if report["ok"] else 1
+
+
+def _convert_npy(args: argparse.Namespace) -> int:
+    """Arrays whose first dimension is the sample: name=file.npy ... -> a dataset."""
+    from . import ShardWriter, ndarray, scalar
+
+    arrays = {}
+    for spec in args.arrays:
+        name, sep, file = spec.partition("=")
+        if not sep:
+            name, file = os.path.splitext(os.path.basename(spec))[0], spec
+        arrays[name] = np.load(file, mmap_mode="r")
+    lengths = {len(a) for a in arrays.values()}
+    if len(lengths) != 1:
+        raise SystemExit(f"stoker convert npy: arrays differ in length: "
+                         f"{ {n: len(a) for n, a in arrays.items()} }")
+    fields = {n: scalar(a.dtype) if a.ndim == 1 else ndarray(a.dtype, a.shape[1:])
+              for n, a in arrays.items()}
+    n = lengths.pop()
+    with ShardWriter(args.out, fields, shard_size=args.shard_size,
+                     overwrite=args.overwrite) as w:
+        for i in range(n):
+            w.write({k: a[i] for k, a in arrays.items()})
+            if i % 10000 == 0:
+                print(f"\r{i}/{n}", end="", file=sys.stderr, flush=True)
+    print(f"\rwrote {n} samples with fields {list(fields)} to {args.out}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stoker", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="write a small built-in dataset and iterate it")
+    d.add_argument("--out", default=None, help="where to write it (default: a temp dir)")
+    d.add_argument("--samples", type=int, default=10000)
+    d.add_argument("--batch-size", type=int, default=256)
+    d.add_argument("--epochs", type=int, default=3)
+    d.set_defaults(func=_demo)
+
+    i = sub.add_parser("inspect", help="describe a dataset; --verify checks every record")
+    i.add_argument("path")
+    i.add_argument("--verify", action="store_true", help="check every checksum; exit 1 if bad")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=_inspect)
+
+    c = sub.add_parser("convert", help="convert data to a stoker dataset")
+    csub = c.add_subparsers(dest="source", required=True)
+    npy = csub.add_parser("npy", help="NumPy arrays (first dim = sample) to a dataset")
+    npy.add_argument("out")
+    npy.add_argument("arrays", nargs="+", metavar="NAME=FILE.npy")
+    npy.add_argument("--shard-size", default="256MB")
+    npy.add_argument("--overwrite", action="store_true")
+    npy.set_defaults(func=_convert_npy)
+    try:
+        from .convert import imagefolder
+    except ImportError:
+        imagefolder = None
+    if imagefolder is not None:
+        imf = csub.add_parser("imagefolder", help="torchvision ImageFolder layout to a dataset")
+        imagefolder.add_arguments(imf)
+        imf.set_defaults(func=imagefolder.run)
+
+    from . import bench
+
+    b = sub.add_parser("bench", help="fixed-size record benchmark against DataLoader")
+    bench.add_arguments(b)
+    b.set_defaults(func=bench.main)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from ._core import DataError
+
+    try:
+        return args.func(args)
+    except (DataError, FileNotFoundError, FileExistsError, ValueError) as e:
+        print(f"stoker: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
