@@ -31,12 +31,12 @@ class Dataset:
 
     def __init__(self, path: Union[str, os.PathLike]):
         path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such dataset directory or index file")
         if os.path.isdir(path):
             root, index_path = path, os.path.join(path, INDEX_NAME)
         else:
             root, index_path = os.path.dirname(path) or ".", path
-        if not os.path.exists(root):
-            raise FileNotFoundError(f"{path}: no such dataset directory")
         if not os.path.exists(index_path):
             raise FileNotFoundError(f"{index_path}: no index.json (not a stoker dataset, or "
                                     "its writing did not finish)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
@@ -311,7 +312,7 @@ class Loader:
         it = self._last() if self._last is not None else None
         s["queue_depth"] = it._queue_depth() if it is not None else 0
         s["live_workers"] = it._live_workers() if it is not None else 0
-        if it is not None and it._elapsed is not None:
+        if it is not None:
             s["samples_per_second"] = s["samples"] / max(it._elapsed(), 1e-9)
         return s
 
@@ -334,8 +335,6 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
 
     def __init__(self, loader: Loader, epoch: int, first: int):
-        import time
-
         self._loader = loader
         self._epoch = epoch
         self._yielded = first
@@ -343,7 +342,6 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._pid = os.getpid()
         self._done = False
         self._t0 = time.perf_counter()
-        self._elapsed = lambda: time.perf_counter() - self._t0
         self._it = loader._engine.start(epoch, first)
         self._transfer = None
         self._stream_of = None
@@ -388,6 +386,9 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         loader = self._loader
         if loader._last is not None and loader._last() is self:
             loader._last_state = (self._epoch, self._yielded, self._yielded >= self._end)
+
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self._t0
 
     def _queue_depth(self) -> int:
         return 0 if self._done else self._it.ready_batches

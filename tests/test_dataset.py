@@ -1,0 +1,160 @@
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import stoker
+from conftest import write_dataset
+
+HEADER = 64
+FOOTER = 32
+
+
+def shard_path(ds, i=0):
+    return os.path.join(ds.path, ds.shards[i]["path"])
+
+
+def test_missing_directory_and_index(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such dataset"):
+        stoker.Dataset(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="index.json"):
+        stoker.Dataset(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: "{not json", "invalid JSON"),
+    (lambda t: t.replace('"version": 1', '"version": 99'), "format version 99"),
+    (lambda t: t.replace('"format": "stoker"', '"format": "other"'), "not a stoker index"),
+    (lambda t: t.replace('"int64"', '"int32"'), "schema_hash does not match"),
+    (lambda t: t.replace('"num_records": 30,', '"num_records": 31,', 1), "num_records"),
+    (lambda t: t.replace('"shard-00000.stk"', '"../shard-00000.stk"'), "must be relative"),
+])
+def test_bad_index_is_reported(tmp_path, edit, message):
+    write_dataset(tmp_path / "d", 30)
+    index = tmp_path / "d" / "index.json"
+    text = json.dumps(json.loads(index.read_text()))  # canonical spacing for the edits
+    index.write_text(edit(text))
+    with pytest.raises(stoker.DataError, match=message) as e:
+        stoker.Dataset(tmp_path / "d")
+    assert "index.json" in str(e.value)
+
+
+def test_missing_shard_file(tmp_path):
+    ds = write_dataset(tmp_path / "d", 30)
+    path = shard_path(ds)
+    os.remove(path)
+    with pytest.raises(stoker.DataError, match="shard-00000.stk: cannot open shard"):
+        stoker.Dataset(tmp_path / "d")
+
+
+def test_truncated_shard_is_reported_with_path(tmp_path):
+    ds = write_dataset(tmp_path / "d", 30)
+    path = shard_path(ds)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 10)
+    with pytest.raises(stoker.DataError, match=r"shard-00000.stk: shard is \d+ bytes but "
+                                               r"index.json says"):
+        stoker.Dataset(tmp_path / "d")
+
+
+def flip(path, offset, mask=0x01):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([b ^ mask]))
+
+
+def test_wrong_magic_and_version(tmp_path):
+    ds = write_dataset(tmp_path / "d", 10)
+    path = shard_path(ds)
+    flip(path, 0)
+    with pytest.raises(stoker.DataError, match="not a stoker shard"):
+        stoker.Dataset(tmp_path / "d")
+    flip(path, 0)
+    # A well-formed header of another version: rewrite version and its checksum.
+    with open(path, "r+b") as f:
+        header = bytearray(f.read(HEADER))
+        header[8:12] = struct.pack("<I", 2)
+        header[60:64] = struct.pack("<I", stoker._core.checksum32(bytes(header[:60])))
+        f.seek(0)
+        f.write(header)
+    with pytest.raises(stoker.DataError, match="format version 2 is not supported"):
+        stoker.Dataset(tmp_path / "d")
+
+
+def test_corrupt_record_names_file_and_record(tmp_path):
+    ds = write_dataset(tmp_path / "d", 10, shard_size="1MB")
+    path = shard_path(ds)
+    record_len = 4 * 2 + 48 + 8
+    flip(path, HEADER + 3 * record_len + 20)   # inside record 3's payload
+    ds = stoker.Dataset(tmp_path / "d")        # the structure is still fine
+    assert ds[2]["label"] == 2
+    with pytest.raises(stoker.DataError, match=r"shard-00000.stk: record 3: checksum mismatch"):
+        ds[3]
+    loader = stoker.Loader(ds, batch_size=4, num_threads=2)
+    with pytest.raises(stoker.DataError, match=r"shard-00000.stk: record 3: checksum mismatch"):
+        list(loader)
+
+
+def test_every_single_byte_flip_is_detected(tmp_path):
+    """Exhaustive: each byte of a small shard, flipped, is caught on open or on read."""
+    ds = write_dataset(tmp_path / "d", 6, fields={"v": stoker.ndarray("int32", (None,)),
+                                                  "s": stoker.scalar("int16")},
+                       make=lambda i: {"v": np.arange(i, dtype=np.int32), "s": i})
+    path = shard_path(ds)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        clean = f.read()
+    undetected = []
+    for off in range(size):
+        flip(path, off, 0x10)
+        try:
+            d = stoker.Dataset(tmp_path / "d")
+            for i in range(len(d)):
+                d[i]
+            undetected.append(off)
+        except stoker.DataError as e:
+            assert "shard-00000.stk" in str(e)
+        flip(path, off, 0x10)
+    with open(path, "rb") as f:
+        assert f.read() == clean
+    assert undetected == [], f"flips at offsets {undetected} of {size} went unnoticed"
+
+
+def test_random_byte_flips_on_a_larger_shard(tmp_path):
+    ds = write_dataset(tmp_path / "d", 2000, shard_size="10MB")
+    path = shard_path(ds)
+    size = os.path.getsize(path)
+    rng = np.random.default_rng(1)
+    for off in rng.integers(0, size, 150):
+        mask = int(rng.integers(1, 256))
+        flip(path, int(off), mask)
+        with pytest.raises(stoker.DataError):
+            d = stoker.Dataset(tmp_path / "d")
+            report = d.verify()
+            if not report["ok"]:
+                raise stoker.DataError(str(report["bad"][0]))
+        flip(path, int(off), mask)
+    assert stoker.Dataset(tmp_path / "d").verify()["ok"]
+
+
+def test_verify_reports_bad_records(tmp_path):
+    ds = write_dataset(tmp_path / "d", 20)
+    flip(shard_path(ds), HEADER + 5)
+    report = stoker.Dataset(tmp_path / "d").verify()
+    assert not report["ok"]
+    assert report["records"] == 20
+    assert (shard_path(ds), 0) == report["bad"][0][:2]
+    assert any(rec == -1 for _, rec, _ in report["bad"])  # whole-file checksum too
+
+
+def test_getitem_types(small_ds):
+    s = small_ds[7]
+    assert s["label"] == 7 and s["label"].dtype == np.int64
+    assert s["x"].shape == (3, 4, 4) and (s["x"] == 7).all()
+    s["x"][0, 0, 0] = 1  # writable copy, the mapping is untouched
+    assert small_ds[7]["x"][0, 0, 0] == 7

@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+
+import stoker
+from stoker.fields import schema_hash
+
+
+def test_scalar_roundtrip_and_dtype_checks():
+    f = stoker.scalar("int64")
+    assert f.decode(f.encode(7)) == 7
+    assert f.decode(f.encode(np.int32(7))) == 7
+    with pytest.raises(ValueError, match="does not fit"):
+        f.encode(1.5)
+    with pytest.raises(ValueError, match="scalar"):
+        f.encode([1, 2])
+    with pytest.raises(ValueError, match="does not fit"):
+        stoker.scalar("uint8").encode(300)
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        stoker.scalar("complex64")
+
+
+def test_ndarray_fixed_and_variable_shapes():
+    f = stoker.ndarray("float32", (2, 3))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(f.decode(f.encode(x)), x)
+    with pytest.raises(ValueError, match="expected shape"):
+        f.encode(np.zeros((3, 2), np.float32))
+    with pytest.raises(ValueError, match="expected dtype float32, got float64"):
+        f.encode(np.zeros((2, 3)))
+    v = stoker.ndarray("int32", (None, 2))
+    y = np.arange(10, dtype=np.int32).reshape(5, 2)
+    np.testing.assert_array_equal(v.decode(v.encode(y)), y)
+    assert v.decode(v.encode(np.zeros((0, 2), np.int32))).shape == (0, 2)
+    with pytest.raises(ValueError, match="only the first may be None"):
+        stoker.ndarray("int32", (2, None))
+
+
+def test_image_field_accepts_only_encoded_images():
+    f = stoker.image()
+    assert f.encode(b"\xff\xd8\xff\xe0rest") == b"\xff\xd8\xff\xe0rest"
+    with pytest.raises(ValueError, match="not a JPEG or PNG"):
+        f.encode(b"GIF89a")
+    with pytest.raises(ValueError, match="expected encoded JPEG or PNG bytes"):
+        f.encode(np.zeros((4, 4, 3), np.uint8))
+    with pytest.raises(ValueError, match="layout"):
+        stoker.image(layout="WHC")
+
+
+def test_schema_hash_depends_on_names_types_and_order():
+    a = {"x": stoker.scalar("int64"), "y": stoker.blob()}
+    assert schema_hash(a) == schema_hash(dict(a))
+    assert schema_hash(a) != schema_hash({"y": stoker.blob(), "x": stoker.scalar("int64")})
+    assert schema_hash(a) != schema_hash({"x": stoker.scalar("int32"), "y": stoker.blob()})
