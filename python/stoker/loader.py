@@ -115,7 +115,6 @@ class Loader:
         transforms: Optional[Mapping[str, Sequence[Op]]] = None,
         on_error: str = "raise",
         max_image_pixels: int = _DEFAULT_MAX_PIXELS,
-        _fake_device: bool = False,
     ):
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
@@ -148,11 +147,10 @@ class Loader:
         self.world_size = d_world if world_size is None else world_size
 
         self.device = torch.device(device)
-        self._fake_device = bool(_fake_device)
         is_cuda = self.device.type == "cuda"
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
-        if is_cuda and not self._fake_device:
+        if is_cuda:
             available, count, reason = _core.cuda_status()
             if not available:
                 raise RuntimeError(f"device={str(self.device)!r} requested but CUDA is not "
@@ -173,16 +171,9 @@ class Loader:
                                 int(max_image_pixels))
 
         allocator = None
-        if self.pin_memory:
-            if self._fake_device:
-                allocator = _core.fake_pinned_allocator()
-            elif is_cuda:
-                allocator = _core.pinned_allocator(self.device.index)
-            elif _core.cuda_status()[0]:
-                allocator = _core.pinned_allocator(0)
-            else:
-                warnings.warn("pin_memory=True but no CUDA device is available; batches use "
-                              "pageable memory", RuntimeWarning, stacklevel=2)
+        if self.pin_memory and not is_cuda and not _core.cuda_status()[0]:
+            warnings.warn("pin_memory=True but no CUDA device is available; batches use "
+                          "pageable memory", RuntimeWarning, stacklevel=2)
         self._engine = _core.Engine(
             dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
             self.drop_last, self.rank, self.world_size, num_threads, prefetch,
@@ -343,14 +334,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._done = False
         self._t0 = time.perf_counter()
         self._it = loader._engine.start(epoch, first)
-        self._transfer = None
-        self._stream_of = None
-        if loader.device.type == "cuda":
-            dev_index = loader.device.index if loader.device.index is not None else 0
-            self._transfer = _core.CudaTransfer(self._it, dev_index, loader.prefetch,
-                                                fake=loader._fake_device)
-            if not loader._fake_device:
-                self._stream_of = lambda: torch.cuda.current_stream(loader.device).cuda_stream
+        self._device = loader.device if loader.device.type == "cuda" else None
         _live_iterators.add(self)
 
     def __iter__(self) -> "_LoaderIter":
@@ -366,11 +350,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             raise RuntimeError("this loader iterator was started in another process (before "
                                "os.fork()); create a new Loader in this process")
         try:
-            if self._transfer is not None:
-                stream = self._stream_of() if self._stream_of is not None else 0
-                caps = self._transfer.next(stream)
-            else:
-                caps = self._it.next()
+            caps = self._it.next()
         except BaseException:
             self.close()
             raise
@@ -380,7 +360,11 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             raise StopIteration
         self._yielded += 1
         self._record_state()
-        return {name: torch.from_dlpack(cap) for name, cap in caps}
+        batch = {name: torch.from_dlpack(cap) for name, cap in caps}
+        if self._device is not None:
+            # Interim CUDA delivery: a copy on the current stream from host memory.
+            batch = {k: v.to(self._device) for k, v in batch.items()}
+        return batch
 
     def _record_state(self) -> None:
         loader = self._loader
@@ -403,9 +387,6 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._done = True
         if os.getpid() != self._pid:
             return  # forked child: the threads live in the parent
-        if self._transfer is not None:
-            self._it.stop()  # unblocks the copy thread's source first
-            self._transfer.stop()
         self._it.stop()
 
     def __del__(self) -> None:

@@ -1,0 +1,105 @@
+#include "decode/png_decoder.h"
+
+#include <png.h>
+
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+
+namespace stoker {
+
+namespace {
+
+struct Source {
+  const uint8_t* data;
+  size_t size;
+  size_t pos;
+  char message[256];
+};
+
+void read_fn(png_structp png, png_bytep out, png_size_t n) {
+  auto* src = static_cast<Source*>(png_get_io_ptr(png));
+  if (n > src->size - src->pos) png_error(png, "truncated PNG data");
+  std::memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+
+void error_fn(png_structp png, png_const_charp msg) {
+  auto* src = static_cast<Source*>(png_get_error_ptr(png));
+  std::snprintf(src->message, sizeof src->message, "%s", msg);
+  png_longjmp(png, 1);
+}
+
+void warning_fn(png_structp, png_const_charp) {}  // ancillary-chunk issues do not touch pixels
+
+// Owns the read structs; nothing with a destructor is created between setjmp and longjmp.
+struct Reader {
+  Source src;
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  Reader(const uint8_t* data, size_t n) : src{data, n, 0, {0}} {
+    png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, error_fn, warning_fn);
+    if (!png) throw std::bad_alloc();
+    info = png_create_info_struct(png);
+    if (!info) {
+      png_destroy_read_struct(&png, nullptr, nullptr);
+      throw std::bad_alloc();
+    }
+    png_set_read_fn(png, &src, read_fn);
+  }
+  ~Reader() { png_destroy_read_struct(&png, &info, nullptr); }
+};
+
+}  // namespace
+
+bool is_png(const uint8_t* data, size_t n) { return n >= 8 && png_sig_cmp(data, 0, 8) == 0; }
+
+ImageInfo png_probe(const uint8_t* data, size_t n) {
+  Reader r(data, n);
+  if (setjmp(png_jmpbuf(r.png))) STOKER_THROW(DecodeError, "corrupt PNG header: ", r.src.message);
+  png_read_info(r.png, r.info);
+  return {static_cast<int>(png_get_image_width(r.png, r.info)),
+          static_cast<int>(png_get_image_height(r.png, r.info))};
+}
+
+ImageInfo png_decode(const uint8_t* data, size_t n, int64_t max_pixels,
+                     std::vector<uint8_t>& rgb) {
+  Reader r(data, n);
+  std::vector<png_bytep> rows;
+  ImageInfo info;
+  volatile bool header = true;
+  if (setjmp(png_jmpbuf(r.png)))
+    STOKER_THROW(DecodeError, header ? "corrupt PNG header: " : "corrupt PNG data: ",
+                 r.src.message);
+  png_read_info(r.png, r.info);
+  header = false;
+  info = {static_cast<int>(png_get_image_width(r.png, r.info)),
+          static_cast<int>(png_get_image_height(r.png, r.info))};
+  const int64_t px = int64_t{info.width} * info.height;
+  if (px > max_pixels) {
+    // Leave libpng's frames by returning from setjmp's scope first: throw is fine
+    // here because no longjmp can follow.
+    STOKER_THROW(DecodeError, "image declares ", info.width, "x", info.height, " = ", px,
+                 " pixels, above the limit of ", max_pixels);
+  }
+  const int color = png_get_color_type(r.png, r.info);
+  png_set_expand(r.png);  // palette -> RGB, gray < 8 bits -> 8, tRNS -> alpha
+  png_set_strip_16(r.png);
+  png_set_strip_alpha(r.png);
+  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA)
+    png_set_gray_to_rgb(r.png);
+  png_set_interlace_handling(r.png);
+  png_read_update_info(r.png, r.info);
+  if (png_get_channels(r.png, r.info) != 3 || png_get_bit_depth(r.png, r.info) != 8)
+    STOKER_THROW(DecodeError, "unsupported PNG pixel format");
+  rgb.resize(static_cast<size_t>(px) * 3);
+  rows.resize(static_cast<size_t>(info.height));
+  for (int y = 0; y < info.height; ++y)
+    rows[static_cast<size_t>(y)] = rgb.data() + static_cast<size_t>(y) * info.width * 3;
+  png_read_image(r.png, rows.data());
+  png_read_end(r.png, nullptr);
+  return info;
+}
+
+}  // namespace stoker
