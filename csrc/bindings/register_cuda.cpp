@@ -11,10 +11,13 @@ void register_cuda(py::module_& m) {
   m.def(
       "cuda_status",
       [] {
-        CudaStatus s = cuda_status();
+        CudaStatus s;
+        {
+          py::gil_scoped_release nogil;  // cuInit can take a while
+          s = cuda_status();
+        }
         return py::make_tuple(s.available, s.device_count, s.reason);
       },
-      py::call_guard<py::gil_scoped_release>(),
       "(available, device_count, reason): probes libcuda.so.1 at run time; never raises.");
 }
 
