@@ -1,0 +1,66 @@
+// Helpers for C++ tests: temp directories and small datasets written in-process.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/dataset.h"
+#include "format/shard_writer.h"
+
+namespace stoker::test {
+
+inline std::string temp_dir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = std::string(base ? base : "/tmp") + "/stoker-test-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) std::abort();
+  return buf.data();
+}
+
+/// Schema: "x" uint8[16] filled with (i % 251), "label" int64 = i, "tok" int32[None] of length i % 5.
+inline Schema test_schema() {
+  Schema s;
+  s.fields.push_back({"x", FieldKind::kNDArray, DType::kUInt8, {16}});
+  s.fields.push_back({"label", FieldKind::kScalar, DType::kInt64, {}});
+  s.fields.push_back({"tok", FieldKind::kNDArray, DType::kInt32, {-1}});
+  s.hash = 0x1234;
+  return s;
+}
+
+inline std::string make_record(int64_t i) {
+  std::string x(16, static_cast<char>(i % 251));
+  std::string label(reinterpret_cast<const char*>(&i), 8);
+  std::string tok;
+  for (int32_t t = 0; t < i % 5; ++t) tok.append(reinterpret_cast<const char*>(&t), 4);
+  std::string rec;
+  for (const std::string* f : {&x, &label, &tok}) {
+    uint32_t n = static_cast<uint32_t>(f->size());
+    rec.append(reinterpret_cast<const char*>(&n), 4);
+  }
+  return rec + x + label + tok;
+}
+
+/// Writes `n` records into shards of `per_shard` records; returns the shard list.
+inline std::vector<ShardInfo> write_shards(const std::string& dir, int64_t n, int64_t per_shard) {
+  std::vector<ShardInfo> out;
+  for (int64_t s = 0; s * per_shard < n; ++s) {
+    std::string path = dir + "/shard-" + std::to_string(s) + ".stk";
+    ShardWriter w(path, test_schema().hash, 3);
+    for (int64_t i = s * per_shard; i < std::min(n, (s + 1) * per_shard); ++i) {
+      std::string r = make_record(i);
+      w.append(reinterpret_cast<const uint8_t*>(r.data()), r.size());
+    }
+    ShardSummary sum = w.finish();
+    out.push_back({path, sum.num_records, static_cast<int64_t>(sum.bytes)});
+  }
+  return out;
+}
+
+}  // namespace stoker::test

@@ -1,0 +1,55 @@
+"""Writes seed corpora for the fuzz targets: small valid shards and images.
+
+    python tests/fuzz/make_corpus.py OUT_DIR   -> OUT_DIR/shard/*, OUT_DIR/image/*
+"""
+
+import io
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+import stoker
+
+
+def shards(out):
+    os.makedirs(out, exist_ok=True)
+    fields = {"x": stoker.ndarray("uint8", (4,)), "v": stoker.ndarray("int32", (None, 2)),
+              "b": stoker.blob()}
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, n in enumerate((1, 2, 3, 9)):
+            path = os.path.join(tmp, str(k))
+            with stoker.ShardWriter(path, fields) as w:
+                for i in range(n):
+                    w.write({"x": rng.integers(0, 255, 4, dtype=np.uint8),
+                             "v": rng.integers(0, 9, (i % 3, 2), dtype=np.int32),
+                             "b": bytes(i % 4)})
+            with open(os.path.join(path, "shard-00000.stk"), "rb") as f:
+                data = f.read()
+            with open(os.path.join(out, f"shard{k}"), "wb") as f:
+                f.write(data)
+
+
+def images(out):
+    from PIL import Image
+
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(0)
+    arr = rng.integers(0, 255, (23, 31, 3), dtype=np.uint8)
+    variants = [("RGB", "JPEG", {"quality": 80}), ("L", "JPEG", {}), ("CMYK", "JPEG", {}),
+                ("RGB", "JPEG", {"progressive": True}), ("RGB", "PNG", {}), ("RGBA", "PNG", {}),
+                ("P", "PNG", {}), ("L", "PNG", {}), ("RGB", "PNG", {"interlace": 1})]
+    for k, (mode, fmt, kw) in enumerate(variants):
+        img = Image.fromarray(arr).convert(mode)
+        buf = io.BytesIO()
+        img.save(buf, format=fmt, **kw)
+        with open(os.path.join(out, f"img{k}.{fmt.lower()}"), "wb") as f:
+            f.write(buf.getvalue())
+
+
+if __name__ == "__main__":
+    root = sys.argv[1]
+    shards(os.path.join(root, "shard"))
+    images(os.path.join(root, "image"))
