@@ -4,9 +4,8 @@ import sys
 
 import numpy as np
 import pytest
-import torch
-
 import stoker
+import torch
 from conftest import write_dataset
 
 

@@ -4,7 +4,6 @@ import struct
 
 import numpy as np
 import pytest
-
 import stoker
 from conftest import write_dataset
 

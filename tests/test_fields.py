@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 import stoker
 from stoker.fields import schema_hash
 

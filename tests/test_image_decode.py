@@ -2,9 +2,8 @@ import io
 
 import numpy as np
 import pytest
-import torch
-
 import stoker
+import torch
 from stoker import _core
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
@@ -52,7 +51,8 @@ def test_png_full_decode_identical_to_pillow(mode):
     got = _core.decode_image(data)
     ref = Image.open(io.BytesIO(data))
     if mode == "I;16":  # Pillow keeps 16 bits in mode I; the 8-bit value is the high byte
-        want = np.repeat((np.asarray(ref).astype(np.uint32) >> 8).astype(np.uint8)[..., None], 3, -1)
+        high = (np.asarray(ref).astype(np.uint32) >> 8).astype(np.uint8)
+        want = np.repeat(high[..., None], 3, -1)
     else:
         want = np.asarray(ref.convert("RGB"))
     np.testing.assert_array_equal(got, want)

@@ -4,11 +4,9 @@ import time
 
 import numpy as np
 import pytest
-import torch
-
 import stoker
+import torch
 from conftest import epoch_labels, thread_count, write_dataset
-
 
 # -- length and coverage -------------------------------------------------------
 
@@ -190,7 +188,7 @@ def test_kept_batches_stay_intact(small_ds):
 def test_slots_are_reused_when_batches_are_dropped(small_ds):
     loader = stoker.Loader(small_ds, batch_size=4, num_threads=2, prefetch=2)
     for _ in range(3):
-        for b in loader:
+        for _b in loader:
             pass
     assert loader.stats()["slots"] <= 2 + 2 + 2  # in flight + free list, not one per batch
 
@@ -265,7 +263,7 @@ def test_on_error_skip_replaces_and_warns(tmp_path):
 def test_break_and_del_stop_all_threads(small_ds):
     base = thread_count()
     loader = stoker.Loader(small_ds, batch_size=2, num_threads=4, prefetch=2)
-    for i, b in enumerate(loader):
+    for i, _b in enumerate(loader):
         if i == 1:
             break
     gc.collect()
@@ -289,7 +287,7 @@ def test_keyboard_interrupt_in_loop_stops_workers(small_ds):
     loader = stoker.Loader(small_ds, batch_size=1, num_threads=4, prefetch=2)
     t0 = time.time()
     try:
-        for b in loader:
+        for _b in loader:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         pass

@@ -10,7 +10,6 @@ import textwrap
 import time
 
 import pytest
-
 import stoker
 from conftest import thread_count, write_dataset
 

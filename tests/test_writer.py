@@ -3,7 +3,6 @@ import os
 
 import numpy as np
 import pytest
-
 import stoker
 from conftest import write_dataset
 

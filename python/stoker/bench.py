@@ -126,7 +126,7 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
           f"median of {repeats}")
     for t in threads:
         loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t)
-        measure(f"stoker threads={t}", lambda: loader)
+        measure(f"stoker threads={t}", lambda loader=loader: loader)
 
     mm = _MemmapDataset(data)
     for w in workers:

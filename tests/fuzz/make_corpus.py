@@ -9,7 +9,6 @@ import sys
 import tempfile
 
 import numpy as np
-
 import stoker
 
 
