@@ -1,9 +1,13 @@
-// Bindings of csrc/decode: one-image decode for tests and tools.
+// Bindings of csrc/decode: one-image decode for tests and tools, and the
+// decode-only throughput that the image benchmark uses as its ceiling.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <string_view>
+
 #include "common/error.h"
+#include "decode/decode_benchmark.h"
 #include "decode/image_pipeline.h"
 
 namespace py = pybind11;
@@ -12,35 +16,40 @@ namespace stoker::bindings {
 
 namespace {
 
-ImageFieldSpec make_spec(const std::vector<std::pair<std::string, std::vector<double>>>& ops,
-                         const std::string& layout, int64_t max_pixels) {
+using Ops = std::vector<std::pair<std::string, std::vector<double>>>;
+
+ImageFieldSpec make_spec(const Ops& ops, const std::string& layout, int64_t max_pixels) {
   ImageFieldSpec spec;
-  STOKER_CHECK(layout == "HWC" || layout == "CHW", UsageError, "layout must be HWC or CHW");
+  STOKER_CHECK(layout == "HWC" || layout == "CHW", UsageError, "layout must be 'HWC' or 'CHW', got '",
+               layout, "'");
   spec.layout = layout == "CHW" ? ImageLayout::kCHW : ImageLayout::kHWC;
   for (const auto& [kind, args] : ops) spec.ops.push_back({kind, args});
   spec.max_pixels = max_pixels;
   return spec;
 }
 
+std::string_view view_of(const py::bytes& data) { return data; }
+
+const uint8_t* bytes_ptr(std::string_view v) { return reinterpret_cast<const uint8_t*>(v.data()); }
+
 }  // namespace
 
 void register_decode(py::module_& m) {
-  using Ops = std::vector<std::pair<std::string, std::vector<double>>>;
   m.def(
       "decode_image",
       [](const py::bytes& data, const Ops& ops, const std::string& layout, uint64_t seed,
          int64_t max_pixels) {
-        ImagePipeline pipe(make_spec(ops, layout, max_pixels));
-        std::string_view bytes = data;
-        const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+        const ImagePipeline pipe(make_spec(ops, layout, max_pixels));
+        const std::string_view bytes = view_of(data);  // `data` is held by the caller: stays valid
         std::pair<int, int> hw;
         {
           py::gil_scoped_release nogil;
-          hw = pipe.output_size(p, bytes.size());
+          hw = pipe.output_size(bytes_ptr(bytes), bytes.size());
         }
-        std::vector<py::ssize_t> shape =
-            layout == "CHW" ? std::vector<py::ssize_t>{3, hw.first, hw.second}
-                            : std::vector<py::ssize_t>{hw.first, hw.second, 3};
+        const auto [h, w] = hw;
+        const std::vector<py::ssize_t> shape = pipe.layout() == ImageLayout::kCHW
+                                                   ? std::vector<py::ssize_t>{3, h, w}
+                                                   : std::vector<py::ssize_t>{h, w, 3};
         py::array out;
         switch (pipe.out_dtype()) {
           case DType::kUInt8: out = py::array_t<uint8_t>(shape); break;
@@ -50,21 +59,52 @@ void register_decode(py::module_& m) {
         void* dst = out.mutable_data();
         {
           py::gil_scoped_release nogil;
-          pipe.run(p, bytes.size(), seed, dst, hw.first, hw.second);
+          pipe.run(bytes_ptr(bytes), bytes.size(), seed, dst, h, w);
         }
         return out;
       },
       py::arg("data"), py::arg("ops") = Ops{}, py::arg("layout") = "HWC", py::arg("seed") = 0,
       py::arg("max_pixels") = 100'000'000,
-      "Decodes one JPEG/PNG through an op list, as a loader worker would.");
+      "Decodes one JPEG/PNG through an op list (as stoker.ops._specs gives it), exactly as a "
+      "loader worker does; returns (h, w, 3) or (3, h, w) uint8, or float after Normalize.");
+  m.def(
+      "image_output_size",
+      [](const py::bytes& data, const Ops& ops, int64_t max_pixels) {
+        const ImagePipeline pipe(make_spec(ops, "HWC", max_pixels));
+        const std::string_view bytes = view_of(data);
+        py::gil_scoped_release nogil;
+        return pipe.output_size(bytes_ptr(bytes), bytes.size());
+      },
+      py::arg("data"), py::arg("ops") = Ops{}, py::arg("max_pixels") = 100'000'000,
+      "(h, w) that decode_image would return for these ops, from the header only.");
   m.def(
       "image_size",
       [](const py::bytes& data) {
-        std::string_view b = data;
-        ImageInfo i = probe_image(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+        const std::string_view b = view_of(data);
+        ImageInfo i;
+        {
+          py::gil_scoped_release nogil;
+          i = probe_image(bytes_ptr(b), b.size());
+        }
         return py::make_tuple(i.height, i.width);
       },
       py::arg("data"), "(height, width) from the header.");
+  m.def(
+      "decode_only_throughput",
+      [](const std::vector<py::bytes>& images, int threads, int rounds) {
+        std::vector<std::pair<const uint8_t*, size_t>> spans;
+        spans.reserve(images.size());
+        for (const py::bytes& b : images) {
+          const std::string_view v = view_of(b);
+          spans.emplace_back(bytes_ptr(v), v.size());
+        }
+        STOKER_CHECK(!spans.empty(), UsageError, "decode_only_throughput needs images");
+        py::gil_scoped_release nogil;
+        return decode_throughput(spans, threads, rounds);
+      },
+      py::arg("images"), py::arg("threads"), py::arg("rounds") = 1,
+      "Images/s of plain full decodes (libjpeg-turbo/libpng) on `threads` threads: the ceiling "
+      "the image benchmark compares against.");
 }
 
 }  // namespace stoker::bindings

@@ -2,7 +2,9 @@
 
 #include <png.h>
 
+#include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "common/error.h"
@@ -18,9 +20,11 @@ struct Source {
   char message[256];
 };
 
+constexpr char kTruncated[] = "truncated PNG data";
+
 void read_fn(png_structp png, png_bytep out, png_size_t n) {
   auto* src = static_cast<Source*>(png_get_io_ptr(png));
-  if (n > src->size - src->pos) png_error(png, "truncated PNG data");
+  if (n > src->size - src->pos) png_error(png, kTruncated);
   std::memcpy(out, src->data + src->pos, n);
   src->pos += n;
 }
@@ -32,6 +36,14 @@ void error_fn(png_structp png, png_const_charp msg) {
 }
 
 void warning_fn(png_structp, png_const_charp) {}  // ancillary-chunk issues do not touch pixels
+
+// Called in the function that did setjmp, after libpng's frames are gone
+// (see NOTE [ libjpeg errors ] in jpeg_decoder.cpp: the same scheme).
+[[noreturn]] void fail(const Source& src, bool header) {
+  if (std::strcmp(src.message, kTruncated) == 0)
+    STOKER_THROW(DecodeError, header ? "truncated PNG header" : kTruncated);
+  STOKER_THROW(DecodeError, header ? "corrupt PNG header: " : "corrupt PNG data: ", src.message);
+}
 
 // Owns the read structs; nothing with a destructor is created between setjmp and longjmp.
 struct Reader {
@@ -57,7 +69,7 @@ bool is_png(const uint8_t* data, size_t n) { return n >= 8 && png_sig_cmp(data, 
 
 ImageInfo png_probe(const uint8_t* data, size_t n) {
   Reader r(data, n);
-  if (setjmp(png_jmpbuf(r.png))) STOKER_THROW(DecodeError, "corrupt PNG header: ", r.src.message);
+  if (setjmp(png_jmpbuf(r.png))) fail(r.src, true);
   png_read_info(r.png, r.info);
   return {static_cast<int>(png_get_image_width(r.png, r.info)),
           static_cast<int>(png_get_image_height(r.png, r.info))};
@@ -66,17 +78,17 @@ ImageInfo png_probe(const uint8_t* data, size_t n) {
 ImageInfo png_decode(const uint8_t* data, size_t n, int64_t max_pixels,
                      std::vector<uint8_t>& rgb) {
   Reader r(data, n);
-  std::vector<png_bytep> rows;
+  thread_local std::vector<png_bytep> rows;  // reused: no allocation per image
   ImageInfo info;
   volatile bool header = true;
-  if (setjmp(png_jmpbuf(r.png)))
-    STOKER_THROW(DecodeError, header ? "corrupt PNG header: " : "corrupt PNG data: ",
-                 r.src.message);
+  if (setjmp(png_jmpbuf(r.png))) fail(r.src, header);
   png_read_info(r.png, r.info);
   header = false;
   info = {static_cast<int>(png_get_image_width(r.png, r.info)),
           static_cast<int>(png_get_image_height(r.png, r.info))};
   const int64_t px = int64_t{info.width} * info.height;
+  if (info.width <= 0 || info.height <= 0)
+    STOKER_THROW(DecodeError, "PNG declares an empty image (", info.width, "x", info.height, ")");
   if (px > max_pixels) {
     // Leave libpng's frames by returning from setjmp's scope first: throw is fine
     // here because no longjmp can follow.

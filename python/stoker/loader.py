@@ -115,6 +115,7 @@ class Loader:
         transforms: Optional[Mapping[str, Sequence[Op]]] = None,
         on_error: str = "raise",
         max_image_pixels: int = _DEFAULT_MAX_PIXELS,
+        _fake_device: bool = False,
     ):
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
@@ -171,6 +172,13 @@ class Loader:
                                 int(max_image_pixels))
 
         allocator = None
+        self._fake_device = bool(_fake_device)
+        if is_cuda and self.pin_memory:
+            allocator = _core.pinned_allocator(self.device.index)
+        elif self._fake_device and self.pin_memory:
+            allocator = _core.fake_pinned_allocator()
+        elif self.pin_memory and _core.cuda_status()[0]:
+            allocator = _core.pinned_allocator(0)  # CPU delivery into page-locked slots
         if self.pin_memory and not is_cuda and not _core.cuda_status()[0]:
             warnings.warn("pin_memory=True but no CUDA device is available; batches use "
                           "pageable memory", RuntimeWarning, stacklevel=2)
@@ -302,6 +310,8 @@ class Loader:
         s = self._engine.stats()
         it = self._last() if self._last is not None else None
         s["queue_depth"] = it._queue_depth() if it is not None else 0
+        if it is not None and it._transfer is not None and not it._done:
+            s["transfer"] = it._transfer.stats()
         s["live_workers"] = it._live_workers() if it is not None else 0
         if it is not None:
             s["samples_per_second"] = s["samples"] / max(it._elapsed(), 1e-9)
@@ -335,6 +345,15 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._t0 = time.perf_counter()
         self._it = loader._engine.start(epoch, first)
         self._device = loader.device if loader.device.type == "cuda" else None
+        self._transfer = None
+        if self._device is not None or loader._fake_device:
+            try:
+                self._transfer = _core.CudaTransfer(
+                    self._it, self._device.index if self._device is not None else 0,
+                    loader.prefetch, fake=loader._fake_device)
+            except BaseException:
+                self._it.stop()
+                raise
         _live_iterators.add(self)
 
     def __iter__(self) -> "_LoaderIter":
@@ -350,7 +369,13 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             raise RuntimeError("this loader iterator was started in another process (before "
                                "os.fork()); create a new Loader in this process")
         try:
-            caps = self._it.next()
+            if self._transfer is None:
+                caps = self._it.next()
+            elif self._device is not None:
+                # The batch belongs to the stream current now (docs/gpu.md).
+                caps = self._transfer.next(torch.cuda.current_stream(self._device).cuda_stream)
+            else:
+                caps = self._transfer.next(0)
         except BaseException:
             self.close()
             raise
@@ -361,9 +386,6 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._yielded += 1
         self._record_state()
         batch = {name: torch.from_dlpack(cap) for name, cap in caps}
-        if self._device is not None:
-            # Interim CUDA delivery: a copy on the current stream from host memory.
-            batch = {k: v.to(self._device) for k, v in batch.items()}
         return batch
 
     def _record_state(self) -> None:
@@ -387,6 +409,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._done = True
         if os.getpid() != self._pid:
             return  # forked child: the threads live in the parent
+        if self._transfer is not None:
+            self._transfer.stop()  # stops self._it first, then the copy thread
         self._it.stop()
 
     def __del__(self) -> None:

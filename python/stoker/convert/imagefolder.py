@@ -1,0 +1,248 @@
+"""torchvision ``ImageFolder`` layout (``SRC/<class>/**/<image>``) to a stoker dataset.
+
+Classes are the sorted sub-folders of SRC, labelled 0..C-1, and files are found as
+torchvision finds them (extensions in ``IMG_EXTENSIONS``, case-insensitive; sub-folders
+walked in sorted order), so label ``i`` means the same class as in ``ImageFolder``. The
+dataset has fields ``{"image": stoker.image(), "label": stoker.scalar("int64")}`` and
+``Dataset(out).metadata == {"classes": [...], "source": ...}``.
+
+JPEG and PNG files are stored byte for byte (no re-encode). Other formats (BMP, TIFF,
+WebP, PPM/PGM) are re-encoded as lossless PNG. With ``max_side``, images whose longer
+side exceeds it are shrunk with Pillow (Lanczos) and re-encoded as JPEG at ``quality``
+(RGB: alpha dropped, as the loader would). Every file is decoded once in full while
+converting, so a truncated or corrupt image is found now, not in epoch 37.
+
+Reading, checking and resizing run on a thread pool (the decoders release the GIL);
+samples are written in the source order, so the output is deterministic.
+
+Example::
+
+    stoker convert imagefolder ~/imagenet/train data/train --max-side 512 --workers 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = ["convert_imagefolder", "add_arguments", "run", "IMG_EXTENSIONS"]
+
+#: torchvision.datasets.folder.IMG_EXTENSIONS
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class _BadImage(Exception):
+    """A source file that cannot be stored; carries the path and the reason."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def find_samples(src: str) -> Tuple[List[str], List[Tuple[str, int]]]:
+    """(classes, [(path, label), ...]) in torchvision ImageFolder's order."""
+    if not os.path.isdir(src):
+        raise FileNotFoundError(f"{src}: not a directory")
+    classes = sorted(e.name for e in os.scandir(src) if e.is_dir())
+    if not classes:
+        raise FileNotFoundError(f"{src}: no class folders (expected SRC/<class>/<image>)")
+    samples = []
+    for label, name in enumerate(classes):
+        root_dir = os.path.join(src, name)
+        for root, _, fnames in sorted(os.walk(root_dir, followlinks=True)):
+            for fname in sorted(fnames):
+                if fname.lower().endswith(IMG_EXTENSIONS):
+                    samples.append((os.path.join(root, fname), label))
+    return classes, samples
+
+
+def _prepare(path: str, max_side: Optional[int], quality: int) -> bytes:
+    """The bytes to store for one file; raises _BadImage for anything unusable."""
+    from .. import _core
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _BadImage(path, f"cannot read: {e.strerror or e}") from None
+    native = data.startswith(_JPEG_MAGIC) or data.startswith(_PNG_MAGIC)
+    if native:
+        try:
+            h, w = _core.image_output_size(data)
+            if max_side is None or max(h, w) <= max_side:
+                _core.decode_image(data)  # full decode: truncation and corruption show here
+                return data
+        except _core.DecodeError as e:
+            raise _BadImage(path, str(e)) from None
+    return _reencode(path, data, max_side, quality, native)
+
+
+def _reencode(path: str, data: bytes, max_side: Optional[int], quality: int,
+              native: bool) -> bytes:
+    try:
+        from PIL import Image
+    except ImportError:
+        raise _BadImage(path, "needs Pillow to re-encode (pip install pillow)") from None
+    try:
+        img = Image.open(io.BytesIO(data))
+        if max_side is not None and max(img.size) > max_side:
+            scale = max_side / max(img.size)
+            size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+            img.draft("RGB", size)  # JPEG: let libjpeg's DCT scaling do the first part
+            img = img.convert("RGB").resize(size, Image.LANCZOS)
+            out = io.BytesIO()
+            img.save(out, format="JPEG", quality=quality)
+            return out.getvalue()
+        img.load()
+        if img.mode not in ("1", "L", "LA", "P", "RGB", "RGBA", "I;16"):
+            img = img.convert("RGBA" if "A" in img.getbands() else "RGB")
+        out = io.BytesIO()
+        img.save(out, format="PNG")
+        return out.getvalue()
+    except Exception as e:  # Pillow raises many types for bad files
+        raise _BadImage(path, f"not a readable image ({type(e).__name__}: {e})") from None
+
+
+class _Progress:
+    """A one-line progress bar on stderr, redrawn at most 5 times a second."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+        self.t0 = self.last = time.monotonic()
+
+    def update(self, done: int, nbytes: int, final: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not final and now - self.last < 0.2):
+            return
+        self.last = now
+        frac = done / self.total if self.total else 1.0
+        bar = "=" * int(30 * frac)
+        rate = done / max(now - self.t0, 1e-9)
+        sys.stderr.write(f"\r[{bar:<30}] {done}/{self.total} images, "
+                         f"{nbytes / 1e6:.1f} MB, {rate:.0f} img/s")
+        if final:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int] = None,
+                        quality: int = 90, skip_bad: bool = False,
+                        workers: Optional[int] = None, progress: bool = True,
+                        overwrite: bool = False) -> Dict[str, Any]:
+    """Writes the ImageFolder tree at ``src`` as a stoker dataset at ``out``.
+
+    Args:
+        src: folder with one sub-folder per class.
+        out: output dataset directory.
+        shard_size: target bytes per shard (``"256MB"``, ``"1GiB"`` or an int).
+        max_side: shrink images whose longer side is larger (re-encoded as JPEG).
+        quality: JPEG quality of re-encoded images.
+        skip_bad: skip unreadable or corrupt files (each reported on stderr) instead of
+            failing on the first one.
+        workers: threads for reading, checking and resizing (default: all cores).
+        progress: draw a progress bar on stderr.
+        overwrite: replace an existing dataset at ``out``.
+
+    Returns:
+        ``{"images", "classes", "skipped" (list of (path, reason)), "bytes", "seconds"}``.
+
+    Raises:
+        ValueError: a bad file without ``skip_bad`` (the message names it).
+
+    Example::
+
+        >>> stats = convert_imagefolder("flowers/train", "data/flowers-train")
+        >>> stoker.Dataset("data/flowers-train").metadata["classes"][:2]
+        ['daisy', 'dandelion']
+    """
+    from .. import ShardWriter, image, scalar
+
+    if max_side is not None and max_side < 1:
+        raise ValueError(f"max_side must be >= 1, got {max_side}")
+    if not 1 <= quality <= 100:
+        raise ValueError(f"quality must be in [1, 100], got {quality}")
+    t0 = time.monotonic()
+    src = os.fspath(src)
+    classes, samples = find_samples(src)
+    workers = workers or os.cpu_count() or 1
+    skipped: List[Tuple[str, str]] = []
+    written = nbytes = 0
+    bar = _Progress(len(samples), progress)
+    fields = {"image": image(), "label": scalar("int64")}
+    metadata = {"classes": classes, "source": os.path.abspath(src)}
+
+    def job(i):
+        path = samples[i][0]
+        try:
+            return _prepare(path, max_side, quality)
+        except _BadImage as e:
+            return e
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="stoker-convert") as pool, \
+            ShardWriter(out, fields, shard_size=shard_size, metadata=metadata,
+                        overwrite=overwrite) as w:
+        pending: deque = deque()
+        next_i = 0
+        depth = 4 * workers  # bounded look-ahead: memory stays flat on any dataset size
+        for i in range(len(samples)):
+            while next_i < len(samples) and len(pending) < depth:
+                pending.append(pool.submit(job, next_i))
+                next_i += 1
+            result = pending.popleft().result()
+            if isinstance(result, _BadImage):
+                if not skip_bad:
+                    for f in pending:
+                        f.cancel()
+                    raise ValueError(f"{result}; pass --skip-bad (skip_bad=True) to skip "
+                                     "unreadable files")
+                skipped.append((result.path, result.reason))
+                if progress:
+                    sys.stderr.write(f"\rskipped {result.path}: {result.reason}\n")
+                continue
+            w.write({"image": result, "label": samples[i][1]})
+            written += 1
+            nbytes += len(result)
+            bar.update(i + 1, nbytes)
+        bar.update(len(samples), nbytes, final=True)
+    if skipped and progress:
+        sys.stderr.write(f"skipped {len(skipped)} bad file(s)\n")
+    return {"images": written, "classes": len(classes), "skipped": skipped, "bytes": nbytes,
+            "seconds": time.monotonic() - t0}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``stoker convert imagefolder``."""
+    p.description = __doc__.split("\n\n")[0]
+    p.add_argument("src", help="ImageFolder root: one sub-folder per class")
+    p.add_argument("out", help="output dataset directory")
+    p.add_argument("--shard-size", default="256MB", help="target shard size (default 256MB)")
+    p.add_argument("--max-side", type=int, default=None,
+                   help="shrink images whose longer side is larger, re-encoding as JPEG")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="skip unreadable or corrupt images (reported) instead of failing")
+    p.add_argument("--workers", type=int, default=None, help="reader threads (default: cores)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    stats = convert_imagefolder(args.src, args.out, shard_size=args.shard_size,
+                                max_side=args.max_side, quality=args.quality,
+                                skip_bad=args.skip_bad, workers=args.workers,
+                                progress=not args.quiet, overwrite=args.overwrite)
+    print(f"wrote {stats['images']} images of {stats['classes']} classes "
+          f"({stats['bytes'] / 1e6:.1f} MB) to {args.out} in {stats['seconds']:.1f} s"
+          + (f"; skipped {len(stats['skipped'])} bad file(s)" if stats["skipped"] else ""),
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,120 @@
+import io
+import os
+
+import numpy as np
+import pytest
+
+import stoker
+from stoker import _core
+from stoker.convert import convert_imagefolder
+
+Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
+
+
+def picture(h, w, seed):
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([128 + 90 * np.sin(x / 5.0 + c + seed) * np.cos(y / 6.0) for c in range(3)], -1)
+    return np.clip(img + rng.normal(0, 5, img.shape), 0, 255).astype(np.uint8)
+
+
+def save(path, arr, fmt, **kw):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format=fmt, **kw)
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    return buf.getvalue()
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """bird/ cat/ dog/ with JPEG, PNG, BMP, an upper-case extension, a nested folder and a
+    file that is not an image (by extension)."""
+    src = tmp_path / "src"
+    files = {}
+    files["cat/b.jpg"] = save(src / "cat/b.jpg", picture(30, 40, 1), "JPEG", quality=90)
+    files["cat/a.PNG"] = save(src / "cat/a.PNG", picture(20, 25, 2), "PNG")
+    files["dog/x/deep.jpeg"] = save(src / "dog/x/deep.jpeg", picture(33, 21, 3), "JPEG")
+    files["dog/pic.bmp"] = save(src / "dog/pic.bmp", picture(9, 11, 4), "BMP")
+    files["bird/z.jpg"] = save(src / "bird/z.jpg", picture(300, 200, 5), "JPEG", quality=95)
+    (src / "dog/notes.txt").write_text("not an image")
+    os.makedirs(src / "empty_class")
+    return src, files
+
+
+def read_all(out):
+    ds = stoker.Dataset(out)
+    return ds, [ds[i] for i in range(len(ds))]
+
+
+def test_layout_labels_and_bytes(tree, tmp_path):
+    src, files = tree
+    stats = convert_imagefolder(src, tmp_path / "out", progress=False, workers=2)
+    assert stats["images"] == 5 and stats["classes"] == 4 and stats["skipped"] == []
+    ds, rows = read_all(tmp_path / "out")
+    assert ds.metadata["classes"] == ["bird", "cat", "dog", "empty_class"]
+    # torchvision's order: classes sorted, then os.walk order with sorted names.
+    order = ["bird/z.jpg", "cat/a.PNG", "cat/b.jpg", "dog/pic.bmp", "dog/x/deep.jpeg"]
+    assert [int(r["label"]) for r in rows] == [0, 1, 1, 2, 2]
+    for name, row in zip(order, rows):
+        data = bytes(row["image"])
+        if name.endswith(".bmp"):  # re-encoded losslessly
+            assert data.startswith(b"\x89PNG")
+            np.testing.assert_array_equal(_core.decode_image(data), picture(9, 11, 4))
+        else:
+            assert data == files[name]  # stored as is
+
+
+def test_output_is_deterministic_whatever_the_workers(tree, tmp_path):
+    src, _ = tree
+    convert_imagefolder(src, tmp_path / "a", progress=False, workers=1, shard_size=2000)
+    convert_imagefolder(src, tmp_path / "b", progress=False, workers=4, shard_size=2000)
+    shards = sorted(f for f in os.listdir(tmp_path / "a") if f.endswith(".stk"))
+    assert len(shards) > 1
+    assert shards == sorted(f for f in os.listdir(tmp_path / "b") if f.endswith(".stk"))
+    for f in shards:
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+
+
+def test_bad_file_is_an_error_naming_it_unless_skipped(tree, tmp_path, capsys):
+    src, files = tree
+    bad = src / "cat" / "c_truncated.jpg"
+    bad.write_bytes(files["cat/b.jpg"][: len(files["cat/b.jpg"]) * 2 // 3])
+    junk = src / "dog" / "junk.png"
+    junk.write_bytes(b"this is no png")
+    with pytest.raises(ValueError, match=r"c_truncated\.jpg: truncated JPEG data"):
+        convert_imagefolder(src, tmp_path / "out", progress=False)
+    stats = convert_imagefolder(src, tmp_path / "out2", skip_bad=True, progress=True)
+    assert stats["images"] == 5
+    assert [p for p, _ in stats["skipped"]] == [str(bad), str(junk)]
+    err = capsys.readouterr().err
+    assert f"skipped {bad}" in err and f"skipped {junk}" in err and "skipped 2 bad file(s)" in err
+    _, rows = read_all(tmp_path / "out2")
+    assert [int(r["label"]) for r in rows] == [0, 1, 1, 2, 2]
+
+
+def test_max_side_resizes_only_large_images(tree, tmp_path):
+    src, files = tree
+    convert_imagefolder(src, tmp_path / "out", max_side=100, quality=80, progress=False)
+    _, rows = read_all(tmp_path / "out")
+    big = bytes(rows[0]["image"])  # bird/z.jpg, 300x200
+    assert big != files["bird/z.jpg"] and big.startswith(b"\xff\xd8\xff")
+    assert _core.image_size(big) == (100, 67)
+    assert bytes(rows[2]["image"]) == files["cat/b.jpg"]  # 30x40: kept as is
+
+
+def test_cli(tree, tmp_path, capsys):
+    from stoker.cli import main
+    src, _ = tree
+    assert main(["convert", "imagefolder", str(src), str(tmp_path / "out"), "--quiet"]) == 0
+    assert "wrote 5 images of 4 classes" in capsys.readouterr().err
+    assert len(stoker.Dataset(tmp_path / "out")) == 5
+    (src / "cat" / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0garbage")
+    assert main(["convert", "imagefolder", str(src), str(tmp_path / "o2"), "--quiet"]) == 2
+    assert "bad.jpg" in capsys.readouterr().err
+
+
+def test_missing_source(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        convert_imagefolder(tmp_path / "nope", tmp_path / "out", progress=False)
