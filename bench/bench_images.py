@@ -175,17 +175,18 @@ def main():
         for t in thread_counts:
             epochs = iter(range(1000))
             results[f"stoker threads={t}"] = best(
-                lambda: time_stoker(os.path.join(tmp, "ds"), shard_files, args.batch_size, t,
-                                    next(epochs)), args.repeats)
+                lambda t=t, epochs=epochs: time_stoker(os.path.join(tmp, "ds"), shard_files,
+                                                       args.batch_size, t, next(epochs)),
+                args.repeats)
     results["stoker bare decode_image loop, 1 thread"] = best(lambda: time_bare(files),
                                                              args.repeats)
     for t in sorted({1, cores}):
         results[f"ceiling: full decode only, {t} thread(s)"] = best(
-            lambda: _core.decode_only_throughput(files, t, 1), args.repeats)
+            lambda t=t: _core.decode_only_throughput(files, t, 1), args.repeats)
     if not args.skip_dataloader:
         for w in (0, 1, 2):
             results[f"DataLoader+PIL workers={w}"] = best(
-                lambda: time_dataloader(paths, args.batch_size, w), args.repeats)
+                lambda w=w: time_dataloader(paths, args.batch_size, w), args.repeats)
 
     width = max(map(len, results))
     for k, v in results.items():

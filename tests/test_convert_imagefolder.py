@@ -3,7 +3,6 @@ import os
 
 import numpy as np
 import pytest
-
 import stoker
 from stoker import _core
 from stoker.convert import convert_imagefolder

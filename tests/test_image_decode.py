@@ -74,7 +74,8 @@ def test_png_full_decode_identical_to_pillow(mode):
     got = _core.decode_image(data)
     ref = Image.open(io.BytesIO(data))
     if mode == "I;16":  # Pillow keeps 16 bits in mode I; the 8-bit value is the high byte
-        want = np.repeat((np.asarray(ref).astype(np.uint32) >> 8).astype(np.uint8)[..., None], 3, -1)
+        high = (np.asarray(ref).astype(np.uint32) >> 8).astype(np.uint8)
+        want = np.repeat(high[..., None], 3, -1)
     else:
         want = np.asarray(ref.convert("RGB"))
     np.testing.assert_array_equal(got, want)
@@ -239,7 +240,8 @@ def jpeg_with_size(data, w, h):
     (lambda j, p: p[: len(p) // 2], "truncated PNG data"),
     (lambda j, p: j[:40], "JPEG header"),
     (lambda j, p: p[:30], "PNG header"),
-    (lambda j, p: b"GIF89a" + b"\0" * 20, r"not a JPEG or PNG \(26 bytes, starts with 0x47494638\)"),
+    (lambda j, p: b"GIF89a" + b"\0" * 20,
+     r"not a JPEG or PNG \(26 bytes, starts with 0x47494638\)"),
     (lambda j, p: b"", "not a JPEG or PNG"),
     (lambda j, p: j[:2] + b"\xff\x00" * 10, "JPEG header"),
     (lambda j, p: j[:2] + b"\xff\xc0\x00\x02" + j[2:], "corrupt JPEG header: Bogus marker length"),

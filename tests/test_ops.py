@@ -1,10 +1,8 @@
 import math
 
 import pytest
-
 import stoker
-from stoker import ops
-from stoker import _core
+from stoker import _core, ops
 
 
 def test_specs_follow_the_cpp_conventions():
@@ -113,6 +111,7 @@ def test_a_new_op_subclass_reaches_the_cpp_pipeline():
             return [self.side, self.side]
 
     import io
+
     import numpy as np
     Image = pytest.importorskip("PIL.Image")
     buf = io.BytesIO()
