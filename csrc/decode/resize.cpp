@@ -91,7 +91,8 @@ void make_taps(double in0, double in_size, int lo, int hi, int out, Taps& t) {
 // The inner loops are compiled twice, for AVX2 and for the baseline, and the
 // best is picked at load time (GCC/Clang function multi-versioning): the wheel
 // stays portable and AVX2 machines get 8-wide integer multiplies.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(STOKER_NO_MULTIVERSION)
 #define STOKER_MULTIVERSION __attribute__((target_clones("avx2", "default")))
 #else
 #define STOKER_MULTIVERSION
