@@ -25,5 +25,27 @@ def small_ds(tmp_path):
     return write_dataset(tmp_path / "ds", 100, shard_size="2KB")
 
 
+def corrupt_record(ds, record):
+    """Flips a payload byte of `record` in the first shard of a write_dataset() dataset."""
+    path = os.path.join(ds.path, ds.shards[0]["path"])
+    rec_len = 4 * 2 + 48 + 8
+    with open(path, "r+b") as f:
+        f.seek(64 + record * rec_len + 12)
+        b = f.read(1)
+        f.seek(64 + record * rec_len + 12)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def thread_names():
+    names = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # the thread ended while listing
+    return names
+
+
 def epoch_labels(loader):
     return [b["label"].tolist() for b in loader]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import epoch_labels, thread_count, write_dataset
+from conftest import corrupt_record, epoch_labels, thread_count, write_dataset
 
 # -- length and coverage -------------------------------------------------------
 
@@ -213,16 +213,6 @@ def test_batch_outlives_loader(small_ds):
 
 
 # -- errors and shutdown --------------------------------------------------------
-
-def corrupt_record(ds, record):
-    path = os.path.join(ds.path, ds.shards[0]["path"])
-    rec_len = 4 * 2 + 48 + 8
-    with open(path, "r+b") as f:
-        f.seek(64 + record * rec_len + 12)
-        b = f.read(1)
-        f.seek(64 + record * rec_len + 12)
-        f.write(bytes([b[0] ^ 0xFF]))
-
 
 def test_worker_error_surfaces_at_its_batch_and_loader_recovers(tmp_path):
     ds = write_dataset(tmp_path / "d", 40, shard_size="1MB")

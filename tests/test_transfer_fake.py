@@ -7,31 +7,14 @@ CPU path bit for bit. ``Loader(..., _fake_device=True)`` routes through it.
 """
 
 import gc
-import inspect
-import os
 import time
 
 import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import write_dataset
+from conftest import corrupt_record, thread_names, write_dataset
 from stoker import _core
-
-HAS_FAKE_LOADER = "_fake_device" in inspect.signature(stoker.Loader).parameters
-needs_fake_loader = pytest.mark.skipif(not HAS_FAKE_LOADER,
-                                       reason="Loader(_fake_device=True) not available")
-
-
-def thread_names():
-    names = []
-    for t in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{t}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass  # the thread ended while listing
-    return names
 
 
 def wait_until(pred, seconds=3.0):
@@ -141,16 +124,6 @@ def test_fake_transfer_dropped_without_stop(var_ds):
     assert wait_until(lambda: "stoker-copy" not in thread_names())
 
 
-def corrupt_record(ds, record):
-    path = os.path.join(ds.path, ds.shards[0]["path"])
-    rec_len = 4 * 2 + 48 + 8
-    with open(path, "r+b") as f:
-        f.seek(64 + record * rec_len + 12)
-        b = f.read(1)
-        f.seek(64 + record * rec_len + 12)
-        f.write(bytes([b[0] ^ 0xFF]))
-
-
 def test_fake_transfer_error_surfaces_at_its_batch(tmp_path):
     ds = write_dataset(tmp_path / "d", 40, shard_size="1MB")
     corrupt_record(ds, 23)
@@ -174,7 +147,6 @@ def test_fake_pinned_allocator_handle():
 
 # -- through the Loader ---------------------------------------------------------
 
-@needs_fake_loader
 def test_loader_fake_device_equals_cpu_path(var_ds):
     cpu = stoker.Loader(var_ds, batch_size=8, shuffle=True, seed=1, num_threads=2)
     fake = stoker.Loader(var_ds, batch_size=8, shuffle=True, seed=1, num_threads=3,
@@ -185,7 +157,6 @@ def test_loader_fake_device_equals_cpu_path(var_ds):
         assert_same_batches(list(fake), list(cpu))
 
 
-@needs_fake_loader
 def test_loader_fake_device_resume_and_break(var_ds):
     cpu = stoker.Loader(var_ds, batch_size=4, num_threads=2)
     want = list(cpu)
