@@ -3,7 +3,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 import stoker
 import torch
 from conftest import write_dataset
@@ -54,10 +53,3 @@ def test_convert_npy(tmp_path):
     np.testing.assert_array_equal(ds[7]["x"], x[7])
     b = next(iter(stoker.Loader(ds, batch_size=40)))
     assert torch.equal(b["x"], torch.from_numpy(x)) and torch.equal(b["label"], torch.from_numpy(y))
-
-
-@pytest.mark.skipif(stoker._core.cuda_status()[0], reason="checks the error on machines "
-                    "without a usable CUDA device")
-def test_cuda_device_without_gpu_fails_at_construction(small_ds):
-    with pytest.raises(RuntimeError, match="CUDA is not usable here"):
-        stoker.Loader(small_ds, batch_size=4, device="cuda")

@@ -349,3 +349,22 @@ def test_corrupt_image_in_loader_names_record_or_is_skipped(tmp_path):
     with pytest.warns(RuntimeWarning, match="replaced 1"):
         labels = sum((b["label"].tolist() for b in loader), [])
     assert labels[5] == 6 and loader.stats()["skipped"] == 1
+
+
+def test_skip_covers_unreadable_headers_without_a_crop(tmp_path):
+    """No op fixes the size, so batch planning reads headers; a bad one is still skipped."""
+    fields = {"image": stoker.image(), "label": stoker.scalar("int64")}
+    with stoker.ShardWriter(tmp_path / "d", fields) as w:
+        for i in range(12):
+            data = encode(photo(40, 50, seed=i), "JPEG")
+            w.write({"image": data[:20] if i == 5 else data, "label": i})
+    ds = stoker.Dataset(tmp_path / "d")
+    with pytest.raises(stoker.DecodeError, match=r"record 5 .*field 'image'"):
+        list(stoker.Loader(ds, batch_size=4))
+    for threads in (1, 3):
+        loader = stoker.Loader(ds, batch_size=4, on_error="skip", num_threads=threads)
+        with pytest.warns(RuntimeWarning, match="replaced 1"):
+            batches = list(loader)
+        labels = sum((b["label"].tolist() for b in batches), [])
+        assert labels == [0, 1, 2, 3, 4, 6, 6, 7, 8, 9, 10, 11]
+        assert batches[1]["image"].shape == (4, 40, 50, 3)

@@ -120,8 +120,4 @@ RecordView ShardReader::record(int64_t i) const {
 
 uint32_t ShardReader::file_checksum() const { return checksum32(base_, size_); }
 
-void ShardReader::prefetch() const {
-  ::madvise(const_cast<uint8_t*>(base_), size_, MADV_WILLNEED);
-}
-
 }  // namespace stoker

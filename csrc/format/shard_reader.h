@@ -41,8 +41,6 @@ class ShardReader {
   RecordView record_unchecked(int64_t i) const;
   /// checksum32 of the whole file (reads every byte).
   uint32_t file_checksum() const;
-  /// Asks the kernel to read the whole file ahead (for a sequential first epoch).
-  void prefetch() const;
 
  private:
   std::string path_;

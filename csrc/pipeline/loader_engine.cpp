@@ -231,18 +231,32 @@ void Iteration::prepare(Job& job, int64_t k) {
         hw = *fixed;
       } else {
         // No op fixes the size: every image of the batch must come out the same.
+        // Only headers are needed here; the checksum is verified when the chunk
+        // reads the record. Under on_error="skip" an unreadable sample is left to
+        // the chunk, which replaces it with the next one of the planned size.
+        std::vector<RecordView> views(schema.fields.size());
+        std::exception_ptr first_error;
+        bool have = false;
         for (int64_t p = 0; p < len; ++p) {
           const int64_t idx = job.indices[static_cast<size_t>(p)];
           std::pair<int, int> s;
           try {
-            std::vector<RecordView> views(schema.fields.size());
-            ds_.read(idx, views.data());
-            s = pipe.output_size(views[f].data, views[f].size);
+            try {
+              Dataset::Location loc = ds_.locate(idx);
+              split_record(schema, ds_.shard(loc.shard).record_unchecked(loc.record),
+                           views.data());
+              s = pipe.output_size(views[f].data, views[f].size);
+            } catch (...) {
+              rethrow_with_context(ds_, idx, spec.name);
+            }
           } catch (...) {
-            rethrow_with_context(ds_, idx, spec.name);
+            if (!engine_->opts_.skip_errors) throw;
+            if (!first_error) first_error = std::current_exception();
+            continue;
           }
-          if (p == 0) {
+          if (!have) {
             hw = s;
+            have = true;
           } else if (s != hw) {
             STOKER_THROW(UsageError, "batch ", k, ": images of field '", spec.name,
                          "' have different sizes (", hw.first, "x", hw.second, " and ", s.first,
@@ -251,6 +265,7 @@ void Iteration::prepare(Job& job, int64_t k) {
                          "to batch them");
           }
         }
+        if (!have) std::rethrow_exception(first_error);
       }
       plan.img_h = hw.first;
       plan.img_w = hw.second;

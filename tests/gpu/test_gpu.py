@@ -5,14 +5,13 @@ Skipped without a usable CUDA device. Run on a GPU machine with
 """
 
 import gc
-import os
 import time
 
 import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import write_dataset
+from conftest import thread_names, write_dataset
 from stoker import _core
 
 pytestmark = [
@@ -55,17 +54,6 @@ def assert_equal_batches(gpu, cpu, device=0):
             assert g[k].device == torch.device("cuda", device), k
             assert g[k].dtype == c[k].dtype and g[k].shape == c[k].shape, k
             assert torch.equal(g[k].cpu(), c[k]), k
-
-
-def thread_names():
-    names = []
-    for t in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{t}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass
-    return names
 
 
 @pytest.mark.parametrize("pin_memory", [True, False])
