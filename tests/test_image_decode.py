@@ -193,6 +193,27 @@ def test_flip_after_crop_mirrors_the_same_crop():
     np.testing.assert_array_equal(flipped, plain[:, ::-1])
 
 
+@pytest.mark.parametrize("p", [0.0, 1.0])
+def test_every_output_form_carries_the_same_pixels(p):
+    # The last resize runs straight into the output for uint8 HWC (mirrored there
+    # when flipped), and through a buffer for CHW, Normalize, or a crop after it.
+    data = encode(photo(180, 260), "JPEG", quality=90)
+    crop, flip = stoker.ops.RandomResizedCrop((40, 56)), stoker.ops.RandomHorizontalFlip(p)
+    hwc = _core.decode_image(data, stoker.ops._specs([crop, flip]), seed=3)
+    chw = _core.decode_image(data, stoker.ops._specs([crop, flip]), seed=3, layout="CHW")
+    np.testing.assert_array_equal(chw, hwc.transpose(2, 0, 1))
+    norm = stoker.ops.Normalize((0, 0, 0), (1, 1, 1))
+    f32 = _core.decode_image(data, stoker.ops._specs([crop, flip, norm]), seed=3)
+    np.testing.assert_allclose(f32 * 255, hwc, atol=1e-3)
+    # A center crop after the resize: the middle of the same resized image.
+    cc = _core.decode_image(
+        data, stoker.ops._specs([crop, flip, stoker.ops.CenterCrop((20, 30))]), seed=3)
+    np.testing.assert_array_equal(cc, hwc[10:30, 13:43])
+    # And the flip, done inside the resize, is exactly the mirror of the plain crop.
+    plain = _core.decode_image(data, stoker.ops._specs([crop]), seed=3)
+    np.testing.assert_array_equal(hwc, plain[:, ::-1] if p == 1.0 else plain)
+
+
 def test_same_output_from_many_threads():
     from concurrent.futures import ThreadPoolExecutor
     data = [encode(photo(100 + 7 * i, 150, seed=i), "JPEG", quality=90) for i in range(6)]

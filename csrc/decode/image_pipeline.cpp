@@ -71,13 +71,21 @@ Scratch& scratch() {
 // possibly past its edges) of a pixel source, mirrored when `flip`. The
 // source is the still-undecoded JPEG (its full-resolution size known from the
 // header) until something needs pixels.
+//
+// A resize is also held back (`pending`) until something needs its pixels:
+// when it is the last op but flips, it then runs straight into the output,
+// mirrored there if the flip says so, instead of into a buffer that is copied
+// (and mirrored pixel by pixel) afterwards.
 struct Canvas {
   bool have_pixels = false;
-  RgbView pix;    // valid once have_pixels
-  int src_w = 0;  // source size: the image's, then pix's
+  RgbView pix;    // valid once have_pixels and not pending
+  int src_w = 0;  // source size: the image's, then pix's (or the pending resize's output)
   int src_h = 0;
   PixelRect view;
   bool flip = false;
+  bool pending = false;  // pix is the resize's output-to-be: resize pend_box of pend_src
+  RgbView pend_src;
+  ResizeBox pend_box;
 };
 
 class Runner {
@@ -107,9 +115,11 @@ class Runner {
     c.view = {x, c.view.y + r.y, r.w, r.h};
   }
 
-  // Resamples the view to (out_w x out_h); afterwards the view is all of the new pixels.
+  // Resamples the view to (out_w x out_h); afterwards the view is all of the
+  // new pixels. The resampling itself waits in c.pending (see Canvas).
   void resize(Canvas& c, int out_w, int out_h) {
     if (out_w == c.view.w && out_h == c.view.h) return;  // the triangle filter is the identity
+    materialize(c);
     const PixelRect in = intersect(c.view, c.src_w, c.src_h);
     const bool past_edges = !(in == c.view);
     ResizeBox box;
@@ -132,19 +142,43 @@ class Runner {
                c.view.x,         c.view.y,         c.view.x + c.view.w, c.view.y + c.view.h};
       }
     }
-    std::vector<uint8_t>& dst = s_.bufs[next_];
-    next_ ^= 1;
-    const size_t stride = static_cast<size_t>(out_w) * 3;
-    dst.resize(stride * out_h);
-    resize_rgb(c.pix, box, dst.data(), stride, out_w, out_h);
-    c.pix = {dst.data(), out_w, out_h, stride};
+    c.pending = true;
+    c.pend_src = c.pix;
+    c.pend_box = box;
     c.src_w = out_w;
     c.src_h = out_h;
     c.view = {0, 0, out_w, out_h};
   }
 
-  // Decodes (at full scale) what the view needs, if nothing has been decoded yet.
+  // Runs a pending resize into a scratch buffer. When the view is the whole
+  // output, a pending flip is applied by the resize (free) and cleared.
+  void materialize(Canvas& c) {
+    if (!c.pending) return;
+    const bool whole = c.view == PixelRect{0, 0, c.src_w, c.src_h};
+    std::vector<uint8_t>& dst = s_.bufs[next_];  // never pend_src: that is the other one
+    next_ ^= 1;
+    const size_t stride = static_cast<size_t>(c.src_w) * 3;
+    dst.resize(stride * c.src_h);
+    resize_rgb(c.pend_src, c.pend_box, dst.data(), stride, c.src_w, c.src_h, whole && c.flip);
+    if (whole) c.flip = false;
+    c.pix = {dst.data(), c.src_w, c.src_h, stride};
+    c.pending = false;
+  }
+
+  // Runs a pending resize straight into `out` (packed HWC uint8 of the view's
+  // size) if the view is all of its output; false if there is none to run so.
+  bool try_resize_into(Canvas& c, uint8_t* out) {
+    if (!c.pending || !(c.view == PixelRect{0, 0, c.src_w, c.src_h})) return false;
+    resize_rgb(c.pend_src, c.pend_box, out, static_cast<size_t>(c.src_w) * 3, c.src_w, c.src_h,
+               c.flip);
+    c.pending = false;
+    return true;
+  }
+
+  // Decodes (at full scale) what the view needs, if nothing has been decoded
+  // yet, and runs a pending resize.
   void ensure_pixels(Canvas& c) {
+    materialize(c);
     if (c.have_pixels) return;
     PixelRect in = intersect(c.view, c.src_w, c.src_h);
     if (in.w == 0 || in.h == 0) in = {0, 0, c.src_w, c.src_h};  // all padding: still validate
@@ -333,7 +367,9 @@ void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
                  " but the batch expects ", out_h, "x", out_w);
   const bool chw = spec_.layout == ImageLayout::kCHW;
   const bool u8 = out_dtype_ == DType::kUInt8;
-  if (u8 && !chw && runner.try_decode_into(c, static_cast<uint8_t*>(out))) return;
+  if (u8 && !chw && (runner.try_resize_into(c, static_cast<uint8_t*>(out)) ||
+                    runner.try_decode_into(c, static_cast<uint8_t*>(out))))
+    return;
   runner.ensure_pixels(c);
 
   const size_t plane = static_cast<size_t>(out_h) * out_w;

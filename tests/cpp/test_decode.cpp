@@ -373,6 +373,63 @@ void test_resize_identity_and_constant() {
   CHECK(std::all_of(small.begin(), small.end(), [](uint8_t x) { return x == 77; }));
 }
 
+// The vector loops and both pass orders against the baseline loops, and the
+// mirrored output against the plain one reversed: every box, size and tap
+// count must give the same bytes (a wheel's output must not depend on the CPU).
+void test_resize_paths_agree() {
+  using detail::ResizeOrder;
+  uint32_t state = 12345;
+  auto next = [&state](uint32_t n) {
+    state = state * 1664525u + 1013904223u;
+    return (state >> 8) % n;
+  };
+  int compared = 0;
+  for (int t = 0; t < 400; ++t) {
+    const int w = 1 + static_cast<int>(next(260)), h = 1 + static_cast<int>(next(260));
+    Bytes img(static_cast<size_t>(w) * h * 3);
+    for (auto& b : img) b = static_cast<uint8_t>(next(256));
+    // The image ends exactly where its allocation does, so an overreaching
+    // vector load on the last row shows under ASan.
+    const RgbView v{img.data(), w, h, static_cast<size_t>(w) * 3};
+    const int bx = static_cast<int>(next(w)), by = static_cast<int>(next(h));
+    const int bw = 1 + static_cast<int>(next(w - bx)), bh = 1 + static_cast<int>(next(h - by));
+    const ResizeBox box{double(bx), double(by), double(bw), double(bh), bx, by, bx + bw, by + bh};
+    const int ow = 1 + static_cast<int>(next(240)), oh = 1 + static_cast<int>(next(240));
+    const size_t n = static_cast<size_t>(ow) * oh * 3;
+    Bytes ref(n);
+    detail::resize_rgb_impl(v, box, ref.data(), ow * 3, ow, oh, false, false,
+                            ResizeOrder::kHorizontalFirst);
+    Bytes mirrored_ref(n);
+    for (int y = 0; y < oh; ++y)
+      for (int x = 0; x < ow; ++x)
+        std::memcpy(&mirrored_ref[(static_cast<size_t>(y) * ow + ow - 1 - x) * 3],
+                    &ref[(static_cast<size_t>(y) * ow + x) * 3], 3);
+    for (ResizeOrder order : {ResizeOrder::kHorizontalFirst, ResizeOrder::kVerticalFirst}) {
+      for (bool simd : {false, true}) {
+        Bytes got(n), mirrored(n);
+        detail::resize_rgb_impl(v, box, got.data(), ow * 3, ow, oh, false, simd, order);
+        detail::resize_rgb_impl(v, box, mirrored.data(), ow * 3, ow, oh, true, simd, order);
+        CHECK(mirrored == (order == ResizeOrder::kHorizontalFirst ? mirrored_ref : [&] {
+          Bytes m(n);
+          for (int y = 0; y < oh; ++y)
+            for (int x = 0; x < ow; ++x)
+              std::memcpy(&m[(static_cast<size_t>(y) * ow + ow - 1 - x) * 3],
+                          &got[(static_cast<size_t>(y) * ow + x) * 3], 3);
+          return m;
+        }()));
+        if (order == ResizeOrder::kHorizontalFirst) {
+          CHECK(got == ref);
+        } else {
+          // The other order rounds at a different point: within a level or two.
+          for (size_t i = 0; i < n; ++i) CHECK(std::abs(int(got[i]) - int(ref[i])) <= 2);
+        }
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared == 1600);
+}
+
 // --- pipeline ---------------------------------------------------------------
 
 void test_op_validation() {
@@ -512,7 +569,7 @@ TEST_MAIN(test_jpeg_decodes_close_to_source(); test_gray_and_cmyk_jpeg_come_out_
           test_scaled_region_covers_the_crop(); test_bad_inputs_throw_decode_error();
           test_declared_size_is_checked_before_decoding(); test_random_resized_crop_rect_in_bounds();
           test_rng_is_uniform_enough(); test_center_crop_and_resize_rules();
-          test_resize_identity_and_constant(); test_op_validation();
+          test_resize_identity_and_constant(); test_resize_paths_agree(); test_op_validation();
           test_center_crop_of_jpeg_equals_full_decode_crop(); test_flip_layout_and_normalize_are_exact();
           test_random_resized_crop_matches_reference(); test_same_seed_same_output_on_any_thread();
           test_progressive_jpeg_region_decode(); test_decode_throughput_runs())
