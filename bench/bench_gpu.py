@@ -16,6 +16,7 @@ Run from the repo root after `pip install .`, on a machine with a CUDA GPU. One 
 """
 
 import argparse
+import gc
 import os
 import sys
 import tempfile
@@ -208,8 +209,14 @@ def main(argv=None):
     print(f"\n[2] training-like loop: {a.steps} steps, GPU work ~{step_s * 1e3:.1f} ms/step "
           f"({len(work.w)} fp16 4096^2 matmuls; stoker alone: {per_batch * 1e3:.1f} ms/batch)")
 
-    ideal, _ = run_loop(repeat_epochs(lambda: [{"x": x0}]), work, a.steps, lambda b: b)
+    # The ideal loop reads a different resident batch each step, as the fed loops do
+    # (one batch, read over and over, would partly stay in the GPU's L2 cache).
+    resident = [{"x": torch.full_like(x0, i)} for i in range(a.prefetch + 2)]
+    ideal, _ = run_loop(repeat_epochs(lambda: resident), work, a.steps, lambda b: b)
+    before = loader.stats()
     st_step, st_wait = run_loop(repeat_epochs(lambda: loader), work, a.steps, lambda b: b)
+    gc.collect()  # the loop's iterator: its transfer counters join loader.stats()
+    after = loader.stats()
     dl = torch.utils.data.DataLoader(DsMap(a.data), batch_size=a.batch_size, shuffle=True,
                                      num_workers=a.threads, pin_memory=True, drop_last=True,
                                      persistent_workers=True, prefetch_factor=2)
@@ -225,6 +232,18 @@ def main(argv=None):
                              ("DataLoader pinned + .to()", dl_step, dl_wait)):
         print(f"  {name:28s}{step:10.4f}{max(0.0, 1 - ideal / step):10.1%}{wait:14.1%}")
     print(f"  stoker / DataLoader step time: {st_step / dl_step:.2f}")
+    # Where stoker's time went during its loop (per step), to tell a host-side
+    # shortfall (workers behind: the copy thread waits for batches) from a device-side one.
+    steps = a.steps + 3
+    tb, ta = before.get("transfer", {}), after.get("transfer", {})
+
+    def per_step_ms(new, old, key):
+        return (new.get(key, 0) - old.get(key, 0)) / steps * 1e3
+
+    print(f"  stoker per step (ms): next() blocked {per_step_ms(ta, tb, 'wait_seconds'):.2f}, "
+          f"copy thread waiting for host batches {per_step_ms(after, before, 'wait_seconds'):.2f}, "
+          f"copy (device time) {per_step_ms(ta, tb, 'copy_seconds'):.2f}, "
+          f"workers idle {per_step_ms(after, before, 'worker_idle_seconds'):.1f} (thread-ms)")
     return 0
 
 

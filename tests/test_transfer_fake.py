@@ -157,6 +157,26 @@ def test_loader_fake_device_equals_cpu_path(var_ds):
         assert_same_batches(list(fake), list(cpu))
 
 
+def test_loader_transfer_stats_add_up_across_epochs(var_ds):
+    fake = stoker.Loader(var_ds, batch_size=8, num_threads=2, _fake_device=True)
+    assert "transfer" not in fake.stats()
+    for _ in range(2):
+        n = sum(1 for _ in fake)
+    done = fake.stats()["transfer"]
+    assert done["copies"] == 2 * n and "pool_buffers" not in done
+    assert done["bytes"] > 0 and done["copy_seconds"] > 0 and done["copy_gbps"] > 0
+    it = iter(fake)
+    next(it)
+    # A live epoch counts its copies once the copy thread has seen them complete,
+    # which may lag the batches already taken; it never counts more than it made.
+    s = fake.stats()["transfer"]
+    assert 2 * n <= s["copies"] <= 2 * n + 1 + fake.prefetch + 2
+    assert s["bytes"] >= done["bytes"] and s["pool_buffers"] >= 1  # the live epoch's pool
+    it.close()  # the copy thread waits for its queued copies and counts them
+    closed = fake.stats()["transfer"]
+    assert closed["copies"] >= 2 * n + 1 and closed["bytes"] > done["bytes"]
+
+
 def test_loader_fake_device_resume_and_break(var_ds):
     cpu = stoker.Loader(var_ds, batch_size=4, num_threads=2)
     want = list(cpu)

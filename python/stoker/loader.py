@@ -193,6 +193,8 @@ class Loader:
         self._last_state: Optional[tuple] = None  # (epoch, yielded, finished) of last iterator
         self._skipped_reported = 0
         self._lock = threading.Lock()
+        # Counters of the host-to-device transfers of finished epochs (see stats()).
+        self._transfer_totals: Dict[str, float] = {}
 
     def _check_transforms(self, transforms: Mapping[str, Sequence[Op]]) -> Dict[str, list]:
         out = {}
@@ -306,12 +308,16 @@ class Loader:
     def stats(self) -> Dict[str, Any]:
         """Counters since creation: batches, samples, bytes read, skipped samples,
         seconds per stage (read+verify, decode, prepare), consumer wait seconds,
-        worker idle seconds, and the current queue depth."""
+        worker idle seconds, and the current queue depth. With a device, also
+        ``transfer``: copies (completed), bytes, copy_seconds (device time), wait_seconds (the
+        iterating thread blocked in ``next``), copy_gbps, and the device buffer pool
+        of the current epoch (pool_buffers, pool_bytes)."""
         s = self._engine.stats()
         it = self._last() if self._last is not None else None
         s["queue_depth"] = it._queue_depth() if it is not None else 0
-        if it is not None and it._transfer is not None and not it._done:
-            s["transfer"] = it._transfer.stats()
+        live = it._transfer_stats() if it is not None else None
+        if live is not None or self._transfer_totals:
+            s["transfer"] = _add_transfer_stats(self._transfer_totals, live or {})
         s["live_workers"] = it._live_workers() if it is not None else 0
         if it is not None:
             s["samples_per_second"] = s["samples"] / max(it._elapsed(), 1e-9)
@@ -330,6 +336,15 @@ class Loader:
         return (f"stoker.Loader({len(self.dataset)} samples, batch_size={self.batch_size}, "
                 f"shuffle={self.shuffle}, num_threads={self.num_threads}, "
                 f"device={str(self.device)!r})")
+
+
+def _add_transfer_stats(done: Dict[str, float], live: Dict[str, Any]) -> Dict[str, Any]:
+    """Finished epochs' transfer counters plus the live epoch's."""
+    out = dict(live)
+    for k in ("copies", "bytes", "copy_seconds", "wait_seconds"):
+        out[k] = done.get(k, 0) + live.get(k, 0)
+    out["copy_gbps"] = out["bytes"] / out["copy_seconds"] / 1e9 if out["copy_seconds"] else 0.0
+    return out
 
 
 class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
@@ -402,6 +417,11 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     def _live_workers(self) -> int:
         return 0 if self._done else self._it.live_workers
 
+    def _transfer_stats(self) -> Optional[Dict[str, float]]:
+        if self._transfer is None or self._done:
+            return None
+        return self._transfer.stats()
+
     def close(self) -> None:
         """Stops the worker threads; batches already yielded stay valid."""
         if self._done:
@@ -411,6 +431,12 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             return  # forked child: the threads live in the parent
         if self._transfer is not None:
             self._transfer.stop()  # stops self._it first, then the copy thread
+            loader = self._loader
+            with loader._lock:
+                totals = _add_transfer_stats(loader._transfer_totals, self._transfer.stats())
+                for k in ("pool_buffers", "pool_bytes"):  # not counters: gone with the epoch
+                    totals.pop(k, None)
+                loader._transfer_totals = totals
         self._it.stop()
 
     def __del__(self) -> None:
