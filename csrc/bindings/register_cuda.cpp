@@ -21,21 +21,62 @@ namespace stoker::bindings {
 
 namespace {
 
+std::shared_ptr<DeviceApi> open_device(int device, bool fake, int64_t fake_delay_us) {
+  STOKER_CHECK(fake_delay_us >= 0, UsageError, "fake_delay_us must be >= 0");
+  py::gil_scoped_release nogil;  // cuInit and context creation can take a while
+  if (fake) return fake_device_api({device, std::chrono::microseconds(fake_delay_us)});
+  return cuda_driver_api(device);
+}
+
+/// A device and the pool of buffers that a loader's epochs copy into
+/// (NOTE [ Pool across epochs ] in cuda/transfer_engine.h).
+class DeviceContext {
+ public:
+  DeviceContext(int device, int max_idle, bool fake, int64_t fake_delay_us)
+      : api_(open_device(device, fake, fake_delay_us)), fake_(fake) {
+    STOKER_CHECK(max_idle >= 0, UsageError, "max_idle must be >= 0, got ", max_idle);
+    pool_ = DeviceBufferPool::create(api_, static_cast<size_t>(max_idle));
+  }
+  py::dict stats() const {
+    py::dict d;
+    d["pool_buffers"] = pool_->buffers();
+    d["pool_bytes"] = pool_->bytes();
+    return d;
+  }
+
+  const std::shared_ptr<DeviceApi>& api() const { return api_; }
+  const std::shared_ptr<DeviceBufferPool>& pool() const { return pool_; }
+  int device() const { return api_->device(); }
+  bool fake() const { return fake_; }
+
+ private:
+  std::shared_ptr<DeviceApi> api_;
+  bool fake_;
+  std::shared_ptr<DeviceBufferPool> pool_;
+};
+
 /// One epoch's batches delivered to a device; wraps TransferEngine.
 class CudaTransfer {
  public:
+  /// A transfer with a pool of its own, freed when it stops.
   CudaTransfer(py::object source, int device, int prefetch, bool fake, int64_t fake_delay_us)
       : source_(std::move(source)), fake_(fake) {
     STOKER_CHECK(prefetch >= 1, UsageError, "prefetch must be >= 1, got ", prefetch);
-    STOKER_CHECK(fake_delay_us >= 0, UsageError, "fake_delay_us must be >= 0");
     auto src = host_source(source_);  // with the GIL: it reads the Python object
-    py::gil_scoped_release nogil;     // cuInit and context creation can take a while
-    if (fake)
-      api_ = fake_device_api({device, std::chrono::microseconds(fake_delay_us)});
-    else
-      api_ = cuda_driver_api(device);
+    api_ = open_device(device, fake, fake_delay_us);
+    py::gil_scoped_release nogil;
     engine_ = std::make_unique<TransferEngine>(api_, std::move(src),
                                                static_cast<size_t>(prefetch));
+  }
+
+  /// A transfer into `context`'s pool, which outlives it.
+  CudaTransfer(py::object source, const DeviceContext& context, int prefetch)
+      : source_(std::move(source)), fake_(context.fake()), api_(context.api()) {
+    STOKER_CHECK(prefetch >= 1, UsageError, "prefetch must be >= 1, got ", prefetch);
+    auto src = host_source(source_);
+    py::gil_scoped_release nogil;
+    engine_ = std::make_unique<TransferEngine>(api_, std::move(src),
+                                               static_cast<size_t>(prefetch), context.pool());
   }
 
   ~CudaTransfer() {
@@ -115,13 +156,30 @@ void register_cuda(py::module_& m) {
       },
       "(available, device_count, reason): probes libcuda.so.1 at run time; never raises.");
 
+  py::class_<DeviceContext, std::shared_ptr<DeviceContext>>(
+      m, "DeviceContext",
+      "A CUDA device (or the host fake) and a pool of device buffers that outlives the "
+      "transfers using it, so that consecutive epochs reuse the buffers and ending an epoch "
+      "never waits for the GPU.")
+      .def(py::init<int, int, bool, int64_t>(), py::arg("device"), py::arg("max_idle"),
+           py::arg("fake") = false, py::arg("fake_delay_us") = 0,
+           "max_idle: idle buffers kept for reuse. Raises CudaError when the driver or the "
+           "device is missing.")
+      .def("stats", &DeviceContext::stats, "pool_buffers, pool_bytes: device buffers alive.")
+      .def_property_readonly("device", &DeviceContext::device)
+      .def_property_readonly("fake", &DeviceContext::fake);
+
   py::class_<CudaTransfer>(m, "CudaTransfer",
                            "Copies one epoch's host batches to a device on a copy stream of its "
                            "own (see docs/gpu.md).")
       .def(py::init<py::object, int, int, bool, int64_t>(), py::arg("source"), py::arg("device"),
            py::arg("prefetch"), py::arg("fake") = false, py::arg("fake_delay_us") = 0,
            "source: a _core.Iteration. fake=True uses the host fake device (CPU tensors), for "
-           "tests. Raises CudaError when the driver or the device is missing.")
+           "tests. The transfer has a buffer pool of its own, freed when it stops. Raises "
+           "CudaError when the driver or the device is missing.")
+      .def(py::init<py::object, const DeviceContext&, int>(), py::arg("source"),
+           py::arg("context"), py::arg("prefetch"),
+           "Copies into `context`'s buffer pool, which outlives the transfer.")
       .def("next", &CudaTransfer::next, py::arg("consumer_stream"),
            "The next batch as [(name, dltensor capsule)] on the device, or None at the end. "
            "`consumer_stream` (a CUstream as int, 0 = legacy default) is made to wait for the "

@@ -37,15 +37,20 @@ int64_t ns_since(Clock::time_point t0) {
 
 }  // namespace
 
-TransferEngine::TransferEngine(std::shared_ptr<DeviceApi> api, Source source, size_t prefetch)
+TransferEngine::TransferEngine(std::shared_ptr<DeviceApi> api, Source source, size_t prefetch,
+                               std::shared_ptr<DeviceBufferPool> pool)
     : api_(std::move(api)),
       source_(std::move(source)),
       prefetch_(checked_prefetch(prefetch)),
+      pool_(std::move(pool)),
+      owns_pool_(pool_ == nullptr),
       queue_(prefetch_) {
   STOKER_CHECK(api_ != nullptr, UsageError, "TransferEngine: no device API");
   STOKER_CHECK(static_cast<bool>(source_), UsageError, "TransferEngine: no source");
+  STOKER_CHECK(owns_pool_ || &pool_->api() == api_.get(), UsageError,
+               "TransferEngine: the buffer pool belongs to another device");
   // Idle buffers kept: the ones in flight plus a couple the user just freed.
-  pool_ = DeviceBufferPool::create(api_, prefetch_ + 2);
+  if (owns_pool_) pool_ = DeviceBufferPool::create(api_, prefetch_ + 2);
   timing_events_ = EventPool::create(api_, true);
   copy_stream_ = api_->create_stream();
   try {
@@ -238,7 +243,9 @@ void TransferEngine::stop() {
     while (queue_.try_pop(r)) r = Ready();
   }
   api_->destroy_stream(copy_stream_);
-  pool_->close();  // idle device memory goes back now, not when the user's last batch does
+  // NOTE [ Pool across epochs ]: a pool of our own gives its idle memory back
+  // now, not when the user's last batch does; a shared one stays for the next epoch.
+  if (owns_pool_) pool_->close();
 }
 
 TransferStats TransferEngine::stats() const {

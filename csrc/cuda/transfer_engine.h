@@ -35,6 +35,17 @@
 // may still read it and no device buffer is freed while C writes it. Batches
 // already handed out stay valid: their buffers hold the pool, which holds the
 // device API.
+//
+// NOTE [ Pool across epochs ]
+// A pool of its own is closed when the engine stops: idle buffers are freed
+// then, and each buffer the user frees later is freed on return. Both must
+// first wait (on the host) for the buffer's last reader on U, so at the end of
+// an epoch the caller's thread waits until the GPU has drained its queue, and
+// the next epoch starts with an idle GPU and no buffers. A Loader therefore
+// passes one pool for all its epochs: stopping an engine then waits for
+// nothing on U, the GPU keeps working through the steps already queued while
+// the next epoch's first batch is made, and that batch's copy reuses a buffer
+// behind its release event as within an epoch.
 #pragma once
 
 #include <atomic>
@@ -83,7 +94,13 @@ class TransferEngine {
 
   /// Starts the copy thread.
   /// @param prefetch batches copied ahead of the consumer (>= 1)
-  TransferEngine(std::shared_ptr<DeviceApi> api, Source source, size_t prefetch);
+  /// @param pool device buffers to copy into, on `api`. A pool given here
+  ///   outlives this engine and is not closed by stop(): the next epoch
+  ///   reuses its buffers, and freeing a batch never waits for the device
+  ///   (NOTE [ Pool across epochs ]). Null: a pool of the engine's own, closed
+  ///   by stop() so its memory returns as soon as the user's batches do.
+  TransferEngine(std::shared_ptr<DeviceApi> api, Source source, size_t prefetch,
+                 std::shared_ptr<DeviceBufferPool> pool = nullptr);
   /// Calls stop().
   ~TransferEngine();
   TransferEngine(const TransferEngine&) = delete;
@@ -139,6 +156,7 @@ class TransferEngine {
   Source source_;
   const size_t prefetch_;
   std::shared_ptr<DeviceBufferPool> pool_;
+  bool owns_pool_;
   std::shared_ptr<EventPool> timing_events_;
   StreamHandle copy_stream_ = 0;
   SpscQueue<Ready> queue_;

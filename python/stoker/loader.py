@@ -179,6 +179,12 @@ class Loader:
             allocator = _core.fake_pinned_allocator()
         elif self.pin_memory and _core.cuda_status()[0]:
             allocator = _core.pinned_allocator(0)  # CPU delivery into page-locked slots
+        # The device and its buffer pool serve every epoch: ending one never waits for
+        # the GPU, and the next reuses the buffers (NOTE [ Pool across epochs ]).
+        self._device_context = None
+        if is_cuda or self._fake_device:
+            self._device_context = _core.DeviceContext(
+                self.device.index if is_cuda else 0, prefetch + 2, fake=self._fake_device)
         if self.pin_memory and not is_cuda and not _core.cuda_status()[0]:
             warnings.warn("pin_memory=True but no CUDA device is available; batches use "
                           "pageable memory", RuntimeWarning, stacklevel=2)
@@ -310,14 +316,15 @@ class Loader:
         seconds per stage (read+verify, decode, prepare), consumer wait seconds,
         worker idle seconds, and the current queue depth. With a device, also
         ``transfer``: copies (completed), bytes, copy_seconds (device time), wait_seconds (the
-        iterating thread blocked in ``next``), copy_gbps, and the device buffer pool
-        of the current epoch (pool_buffers, pool_bytes)."""
+        iterating thread blocked in ``next``), copy_gbps, and the device buffers alive
+        (pool_buffers, pool_bytes: idle in the loader's pool, or held by batches)."""
         s = self._engine.stats()
         it = self._last() if self._last is not None else None
         s["queue_depth"] = it._queue_depth() if it is not None else 0
         live = it._transfer_stats() if it is not None else None
         if live is not None or self._transfer_totals:
             s["transfer"] = _add_transfer_stats(self._transfer_totals, live or {})
+            s["transfer"].update(self._device_context.stats())
         s["live_workers"] = it._live_workers() if it is not None else 0
         if it is not None:
             s["samples_per_second"] = s["samples"] / max(it._elapsed(), 1e-9)
@@ -338,9 +345,9 @@ class Loader:
                 f"device={str(self.device)!r})")
 
 
-def _add_transfer_stats(done: Dict[str, float], live: Dict[str, Any]) -> Dict[str, Any]:
+def _add_transfer_stats(done: Dict[str, float], live: Dict[str, Any]) -> Dict[str, float]:
     """Finished epochs' transfer counters plus the live epoch's."""
-    out = dict(live)
+    out = {}
     for k in ("copies", "bytes", "copy_seconds", "wait_seconds"):
         out[k] = done.get(k, 0) + live.get(k, 0)
     out["copy_gbps"] = out["bytes"] / out["copy_seconds"] / 1e9 if out["copy_seconds"] else 0.0
@@ -363,9 +370,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._transfer = None
         if self._device is not None or loader._fake_device:
             try:
-                self._transfer = _core.CudaTransfer(
-                    self._it, self._device.index if self._device is not None else 0,
-                    loader.prefetch, fake=loader._fake_device)
+                self._transfer = _core.CudaTransfer(self._it, loader._device_context,
+                                                    loader.prefetch)
             except BaseException:
                 self._it.stop()
                 raise
@@ -433,10 +439,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             self._transfer.stop()  # stops self._it first, then the copy thread
             loader = self._loader
             with loader._lock:
-                totals = _add_transfer_stats(loader._transfer_totals, self._transfer.stats())
-                for k in ("pool_buffers", "pool_bytes"):  # not counters: gone with the epoch
-                    totals.pop(k, None)
-                loader._transfer_totals = totals
+                loader._transfer_totals = _add_transfer_stats(loader._transfer_totals,
+                                                              self._transfer.stats())
         self._it.stop()
 
     def __del__(self) -> None:

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@ struct TestSource {
   int64_t n = 0;                       // batches per epoch; -1 = endless
   size_t bytes = 1000;                 // bytes of batch k: bytes + 37 * (k % 3)
   int64_t fail_at = -1;                // source throws DataError at this position
+  int64_t base = 0;                    // index (and bytes pattern) of the first batch
   std::atomic<int64_t> pulled{0};
   std::atomic<int64_t> live_slots{0};
   std::atomic<bool> stopped{false};    // the owner's stop: a blocked call throws
@@ -52,10 +54,10 @@ struct TestSource {
       if (n >= 0 && k >= n) return std::nullopt;
       pulled.fetch_add(1, std::memory_order_relaxed);
       HostBatch hb;
-      hb.index = k;
-      hb.bytes = size_of(k);
+      hb.index = base + k;
+      hb.bytes = size_of(hb.index);
       auto* p = new uint8_t[hb.bytes + 1];
-      for (size_t i = 0; i < hb.bytes; ++i) p[i] = pattern(k, i);
+      for (size_t i = 0; i < hb.bytes; ++i) p[i] = pattern(hb.index, i);
       live_slots.fetch_add(1, std::memory_order_relaxed);
       size_t nb = hb.bytes;
       hb.memory = std::shared_ptr<uint8_t>(p, [this, nb](uint8_t* q) {
@@ -398,6 +400,73 @@ void bad_arguments() {
   CHECK_THROWS(UsageError, TransferEngine(api, src.source(), 0));
   CHECK_THROWS(UsageError, TransferEngine(nullptr, src.source(), 1));
   CHECK_THROWS(UsageError, TransferEngine(api, nullptr, 1));
+  auto other = DeviceBufferPool::create(fake_device_api(), 2);  // another device's pool
+  CHECK_THROWS(UsageError, TransferEngine(api, src.source(), 1, other));
+}
+
+// NOTE [ Pool across epochs ]: with a pool that outlives the engine, ending an
+// epoch waits for nothing queued on the consumer stream, and the next epoch's
+// copy into a buffer still being read waits for that reader on the device.
+// A closed gate at the head of the consumer stream stands for a GPU still busy
+// with earlier steps.
+void shared_pool_across_epochs() {
+  auto api = fake_device_api({0, 0us});
+  auto pool = DeviceBufferPool::create(api, 2);
+  const StreamHandle consumer = api->create_stream();
+  Verifier v;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  auto open_gate = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+    cv.notify_all();
+  };
+
+  TestSource first;
+  first.n = 1;
+  const void* reused = nullptr;
+  {
+    TransferEngine engine(api, first.source(), 2, pool);
+    auto b = engine.next(consumer);
+    CHECK(b && b->index == 0);
+    CHECK(!engine.next(consumer));
+    api->launch(consumer, [&] {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return open; });
+    });
+    v.check_on(*api, consumer, *b, first.size_of(0));  // runs once the gate opens
+    reused = b->memory.get();
+    b.reset();  // R_0 recorded behind the gate
+    // The old per-epoch pool waited here for R_0, i.e. for the gate.
+    auto stopped = std::async(std::launch::async, [&] { engine.stop(); });
+    const bool prompt = stopped.wait_for(10s) == std::future_status::ready;
+    CHECK(prompt);
+    if (!prompt) open_gate();
+  }
+  CHECK_EQ(pool->buffers(), 1u);  // kept for the next epoch
+
+  TestSource second;
+  second.n = 5;
+  second.base = 100;
+  {
+    TransferEngine engine(api, second.source(), 2, pool);
+    auto b = engine.next(consumer);
+    CHECK(b && b->index == 100);
+    CHECK(b->memory.get() == reused);  // the only idle buffer: its copy waits for R_0
+    v.check_on(*api, consumer, *b, second.size_of(100));
+    b.reset();
+    open_gate();
+    while (auto c = engine.next(consumer)) v.check_on(*api, consumer, *c, second.size_of(c->index));
+  }
+  api->synchronize_stream(consumer);
+  CHECK_EQ(v.checked.load(), 1 + second.n);
+  CHECK_EQ(v.bad.load(), 0);  // batch 0's reader saw batch 0, not batch 100
+  CHECK_EQ(first.live_slots.load() + second.live_slots.load(), 0);
+  CHECK(pool->buffers() >= 1);
+  pool.reset();  // the last reference frees the idle buffers
+  CHECK_EQ(api->counts().device_buffers, 0);
+  api->destroy_stream(consumer);
 }
 
 }  // namespace
@@ -406,4 +475,4 @@ TEST_MAIN(order_and_content(); slow_consumer_never_sees_overwrite(); default_str
           backpressure_is_prefetch(); consumer_holds_batches(); early_stop_frees_everything();
           destroy_without_consuming(); source_error_at_its_position();
           stop_wakes_blocked_consumer(); next_for_times_out(); pinned_allocator_roundtrip();
-          empty_batches(); bad_arguments())
+          empty_batches(); bad_arguments(); shared_pool_across_epochs())
