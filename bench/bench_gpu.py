@@ -122,8 +122,9 @@ def calibrate(work, x, target_s):
     return max(1, int(round(len(work.w) * target_s / per)))
 
 
-def run_loop(batches, work, steps, to_device):
-    """Runs `steps` steps; returns (seconds per step, fraction of time waiting for data)."""
+def run_loop(batches, work, steps, to_device, waits=None):
+    """Runs `steps` steps; returns (seconds per step, fraction of time waiting for data).
+    `waits`, a list, receives the seconds each step's next() blocked."""
     it = iter(batches)
     wait = 0.0
     acc = None
@@ -136,7 +137,10 @@ def run_loop(batches, work, steps, to_device):
     for _ in range(steps):
         t = time.perf_counter()
         b = to_device(next(it))
-        wait += time.perf_counter() - t
+        dt = time.perf_counter() - t
+        wait += dt
+        if waits is not None:
+            waits.append(dt)
         acc = work.step(b["x"])
         del b
     acc.item()  # the last step's result, as a training loop's loss.item() would
@@ -214,7 +218,9 @@ def main(argv=None):
     resident = [{"x": torch.full_like(x0, i)} for i in range(a.prefetch + 2)]
     ideal, _ = run_loop(repeat_epochs(lambda: resident), work, a.steps, lambda b: b)
     before = loader.stats()
-    st_step, st_wait = run_loop(repeat_epochs(lambda: loader), work, a.steps, lambda b: b)
+    st_waits = []
+    st_step, st_wait = run_loop(repeat_epochs(lambda: loader), work, a.steps, lambda b: b,
+                                st_waits)
     gc.collect()  # the loop's iterator: its transfer counters join loader.stats()
     after = loader.stats()
     dl = torch.utils.data.DataLoader(DsMap(a.data), batch_size=a.batch_size, shuffle=True,
@@ -244,6 +250,11 @@ def main(argv=None):
           f"copy thread waiting for host batches {per_step_ms(after, before, 'wait_seconds'):.2f}, "
           f"copy (device time) {per_step_ms(ta, tb, 'copy_seconds'):.2f}, "
           f"workers idle {per_step_ms(after, before, 'worker_idle_seconds'):.1f} (thread-ms)")
+    # An epoch boundary (every len(loader) steps) shows up as the largest waits.
+    w = np.array(st_waits) * 1e3
+    print(f"  stoker next() blocked per step (ms): median {np.median(w):.2f}, "
+          f"p90 {np.percentile(w, 90):.2f}, max {w.max():.2f}; "
+          f"{len(loader)} batches per epoch")
     return 0
 
 
