@@ -324,6 +324,14 @@ def test_stats_report_progress(small_ds):
     assert s["bytes_read"] == 100 * (48 + 8)
     for key in ("read_seconds", "decode_seconds", "wait_seconds", "queue_depth"):
         assert key in s
+    # throughput over the time iterators were open, kept once they are gone
+    assert s["run_seconds"] > 0
+    assert s["samples_per_second"] == pytest.approx(100 / s["run_seconds"])
+    it = iter(loader)
+    next(it)
+    live = loader.stats()
+    assert live["samples"] > 100 and live["run_seconds"] > s["run_seconds"]
+    assert live["samples_per_second"] == pytest.approx(live["samples"] / live["run_seconds"])
 
 
 def test_dataset_path_accepted(small_ds):

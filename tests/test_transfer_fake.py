@@ -210,6 +210,20 @@ def test_loader_fake_device_epochs_share_buffers_safely(var_ds, delay_us):
     assert left <= 2 * (fake.prefetch + 2) and left < s["pool_buffers"]
 
 
+def test_loader_fake_device_new_iterator_stops_the_live_one(var_ds):
+    fake = stoker.Loader(var_ds, batch_size=4, num_threads=2, _fake_device=True)
+    it = iter(fake)
+    first = next(it)
+    it2 = iter(fake)  # stops `it` (and its copy thread) and counts its copies
+    with pytest.raises(StopIteration):
+        next(it)
+    assert_same_batches([next(it2)], [first])  # the next epoch's first batch
+    assert fake.stats()["transfer"]["copies"] >= 1
+    del it, it2
+    gc.collect()
+    assert wait_until(lambda: "stoker-copy" not in thread_names())
+
+
 def test_loader_fake_device_resume_and_break(var_ds):
     cpu = stoker.Loader(var_ds, batch_size=4, num_threads=2)
     want = list(cpu)

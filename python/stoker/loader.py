@@ -198,9 +198,10 @@ class Loader:
         self._last: Optional[weakref.ref] = None
         self._last_state: Optional[tuple] = None  # (epoch, yielded, finished) of last iterator
         self._skipped_reported = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # close() takes it, also from __iter__ and __del__
         # Counters of the host-to-device transfers of finished epochs (see stats()).
         self._transfer_totals: Dict[str, float] = {}
+        self._run_seconds = 0.0  # summed over closed iterators (see stats())
 
     def _check_transforms(self, transforms: Mapping[str, Sequence[Op]]) -> Dict[str, list]:
         out = {}
@@ -314,7 +315,8 @@ class Loader:
     def stats(self) -> Dict[str, Any]:
         """Counters since creation: batches, samples, bytes read, skipped samples,
         seconds per stage (read+verify, decode, prepare), consumer wait seconds,
-        worker idle seconds, and the current queue depth. With a device, also
+        worker idle seconds, the current queue depth, run_seconds (the time iterators
+        were open, all epochs) and samples_per_second over it. With a device, also
         ``transfer``: copies (completed), bytes, copy_seconds (device time), wait_seconds (the
         iterating thread blocked in ``next``), copy_gbps, and the device buffers alive
         (pool_buffers, pool_bytes: idle in the loader's pool, or held by batches)."""
@@ -326,8 +328,10 @@ class Loader:
             s["transfer"] = _add_transfer_stats(self._transfer_totals, live or {})
             s["transfer"].update(self._device_context.stats())
         s["live_workers"] = it._live_workers() if it is not None else 0
-        if it is not None:
-            s["samples_per_second"] = s["samples"] / max(it._elapsed(), 1e-9)
+        with self._lock:
+            seconds = self._run_seconds + (it._live_seconds() if it is not None else 0.0)
+        s["run_seconds"] = seconds
+        s["samples_per_second"] = s["samples"] / seconds if seconds > 0 else 0.0
         return s
 
     def _report_skipped(self) -> None:
@@ -415,7 +419,11 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             loader._last_state = (self._epoch, self._yielded, self._yielded >= self._end)
 
     def _elapsed(self) -> float:
+        """Seconds this epoch ran (until close)."""
         return time.perf_counter() - self._t0
+
+    def _live_seconds(self) -> float:
+        return 0.0 if self._done else self._elapsed()
 
     def _queue_depth(self) -> int:
         return 0 if self._done else self._it.ready_batches
@@ -435,13 +443,15 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._done = True
         if os.getpid() != self._pid:
             return  # forked child: the threads live in the parent
+        loader = self._loader
         if self._transfer is not None:
             self._transfer.stop()  # stops self._it first, then the copy thread
-            loader = self._loader
             with loader._lock:
                 loader._transfer_totals = _add_transfer_stats(loader._transfer_totals,
                                                               self._transfer.stats())
         self._it.stop()
+        with loader._lock:
+            loader._run_seconds += self._elapsed()
 
     def __del__(self) -> None:
         try:
