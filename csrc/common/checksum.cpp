@@ -3,6 +3,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "common/cpu.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -13,23 +14,15 @@ uint64_t xxh3_avx2(const void* data, size_t n);  // checksum_avx2.cpp, built wit
 #endif
 }  // namespace detail
 
-namespace {
-#if defined(__x86_64__)
-const bool kAvx2 = __builtin_cpu_supports("avx2");
-#else
-const bool kAvx2 = false;
-#endif
-}  // namespace
-
 uint32_t checksum32(const void* data, size_t n) {
 #if defined(__x86_64__)
   // Both paths compute the same XXH3 value; AVX2 is about twice as fast on long records.
-  if (kAvx2 && n >= 256) return static_cast<uint32_t>(detail::xxh3_avx2(data, n));
+  if (cpu_has_avx2() && n >= 256) return static_cast<uint32_t>(detail::xxh3_avx2(data, n));
 #endif
   return static_cast<uint32_t>(XXH3_64bits(data, n));
 }
 
-const char* checksum_impl() { return kAvx2 ? "xxh3-avx2" : "xxh3-sse2"; }
+const char* checksum_impl() { return cpu_has_avx2() ? "xxh3-avx2" : "xxh3-sse2"; }
 
 struct StreamingChecksum::State {
   XXH3_state_t s;

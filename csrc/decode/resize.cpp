@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/cpu.h"
+
 namespace stoker {
 
 namespace detail {
@@ -19,11 +21,6 @@ int resize_v_avx2(const int32_t* w, int n, const uint8_t* base, size_t stride, i
 
 namespace {
 
-#if defined(__x86_64__)
-const bool kAvx2 = __builtin_cpu_supports("avx2");
-#else
-const bool kAvx2 = false;
-#endif
 
 // Filter taps of one axis: for each output index the first input index, the
 // tap count, and `stride` normalised weights.
@@ -311,7 +308,7 @@ void resize_rgb_impl(const RgbView& src, const ResizeBox& box, uint8_t* dst, siz
 
 void resize_rgb(const RgbView& src, const ResizeBox& box, uint8_t* dst, size_t dst_stride,
                 int out_w, int out_h, bool mirror) {
-  detail::resize_rgb_impl(src, box, dst, dst_stride, out_w, out_h, mirror, kAvx2,
+  detail::resize_rgb_impl(src, box, dst, dst_stride, out_w, out_h, mirror, cpu_has_avx2(),
                           detail::ResizeOrder::kAuto);
 }
 
