@@ -110,6 +110,29 @@ def test_slow_consumer_on_current_stream_never_sees_overwritten_buffer(ds, use_s
         assert torch.equal(g.cpu(), w), f"batch {i}"
 
 
+def test_slow_consumer_across_epochs_shares_buffers_safely(ds):
+    """Epochs copy into the loader's one buffer pool: at each boundary the GPU is still
+    busy with the last steps (nothing waits for it), the last batch is still held, and
+    the next epoch's copies reuse the buffers freed behind the slow kernels."""
+    kw = dict(batch_size=16, shuffle=True, seed=4)
+    want = [cpu_digests(ds, epoch=e, **kw) for e in range(3)]
+    loader = stoker.Loader(ds, device="cuda", num_threads=3, prefetch=2, **kw)
+    stream = torch.cuda.Stream()
+    got = []
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            got.append([])
+            for batch in loader:  # `batch` stays bound to the last one across the boundary
+                torch.cuda._sleep(SLOW_CYCLES)
+                got[-1].append(digest(batch))
+    stream.synchronize()
+    for e in range(3):
+        assert len(got[e]) == len(want[e])
+        for i, (g, w) in enumerate(zip(got[e], want[e])):
+            assert torch.equal(g.cpu(), w), f"epoch {e} batch {i}"
+    assert loader.stats()["transfer"]["pool_buffers"] <= 2 * (loader.prefetch + 2)
+
+
 def test_consumer_holding_batches(ds):
     kw = dict(batch_size=8, shuffle=False)
     s = torch.cuda.Stream()
