@@ -323,13 +323,13 @@ class Loader:
         s = self._engine.stats()
         it = self._last() if self._last is not None else None
         s["queue_depth"] = it._queue_depth() if it is not None else 0
-        live = it._transfer_stats() if it is not None else None
-        if live is not None or self._transfer_totals:
-            s["transfer"] = _add_transfer_stats(self._transfer_totals, live or {})
-            s["transfer"].update(self._device_context.stats())
-        s["live_workers"] = it._live_workers() if it is not None else 0
         with self._lock:
+            live = it._transfer_stats() if it is not None else None
+            if live is not None or self._transfer_totals:
+                s["transfer"] = _add_transfer_stats(self._transfer_totals, live or {})
+                s["transfer"].update(self._device_context.stats())
             seconds = self._run_seconds + (it._live_seconds() if it is not None else 0.0)
+        s["live_workers"] = it._live_workers() if it is not None else 0
         s["run_seconds"] = seconds
         s["samples_per_second"] = s["samples"] / seconds if seconds > 0 else 0.0
         return s
@@ -368,6 +368,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._end = len(loader)
         self._pid = os.getpid()
         self._done = False
+        self._counted = False  # this epoch's counters moved into the loader's (close())
         self._t0 = time.perf_counter()
         self._it = loader._engine.start(epoch, first)
         self._device = loader.device if loader.device.type == "cuda" else None
@@ -419,11 +420,12 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             loader._last_state = (self._epoch, self._yielded, self._yielded >= self._end)
 
     def _elapsed(self) -> float:
-        """Seconds this epoch ran (until close)."""
+        """Seconds since this epoch started."""
         return time.perf_counter() - self._t0
 
     def _live_seconds(self) -> float:
-        return 0.0 if self._done else self._elapsed()
+        """Run time not yet in the loader's totals (call with the loader's lock)."""
+        return 0.0 if self._counted else self._elapsed()
 
     def _queue_depth(self) -> int:
         return 0 if self._done else self._it.ready_batches
@@ -432,7 +434,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         return 0 if self._done else self._it.live_workers
 
     def _transfer_stats(self) -> Optional[Dict[str, float]]:
-        if self._transfer is None or self._done:
+        """Transfer counters not yet in the loader's totals (call with the loader's lock)."""
+        if self._transfer is None or self._counted:
             return None
         return self._transfer.stats()
 
@@ -446,12 +449,13 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         loader = self._loader
         if self._transfer is not None:
             self._transfer.stop()  # stops self._it first, then the copy thread
-            with loader._lock:
+        self._it.stop()
+        with loader._lock:  # moves this epoch's counters into the loader's totals, at once
+            if self._transfer is not None:
                 loader._transfer_totals = _add_transfer_stats(loader._transfer_totals,
                                                               self._transfer.stats())
-        self._it.stop()
-        with loader._lock:
             loader._run_seconds += self._elapsed()
+            self._counted = True
 
     def __del__(self) -> None:
         try:
