@@ -256,5 +256,7 @@ def test_cuda_transfer_without_gpu_raises_cuda_error(var_ds):
     it.stop()
     with pytest.raises(stoker.CudaError, match="libcuda.so.1 not found|no CUDA device"):
         _core.pinned_allocator(0)
+    with pytest.raises(stoker.CudaError, match="libcuda.so.1 not found|no CUDA device"):
+        _core.DeviceContext(0, 2)
     available, count, reason = _core.cuda_status()
     assert not available and count == 0 and reason

@@ -154,25 +154,31 @@ class Runner {
   // output, a pending flip is applied by the resize (free) and cleared.
   void materialize(Canvas& c) {
     if (!c.pending) return;
-    const bool whole = c.view == PixelRect{0, 0, c.src_w, c.src_h};
     std::vector<uint8_t>& dst = s_.bufs[next_];  // never pend_src: that is the other one
     next_ ^= 1;
     const size_t stride = static_cast<size_t>(c.src_w) * 3;
     dst.resize(stride * c.src_h);
-    resize_rgb(c.pend_src, c.pend_box, dst.data(), stride, c.src_w, c.src_h, whole && c.flip);
+    const bool whole = whole_view(c);
+    run_pending(c, dst.data(), whole && c.flip);
     if (whole) c.flip = false;
     c.pix = {dst.data(), c.src_w, c.src_h, stride};
-    c.pending = false;
   }
 
   // Runs a pending resize straight into `out` (packed HWC uint8 of the view's
   // size) if the view is all of its output; false if there is none to run so.
   bool try_resize_into(Canvas& c, uint8_t* out) {
-    if (!c.pending || !(c.view == PixelRect{0, 0, c.src_w, c.src_h})) return false;
-    resize_rgb(c.pend_src, c.pend_box, out, static_cast<size_t>(c.src_w) * 3, c.src_w, c.src_h,
-               c.flip);
-    c.pending = false;
+    if (!c.pending || !whole_view(c)) return false;
+    run_pending(c, out, c.flip);
     return true;
+  }
+
+  static bool whole_view(const Canvas& c) { return c.view == PixelRect{0, 0, c.src_w, c.src_h}; }
+
+  // The pending resize into packed rows at `out`, mirrored if `mirror`.
+  static void run_pending(Canvas& c, uint8_t* out, bool mirror) {
+    resize_rgb(c.pend_src, c.pend_box, out, static_cast<size_t>(c.src_w) * 3, c.src_w, c.src_h,
+               mirror);
+    c.pending = false;
   }
 
   // Decodes (at full scale) what the view needs, if nothing has been decoded

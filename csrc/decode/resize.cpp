@@ -21,7 +21,6 @@ int resize_v_avx2(const int32_t* w, int n, const uint8_t* base, size_t stride, i
 
 namespace {
 
-
 // Filter taps of one axis: for each output index the first input index, the
 // tap count, and `stride` normalised weights.
 // Weights are fixed point with kPrecision fraction bits (PIL uses 22 in int32;
