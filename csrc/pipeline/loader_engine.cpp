@@ -207,6 +207,8 @@ void Iteration::prepare(Job& job, int64_t k) {
   for (int64_t p = 0; p < len; ++p) job.indices[static_cast<size_t>(p)] = order_.index(k, p);
   job.error = nullptr;
   job.error_pos = INT64_MAX;
+  job.skipped.store(0, std::memory_order_relaxed);
+  job.bytes.store(0, std::memory_order_relaxed);
   job.chunks_left.store(static_cast<int>(chunks_per_batch_), std::memory_order_relaxed);
 
   HostBatch& hb = job.batch_out;
@@ -369,13 +371,14 @@ void Iteration::run_chunk(Job& job, int64_t k, int64_t chunk) {
   LocalStats ls;
   struct Flush {  // publish the chunk's counters however the loop ends
     EngineStats& s;
+    Job& job;
     LocalStats& l;
     ~Flush() {
       s.read_ns.fetch_add(l.read_ns, std::memory_order_relaxed);
       s.decode_ns.fetch_add(l.decode_ns, std::memory_order_relaxed);
-      s.bytes_read.fetch_add(l.bytes, std::memory_order_relaxed);
+      job.bytes.fetch_add(l.bytes, std::memory_order_relaxed);  // counted when delivered
     }
-  } flush{*engine_->stats_, ls};
+  } flush{*engine_->stats_, job, ls};
   for (int64_t pos = lo; pos < hi; ++pos) {
     if (stop_.load(std::memory_order_relaxed)) return;
     const int64_t index = job.indices[static_cast<size_t>(pos)];
@@ -405,10 +408,9 @@ void Iteration::run_chunk(Job& job, int64_t k, int64_t chunk) {
         fail(job, pos, first);
         return;
       }
-      engine_->stats_->skipped.fetch_add(1, std::memory_order_relaxed);
+      job.skipped.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  engine_->stats_->samples.fetch_add(hi > lo ? hi - lo : 0, std::memory_order_relaxed);
 }
 
 void Iteration::fail(Job& job, int64_t pos, std::exception_ptr e) {
@@ -462,6 +464,9 @@ Iteration::Status Iteration::next(HostBatch& out, std::chrono::milliseconds time
     }
   }
   std::exception_ptr err;
+  const int64_t samples = static_cast<int64_t>(job.indices.size());
+  const int64_t skipped = job.skipped.load(std::memory_order_relaxed);
+  const int64_t bytes = job.bytes.load(std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(job.mu);
     err = job.error;
@@ -477,7 +482,14 @@ Iteration::Status Iteration::next(HostBatch& out, std::chrono::milliseconds time
     stop();  // an iterator ends at its first error; a new one starts cleanly
     std::rethrow_exception(err);
   }
-  engine_->stats_->batches.fetch_add(1, std::memory_order_relaxed);
+  // Counted as delivered, not as assembled: the batches that a stopped iteration
+  // (or a dropped next-epoch prefetch) assembled never count. Stage times count
+  // all work done.
+  EngineStats& st = *engine_->stats_;
+  st.batches.fetch_add(1, std::memory_order_relaxed);
+  st.samples.fetch_add(samples, std::memory_order_relaxed);
+  st.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+  st.skipped.fetch_add(skipped, std::memory_order_relaxed);
   return Status::kBatch;
 }
 

@@ -58,10 +58,11 @@ struct EngineOptions {
 
 /// Counters shared by all iterations of an engine (monotonic).
 struct EngineStats {
-  std::atomic<int64_t> batches{0};
-  std::atomic<int64_t> samples{0};
-  std::atomic<int64_t> bytes_read{0};
-  std::atomic<int64_t> skipped{0};
+  std::atomic<int64_t> batches{0};     ///< delivered to the consumer
+  std::atomic<int64_t> samples{0};     ///< in delivered batches (padding included)
+  std::atomic<int64_t> bytes_read{0};  ///< record bytes read for delivered batches
+  std::atomic<int64_t> skipped{0};     ///< samples replaced in delivered batches
+  // Stage times: all work done, delivered or not.
   std::atomic<int64_t> read_ns{0};     ///< reading and verifying records
   std::atomic<int64_t> decode_ns{0};   ///< decoding and writing fields into slots
   std::atomic<int64_t> prepare_ns{0};  ///< planning batches, acquiring slots
@@ -141,6 +142,8 @@ class Iteration {
     HostBatch batch_out;
     std::exception_ptr error;  // guarded by mu; error of the lowest failing sample
     int64_t error_pos = INT64_MAX;
+    std::atomic<int64_t> skipped{0};  // samples replaced (on_error="skip")
+    std::atomic<int64_t> bytes{0};    // record bytes read
   };
 
   void worker_loop(int id);

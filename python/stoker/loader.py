@@ -22,14 +22,18 @@ __all__ = ["Loader"]
 _STATE_VERSION = 1
 _DEFAULT_MAX_PIXELS = 100_000_000
 
-# Every live iterator, so interpreter exit stops worker threads before teardown.
+# Every live iterator, and every loader that may hold a next-epoch prefetch, so that
+# interpreter exit stops worker threads before teardown.
 _live_iterators: "weakref.WeakSet[_LoaderIter]" = weakref.WeakSet()
+_live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 
 @atexit.register
 def _stop_all() -> None:
     for it in list(_live_iterators):
         it.close()
+    for loader in list(_live_loaders):
+        loader._drop_ahead()
 
 
 def _available_cores() -> int:
@@ -93,10 +97,21 @@ class Loader:
         transforms: ``{field: [op, ...]}`` with ops from :mod:`stoker.ops` (image fields).
         on_error: ``"raise"`` (default) or ``"skip"``.
         max_image_pixels: images whose header declares more pixels are refused.
+        prefetch_next_epoch: once an epoch's last batch is handed out, start loading the
+            next epoch's first batches, so that its first batch does not wait for the
+            workers to start from cold (see below).
 
     Each ``iter(loader)`` runs one epoch: the epoch given by ``set_epoch``, or else the one
     after the last started (like DataLoader, which reshuffles on every pass). Starting a
     new iterator stops the previous one.
+
+    NOTE [ Next-epoch prefetch ]: when an epoch hands out its last batch, the workers of
+    the epoch that the next ``iter()`` will run (``set_epoch``'s, or the one after) start
+    filling the same ``prefetch`` slots, while the training loop is still busy with that
+    last batch. The next ``iter()`` takes them over if it runs that epoch from its start;
+    anything else (``set_epoch`` to another epoch, ``load_state_dict``) drops them. Batches
+    are functions of (seed, epoch, batch), so this changes no batch. ``close()`` (or
+    dropping the loader) stops those workers.
     """
 
     def __init__(
@@ -115,6 +130,7 @@ class Loader:
         transforms: Optional[Mapping[str, Sequence[Op]]] = None,
         on_error: str = "raise",
         max_image_pixels: int = _DEFAULT_MAX_PIXELS,
+        prefetch_next_epoch: bool = True,
         _fake_device: bool = False,
     ):
         if not isinstance(dataset, Dataset):
@@ -131,6 +147,7 @@ class Loader:
         self.seed = seed
         self.drop_last = bool(drop_last)
         self.on_error = on_error
+        self.prefetch_next_epoch = bool(prefetch_next_epoch)
 
         if num_threads is None:
             num_threads = _available_cores()
@@ -197,6 +214,8 @@ class Loader:
         self._resume: Optional[tuple] = None   # (epoch, first batch) from load_state_dict
         self._last: Optional[weakref.ref] = None
         self._last_state: Optional[tuple] = None  # (epoch, yielded, finished) of last iterator
+        # (epoch, _core.Iteration) started before its iter(): NOTE [ Next-epoch prefetch ]
+        self._ahead: Optional[tuple] = None
         self._skipped_reported = 0
         self._lock = threading.RLock()  # close() takes it, also from __iter__ and __del__
         # Counters of the host-to-device transfers of finished epochs (see stats()).
@@ -238,9 +257,12 @@ class Loader:
         A pending resume from ``load_state_dict`` is kept when it is for this epoch."""
         if not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
-        self._epoch = epoch
-        if self._resume is not None and self._resume[0] != epoch:
-            self._resume = None
+        with self._lock:
+            self._epoch = epoch
+            if self._resume is not None and self._resume[0] != epoch:
+                self._resume = None
+            if self._ahead is not None and self._ahead[0] != epoch:
+                self._drop_ahead()
 
     @property
     def epoch(self) -> int:
@@ -260,8 +282,15 @@ class Loader:
                 self._resume = None
             else:
                 epoch, first = self._epoch, 0
+            started = None
+            if self._ahead is not None:
+                if self._ahead[0] == epoch and first == 0:
+                    started = self._ahead[1:]
+                    self._ahead = None
+                else:
+                    self._drop_ahead()
             self._epoch = epoch + 1
-            it = _LoaderIter(self, epoch, first)
+            it = _LoaderIter(self, epoch, first, started)
             self._last = weakref.ref(it)
             self._last_state = (epoch, first, first >= len(self))
             return it
@@ -306,9 +335,55 @@ class Loader:
             raise ValueError(f"cannot resume: batches_yielded={done} outside [0, {len(self)}]")
         if done == len(self):
             epoch, done = epoch + 1, 0
-        self._resume = (epoch, done)
-        self._epoch = epoch
-        self._last_state = None
+        with self._lock:
+            self._resume = (epoch, done)
+            self._epoch = epoch
+            self._last_state = None
+            if self._ahead is not None and (self._ahead[0], 0) != (epoch, done):
+                self._drop_ahead()
+
+    # -- threads --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops every worker thread of this loader: the live iterator's (as its
+        ``close()`` does) and a next-epoch prefetch. Batches already yielded stay valid, and
+        the loader stays usable: the next ``iter()`` starts its workers again."""
+        with self._lock:
+            it = self._last() if self._last is not None else None
+            if it is not None:
+                it.close()
+            self._drop_ahead()
+
+    def _start_ahead(self, finished: "_LoaderIter") -> None:
+        """NOTE [ Next-epoch prefetch ]: `finished` has handed out its last batch."""
+        with self._lock:
+            if (not self.prefetch_next_epoch or self._ahead is not None
+                    or self._resume is not None or self._last is None
+                    or self._last() is not finished or len(self) == 0):
+                return
+            try:
+                self._ahead = (self._epoch,) + self._start_threads(self._epoch, 0)
+            except Exception:
+                return  # only a head start: the next iter() starts (or fails) as usual
+            _live_loaders.add(self)
+
+    def _drop_ahead(self) -> None:
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None and os.getpid() == self._pid:
+            _stop_threads(*ahead[1:])
+
+    def _start_threads(self, epoch: int, first: int) -> tuple:
+        """Starts an epoch's workers, and with a device its copy thread:
+        (engine iteration, transfer or None)."""
+        it = self._engine.start(epoch, first)
+        if self._device_context is None:
+            return it, None
+        try:
+            return it, _core.CudaTransfer(it, self._device_context, self.prefetch)
+        except BaseException:
+            it.stop()
+            raise
 
     # -- introspection --------------------------------------------------------
 
@@ -349,6 +424,12 @@ class Loader:
                 f"device={str(self.device)!r})")
 
 
+def _stop_threads(it, transfer) -> None:
+    if transfer is not None:
+        transfer.stop()  # stops `it` first, then the copy thread
+    it.stop()
+
+
 def _add_transfer_stats(done: Dict[str, float], live: Dict[str, Any]) -> Dict[str, float]:
     """Finished epochs' transfer counters plus the live epoch's."""
     out = {}
@@ -361,7 +442,7 @@ def _add_transfer_stats(done: Dict[str, float], live: Dict[str, Any]) -> Dict[st
 class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
 
-    def __init__(self, loader: Loader, epoch: int, first: int):
+    def __init__(self, loader: Loader, epoch: int, first: int, started=None):
         self._loader = loader
         self._epoch = epoch
         self._yielded = first
@@ -370,16 +451,9 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._done = False
         self._counted = False  # this epoch's counters moved into the loader's (close())
         self._t0 = time.perf_counter()
-        self._it = loader._engine.start(epoch, first)
+        # `started`: this epoch's threads, already running (NOTE [ Next-epoch prefetch ])
+        self._it, self._transfer = started or loader._start_threads(epoch, first)
         self._device = loader.device if loader.device.type == "cuda" else None
-        self._transfer = None
-        if self._device is not None or loader._fake_device:
-            try:
-                self._transfer = _core.CudaTransfer(self._it, loader._device_context,
-                                                    loader.prefetch)
-            except BaseException:
-                self._it.stop()
-                raise
         _live_iterators.add(self)
 
     def __iter__(self) -> "_LoaderIter":
@@ -412,6 +486,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._yielded += 1
         self._record_state()
         batch = {name: torch.from_dlpack(cap) for name, cap in caps}
+        if self._yielded == self._end:
+            self._loader._start_ahead(self)
         return batch
 
     def _record_state(self) -> None:
@@ -447,9 +523,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         if os.getpid() != self._pid:
             return  # forked child: the threads live in the parent
         loader = self._loader
-        if self._transfer is not None:
-            self._transfer.stop()  # stops self._it first, then the copy thread
-        self._it.stop()
+        _stop_threads(self._it, self._transfer)
         with loader._lock:  # moves this epoch's counters into the loader's totals, at once
             if self._transfer is not None:
                 loader._transfer_totals = _add_transfer_stats(loader._transfer_totals,

@@ -1,0 +1,158 @@
+"""Next-epoch prefetch (NOTE [ Next-epoch prefetch ] in loader.py): once an epoch hands out
+its last batch, the next epoch's workers start, and the next iter() takes them over."""
+
+import gc
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import stoker
+import torch
+from conftest import epoch_labels, thread_count, thread_names, write_dataset
+
+
+def workers() -> int:
+    return sum(1 for n in thread_names() if n.startswith("stoker-worker"))
+
+
+def wait_until(cond, timeout=5.0) -> bool:
+    deadline = time.time() + timeout
+    while not cond():
+        if time.time() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def reference(ds, epoch, **kw):
+    """The batches of `epoch` from a fresh loader that prefetches nothing."""
+    loader = stoker.Loader(ds, prefetch_next_epoch=False, **kw)
+    loader.set_epoch(epoch)
+    return epoch_labels(loader)
+
+
+KW = dict(batch_size=10, shuffle=True, seed=7, num_threads=3, prefetch=2)
+
+
+def test_next_epoch_workers_start_when_the_last_batch_is_handed_out(small_ds):
+    base = workers()
+    loader = stoker.Loader(small_ds, **KW)
+    it = iter(loader)
+    for _ in range(len(loader) - 1):
+        next(it)
+    assert wait_until(lambda: workers() == base)  # epoch 0's workers are done
+    next(it)  # the last batch: epoch 1 starts loading now, before any iter()
+    assert wait_until(lambda: workers() == base + 3)
+    assert loader.stats()["batches"] == len(loader)  # assembled ahead is not delivered
+    with pytest.raises(StopIteration):
+        next(it)
+    assert workers() == base + 3  # the end of epoch 0 leaves epoch 1's workers running
+    # the next iter() takes those workers over rather than starting more
+    it1 = iter(loader)
+    assert workers() == base + 3
+    assert [b["label"].tolist() for b in it1] == reference(small_ds, 1, **KW)
+    loader.close()
+    assert workers() == base
+
+
+@pytest.mark.parametrize("prefetch_next_epoch", [True, False])
+def test_batches_do_not_depend_on_next_epoch_prefetch(tmp_path, prefetch_next_epoch):
+    ds = write_dataset(tmp_path / "d", 237, shard_size="4KB")
+    kw = dict(batch_size=16, shuffle=True, seed=3, num_threads=2, prefetch=3)
+    loader = stoker.Loader(ds, prefetch_next_epoch=prefetch_next_epoch, **kw)
+    got = []
+    for epoch in range(4):
+        loader.set_epoch(epoch)  # the usual loop: set_epoch names the epoch prefetched
+        got.append(epoch_labels(loader))
+    got.append(epoch_labels(loader))  # no set_epoch: the one after, 4
+    assert got == [reference(ds, e, **kw) for e in range(5)]
+    s = loader.stats()
+    assert s["batches"] == 5 * len(loader) and s["samples"] == 5 * 237
+    loader.close()
+
+
+def test_without_prefetch_no_worker_outlives_the_epoch(small_ds):
+    base = workers()
+    loader = stoker.Loader(small_ds, prefetch_next_epoch=False, **KW)
+    epoch_labels(loader)
+    assert wait_until(lambda: workers() == base)
+    time.sleep(0.1)
+    assert workers() == base
+
+
+def test_set_epoch_to_another_epoch_drops_the_prefetch(small_ds):
+    base = workers()
+    loader = stoker.Loader(small_ds, **KW)
+    epoch_labels(loader)
+    assert wait_until(lambda: workers() == base + 3)
+    loader.set_epoch(5)
+    assert workers() == base  # stopped at once, not left to idle
+    assert epoch_labels(loader) == reference(small_ds, 5, **KW)
+    loader.set_epoch(6)  # the epoch now being prefetched: kept
+    assert workers() == base + 3
+    assert epoch_labels(loader) == reference(small_ds, 6, **KW)
+    loader.close()
+
+
+def test_resume_after_an_epoch_end_gets_the_right_batches(small_ds):
+    loader = stoker.Loader(small_ds, **KW)
+    epoch_labels(loader)
+    it = iter(loader)
+    first = [next(it)["label"].tolist() for _ in range(3)]
+    state = loader.state_dict()
+    it.close()
+    want = reference(small_ds, 1, **KW)
+    epoch_labels(loader)  # epoch 2 ran; epoch 3 is loading ahead
+    loader.load_state_dict(state)  # epoch 1, batch 3: the prefetch is not it
+    assert first + epoch_labels(loader) == want
+    other = stoker.Loader(small_ds, **{**KW, "num_threads": 1})
+    epoch_labels(other)  # other's epoch 1 is loading ahead, from batch 0
+    other.load_state_dict(state)
+    assert first + epoch_labels(other) == want
+    # a state saved at an epoch's end resumes at the next epoch, which is prefetched
+    other.load_state_dict(other.state_dict())
+    assert epoch_labels(other) == reference(small_ds, 2, **KW)
+
+
+def test_close_stops_every_worker_and_the_loader_stays_usable(small_ds):
+    base = thread_count()
+    loader = stoker.Loader(small_ds, **KW)
+    epoch_labels(loader)
+    loader.close()
+    assert thread_count() == base
+    assert epoch_labels(loader) == reference(small_ds, 1, **KW)
+    del loader
+    gc.collect()
+    assert thread_count() == base
+
+
+def test_a_prefetching_loader_does_not_hold_up_interpreter_exit(small_ds):
+    script = textwrap.dedent(f"""
+        import stoker
+        loader = stoker.Loader({small_ds.path!r}, batch_size=1, num_threads=2, prefetch=2)
+        n = sum(1 for _ in loader)  # the next epoch is now loading, and waits for space
+        print(n, flush=True)
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "100"
+    assert "terminate" not in p.stderr
+
+
+def test_fake_device_adopts_the_next_epoch_and_keeps_old_batches_intact(small_ds):
+    loader = stoker.Loader(small_ds, _fake_device=True, **KW)
+    kept = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        assert [b["label"].tolist() for b in batches] == reference(small_ds, epoch, **KW)
+        kept.append(batches)
+    for epoch, batches in enumerate(kept):  # device buffers were never reused under them
+        labels = [b["label"].tolist() for b in batches]
+        assert labels == reference(small_ds, epoch, **KW)
+        for b in batches:
+            assert torch.equal(b["x"][:, 0, 0, 0], (b["label"] % 256).to(torch.uint8))
+    loader.close()
