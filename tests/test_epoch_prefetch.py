@@ -36,25 +36,41 @@ def reference(ds, epoch, **kw):
 KW = dict(batch_size=10, shuffle=True, seed=7, num_threads=3, prefetch=2)
 
 
-def test_next_epoch_workers_start_when_the_last_batch_is_handed_out(small_ds):
+def test_next_epoch_loads_before_iter_and_iter_takes_it_over(small_ds):
     base = workers()
     loader = stoker.Loader(small_ds, **KW)
-    it = iter(loader)
-    for _ in range(len(loader) - 1):
-        next(it)
-    assert wait_until(lambda: workers() == base)  # epoch 0's workers are done
-    next(it)  # the last batch: epoch 1 starts loading now, before any iter()
+    assert epoch_labels(loader) == reference(small_ds, 0, **KW)
+    # epoch 1 is loading though no iter() asked for it yet
     assert wait_until(lambda: workers() == base + 3)
     assert loader.stats()["batches"] == len(loader)  # assembled ahead is not delivered
-    with pytest.raises(StopIteration):
-        next(it)
-    assert workers() == base + 3  # the end of epoch 0 leaves epoch 1's workers running
-    # the next iter() takes those workers over rather than starting more
+    ahead = loader._ahead.it
     it1 = iter(loader)
+    assert it1._it is ahead  # taken over, not restarted
     assert workers() == base + 3
     assert [b["label"].tolist() for b in it1] == reference(small_ds, 1, **KW)
     loader.close()
     assert workers() == base
+
+
+@pytest.mark.parametrize("fake_device", [False, True])
+def test_epochs_together_hold_no_more_than_prefetch_batches(tmp_path, fake_device):
+    """The next epoch gets the window only as the current one frees it: buffers stay at
+    prefetch + the batches the loop holds, across epoch boundaries."""
+    ds = write_dataset(tmp_path / "d", 400, shard_size="8KB")
+    prefetch = 4
+    loader = stoker.Loader(ds, batch_size=10, shuffle=True, num_threads=3, prefetch=prefetch,
+                           _fake_device=fake_device)
+    for epoch in range(4):
+        for b in loader:  # holds one batch, and the next while next() runs
+            time.sleep(0.002)  # the workers fill the window, also at the epoch's end
+        del b
+        s = loader.stats()
+        if fake_device:  # host slots also back the copies in flight (up to prefetch more)
+            assert s["transfer"]["pool_buffers"] <= prefetch + 2, (epoch, s["transfer"])
+            assert s["slots"] <= 2 * prefetch, (epoch, s["slots"])
+        else:
+            assert s["slots"] <= prefetch + 2, (epoch, s["slots"])
+    loader.close()
 
 
 @pytest.mark.parametrize("prefetch_next_epoch", [True, False])

@@ -94,10 +94,11 @@ void register_loader(py::module_& m) {
                              [](const Engine& e) { return e.sampler().num_samples(); })
       .def(
           "start",
-          [](Engine& e, uint64_t epoch, int64_t first_batch) {
-            return std::shared_ptr<Iteration>(e.start(epoch, first_batch));
+          [](Engine& e, uint64_t epoch, int64_t first_batch, int held) {
+            return std::shared_ptr<Iteration>(e.start(epoch, first_batch, held));
           },
-          py::arg("epoch"), py::arg("first_batch") = 0)
+          py::arg("epoch"), py::arg("first_batch") = 0, py::arg("held") = 0,
+          "held: batches of the prefetch window held back until Iteration.release_held().")
       .def("stats", [](Engine& e) {
         EngineStats& s = e.stats();
         py::dict d;
@@ -125,6 +126,9 @@ void register_loader(py::module_& m) {
           },
           "The next batch as [(name, dltensor capsule)], or None at the end of the epoch.")
       .def("stop", &Iteration::stop, py::call_guard<py::gil_scoped_release>())
+      .def("release_held", &Iteration::release_held, py::arg("n"),
+           "Gives back n batches of the window held at Engine.start().")
+      .def_property_readonly("held", &Iteration::held)
       .def_property_readonly("epoch", &Iteration::epoch)
       .def_property_readonly("position", &Iteration::position)
       .def_property_readonly("end", &Iteration::end)

@@ -82,17 +82,20 @@ Engine::Engine(std::shared_ptr<const Dataset> ds, EngineOptions opts)
   }
 }
 
-std::unique_ptr<Iteration> Engine::start(uint64_t epoch, int64_t first_batch) {
+std::unique_ptr<Iteration> Engine::start(uint64_t epoch, int64_t first_batch, int held) {
   STOKER_CHECK(first_batch >= 0 && first_batch <= num_batches(), UsageError, "start batch ",
                first_batch, " outside [0, ", num_batches(), "]");
+  STOKER_CHECK(held >= 0 && held <= opts_.prefetch, UsageError, "held ", held,
+               " outside [0, prefetch=", opts_.prefetch, "]");
   return std::unique_ptr<Iteration>(
-      new Iteration(shared_from_this(), epoch, first_batch, num_batches()));
+      new Iteration(shared_from_this(), epoch, first_batch, num_batches(), held));
 }
 
 // ---------------------------------------------------------------------------
 // Iteration
 
-Iteration::Iteration(std::shared_ptr<Engine> engine, uint64_t epoch, int64_t first, int64_t end)
+Iteration::Iteration(std::shared_ptr<Engine> engine, uint64_t epoch, int64_t first, int64_t end,
+                     int held)
     : engine_(std::move(engine)),
       ds_(*engine_->ds_),
       order_(engine_->sampler_.epoch(epoch)),
@@ -107,7 +110,8 @@ Iteration::Iteration(std::shared_ptr<Engine> engine, uint64_t epoch, int64_t fir
       total_tasks_((end - first) * chunks_per_batch_),
       prefetch_(engine_->opts_.prefetch),
       pid_(static_cast<int>(::getpid())),
-      consumed_(first) {
+      consumed_(first),
+      held_(held) {
   for (int i = 0; i < prefetch_; ++i) jobs_.push_back(std::make_unique<Job>());
   const int threads = static_cast<int>(
       std::min<int64_t>(engine_->opts_.num_threads, std::max<int64_t>(total_tasks_, 1)));
@@ -190,13 +194,26 @@ void Iteration::worker_loop(int id) {
 }
 
 bool Iteration::wait_for_space(int64_t k) {
-  if (k < consumed_.load(std::memory_order_acquire) + prefetch_) return true;
+  auto has_space = [&] {
+    return k < consumed_.load(std::memory_order_acquire) + prefetch_ -
+                   held_.load(std::memory_order_acquire);
+  };
+  if (has_space()) return true;
   std::unique_lock<std::mutex> lock(space_mu_);
   while (!stop_.load(std::memory_order_acquire)) {
-    if (k < consumed_.load(std::memory_order_acquire) + prefetch_) return true;
+    if (has_space()) return true;
     space_cv_.wait_for(lock, std::chrono::milliseconds(50));
   }
   return false;
+}
+
+void Iteration::release_held(int n) {
+  STOKER_CHECK(n >= 0, UsageError, "release_held: n must be >= 0, got ", n);
+  int cur = held_.load(std::memory_order_acquire);
+  while (!held_.compare_exchange_weak(cur, std::max(0, cur - n), std::memory_order_acq_rel)) {
+  }
+  std::lock_guard<std::mutex> lock(space_mu_);
+  space_cv_.notify_all();
 }
 
 void Iteration::prepare(Job& job, int64_t k) {

@@ -13,8 +13,13 @@
 //   +--------+--------+--------+       resets it, bumps consumed_
 //     ^ workers fill chunks; the last chunk to finish marks the job ready
 //
-// A worker may touch batch k only once k < consumed_ + P: that bounds the
-// batches in flight and makes job k % P free for reuse. The first worker on a
+// A worker may touch batch k only once k < consumed_ + P - held_: that bounds
+// the batches in flight and makes job k % P free for reuse. held_ (0 unless
+// start() was given some) lends part of the window to someone else: the loader
+// starts the next epoch while the current one still has batches in flight, and
+// hands the window over one batch at a time as those are consumed
+// (NOTE [ Next-epoch prefetch ] in python/stoker/loader.py), so that the two
+// together never hold more than P batches. The first worker on a
 // job prepares it (sample indices, output layout, a slot from the pool). Each
 // sample writes only its own rows of the slot, so the result does not depend
 // on which thread did what.
@@ -83,7 +88,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const SlotPool& pool() const { return *pool_; }
 
   /// Starts workers for `epoch`, yielding batches first_batch .. num_batches()-1.
-  std::unique_ptr<Iteration> start(uint64_t epoch, int64_t first_batch);
+  /// `held` of the prefetch window's batches are held back until release_held().
+  std::unique_ptr<Iteration> start(uint64_t epoch, int64_t first_batch, int held = 0);
 
  private:
   friend class Iteration;
@@ -111,6 +117,9 @@ class Iteration {
   Status next(HostBatch& out, std::chrono::milliseconds timeout);
   /// See NOTE [ Shutdown ]. Idempotent; any thread.
   void stop();
+  /// Gives back `n` batches of the window held at start() (NOTE [ Batch assembly ]).
+  void release_held(int n);
+  int held() const { return held_.load(std::memory_order_acquire); }
 
   uint64_t epoch() const { return epoch_; }
   /// Index of the next batch next() returns.
@@ -123,7 +132,8 @@ class Iteration {
 
  private:
   friend class Engine;
-  Iteration(std::shared_ptr<Engine> engine, uint64_t epoch, int64_t first, int64_t end);
+  Iteration(std::shared_ptr<Engine> engine, uint64_t epoch, int64_t first, int64_t end,
+            int held);
 
   struct FieldPlan {
     size_t out = 0;                 // index into tensors
@@ -173,6 +183,7 @@ class Iteration {
   std::vector<std::unique_ptr<Job>> jobs_;
   std::atomic<int64_t> next_task_{0};
   std::atomic<int64_t> consumed_;
+  std::atomic<int> held_;
   std::atomic<bool> stop_{false};
   std::atomic<int> live_workers_{0};
 

@@ -97,21 +97,25 @@ class Loader:
         transforms: ``{field: [op, ...]}`` with ops from :mod:`stoker.ops` (image fields).
         on_error: ``"raise"`` (default) or ``"skip"``.
         max_image_pixels: images whose header declares more pixels are refused.
-        prefetch_next_epoch: once an epoch's last batch is handed out, start loading the
-            next epoch's first batches, so that its first batch does not wait for the
-            workers to start from cold (see below).
+        prefetch_next_epoch: start loading the next epoch's first batches while this
+            epoch's last ones are handed out, so that an epoch's first batch does not wait
+            for workers starting from cold (see below).
 
     Each ``iter(loader)`` runs one epoch: the epoch given by ``set_epoch``, or else the one
     after the last started (like DataLoader, which reshuffles on every pass). Starting a
     new iterator stops the previous one.
 
-    NOTE [ Next-epoch prefetch ]: when an epoch hands out its last batch, the workers of
-    the epoch that the next ``iter()`` will run (``set_epoch``'s, or the one after) start
-    filling the same ``prefetch`` slots, while the training loop is still busy with that
-    last batch. The next ``iter()`` takes them over if it runs that epoch from its start;
-    anything else (``set_epoch`` to another epoch, ``load_state_dict``) drops them. Batches
-    are functions of (seed, epoch, batch), so this changes no batch. ``close()`` (or
-    dropping the loader) stops those workers.
+    NOTE [ Next-epoch prefetch ]: the epoch that the next ``iter()`` will run
+    (``set_epoch``'s, or the one after) starts loading before that call, so that its first
+    batch does not wait for workers starting from cold. It starts once this epoch's workers
+    are done and fewer than ``prefetch`` of its batches are left to hand out, and it gets
+    the window of ``prefetch`` batches one batch at a time as this epoch's are handed out:
+    the two together never hold more than ``prefetch`` batches, so batch k+1 of the new
+    epoch is assembled just as it would have been within one epoch. The next ``iter()``
+    takes it over if it runs that epoch from its start; anything else (``set_epoch`` to
+    another epoch, ``load_state_dict``) drops it. Batches are functions of (seed, epoch,
+    batch), so this changes no batch. ``close()`` (or dropping the loader) stops those
+    workers.
     """
 
     def __init__(
@@ -214,8 +218,7 @@ class Loader:
         self._resume: Optional[tuple] = None   # (epoch, first batch) from load_state_dict
         self._last: Optional[weakref.ref] = None
         self._last_state: Optional[tuple] = None  # (epoch, yielded, finished) of last iterator
-        # (epoch, _core.Iteration) started before its iter(): NOTE [ Next-epoch prefetch ]
-        self._ahead: Optional[tuple] = None
+        self._ahead: Optional[_Ahead] = None  # NOTE [ Next-epoch prefetch ]
         self._skipped_reported = 0
         self._lock = threading.RLock()  # close() takes it, also from __iter__ and __del__
         # Counters of the host-to-device transfers of finished epochs (see stats()).
@@ -261,7 +264,7 @@ class Loader:
             self._epoch = epoch
             if self._resume is not None and self._resume[0] != epoch:
                 self._resume = None
-            if self._ahead is not None and self._ahead[0] != epoch:
+            if self._ahead is not None and self._ahead.epoch != epoch:
                 self._drop_ahead()
 
     @property
@@ -284,9 +287,8 @@ class Loader:
                 epoch, first = self._epoch, 0
             started = None
             if self._ahead is not None:
-                if self._ahead[0] == epoch and first == 0:
-                    started = self._ahead[1:]
-                    self._ahead = None
+                if self._ahead.epoch == epoch and first == 0:
+                    started = self._adopt_ahead()
                 else:
                     self._drop_ahead()
             self._epoch = epoch + 1
@@ -339,7 +341,7 @@ class Loader:
             self._resume = (epoch, done)
             self._epoch = epoch
             self._last_state = None
-            if self._ahead is not None and (self._ahead[0], 0) != (epoch, done):
+            if self._ahead is not None and (self._ahead.epoch, 0) != (epoch, done):
                 self._drop_ahead()
 
     # -- threads --------------------------------------------------------------
@@ -354,36 +356,73 @@ class Loader:
                 it.close()
             self._drop_ahead()
 
-    def _start_ahead(self, finished: "_LoaderIter") -> None:
-        """NOTE [ Next-epoch prefetch ]: `finished` has handed out its last batch."""
+    def _after_yield(self, it: "_LoaderIter") -> None:
+        """NOTE [ Next-epoch prefetch ]: `it` has just handed out a batch."""
+        remaining = it._end - it._yielded  # batches of `it` still in flight, at most
+        if remaining >= self.prefetch or not self.prefetch_next_epoch:
+            return  # mid-epoch: nothing to do
         with self._lock:
-            if (not self.prefetch_next_epoch or self._ahead is not None
-                    or self._resume is not None or self._last is None
-                    or self._last() is not finished or len(self) == 0):
+            if self._last is None or self._last() is not it:
                 return
+            ahead = self._ahead
+            if ahead is None:
+                if self._resume is not None or (remaining > 0 and it._it.live_workers > 0):
+                    return  # `it`'s workers are still busy: do not compete with them
+                try:
+                    ahead = _Ahead(self._epoch, self._engine.start(self._epoch, 0, remaining))
+                except Exception:
+                    return  # only a head start: the next iter() starts (or fails) as usual
+                self._ahead = ahead
+                _live_loaders.add(self)
+            if ahead.it.held > remaining:  # hand over the window as `it` frees it
+                ahead.it.release_held(ahead.it.held - remaining)
+            if remaining == 0 and ahead.transfer is None:
+                # With a device, copies start once `it`'s last batch is out, so that device
+                # buffers in flight stay within prefetch too.
+                try:
+                    ahead.transfer = self._start_transfer(ahead.it)
+                except Exception:
+                    self._drop_ahead()
+
+    def _adopt_ahead(self) -> tuple:
+        """Takes the prefetched epoch over (call with the lock): (iteration, transfer)."""
+        ahead, self._ahead = self._ahead, None
+        ahead.it.release_held(ahead.it.held)
+        if ahead.transfer is None:
             try:
-                self._ahead = (self._epoch,) + self._start_threads(self._epoch, 0)
-            except Exception:
-                return  # only a head start: the next iter() starts (or fails) as usual
-            _live_loaders.add(self)
+                ahead.transfer = self._start_transfer(ahead.it)
+            except BaseException:
+                ahead.it.stop()
+                raise
+        return ahead.it, ahead.transfer
+
+    def _release_ahead(self) -> None:
+        """The iterator before the prefetched epoch has closed: the whole window is free."""
+        with self._lock:
+            if self._ahead is not None and self._ahead.it.held > 0:
+                self._ahead.it.release_held(self._ahead.it.held)
 
     def _drop_ahead(self) -> None:
         with self._lock:
             ahead, self._ahead = self._ahead, None
         if ahead is not None and os.getpid() == self._pid:
-            _stop_threads(*ahead[1:])
+            _stop_threads(ahead.it, ahead.transfer)
 
     def _start_threads(self, epoch: int, first: int) -> tuple:
         """Starts an epoch's workers, and with a device its copy thread:
         (engine iteration, transfer or None)."""
         it = self._engine.start(epoch, first)
-        if self._device_context is None:
-            return it, None
         try:
-            return it, _core.CudaTransfer(it, self._device_context, self.prefetch)
+            return it, self._start_transfer(it)
         except BaseException:
             it.stop()
             raise
+
+    def _start_transfer(self, it):
+        """The copy thread of an epoch's batches to the device; None without a device."""
+        if self._device_context is None:
+            return None
+        return _core.CudaTransfer(it, self._device_context, self.prefetch)
 
     # -- introspection --------------------------------------------------------
 
@@ -422,6 +461,15 @@ class Loader:
         return (f"stoker.Loader({len(self.dataset)} samples, batch_size={self.batch_size}, "
                 f"shuffle={self.shuffle}, num_threads={self.num_threads}, "
                 f"device={str(self.device)!r})")
+
+
+class _Ahead:
+    """An epoch started before its iter() (NOTE [ Next-epoch prefetch ])."""
+
+    __slots__ = ("epoch", "it", "transfer")
+
+    def __init__(self, epoch: int, it) -> None:
+        self.epoch, self.it, self.transfer = epoch, it, None
 
 
 def _stop_threads(it, transfer) -> None:
@@ -486,8 +534,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._yielded += 1
         self._record_state()
         batch = {name: torch.from_dlpack(cap) for name, cap in caps}
-        if self._yielded == self._end:
-            self._loader._start_ahead(self)
+        self._loader._after_yield(self)
         return batch
 
     def _record_state(self) -> None:
@@ -524,6 +571,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             return  # forked child: the threads live in the parent
         loader = self._loader
         _stop_threads(self._it, self._transfer)
+        loader._release_ahead()
         with loader._lock:  # moves this epoch's counters into the loader's totals, at once
             if self._transfer is not None:
                 loader._transfer_totals = _add_transfer_stats(loader._transfer_totals,
