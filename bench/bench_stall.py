@@ -6,8 +6,8 @@ A training-like loop whose step is a fixed wait (``time.sleep``) standing for wo
 does not use the host's cores, such as a GPU step followed by ``loss.item()``: each step
 takes a batch, "trains" on it, and drops it, in lock step. The step is 1.5x the time stoker
 needs per batch (``--step-ms`` to set it), so a loader that keeps up never stalls in steady
-state; what is left is the start of each epoch. Each loop runs one epoch of warm-up first
-(workers started, batch buffers allocated and first touched). Printed, in one run:
+state; what is left is the start of each epoch. Each loop runs two epochs of warm-up
+first (workers started, batch buffers allocated and first touched). Printed, in one run:
 
   * the ideal loop (no data) and the loop fed by: stoker; stoker without next-epoch
     prefetch (``prefetch_next_epoch=False``); DataLoader(num_workers=N, persistent_workers)
@@ -42,13 +42,16 @@ def read_files(path):
 
 def run_loop(make_epoch, epochs, step_s):
     """(seconds per step, waits of the epochs' first steps, waits of the other steps),
-    after one epoch of warm-up (worker start, buffers allocated and first touched)."""
-    for _ in make_epoch(0):
-        time.sleep(step_s)
+    after two epochs of warm-up (workers started, batch buffers allocated and first
+    touched: the pool reaches its steady size only once the loop has held one batch while
+    the workers filled the whole window, which can take more than an epoch)."""
+    for epoch in range(2):
+        for _ in make_epoch(epoch):
+            time.sleep(step_s)
     first, rest = [], []
     steps = 0
     t0 = time.perf_counter()
-    for epoch in range(1, epochs + 1):
+    for epoch in range(2, epochs + 2):
         it = iter(make_epoch(epoch))
         i = 0
         while True:
@@ -72,7 +75,7 @@ def main(argv=None):
     p.add_argument("--shape", type=int, nargs=3, default=(3, 224, 224))
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--prefetch", type=int, default=4)
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="time per step; 0 = 1.5x stoker's measured time per batch")
     p.add_argument("--dl-workers", type=int, nargs="+", default=None,

@@ -61,9 +61,9 @@ def test_epochs_together_hold_no_more_than_prefetch_batches(tmp_path, fake_devic
     loader = stoker.Loader(ds, batch_size=10, shuffle=True, num_threads=3, prefetch=prefetch,
                            _fake_device=fake_device)
     for epoch in range(4):
-        for b in loader:  # holds one batch, and the next while next() runs
+        for _b in loader:  # holds one batch, and the next while next() runs
             time.sleep(0.002)  # the workers fill the window, also at the epoch's end
-        del b
+        del _b
         s = loader.stats()
         if fake_device:  # host slots also back the copies in flight (up to prefetch more)
             assert s["transfer"]["pool_buffers"] <= prefetch + 2, (epoch, s["transfer"])

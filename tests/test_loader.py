@@ -336,3 +336,22 @@ def test_stats_report_progress(small_ds):
 
 def test_dataset_path_accepted(small_ds):
     assert len(stoker.Loader(small_ds.path, batch_size=10)) == 10
+
+
+def test_workers_never_preempt_the_consumer(small_ds):
+    """NOTE [ Worker scheduling ]: workers run under SCHED_BATCH."""
+    loader = stoker.Loader(small_ds, batch_size=10, num_threads=2, prefetch=2)
+    it = iter(loader)
+    next(it)
+    tids = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                if f.read().startswith("stoker-worker"):
+                    tids.append(int(t))
+        except OSError:
+            pass
+    assert tids
+    assert all(os.sched_getscheduler(t) == os.SCHED_BATCH for t in tids)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the consumer is left as it was
+    it.close()

@@ -1,6 +1,7 @@
 #include "pipeline/loader_engine.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,23 @@
 namespace stoker {
 
 namespace {
+
+// NOTE [ Worker scheduling ]
+// Workers are throughput threads; the thread that consumes batches (a training
+// loop launching GPU work) is the one whose latency counts. Under SCHED_BATCH a
+// worker gets the same CPU share as under SCHED_OTHER at the same nice value,
+// but never preempts the thread that wakes it: next() wakes the workers waiting
+// for window space, and on a machine whose cores all run workers the woken one
+// used to preempt the consumer for a scheduler slice, right inside next()
+// (measured 2-5 ms at most epochs' first batch on a 2-core VM, bench_stall.py).
+// Best effort: where the policy is refused the worker runs as before.
+void use_batch_scheduling() {
+#ifdef SCHED_BATCH
+  sched_param sp{};
+  sp.sched_priority = 0;
+  (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+#endif
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -161,6 +179,7 @@ void Iteration::worker_loop(int id) {
   char name[16];
   std::snprintf(name, sizeof name, "stoker-worker-%d", id);
   pthread_setname_np(pthread_self(), name);
+  use_batch_scheduling();
   EngineStats& stats = *engine_->stats_;
   while (!stop_.load(std::memory_order_acquire)) {
     const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
