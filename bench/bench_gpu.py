@@ -9,10 +9,14 @@ Run from the repo root after `pip install .`, on a machine with a CUDA GPU. One 
    sizes (device time, CUDA events). Ratio printed; target >= 90%.
 2. A training-like loop: a fixed GPU workload per step (a matmul chain, sized to take
    longer than the loader needs per batch), fed by stoker (device="cuda") vs
-   DataLoader(pin_memory=True, num_workers=N) + `.to("cuda", non_blocking=True)`.
-   Reported: seconds per step; the stall, i.e. the fraction of step time spent waiting
-   for data (1 - ideal/step, where ideal is the same loop on a batch already on the GPU);
-   and the time the Python loop was blocked in next() (an upper bound).
+   DataLoader(pin_memory=True, num_workers=N) + `.to("cuda", non_blocking=True)`, in two
+   forms: "queued", where the host runs ahead of the GPU (nothing waits for a step's
+   result), and "lock step", where every step ends with `loss.item()`, so that nothing
+   hides the time to the next batch, an epoch's first one included. Each loop first runs
+   one epoch of warm-up. Reported: seconds per step; the stall, i.e. the fraction of step
+   time spent waiting for data (1 - ideal/step, where ideal is the same loop on a batch
+   already on the GPU); and the time the Python loop was blocked in next() (an upper
+   bound).
 """
 
 import argparse
@@ -122,14 +126,15 @@ def calibrate(work, x, target_s):
     return max(1, int(round(len(work.w) * target_s / per)))
 
 
-def run_loop(batches, work, steps, to_device, waits=None):
+def run_loop(batches, work, steps, to_device, waits=None, sync=False, warmup=3):
     """Runs `steps` steps; returns (seconds per step, fraction of time waiting for data).
-    `waits`, a list, receives the seconds each step's next() blocked."""
+    `waits`, a list, receives the seconds each step's next() blocked. `sync`: each step
+    ends with .item() (lock step) instead of only the last one."""
     it = iter(batches)
     wait = 0.0
     acc = None
-    # warm-up steps, not counted: worker start-up and the first batches
-    for _ in range(3):
+    # warm-up steps, not counted: worker start-up, buffers allocated and first touched
+    for _ in range(warmup):
         b = to_device(next(it))
         acc = work.step(b["x"])
     torch.cuda.synchronize()
@@ -143,6 +148,8 @@ def run_loop(batches, work, steps, to_device, waits=None):
             waits.append(dt)
         acc = work.step(b["x"])
         del b
+        if sync:
+            acc.item()
     acc.item()  # the last step's result, as a training loop's loss.item() would
     total = time.perf_counter() - t0
     return total / steps, wait / total
@@ -202,10 +209,11 @@ def main(argv=None):
     # 2. training-like loop
     loader = stoker.Loader(ds, batch_size=a.batch_size, shuffle=True, num_threads=a.threads,
                            prefetch=a.prefetch, device="cuda", drop_last=True)
-    t0 = time.perf_counter()
-    n = sum(1 for _ in loader)
-    torch.cuda.synchronize()
-    per_batch = (time.perf_counter() - t0) / n
+    for _ in range(2):  # the second epoch: buffers already allocated
+        t0 = time.perf_counter()
+        n = sum(1 for _ in loader)
+        torch.cuda.synchronize()
+        per_batch = (time.perf_counter() - t0) / n
     step_s = a.step_ms / 1e3 if a.step_ms > 0 else 1.5 * per_batch
     x0 = torch.zeros((a.batch_size,) + tuple(a.shape), dtype=torch.uint8, device="cuda")
     work = Workload(4096, 4)
@@ -216,45 +224,54 @@ def main(argv=None):
     # The ideal loop reads a different resident batch each step, as the fed loops do
     # (one batch, read over and over, would partly stay in the GPU's L2 cache).
     resident = [{"x": torch.full_like(x0, i)} for i in range(a.prefetch + 2)]
-    ideal, _ = run_loop(repeat_epochs(lambda: resident), work, a.steps, lambda b: b)
-    before = loader.stats()
-    st_waits = []
-    st_step, st_wait = run_loop(repeat_epochs(lambda: loader), work, a.steps, lambda b: b,
-                                st_waits)
-    gc.collect()  # the loop's iterator: its transfer counters join loader.stats()
-    after = loader.stats()
     dl = torch.utils.data.DataLoader(DsMap(a.data), batch_size=a.batch_size, shuffle=True,
                                      num_workers=a.threads, pin_memory=True, drop_last=True,
                                      persistent_workers=True, prefetch_factor=2)
-    dl_step, dl_wait = run_loop(
-        repeat_epochs(lambda: dl), work, a.steps,
-        lambda b: {k: v.to("cuda", non_blocking=True) for k, v in b.items()})
-    # "stall": the share of each step lost to data, against the same loop on a batch
-    # already on the GPU. "host blocked": time the Python thread spent inside next()/.to();
-    # it includes waiting for the GPU to drain its queue, so it overstates the stall.
-    print(f"  {'':28s}{'s/step':>10s}{'stall':>10s}{'host blocked':>14s}")
-    print(f"  {'batch already on GPU':28s}{ideal:10.4f}{0.0:10.1%}{'':>14s}")
-    for name, step, wait in (("stoker device=cuda", st_step, st_wait),
-                             ("DataLoader pinned + .to()", dl_step, dl_wait)):
-        print(f"  {name:28s}{step:10.4f}{max(0.0, 1 - ideal / step):10.1%}{wait:14.1%}")
-    print(f"  stoker / DataLoader step time: {st_step / dl_step:.2f}")
-    # Where stoker's time went during its loop (per step), to tell a host-side
-    # shortfall (workers behind: the copy thread waits for batches) from a device-side one.
-    steps = a.steps + 3
-    tb, ta = before.get("transfer", {}), after.get("transfer", {})
+    warm = len(loader) + 3
+    for mode, sync in (("queued", False), ("lock step: loss.item() each step", True)):
+        ideal, _ = run_loop(repeat_epochs(lambda: resident), work, a.steps, lambda b: b,
+                            sync=sync)
+        gc.collect()
+        before = loader.stats()
+        st_waits = []
+        st_step, st_wait = run_loop(repeat_epochs(lambda: loader), work, a.steps, lambda b: b,
+                                    st_waits, sync=sync, warmup=warm)
+        gc.collect()  # the loop's iterator: its transfer counters join loader.stats()
+        after = loader.stats()
+        dl_step, dl_wait = run_loop(
+            repeat_epochs(lambda: dl), work, a.steps,
+            lambda b: {k: v.to("cuda", non_blocking=True) for k, v in b.items()},
+            sync=sync, warmup=warm)
+        # "stall": the share of each step lost to data, against the same loop on a batch
+        # already on the GPU. "host blocked": time the Python thread spent inside
+        # next()/.to(); queued, it includes waiting for the GPU to drain its queue, so it
+        # overstates the stall.
+        print(f"\n  {mode}")
+        print(f"  {'':28s}{'s/step':>10s}{'stall':>10s}{'host blocked':>14s}")
+        print(f"  {'batch already on GPU':28s}{ideal:10.4f}{0.0:10.1%}{'':>14s}")
+        for name, step, wait in (("stoker device=cuda", st_step, st_wait),
+                                 ("DataLoader pinned + .to()", dl_step, dl_wait)):
+            print(f"  {name:28s}{step:10.4f}{max(0.0, 1 - ideal / step):10.1%}{wait:14.1%}")
+        print(f"  stoker / DataLoader step time: {st_step / dl_step:.2f}")
+        # Where stoker's time went during its loop (per step), to tell a host-side
+        # shortfall (workers behind: the copy thread waits for batches) from a device-side
+        # one.
+        steps = a.steps + warm
+        tb, ta = before.get("transfer", {}), after.get("transfer", {})
 
-    def per_step_ms(new, old, key):
-        return (new.get(key, 0) - old.get(key, 0)) / steps * 1e3
+        def per_step_ms(new, old, key, steps=steps):
+            return (new.get(key, 0) - old.get(key, 0)) / steps * 1e3
 
-    print(f"  stoker per step (ms): next() blocked {per_step_ms(ta, tb, 'wait_seconds'):.2f}, "
-          f"copy thread waiting for host batches {per_step_ms(after, before, 'wait_seconds'):.2f}, "
-          f"copy (device time) {per_step_ms(ta, tb, 'copy_seconds'):.2f}, "
-          f"workers idle {per_step_ms(after, before, 'worker_idle_seconds'):.1f} (thread-ms)")
-    # An epoch boundary (every len(loader) steps) shows up as the largest waits.
-    w = np.array(st_waits) * 1e3
-    print(f"  stoker next() blocked per step (ms): median {np.median(w):.2f}, "
-          f"p90 {np.percentile(w, 90):.2f}, max {w.max():.2f}; "
-          f"{len(loader)} batches per epoch")
+        print(f"  stoker per step (ms): next() blocked {per_step_ms(ta, tb, 'wait_seconds'):.2f}, "
+              f"copy thread waiting for host batches "
+              f"{per_step_ms(after, before, 'wait_seconds'):.2f}, "
+              f"copy (device time) {per_step_ms(ta, tb, 'copy_seconds'):.2f}, "
+              f"workers idle {per_step_ms(after, before, 'worker_idle_seconds'):.1f} (thread-ms)")
+        # An epoch boundary (every len(loader) steps) shows up as the largest waits.
+        w = np.array(st_waits) * 1e3
+        print(f"  stoker next() blocked per step (ms): median {np.median(w):.2f}, "
+              f"p90 {np.percentile(w, 90):.2f}, max {w.max():.2f}; "
+              f"{len(loader)} batches per epoch")
     return 0
 
 
