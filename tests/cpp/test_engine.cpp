@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -162,6 +163,49 @@ void errors_arrive_at_their_batch() {
   CHECK_EQ(skip->stats().skipped.load(), 1);
 }
 
+// Engine::start(..., held): the held part of the window stays empty until
+// release_held() gives it back, one batch at a time (the loader's next-epoch
+// prefetch shares the window this way).
+void held_window_is_given_back_batch_by_batch() {
+  auto ds = make_dataset(200);
+  auto engine = Engine::create(ds, options(10, 3, 4, true));
+  auto it = engine->start(0, 0, 3);
+  CHECK_EQ(it->held(), 3);
+  auto wait_ready = [&](int want) {
+    for (int i = 0; i < 2000 && it->ready_batches() < want; ++i)
+      std::this_thread::sleep_for(1ms);
+    return it->ready_batches();
+  };
+  CHECK_EQ(wait_ready(1), 1);
+  std::this_thread::sleep_for(50ms);  // the workers had time to overfill, and did not
+  CHECK_EQ(it->ready_batches(), 1);
+  it->release_held(1);
+  CHECK_EQ(wait_ready(2), 2);
+  std::this_thread::sleep_for(50ms);
+  CHECK_EQ(it->ready_batches(), 2);
+  it->release_held(10);  // more than held: the whole window, no further
+  CHECK_EQ(it->held(), 0);
+  CHECK_EQ(wait_ready(4), 4);
+  // the batches are those of an iteration that held nothing
+  auto ref = engine->start(0, 0);
+  HostBatch a, b;
+  int64_t n = 0;
+  while (it->next(a, 5s) == Iteration::Status::kBatch) {
+    CHECK(ref->next(b, 5s) == Iteration::Status::kBatch);
+    CHECK(labels(a) == labels(b));
+    ++n;
+  }
+  CHECK_EQ(n, 20);
+  bool threw = false;
+  try {
+    engine->start(0, 0, 5);  // more than prefetch
+  } catch (const UsageError&) {
+    threw = true;
+  }
+  CHECK(threw);
+}
+
 }  // namespace
 
-TEST_MAIN(order_and_determinism(); kept_batches_and_early_stop(); errors_arrive_at_their_batch())
+TEST_MAIN(order_and_determinism(); kept_batches_and_early_stop(); errors_arrive_at_their_batch();
+          held_window_is_given_back_batch_by_batch())
