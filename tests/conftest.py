@@ -36,15 +36,20 @@ def corrupt_record(ds, record):
         f.write(bytes([b[0] ^ 0xFF]))
 
 
-def thread_names():
-    names = []
+def thread_table():
+    """{thread id: name} of this process's threads."""
+    out = {}
     for t in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{t}/comm") as f:
-                names.append(f.read().strip())
+                out[int(t)] = f.read().strip()
         except OSError:
             pass  # the thread ended while listing
-    return names
+    return out
+
+
+def thread_names():
+    return list(thread_table().values())
 
 
 def epoch_labels(loader):

@@ -10,7 +10,7 @@ import time
 import pytest
 import stoker
 import torch
-from conftest import epoch_labels, thread_count, thread_names, write_dataset
+from conftest import corrupt_record, epoch_labels, thread_count, thread_names, write_dataset
 
 
 def workers() -> int:
@@ -130,6 +130,34 @@ def test_resume_after_an_epoch_end_gets_the_right_batches(small_ds):
     # a state saved at an epoch's end resumes at the next epoch, which is prefetched
     other.load_state_dict(other.state_dict())
     assert epoch_labels(other) == reference(small_ds, 2, **KW)
+
+
+def test_leaving_an_epoch_early_hands_its_window_to_the_next(small_ds):
+    loader = stoker.Loader(small_ds, **KW)
+    it = iter(loader)
+    for _ in range(len(loader) - 1):
+        next(it)
+        time.sleep(0.01)  # the workers finish epoch 0, so that epoch 1 starts ahead
+    assert loader._ahead is not None and loader._ahead.it.held == 1
+    it.close()  # one batch of epoch 0 never taken
+    assert epoch_labels(loader) == reference(small_ds, 1, **KW)
+    loader.close()
+
+
+def test_an_error_in_the_prefetched_epoch_surfaces_at_its_batch(tmp_path):
+    ds = write_dataset(tmp_path / "d", 40, shard_size="1MB")
+    corrupt_record(ds, 2)  # in batch 0
+    ds = stoker.Dataset(tmp_path / "d")
+    loader = stoker.Loader(ds, batch_size=4, num_threads=2, prefetch=2)
+    state = loader.state_dict()
+    state["batches_yielded"] = 1
+    loader.load_state_dict(state)  # epoch 0 from batch 1: no bad record in it
+    assert sum(len(b["label"]) for b in loader) == 36  # epoch 1 was loading meanwhile
+    assert loader._ahead is not None
+    it = iter(loader)
+    with pytest.raises(stoker.DataError, match=r"shard-00000.stk: record 2: checksum mismatch"):
+        next(it)
+    loader.close()
 
 
 def test_close_stops_every_worker_and_the_loader_stays_usable(small_ds):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import corrupt_record, epoch_labels, thread_count, write_dataset
+from conftest import corrupt_record, epoch_labels, thread_count, thread_table, write_dataset
 
 # -- length and coverage -------------------------------------------------------
 
@@ -340,18 +340,12 @@ def test_dataset_path_accepted(small_ds):
 
 def test_workers_never_preempt_the_consumer(small_ds):
     """NOTE [ Worker scheduling ]: workers run under SCHED_BATCH."""
+    consumer = os.sched_getscheduler(0)
     loader = stoker.Loader(small_ds, batch_size=10, num_threads=2, prefetch=2)
     it = iter(loader)
-    next(it)
-    tids = []
-    for t in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{t}/comm") as f:
-                if f.read().startswith("stoker-worker"):
-                    tids.append(int(t))
-        except OSError:
-            pass
-    assert tids
+    next(it)  # the window is full again at once: the workers wait, alive
+    tids = [t for t, name in thread_table().items() if name.startswith("stoker-worker")]
+    assert len(tids) == 2
     assert all(os.sched_getscheduler(t) == os.SCHED_BATCH for t in tids)
-    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the consumer is left as it was
+    assert os.sched_getscheduler(0) == consumer  # the consumer is left as it was
     it.close()

@@ -385,7 +385,8 @@ class Loader:
                     self._drop_ahead()
 
     def _adopt_ahead(self) -> tuple:
-        """Takes the prefetched epoch over (call with the lock): (iteration, transfer)."""
+        """Takes the prefetched epoch over (call with the lock): (iteration, transfer).
+        Its whole window is free now, also when the epoch before was left early."""
         ahead, self._ahead = self._ahead, None
         ahead.it.release_held(ahead.it.held)
         if ahead.transfer is None:
@@ -395,12 +396,6 @@ class Loader:
                 ahead.it.stop()
                 raise
         return ahead.it, ahead.transfer
-
-    def _release_ahead(self) -> None:
-        """The iterator before the prefetched epoch has closed: the whole window is free."""
-        with self._lock:
-            if self._ahead is not None and self._ahead.it.held > 0:
-                self._ahead.it.release_held(self._ahead.it.held)
 
     def _drop_ahead(self) -> None:
         with self._lock:
@@ -571,7 +566,6 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             return  # forked child: the threads live in the parent
         loader = self._loader
         _stop_threads(self._it, self._transfer)
-        loader._release_ahead()
         with loader._lock:  # moves this epoch's counters into the loader's totals, at once
             if self._transfer is not None:
                 loader._transfer_totals = _add_transfer_stats(loader._transfer_totals,
