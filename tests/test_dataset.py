@@ -41,6 +41,62 @@ def test_bad_index_is_reported(tmp_path, edit, message):
     assert "index.json" in str(e.value)
 
 
+_ODD_VALUES = [None, -1, 0, 1, 2**63, 2**70, 1.5, True, "", "x", "../x", "/etc/passwd", [],
+               {}, [1], {"a": 1}, "ffffffffffffffff", "shard-00000.stk"]
+
+
+def _json_paths(node, path=()):
+    if path:
+        yield path
+    items = node.items() if isinstance(node, dict) else \
+        enumerate(node) if isinstance(node, list) else ()
+    for key, child in items:
+        yield from _json_paths(child, path + (key,))
+
+
+def test_any_edit_of_the_index_is_accepted_or_a_data_error(tmp_path):
+    """Structural fuzz of index.json: a value swapped for one of another type or size, or a
+    key removed; half the time the schema hash is fixed up so the schema parsing is reached.
+    Opening and reading the result either works or raises DataError naming index.json or
+    the shard; never a TypeError, an OverflowError or a crash in C++."""
+    import random
+
+    from stoker.fields import Field, schema_hash
+
+    write_dataset(tmp_path / "d", 42, shard_size="1KB")
+    index_path = tmp_path / "d" / "index.json"
+    original = json.loads(index_path.read_text())
+    rng = random.Random(0)
+    outcomes = {"opened": 0, "refused": 0}
+    for _ in range(300):
+        index = json.loads(json.dumps(original))
+        for _ in range(rng.choice([1, 1, 2])):
+            path = rng.choice(list(_json_paths(index)))
+            parent = index
+            for key in path[:-1]:
+                parent = parent[key]
+            if isinstance(parent, dict) and rng.random() < 0.15:
+                del parent[path[-1]]
+            else:
+                parent[path[-1]] = rng.choice(_ODD_VALUES)
+        if rng.random() < 0.5:
+            try:
+                fields = {f["name"]: Field.from_spec(f) for f in index["schema"]}
+                index["schema_hash"] = f"{schema_hash(fields):016x}"
+            except Exception:
+                pass  # the schema itself is broken: Dataset must say so
+        index_path.write_text(json.dumps(index))
+        try:
+            ds = stoker.Dataset(tmp_path / "d")
+            for _ in stoker.Loader(ds, batch_size=16, num_threads=2):
+                pass
+            outcomes["opened"] += 1
+        except stoker.DataError as e:
+            assert str(tmp_path / "d") in str(e), str(e)  # names index.json or the shard
+            outcomes["refused"] += 1
+    assert outcomes["opened"] > 0 and outcomes["refused"] > 0, outcomes
+
+
 def test_missing_shard_file(tmp_path):
     ds = write_dataset(tmp_path / "d", 30)
     path = shard_path(ds)

@@ -32,6 +32,12 @@ def test_ndarray_fixed_and_variable_shapes():
     assert v.decode(v.encode(np.zeros((0, 2), np.int32))).shape == (0, 2)
     with pytest.raises(ValueError, match="only the first may be None"):
         stoker.ndarray("int32", (2, None))
+    # a sample (or a variable sample's row) must fit a record: lengths are u32
+    stoker.ndarray("uint8", (2**32 - 1,))
+    with pytest.raises(ValueError, match="exceeds a record's limit"):
+        stoker.ndarray("uint8", (2**32,))
+    with pytest.raises(ValueError, match="per sample row exceeds"):
+        stoker.ndarray("float32", (None, 2**20, 2**10))
 
 
 def test_image_field_accepts_only_encoded_images():

@@ -13,6 +13,11 @@ from .writer import FORMAT_NAME, FORMAT_VERSION, INDEX_NAME
 __all__ = ["Dataset"]
 
 
+def _is_count(v: Any) -> bool:
+    """A non-negative integer that fits the format's 64-bit fields (not a bool)."""
+    return type(v) is int and 0 <= v < 2**63
+
+
 class Dataset:
     """A dataset written by :class:`stoker.ShardWriter`: a directory of shards plus
     ``index.json``.
@@ -86,9 +91,9 @@ class Dataset:
             raise bad("missing 'shards' list")
         total = 0
         for i, s in enumerate(shards):
-            ok = (isinstance(s, dict) and isinstance(s.get("path"), str)
-                  and isinstance(s.get("num_records"), int) and s["num_records"] >= 0
-                  and isinstance(s.get("bytes"), int) and s["bytes"] >= 0)
+            ok = (isinstance(s, dict) and isinstance(s.get("path"), str) and s["path"]
+                  and _is_count(s.get("num_records")) and _is_count(s.get("bytes"))
+                  and (s.get("checksum") is None or _is_count(s["checksum"])))
             if not ok:
                 raise bad(f"shard entry {i} is malformed: {s!r}")
             p = s["path"]

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+# Largest record the shard format holds: record lengths are u32 (csrc/format/shard_format.h).
+MAX_RECORD_BYTES = 0xFFFFFFFF
 
 __all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "scalar", "ndarray", "blob", "image"]
 
@@ -151,6 +155,12 @@ class NDArray(Field):
                     "(only the first may be None)")
         self.shape: Tuple[Optional[int], ...] = tuple(None if d is None else int(d)
                                                       for d in shape)
+        # a fixed sample, or one row of a variable one, must fit a record (u32 lengths)
+        row = self.dtype.itemsize * math.prod(d for d in self.shape if d is not None)
+        if row > MAX_RECORD_BYTES:
+            raise ValueError(f"ndarray shape {shape}: {row} bytes per sample"
+                             f"{' row' if self.variable else ''} exceeds a record's limit "
+                             f"of {MAX_RECORD_BYTES} bytes")
 
     @property
     def variable(self) -> bool:
