@@ -85,6 +85,29 @@ def test_argument_errors(small_ds):
         stoker.Loader(small_ds, batch_size=4, transforms={"img": []})
     with pytest.raises(ValueError, match="not an image field"):
         stoker.Loader(small_ds, batch_size=4, transforms={"x": []})
+    # bools are not ints here, and what would overflow the core's 64-bit ints is refused
+    # in Python with the argument's name, not as a binding's TypeError
+    for kwargs, message in [
+        (dict(batch_size=True), "batch_size must be a positive int, got True"),
+        (dict(batch_size=2**70), "batch_size must be at most"),
+        (dict(batch_size=4, prefetch=True), "prefetch must be a positive int"),
+        (dict(batch_size=4, prefetch=2**40), "prefetch must be at most"),
+        (dict(batch_size=4, num_threads=True), "num_threads must be a positive int"),
+        (dict(batch_size=4, seed=2**64), "seed must be at most"),
+        (dict(batch_size=4, rank=0.0, world_size=1), "rank must be a non-negative int"),
+        (dict(batch_size=4, world_size=0), "world_size must be a positive int"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            stoker.Loader(small_ds, **kwargs)
+    with pytest.raises(TypeError, match="transforms must be a dict"):
+        stoker.Loader(small_ds, batch_size=4, transforms=[stoker.ops.CenterCrop(2)])
+    def order(seed):
+        return epoch_labels(stoker.Loader(small_ds, batch_size=4, shuffle=True, seed=seed))
+    assert order(-1) == order(2**64 - 1) != order(0)  # negative seeds: modulo 2**64
+    loader = stoker.Loader(small_ds, batch_size=4)
+    for epoch in (-1, 2**63, 1.0):
+        with pytest.raises(ValueError, match="epoch must be"):
+            loader.set_epoch(epoch)
 
 
 # -- determinism and resume ----------------------------------------------------
@@ -171,6 +194,12 @@ def test_state_dict_refuses_other_settings(small_ds):
         stoker.Loader(small_ds, batch_size=5, seed=1).load_state_dict(state)
     with pytest.raises(ValueError, match="seed"):
         stoker.Loader(small_ds, batch_size=10, seed=2).load_state_dict(state)
+    loader = stoker.Loader(small_ds, batch_size=10, seed=1)
+    with pytest.raises(TypeError, match="state_dict"):
+        loader.load_state_dict(None)
+    for key, value in [("epoch", 2**63), ("epoch", "1"), ("batches_yielded", -1)]:
+        with pytest.raises(ValueError, match=f"state's {key} must be"):
+            loader.load_state_dict({**state, key: value})
 
 
 # -- memory: zero copy, kept batches, pool reuse --------------------------------

@@ -43,6 +43,17 @@ def _available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
+               what: Optional[str] = None) -> None:
+    """Refuses what is not an int (bools included) in [low, high] with a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if what is None:
+            what = "a positive int" if low == 1 else "a non-negative int" if low == 0 else "an int"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    if value > high:
+        raise ValueError(f"{name} must be at most {high}, got {value!r}")
+
+
 def _dist_defaults() -> tuple:
     try:
         import torch.distributed as dist
@@ -140,12 +151,12 @@ class Loader:
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
         self.dataset = dataset
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        _check_int("batch_size", batch_size, 1)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+        # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused
+        # rather than silently aliased to a smaller one
+        _check_int("seed", seed, -2**63, 2**64 - 1)
         self.batch_size = batch_size
         self.shuffle = bool(shuffle)
         self.seed = seed
@@ -155,18 +166,20 @@ class Loader:
 
         if num_threads is None:
             num_threads = _available_cores()
-        if not isinstance(num_threads, int) or num_threads < 1:
-            raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+        _check_int("num_threads", num_threads, 1, 4096, "a positive int or None")
         self.num_threads = num_threads
         if prefetch is None:
             prefetch = 4
-        if not isinstance(prefetch, int) or prefetch < 1:
-            raise ValueError(f"prefetch must be a positive int or None, got {prefetch!r}")
+        _check_int("prefetch", prefetch, 1, 2**31 - 1, "a positive int or None")
         self.prefetch = prefetch
 
         d_rank, d_world = _dist_defaults()
         self.rank = d_rank if rank is None else rank
         self.world_size = d_world if world_size is None else world_size
+        _check_int("world_size", self.world_size, 1)
+        _check_int("rank", self.rank, 0)
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is outside [0, world_size={self.world_size})")
 
         self.device = torch.device(device)
         is_cuda = self.device.type == "cuda"
@@ -226,6 +239,9 @@ class Loader:
         self._run_seconds = 0.0  # summed over closed iterators (see stats())
 
     def _check_transforms(self, transforms: Mapping[str, Sequence[Op]]) -> Dict[str, list]:
+        if not isinstance(transforms, Mapping):
+            raise TypeError(f"transforms must be a dict {{field name: [ops]}}, got "
+                            f"{type(transforms).__name__}")
         out = {}
         for name, ops in transforms.items():
             if name not in self.dataset.fields:
@@ -258,8 +274,7 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iteration runs (its permutation and augmentations).
         A pending resume from ``load_state_dict`` is kept when it is for this epoch."""
-        if not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        _check_int("epoch", epoch, 0)
         with self._lock:
             self._epoch = epoch
             if self._resume is not None and self._resume[0] != epoch:
@@ -324,6 +339,9 @@ class Loader:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes from ``state_dict()``: the next iteration continues that epoch.
         The thread count and prefetch may differ; the data and sampling settings may not."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"load_state_dict takes the dict of state_dict(), got "
+                            f"{type(state).__name__}")
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"unsupported loader state version {state.get('version')!r}")
         mine = self.state_dict()
@@ -332,7 +350,9 @@ class Loader:
             if state.get(key) != mine[key]:
                 raise ValueError(f"cannot resume: state has {key}={state.get(key)!r} but this "
                                  f"loader has {key}={mine[key]!r}")
-        epoch, done = int(state["epoch"]), int(state["batches_yielded"])
+        epoch, done = state.get("epoch"), state.get("batches_yielded")
+        _check_int("state's epoch", epoch, 0)
+        _check_int("state's batches_yielded", done, 0)
         if not 0 <= done <= len(self):
             raise ValueError(f"cannot resume: batches_yielded={done} outside [0, {len(self)}]")
         if done == len(self):
