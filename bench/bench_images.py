@@ -8,8 +8,9 @@ Measures images/s, in one run, for
       num_threads = 1, 2 (and all cores if more); plus the bare per-image path
       (_core.decode_image in a loop, one thread, no loader);
   (b) torch.utils.data.DataLoader over a map-style dataset that reads the files and does
-      the same transforms with PIL (torchvision's RandomResizedCrop rule and
-      crop-then-BILINEAR resize, written out since torchvision is not a dependency),
+      the same transforms with PIL (stoker.bench.pil_decode: torchvision's
+      RandomResizedCrop rule and crop-then-BILINEAR resize, written out since torchvision
+      is not a dependency),
       num_workers = 0, 1, 2; batches collated to uint8 tensors as stoker yields them;
   (c) the ceiling: full decodes of the same files with libjpeg-turbo, nothing else,
       on 1 thread and on all cores (_core.decode_only_throughput).
@@ -20,14 +21,10 @@ from a warm page cache (an idle minute may evict it).
 
 import argparse
 import glob
-import math
 import os
-import random
 import sys
 import tempfile
 import time
-
-import numpy as np
 
 
 def read_files(paths):
@@ -47,27 +44,6 @@ def warm(paths):
 
 # --- (b) the PIL/DataLoader reference -------------------------------------------------
 
-def rrc_params(width, height, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), rng=random):
-    """torchvision.transforms.RandomResizedCrop.get_params, with Python's random."""
-    area = height * width
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target_area = area * rng.uniform(scale[0], scale[1])
-        aspect = math.exp(rng.uniform(*log_ratio))
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
-    in_ratio = width / height
-    if in_ratio < min(ratio):
-        w, h = width, int(round(width / min(ratio)))
-    elif in_ratio > max(ratio):
-        h, w = height, int(round(height * max(ratio)))
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
-
-
 class PilImages:
     """Map-style dataset: file -> PIL decode -> RandomResizedCrop -> flip -> uint8 HWC."""
 
@@ -79,17 +55,10 @@ class PilImages:
 
     def __getitem__(self, i):
         import torch
-        from PIL import Image
+        from stoker.bench import pil_decode
 
         with open(self.paths[i], "rb") as f:
-            img = Image.open(f)
-            img = img.convert("RGB")
-        top, left, h, w = rrc_params(*img.size)
-        img = img.crop((left, top, left + w, top + h)).resize((self.size, self.size),
-                                                              Image.BILINEAR)
-        if random.random() < 0.5:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        return torch.from_numpy(np.asarray(img).copy())
+            return torch.from_numpy(pil_decode(f.read(), self.size))
 
 
 def time_dataloader(paths, batch_size, workers):

@@ -53,3 +53,57 @@ def test_convert_npy(tmp_path):
     np.testing.assert_array_equal(ds[7]["x"], x[7])
     b = next(iter(stoker.Loader(ds, batch_size=40)))
     assert torch.equal(b["x"], torch.from_numpy(x)) and torch.equal(b["label"], torch.from_numpy(y))
+
+
+def _mixed_dataset(path, n, sizes):
+    """Images (PNG, sizes cycling through `sizes`), a label, variable tokens and a blob."""
+    import io
+
+    from PIL import Image
+
+    def png(i):
+        h, w = sizes[i % len(sizes)]
+        rng = np.random.default_rng(i)
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(buf, "PNG")
+        return buf.getvalue()
+
+    fields = {"image": stoker.image(), "label": stoker.scalar("int64"),
+              "tokens": stoker.ndarray("int32", (None,)), "raw": stoker.blob()}
+    return write_dataset(path, n, fields=fields, make=lambda i: {
+        "image": png(i), "label": i, "tokens": np.arange(i % 7, dtype=np.int32),
+        "raw": bytes([i % 256]) * (i % 3)})
+
+
+def test_bench_peer_yields_the_same_batches_as_stoker(tmp_path):
+    """The DataLoader peer of `stoker bench DATASET` does the same work: without a crop
+    (lossless PNGs of one size) its batches equal stoker's, padding and lengths included."""
+    from stoker.bench import PythonDataset, collate
+
+    ds = _mixed_dataset(tmp_path / "d", 23, [(12, 10)])
+    peer = torch.utils.data.DataLoader(PythonDataset(ds.path, image_size=0), batch_size=5,
+                                       collate_fn=lambda s: collate(ds.fields, s))
+    ours = stoker.Loader(ds, batch_size=5, num_threads=2)
+    pairs = list(zip(peer, ours))
+    assert len(pairs) == len(ours) == 5
+    for a, b in pairs:
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+
+
+def test_bench_on_a_dataset(tmp_path):
+    _mixed_dataset(tmp_path / "d", 40, [(30, 20), (17, 33)])
+    r = run("bench", str(tmp_path / "d"), "--batch-size", "8", "--repeats", "1",
+            "--threads", "1,2", "--workers", "0", "--image-size", "16", "--max-batches", "3")
+    assert r.returncode == 0, r.stderr
+    for line in ("stoker num_threads=1", "stoker num_threads=2", "DataLoader num_workers=0",
+                 "ceiling: decode only, 2 thread(s)", "/ best DataLoader",
+                 "stoker num_threads=2 / ceiling"):
+        assert line in r.stdout, (line, r.stdout)
+    assert "workers: read" in r.stdout  # where stoker's workers spend their time
+    r = run("bench", str(tmp_path / "d"), "--image-size", "0", "--repeats", "1",
+            "--threads", "1", "--no-dataloader")
+    assert r.returncode == 2 and "image" in r.stderr  # two sizes need a crop: a clear error
+    r = run("bench", str(tmp_path / "nope"))
+    assert r.returncode == 2 and "no such dataset" in r.stderr

@@ -1,6 +1,9 @@
-"""Benchmark on fixed-size records (``stoker bench``).
+"""Benchmarks of ``stoker bench``.
 
-In one run, on the same data in page cache, samples/s of:
+``stoker bench DATASET``: your own dataset (see :func:`run_dataset`).
+
+``stoker bench`` (no dataset): fixed-size records. In one run, on the same data in page
+cache, samples/s of:
   * stoker.Loader with 1 and 2 threads,
   * torch.utils.data.DataLoader over a map-style dataset reading a NumPy memmap of the
     same data, num_workers 0, 1, 2 (default collate),
@@ -13,7 +16,9 @@ loader's time to first batch.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -22,8 +27,9 @@ from typing import Callable, Dict, List
 import numpy as np
 import torch
 
+from . import ops
 from .dataset import Dataset
-from .fields import ndarray, scalar
+from .fields import Blob, Image, NDArray, ndarray, scalar
 from .loader import Loader
 from .writer import ShardWriter
 
@@ -163,16 +169,252 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     return results
 
 
+# -- your own dataset -----------------------------------------------------------------
+
+def rrc_params(width: int, height: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+               rng=random) -> tuple:
+    """torchvision's RandomResizedCrop.get_params, with Python's random:
+    (top, left, height, width)."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def pil_decode(data: bytes, size: int, layout: str = "HWC") -> np.ndarray:
+    """The DataLoader peer's image path: PIL decode to RGB, then (size > 0)
+    RandomResizedCrop(size) with a BILINEAR resize and a random horizontal flip, as
+    torchvision does them; uint8 in `layout`."""
+    import io
+
+    from PIL import Image as PILImage
+
+    img = PILImage.open(io.BytesIO(data)).convert("RGB")
+    if size > 0:
+        top, left, h, w = rrc_params(*img.size)
+        img = img.crop((left, top, left + w, top + h)).resize((size, size),
+                                                              PILImage.BILINEAR)
+        if random.random() < 0.5:
+            img = img.transpose(PILImage.FLIP_LEFT_RIGHT)
+    arr = np.asarray(img)
+    return np.ascontiguousarray(arr.transpose(2, 0, 1)) if layout == "CHW" else arr.copy()
+
+
+class PythonDataset(torch.utils.data.Dataset):
+    """The peer: a map-style dataset over the same shards, read with ``Dataset[i]`` and
+    decoded in Python (PIL for images), for ``torch.utils.data.DataLoader``."""
+
+    def __init__(self, path: str, image_size: int):
+        self.path, self.image_size = path, image_size
+        self.ds = Dataset(path)
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> Dict[str, np.ndarray]:
+        out = {}
+        for name, value in self.ds[i].items():
+            f = self.ds.fields[name]
+            if isinstance(f, Image):
+                value = pil_decode(value, self.image_size, f.layout)
+            elif isinstance(f, Blob):
+                value = np.frombuffer(value, np.uint8)
+            out[name] = value
+        return out
+
+
+def collate(fields: Dict[str, object], samples: List[Dict[str, np.ndarray]]):
+    """Batches like stoker's: fixed fields stacked, variable ones zero-padded to the
+    longest with ``<name>_lengths``."""
+    out = {}
+    for name, f in fields.items():
+        values = [s[name] for s in samples]
+        if isinstance(f, Blob) or (isinstance(f, NDArray) and f.variable):
+            lengths = [len(v) for v in values]
+            arr = np.zeros((len(values), max(lengths, default=0), *values[0].shape[1:]),
+                           values[0].dtype)
+            for row, v in zip(arr, values):
+                row[:len(v)] = v
+            out[name] = torch.from_numpy(arr)
+            out[name + "_lengths"] = torch.tensor(lengths, dtype=torch.int64)
+        else:
+            out[name] = torch.from_numpy(np.stack(values))
+    return out
+
+
+def _stoker_transforms(ds: Dataset, image_size: int) -> Dict[str, list]:
+    if image_size <= 0:
+        return {}
+    return {name: [ops.RandomResizedCrop(image_size), ops.RandomHorizontalFlip()]
+            for name, f in ds.fields.items() if isinstance(f, Image)}
+
+
+def _time_batches(batches, limit: int, warm_root: str) -> tuple:
+    """(samples/s, seconds to the first batch, samples) over at most `limit` batches."""
+    warm(warm_root)
+    t0 = time.perf_counter()
+    it = iter(batches() if callable(batches) else batches)
+    first, n = None, 0
+    for k, b in enumerate(it):
+        if first is None:
+            first = time.perf_counter() - t0
+        n += len(next(iter(b.values())))
+        if k + 1 >= limit:
+            break
+    secs = time.perf_counter() - t0
+    del it  # stops the workers of a partial epoch
+    return n / secs, first, n
+
+
+def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
+                workers: List[int] = (0, 1, 2), repeats: int = 3, image_size: int = 224,
+                max_batches: int = 50, dataloader: bool = True) -> Dict[str, float]:
+    """Benchmarks stoker on the dataset at `path`, with what a training run would ask of
+    it: shuffled batches of `batch_size`, and for image fields RandomResizedCrop(image_size)
+    and a random flip (image_size=0: plain decodes, which need images of one size).
+
+    Prints, in one run, samples/s and time to the first batch of
+      * stoker.Loader with each thread count, and where its workers spend their time;
+      * torch.utils.data.DataLoader over the same shards (Dataset[i], images decoded with
+        PIL as torchvision would) with each num_workers, if `dataloader`;
+      * for image datasets, the ceiling: full libjpeg-turbo/libpng decodes of a sample of
+        the same images and nothing else, on as many threads;
+    then the ratios. Each configuration runs `repeats` times (median) over at most
+    `max_batches` batches, after a read of the shards so that each starts from page cache.
+    """
+    from . import _core
+
+    ds = Dataset(path)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = sorted(set(threads or {1, cores}))
+    transforms = _stoker_transforms(ds, image_size)
+    limit = max(1, min(max_batches, math.ceil(len(ds) / batch_size)))
+    data_bytes = sum(s["bytes"] for s in ds.shards)
+    print(f"{ds.path}: {len(ds)} samples in {len(ds.shards)} shard(s), "
+          f"{data_bytes / max(len(ds), 1) / 1e3:.1f} kB per sample; fields: "
+          + ", ".join(f"{k}={f!r}" for k, f in ds.fields.items()))
+    print(f"batch_size={batch_size}, shuffled, up to {limit} batches per run, median of "
+          f"{repeats}; transforms: "
+          + (", ".join(f"{k}: {v}" for k, v in transforms.items()) or "none"))
+    results: Dict[str, float] = {}
+
+    def report(name: str, runs: List[tuple], extra: str = "") -> None:
+        results[name] = statistics.median(r[0] for r in runs)
+        first = statistics.median(r[1] for r in runs)
+        print(f"  {name:<34} {results[name]:>10,.0f} samples/s   first batch "
+              f"{first * 1e3:7.1f} ms{extra}", flush=True)
+
+    for t in threads:
+        runs = []
+        for epoch in range(repeats):
+            loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,
+                            transforms=transforms, prefetch_next_epoch=False)
+            loader.set_epoch(epoch)
+            runs.append(_time_batches(loader, limit, ds.path))
+            st = loader.stats()
+            loader.close()
+        work = st["read_seconds"] + st["decode_seconds"] + st["prepare_seconds"]
+        split = "   workers: " + ", ".join(
+            f"{k} {100 * st[k + '_seconds'] / work:.0f}%"
+            for k in ("read", "decode", "prepare")) if work > 0 else ""
+        report(f"stoker num_threads={t}", runs, split)
+
+    images = [k for k, f in ds.fields.items() if isinstance(f, Image)]
+    if dataloader:
+        try:
+            if images:
+                import PIL  # noqa: F401  (the peer decodes with it)
+        except ImportError:
+            print("  DataLoader peer skipped: it decodes images with Pillow "
+                  "(pip install pillow)")
+        else:
+            peer = PythonDataset(ds.path, image_size)
+            for w in workers:
+                runs = [_time_batches(lambda w=w: torch.utils.data.DataLoader(
+                    peer, batch_size=batch_size, shuffle=True, num_workers=w,
+                    collate_fn=lambda s: collate(ds.fields, s)), limit, ds.path)
+                        for _ in range(repeats)]
+                report(f"DataLoader num_workers={w}", runs)
+
+    if images:
+        rng = np.random.default_rng(0)
+        sample = [ds[int(i)][images[0]]
+                  for i in rng.choice(len(ds), size=min(len(ds), 512), replace=False)]
+        for t in threads:
+            rate = statistics.median(_core.decode_only_throughput(sample, t, 1)
+                                     for _ in range(repeats))
+            results[f"ceiling: decode only, {t} thread(s)"] = rate / len(images)
+            print(f"  {f'ceiling: decode only, {t} thread(s)':<34} "
+                  f"{results[f'ceiling: decode only, {t} thread(s)']:>10,.0f} samples/s"
+                  f"   ({images[0]!r}, {len(sample)} images)")
+
+    best_t = max(threads, key=lambda t: results[f"stoker num_threads={t}"])
+    best = results[f"stoker num_threads={best_t}"]
+    dl = {k: v for k, v in results.items() if k.startswith("DataLoader")}
+    if dl:
+        name = max(dl, key=dl.get)
+        print(f"stoker (num_threads={best_t}) / best DataLoader ({name}): "
+              f"{best / dl[name]:.2f}x")
+    for t in threads:
+        key = f"ceiling: decode only, {t} thread(s)"
+        if key in results:
+            print(f"stoker num_threads={t} / {key}: "
+                  f"{results[f'stoker num_threads={t}'] / results[key]:.2f}x")
+    return results
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--samples", type=int, default=20000)
+    p.add_argument("dataset", nargs="?", default=None,
+                   help="a stoker dataset to benchmark; without it, a synthetic one of "
+                        "fixed-size records")
+    p.add_argument("--samples", type=int, default=20000,
+                   help="synthetic dataset: number of samples")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--data", default=None, help="directory to keep the data in (default: temp)")
+    p.add_argument("--data", default=None,
+                   help="synthetic dataset: directory to keep it in (default: temp)")
     p.add_argument("--workers", default="0,1,2", help="DataLoader num_workers to try")
-    p.add_argument("--threads", default="1,2", help="stoker num_threads to try")
+    p.add_argument("--threads", default=None,
+                   help="stoker num_threads to try (default: 1,2 synthetic; 1 and all "
+                        "cores for a dataset)")
+    p.add_argument("--image-size", type=int, default=224,
+                   help="dataset: RandomResizedCrop size for image fields, 0 for none")
+    p.add_argument("--max-batches", type=int, default=50,
+                   help="dataset: batches per timed run at most")
+    p.add_argument("--no-dataloader", action="store_true",
+                   help="dataset: skip the DataLoader peer")
+
+
+def _int_list(text: str) -> List[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ValueError(f"expected comma-separated ints, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise ValueError(f"expected non-negative ints, got {text!r}")
+    return values
 
 
 def main(args: argparse.Namespace) -> int:
-    run(args.samples, args.batch_size, args.repeats, args.data,
-        [int(v) for v in args.workers.split(",")], [int(v) for v in args.threads.split(",")])
+    workers = _int_list(args.workers)
+    threads = _int_list(args.threads) if args.threads else None
+    if args.dataset is not None:
+        run_dataset(args.dataset, args.batch_size, threads, workers, args.repeats,
+                    args.image_size, args.max_batches, not args.no_dataloader)
+    else:
+        run(args.samples, args.batch_size, args.repeats, args.data, workers,
+            threads or [1, 2])
     return 0

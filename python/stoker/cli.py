@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import bench
 
-    b = sub.add_parser("bench", help="fixed-size record benchmark against DataLoader")
+    b = sub.add_parser("bench", help="benchmark a dataset (or synthetic records) against "
+                                    "DataLoader and the decode ceiling")
     bench.add_arguments(b)
     b.set_defaults(func=bench.main)
     return p
