@@ -108,6 +108,10 @@ def test_argument_errors(small_ds):
     for epoch in (-1, 2**63, 1.0):
         with pytest.raises(ValueError, match="epoch must be"):
             loader.set_epoch(epoch)
+    # integer types of NumPy and torch are ints
+    assert len(stoker.Loader(small_ds, batch_size=np.int64(8), num_threads=np.int32(2))) == 13
+    loader.set_epoch(torch.tensor(3))
+    assert loader.epoch == 3 and type(loader.epoch) is int
 
 
 # -- determinism and resume ----------------------------------------------------
@@ -200,6 +204,9 @@ def test_state_dict_refuses_other_settings(small_ds):
     for key, value in [("epoch", 2**63), ("epoch", "1"), ("batches_yielded", -1)]:
         with pytest.raises(ValueError, match=f"state's {key} must be"):
             loader.load_state_dict({**state, key: value})
+    # a state whose numbers went through NumPy or torch (a checkpoint) still resumes
+    loader.load_state_dict({**state, "epoch": torch.tensor(2), "batches_yielded": np.int64(3)})
+    assert loader.state_dict()["epoch"] == 2 and len(epoch_labels(loader)) == 7
 
 
 # -- memory: zero copy, kept batches, pool reuse --------------------------------

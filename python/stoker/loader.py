@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import operator
 import os
 import threading
 import time
@@ -44,14 +45,20 @@ def _available_cores() -> int:
 
 
 def _check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
-               what: Optional[str] = None) -> None:
-    """Refuses what is not an int (bools included) in [low, high] with a ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+               what: Optional[str] = None) -> int:
+    """`value` as an int in [low, high], else a ValueError naming `name`. Integer types
+    (NumPy's, a 0-d integer tensor) are taken; bools and floats are not."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < low:
         if what is None:
             what = "a positive int" if low == 1 else "a non-negative int" if low == 0 else "an int"
         raise ValueError(f"{name} must be {what}, got {value!r}")
-    if value > high:
+    if number > high:
         raise ValueError(f"{name} must be at most {high}, got {value!r}")
+    return number
 
 
 def _dist_defaults() -> tuple:
@@ -151,12 +158,12 @@ class Loader:
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
         self.dataset = dataset
-        _check_int("batch_size", batch_size, 1)
+        batch_size = _check_int("batch_size", batch_size, 1)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused
         # rather than silently aliased to a smaller one
-        _check_int("seed", seed, -2**63, 2**64 - 1)
+        seed = _check_int("seed", seed, -2**63, 2**64 - 1)
         self.batch_size = batch_size
         self.shuffle = bool(shuffle)
         self.seed = seed
@@ -166,18 +173,17 @@ class Loader:
 
         if num_threads is None:
             num_threads = _available_cores()
-        _check_int("num_threads", num_threads, 1, 4096, "a positive int or None")
+        num_threads = _check_int("num_threads", num_threads, 1, 4096, "a positive int or None")
         self.num_threads = num_threads
         if prefetch is None:
             prefetch = 4
-        _check_int("prefetch", prefetch, 1, 2**31 - 1, "a positive int or None")
+        prefetch = _check_int("prefetch", prefetch, 1, 2**31 - 1, "a positive int or None")
         self.prefetch = prefetch
 
         d_rank, d_world = _dist_defaults()
-        self.rank = d_rank if rank is None else rank
-        self.world_size = d_world if world_size is None else world_size
-        _check_int("world_size", self.world_size, 1)
-        _check_int("rank", self.rank, 0)
+        self.world_size = _check_int("world_size", d_world if world_size is None else world_size,
+                                     1)
+        self.rank = _check_int("rank", d_rank if rank is None else rank, 0)
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} is outside [0, world_size={self.world_size})")
 
@@ -274,7 +280,7 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iteration runs (its permutation and augmentations).
         A pending resume from ``load_state_dict`` is kept when it is for this epoch."""
-        _check_int("epoch", epoch, 0)
+        epoch = _check_int("epoch", epoch, 0)
         with self._lock:
             self._epoch = epoch
             if self._resume is not None and self._resume[0] != epoch:
@@ -350,9 +356,8 @@ class Loader:
             if state.get(key) != mine[key]:
                 raise ValueError(f"cannot resume: state has {key}={state.get(key)!r} but this "
                                  f"loader has {key}={mine[key]!r}")
-        epoch, done = state.get("epoch"), state.get("batches_yielded")
-        _check_int("state's epoch", epoch, 0)
-        _check_int("state's batches_yielded", done, 0)
+        epoch = _check_int("state's epoch", state.get("epoch"), 0)
+        done = _check_int("state's batches_yielded", state.get("batches_yielded"), 0)
         if not 0 <= done <= len(self):
             raise ValueError(f"cannot resume: batches_yielded={done} outside [0, {len(self)}]")
         if done == len(self):
