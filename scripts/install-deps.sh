@@ -30,7 +30,8 @@ echo "install-deps: missing ${missing[*]}"
 sudo=""
 if [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null; then
-    sudo="sudo"
+    # at a terminal sudo may ask for a password; elsewhere (CI) it must fail, not wait
+    if [ -t 0 ]; then sudo="sudo"; else sudo="sudo -n"; fi
   else
     echo "install-deps: not root and no sudo: install libjpeg-turbo, libpng and xxHash" \
          "development packages as root, then run pip install again" >&2
