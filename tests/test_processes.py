@@ -1,6 +1,7 @@
 """Behaviour that needs processes of its own: torch.distributed ranks, peak memory."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -39,10 +40,13 @@ def test_rank_and_world_size_come_from_torch_distributed(tmp_path):
     ds = write_dataset(tmp_path / "d", 103)
     world = 3
     init = f"file://{tmp_path / 'pg'}"
+    # gloo over loopback: a CI machine's hostname need not resolve
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
     procs = [subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(RANK_SCRIPT.format(
             init=init, rank=r, world=world, path=ds.path))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for r in range(world)]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=120)
