@@ -48,10 +48,16 @@ def test_rank_and_world_size_come_from_torch_distributed(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for r in range(world)]
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        results.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:  # a failed rank leaves the others waiting in a collective: end them
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
     assert [(r["rank"], r["world"]) for r in results] == [(r, world) for r in range(world)]
     assert {r["len"] for r in results} == {5}  # ceil(ceil(103 / 3) / 8)
     for epoch in range(2):
