@@ -298,6 +298,8 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
     from . import _core
 
     ds = Dataset(path)
+    if len(ds) == 0:
+        raise ValueError(f"{ds.path}: the dataset has no samples to benchmark")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = sorted(set(threads or {1, cores}))
     transforms = _stoker_transforms(ds, image_size)
