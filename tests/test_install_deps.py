@@ -53,7 +53,8 @@ def tools(tmp_path, uid, found, with_apt=True, with_sudo=False):
 
 
 def run(env):
-    r = subprocess.run([BASH, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([BASH, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)  # no terminal, as in CI
     log = Path(env["LOG"])
     return r, log.read_text().splitlines() if log.exists() else []
 
