@@ -380,7 +380,14 @@ def test_workers_never_preempt_the_consumer(small_ds):
     loader = stoker.Loader(small_ds, batch_size=10, num_threads=2, prefetch=2)
     it = iter(loader)
     next(it)  # the window is full again at once: the workers wait, alive
-    tids = [t for t, name in thread_table().items() if name.startswith("stoker-worker")]
+    # on a busy machine a worker may not have run its first line yet: wait for its name,
+    # which it takes after its scheduling policy
+    deadline = time.monotonic() + 10
+    while True:
+        tids = [t for t, name in thread_table().items() if name.startswith("stoker-worker")]
+        if len(tids) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     assert len(tids) == 2
     assert all(os.sched_getscheduler(t) == os.SCHED_BATCH for t in tids)
     assert os.sched_getscheduler(0) == consumer  # the consumer is left as it was

@@ -176,10 +176,10 @@ int Iteration::ready_batches() const {
 }
 
 void Iteration::worker_loop(int id) {
+  use_batch_scheduling();  // before the name: a named worker is already SCHED_BATCH
   char name[16];
   std::snprintf(name, sizeof name, "stoker-worker-%d", id);
   pthread_setname_np(pthread_self(), name);
-  use_batch_scheduling();
   EngineStats& stats = *engine_->stats_;
   while (!stop_.load(std::memory_order_acquire)) {
     const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
