@@ -107,3 +107,6 @@ def test_bench_on_a_dataset(tmp_path):
     assert r.returncode == 2 and "image" in r.stderr  # two sizes need a crop: a clear error
     r = run("bench", str(tmp_path / "nope"))
     assert r.returncode == 2 and "no such dataset" in r.stderr
+    write_dataset(tmp_path / "empty", 0)
+    r = run("bench", str(tmp_path / "empty"))
+    assert r.returncode == 2 and "no samples to benchmark" in r.stderr

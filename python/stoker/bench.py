@@ -22,7 +22,7 @@ import random
 import statistics
 import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -73,18 +73,23 @@ class _MemmapDataset(torch.utils.data.Dataset):
         return torch.from_numpy(np.array(self.x[i])), int(self.y[i])
 
 
-def _time_epoch(make_iter: Callable, root: str) -> tuple:
-    """(seconds for the epoch, seconds to the first batch, samples)."""
+def _time_batches(make_iter: Callable, root: str, limit: Optional[int] = None) -> tuple:
+    """(samples/s, seconds to the first batch, samples) over the batches of `make_iter()`,
+    at most `limit` of them, after reading the files under `root` into page cache. A batch
+    is a dict of tensors or a tuple whose first item has one row per sample."""
     warm(root)
     t0 = time.perf_counter()
-    it = make_iter()
-    first = None
-    n = 0
-    for b in it:
+    it = iter(make_iter())
+    first, n = None, 0
+    for k, b in enumerate(it):
         if first is None:
             first = time.perf_counter() - t0
-        n += len(b["label"]) if isinstance(b, dict) else len(b[1])
-    return time.perf_counter() - t0, first, n
+        n += len(next(iter(b.values())) if isinstance(b, dict) else b[0])
+        if limit is not None and k + 1 >= limit:
+            break
+    secs = time.perf_counter() - t0
+    del it  # stops the workers of a partial epoch
+    return n / secs, first, n
 
 
 def memcpy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
@@ -119,9 +124,9 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     def measure(name: str, make_iter: Callable) -> None:
         rates, firsts = [], []
         for _ in range(repeats):
-            secs, first, count = _time_epoch(make_iter, data)
+            rate, first, count = _time_batches(make_iter, data)
             assert count == n, (name, count, n)
-            rates.append(count / secs)
+            rates.append(rate)
             firsts.append(first)
         results[name] = statistics.median(rates)
         first_batch[name] = statistics.median(firsts)
@@ -218,7 +223,7 @@ class PythonDataset(torch.utils.data.Dataset):
     decoded in Python (PIL for images), for ``torch.utils.data.DataLoader``."""
 
     def __init__(self, path: str, image_size: int):
-        self.path, self.image_size = path, image_size
+        self.image_size = image_size
         self.ds = Dataset(path)
 
     def __len__(self) -> int:
@@ -260,23 +265,6 @@ def _stoker_transforms(ds: Dataset, image_size: int) -> Dict[str, list]:
         return {}
     return {name: [ops.RandomResizedCrop(image_size), ops.RandomHorizontalFlip()]
             for name, f in ds.fields.items() if isinstance(f, Image)}
-
-
-def _time_batches(batches, limit: int, warm_root: str) -> tuple:
-    """(samples/s, seconds to the first batch, samples) over at most `limit` batches."""
-    warm(warm_root)
-    t0 = time.perf_counter()
-    it = iter(batches() if callable(batches) else batches)
-    first, n = None, 0
-    for k, b in enumerate(it):
-        if first is None:
-            first = time.perf_counter() - t0
-        n += len(next(iter(b.values())))
-        if k + 1 >= limit:
-            break
-    secs = time.perf_counter() - t0
-    del it  # stops the workers of a partial epoch
-    return n / secs, first, n
 
 
 def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
@@ -325,7 +313,7 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
             loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,
                             transforms=transforms, prefetch_next_epoch=False)
             loader.set_epoch(epoch)
-            runs.append(_time_batches(loader, limit, ds.path))
+            runs.append(_time_batches(lambda loader=loader: loader, ds.path, limit))
             st = loader.stats()
             loader.close()
         work = st["read_seconds"] + st["decode_seconds"] + st["prepare_seconds"]
@@ -347,7 +335,7 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
             for w in workers:
                 runs = [_time_batches(lambda w=w: torch.utils.data.DataLoader(
                     peer, batch_size=batch_size, shuffle=True, num_workers=w,
-                    collate_fn=lambda s: collate(ds.fields, s)), limit, ds.path)
+                    collate_fn=lambda s: collate(ds.fields, s)), ds.path, limit)
                         for _ in range(repeats)]
                 report(f"DataLoader num_workers={w}", runs)
 
