@@ -54,3 +54,35 @@ def thread_names():
 
 def epoch_labels(loader):
     return [b["label"].tolist() for b in loader]
+
+
+class FakeDeviceLoader(stoker.Loader):
+    """A Loader whose device is the host fake (``_core.fake_device``): the real transfer
+    engine, copy thread, events and device buffer pool, with "device" memory in host
+    memory (CPU tensors). Pass ``device="cuda"``."""
+
+    copy_delay_us = 0
+
+    def _open_device(self, index):
+        return stoker._core.fake_device(self.copy_delay_us)
+
+
+def fake_device_loader(ds, delay_us=0, **kw):
+    cls = type("FakeDeviceLoaderWithDelay", (FakeDeviceLoader,), {"copy_delay_us": delay_us})
+    return cls(ds, device="cuda", **kw)
+
+
+def stoker_threads():
+    return [n for n in thread_names() if n.startswith("stoker-")]
+
+
+def settled_thread_count(timeout=5.0) -> int:
+    """Threads of this process once every dropped loader's workers have ended."""
+    import gc
+    import time
+
+    gc.collect()
+    deadline = time.monotonic() + timeout
+    while stoker_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return thread_count()

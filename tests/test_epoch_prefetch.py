@@ -1,5 +1,6 @@
-"""Next-epoch prefetch (NOTE [ Next-epoch prefetch ] in loader.py): once an epoch hands out
-its last batch, the next epoch's workers start, and the next iter() takes them over."""
+"""Next-epoch prefetch (NOTE [ Next-epoch prefetch ] in csrc/pipeline/loader_core.h): the
+stream of an epoch flows on into the next one within the same window, and the next iter()
+takes it over (no new stream: stats()["streams"] stays)."""
 
 import gc
 import subprocess
@@ -10,7 +11,8 @@ import time
 import pytest
 import stoker
 import torch
-from conftest import corrupt_record, epoch_labels, thread_count, thread_names, write_dataset
+from conftest import (corrupt_record, epoch_labels, fake_device_loader, settled_thread_count,
+                      thread_count, thread_names, write_dataset)
 
 
 def workers() -> int:
@@ -37,17 +39,19 @@ KW = dict(batch_size=10, shuffle=True, seed=7, num_threads=3, prefetch=2)
 
 
 def test_next_epoch_loads_before_iter_and_iter_takes_it_over(small_ds):
+    settled_thread_count()
     base = workers()
     loader = stoker.Loader(small_ds, **KW)
     assert epoch_labels(loader) == reference(small_ds, 0, **KW)
     # epoch 1 is loading though no iter() asked for it yet
-    assert wait_until(lambda: workers() == base + 3)
-    assert loader.stats()["batches"] == len(loader)  # assembled ahead is not delivered
-    ahead = loader._ahead.it
+    assert wait_until(lambda: loader.stats()["queue_depth"] == 0 and workers() == base + 3)
+    s = loader.stats()
+    assert s["batches"] == len(loader)  # assembled ahead is not delivered
+    assert s["streams"] == 1
     it1 = iter(loader)
-    assert it1._it is ahead  # taken over, not restarted
     assert workers() == base + 3
     assert [b["label"].tolist() for b in it1] == reference(small_ds, 1, **KW)
+    assert loader.stats()["streams"] == 1  # taken over, not restarted
     loader.close()
     assert workers() == base
 
@@ -58,18 +62,19 @@ def test_epochs_together_hold_no_more_than_prefetch_batches(tmp_path, fake_devic
     prefetch + the batches the loop holds, across epoch boundaries."""
     ds = write_dataset(tmp_path / "d", 400, shard_size="8KB")
     prefetch = 4
-    loader = stoker.Loader(ds, batch_size=10, shuffle=True, num_threads=3, prefetch=prefetch,
-                           _fake_device=fake_device)
+    kw = dict(batch_size=10, shuffle=True, num_threads=3, prefetch=prefetch)
+    loader = fake_device_loader(ds, **kw) if fake_device else stoker.Loader(ds, **kw)
     for epoch in range(4):
         for _b in loader:  # holds one batch, and the next while next() runs
             time.sleep(0.002)  # the workers fill the window, also at the epoch's end
         del _b
         s = loader.stats()
         if fake_device:  # host slots also back the copies in flight (up to prefetch more)
-            assert s["transfer"]["pool_buffers"] <= prefetch + 2, (epoch, s["transfer"])
-            assert s["slots"] <= 2 * prefetch, (epoch, s["slots"])
+            assert s["device_buffers"] <= prefetch + 2, (epoch, s["device_buffers"])
+            assert s["host_blocks"] <= 2 * prefetch, (epoch, s["host_blocks"])
         else:
-            assert s["slots"] <= prefetch + 2, (epoch, s["slots"])
+            assert s["host_blocks"] <= prefetch + 2, (epoch, s["host_blocks"])
+        assert s["streams"] == 1  # one stream flowed through every epoch
     loader.close()
 
 
@@ -90,6 +95,7 @@ def test_batches_do_not_depend_on_next_epoch_prefetch(tmp_path, prefetch_next_ep
 
 
 def test_without_prefetch_no_worker_outlives_the_epoch(small_ds):
+    settled_thread_count()
     base = workers()
     loader = stoker.Loader(small_ds, prefetch_next_epoch=False, **KW)
     epoch_labels(loader)
@@ -99,16 +105,19 @@ def test_without_prefetch_no_worker_outlives_the_epoch(small_ds):
 
 
 def test_set_epoch_to_another_epoch_drops_the_prefetch(small_ds):
+    settled_thread_count()
     base = workers()
     loader = stoker.Loader(small_ds, **KW)
     epoch_labels(loader)
     assert wait_until(lambda: workers() == base + 3)
     loader.set_epoch(5)
-    assert workers() == base  # stopped at once, not left to idle
+    assert wait_until(lambda: workers() == base, 1.0)  # dropped: the workers end, not idle
     assert epoch_labels(loader) == reference(small_ds, 5, **KW)
+    assert loader.stats()["streams"] == 2
     loader.set_epoch(6)  # the epoch now being prefetched: kept
-    assert workers() == base + 3
+    assert wait_until(lambda: workers() == base + 3)
     assert epoch_labels(loader) == reference(small_ds, 6, **KW)
+    assert loader.stats()["streams"] == 2
     loader.close()
 
 
@@ -138,9 +147,14 @@ def test_leaving_an_epoch_early_hands_its_window_to_the_next(small_ds):
     for _ in range(len(loader) - 1):
         next(it)
         time.sleep(0.01)  # the workers finish epoch 0, so that epoch 1 starts ahead
-    assert loader._ahead is not None and loader._ahead.it.held == 1
     it.close()  # one batch of epoch 0 never taken
     assert epoch_labels(loader) == reference(small_ds, 1, **KW)
+    assert loader.stats()["streams"] == 1  # epoch 1 was loading already, and was kept
+    it = iter(loader)
+    next(it)
+    it.close()  # far from the end: nothing of epoch 3 is loading, the stream stops
+    assert epoch_labels(loader) == reference(small_ds, 3, **KW)
+    assert loader.stats()["streams"] == 2
     loader.close()
 
 
@@ -150,10 +164,9 @@ def test_an_error_in_the_prefetched_epoch_surfaces_at_its_batch(tmp_path):
     ds = stoker.Dataset(tmp_path / "d")
     loader = stoker.Loader(ds, batch_size=4, num_threads=2, prefetch=2)
     state = loader.state_dict()
-    state["batches_yielded"] = 1
+    state["position"] = 4
     loader.load_state_dict(state)  # epoch 0 from batch 1: no bad record in it
     assert sum(len(b["label"]) for b in loader) == 36  # epoch 1 was loading meanwhile
-    assert loader._ahead is not None
     it = iter(loader)
     with pytest.raises(stoker.DataError, match=r"shard-00000.stk: record 2: checksum mismatch"):
         next(it)
@@ -161,7 +174,7 @@ def test_an_error_in_the_prefetched_epoch_surfaces_at_its_batch(tmp_path):
 
 
 def test_close_stops_every_worker_and_the_loader_stays_usable(small_ds):
-    base = thread_count()
+    base = settled_thread_count()
     loader = stoker.Loader(small_ds, **KW)
     epoch_labels(loader)
     loader.close()
@@ -169,7 +182,7 @@ def test_close_stops_every_worker_and_the_loader_stays_usable(small_ds):
     assert epoch_labels(loader) == reference(small_ds, 1, **KW)
     del loader
     gc.collect()
-    assert thread_count() == base
+    assert thread_count() == base  # the destructor joins the workers
 
 
 def test_a_prefetching_loader_does_not_hold_up_interpreter_exit(small_ds):
@@ -187,7 +200,7 @@ def test_a_prefetching_loader_does_not_hold_up_interpreter_exit(small_ds):
 
 
 def test_fake_device_adopts_the_next_epoch_and_keeps_old_batches_intact(small_ds):
-    loader = stoker.Loader(small_ds, _fake_device=True, **KW)
+    loader = fake_device_loader(small_ds, **KW)
     kept = []
     for epoch in range(3):
         loader.set_epoch(epoch)

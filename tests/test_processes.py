@@ -83,7 +83,7 @@ PEAK_SCRIPT = """
         for batch in loader:
             pass
     print(json.dumps({{"peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "slots": loader.stats()["slots"]}}))
+                      "slots": loader.stats()["host_blocks"]}}))
 """
 
 

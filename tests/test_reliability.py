@@ -11,7 +11,7 @@ import time
 
 import pytest
 import stoker
-from conftest import thread_count, write_dataset
+from conftest import settled_thread_count, thread_count, write_dataset
 
 
 def rss_bytes() -> int:
@@ -53,7 +53,7 @@ def test_soak_many_short_epochs(tmp_path):
     epochs = 400 if full else 60
     ds = write_dataset(tmp_path / "d", 500, shard_size="8KB")
     rng = random.Random(0)
-    base_threads, base_fds = thread_count(), fd_count()
+    base_threads, base_fds = settled_thread_count(), fd_count()
 
     def one_epoch(e: int, state):
         threads = rng.choice([1, 2, 3, 5])
@@ -83,11 +83,10 @@ def test_soak_many_short_epochs(tmp_path):
     for e in range(epochs):
         state = one_epoch(e, state)
         if e % 50 == 0:
-            gc.collect()
-            assert thread_count() == base_threads, f"threads leaked after epoch {e}"
+            assert settled_thread_count() == base_threads, f"threads leaked after epoch {e}"
     gc.collect()
     growth = rss_bytes() - rss0
-    assert thread_count() == base_threads
+    assert settled_thread_count() == base_threads
     assert fd_count() == base_fds
     assert growth < 32 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB over {epochs} epochs"
 

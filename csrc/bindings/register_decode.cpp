@@ -6,6 +6,7 @@
 
 #include <string_view>
 
+#include "bindings/image_spec.h"
 #include "common/error.h"
 #include "decode/decode_benchmark.h"
 #include "decode/image_pipeline.h"
@@ -16,16 +17,10 @@ namespace stoker::bindings {
 
 namespace {
 
-using Ops = std::vector<std::pair<std::string, std::vector<double>>>;
+using Ops = OpList;
 
 ImageFieldSpec make_spec(const Ops& ops, const std::string& layout, int64_t max_pixels) {
-  ImageFieldSpec spec;
-  STOKER_CHECK(layout == "HWC" || layout == "CHW", UsageError, "layout must be 'HWC' or 'CHW', got '",
-               layout, "'");
-  spec.layout = layout == "CHW" ? ImageLayout::kCHW : ImageLayout::kHWC;
-  for (const auto& [kind, args] : ops) spec.ops.push_back({kind, args});
-  spec.max_pixels = max_pixels;
-  return spec;
+  return make_image_spec(ops, layout, max_pixels);
 }
 
 std::string_view view_of(const py::bytes& data) { return data; }

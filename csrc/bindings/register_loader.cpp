@@ -1,13 +1,16 @@
-// Bindings of csrc/pipeline: the engine and one epoch's iteration.
+// Bindings of csrc/pipeline: the record producer, the loader core and its
+// iterators. No logic here beyond converting arguments and waiting with the
+// GIL released.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
 
 #include "bindings/dlpack.h"
-#include "bindings/host_source.h"
+#include "bindings/image_spec.h"
 #include "common/error.h"
-#include "pipeline/loader_engine.h"
+#include "pipeline/loader_core.h"
+#include "pipeline/record_producer.h"
 
 namespace py = pybind11;
 
@@ -15,125 +18,134 @@ namespace stoker::bindings {
 
 namespace {
 
-ImageFieldSpec image_spec_from_py(const py::tuple& t) {
-  // (layout, [(kind, [args...]), ...], max_pixels)
-  ImageFieldSpec spec;
-  auto layout = t[0].cast<std::string>();
-  STOKER_CHECK(layout == "HWC" || layout == "CHW", UsageError, "image layout must be 'HWC' or "
-               "'CHW', got '", layout, "'");
-  spec.layout = layout == "CHW" ? ImageLayout::kCHW : ImageLayout::kHWC;
-  for (const auto& op : t[1].cast<py::list>()) {
-    auto o = op.cast<py::tuple>();
-    spec.ops.push_back(OpSpec{o[0].cast<std::string>(), o[1].cast<std::vector<double>>()});
-  }
-  spec.max_pixels = t[2].cast<int64_t>();
-  return spec;
-}
+using Clock = std::chrono::steady_clock;
 
-// Waits for the next batch in short slices so Ctrl-C reaches Python promptly.
-bool next_batch(Iteration& it, HostBatch& out) {
-  using namespace std::chrono_literals;
+// Waits in slices so that Ctrl-C (and any Python signal handler) runs within
+// a slice while the iterating thread is blocked.
+constexpr auto kSignalSlice = std::chrono::milliseconds(20);
+
+py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream) {
+  DeliveredBatch b;
   for (;;) {
-    Iteration::Status s;
+    LoaderCore::Iterator::Status s;
     {
       py::gil_scoped_release nogil;
-      s = it.next(out, 50ms);
+      s = it.next(b, Clock::now() + kSignalSlice, consumer_stream);
     }
-    if (s == Iteration::Status::kBatch) return true;
-    if (s == Iteration::Status::kEnd) return false;
+    if (s == LoaderCore::Iterator::Status::kBatch) break;
+    if (s == LoaderCore::Iterator::Status::kEnd) return py::none();
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+  const bool host = b.device < 0;
+  return batch_to_capsules(b.memory, b.tensors, host ? kDLCPU : kDLCUDA, host ? 0 : b.device);
+}
+
+py::dict stats_dict(const LoaderStatsSnapshot& s) {
+  py::dict d;
+  d["batches"] = s.batches;
+  d["samples"] = s.samples;
+  d["bytes_read"] = s.bytes_read;
+  d["skipped"] = s.skipped;
+  d["read_seconds"] = s.read_seconds;
+  d["decode_seconds"] = s.decode_seconds;
+  d["ops_seconds"] = s.ops_seconds;
+  d["plan_seconds"] = s.plan_seconds;
+  d["worker_busy_seconds"] = s.worker_busy_seconds;
+  d["worker_idle_seconds"] = s.worker_idle_seconds;
+  d["wait_seconds"] = s.wait_seconds;
+  d["run_seconds"] = s.run_seconds;
+  d["first_batch_seconds"] = s.first_batch_seconds < 0 ? py::object(py::none())
+                                                         : py::object(py::float_(s.first_batch_seconds));
+  d["copies"] = s.copies;
+  d["copy_bytes"] = s.copy_bytes;
+  d["copy_seconds"] = s.copy_seconds;
+  d["num_threads"] = s.num_threads;
+  d["prefetch"] = s.prefetch;
+  d["live_workers"] = s.live_workers;
+  d["queue_depth"] = s.queue_depth;
+  d["streams"] = s.streams;
+  d["host_blocks"] = s.host_blocks;
+  d["host_bytes"] = s.host_bytes;
+  d["device_buffers"] = s.device_buffers;
+  d["device_bytes"] = s.device_bytes;
+  return d;
 }
 
 }  // namespace
 
-std::function<std::optional<HostBatch>()> host_source(const py::object& iteration) {
-  auto it = iteration.cast<std::shared_ptr<Iteration>>();
-  return [it]() -> std::optional<HostBatch> {
-    HostBatch b;
-    for (;;) {
-      switch (it->next(b, std::chrono::milliseconds(100))) {
-        case Iteration::Status::kBatch:
-          return b;
-        case Iteration::Status::kEnd:
-          return std::nullopt;
-        case Iteration::Status::kTimeout:
-          break;  // next() throws once the iteration is stopped
-      }
-    }
-  };
-}
-
 void register_loader(py::module_& m) {
-  py::class_<HostAllocatorHandle>(m, "HostAllocatorHandle")
-      .def_property_readonly("pinned", [](const HostAllocatorHandle& h) {
-        return h.alloc && h.alloc->pinned();
-      });
+  py::class_<BatchProducer, std::shared_ptr<BatchProducer>>(
+      m, "BatchProducer", "What goes into batches (records of a dataset, token windows...).")
+      .def("num_batches", &BatchProducer::num_batches, py::arg("rank"), py::arg("world_size"))
+      .def_property_readonly("epoch_samples", &BatchProducer::epoch_samples);
 
-  py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
+  py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
       .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle,
-                       uint64_t seed, bool drop_last, int64_t rank, int64_t world_size,
-                       int num_threads, int prefetch, bool skip_errors, const py::dict& images,
-                       const HostAllocatorHandle* allocator) {
-             EngineOptions o;
-             o.sampler = SamplerOptions{batch_size, shuffle, seed, drop_last, rank, world_size};
-             o.num_threads = num_threads;
-             o.prefetch = prefetch;
+                       uint64_t seed, bool drop_last, bool skip_errors, const py::dict& images,
+                       int threads_hint) {
+             RecordOptions o;
+             o.sampler = SamplerOptions{batch_size, shuffle, seed, drop_last};
              o.skip_errors = skip_errors;
+             o.threads_hint = threads_hint;
              for (const auto& [name, spec] : images)
-               o.images[name.cast<std::string>()] = image_spec_from_py(spec.cast<py::tuple>());
-             if (allocator) o.allocator = allocator->alloc;
-             return Engine::create(std::move(ds), std::move(o));
+               o.images[name.cast<std::string>()] = image_spec_from_py(spec);
+             return std::make_shared<RecordProducer>(std::move(ds), std::move(o));
            }),
            py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
-           py::arg("drop_last"), py::arg("rank"), py::arg("world_size"), py::arg("num_threads"),
-           py::arg("prefetch"), py::arg("skip_errors") = false, py::arg("images") = py::dict(),
-           py::arg("allocator") = nullptr)
-      .def_property_readonly("num_batches", &Engine::num_batches)
-      .def_property_readonly("num_samples",
-                             [](const Engine& e) { return e.sampler().num_samples(); })
-      .def(
-          "start",
-          [](Engine& e, uint64_t epoch, int64_t first_batch, int held) {
-            return std::shared_ptr<Iteration>(e.start(epoch, first_batch, held));
-          },
-          py::arg("epoch"), py::arg("first_batch") = 0, py::arg("held") = 0,
-          "held: batches of the prefetch window held back until Iteration.release_held().")
-      .def("stats", [](Engine& e) {
-        EngineStats& s = e.stats();
-        py::dict d;
-        d["batches"] = s.batches.load();
-        d["samples"] = s.samples.load();
-        d["bytes_read"] = s.bytes_read.load();
-        d["skipped"] = s.skipped.load();
-        d["read_seconds"] = s.read_ns.load() * 1e-9;
-        d["decode_seconds"] = s.decode_ns.load() * 1e-9;
-        d["prepare_seconds"] = s.prepare_ns.load() * 1e-9;
-        d["wait_seconds"] = s.wait_ns.load() * 1e-9;
-        d["worker_idle_seconds"] = s.worker_idle_ns.load() * 1e-9;
-        d["slots"] = e.pool().slots_allocated();
-        d["slot_bytes"] = e.pool().bytes_allocated();
-        return d;
-      });
+           py::arg("drop_last"), py::arg("skip_errors"), py::arg("images"),
+           py::arg("threads_hint"),
+           "images: {field: stoker.ops._ImageSpec}; threads_hint sizes the units of work.");
 
-  py::class_<Iteration, std::shared_ptr<Iteration>>(m, "Iteration")
+  py::class_<BlockAllocator, std::shared_ptr<BlockAllocator>>(
+      m, "HostMemory", "Where batch slots come from (pageable or page-locked).")
+      .def_property_readonly("pinned",
+                             [](const BlockAllocator& a) { return a.kind() == MemoryKind::kPinned; });
+  py::class_<Delivery, std::shared_ptr<Delivery>>(
+      m, "Delivery", "How batches reach the consumer (a device copy).");
+
+  py::class_<LoaderOptions>(m, "LoaderOptions")
+      .def(py::init<>())
+      .def_readwrite("num_threads", &LoaderOptions::num_threads)
+      .def_readwrite("prefetch", &LoaderOptions::prefetch)
+      .def_readwrite("prefetch_next_epoch", &LoaderOptions::prefetch_next_epoch)
+      .def_readwrite("host_memory", &LoaderOptions::host_allocator)
+      .def_readwrite("delivery", &LoaderOptions::delivery)
+      .def_property(
+          "linger_ms", [](const LoaderOptions& o) { return o.linger.count(); },
+          [](LoaderOptions& o, int64_t ms) { o.linger = std::chrono::milliseconds(ms); });
+
+  py::class_<LoaderCore, std::shared_ptr<LoaderCore>>(m, "LoaderCore")
+      .def(py::init([](std::shared_ptr<BatchProducer> p, const LoaderOptions& o) {
+             return LoaderCore::create(std::move(p), o);
+           }),
+           py::arg("producer"), py::arg("options"))
+      .def("num_batches", &LoaderCore::num_batches, py::arg("rank"), py::arg("world_size"))
+      .def("set_epoch", &LoaderCore::set_epoch, py::arg("epoch"))
+      .def_property_readonly("epoch", &LoaderCore::epoch)
+      .def("iter", &LoaderCore::iter, py::arg("rank"), py::arg("world_size"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("state",
+           [](const LoaderCore& c) {
+             LoaderState s = c.state();
+             return py::make_tuple(s.epoch, s.offset);
+           })
       .def(
-          "next",
-          [](Iteration& it) -> py::object {
-            HostBatch b;
-            if (!next_batch(it, b)) return py::none();
-            return batch_to_capsules(b.memory, b.tensors, kDLCPU, 0);
+          "load_state",
+          [](LoaderCore& c, uint64_t epoch, int64_t offset) {
+            c.load_state(LoaderState{epoch, offset});
           },
-          "The next batch as [(name, dltensor capsule)], or None at the end of the epoch.")
-      .def("stop", &Iteration::stop, py::call_guard<py::gil_scoped_release>())
-      .def("release_held", &Iteration::release_held, py::arg("n"),
-           "Gives back n batches of the window held at Engine.start().")
-      .def_property_readonly("held", &Iteration::held)
-      .def_property_readonly("epoch", &Iteration::epoch)
-      .def_property_readonly("position", &Iteration::position)
-      .def_property_readonly("end", &Iteration::end)
-      .def_property_readonly("ready_batches", &Iteration::ready_batches)
-      .def_property_readonly("live_workers", &Iteration::live_workers);
+          py::arg("epoch"), py::arg("offset"))
+      .def("close", &LoaderCore::close, py::call_guard<py::gil_scoped_release>())
+      .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); });
+
+  py::class_<LoaderCore::Iterator, std::shared_ptr<LoaderCore::Iterator>>(m, "LoaderIterator")
+      .def("next", &next_batch, py::arg("consumer_stream") = 0,
+           "The next batch as [(name, dltensor capsule)], or None at the end of the epoch.")
+      .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
+      .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)
+      .def_property_readonly("claimed", &LoaderCore::Iterator::claimed)
+      .def_property_readonly("ready_batches", &LoaderCore::Iterator::ready_batches);
 }
 
 }  // namespace stoker::bindings

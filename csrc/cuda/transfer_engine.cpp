@@ -8,49 +8,37 @@ namespace stoker {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Copies whose host slot the copy thread may hold before it waits for the
-// oldest: the engine's slot pool allocates rather than waits, so this bounds
-// extra pinned memory, not progress.
+// oldest: the slot pool allocates rather than waits, so this bounds extra
+// pinned memory, not progress.
 constexpr size_t kMaxHostInFlight = 2;
 
-// Waits that poll: spin briefly (a batch is often a few microseconds away),
-// then yield, then sleep in short slices so stop_ is seen promptly.
-void backoff(int spins) {
-  if (spins < 32) return;
-  if (spins < 128) {
-    std::this_thread::yield();
-    return;
-  }
-  std::this_thread::sleep_for(std::chrono::microseconds(spins < 512 ? 20 : 100));
-}
+// Every wait of the copy thread ends after this long to look at the stop flag.
+constexpr auto kSlice = std::chrono::milliseconds(20);
 
 size_t checked_prefetch(size_t prefetch) {
   STOKER_CHECK(prefetch >= 1, UsageError, "prefetch must be >= 1, got ", prefetch);
   return prefetch;
 }
 
-int64_t ns_since(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+int64_t ns_since(TransferEngine::Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(TransferEngine::Clock::now() - t0)
+      .count();
 }
 
 }  // namespace
 
 TransferEngine::TransferEngine(std::shared_ptr<DeviceApi> api, Source source, size_t prefetch,
-                               std::shared_ptr<DeviceBufferPool> pool)
+                               std::shared_ptr<BlockPool> pool, std::shared_ptr<LoaderStats> stats)
     : api_(std::move(api)),
       source_(std::move(source)),
-      prefetch_(checked_prefetch(prefetch)),
       pool_(std::move(pool)),
-      owns_pool_(pool_ == nullptr),
-      queue_(prefetch_) {
+      stats_(std::move(stats)),
+      out_(checked_prefetch(prefetch)) {
   STOKER_CHECK(api_ != nullptr, UsageError, "TransferEngine: no device API");
   STOKER_CHECK(static_cast<bool>(source_), UsageError, "TransferEngine: no source");
-  STOKER_CHECK(owns_pool_ || &pool_->api() == api_.get(), UsageError,
-               "TransferEngine: the buffer pool belongs to another device");
-  // Idle buffers kept: the ones in flight plus a couple the user just freed.
-  if (owns_pool_) pool_ = DeviceBufferPool::create(api_, prefetch_ + 2);
+  STOKER_CHECK(pool_ != nullptr && pool_->kind() == MemoryKind::kDevice, UsageError,
+               "TransferEngine: needs a pool of device buffers");
   timing_events_ = EventPool::create(api_, true);
   copy_stream_ = api_->create_stream();
   try {
@@ -68,37 +56,48 @@ TransferEngine::~TransferEngine() { stop(); }
 void TransferEngine::copy_loop() noexcept {
   pthread_setname_np(pthread_self(), "stoker-copy");
   std::vector<InFlight> in_flight;
+  int64_t pos = 0;
   bool failed = false;
   try {
-    while (wait_for_room(in_flight)) {
-      std::optional<HostBatch> hb;
-      try {
-        hb = source_();
-      } catch (...) {
-        // A stopped source throws to unblock us: that is shutdown, not an error.
-        if (!stop_.load(std::memory_order_acquire)) {
-          Ready r;
-          r.error = std::current_exception();
-          push(std::move(r));
-        }
-        break;
+    while (!stop_.load(std::memory_order_acquire)) {
+      HostBatch hb;
+      const SourceStatus s = source_(hb, Clock::now() + kSlice);
+      if (s == SourceStatus::kTimeout) {
+        reap(in_flight, false);
+        continue;
       }
-      if (!hb) {
-        Ready r;
-        r.end = true;
-        push(std::move(r));
-        break;
+      if (s == SourceStatus::kStopped) break;
+      if (!wait_for_room(pos, in_flight)) break;
+      Ready& r = out_.at(pos);
+      if (s == SourceStatus::kEnd || hb.error) {
+        r = Ready{};
+        r.end = s == SourceStatus::kEnd;
+        r.index = hb.index;
+        r.error = hb.error;
+        out_.publish(pos);
+        break;  // the consumer ends at the error, or at the end
       }
-      if (stop_.load(std::memory_order_acquire)) break;
-      copy_one(std::move(*hb), in_flight);
+      r = copy_one(std::move(hb), in_flight);
+      out_.publish(pos++);
+      reap(in_flight, false);
+      while (in_flight.size() > kMaxHostInFlight && !stop_.load(std::memory_order_acquire)) {
+        api_->wait_event(*in_flight.front().done, kSlice);
+        reap(in_flight, false);
+      }
     }
   } catch (...) {
-    // A device error: the consumer gets it at the position it would have
-    // read next, like a source error.
+    // A device error: the consumer gets it at the position it would read next,
+    // like a source error.
     failed = true;
-    Ready r;
-    r.error = std::current_exception();
-    push(std::move(r));
+    std::exception_ptr e = std::current_exception();
+    try {
+      if (wait_for_room(pos, in_flight)) {
+        out_.at(pos) = Ready{};
+        out_.at(pos).error = e;
+        out_.publish(pos);
+      }
+    } catch (...) {
+    }
   }
   // NOTE [ Transfer shutdown ]: slots go back only once the DMA has read them.
   try {
@@ -111,20 +110,30 @@ void TransferEngine::copy_loop() noexcept {
   }
 }
 
-bool TransferEngine::wait_for_room(std::vector<InFlight>& in_flight) {
-  // The producer is the only one who adds, so room seen here is still there
-  // at push time: at most prefetch_ batches wait for the consumer.
-  for (int spins = 0;; ++spins) {
+bool TransferEngine::wait_for_room(int64_t pos, std::vector<InFlight>& in_flight) {
+  // Copies finishing while the consumer is slow return their host slots here.
+  for (;;) {
     if (stop_.load(std::memory_order_acquire)) return false;
-    if (queue_.size() < prefetch_) return true;
-    reap(in_flight, false);
-    backoff(spins);
+    if (!in_flight.empty() && !out_.is_free(pos)) {
+      api_->wait_event(*in_flight.front().done, kSlice);
+      reap(in_flight, false);
+      continue;
+    }
+    switch (out_.wait_free(pos, Clock::now() + kSlice)) {
+      case BatchRing<Ready>::Wait::kOk:
+        if (!out_.try_claim(pos)) STOKER_THROW(Error, "internal: transfer slot taken twice");
+        return true;
+      case BatchRing<Ready>::Wait::kTimeout:
+        break;
+      case BatchRing<Ready>::Wait::kClosed:
+        return false;
+    }
   }
 }
 
-void TransferEngine::copy_one(HostBatch hb, std::vector<InFlight>& in_flight) {
-  DeviceBufferPool::Buffer buffer = pool_->acquire(hb.bytes, copy_stream_);
-  std::unique_ptr<Lease> lease(new Lease{pool_, buffer, std::nullopt});
+TransferEngine::Ready TransferEngine::copy_one(HostBatch hb, std::vector<InFlight>& in_flight) {
+  BlockPool::Block block = pool_->acquire(hb.bytes, copy_stream_);
+  std::unique_ptr<Lease> lease(new Lease{pool_, block, std::nullopt});
 
   InFlight f;
   f.host = std::move(hb.memory);
@@ -133,8 +142,7 @@ void TransferEngine::copy_one(HostBatch hb, std::vector<InFlight>& in_flight) {
   f.bytes = hb.bytes;
   api_->record_event(*f.start, copy_stream_);
   // One copy per batch: its tensors are laid out in one buffer.
-  if (hb.bytes > 0)
-    api_->copy_to_device_async(buffer.data, f.host.get(), hb.bytes, copy_stream_);
+  if (hb.bytes > 0) api_->copy_to_device_async(block.data, f.host.get(), hb.bytes, copy_stream_);
   api_->record_event(*f.done, copy_stream_);
 
   Ready r;
@@ -142,14 +150,9 @@ void TransferEngine::copy_one(HostBatch hb, std::vector<InFlight>& in_flight) {
   r.lease = std::move(lease);
   r.copied = f.done;
   r.tensors = std::move(hb.tensors);
+  r.counters = hb.counters;
   in_flight.push_back(std::move(f));
-  push(std::move(r));
-
-  reap(in_flight, false);
-  while (in_flight.size() > kMaxHostInFlight && !stop_.load(std::memory_order_acquire)) {
-    api_->wait_event(*in_flight.front().done, std::chrono::milliseconds(10));
-    reap(in_flight, false);
-  }
+  return r;
 }
 
 void TransferEngine::reap(std::vector<InFlight>& in_flight, bool all) {
@@ -167,48 +170,42 @@ void TransferEngine::reap(std::vector<InFlight>& in_flight, bool all) {
     copy_ns_.fetch_add(static_cast<int64_t>(ms * 1e6), std::memory_order_relaxed);
     bytes_.fetch_add(static_cast<int64_t>(f.bytes), std::memory_order_relaxed);
     copies_.fetch_add(1, std::memory_order_relaxed);
+    if (stats_) {
+      stats_->copy_ns.fetch_add(static_cast<int64_t>(ms * 1e6), std::memory_order_relaxed);
+      stats_->copy_bytes.fetch_add(static_cast<int64_t>(f.bytes), std::memory_order_relaxed);
+      stats_->copies.fetch_add(1, std::memory_order_relaxed);
+    }
     f.host.reset();  // the slot goes back to its pool
   }
   in_flight.erase(in_flight.begin(), in_flight.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-void TransferEngine::push(Ready r) {
-  for (int spins = 0;; ++spins) {
-    if (queue_.try_push(std::move(r))) return;  // moves only on success
-    if (stop_.load(std::memory_order_acquire)) return;
-    backoff(spins);
-  }
 }
 
 // ---- consumer --------------------------------------------------------------
 
 std::optional<DeviceBatch> TransferEngine::next(StreamHandle consumer_stream) {
   std::optional<DeviceBatch> out;
-  while (next_for(consumer_stream, std::chrono::milliseconds(100), out) == Status::kTimeout) {
+  while (next_until(consumer_stream, Clock::now() + std::chrono::milliseconds(100), out) ==
+         Status::kTimeout) {
   }
   return out;
 }
 
-TransferEngine::Status TransferEngine::next_for(StreamHandle consumer_stream,
-                                                std::chrono::milliseconds timeout,
-                                                std::optional<DeviceBatch>& out) {
+TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
+                                                  Clock::time_point deadline,
+                                                  std::optional<DeviceBatch>& out) {
   out.reset();
   std::lock_guard<std::mutex> lock(consumer_mu_);
   if (error_) std::rethrow_exception(error_);
   if (finished_) return Status::kEnd;
   const auto t0 = Clock::now();
-  const auto deadline = t0 + timeout;
-  Ready r;
-  for (int spins = 0; !queue_.try_pop(r); ++spins) {
-    STOKER_CHECK(!stop_.load(std::memory_order_acquire), UsageError,
-                 "the CUDA transfer was stopped");
-    if (Clock::now() >= deadline) {
-      wait_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
-      return Status::kTimeout;
-    }
-    backoff(spins);
-  }
+  const auto w = out_.wait_ready(read_pos_, deadline);
   wait_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
+  if (w == BatchRing<Ready>::Wait::kTimeout) return Status::kTimeout;
+  STOKER_CHECK(w == BatchRing<Ready>::Wait::kOk && !stop_.load(std::memory_order_acquire),
+               UsageError, "the CUDA transfer was stopped");
+  Ready r = std::move(out_.at(read_pos_));
+  out_.release(read_pos_);
+  ++read_pos_;
   if (r.error) {
     error_ = r.error;
     std::rethrow_exception(error_);
@@ -221,9 +218,9 @@ TransferEngine::Status TransferEngine::next_for(StreamHandle consumer_stream,
   api_->stream_wait_event(consumer_stream, *r.copied);
   r.lease->reader = consumer_stream;
   std::shared_ptr<Lease> lease(std::move(r.lease));
-  auto* data = static_cast<uint8_t*>(lease->buffer.data);
+  auto* data = static_cast<uint8_t*>(lease->block.data);
   out = DeviceBatch{r.index, std::shared_ptr<uint8_t>(std::move(lease), data), api_->device(),
-                    std::move(r.tensors)};
+                    std::move(r.tensors), r.counters};
   return Status::kBatch;
 }
 
@@ -231,6 +228,7 @@ TransferEngine::Status TransferEngine::next_for(StreamHandle consumer_stream,
 
 void TransferEngine::stop() {
   stop_.store(true, std::memory_order_release);
+  out_.close();
   std::lock_guard<std::mutex> lock(stop_mu_);
   if (stopped_) return;
   stopped_ = true;
@@ -239,13 +237,9 @@ void TransferEngine::stop() {
     // Batches copied but never taken: their buffers go back (the copies are
     // complete, the copy thread waited for them).
     std::lock_guard<std::mutex> consumer(consumer_mu_);
-    Ready r;
-    while (queue_.try_pop(r)) r = Ready();
+    for (size_t i = 0; i < out_.capacity(); ++i) out_.at(static_cast<int64_t>(i)) = Ready{};
   }
   api_->destroy_stream(copy_stream_);
-  // NOTE [ Pool across epochs ]: a pool of our own gives its idle memory back
-  // now, not when the user's last batch does; a shared one stays for the next epoch.
-  if (owns_pool_) pool_->close();
 }
 
 TransferStats TransferEngine::stats() const {
@@ -254,8 +248,6 @@ TransferStats TransferEngine::stats() const {
   s.bytes = bytes_.load(std::memory_order_relaxed);
   s.copy_seconds = static_cast<double>(copy_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.wait_seconds = static_cast<double>(wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  s.pool_buffers = pool_->buffers();
-  s.pool_bytes = pool_->bytes();
   return s;
 }
 

@@ -14,38 +14,34 @@
 //   C (buf reused for k+n):                             [wait R_k] [ H2D k+n -> buf ]
 //
 //  * E_k  (copy done): U waits on it in next(), so kernels see the whole batch.
-//    The copy thread polls it to return the host slot as soon as the DMA has
-//    read it (never earlier: the slot is refilled with another batch).
+//    The copy thread waits for it to return the host slot as soon as the DMA
+//    has read it (never earlier: the slot is refilled with another batch).
 //  * R_k  (consumer done): recorded on U by the DLPack deleter of the last
-//    tensor of batch k, on whatever thread frees it. The buffer goes back to
-//    the pool with R_k; the copy that next overwrites it is queued behind R_k
-//    on C. A kernel queued on U before the tensor was freed therefore never
-//    sees the next batch's bytes. (Like the caching allocator, this covers
-//    readers on U; a user reading on another stream must keep the tensor
-//    alive or call record_stream, as with any PyTorch tensor.)
-//  * Memory in flight: at most `prefetch` batches copied and not yet taken;
-//    buffers the user holds are extra, and the pool allocates more rather
-//    than wait (list(loader) must not deadlock).
+//    tensor of batch k, on whatever thread frees it: the buffer goes back to
+//    the loader's device pool with R_k as its fence (pipeline/block_pool.h), and
+//    the copy that next overwrites it is queued behind R_k on C. A kernel
+//    queued on U before the tensor was freed therefore never sees the next
+//    batch's bytes. (Like the caching allocator, this covers readers on U; a
+//    user reading on another stream must keep the tensor alive or call
+//    record_stream, as with any PyTorch tensor.)
+//  * Memory in flight: at most `prefetch` batches copied and not yet taken
+//    (the output ring's slots); buffers the user holds are extra, and the pool
+//    allocates more rather than wait (list(loader) must not deadlock).
 //
 // NOTE [ Transfer shutdown ]
-// stop() sets stop_ and joins the copy thread; every wait in it has a timeout
-// and checks stop_. The owner stops the source first so a blocked source()
-// returns (it throws once stopped, which is not reported). Before the thread
-// exits it waits for its queued copies, so no host slot is returned while DMA
-// may still read it and no device buffer is freed while C writes it. Batches
-// already handed out stay valid: their buffers hold the pool, which holds the
-// device API.
+// stop() sets the stop flag, closes the output ring and joins the copy thread.
+// The source is asked for batches with a deadline and the flag is checked
+// between waits, so no source can keep the thread (or ~TransferEngine) waiting.
+// Before the thread exits it waits for its queued copies, so no host slot is
+// returned while DMA may still read it. Batches already handed out stay valid:
+// their buffers hold the pool, which holds the device API.
 //
 // NOTE [ Pool across epochs ]
-// A pool of its own is closed when the engine stops: idle buffers are freed
-// then, and each buffer the user frees later is freed on return. Both must
-// first wait (on the host) for the buffer's last reader on U, so at the end of
-// an epoch the caller's thread waits until the GPU has drained its queue, and
-// the next epoch starts with an idle GPU and no buffers. A Loader therefore
-// passes one pool for all its epochs: stopping an engine then waits for
-// nothing on U, the GPU keeps working through the steps already queued while
-// the next epoch's first batch is made, and that batch's copy reuses a buffer
-// behind its release event as within an epoch.
+// The device pool belongs to the loader, not to a transfer: freeing a device
+// buffer needs a host wait for its last reader, so a pool that closed at the
+// end of each epoch drained the GPU's queue at every boundary. With one pool,
+// stopping a transfer waits for nothing on U, and the next epoch's copies
+// reuse the buffers behind their release events.
 #pragma once
 
 #include <atomic>
@@ -60,10 +56,11 @@
 #include <vector>
 
 #include "cuda/device_api.h"
-#include "cuda/device_buffer_pool.h"
 #include "cuda/event_pool.h"
 #include "pipeline/batch.h"
-#include "pipeline/spsc_queue.h"
+#include "pipeline/batch_ring.h"
+#include "pipeline/block_pool.h"
+#include "pipeline/loader_stats.h"
 
 namespace stoker {
 
@@ -74,6 +71,7 @@ struct DeviceBatch {
   std::shared_ptr<uint8_t> memory;
   int device = 0;
   std::vector<TensorDesc> tensors;
+  BatchCounters counters;
 };
 
 struct TransferStats {
@@ -81,26 +79,24 @@ struct TransferStats {
   int64_t bytes = 0;
   double copy_seconds = 0;  ///< device time of the copies (event timing)
   double wait_seconds = 0;  ///< consumer time blocked in next()
-  size_t pool_buffers = 0;  ///< device buffers alive (idle + in use)
-  size_t pool_bytes = 0;
 };
 
 class TransferEngine {
  public:
-  /// Blocking; returns nullopt at the end of the epoch; throws the error of
-  /// the batch at that position.
-  using Source = std::function<std::optional<HostBatch>()>;
+  using Clock = std::chrono::steady_clock;
+  enum class SourceStatus { kBatch, kTimeout, kEnd, kStopped };
+  /// The next host batch in order, waiting at most until the deadline. A
+  /// failed batch comes as kBatch with `out.error` set.
+  using Source = std::function<SourceStatus(HostBatch& out, Clock::time_point deadline)>;
   enum class Status { kBatch, kEnd, kTimeout };
 
   /// Starts the copy thread.
   /// @param prefetch batches copied ahead of the consumer (>= 1)
-  /// @param pool device buffers to copy into, on `api`. A pool given here
-  ///   outlives this engine and is not closed by stop(): the next epoch
-  ///   reuses its buffers, and freeing a batch never waits for the device
-  ///   (NOTE [ Pool across epochs ]). Null: a pool of the engine's own, closed
-  ///   by stop() so its memory returns as soon as the user's batches do.
+  /// @param pool device buffers on `api` (device_buffer_pool()); it outlives
+  ///   this engine (NOTE [ Pool across epochs ])
+  /// @param stats also counts the copies there, if given
   TransferEngine(std::shared_ptr<DeviceApi> api, Source source, size_t prefetch,
-                 std::shared_ptr<DeviceBufferPool> pool = nullptr);
+                 std::shared_ptr<BlockPool> pool, std::shared_ptr<LoaderStats> stats = nullptr);
   /// Calls stop().
   ~TransferEngine();
   TransferEngine(const TransferEngine&) = delete;
@@ -111,10 +107,10 @@ class TransferEngine {
   /// Rethrows a source error when the consumer reaches that position (and on
   /// every later call). One consumer thread at a time.
   std::optional<DeviceBatch> next(StreamHandle consumer_stream);
-  /// Like next(), but gives up after `timeout` with kTimeout, so a caller can
+  /// Like next(), but gives up at `deadline` with kTimeout, so a caller can
   /// check for signals between waits.
-  Status next_for(StreamHandle consumer_stream, std::chrono::milliseconds timeout,
-                  std::optional<DeviceBatch>& out);
+  Status next_until(StreamHandle consumer_stream, Clock::time_point deadline,
+                    std::optional<DeviceBatch>& out);
 
   /// NOTE [ Transfer shutdown ]. Prompt, idempotent, any thread.
   void stop();
@@ -123,20 +119,20 @@ class TransferEngine {
   DeviceApi& api() const { return *api_; }
 
  private:
-  /// A device buffer on loan; destroying it gives the buffer back, with an
-  /// event on `reader` once a consumer has had it.
+  /// A device buffer on loan; destroying it gives the buffer back, with a
+  /// fence on `reader` once a consumer has had it.
   struct Lease {
-    std::shared_ptr<DeviceBufferPool> pool;
-    DeviceBufferPool::Buffer buffer;
+    std::shared_ptr<BlockPool> pool;
+    BlockPool::Block block;
     std::optional<StreamHandle> reader;
-    ~Lease() { pool->release(buffer, reader); }
+    ~Lease() { pool->release(block, reader); }
   };
   struct Ready {
     int64_t index = -1;
     std::unique_ptr<Lease> lease;
-
-    SharedEvent copied;                   // E_k
+    SharedEvent copied;  // E_k
     std::vector<TensorDesc> tensors;
+    BatchCounters counters;
     std::exception_ptr error;
     bool end = false;
   };
@@ -147,27 +143,26 @@ class TransferEngine {
   };
 
   void copy_loop() noexcept;
-  void copy_one(HostBatch hb, std::vector<InFlight>& in_flight);
-  bool wait_for_room(std::vector<InFlight>& in_flight);
+  Ready copy_one(HostBatch hb, std::vector<InFlight>& in_flight);
+  bool wait_for_room(int64_t pos, std::vector<InFlight>& in_flight);
   void reap(std::vector<InFlight>& in_flight, bool all);
-  void push(Ready r);
 
   std::shared_ptr<DeviceApi> api_;
   Source source_;
-  const size_t prefetch_;
-  std::shared_ptr<DeviceBufferPool> pool_;
-  bool owns_pool_;
+  std::shared_ptr<BlockPool> pool_;
+  std::shared_ptr<LoaderStats> stats_;
   std::shared_ptr<EventPool> timing_events_;
   StreamHandle copy_stream_ = 0;
-  SpscQueue<Ready> queue_;
+  BatchRing<Ready> out_;
 
   std::atomic<bool> stop_{false};
   std::mutex stop_mu_;  // serializes stop(); guards thread_ and copy_stream_ teardown
   bool stopped_ = false;
   std::thread thread_;
 
-  std::mutex consumer_mu_;  // one next() at a time (SPSC consumer side)
-  bool finished_ = false;   // guarded by consumer_mu_
+  std::mutex consumer_mu_;    // one next() at a time
+  int64_t read_pos_ = 0;      // guarded by consumer_mu_
+  bool finished_ = false;     // guarded by consumer_mu_
   std::exception_ptr error_;  // guarded by consumer_mu_; sticky once reached
 
   std::atomic<int64_t> copies_{0}, bytes_{0}, copy_ns_{0}, wait_ns_{0};

@@ -1,11 +1,12 @@
-// What a finished batch looks like as it leaves the engine: named tensors laid
+// What a finished batch looks like as it leaves a stream: named tensors laid
 // out in one buffer. The buffer's owner is a shared_ptr whose last release
 // returns the memory to the pool it came from, which is how DLPack deleters
-// recycle slots (see NOTE [ Slot lifetime ] in slot_pool.h).
+// recycle slots (NOTE [ Block lifetime ] in block_pool.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,27 +24,22 @@ struct TensorDesc {
   size_t nbytes = 0;
 };
 
-/// A complete batch in host memory.
+/// What a delivered batch adds to the loader's counters.
+struct BatchCounters {
+  int64_t samples = 0;
+  int64_t skipped = 0;
+  int64_t bytes_read = 0;
+};
+
+/// A complete batch in host memory, or the error of the batch at its position.
 struct HostBatch {
-  int64_t index = -1;               ///< batch number within the epoch
+  int64_t index = -1;               ///< batch number within its epoch
   std::shared_ptr<uint8_t> memory;  ///< base of the slot; owns it (aliasing shared_ptr)
   size_t bytes = 0;                 ///< bytes used from `memory`
   bool pinned = false;              ///< slot memory is page-locked
   std::vector<TensorDesc> tensors;
+  BatchCounters counters;
+  std::exception_ptr error;  ///< set instead of the rest when the batch failed
 };
-
-/// Allocates slot memory. The default gives page-aligned pageable memory; the
-/// CUDA layer provides a page-locked one.
-class HostAllocator {
- public:
-  virtual ~HostAllocator() = default;
-  /// @return at least `bytes` bytes, 64-byte aligned; throws on failure.
-  virtual void* allocate(size_t bytes) = 0;
-  virtual void deallocate(void* p, size_t bytes) noexcept = 0;
-  virtual bool pinned() const { return false; }
-};
-
-/// Page-aligned pageable memory (std::aligned_alloc).
-std::shared_ptr<HostAllocator> default_host_allocator();
 
 }  // namespace stoker

@@ -6,34 +6,50 @@
 
 namespace stoker {
 
-Sampler::Sampler(int64_t num_records, SamplerOptions opts) : n_(num_records), opts_(opts) {
-  STOKER_CHECK(n_ >= 0, UsageError, "negative dataset size");
-  STOKER_CHECK(opts_.batch_size >= 1, UsageError, "batch_size must be >= 1, got ",
-               opts_.batch_size);
-  STOKER_CHECK(opts_.world_size >= 1, UsageError, "world_size must be >= 1, got ",
-               opts_.world_size);
-  STOKER_CHECK(opts_.rank >= 0 && opts_.rank < opts_.world_size, UsageError, "rank ",
-               opts_.rank, " is outside [0, world_size=", opts_.world_size, ")");
-  const int64_t w = opts_.world_size;
-  share_ = opts_.drop_last ? n_ / w : (n_ + w - 1) / w;
-  const int64_t b = opts_.batch_size;
-  batches_ = opts_.drop_last ? share_ / b : (share_ + b - 1) / b;
+namespace {
+
+// ceil(a / b) without the overflow of (a + b - 1) / b.
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+}  // namespace
+
+EpochOrder::EpochOrder(int64_t num_records, const SamplerOptions& opts, uint64_t epoch,
+                       int64_t rank, int64_t world_size, int64_t offset)
+    : n_(static_cast<uint64_t>(num_records)), batch_size_(opts.batch_size) {
+  STOKER_CHECK(num_records >= 0, UsageError, "negative dataset size");
+  STOKER_CHECK(opts.batch_size >= 1, UsageError, "batch_size must be >= 1, got ",
+               opts.batch_size);
+  STOKER_CHECK(world_size >= 1, UsageError, "world_size must be >= 1, got ", world_size);
+  STOKER_CHECK(rank >= 0 && rank < world_size, UsageError, "rank ", rank,
+               " is outside [0, world_size=", world_size, ")");
+  STOKER_CHECK(offset >= 0 && offset <= num_records, UsageError, "epoch offset ", offset,
+               " outside [0, ", num_records, "]");
+  rank_ = static_cast<uint64_t>(rank);
+  world_ = static_cast<uint64_t>(world_size);
+  offset_ = static_cast<uint64_t>(offset);
+  const int64_t left = num_records - offset;
+  share_ = opts.drop_last ? left / world_size : ceil_div(left, world_size);
+  batches_ = opts.drop_last ? share_ / batch_size_ : ceil_div(share_, batch_size_);
+  if (opts.shuffle && num_records > 1) perm_.emplace(n_, hash_combine(opts.seed, epoch));
 }
 
-int64_t Sampler::batch_length(int64_t k) const {
-  return std::min(opts_.batch_size, share_ - k * opts_.batch_size);
+int64_t EpochOrder::batch_length(int64_t k) const {
+  // k < batches_, so k * batch_size_ <= share_ cannot overflow.
+  return std::min(batch_size_, share_ - k * batch_size_);
 }
 
-Sampler::Epoch::Epoch(const Sampler& s, uint64_t epoch) : s_(&s) {
-  if (s.opts_.shuffle && s.n_ > 1)
-    perm_.emplace(static_cast<uint64_t>(s.n_), hash_combine(s.opts_.seed, epoch));
+int64_t EpochOrder::index(int64_t k, int64_t pos) const {
+  // p < share_ <= ceil(left / w), so p * w < left + w: no overflow in 64 unsigned bits.
+  const uint64_t p = static_cast<uint64_t>(k * batch_size_ + pos);
+  uint64_t q = offset_ + rank_ + p * world_;  // position in the epoch order
+  if (q >= n_) q %= n_;                        // wrap-around padding
+  return static_cast<int64_t>(perm_ ? (*perm_)(q) : q);
 }
 
-int64_t Sampler::Epoch::index(int64_t k, int64_t pos) const {
-  const auto& o = s_->opts_;
-  const int64_t p = k * o.batch_size + pos;            // position in this rank's sequence
-  const int64_t q = (o.rank + p * o.world_size) % s_->n_;  // position in the epoch order (wrapped)
-  return perm_ ? static_cast<int64_t>((*perm_)(static_cast<uint64_t>(q))) : q;
+int64_t EpochOrder::consumed_after(int64_t batches) const {
+  const __int128 per_rank = std::min<__int128>(static_cast<__int128>(batches) * batch_size_, share_);
+  const __int128 done = static_cast<__int128>(offset_) + per_rank * world_;
+  return static_cast<int64_t>(std::min<__int128>(done, n_));
 }
 
 }  // namespace stoker

@@ -1,11 +1,14 @@
 // Which samples make batch k of an epoch, for one rank.
 //
 // The epoch order is a permutation of [0, n) keyed by (seed, epoch), or the
-// identity without shuffle. Rank r of w takes positions r, r+w, r+2w, ... of
-// that order (as DistributedSampler does); without drop_last the order wraps
-// around so every rank gets ceil(n/w) samples, with drop_last each gets
-// floor(n/w). Batch k is positions [k*B, min((k+1)*B, share)) of the rank's
-// sequence. Nothing here depends on the number of threads.
+// identity without shuffle: one global sequence. Rank r of w takes positions
+// offset + r, offset + r + w, ... of it (as DistributedSampler does, from the
+// `offset` global samples already consumed: a resumed epoch, at any world
+// size). Without drop_last the sequence wraps around so every rank gets
+// ceil((n - offset) / w) samples; with drop_last each gets floor. Batch k is
+// positions [k*B, min((k+1)*B, share)) of the rank's sequence. Nothing here
+// depends on the number of threads, and every rank computes the same counts,
+// so ranks never disagree on the number of batches.
 #pragma once
 
 #include <cstdint>
@@ -20,40 +23,30 @@ struct SamplerOptions {
   bool shuffle = false;
   uint64_t seed = 0;
   bool drop_last = false;
-  int64_t rank = 0;
-  int64_t world_size = 1;
 };
 
-class Sampler {
+/// One rank's share of one epoch (or of the rest of it, from an offset).
+class EpochOrder {
  public:
-  /// Validates the options (UsageError).
-  Sampler(int64_t num_records, SamplerOptions opts);
+  /// Validates the arguments (UsageError).
+  EpochOrder(int64_t num_records, const SamplerOptions& opts, uint64_t epoch, int64_t rank,
+             int64_t world_size, int64_t offset);
 
-  int64_t num_records() const { return n_; }
-  int64_t num_samples() const { return share_; }  ///< this rank's samples per epoch
+  int64_t num_samples() const { return share_; }  ///< this rank's samples (padding included)
   int64_t num_batches() const { return batches_; }
   int64_t batch_length(int64_t k) const;
-  const SamplerOptions& options() const { return opts_; }
-
-  /// The order of one epoch.
-  class Epoch {
-   public:
-    /// Dataset index of sample `pos` of batch `k`.
-    int64_t index(int64_t k, int64_t pos) const;
-
-   private:
-    friend class Sampler;
-    Epoch(const Sampler& s, uint64_t epoch);
-    const Sampler* s_;
-    std::optional<Permutation> perm_;
-  };
-  Epoch epoch(uint64_t e) const { return Epoch(*this, e); }
+  /// Dataset index of sample `pos` of batch `k`.
+  int64_t index(int64_t k, int64_t pos) const;
+  /// Global samples consumed once every rank has taken `batches` batches.
+  int64_t consumed_after(int64_t batches) const;
 
  private:
-  int64_t n_;
-  SamplerOptions opts_;
+  uint64_t n_;
+  int64_t batch_size_;
+  uint64_t rank_, world_, offset_;
   int64_t share_ = 0;
   int64_t batches_ = 0;
+  std::optional<Permutation> perm_;
 };
 
 }  // namespace stoker

@@ -316,10 +316,10 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
             runs.append(_time_batches(lambda loader=loader: loader, ds.path, limit))
             st = loader.stats()
             loader.close()
-        work = st["read_seconds"] + st["decode_seconds"] + st["prepare_seconds"]
+        work = st["read_seconds"] + st["decode_seconds"] + st["plan_seconds"]
         split = "   workers: " + ", ".join(
             f"{k} {100 * st[k + '_seconds'] / work:.0f}%"
-            for k in ("read", "decode", "prepare")) if work > 0 else ""
+            for k in ("read", "decode", "plan")) if work > 0 else ""
         report(f"stoker num_threads={t}", runs, split)
 
     images = [k for k, f in ds.fields.items() if isinstance(f, Image)]

@@ -1,15 +1,18 @@
-"""The loader: :class:`Loader`."""
+"""The loader: :class:`Loader`.
+
+The work happens in the C++ loader core (``csrc/pipeline/loader_core.h``): it owns the
+stream of epochs, the worker threads, the batch ring, the batch memory and the device copy.
+This module checks arguments, resolves the distributed rank, and wraps batches as tensors.
+"""
 
 from __future__ import annotations
 
 import atexit
 import operator
 import os
-import threading
-import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -20,21 +23,39 @@ from .ops import Op, _specs
 
 __all__ = ["Loader"]
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 _DEFAULT_MAX_PIXELS = 100_000_000
+_DEFAULT_PREFETCH = 4
+_MAX_PREFETCH = 1024  # batches in flight per iterator; memory is prefetch x batch bytes
 
-# Every live iterator, and every loader that may hold a next-epoch prefetch, so that
-# interpreter exit stops worker threads before teardown.
-_live_iterators: "weakref.WeakSet[_LoaderIter]" = weakref.WeakSet()
+# Loaders that may have threads running, stopped before interpreter teardown.
 _live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 
 @atexit.register
 def _stop_all() -> None:
-    for it in list(_live_iterators):
-        it.close()
     for loader in list(_live_loaders):
-        loader._drop_ahead()
+        loader.close()
+
+
+# torch.utils.data.DataLoader arguments that stoker replaces, with what to do instead.
+_DATALOADER_ONLY = {
+    "num_workers": "stoker uses C++ worker threads, not processes: pass num_threads=N "
+                   "(None, the default, picks from the cores available to this rank)",
+    "collate_fn": "stoker assembles batches in C++ from the dataset's fields: variable-length "
+                  "fields are padded with '<name>_lengths', images take stoker.ops transforms; "
+                  "anything else, apply to the batch in your training step",
+    "sampler": "stoker samples itself (shuffle, seed, rank/world_size); for a custom order, "
+               "write the dataset in that order and use shuffle=False",
+    "batch_sampler": "stoker batches itself: use batch_size (and drop_last)",
+    "worker_init_fn": "stoker's workers are C++ threads that run no Python code",
+    "persistent_workers": "stoker's workers persist across epochs by design",
+    "prefetch_factor": "use prefetch=N: batches in flight (None = automatic)",
+    "pin_memory_device": "use device='cuda:N' (batches arrive on the GPU) or pin_memory=True",
+    "multiprocessing_context": "stoker uses threads, not processes",
+    "timeout": "stoker never hangs: a worker error surfaces in your loop at its batch",
+    "generator": "use seed=N: the order is a function of (seed, epoch)",
+}
 
 
 def _available_cores() -> int:
@@ -42,6 +63,23 @@ def _available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def _local_world_size() -> int:
+    """Processes of this job on this machine: torchrun and accelerate set LOCAL_WORLD_SIZE,
+    SLURM sets SLURM_NTASKS_PER_NODE."""
+    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        try:
+            n = int(os.environ.get(var, ""))
+        except ValueError:
+            continue
+        if n >= 1:
+            return n
+    return 1
+
+
+def _default_threads() -> int:
+    return max(1, _available_cores() // _local_world_size())
 
 
 def _check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
@@ -61,7 +99,8 @@ def _check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
     return number
 
 
-def _dist_defaults() -> tuple:
+def _dist_world() -> Optional[Tuple[int, int]]:
+    """(rank, world_size) of the default process group, if one is initialised."""
     try:
         import torch.distributed as dist
 
@@ -69,7 +108,25 @@ def _dist_defaults() -> tuple:
             return dist.get_rank(), dist.get_world_size()
     except Exception:
         pass
-    return 0, 1
+    return None
+
+
+class _EpochHook:
+    """``loader.sampler``: what Lightning and accelerate call ``set_epoch`` on."""
+
+    __slots__ = ("_loader",)
+
+    def __init__(self, loader: "Loader") -> None:
+        self._loader = weakref.proxy(loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return self._loader.num_samples
+
+    def __repr__(self) -> str:
+        return "stoker sampler (set_epoch -> Loader.set_epoch)"
 
 
 class Loader:
@@ -94,7 +151,8 @@ class Loader:
       * The same (data, seed, epoch, rank, world_size, batch_size, drop_last) gives the
         same batches, bit for bit, for any ``num_threads`` and ``prefetch``.
       * ``state_dict()`` mid-epoch, then ``load_state_dict()`` on a new loader (any thread
-        count): the next iteration yields exactly the batches not yet yielded.
+        count, any rank, any world size): the next iteration yields exactly the samples not
+        yet yielded by the job.
       * A bad sample raises :class:`stoker.DataError` naming the shard file and record in
         the iterating thread, when its batch is reached (or, with ``on_error="skip"``, is
         replaced by the next valid sample, counted in ``stats()`` and reported by a warning).
@@ -105,35 +163,31 @@ class Loader:
         shuffle: a new permutation each epoch, from (seed, epoch); sequential if False.
         seed: the shuffling and augmentation seed.
         drop_last: drop the last incomplete batch (and the remainder of the rank split).
-        num_threads: worker threads; None = the cores available to this process.
-        prefetch: batches in flight; None = automatic.
+        num_threads: worker threads; None = the cores available to this process divided by
+            the processes of the job on this machine (``LOCAL_WORLD_SIZE``).
+        prefetch: batches in flight per iterator (at most 1024); None = automatic.
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``: where batches are delivered.
-        pin_memory: page-lock the batch buffers; None = True when device is CUDA.
-        rank, world_size: this process's share; None = from torch.distributed if
-            initialised, else 0 and 1. Every rank gets the same number of batches (the
-            order wraps around to pad, as DistributedSampler does, unless drop_last).
+        pin_memory: page-lock the batch buffers (through the current CUDA device); None =
+            True when device is CUDA.
+        rank, world_size: this process's share; None = from torch.distributed at each
+            ``iter()`` and ``len()`` (so a loader made before ``init_process_group`` shards
+            correctly), else 0 and 1. Every rank gets the same number of batches (the order
+            wraps around to pad, as DistributedSampler does, unless drop_last).
         transforms: ``{field: [op, ...]}`` with ops from :mod:`stoker.ops` (image fields).
         on_error: ``"raise"`` (default) or ``"skip"``.
         max_image_pixels: images whose header declares more pixels are refused.
         prefetch_next_epoch: start loading the next epoch's first batches while this
-            epoch's last ones are handed out, so that an epoch's first batch does not wait
-            for workers starting from cold (see below).
+            epoch's last ones are handed out (NOTE [ Next-epoch prefetch ] in
+            ``csrc/pipeline/loader_core.h``).
+        image_layout: ``"HWC"`` or ``"CHW"`` for every image field; None = each field's
+            stored layout.
 
-    Each ``iter(loader)`` runs one epoch: the epoch given by ``set_epoch``, or else the one
-    after the last started (like DataLoader, which reshuffles on every pass). Starting a
-    new iterator stops the previous one.
-
-    NOTE [ Next-epoch prefetch ]: the epoch that the next ``iter()`` will run
-    (``set_epoch``'s, or the one after) starts loading before that call, so that its first
-    batch does not wait for workers starting from cold. It starts once this epoch's workers
-    are done and fewer than ``prefetch`` of its batches are left to hand out, and it gets
-    the window of ``prefetch`` batches one batch at a time as this epoch's are handed out:
-    the two together never hold more than ``prefetch`` batches, so batch k+1 of the new
-    epoch is assembled just as it would have been within one epoch. The next ``iter()``
-    takes it over if it runs that epoch from its start; anything else (``set_epoch`` to
-    another epoch, ``load_state_dict``) drops it. Batches are functions of (seed, epoch,
-    batch), so this changes no batch. ``close()`` (or dropping the loader) stops those
-    workers.
+    Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
+    given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
+    epoch run, so an ``iter()`` that yields nothing uses no epoch. An iterator started
+    while another runs an epoch runs that same epoch, on its own, and ``set_epoch`` while
+    an iterator runs applies to the next iterator (calling it with the running epoch, as
+    frameworks do at the start of an epoch, changes nothing).
     """
 
     def __init__(
@@ -153,11 +207,33 @@ class Loader:
         on_error: str = "raise",
         max_image_pixels: int = _DEFAULT_MAX_PIXELS,
         prefetch_next_epoch: bool = True,
-        _fake_device: bool = False,
+        image_layout: Optional[str] = None,
+        **dataloader_args: Any,
     ):
+        for name in dataloader_args:
+            hint = _DATALOADER_ONLY.get(name)
+            if hint is not None:
+                raise TypeError(f"stoker.Loader has no argument {name!r}: {hint}")
+            raise TypeError(f"stoker.Loader got an unexpected keyword argument {name!r}")
+        if isinstance(dataset, torch.utils.data.Dataset):
+            raise TypeError(
+                "stoker.Loader reads stoker datasets, not torch Datasets: write yours once "
+                "with stoker.ShardWriter, then load it, e.g.\n"
+                "    fields = {'x': stoker.ndarray('float32', (3, 32, 32)), "
+                "'label': stoker.scalar('int64')}\n"
+                "    with stoker.ShardWriter('data/train', fields) as w:\n"
+                "        for x, y in my_dataset:\n"
+                "            w.write({'x': x.numpy(), 'label': y})\n"
+                "    loader = stoker.Loader(stoker.Dataset('data/train'), batch_size=...)")
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
         self.dataset = dataset
+        self._args = dict(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                          drop_last=drop_last, num_threads=num_threads, prefetch=prefetch,
+                          device=str(device), pin_memory=pin_memory, rank=rank,
+                          world_size=world_size, transforms=transforms, on_error=on_error,
+                          max_image_pixels=max_image_pixels,
+                          prefetch_next_epoch=prefetch_next_epoch, image_layout=image_layout)
         batch_size = _check_int("batch_size", batch_size, 1)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -172,77 +248,86 @@ class Loader:
         self.prefetch_next_epoch = bool(prefetch_next_epoch)
 
         if num_threads is None:
-            num_threads = _available_cores()
-        num_threads = _check_int("num_threads", num_threads, 1, 4096, "a positive int or None")
-        self.num_threads = num_threads
+            num_threads = _default_threads()
+        self.num_threads = _check_int("num_threads", num_threads, 1, 4096,
+                                      "a positive int or None")
         if prefetch is None:
-            prefetch = 4
-        prefetch = _check_int("prefetch", prefetch, 1, 2**31 - 1, "a positive int or None")
-        self.prefetch = prefetch
-
-        d_rank, d_world = _dist_defaults()
-        self.world_size = _check_int("world_size", d_world if world_size is None else world_size,
-                                     1)
-        self.rank = _check_int("rank", d_rank if rank is None else rank, 0)
-        if self.rank >= self.world_size:
-            raise ValueError(f"rank {self.rank} is outside [0, world_size={self.world_size})")
-
-        self.device = torch.device(device)
-        is_cuda = self.device.type == "cuda"
-        if self.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
-        if is_cuda:
-            available, count, reason = _core.cuda_status()
-            if not available:
-                raise RuntimeError(f"device={str(self.device)!r} requested but CUDA is not "
-                                   f"usable here: {reason}")
-            index = self.device.index
-            if index is None:
-                index = torch.cuda.current_device() if torch.cuda.is_available() else 0
-            if index >= count:
-                raise RuntimeError(f"device={str(self.device)!r}: only {count} CUDA device(s)")
-            self.device = torch.device("cuda", index)
-        self.pin_memory = is_cuda if pin_memory is None else bool(pin_memory)
+            prefetch = _DEFAULT_PREFETCH
+        self.prefetch = _check_int("prefetch", prefetch, 1, _MAX_PREFETCH,
+                                   "a positive int or None")
+        self._rank = None if rank is None else _check_int("rank", rank, 0)
+        self._world_size = None if world_size is None else _check_int("world_size",
+                                                                      world_size, 1)
+        if self._rank is not None and self._world_size is not None and \
+                self._rank >= self._world_size:
+            raise ValueError(f"rank {self._rank} is outside [0, world_size={self._world_size})")
+        if image_layout not in (None, "HWC", "CHW"):
+            raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
+        self.image_layout = image_layout
+        max_image_pixels = _check_int("max_image_pixels", max_image_pixels, 1)
 
         self.transforms = self._check_transforms(transforms or {})
         images = {}
         for name, f in dataset.fields.items():
             if isinstance(f, Image):
-                images[name] = (f.layout, _specs(self.transforms.get(name, [])),
-                                int(max_image_pixels))
+                images[name] = (image_layout or f.layout,
+                                _specs(self.transforms.get(name, [])), max_image_pixels)
 
-        allocator = None
-        self._fake_device = bool(_fake_device)
-        if is_cuda and self.pin_memory:
-            allocator = _core.pinned_allocator(self.device.index)
-        elif self._fake_device and self.pin_memory:
-            allocator = _core.fake_pinned_allocator()
-        elif self.pin_memory and _core.cuda_status()[0]:
-            allocator = _core.pinned_allocator(0)  # CPU delivery into page-locked slots
-        # The device and its buffer pool serve every epoch: ending one never waits for
-        # the GPU, and the next reuses the buffers (NOTE [ Pool across epochs ]).
-        self._device_context = None
-        if is_cuda or self._fake_device:
-            self._device_context = _core.DeviceContext(
-                self.device.index if is_cuda else 0, prefetch + 2, fake=self._fake_device)
-        if self.pin_memory and not is_cuda and not _core.cuda_status()[0]:
-            warnings.warn("pin_memory=True but no CUDA device is available; batches use "
-                          "pageable memory", RuntimeWarning, stacklevel=2)
-        self._engine = _core.Engine(
-            dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
-            self.drop_last, self.rank, self.world_size, num_threads, prefetch,
-            on_error == "skip", images, allocator)
+        options = _core.LoaderOptions()
+        options.num_threads = self.num_threads
+        options.prefetch = self.prefetch
+        options.prefetch_next_epoch = self.prefetch_next_epoch
+        target, self.pin_memory, api = self._resolve_device(torch.device(device), pin_memory)
+        if self.pin_memory and api is not None:
+            options.host_memory = _core.pinned_memory(api)
+        if target.type == "cuda":
+            options.delivery = _core.device_delivery(api, self.prefetch)
+        fake = api is not None and api.fake  # the host fake's "device" memory is host memory
+        self.device = torch.device("cpu") if fake else target
+        self._stream_device = target if target.type == "cuda" and not fake else None
+        producer = _core.RecordProducer(
+            dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF, self.drop_last,
+            on_error == "skip", images, self.num_threads)
+        self._core = _core.LoaderCore(producer, options)
         self._pid = os.getpid()
-        self._epoch = 0            # the epoch the next iterator runs
-        self._resume: Optional[tuple] = None   # (epoch, first batch) from load_state_dict
-        self._last: Optional[weakref.ref] = None
-        self._last_state: Optional[tuple] = None  # (epoch, yielded, finished) of last iterator
-        self._ahead: Optional[_Ahead] = None  # NOTE [ Next-epoch prefetch ]
         self._skipped_reported = 0
-        self._lock = threading.RLock()  # close() takes it, also from __iter__ and __del__
-        # Counters of the host-to-device transfers of finished epochs (see stats()).
-        self._transfer_totals: Dict[str, float] = {}
-        self._run_seconds = 0.0  # summed over closed iterators (see stats())
+        self.sampler = _EpochHook(self)
+        _live_loaders.add(self)
+
+    # -- construction helpers -------------------------------------------------
+
+    def _open_device(self, index: int) -> Any:
+        """The device API for CUDA device `index` (tests substitute the host fake)."""
+        return _core.cuda_device(index)
+
+    def _resolve_device(self, device: torch.device,
+                        pin_memory: Optional[bool]) -> Tuple[torch.device, bool, Any]:
+        """(where batches go, whether slots are page-locked, the device API or None)."""
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {str(device)!r}")
+        is_cuda = device.type == "cuda"
+        pin = is_cuda if pin_memory is None else bool(pin_memory)
+        if not is_cuda and not pin:
+            return device, False, None
+        if type(self)._open_device is Loader._open_device:
+            available, count, reason = _core.cuda_status()
+            if not available:
+                if is_cuda:
+                    raise RuntimeError(f"device={str(device)!r} requested but CUDA is not "
+                                       f"usable here: {reason}")
+                warnings.warn("pin_memory=True but no CUDA device is available; batches use "
+                              "pageable memory", RuntimeWarning, stacklevel=3)
+                return device, False, None
+            index = device.index
+            if index is None:  # the current device, as torch's pin_memory uses
+                index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+            if index >= count:
+                raise RuntimeError(f"device={str(device)!r}: only {count} CUDA device(s)")
+            if is_cuda:
+                device = torch.device("cuda", index)
+        else:
+            index = device.index or 0
+        return device, pin, self._open_device(index)
 
     def _check_transforms(self, transforms: Mapping[str, Sequence[Op]]) -> Dict[str, list]:
         if not isinstance(transforms, Mapping):
@@ -266,210 +351,155 @@ class Loader:
             out[name] = ops
         return out
 
+    # -- ranks ------------------------------------------------------------------
+
+    def _world(self) -> Tuple[int, int]:
+        """(rank, world_size) now: the explicit ones, else torch.distributed's, else 0/1."""
+        dist = None
+        if self._rank is None or self._world_size is None:
+            dist = _dist_world()
+        rank = self._rank if self._rank is not None else (dist[0] if dist else 0)
+        world = self._world_size if self._world_size is not None else (dist[1] if dist else 1)
+        if rank >= world:
+            raise ValueError(f"rank {rank} is outside [0, world_size={world})")
+        return rank, world
+
+    @property
+    def rank(self) -> int:
+        return self._world()[0]
+
+    @property
+    def world_size(self) -> int:
+        return self._world()[1]
+
     # -- epochs and length ----------------------------------------------------
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
-        return self._engine.num_batches
+        return self._core.num_batches(*self._world())
 
     @property
     def num_samples(self) -> int:
         """Samples per epoch for this rank (including wrap-around padding)."""
-        return self._engine.num_samples
+        n = len(self.dataset)
+        world = self._world()[1]
+        return n // world if self.drop_last else -(-n // world)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the next iteration runs (its permutation and augmentations).
-        A pending resume from ``load_state_dict`` is kept when it is for this epoch."""
-        epoch = _check_int("epoch", epoch, 0)
-        with self._lock:
-            self._epoch = epoch
-            if self._resume is not None and self._resume[0] != epoch:
-                self._resume = None
-            if self._ahead is not None and self._ahead.epoch != epoch:
-                self._drop_ahead()
+        """Sets the epoch the next iterator runs (its permutation and augmentations); the
+        same as ``loader.sampler.set_epoch(epoch)``. Called with the epoch an iterator is
+        running, it confirms it: the next iterator runs the one after. A pending resume
+        from ``load_state_dict`` is kept when it is for this epoch."""
+        self._core.set_epoch(_check_int("epoch", epoch, 0))
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iteration will run."""
-        return self._resume[0] if self._resume is not None else self._epoch
+        """The epoch the next iterator will run."""
+        return self._core.epoch
 
     def __iter__(self) -> "_LoaderIter":
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
-        with self._lock:
-            prev = self._last() if self._last is not None else None
-            if prev is not None:
-                prev.close()
-            if self._resume is not None:
-                epoch, first = self._resume
-                self._resume = None
-            else:
-                epoch, first = self._epoch, 0
-            started = None
-            if self._ahead is not None:
-                if self._ahead.epoch == epoch and first == 0:
-                    started = self._adopt_ahead()
-                else:
-                    self._drop_ahead()
-            self._epoch = epoch + 1
-            it = _LoaderIter(self, epoch, first, started)
-            self._last = weakref.ref(it)
-            self._last_state = (epoch, first, first >= len(self))
-            return it
+        rank, world = self._world()
+        return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
 
     # -- resume ---------------------------------------------------------------
 
+    def _identity(self) -> Dict[str, Any]:
+        return {"num_records": len(self.dataset), "schema_hash": f"{self.dataset._hash:016x}"}
+
     def state_dict(self) -> Dict[str, Any]:
-        """Where the loader stands: the rest of the current epoch after
-        ``load_state_dict`` is exactly the batches not yet yielded."""
-        if self._resume is not None:
-            epoch, done = self._resume
-        elif self._last_state is not None and not self._last_state[2]:
-            epoch, done = self._last_state[0], self._last_state[1]
-        else:
-            epoch, done = self._epoch, 0
+        """Where the loader stands, the same on every rank in lockstep: the epoch and the
+        samples of it the whole job has consumed. ``load_state_dict`` on any rank, at any
+        world size and thread count, continues with exactly the samples not yet yielded."""
+        epoch, position = self._core.state()
         return {
             "version": _STATE_VERSION,
             "epoch": epoch,
-            "batches_yielded": done,
+            "position": position,
             "seed": self.seed,
             "shuffle": self.shuffle,
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "num_records": len(self.dataset),
+            "world_size": self._world()[1],
+            "dataset": self._identity(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resumes from ``state_dict()``: the next iteration continues that epoch.
-        The thread count and prefetch may differ; the data and sampling settings may not."""
+        """Resumes from ``state_dict()`` (of any rank): the next iterator continues that
+        epoch. The thread count, prefetch, rank and world size may differ; the data and
+        sampling settings may not."""
         if not isinstance(state, Mapping):
             raise TypeError(f"load_state_dict takes the dict of state_dict(), got "
                             f"{type(state).__name__}")
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unsupported loader state version {state.get('version')!r}")
-        mine = self.state_dict()
-        for key in ("seed", "shuffle", "batch_size", "drop_last", "rank", "world_size",
-                    "num_records"):
-            if state.get(key) != mine[key]:
+        version = state.get("version")
+        if version == 1:
+            state = _upgrade_state_v1(state)
+        elif version != _STATE_VERSION:
+            raise ValueError(f"unsupported loader state version {version!r}")
+        for key in ("seed", "shuffle", "batch_size", "drop_last"):
+            if state.get(key) != getattr(self, key):
                 raise ValueError(f"cannot resume: state has {key}={state.get(key)!r} but this "
-                                 f"loader has {key}={mine[key]!r}")
+                                 f"loader has {key}={getattr(self, key)!r}")
+        mine = self._identity()
+        theirs = state.get("dataset")
+        if not isinstance(theirs, Mapping):
+            raise ValueError("cannot resume: the state names no dataset")
+        for key, value in mine.items():
+            if theirs.get(key) != value:
+                raise ValueError(f"cannot resume: the state is for another dataset ({key} "
+                                 f"{theirs.get(key)!r}, this loader's dataset has {value!r})")
         epoch = _check_int("state's epoch", state.get("epoch"), 0)
-        done = _check_int("state's batches_yielded", state.get("batches_yielded"), 0)
-        if not 0 <= done <= len(self):
-            raise ValueError(f"cannot resume: batches_yielded={done} outside [0, {len(self)}]")
-        if done == len(self):
-            epoch, done = epoch + 1, 0
-        with self._lock:
-            self._resume = (epoch, done)
-            self._epoch = epoch
-            self._last_state = None
-            if self._ahead is not None and (self._ahead.epoch, 0) != (epoch, done):
-                self._drop_ahead()
+        position = _check_int("state's position", state.get("position"), 0)
+        if position > len(self.dataset):
+            raise ValueError(f"cannot resume: position {position} is past the epoch's "
+                             f"{len(self.dataset)} samples")
+        self._core.load_state(epoch, position)
 
     # -- threads --------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops every worker thread of this loader: the live iterator's (as its
-        ``close()`` does) and a next-epoch prefetch. Batches already yielded stay valid, and
-        the loader stays usable: the next ``iter()`` starts its workers again."""
-        with self._lock:
-            it = self._last() if self._last is not None else None
-            if it is not None:
-                it.close()
-            self._drop_ahead()
+        """Stops every worker thread of this loader now, ends its iterators, and drops a
+        next-epoch prefetch. Batches already yielded stay valid, and the loader stays
+        usable: the next ``iter()`` starts its workers again."""
+        if os.getpid() == self._pid:
+            self._core.close()
 
-    def _after_yield(self, it: "_LoaderIter") -> None:
-        """NOTE [ Next-epoch prefetch ]: `it` has just handed out a batch."""
-        remaining = it._end - it._yielded  # batches of `it` still in flight, at most
-        if remaining >= self.prefetch or not self.prefetch_next_epoch:
-            return  # mid-epoch: nothing to do
-        with self._lock:
-            if self._last is None or self._last() is not it:
-                return
-            ahead = self._ahead
-            if ahead is None:
-                if self._resume is not None or (remaining > 0 and it._it.live_workers > 0):
-                    return  # `it`'s workers are still busy: do not compete with them
-                try:
-                    ahead = _Ahead(self._epoch, self._engine.start(self._epoch, 0, remaining))
-                except Exception:
-                    return  # only a head start: the next iter() starts (or fails) as usual
-                self._ahead = ahead
-                _live_loaders.add(self)
-            if ahead.it.held > remaining:  # hand over the window as `it` frees it
-                ahead.it.release_held(ahead.it.held - remaining)
-            if remaining == 0 and ahead.transfer is None:
-                # With a device, copies start once `it`'s last batch is out, so that device
-                # buffers in flight stay within prefetch too.
-                try:
-                    ahead.transfer = self._start_transfer(ahead.it)
-                except Exception:
-                    self._drop_ahead()
+    # -- pickling ---------------------------------------------------------------
 
-    def _adopt_ahead(self) -> tuple:
-        """Takes the prefetched epoch over (call with the lock): (iteration, transfer).
-        Its whole window is free now, also when the epoch before was left early."""
-        ahead, self._ahead = self._ahead, None
-        ahead.it.release_held(ahead.it.held)
-        if ahead.transfer is None:
-            try:
-                ahead.transfer = self._start_transfer(ahead.it)
-            except BaseException:
-                ahead.it.stop()
-                raise
-        return ahead.it, ahead.transfer
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"dataset": self.dataset, "args": self._args, "state": self.state_dict(),
+                "class": type(self)}
 
-    def _drop_ahead(self) -> None:
-        with self._lock:
-            ahead, self._ahead = self._ahead, None
-        if ahead is not None and os.getpid() == self._pid:
-            _stop_threads(ahead.it, ahead.transfer)
-
-    def _start_threads(self, epoch: int, first: int) -> tuple:
-        """Starts an epoch's workers, and with a device its copy thread:
-        (engine iteration, transfer or None)."""
-        it = self._engine.start(epoch, first)
-        try:
-            return it, self._start_transfer(it)
-        except BaseException:
-            it.stop()
-            raise
-
-    def _start_transfer(self, it):
-        """The copy thread of an epoch's batches to the device; None without a device."""
-        if self._device_context is None:
-            return None
-        return _core.CudaTransfer(it, self._device_context, self.prefetch)
+    def __setstate__(self, d: Dict[str, Any]) -> None:
+        self.__init__(d["dataset"], **d["args"])  # type: ignore[misc]
+        self.load_state_dict(d["state"])
 
     # -- introspection --------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
-        """Counters since creation: batches, samples, bytes read, skipped samples,
-        seconds per stage (read+verify, decode, prepare), consumer wait seconds,
-        worker idle seconds, the current queue depth, run_seconds (the time iterators
-        were open, all epochs) and samples_per_second over it. With a device, also
-        ``transfer``: copies (completed), bytes, copy_seconds (device time), wait_seconds (the
-        iterating thread blocked in ``next``), copy_gbps, and the device buffers alive
-        (pool_buffers, pool_bytes: idle in the loader's pool, or held by batches)."""
-        s = self._engine.stats()
-        it = self._last() if self._last is not None else None
-        s["queue_depth"] = it._queue_depth() if it is not None else 0
-        with self._lock:
-            live = it._transfer_stats() if it is not None else None
-            if live is not None or self._transfer_totals:
-                s["transfer"] = _add_transfer_stats(self._transfer_totals, live or {})
-                s["transfer"].update(self._device_context.stats())
-            seconds = self._run_seconds + (it._live_seconds() if it is not None else 0.0)
-        s["live_workers"] = it._live_workers() if it is not None else 0
-        s["run_seconds"] = seconds
-        s["samples_per_second"] = s["samples"] / seconds if seconds > 0 else 0.0
+        """Counters since creation (delivered batches, samples, bytes_read, skipped), time
+        per stage summed over workers (read_seconds: reading and verifying records;
+        decode_seconds: decoding and writing fields; plan_seconds: planning batches),
+        worker_busy/idle_seconds, the consumer's wait_seconds (time the iterating thread
+        waited in ``next()``, with or without a device), run_seconds (time iterators were
+        open), data_stall (wait_seconds / run_seconds), samples_per_second (over
+        run_seconds), first_batch_seconds (from ``iter()`` to the first batch of the last
+        epoch started), the settings in force (num_threads, prefetch), live_workers,
+        queue_depth (batches ready for the running iterator), host_blocks/host_bytes (batch
+        memory alive). With a device: copies, copy_bytes, copy_seconds (device time),
+        copy_gbps, device_buffers, device_bytes."""
+        s = self._core.stats()
+        run = s["run_seconds"]
+        s["samples_per_second"] = s["samples"] / run if run > 0 else 0.0
+        s["data_stall"] = min(1.0, s["wait_seconds"] / run) if run > 0 else 0.0
+        copy = s["copy_seconds"]
+        s["copy_gbps"] = s["copy_bytes"] / copy / 1e9 if copy > 0 else 0.0
         return s
 
     def _report_skipped(self) -> None:
-        skipped = self._engine.stats()["skipped"]
+        skipped = self._core.stats()["skipped"]
         new = skipped - self._skipped_reported
         if new > 0:
             self._skipped_reported = skipped
@@ -483,120 +513,66 @@ class Loader:
                 f"device={str(self.device)!r})")
 
 
-class _Ahead:
-    """An epoch started before its iter() (NOTE [ Next-epoch prefetch ])."""
-
-    __slots__ = ("epoch", "it", "transfer")
-
-    def __init__(self, epoch: int, it) -> None:
-        self.epoch, self.it, self.transfer = epoch, it, None
-
-
-def _stop_threads(it, transfer) -> None:
-    if transfer is not None:
-        transfer.stop()  # stops `it` first, then the copy thread
-    it.stop()
-
-
-def _add_transfer_stats(done: Dict[str, float], live: Dict[str, Any]) -> Dict[str, float]:
-    """Finished epochs' transfer counters plus the live epoch's."""
-    out = {}
-    for k in ("copies", "bytes", "copy_seconds", "wait_seconds"):
-        out[k] = done.get(k, 0) + live.get(k, 0)
-    out["copy_gbps"] = out["bytes"] / out["copy_seconds"] / 1e9 if out["copy_seconds"] else 0.0
+def _upgrade_state_v1(state: Mapping[str, Any]) -> Dict[str, Any]:
+    """A version-1 state (a rank's batches_yielded) as version 2 (global position)."""
+    done = _check_int("state's batches_yielded", state.get("batches_yielded"), 0)
+    world = _check_int("state's world_size", state.get("world_size"), 1)
+    batch = _check_int("state's batch_size", state.get("batch_size"), 1)
+    n = _check_int("state's num_records", state.get("num_records"), 0)
+    out = dict(state)
+    out["version"] = _STATE_VERSION
+    out["position"] = min(n, done * batch * world)
+    out["dataset"] = {"num_records": n}
     return out
 
 
 class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
 
-    def __init__(self, loader: Loader, epoch: int, first: int, started=None):
+    def __init__(self, loader: Loader, it: Any, world: Tuple[int, int]):
         self._loader = loader
-        self._epoch = epoch
-        self._yielded = first
-        self._end = len(loader)
+        self._it = it
+        self._world = world
+        self._follow_dist = loader._rank is None or loader._world_size is None
         self._pid = os.getpid()
-        self._done = False
-        self._counted = False  # this epoch's counters moved into the loader's (close())
-        self._t0 = time.perf_counter()
-        # `started`: this epoch's threads, already running (NOTE [ Next-epoch prefetch ])
-        self._it, self._transfer = started or loader._start_threads(epoch, first)
-        self._device = loader.device if loader.device.type == "cuda" else None
-        _live_iterators.add(self)
+        self._stream_device = loader._stream_device
 
     def __iter__(self) -> "_LoaderIter":
         return self
 
     def __len__(self) -> int:
-        return self._end - self._yielded
+        return self._it.remaining
 
     def __next__(self) -> Dict[str, torch.Tensor]:
-        if self._done:
-            raise StopIteration
         if os.getpid() != self._pid:
             raise RuntimeError("this loader iterator was started in another process (before "
                                "os.fork()); create a new Loader in this process")
-        try:
-            if self._transfer is None:
-                caps = self._it.next()
-            elif self._device is not None:
-                # The batch belongs to the stream current now (docs/gpu.md).
-                caps = self._transfer.next(torch.cuda.current_stream(self._device).cuda_stream)
-            else:
-                caps = self._transfer.next(0)
-        except BaseException:
-            self.close()
-            raise
+        if self._follow_dist and self._it.claimed:
+            now = self._loader._world()
+            if now != self._world:
+                self.close()
+                raise RuntimeError(
+                    f"the distributed world changed while an epoch was running (rank, "
+                    f"world_size) {self._world} -> {now}; start a new iterator")
+        if self._stream_device is not None:
+            # The batch belongs to the stream current now (docs/gpu.md).
+            stream = torch.cuda.current_stream(self._stream_device).cuda_stream
+            caps = self._it.next(stream)
+        else:
+            caps = self._it.next()
         if caps is None:
-            self.close()
             self._loader._report_skipped()
             raise StopIteration
-        self._yielded += 1
-        self._record_state()
-        batch = {name: torch.from_dlpack(cap) for name, cap in caps}
-        self._loader._after_yield(self)
-        return batch
+        return {name: torch.from_dlpack(cap) for name, cap in caps}
 
-    def _record_state(self) -> None:
-        loader = self._loader
-        if loader._last is not None and loader._last() is self:
-            loader._last_state = (self._epoch, self._yielded, self._yielded >= self._end)
-
-    def _elapsed(self) -> float:
-        """Seconds since this epoch started."""
-        return time.perf_counter() - self._t0
-
-    def _live_seconds(self) -> float:
-        """Run time not yet in the loader's totals (call with the loader's lock)."""
-        return 0.0 if self._counted else self._elapsed()
-
-    def _queue_depth(self) -> int:
-        return 0 if self._done else self._it.ready_batches
-
-    def _live_workers(self) -> int:
-        return 0 if self._done else self._it.live_workers
-
-    def _transfer_stats(self) -> Optional[Dict[str, float]]:
-        """Transfer counters not yet in the loader's totals (call with the loader's lock)."""
-        if self._transfer is None or self._counted:
-            return None
-        return self._transfer.stats()
+    @property
+    def epoch(self) -> int:
+        return self._it.epoch
 
     def close(self) -> None:
-        """Stops the worker threads; batches already yielded stay valid."""
-        if self._done:
-            return
-        self._done = True
-        if os.getpid() != self._pid:
-            return  # forked child: the threads live in the parent
-        loader = self._loader
-        _stop_threads(self._it, self._transfer)
-        with loader._lock:  # moves this epoch's counters into the loader's totals, at once
-            if self._transfer is not None:
-                loader._transfer_totals = _add_transfer_stats(loader._transfer_totals,
-                                                              self._transfer.stats())
-            loader._run_seconds += self._elapsed()
-            self._counted = True
+        """Stops this iterator's threads; batches already yielded stay valid."""
+        if os.getpid() == self._pid:
+            self._it.close()
 
     def __del__(self) -> None:
         try:

@@ -1,0 +1,88 @@
+#include "cuda/device_delivery.h"
+
+#include <atomic>
+
+#include "common/error.h"
+#include "cuda/pinned_allocator.h"
+#include "cuda/transfer_engine.h"
+
+namespace stoker {
+
+namespace {
+
+class DeviceReader final : public BatchReader {
+ public:
+  DeviceReader(std::shared_ptr<DeviceApi> api, std::shared_ptr<Stream> stream, int prefetch,
+               std::shared_ptr<BlockPool> pool, std::shared_ptr<LoaderStats> stats)
+      : api_(api), stream_(stream) {
+    auto source = [stream](HostBatch& out, TransferEngine::Clock::time_point deadline) {
+      switch (stream->read(out, deadline)) {
+        case Stream::Read::kBatch:
+          return TransferEngine::SourceStatus::kBatch;
+        case Stream::Read::kTimeout:
+          return TransferEngine::SourceStatus::kTimeout;
+        case Stream::Read::kStopped:
+          break;
+      }
+      return TransferEngine::SourceStatus::kStopped;
+    };
+    engine_ = std::make_unique<TransferEngine>(std::move(api), source,
+                                               static_cast<size_t>(prefetch), std::move(pool),
+                                               std::move(stats));
+  }
+  ~DeviceReader() override { stop(); }
+
+  Status next(DeliveredBatch& out, Clock::time_point deadline,
+              uintptr_t consumer_stream) override {
+    if (stopped_.load(std::memory_order_acquire)) return Status::kStopped;
+    std::optional<DeviceBatch> b;
+    TransferEngine::Status s;
+    try {
+      s = engine_->next_until(consumer_stream, deadline, b);
+    } catch (...) {
+      if (stopped_.load(std::memory_order_acquire)) return Status::kStopped;
+      out = DeliveredBatch{};
+      out.error = std::current_exception();
+      return Status::kBatch;
+    }
+    if (s == TransferEngine::Status::kTimeout) return Status::kTimeout;
+    if (s == TransferEngine::Status::kEnd) return Status::kStopped;
+    // The fake's "device" memory is read by the host right away: the host is
+    // its consumer, so it waits for the stream the copy was ordered on.
+    const bool host = api_->device_memory_is_host();
+    if (host) api_->synchronize_stream(consumer_stream);
+    out = DeliveredBatch{b->index, std::move(b->memory), std::move(b->tensors), b->counters,
+                         host ? -1 : b->device, nullptr};
+    return Status::kBatch;
+  }
+
+  void stop() override {
+    stopped_.store(true, std::memory_order_release);
+    stream_->stop();
+    engine_->stop();
+  }
+
+ private:
+  std::shared_ptr<DeviceApi> api_;
+  std::shared_ptr<Stream> stream_;
+  std::unique_ptr<TransferEngine> engine_;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace
+
+DeviceDelivery::DeviceDelivery(std::shared_ptr<DeviceApi> api, int prefetch)
+    : api_(std::move(api)), prefetch_(prefetch) {
+  STOKER_CHECK(api_ != nullptr, UsageError, "DeviceDelivery: no device API");
+  STOKER_CHECK(prefetch_ >= 1, UsageError, "prefetch must be >= 1, got ", prefetch_);
+  // Idle buffers kept: the ones in flight plus a couple the user just freed.
+  pool_ = device_buffer_pool(api_, static_cast<size_t>(prefetch_) + 2);
+}
+
+std::unique_ptr<BatchReader> DeviceDelivery::open(std::shared_ptr<Stream> stream,
+                                                  std::shared_ptr<LoaderStats> stats) {
+  return std::make_unique<DeviceReader>(api_, std::move(stream), prefetch_, pool_,
+                                        std::move(stats));
+}
+
+}  // namespace stoker

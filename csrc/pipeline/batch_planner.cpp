@@ -1,0 +1,138 @@
+#include "pipeline/batch_planner.h"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "common/error.h"
+#include "pipeline/sample_writer.h"
+
+namespace stoker {
+
+namespace {
+
+constexpr size_t kTensorAlign = 64;
+size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTensorAlign; }
+
+// Reads sample `index` verified and split into `views`; a failure is that
+// sample's error, with its file, record and field.
+bool read_for_plan(const RecordSource& src, int64_t index, const std::string& field,
+                   std::vector<RecordView>& views, std::exception_ptr& first_error) {
+  try {
+    try {
+      src.ds->read(index, views.data());
+      return true;
+    } catch (...) {
+      rethrow_with_context(*src.ds, index, field);
+    }
+  } catch (...) {
+    if (!src.skip_errors) throw;
+    if (!first_error) first_error = std::current_exception();
+    return false;
+  }
+}
+
+}  // namespace
+
+void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices,
+                       int64_t unit_samples, RecordBatch& b) {
+  const Schema& schema = src.ds->schema();
+  const int64_t len = static_cast<int64_t>(indices.size());
+  b.indices = std::move(indices);
+  b.samples = len;
+  b.unit_samples = std::max<int64_t>(1, unit_samples);
+  b.units = static_cast<int>(std::max<int64_t>(1, (len + b.unit_samples - 1) / b.unit_samples));
+  b.plans.assign(schema.fields.size(), FieldPlan{});
+  b.tensors.clear();
+  size_t offset = 0;
+  auto add_tensor = [&](std::string name, DType dt, std::vector<int64_t> shape) {
+    size_t n = dtype_size(dt);
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    b.tensors.push_back(TensorDesc{std::move(name), dt, std::move(shape), offset, n});
+    offset = align_up(offset + n);
+    return b.tensors.size() - 1;
+  };
+
+  std::vector<RecordView> views(schema.fields.size());
+  for (size_t f = 0; f < schema.fields.size(); ++f) {
+    const FieldSpec& spec = schema.fields[f];
+    FieldPlan& plan = b.plans[f];
+    if (spec.kind == FieldKind::kImage) {
+      const ImagePipeline& pipe = *src.pipelines[f];
+      std::pair<int, int> hw;
+      if (auto fixed = pipe.fixed_size()) {
+        hw = *fixed;
+      } else {
+        // No op fixes the size: every image of the batch must come out the same.
+        std::exception_ptr first_error;
+        bool have = false;
+        for (int64_t p = 0; p < len; ++p) {
+          const int64_t idx = b.indices[static_cast<size_t>(p)];
+          if (!read_for_plan(src, idx, spec.name, views, first_error)) continue;
+          std::pair<int, int> s;
+          try {
+            try {
+              s = pipe.output_size(views[f].data, views[f].size);
+            } catch (...) {
+              rethrow_with_context(*src.ds, idx, spec.name);
+            }
+          } catch (...) {
+            if (!src.skip_errors) throw;
+            if (!first_error) first_error = std::current_exception();
+            continue;
+          }
+          if (!have) {
+            hw = s;
+            have = true;
+          } else if (s != hw) {
+            STOKER_THROW(UsageError, "images of field '", spec.name, "' have different sizes (",
+                         hw.first, "x", hw.second, " and ", s.first, "x", s.second,
+                         " at sample ", idx,
+                         "); add a crop to its transforms, e.g. stoker.ops.CenterCrop(224), "
+                         "to batch them");
+          }
+        }
+        if (!have) std::rethrow_exception(first_error);
+      }
+      plan.img_h = hw.first;
+      plan.img_w = hw.second;
+      plan.sample_bytes =
+          static_cast<size_t>(hw.first) * hw.second * 3 * dtype_size(pipe.out_dtype());
+      std::vector<int64_t> shape = pipe.layout() == ImageLayout::kCHW
+                                       ? std::vector<int64_t>{len, 3, hw.first, hw.second}
+                                       : std::vector<int64_t>{len, hw.first, hw.second, 3};
+      plan.out = add_tensor(spec.name, pipe.out_dtype(), shape);
+    } else if (!spec.variable()) {
+      std::vector<int64_t> shape{len};
+      shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+      plan.sample_bytes = spec.fixed_bytes();
+      plan.out = add_tensor(spec.name, spec.dtype, shape);
+    } else {
+      // Padded to the longest valid sample of the batch.
+      int64_t max_rows = 0;
+      const size_t row = spec.row_bytes();
+      std::exception_ptr first_error;
+      bool have = false;
+      for (int64_t p = 0; p < len; ++p) {
+        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views,
+                           first_error))
+          continue;
+        have = true;
+        max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(views[f].size / row));
+      }
+      if (!have && len > 0) std::rethrow_exception(first_error);
+      plan.max_rows = max_rows;
+      plan.sample_bytes = static_cast<size_t>(max_rows) * row;
+      std::vector<int64_t> shape{len, max_rows};
+      if (spec.kind == FieldKind::kNDArray)
+        shape.insert(shape.end(), spec.shape.begin() + 1, spec.shape.end());
+      plan.out = add_tensor(spec.name, spec.kind == FieldKind::kBlob ? DType::kUInt8 : spec.dtype,
+                            shape);
+      plan.lengths = add_tensor(spec.name + "_lengths", DType::kInt64, {len});
+    }
+  }
+  b.bytes = offset;
+}
+
+}  // namespace stoker

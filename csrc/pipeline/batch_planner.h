@@ -1,0 +1,50 @@
+// Planning one batch of records: which samples (from the epoch order), the
+// output tensors and their layout in one buffer. A variable-length field is
+// padded to the longest sample of the batch, and an image field without a
+// size-fixing op to the one size all its images share, so planning reads
+// those samples first, verified, through format/ (a corrupt record is that
+// sample's error, never a misleading size error; under on_error="skip" it is
+// left to the sample writer, which replaces it with a sample that fits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "pipeline/batch_producer.h"
+#include "pipeline/record_producer.h"
+
+namespace stoker {
+
+/// Per field: where its output goes and how big a sample's part is.
+struct FieldPlan {
+  size_t out = 0;               ///< index into tensors
+  size_t lengths = SIZE_MAX;    ///< index of "<name>_lengths", if variable
+  size_t sample_bytes = 0;      ///< bytes per sample in the output tensor
+  int64_t max_rows = 0;         ///< padded length of a variable field
+  int img_h = 0, img_w = 0;     ///< output size of an image field
+};
+
+/// A planned batch of records; run() is the sample writer (sample_writer.cpp).
+class RecordBatch final : public BatchWork {
+ public:
+  RecordBatch(std::shared_ptr<const RecordSource> src, uint64_t sample_seed)
+      : src_(std::move(src)), sample_seed_(sample_seed) {}
+
+  void run(int u, uint8_t* base, WorkerContext& ctx) override;
+
+  std::vector<int64_t> indices;  ///< dataset index of each sample
+  std::vector<FieldPlan> plans;  ///< per schema field
+  int64_t unit_samples = 1;
+
+ private:
+  friend class SampleWriter;
+  std::shared_ptr<const RecordSource> src_;
+  uint64_t sample_seed_;  // hash of (seed, epoch): per-sample random draws
+};
+
+/// Fills `b.indices`, `b.plans`, `b.tensors`, `b.bytes`, `b.units`.
+void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices,
+                       int64_t unit_samples, RecordBatch& b);
+
+}  // namespace stoker

@@ -1,0 +1,217 @@
+#include "pipeline/block_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "common/error.h"
+
+namespace stoker {
+
+namespace {
+
+class PageableAllocator final : public BlockAllocator {
+ public:
+  void* allocate(size_t bytes) override {
+    constexpr size_t kAlign = 4096;
+    const size_t n = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, n);
+    if (!p) throw std::bad_alloc();
+    // Large slots are written end to end once per batch: huge pages cut TLB misses.
+    if (n >= (2u << 20)) ::madvise(p, n, MADV_HUGEPAGE);
+    return p;
+  }
+  void deallocate(void* p, size_t) noexcept override { std::free(p); }
+  MemoryKind kind() const override { return MemoryKind::kPageable; }
+};
+
+// Capacities are rounded up, with headroom, so batches whose size varies a
+// little (the padded length of a variable field, a short last batch) reuse
+// the same blocks.
+size_t round_capacity(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 256);
+  bytes += bytes / 8;
+  const size_t g = bytes > (1u << 20) ? (64u << 10) : 256;
+  return (bytes + g - 1) / g * g;
+}
+
+}  // namespace
+
+std::shared_ptr<BlockAllocator> pageable_allocator() {
+  static auto alloc = std::make_shared<PageableAllocator>();
+  return alloc;
+}
+
+std::shared_ptr<BlockPool> BlockPool::create(std::shared_ptr<BlockAllocator> alloc,
+                                             std::shared_ptr<BlockFence> fence,
+                                             size_t max_idle) {
+  STOKER_CHECK(alloc != nullptr, UsageError, "BlockPool: no allocator");
+  return std::shared_ptr<BlockPool>(new BlockPool(std::move(alloc), std::move(fence), max_idle));
+}
+
+BlockPool::BlockPool(std::shared_ptr<BlockAllocator> alloc, std::shared_ptr<BlockFence> fence,
+                     size_t max_idle)
+    : alloc_(std::move(alloc)),
+      fence_(std::move(fence)),
+      pid_(static_cast<int>(::getpid())),
+      max_idle_(max_idle) {}
+
+BlockPool::~BlockPool() {
+  if (static_cast<int>(::getpid()) != pid_) return;  // forked child: the memory is the parent's
+  for (Idle& i : idle_) free_now(std::move(i));
+}
+
+void BlockPool::free_now(Idle idle) noexcept {
+  try {
+    // A block must not be freed while a kernel may still read it.
+    if (idle.fence) fence_->wait(idle.fence);
+  } catch (...) {
+    return;  // the device failed: leaking is safer than freeing memory in use
+  }
+  alloc_->deallocate(idle.block.data, idle.block.capacity);
+  std::lock_guard<std::mutex> lock(mu_);
+  --live_;
+  live_bytes_ -= idle.block.capacity;
+}
+
+BlockPool::Block BlockPool::allocate(size_t bytes) {
+  Block b;
+  b.capacity = round_capacity(bytes);
+  try {
+    b.data = alloc_->allocate(b.capacity);
+  } catch (...) {
+    // Out of memory, perhaps because of idle blocks too small to use: free
+    // them all and try once more.
+    std::vector<Idle> all;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      all.swap(idle_);
+    }
+    if (all.empty()) throw;
+    for (Idle& i : all) free_now(std::move(i));
+    b.data = alloc_->allocate(b.capacity);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++live_;
+  live_bytes_ += b.capacity;
+  return b;
+}
+
+BlockPool::Block BlockPool::acquire(size_t bytes, uintptr_t stream) {
+  std::optional<Idle> found;
+  std::vector<Idle> evict;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t best = idle_.size();
+    for (size_t i = 0; i < idle_.size(); ++i)
+      if (idle_[i].block.capacity >= bytes &&
+          (best == idle_.size() || idle_[i].block.capacity < idle_[best].block.capacity))
+        best = i;
+    if (best < idle_.size()) {
+      found = std::move(idle_[best]);
+      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(best));
+    } else if (!idle_.empty() && idle_.size() >= max_idle_) {
+      // Nothing fits and the idle list is full: the batches grew. Free the
+      // smallest idle block first, to keep the peak down.
+      auto smallest = std::min_element(idle_.begin(), idle_.end(), [](const Idle& a, const Idle& b) {
+        return a.block.capacity < b.block.capacity;
+      });
+      evict.push_back(std::move(*smallest));
+      idle_.erase(smallest);
+    }
+  }
+  for (Idle& i : evict) free_now(std::move(i));
+  if (!found) return allocate(bytes);
+  if (found->fence) {
+    try {
+      // The writer waits, on the device, for the last reader of the old contents.
+      fence_->order_after(found->fence, stream);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle_.push_back(std::move(*found));
+      throw;
+    }
+  }
+  return found->block;
+}
+
+void BlockPool::release(Block b, std::optional<uintptr_t> reader) noexcept {
+  if (static_cast<int>(::getpid()) != pid_) return;  // forked child: never touch the parent's pool
+  Idle idle{b, nullptr};
+  if (reader && fence_) {
+    try {
+      idle.fence = fence_->record(*reader);
+    } catch (const std::exception& e) {
+      // The stream is gone or the device failed: nothing tells when the
+      // readers are done, so the block is never reused or freed.
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true, std::memory_order_relaxed))
+        std::fprintf(stderr, "stoker: leaking a device buffer: cannot record its release: %s\n",
+                     e.what());
+      return;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_ && idle_.size() < max_idle_) {
+      idle_.push_back(std::move(idle));
+      return;
+    }
+  }
+  free_now(std::move(idle));
+}
+
+std::shared_ptr<uint8_t> BlockPool::acquire_shared(size_t bytes) {
+  Block b = acquire(bytes);
+  std::shared_ptr<BlockPool> self = shared_from_this();
+  try {
+    auto owner = std::shared_ptr<Block>(new Block(b), [self](Block* blk) {
+      self->release(*blk);
+      delete blk;
+    });
+    return std::shared_ptr<uint8_t>(owner, static_cast<uint8_t*>(b.data));
+  } catch (...) {
+    release(b);
+    throw;
+  }
+}
+
+void BlockPool::close() noexcept {
+  std::vector<Idle> idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    idle.swap(idle_);
+  }
+  for (Idle& i : idle) free_now(std::move(i));
+}
+
+void BlockPool::set_max_idle(size_t n) {
+  std::vector<Idle> evict;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    max_idle_ = n;
+    while (idle_.size() > max_idle_) {
+      evict.push_back(std::move(idle_.back()));
+      idle_.pop_back();
+    }
+  }
+  for (Idle& i : evict) free_now(std::move(i));
+}
+
+size_t BlockPool::blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_;
+}
+
+size_t BlockPool::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_bytes_;
+}
+
+}  // namespace stoker

@@ -1,0 +1,79 @@
+// How a stream's batches reach the consumer: straight from the stream (host
+// memory), or through a copy to a device (cuda/transfer_engine.h), which plugs
+// in here so that the pipeline does not depend on the device layer.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "pipeline/batch.h"
+#include "pipeline/loader_stats.h"
+#include "pipeline/stream.h"
+
+namespace stoker {
+
+/// A batch as the consumer gets it.
+struct DeliveredBatch {
+  int64_t index = -1;               ///< batch number within its epoch
+  std::shared_ptr<uint8_t> memory;  ///< owns the buffer
+  std::vector<TensorDesc> tensors;
+  BatchCounters counters;
+  int device = -1;           ///< -1: host memory; else the device ordinal
+  std::exception_ptr error;  ///< the batch's error instead of the rest
+};
+
+/// Reads one stream's batches in order, for one consumer thread at a time.
+class BatchReader {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Status { kBatch, kTimeout, kStopped };
+  virtual ~BatchReader() = default;
+  /// The next batch, waiting up to `deadline`. `consumer_stream` (a device
+  /// stream handle; 0 = the default stream) is the stream the consumer reads
+  /// the batch on: device delivery orders it after the copy.
+  virtual Status next(DeliveredBatch& out, Clock::time_point deadline,
+                      uintptr_t consumer_stream) = 0;
+  /// Prompt and idempotent; any thread. Stops the stream too.
+  virtual void stop() = 0;
+};
+
+/// Makes the reader of each stream.
+class Delivery {
+ public:
+  virtual ~Delivery() = default;
+  virtual std::unique_ptr<BatchReader> open(std::shared_ptr<Stream> stream,
+                                            std::shared_ptr<LoaderStats> stats) = 0;
+  /// Device buffers alive and their bytes (0 for host delivery).
+  virtual size_t buffers() const { return 0; }
+  virtual size_t buffer_bytes() const { return 0; }
+};
+
+/// Host delivery: the consumer reads the stream itself.
+class HostReader final : public BatchReader {
+ public:
+  explicit HostReader(std::shared_ptr<Stream> stream) : stream_(std::move(stream)) {}
+  ~HostReader() override { stop(); }
+  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t) override {
+    HostBatch b;
+    switch (stream_->read(b, deadline)) {
+      case Stream::Read::kTimeout:
+        return Status::kTimeout;
+      case Stream::Read::kStopped:
+        return Status::kStopped;
+      case Stream::Read::kBatch:
+        break;
+    }
+    out = DeliveredBatch{b.index, std::move(b.memory), std::move(b.tensors), b.counters, -1,
+                         b.error};
+    return Status::kBatch;
+  }
+  void stop() override { stream_->stop(); }
+
+ private:
+  std::shared_ptr<Stream> stream_;
+};
+
+}  // namespace stoker

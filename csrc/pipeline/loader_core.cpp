@@ -1,0 +1,447 @@
+#include "pipeline/loader_core.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace stoker {
+
+namespace {
+
+int64_t ns_between(LoaderCore::Clock::time_point a, LoaderCore::Clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
+
+// At most this many batches in flight per stream: the ring's slots are
+// allocated up front, and `prefetch` bounds memory (prefetch x batch bytes).
+constexpr int kMaxPrefetch = 1024;
+
+}  // namespace
+
+struct LoaderCore::Run {
+  std::shared_ptr<Stream> stream;
+  std::unique_ptr<BatchReader> reader;
+  std::atomic<int64_t> delivered{0};  // positions handed to an iterator
+  int64_t skip_to = -1;  // positions before this belong to an epoch left early (with mu_)
+  Clock::time_point claimed_at{};     // for run_seconds of its iterator
+
+  int64_t start() const { return skip_to >= 0 ? skip_to : delivered.load(); }
+};
+
+// ---- the core ---------------------------------------------------------------------
+
+std::shared_ptr<LoaderCore> LoaderCore::create(std::shared_ptr<const BatchProducer> producer,
+                                               LoaderOptions opts) {
+  return std::shared_ptr<LoaderCore>(new LoaderCore(std::move(producer), std::move(opts)));
+}
+
+LoaderCore::LoaderCore(std::shared_ptr<const BatchProducer> producer, LoaderOptions opts)
+    : producer_(std::move(producer)),
+      opts_(std::move(opts)),
+      pid_(static_cast<int>(::getpid())),
+      stats_(std::make_shared<LoaderStats>()) {
+  STOKER_CHECK(producer_ != nullptr, UsageError, "LoaderCore: no producer");
+  STOKER_CHECK(opts_.num_threads >= 1, UsageError, "num_threads must be >= 1, got ",
+               opts_.num_threads);
+  STOKER_CHECK(opts_.prefetch >= 1 && opts_.prefetch <= kMaxPrefetch, UsageError,
+               "prefetch must be in [1, ", kMaxPrefetch, "] batches, got ", opts_.prefetch);
+  auto alloc = opts_.host_allocator ? opts_.host_allocator : pageable_allocator();
+  // Slots in flight are at most `prefetch` per stream; keep a few more idle for
+  // the batches the consumer holds while the next ones are assembled.
+  host_pool_ = BlockPool::create(std::move(alloc), nullptr,
+                                 static_cast<size_t>(opts_.prefetch) + 2);
+  workers_ = std::make_unique<WorkerPool>(opts_.num_threads, stats_, opts_.linger);
+}
+
+LoaderCore::~LoaderCore() {
+  if (forked()) {
+    // The streams, copy threads and workers live in the parent: destroying
+    // them here would join threads that do not exist. Leave them be.
+    new std::vector<std::shared_ptr<Run>>(std::move(runs_));
+    new std::shared_ptr<Run>(std::move(spec_));
+    (void)workers_.release();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& run : runs_) run->reader->stop();
+  runs_.clear();
+  spec_.reset();
+}
+
+bool LoaderCore::forked() const { return static_cast<int>(::getpid()) != pid_; }
+
+int64_t LoaderCore::num_batches(int64_t rank, int64_t world_size) const {
+  return producer_->num_batches(rank, world_size);
+}
+
+EpochKey LoaderCore::prospective_key(int64_t rank, int64_t world) const {
+  if (resume_) return EpochKey{resume_->epoch, rank, world, resume_->offset};
+  return EpochKey{pending_.value_or(next_epoch_), rank, world, 0};
+}
+
+bool LoaderCore::run_starts(const Run& run, const EpochKey& key) const {
+  if (run.stream->stopped()) return false;
+  std::optional<EpochKey> k = run.stream->key_at(run.start());
+  return k && *k == key;
+}
+
+std::shared_ptr<LoaderCore::Run> LoaderCore::new_run(const EpochKey& key) {
+  auto run = std::make_shared<Run>();
+  run->stream = std::make_shared<Stream>(producer_, host_pool_, workers_->signal(), stats_,
+                                         opts_.prefetch, opts_.prefetch, key);
+  if (opts_.delivery)
+    run->reader = opts_.delivery->open(run->stream, stats_);
+  else
+    run->reader = std::make_unique<HostReader>(run->stream);
+  runs_.push_back(run);
+  workers_->add(run->stream);
+  stats_->streams.fetch_add(1, std::memory_order_relaxed);
+  return run;
+}
+
+void LoaderCore::stop_run(const std::shared_ptr<Run>& run) {
+  if (!run) return;
+  run->reader->stop();
+  workers_->remove(run->stream.get());
+  runs_.erase(std::remove(runs_.begin(), runs_.end(), run), runs_.end());
+}
+
+void LoaderCore::drop_spec() {
+  stop_run(spec_);
+  spec_.reset();
+}
+
+void LoaderCore::set_epoch(uint64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (main_.live && !main_.finished && main_.key.epoch == epoch) {
+    pending_.reset();  // the running epoch: the next iterator runs the one after
+    next_epoch_ = epoch + 1;
+  } else {
+    pending_ = epoch;
+    if (resume_ && resume_->epoch != epoch) resume_.reset();
+  }
+  // The epoch that flows on after the running one, or the one waiting.
+  if (main_.live && !main_.finished && main_.owner && main_.owner->run_) {
+    const EpochKey& k = main_.key;
+    main_.owner->run_->stream->set_next(
+        EpochKey{pending_.value_or(next_epoch_), k.rank, k.world_size, 0});
+  }
+  if (spec_) {
+    std::optional<EpochKey> k = spec_->stream->key_at(spec_->start());
+    if (!k || k->epoch != pending_.value_or(next_epoch_) || k->offset != 0) drop_spec();
+  }
+}
+
+uint64_t LoaderCore::epoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return resume_ ? resume_->epoch : pending_.value_or(next_epoch_);
+}
+
+std::shared_ptr<LoaderCore::Iterator> LoaderCore::iter(int64_t rank, int64_t world_size) {
+  STOKER_CHECK(!forked(), UsageError,
+               "this Loader was created in another process (before os.fork()); create a new "
+               "Loader in this process");
+  std::shared_ptr<Iterator> it(new Iterator(shared_from_this(), rank, world_size));
+  std::lock_guard<std::mutex> lock(mu_);
+  iterators_.erase(std::remove_if(iterators_.begin(), iterators_.end(),
+                                  [](const std::weak_ptr<Iterator>& w) { return w.expired(); }),
+                   iterators_.end());
+  iterators_.push_back(it);
+  // Start the epoch this iterator will most likely claim, so its first batch
+  // is on its way before the first next() (NOTE [ Next-epoch prefetch ]).
+  if (!(main_.live && !main_.finished)) {
+    const EpochKey key = prospective_key(rank, world_size);
+    if (!spec_ || !run_starts(*spec_, key)) {
+      drop_spec();
+      try {
+        spec_ = new_run(key);
+      } catch (...) {
+        spec_.reset();  // only a head start: the claim plans it again and reports the error
+      }
+    }
+  }
+  return it;
+}
+
+void LoaderCore::claim(Iterator& it) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool concurrent = main_.live && !main_.finished && main_.owner != &it;
+  EpochKey key;
+  std::shared_ptr<Run> run;
+  if (concurrent) {
+    key = EpochKey{main_.key.epoch, it.rank_, it.world_, 0};
+    run = new_run(key);
+  } else {
+    key = prospective_key(it.rank_, it.world_);
+    if (spec_ && run_starts(*spec_, key)) {
+      run = std::move(spec_);
+    } else {
+      drop_spec();
+      run = new_run(key);
+    }
+  }
+  std::optional<Segment> seg;
+  try {
+    seg = run->stream->segment_from(run->start());
+    STOKER_CHECK(seg.has_value(), Error, "internal: the stream has no segment to read");
+  } catch (...) {
+    stop_run(run);
+    throw;
+  }
+  if (!concurrent) {
+    pending_.reset();
+    resume_.reset();
+    next_epoch_ = key.epoch + 1;
+    main_ = Main{&it, key, 0, false, true, true};
+    if (opts_.prefetch_next_epoch && seg->batches > 0)
+      run->stream->set_next(EpochKey{next_epoch_, it.rank_, it.world_, 0});
+    workers_->wake();
+  }
+  run->claimed_at = Clock::now();
+  it.drain_ = run->skip_to >= 0 ? run->skip_to - run->delivered.load() : 0;
+  run->skip_to = -1;
+  it.key_ = key;
+  it.batches_ = seg->batches;
+  it.seg_end_ = seg->begin + seg->batches;
+  it.run_ = std::move(run);
+  it.main_ = !concurrent;
+  it.claimed_ = true;
+}
+
+void LoaderCore::yielded(Iterator& it) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool last = it.yielded_ >= it.batches_;
+  if (it.main_ && main_.owner == &it) {
+    main_.yielded = it.yielded_;
+    main_.finished = last;
+  }
+  if (!last) return;
+  // The epoch is out: its stream flows on into the next epoch, held here for
+  // the next iterator (NOTE [ Next-epoch prefetch ]), or stops.
+  std::shared_ptr<Run> run = std::move(it.run_);
+  stats_->run_ns.fetch_add(ns_between(run->claimed_at, Clock::now()), std::memory_order_relaxed);
+  it.counted_ = true;
+  if (it.main_ && opts_.prefetch_next_epoch && !run->stream->stopped() &&
+      run->stream->key_at(run->delivered.load(std::memory_order_acquire))) {
+    drop_spec();
+    spec_ = std::move(run);
+  } else {
+    stop_run(run);
+  }
+}
+
+void LoaderCore::release(Iterator& it) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (it.run_ && !it.released_) {
+    it.released_ = true;
+    if (!it.counted_) {
+      stats_->run_ns.fetch_add(ns_between(it.run_->claimed_at, Clock::now()),
+                               std::memory_order_relaxed);
+      it.counted_ = true;
+    }
+    // Left early (break): when the workers already reached the next epoch, the
+    // rest of this one is at most a window, so the stream is kept for the next
+    // iterator, which drops those batches first (NOTE [ Next-epoch prefetch ]).
+    std::shared_ptr<Run> run = it.run_;
+    if (it.main_ && main_.owner == &it && opts_.prefetch_next_epoch &&
+        !run->stream->stopped() && run->stream->planned(it.seg_end_)) {
+      drop_spec();
+      run->skip_to = it.seg_end_;
+      spec_ = run;
+    } else {
+      stop_run(run);
+    }
+  }
+  if (main_.owner == &it) {
+    main_.live = false;
+    main_.owner = nullptr;
+  }
+}
+
+LoaderState LoaderCore::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resume_) return *resume_;
+  if (main_.claimed && !main_.finished)
+    return LoaderState{main_.key.epoch, producer_->consumed_after(main_.key, main_.yielded)};
+  return LoaderState{pending_.value_or(next_epoch_), 0};
+}
+
+void LoaderCore::load_state(const LoaderState& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  STOKER_CHECK(s.offset >= 0 && s.offset <= producer_->epoch_samples(), UsageError,
+               "cannot resume: position ", s.offset, " outside [0, ", producer_->epoch_samples(),
+               "]");
+  LoaderState r = s;
+  if (r.offset == producer_->epoch_samples()) r = LoaderState{s.epoch + 1, 0};
+  resume_ = r;
+  pending_.reset();
+  next_epoch_ = r.epoch;
+  main_ = Main{};
+  if (spec_) {
+    std::optional<EpochKey> k = spec_->stream->key_at(spec_->start());
+    if (!k || k->epoch != r.epoch || k->offset != r.offset) drop_spec();
+  }
+}
+
+void LoaderCore::close() {
+  if (forked()) return;
+  std::vector<std::shared_ptr<Iterator>> its;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop_spec();
+    for (const auto& w : iterators_)
+      if (auto it = w.lock()) its.push_back(std::move(it));
+  }
+  for (const auto& it : its) it->close();
+  workers_->stop();
+}
+
+LoaderStatsSnapshot LoaderCore::stats() const {
+  LoaderStatsSnapshot s;
+  const LoaderStats& st = *stats_;
+  auto sec = [](const std::atomic<int64_t>& ns) {
+    return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
+  };
+  s.batches = st.batches.load(std::memory_order_relaxed);
+  s.samples = st.samples.load(std::memory_order_relaxed);
+  s.bytes_read = st.bytes_read.load(std::memory_order_relaxed);
+  s.skipped = st.skipped.load(std::memory_order_relaxed);
+  s.read_seconds = sec(st.read_ns);
+  s.decode_seconds = sec(st.decode_ns);
+  s.ops_seconds = sec(st.ops_ns);
+  s.plan_seconds = sec(st.plan_ns);
+  s.worker_busy_seconds = sec(st.worker_busy_ns);
+  s.worker_idle_seconds = sec(st.worker_idle_ns);
+  s.wait_seconds = sec(st.wait_ns);
+  s.run_seconds = sec(st.run_ns);
+  const int64_t first = st.first_batch_ns.load(std::memory_order_relaxed);
+  s.first_batch_seconds = first < 0 ? -1.0 : static_cast<double>(first) * 1e-9;
+  s.copies = st.copies.load(std::memory_order_relaxed);
+  s.copy_bytes = st.copy_bytes.load(std::memory_order_relaxed);
+  s.copy_seconds = sec(st.copy_ns);
+  s.streams = st.streams.load(std::memory_order_relaxed);
+  s.num_threads = workers_->active();
+  s.prefetch = opts_.prefetch;
+  s.live_workers = workers_->live();
+  s.host_blocks = host_pool_->blocks();
+  s.host_bytes = host_pool_->bytes();
+  if (opts_.delivery) {
+    s.device_buffers = opts_.delivery->buffers();
+    s.device_bytes = opts_.delivery->buffer_bytes();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  for (const auto& w : iterators_) {
+    auto it = w.lock();
+    if (!it || !it->claimed_ || it->counted_ || !it->run_) continue;
+    s.run_seconds += static_cast<double>(ns_between(it->run_->claimed_at, now)) * 1e-9;
+    if (it->main_) s.queue_depth = it->run_->stream->ready_batches();
+  }
+  return s;
+}
+
+// ---- iterators ----------------------------------------------------------------------
+
+LoaderCore::Iterator::Iterator(std::shared_ptr<LoaderCore> core, int64_t rank, int64_t world)
+    : core_(std::move(core)), rank_(rank), world_(world), opened_(Clock::now()) {}
+
+LoaderCore::Iterator::~Iterator() {
+  if (core_->forked()) {
+    // The stream and its threads live in the parent: keep everything they
+    // might wait on alive (never freed) rather than touch it.
+    new std::shared_ptr<Run>(std::move(run_));
+    return;
+  }
+  close();
+}
+
+void LoaderCore::Iterator::close() {
+  if (core_->forked()) return;
+  closed_.store(true, std::memory_order_release);
+  core_->release(*this);
+}
+
+LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
+                                                        Clock::time_point deadline,
+                                                        uintptr_t consumer_stream) {
+  STOKER_CHECK(!core_->forked(), UsageError,
+               "this loader iterator was started in another process (before os.fork()); "
+               "create a new Loader in this process");
+  // Several threads on one iterator are served one at a time; a waiting one
+  // returns at its deadline (to check for signals) and calls again.
+  std::unique_lock<std::timed_mutex> lock(mu_, deadline);
+  if (!lock.owns_lock()) return Status::kTimeout;
+  if (closed_.load(std::memory_order_acquire)) {
+    if (run_) core_->release(*this);
+    return Status::kEnd;
+  }
+  if (!claimed_) core_->claim(*this);
+  if (yielded_ >= batches_) return Status::kEnd;
+  LoaderStats& st = *core_->stats_;
+  while (drain_ > 0) {  // the rest of an epoch left early, before this one (claim())
+    DeliveredBatch dropped;
+    const BatchReader::Status s = run_->reader->next(dropped, deadline, consumer_stream);
+    if (s == BatchReader::Status::kTimeout) return Status::kTimeout;
+    if (s == BatchReader::Status::kStopped) {
+      closed_.store(true, std::memory_order_release);
+      core_->release(*this);
+      return Status::kEnd;
+    }
+    run_->delivered.fetch_add(1, std::memory_order_acq_rel);
+    --drain_;
+  }
+  const auto t0 = Clock::now();
+  const BatchReader::Status s = run_->reader->next(out, deadline, consumer_stream);
+  const auto t1 = Clock::now();
+  st.wait_ns.fetch_add(ns_between(t0, t1), std::memory_order_relaxed);
+  if (s == BatchReader::Status::kTimeout) return Status::kTimeout;
+  if (s == BatchReader::Status::kStopped) {
+    closed_.store(true, std::memory_order_release);
+    core_->release(*this);
+    return Status::kEnd;
+  }
+  run_->delivered.fetch_add(1, std::memory_order_acq_rel);
+  if (out.error) {
+    // An iterator ends at its first error; a new one starts cleanly.
+    std::exception_ptr e = out.error;
+    closed_.store(true, std::memory_order_release);
+    core_->release(*this);
+    std::rethrow_exception(e);
+  }
+  ++yielded_;
+  st.batches.fetch_add(1, std::memory_order_relaxed);
+  st.samples.fetch_add(out.counters.samples, std::memory_order_relaxed);
+  st.bytes_read.fetch_add(out.counters.bytes_read, std::memory_order_relaxed);
+  st.skipped.fetch_add(out.counters.skipped, std::memory_order_relaxed);
+  if (yielded_ == 1 && main_) st.first_batch_ns.store(ns_between(opened_, t1),
+                                                      std::memory_order_relaxed);
+  core_->yielded(*this);
+  return Status::kBatch;
+}
+
+int64_t LoaderCore::Iterator::remaining() const {
+  std::lock_guard<std::timed_mutex> lock(mu_);
+  if (claimed_) return batches_ - yielded_;
+  EpochKey key;
+  {
+    std::lock_guard<std::mutex> core_lock(core_->mu_);
+    key = core_->prospective_key(rank_, world_);
+  }
+  return core_->producer_->plan_epoch(key)->num_batches();
+}
+
+uint64_t LoaderCore::Iterator::epoch() const {
+  std::lock_guard<std::timed_mutex> lock(mu_);
+  if (claimed_) return key_.epoch;
+  std::lock_guard<std::mutex> core_lock(core_->mu_);
+  return core_->prospective_key(rank_, world_).epoch;
+}
+
+int LoaderCore::Iterator::ready_batches() const {
+  std::lock_guard<std::mutex> core_lock(core_->mu_);
+  return run_ ? run_->stream->ready_batches() : 0;
+}
+
+}  // namespace stoker

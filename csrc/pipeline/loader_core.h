@@ -1,0 +1,195 @@
+// The loader core: one per stoker.Loader. It owns the stream of epochs, the
+// worker pool, the block pool of batch slots, the delivery to the consumer
+// (host, or a device copy) and the stats; Python only checks arguments and
+// wraps batches.
+//
+// NOTE [ Epochs and iterators ]
+// An iterator runs one epoch, fixed when it is first advanced (claimed):
+//  * the epoch given by set_epoch(), else the one after the last epoch run;
+//    an iterator that is never advanced uses no epoch;
+//  * while another iterator is running an epoch, a new one runs that same
+//    epoch from its start, on a stream of its own: zip(loader, loader) gets
+//    every batch twice, and peeking with next(iter(loader)) inside a training
+//    loop changes nothing for the loop;
+//  * set_epoch(e) while an iterator runs epoch e confirms it (the next
+//    iterator runs e + 1): a framework that calls set_epoch at the start of
+//    its epoch never runs an epoch twice. set_epoch(e') for another epoch
+//    applies to the next iterator.
+// The resume state follows the main iterator (the one that claimed an epoch
+// while no other ran): the epoch and the global samples consumed, the same
+// numbers on every rank in lockstep.
+//
+// NOTE [ Next-epoch prefetch ]
+// When the main iterator claims epoch e, its stream is told that e + 1 (or
+// set_epoch's choice) follows (Stream::set_next): the workers plan it when
+// they reach the end of e and assemble its first batches while e's last ones
+// are handed out, in the same window. Once e's last batch is out the stream
+// waits, held by the core, for the next iterator, which takes it over if it
+// runs that epoch from its start; anything else (set_epoch to another epoch,
+// load_state, another world size) drops it. iter() before the first advance
+// already starts the epoch the iterator will most likely claim, the same way.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "pipeline/batch_producer.h"
+#include "pipeline/block_pool.h"
+#include "pipeline/delivery.h"
+#include "pipeline/loader_stats.h"
+#include "pipeline/stream.h"
+#include "pipeline/worker_pool.h"
+
+namespace stoker {
+
+struct LoaderOptions {
+  int num_threads = 1;
+  int prefetch = 4;  ///< batches in flight per stream (assembled, being assembled, or copied)
+  bool prefetch_next_epoch = true;
+  std::shared_ptr<BlockAllocator> host_allocator;  ///< null: pageable memory
+  std::shared_ptr<Delivery> delivery;              ///< null: host memory
+  std::chrono::milliseconds linger{100};           ///< idle workers end after this
+};
+
+/// Where a loader stands: the same on every rank in lockstep.
+struct LoaderState {
+  uint64_t epoch = 0;
+  int64_t offset = 0;  ///< global samples of `epoch` consumed
+};
+
+struct LoaderStatsSnapshot {
+  int64_t batches = 0, samples = 0, bytes_read = 0, skipped = 0;
+  double read_seconds = 0, decode_seconds = 0, ops_seconds = 0, plan_seconds = 0;
+  double worker_busy_seconds = 0, worker_idle_seconds = 0;
+  double wait_seconds = 0, run_seconds = 0, first_batch_seconds = -1;
+  int64_t copies = 0, copy_bytes = 0;
+  double copy_seconds = 0;
+  int num_threads = 0, prefetch = 0, live_workers = 0, queue_depth = 0;
+  int64_t streams = 0;
+  size_t host_blocks = 0, host_bytes = 0, device_buffers = 0, device_bytes = 0;
+};
+
+class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
+ public:
+  using Clock = std::chrono::steady_clock;
+  class Iterator;
+
+  static std::shared_ptr<LoaderCore> create(std::shared_ptr<const BatchProducer> producer,
+                                            LoaderOptions opts);
+  ~LoaderCore();
+  LoaderCore(const LoaderCore&) = delete;
+  LoaderCore& operator=(const LoaderCore&) = delete;
+
+  const BatchProducer& producer() const { return *producer_; }
+  /// Batches of a whole epoch for this rank.
+  int64_t num_batches(int64_t rank, int64_t world_size) const;
+
+  /// NOTE [ Epochs and iterators ].
+  void set_epoch(uint64_t epoch);
+  /// The epoch the next iterator runs.
+  uint64_t epoch() const;
+
+  /// A new iterator for this rank; it claims its epoch at its first next().
+  std::shared_ptr<Iterator> iter(int64_t rank, int64_t world_size);
+
+  LoaderState state() const;
+  /// The next iterator resumes at `s`: the rest of that epoch, at whatever
+  /// world size the iterator has.
+  void load_state(const LoaderState& s);
+
+  /// Stops every stream and worker thread now; iterators end (kEnd). The
+  /// loader stays usable: the next iterator starts them again.
+  void close();
+
+  LoaderStatsSnapshot stats() const;
+  const LoaderOptions& options() const { return opts_; }
+
+ private:
+  struct Run;  // a stream and its reader
+  struct Main {
+    const Iterator* owner = nullptr;
+    EpochKey key;
+    int64_t yielded = 0;
+    bool finished = false;
+    bool live = false;
+    bool claimed = false;  // a main iterator claimed since the last load_state()
+  };
+
+  LoaderCore(std::shared_ptr<const BatchProducer> producer, LoaderOptions opts);
+  bool forked() const;
+  EpochKey prospective_key(int64_t rank, int64_t world) const;  // with mu_
+  bool run_starts(const Run& run, const EpochKey& key) const;
+  std::shared_ptr<Run> new_run(const EpochKey& key);           // with mu_
+  void drop_spec();                                            // with mu_
+  void stop_run(const std::shared_ptr<Run>& run);
+  void claim(Iterator& it);
+  void yielded(Iterator& it);
+  void release(Iterator& it);
+
+  const std::shared_ptr<const BatchProducer> producer_;
+  const LoaderOptions opts_;
+  const int pid_;
+  std::shared_ptr<LoaderStats> stats_;
+  std::shared_ptr<BlockPool> host_pool_;
+  std::unique_ptr<WorkerPool> workers_;
+
+  mutable std::mutex mu_;
+  uint64_t next_epoch_ = 0;              // guarded by mu_
+  std::optional<uint64_t> pending_;      // guarded by mu_: set_epoch's
+  std::optional<LoaderState> resume_;    // guarded by mu_: load_state's
+  Main main_;                            // guarded by mu_
+  std::shared_ptr<Run> spec_;            // guarded by mu_: a stream waiting for its iterator
+  std::vector<std::weak_ptr<Iterator>> iterators_;  // guarded by mu_
+  std::vector<std::shared_ptr<Run>> runs_;          // guarded by mu_: every live run
+};
+
+class LoaderCore::Iterator {
+ public:
+  enum class Status { kBatch, kEnd, kTimeout };
+  ~Iterator();
+  Iterator(const Iterator&) = delete;
+  Iterator& operator=(const Iterator&) = delete;
+
+  /// The next batch, waiting up to `deadline` (kTimeout: call again). The
+  /// first call claims the epoch (NOTE [ Epochs and iterators ]). A batch's
+  /// error is thrown when its position is reached, and ends the iterator.
+  /// Calls from several threads are served one at a time. UsageError in a
+  /// forked child.
+  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream = 0);
+  /// Ends the iterator and stops its stream; batches handed out stay valid. Any thread.
+  void close();
+
+  /// Batches left: for an iterator not yet advanced, those of the epoch it would claim now.
+  int64_t remaining() const;
+  /// The epoch, once claimed (else the one it would claim now).
+  uint64_t epoch() const;
+  bool claimed() const { return claimed_; }
+  /// Batches waiting for this iterator.
+  int ready_batches() const;
+
+ private:
+  friend class LoaderCore;
+  Iterator(std::shared_ptr<LoaderCore> core, int64_t rank, int64_t world);
+
+  const std::shared_ptr<LoaderCore> core_;
+  const int64_t rank_, world_;
+  const Clock::time_point opened_;
+  mutable std::timed_mutex mu_;  // one next() at a time
+  std::atomic<bool> closed_{false};
+  bool claimed_ = false;       // written with mu_ and core mu_
+  bool main_ = false;
+  bool counted_ = false;       // run time added to the stats (release())
+  bool released_ = false;      // release() ran (with core mu_)
+  int64_t drain_ = 0;          // batches of an earlier epoch to drop first
+  int64_t seg_end_ = 0;        // ring position after this iterator's last batch
+  std::shared_ptr<Run> run_;   // written with mu_ and core mu_
+  EpochKey key_;
+  int64_t batches_ = 0;
+  int64_t yielded_ = 0;
+};
+
+}  // namespace stoker

@@ -1,0 +1,42 @@
+// Counters of one loader, shared by its workers, streams and iterators.
+// Monotonic; read without stopping anything.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "pipeline/batch_producer.h"
+
+namespace stoker {
+
+struct LoaderStats {
+  // Delivered to the consumer (a batch assembled but never handed out does not count).
+  std::atomic<int64_t> batches{0};
+  std::atomic<int64_t> samples{0};     ///< padding included
+  std::atomic<int64_t> bytes_read{0};  ///< source bytes of delivered batches
+  std::atomic<int64_t> skipped{0};     ///< samples replaced (on_error="skip")
+  // Work done, delivered or not.
+  std::atomic<int64_t> read_ns{0};
+  std::atomic<int64_t> decode_ns{0};
+  std::atomic<int64_t> ops_ns{0};
+  std::atomic<int64_t> plan_ns{0};         ///< planning batches and taking their memory
+  std::atomic<int64_t> worker_busy_ns{0};  ///< workers running units or planning
+  std::atomic<int64_t> worker_idle_ns{0};  ///< workers parked while a stream was open
+  // The consumer.
+  std::atomic<int64_t> wait_ns{0};     ///< time the iterating thread waited in next()
+  std::atomic<int64_t> run_ns{0};      ///< time iterators were open (closed ones)
+  std::atomic<int64_t> first_batch_ns{-1};  ///< the last epoch's first batch, from its iter()
+  std::atomic<int64_t> streams{0};  ///< streams started (an epoch that flowed on starts none)
+  // The copy to the device.
+  std::atomic<int64_t> copies{0};
+  std::atomic<int64_t> copy_bytes{0};
+  std::atomic<int64_t> copy_ns{0};     ///< device time of the copies
+
+  void add(const StageTimes& t) {
+    read_ns.fetch_add(t.read_ns, std::memory_order_relaxed);
+    decode_ns.fetch_add(t.decode_ns, std::memory_order_relaxed);
+    ops_ns.fetch_add(t.ops_ns, std::memory_order_relaxed);
+  }
+};
+
+}  // namespace stoker

@@ -1,0 +1,82 @@
+#include "pipeline/record_producer.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "pipeline/batch_planner.h"
+
+namespace stoker {
+
+namespace {
+
+class RecordEpoch final : public EpochPlan {
+ public:
+  RecordEpoch(EpochOrder order, uint64_t sample_seed)
+      : order(std::move(order)), sample_seed(sample_seed) {}
+  int64_t num_batches() const override { return order.num_batches(); }
+
+  const EpochOrder order;
+  const uint64_t sample_seed;
+};
+
+}  // namespace
+
+RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts)
+    : source_(std::make_shared<RecordSource>()), opts_(std::move(opts)) {
+  STOKER_CHECK(ds != nullptr, UsageError, "RecordProducer: no dataset");
+  // Validates the sampling options once, here, rather than at the first epoch.
+  EpochOrder(ds->size(), opts_.sampler, 0, 0, 1, 0);
+  const Schema& schema = ds->schema();
+  for (const auto& [name, spec] : opts_.images) {
+    const size_t f = schema.index_of(name);
+    STOKER_CHECK(schema.fields[f].kind == FieldKind::kImage, UsageError, "field '", name,
+                 "' is not an image field; image ops apply to stoker.image() fields only");
+  }
+  for (const FieldSpec& f : schema.fields) {
+    if (f.kind != FieldKind::kImage) {
+      source_->pipelines.emplace_back();
+      continue;
+    }
+    auto it = opts_.images.find(f.name);
+    source_->pipelines.push_back(std::make_unique<ImagePipeline>(
+        it != opts_.images.end() ? it->second : ImageFieldSpec{}));
+  }
+  source_->ds = std::move(ds);
+  source_->skip_errors = opts_.skip_errors;
+}
+
+int64_t RecordProducer::num_batches(int64_t rank, int64_t world_size) const {
+  return EpochOrder(source_->ds->size(), opts_.sampler, 0, rank, world_size, 0).num_batches();
+}
+
+int64_t RecordProducer::consumed_after(const EpochKey& key, int64_t batches) const {
+  return EpochOrder(source_->ds->size(), opts_.sampler, key.epoch, key.rank, key.world_size,
+                    key.offset)
+      .consumed_after(batches);
+}
+
+std::shared_ptr<const EpochPlan> RecordProducer::plan_epoch(const EpochKey& key) const {
+  return std::make_shared<RecordEpoch>(
+      EpochOrder(source_->ds->size(), opts_.sampler, key.epoch, key.rank, key.world_size,
+                 key.offset),
+      hash_combine(opts_.sampler.seed, key.epoch));
+}
+
+std::unique_ptr<BatchWork> RecordProducer::plan_batch(const EpochPlan& epoch, int64_t k) const {
+  const auto& e = static_cast<const RecordEpoch&>(epoch);
+  const int64_t len = e.order.batch_length(k);
+  std::vector<int64_t> indices(static_cast<size_t>(len));
+  for (int64_t p = 0; p < len; ++p) indices[static_cast<size_t>(p)] = e.order.index(k, p);
+  // About four units per thread, so the first batch is ready after 1/T of its work.
+  int64_t unit = opts_.unit_samples;
+  if (unit <= 0) {
+    const int64_t parts = 4 * std::max(1, opts_.threads_hint);
+    unit = std::max<int64_t>(1, (opts_.sampler.batch_size + parts - 1) / parts);
+  }
+  unit = std::max<int64_t>(unit, (len + 65534) / 65535);  // at most 65535 units
+  auto b = std::make_unique<RecordBatch>(source_, e.sample_seed);
+  plan_record_batch(*source_, std::move(indices), unit, *b);
+  return b;
+}
+
+}  // namespace stoker

@@ -1,0 +1,57 @@
+// Batches of a sharded record dataset: the producer behind stoker.Loader over
+// a stoker.Dataset (fixed-shape arrays, scalars, padded variable-length arrays
+// and blobs, images decoded and transformed in C++).
+//
+// Batch k of an epoch is planned once (batch_planner.h: which samples, the
+// output layout, one slot) and then written in units of a few samples each
+// (sample_writer.h), by any number of workers at once: each sample writes only
+// its own rows, so the bytes do not depend on which thread wrote what.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "decode/image_pipeline.h"
+#include "format/dataset.h"
+#include "pipeline/batch_producer.h"
+#include "sampler/sampler.h"
+
+namespace stoker {
+
+struct RecordOptions {
+  SamplerOptions sampler;
+  bool skip_errors = false;  ///< replace a bad sample by the next valid one, counted
+  std::map<std::string, ImageFieldSpec> images;  ///< per image field; others use defaults
+  /// Samples per unit of work; 0 = chosen from the batch size and `threads`.
+  int64_t unit_samples = 0;
+  int threads_hint = 1;
+};
+
+/// What workers share: the dataset and one image pipeline per image field.
+struct RecordSource {
+  std::shared_ptr<const Dataset> ds;
+  std::vector<std::unique_ptr<ImagePipeline>> pipelines;  ///< per field; null if not an image
+  bool skip_errors = false;
+};
+
+class RecordProducer final : public BatchProducer {
+ public:
+  /// UsageError for image specs naming non-image or unknown fields.
+  RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts);
+
+  int64_t num_batches(int64_t rank, int64_t world_size) const override;
+  int64_t epoch_samples() const override { return source_->ds->size(); }
+  int64_t consumed_after(const EpochKey& key, int64_t batches) const override;
+  std::shared_ptr<const EpochPlan> plan_epoch(const EpochKey& key) const override;
+  std::unique_ptr<BatchWork> plan_batch(const EpochPlan& epoch, int64_t k) const override;
+
+  const Dataset& dataset() const { return *source_->ds; }
+
+ private:
+  std::shared_ptr<RecordSource> source_;
+  RecordOptions opts_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,158 @@
+#include "pipeline/sample_writer.h"
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <vector>
+
+#include "common/error.h"
+#include "pipeline/batch_planner.h"
+#include "sampler/permutation.h"
+
+namespace stoker {
+
+[[noreturn]] void rethrow_with_context(const Dataset& ds, int64_t index, const std::string& field) {
+  Dataset::Location loc = ds.locate(index);
+  const std::string& path = ds.shard(loc.shard).path();
+  std::string where = field.empty() ? std::string() : ", field '" + field + "'";
+  try {
+    throw;
+  } catch (const DecodeError& e) {
+    STOKER_THROW(DecodeError, path, ": record ", loc.record, " (sample ", index, where, "): ",
+                 e.what());
+  } catch (const DataError& e) {
+    std::string msg = e.what();
+    if (msg.rfind(path, 0) == 0) throw;  // already names the file and record
+    STOKER_THROW(DataError, path, ": record ", loc.record, " (sample ", index, where, "): ", msg);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    STOKER_THROW(DataError, path, ": record ", loc.record, " (sample ", index, where, "): ",
+                 e.what());
+  }
+}
+
+class SampleWriter {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  SampleWriter(RecordBatch& b, uint8_t* base, WorkerContext& ctx)
+      : b_(b), src_(*b.src_), schema_(src_.ds->schema()), base_(base), ctx_(ctx),
+        views_(schema_.fields.size()) {}
+
+  // Samples [lo, hi) of the batch. Returns early (leaving the rest unwritten)
+  // once the stream stops.
+  void run(int64_t lo, int64_t hi) {
+    const int64_t n = src_.ds->size();
+    for (int64_t pos = lo; pos < hi; ++pos) {
+      if (ctx_.stopped()) return;
+      const int64_t index = b_.indices[static_cast<size_t>(pos)];
+      try {
+        write(pos, index);
+      } catch (...) {
+        if (!src_.skip_errors) throw;
+        // on_error="skip": the next valid sample in dataset order takes its
+        // place, so the replacement is the same whatever thread does it.
+        std::exception_ptr first = std::current_exception();
+        bool replaced = false;
+        for (int64_t step = 1; step < n && !replaced; ++step) {
+          if (ctx_.stopped()) return;
+          const int64_t alt = (index + step) % n;
+          try {
+            src_.ds->read(alt, views_.data());
+            if (!fits()) continue;
+            write(pos, alt);
+            replaced = true;
+          } catch (...) {
+          }
+        }
+        if (!replaced) std::rethrow_exception(first);
+        b_.skipped.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+
+ private:
+  // Reads, verifies and writes sample `index` as position `pos` of the batch.
+  void write(int64_t pos, int64_t index) {
+    const auto t0 = Clock::now();
+    src_.ds->read(index, views_.data());
+    const auto t1 = Clock::now();
+    ctx_.times.read_ns += ns(t0, t1);
+    size_t f = 0;
+    try {
+      for (f = 0; f < schema_.fields.size(); ++f) write_field(f, pos, index);
+    } catch (...) {
+      rethrow_with_context(*src_.ds, index, schema_.fields[f].name);
+    }
+    ctx_.times.decode_ns += ns(t1, Clock::now());
+    int64_t bytes = 0;
+    for (const RecordView& v : views_) bytes += static_cast<int64_t>(v.size);
+    ctx_.times.bytes += bytes;
+    b_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+  void write_field(size_t f, int64_t pos, int64_t index) {
+    const FieldSpec& spec = schema_.fields[f];
+    const FieldPlan& plan = b_.plans[f];
+    const TensorDesc& out = b_.tensors[plan.out];
+    uint8_t* dst = base_ + out.offset + static_cast<size_t>(pos) * plan.sample_bytes;
+    const RecordView& v = views_[f];
+    if (spec.kind == FieldKind::kImage) {
+      const uint64_t seed = hash_combine(b_.sample_seed_, static_cast<uint64_t>(index) * 64 + f);
+      src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w);
+    } else if (!spec.variable()) {
+      std::memcpy(dst, v.data, v.size);
+    } else {
+      const int64_t rows = static_cast<int64_t>(v.size / spec.row_bytes());
+      if (rows > plan.max_rows)
+        STOKER_THROW(DataError, "length changed while reading (", rows, " > ", plan.max_rows,
+                     " rows)");
+      std::memcpy(dst, v.data, v.size);
+      std::memset(dst + v.size, 0, plan.sample_bytes - v.size);
+      const TensorDesc& lt = b_.tensors[plan.lengths];
+      std::memcpy(base_ + lt.offset + static_cast<size_t>(pos) * 8, &rows, 8);
+    }
+  }
+
+  // Whether the sample in views_ fits the batch's plan (padded length, image size).
+  bool fits() const {
+    for (size_t f = 0; f < schema_.fields.size(); ++f) {
+      const FieldSpec& spec = schema_.fields[f];
+      const FieldPlan& plan = b_.plans[f];
+      if (spec.kind == FieldKind::kImage) {
+        const ImagePipeline& pipe = *src_.pipelines[f];
+        if (pipe.fixed_size()) continue;
+        auto s = pipe.output_size(views_[f].data, views_[f].size);
+        if (s.first != plan.img_h || s.second != plan.img_w) return false;
+      } else if (spec.variable() &&
+                 static_cast<int64_t>(views_[f].size / spec.row_bytes()) > plan.max_rows) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static int64_t ns(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+  }
+
+  RecordBatch& b_;
+  const RecordSource& src_;
+  const Schema& schema_;
+  uint8_t* base_;
+  WorkerContext& ctx_;
+  std::vector<RecordView> views_;
+};
+
+void RecordBatch::run(int u, uint8_t* base, WorkerContext& ctx) {
+  const int64_t len = static_cast<int64_t>(indices.size());
+  const int64_t lo = static_cast<int64_t>(u) * unit_samples;
+  const int64_t hi = std::min(len, lo + unit_samples);
+  SampleWriter(*this, base, ctx).run(lo, hi);
+}
+
+}  // namespace stoker

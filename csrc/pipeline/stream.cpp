@@ -1,0 +1,278 @@
+#include "pipeline/stream.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace stoker {
+
+namespace {
+
+uint64_t pack_units(int64_t pos, int next, int count) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) |
+         (static_cast<uint64_t>(next) << 16) | static_cast<uint64_t>(count);
+}
+uint32_t units_pos(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+int units_next(uint64_t w) { return static_cast<int>((w >> 16) & 0xFFFF); }
+int units_count(uint64_t w) { return static_cast<int>(w & 0xFFFF); }
+
+int64_t ns_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              t0)
+      .count();
+}
+
+}  // namespace
+
+Stream::Stream(std::shared_ptr<const BatchProducer> producer, std::shared_ptr<BlockPool> pool,
+               std::shared_ptr<detail::EventCount> work_signal, std::shared_ptr<LoaderStats> stats,
+               int capacity, int window, const EpochKey& first)
+    : producer_(std::move(producer)),
+      pool_(std::move(pool)),
+      signal_(std::move(work_signal)),
+      stats_(std::move(stats)),
+      ring_(static_cast<size_t>(std::max(1, capacity))),
+      window_(std::clamp(window, 1, std::max(1, capacity))) {
+  const int64_t n = static_cast<int64_t>(ring_.capacity());
+  for (int64_t i = 0; i < n; ++i)  // a unit word that names no position yet
+    ring_.at(i).units.store(pack_units(i - n, 0, 0), std::memory_order_relaxed);
+  Segment s;
+  s.key = first;
+  s.plan = producer_->plan_epoch(first);
+  s.batches = s.plan->num_batches();
+  segments_.push_back(s);
+  limit_.store(s.batches, std::memory_order_release);
+}
+
+Stream::~Stream() { stop(); }
+
+void Stream::stop() {
+  if (stop_.exchange(true, std::memory_order_acq_rel)) return;
+  ring_.close();
+  signal_->notify();
+}
+
+void Stream::set_window(int window) {
+  window_.store(std::clamp(window, 1, capacity()), std::memory_order_relaxed);
+  signal_->notify();
+}
+
+// ---- workers ------------------------------------------------------------------
+
+bool Stream::claim(Unit& out, WorkerContext& ctx) {
+  (void)ctx;
+  int64_t p = claim_pos_.load(std::memory_order_acquire);
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (p >= limit_.load(std::memory_order_acquire) && !extend(p)) return false;
+    if (p >= consumed_.load(std::memory_order_acquire) + window_.load(std::memory_order_relaxed))
+      return false;  // the window is full: the reader has to take a batch first
+    Job& job = ring_.at(p);
+    if (ring_.try_claim(p)) plan(p, job);
+    uint64_t w = job.units.load(std::memory_order_acquire);
+    if (units_pos(w) != static_cast<uint32_t>(p)) {
+      ++p;  // another worker is planning p: look further
+      continue;
+    }
+    if (units_next(w) < units_count(w)) {
+      if (job.units.compare_exchange_weak(w, w + (1u << 16), std::memory_order_acq_rel,
+                                          std::memory_order_relaxed)) {
+        out = Unit{p, units_next(w)};
+        return true;
+      }
+      continue;  // lost the race for that unit: try p again
+    }
+    int64_t expect = p;  // every unit of p is taken: move the frontier past it
+    claim_pos_.compare_exchange_strong(expect, p + 1, std::memory_order_acq_rel);
+    ++p;
+  }
+  return false;
+}
+
+void Stream::plan(int64_t pos, Job& job) {
+  const auto t0 = Clock::now();
+  job.done.store(0, std::memory_order_relaxed);
+  job.cut_short.store(false, std::memory_order_relaxed);
+  job.error = nullptr;
+  job.error_unit = INT_MAX;
+  int count = 0;
+  try {
+    std::optional<Segment> seg = segment_at(pos);
+    STOKER_CHECK(seg.has_value(), Error, "internal: no segment for batch position ", pos);
+    job.index = pos - seg->begin;
+    job.work = producer_->plan_batch(*seg->plan, job.index);
+    count = std::clamp(job.work->units, 1, 0xFFFF);
+    job.memory = pool_->acquire_shared(job.work->bytes);
+  } catch (...) {
+    job.error = std::current_exception();
+    count = 0;
+  }
+  stats_->plan_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
+  job.units.store(pack_units(pos, 0, count), std::memory_order_release);
+  if (count == 0) {
+    ring_.publish(pos);  // the error is the batch
+  } else if (count > 1) {
+    signal_->notify();  // parked workers can help with this batch
+  }
+}
+
+void Stream::run(const Unit& u, WorkerContext& ctx) {
+  Job& job = ring_.at(u.pos);
+  ctx.stop = &stop_;
+  try {
+    job.work->run(u.index, job.memory.get(), ctx);
+    if (ctx.stopped()) job.cut_short.store(true, std::memory_order_relaxed);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(job.error_mu);
+    if (u.index < job.error_unit) {  // the lowest unit's error, whatever the timing
+      job.error_unit = u.index;
+      job.error = std::current_exception();
+    }
+  }
+  finish(u.pos, job);
+}
+
+void Stream::finish(int64_t pos, Job& job) {
+  const int count = units_count(job.units.load(std::memory_order_relaxed));
+  if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 == count) ring_.publish(pos);
+}
+
+bool Stream::wants_workers() const {
+  if (stop_.load(std::memory_order_acquire)) return false;
+  if (claim_pos_.load(std::memory_order_acquire) < limit_.load(std::memory_order_acquire))
+    return true;
+  std::lock_guard<std::mutex> lock(seg_mu_);
+  return next_.has_value() && !next_failed_;
+}
+
+// ---- segments ---------------------------------------------------------------------
+
+bool Stream::extend(int64_t pos) {
+  std::lock_guard<std::mutex> lock(seg_mu_);
+  const int64_t limit = limit_.load(std::memory_order_relaxed);
+  if (limit > pos) return true;
+  if (!next_ || next_failed_) return false;
+  Segment s;
+  s.key = *next_;
+  s.begin = limit;
+  try {
+    s.plan = producer_->plan_epoch(s.key);
+  } catch (...) {
+    next_failed_ = true;  // the next iterator plans it again and reports the error
+    return false;
+  }
+  s.batches = s.plan->num_batches();
+  if (s.batches == 0) {
+    next_failed_ = true;  // nothing to assemble ahead; segment_from() plans it when asked
+    return false;
+  }
+  next_.reset();
+  // Segments wholly behind the reader are not needed any more.
+  const int64_t consumed = consumed_.load(std::memory_order_acquire);
+  while (segments_.size() > 1 &&
+         segments_.front().begin + segments_.front().batches <= consumed)
+    segments_.pop_front();
+  segments_.push_back(s);
+  limit_.store(s.begin + s.batches, std::memory_order_release);
+  return true;
+}
+
+void Stream::set_next(std::optional<EpochKey> key) {
+  {
+    std::lock_guard<std::mutex> lock(seg_mu_);
+    next_ = key;
+    next_failed_ = false;
+  }
+  if (key) signal_->notify();
+}
+
+std::optional<Segment> Stream::segment_at(int64_t pos) const {
+  std::lock_guard<std::mutex> lock(seg_mu_);
+  for (const Segment& s : segments_)
+    if (pos >= s.begin && pos < s.begin + s.batches) return s;
+  return std::nullopt;
+}
+
+std::optional<EpochKey> Stream::key_at(int64_t pos) const {
+  std::lock_guard<std::mutex> lock(seg_mu_);
+  for (auto s = segments_.rbegin(); s != segments_.rend(); ++s)
+    if (s->begin == pos) return s->key;
+  if (pos == limit_.load(std::memory_order_acquire) && next_ && !next_failed_) return next_;
+  return std::nullopt;
+}
+
+bool Stream::planned(int64_t pos) const {
+  std::lock_guard<std::mutex> lock(seg_mu_);
+  for (const Segment& s : segments_)
+    if (s.begin == pos && s.batches > 0) return true;
+  return false;
+}
+
+std::optional<Segment> Stream::segment_from(int64_t pos) {
+  {
+    std::lock_guard<std::mutex> lock(seg_mu_);
+    for (auto s = segments_.rbegin(); s != segments_.rend(); ++s)
+      if (s->begin == pos) return *s;
+    if (pos != limit_.load(std::memory_order_acquire) || !next_) return std::nullopt;
+    // The workers have not reached it yet: plan it here, reporting its error.
+    next_failed_ = false;
+    Segment s;
+    s.key = *next_;
+    s.begin = pos;
+    s.plan = producer_->plan_epoch(s.key);
+    s.batches = s.plan->num_batches();
+    next_.reset();
+    segments_.push_back(s);
+    limit_.store(s.begin + s.batches, std::memory_order_release);
+  }
+  signal_->notify();
+  return segment_from(pos);
+}
+
+// ---- the reader -------------------------------------------------------------------
+
+Stream::Read Stream::read(HostBatch& out, Clock::time_point deadline) {
+  const int64_t p = read_pos_.load(std::memory_order_relaxed);
+  switch (ring_.wait_ready(p, deadline)) {
+    case BatchRing<Job>::Wait::kOk:
+      break;
+    case BatchRing<Job>::Wait::kTimeout:
+      return Read::kTimeout;
+    case BatchRing<Job>::Wait::kClosed:
+      return Read::kStopped;
+  }
+  Job& job = ring_.at(p);
+  // A unit cut short by stop() may still have completed its position.
+  if (stop_.load(std::memory_order_acquire) || job.cut_short.load(std::memory_order_acquire))
+    return Read::kStopped;
+  out = HostBatch{};
+  out.index = job.index;
+  if (job.error) {
+    out.error = job.error;
+  } else {
+    BatchWork& w = *job.work;
+    out.memory = std::move(job.memory);
+    out.bytes = w.bytes;
+    out.pinned = pool_->kind() == MemoryKind::kPinned;
+    out.tensors = std::move(w.tensors);
+    out.counters = {w.samples, w.skipped.load(std::memory_order_relaxed),
+                    w.bytes_read.load(std::memory_order_relaxed)};
+  }
+  job.work.reset();
+  job.memory.reset();
+  job.error = nullptr;
+  ring_.release(p);
+  consumed_.store(p + 1, std::memory_order_release);
+  read_pos_.store(p + 1, std::memory_order_release);
+  signal_->notify();  // a parked worker may start position p + window
+  return Read::kBatch;
+}
+
+int Stream::ready_batches() const {
+  const int64_t p0 = read_pos_.load(std::memory_order_acquire);
+  int n = 0;
+  for (int64_t p = p0; p < p0 + window_.load(std::memory_order_relaxed); ++p)
+    n += ring_.is_ready(p) ? 1 : 0;
+  return n;
+}
+
+}  // namespace stoker
