@@ -1,43 +1,27 @@
 // The image path of one field: decode (JPEG via libjpeg-turbo, PNG via libpng)
-// to 8-bit RGB, then the field's ops, written straight into the batch slot.
-//
-// Ops (OpSpec.kind and its args, mirrored by python/stoker/ops.py):
-//   "random_resized_crop"    h, w, scale_lo, scale_hi, log_ratio_lo, log_ratio_hi
-//   "resize"                 size, -1 (shorter side to size)  or  h, w (exact)
-//   "center_crop"            h, w
-//   "random_horizontal_flip" p
-//   "normalize"              mean0..2, std0..2, dtype (0 = float32, 1 = float16); must be last
+// to 8-bit RGB, then the field's ops (image_ops.h), written straight into the
+// batch slot (pixel_writer.h).
 //
 // Every image comes out 3-channel RGB: grayscale is replicated, CMYK/YCCK
 // converted (Adobe-inverted CMYK too), palettes expanded, 16-bit PNGs keep the
 // high byte, and alpha is dropped (not composited over any background).
 //
-// The ops run lazily on a view of the image: crops and flips only move the
-// view, and pixels are produced when a resize or the output needs them. For a
-// JPEG this means the decoder is asked only for the rows and iMCU columns of
-// the first crop, at the smallest DCT scale (1/8, 1/4, 1/2) that still covers
-// the resize target. See csrc/README.md for the trade-offs.
+// The ops run lazily on a canvas (canvas.h): crops and flips only move the
+// view, and pixels are produced when a resize or the output needs them.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/dtype.h"
 #include "decode/image_info.h"
+#include "decode/image_ops.h"
+#include "decode/pixel_writer.h"
 
 namespace stoker {
-
-/// One op of an image field, as passed from Python (see the table above).
-struct OpSpec {
-  std::string kind;
-  std::vector<double> args;
-};
-
-enum class ImageLayout { kHWC, kCHW };
 
 struct ImageFieldSpec {
   ImageLayout layout = ImageLayout::kHWC;
@@ -50,13 +34,12 @@ ImageInfo probe_image(const uint8_t* data, size_t n);
 
 class ImagePipeline {
  public:
-  /// Validates the op list: UsageError for an unknown kind, wrong argument
-  /// count, sizes < 1, or Normalize anywhere but last.
-  explicit ImagePipeline(ImageFieldSpec spec);
+  /// Parses and checks the ops once (UsageError naming the bad op).
+  explicit ImagePipeline(const ImageFieldSpec& spec);
 
   /// kUInt8, or kFloat16 / kFloat32 after Normalize.
   DType out_dtype() const { return out_dtype_; }
-  ImageLayout layout() const { return spec_.layout; }
+  ImageLayout layout() const { return layout_; }
   /// (h, w) when the ops fix the output size, else nullopt.
   std::optional<std::pair<int, int>> fixed_size() const { return fixed_; }
   /// Output (h, w) of this image, from its header. Throws DecodeError.
@@ -68,9 +51,10 @@ class ImagePipeline {
   void run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h, int out_w) const;
 
  private:
-  ImageFieldSpec spec_;
-  std::vector<uint8_t> kinds_;  // spec_.ops[i].kind parsed once, as an OpKind (image_pipeline.cpp)
-  DType out_dtype_ = DType::kUInt8;
+  std::vector<ImageOp> ops_;
+  ImageLayout layout_;
+  int64_t max_pixels_;
+  DType out_dtype_;
   std::optional<std::pair<int, int>> fixed_;
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "format/record_prefetch.h"
 #include "pipeline/batch_planner.h"
 #include "sampler/permutation.h"
 
@@ -47,9 +48,12 @@ class SampleWriter {
   // once the stream stops.
   void run(int64_t lo, int64_t hi) {
     const int64_t n = src_.ds->size();
+    if (lo < hi) prefetch_record(*src_.ds, b_.indices[static_cast<size_t>(lo)]);
     for (int64_t pos = lo; pos < hi; ++pos) {
       if (ctx_.stopped()) return;
       const int64_t index = b_.indices[static_cast<size_t>(pos)];
+      // The next record loads while this one is verified and written.
+      if (pos + 1 < hi) prefetch_record(*src_.ds, b_.indices[static_cast<size_t>(pos + 1)]);
       try {
         write(pos, index);
       } catch (...) {
