@@ -121,6 +121,7 @@ void LoaderCore::set_epoch(uint64_t epoch) {
   } else {
     pending_ = epoch;
     if (resume_ && resume_->epoch != epoch) resume_.reset();
+    if (!main_.live || main_.finished) main_.claimed = false;  // the state moves on to `epoch`
   }
   // The epoch that flows on after the running one, or the one waiting.
   if (main_.live && !main_.finished && main_.owner && main_.owner->run_) {
