@@ -81,10 +81,10 @@ void register_loader(py::module_& m) {
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
       .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle,
-                       uint64_t seed, bool drop_last, bool skip_errors, const py::dict& images,
-                       int threads_hint) {
+                       uint64_t seed, bool drop_last, bool even_batches, bool skip_errors,
+                       const py::dict& images, int threads_hint) {
              RecordOptions o;
-             o.sampler = SamplerOptions{batch_size, shuffle, seed, drop_last};
+             o.sampler = SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches};
              o.skip_errors = skip_errors;
              o.threads_hint = threads_hint;
              for (const auto& [name, spec] : images)
@@ -92,7 +92,8 @@ void register_loader(py::module_& m) {
              return std::make_shared<RecordProducer>(std::move(ds), std::move(o));
            }),
            py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
-           py::arg("drop_last"), py::arg("skip_errors"), py::arg("images"),
+           py::arg("drop_last"), py::arg("even_batches"), py::arg("skip_errors"),
+           py::arg("images"),
            py::arg("threads_hint"),
            "images: {field: stoker.ops._ImageSpec}; threads_hint sizes the units of work.");
 
@@ -127,14 +128,15 @@ void register_loader(py::module_& m) {
       .def("state",
            [](const LoaderCore& c) {
              LoaderState s = c.state();
-             return py::make_tuple(s.epoch, s.offset);
+             return py::make_tuple(s.epoch, s.offset, s.world_size);
            })
       .def(
           "load_state",
-          [](LoaderCore& c, uint64_t epoch, int64_t offset) {
-            c.load_state(LoaderState{epoch, offset});
+          [](LoaderCore& c, uint64_t epoch, int64_t offset, int64_t world_size) {
+            c.load_state(LoaderState{epoch, offset, world_size});
           },
-          py::arg("epoch"), py::arg("offset"))
+          py::arg("epoch"), py::arg("offset"), py::arg("world_size") = 0,
+          "world_size: of the job that saved the state (padding follows it; 0: unknown)")
       .def("close", &LoaderCore::close, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); });
 

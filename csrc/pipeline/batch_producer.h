@@ -36,9 +36,15 @@ struct EpochKey {
   int64_t rank = 0;
   int64_t world_size = 1;
   int64_t offset = 0;  ///< global samples of the epoch consumed before this segment
+  /// Where wrap-around padding (equal batch counts) restarts: 0, as in an
+  /// uninterrupted epoch (also for a resume at the same world size, which must
+  /// repeat it exactly), or `offset` for a resume at another world size, so
+  /// that padding repeats only samples not yet consumed by the job.
+  int64_t pad_from = 0;
 
   bool operator==(const EpochKey& o) const {
-    return epoch == o.epoch && rank == o.rank && world_size == o.world_size && offset == o.offset;
+    return epoch == o.epoch && rank == o.rank && world_size == o.world_size &&
+           offset == o.offset && pad_from == o.pad_from;
   }
   bool operator!=(const EpochKey& o) const { return !(*this == o); }
 };

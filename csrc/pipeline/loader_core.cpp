@@ -77,8 +77,15 @@ int64_t LoaderCore::num_batches(int64_t rank, int64_t world_size) const {
 }
 
 EpochKey LoaderCore::prospective_key(int64_t rank, int64_t world) const {
-  if (resume_) return EpochKey{resume_->epoch, rank, world, resume_->offset};
-  return EpochKey{pending_.value_or(next_epoch_), rank, world, 0};
+  if (resume_) {
+    // At the world size that saved it, the rest is exactly what the
+    // uninterrupted epoch would have given; at another, padding repeats only
+    // samples the job has not consumed.
+    const bool same_world = resume_->world_size == world || resume_->offset == 0;
+    return EpochKey{resume_->epoch, rank, world, resume_->offset,
+                    same_world ? 0 : resume_->offset};
+  }
+  return EpochKey{pending_.value_or(next_epoch_), rank, world, 0, 0};
 }
 
 bool LoaderCore::run_starts(const Run& run, const EpochKey& key) const {
@@ -265,8 +272,9 @@ LoaderState LoaderCore::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (resume_) return *resume_;
   if (main_.claimed && !main_.finished)
-    return LoaderState{main_.key.epoch, producer_->consumed_after(main_.key, main_.yielded)};
-  return LoaderState{pending_.value_or(next_epoch_), 0};
+    return LoaderState{main_.key.epoch, producer_->consumed_after(main_.key, main_.yielded),
+                       main_.key.world_size};
+  return LoaderState{pending_.value_or(next_epoch_), 0, 0};
 }
 
 void LoaderCore::load_state(const LoaderState& s) {
@@ -275,7 +283,7 @@ void LoaderCore::load_state(const LoaderState& s) {
                "cannot resume: position ", s.offset, " outside [0, ", producer_->epoch_samples(),
                "]");
   LoaderState r = s;
-  if (r.offset == producer_->epoch_samples()) r = LoaderState{s.epoch + 1, 0};
+  if (r.offset == producer_->epoch_samples()) r = LoaderState{s.epoch + 1, 0, 0};
   resume_ = r;
   pending_.reset();
   next_epoch_ = r.epoch;

@@ -58,7 +58,8 @@ struct LoaderOptions {
 /// Where a loader stands: the same on every rank in lockstep.
 struct LoaderState {
   uint64_t epoch = 0;
-  int64_t offset = 0;  ///< global samples of `epoch` consumed
+  int64_t offset = 0;      ///< global samples of `epoch` consumed
+  int64_t world_size = 0;  ///< of the job that consumed them (0: unknown)
 };
 
 struct LoaderStatsSnapshot {

@@ -51,14 +51,14 @@ int64_t RecordProducer::num_batches(int64_t rank, int64_t world_size) const {
 
 int64_t RecordProducer::consumed_after(const EpochKey& key, int64_t batches) const {
   return EpochOrder(source_->ds->size(), opts_.sampler, key.epoch, key.rank, key.world_size,
-                    key.offset)
+                    key.offset, key.pad_from)
       .consumed_after(batches);
 }
 
 std::shared_ptr<const EpochPlan> RecordProducer::plan_epoch(const EpochKey& key) const {
   return std::make_shared<RecordEpoch>(
       EpochOrder(source_->ds->size(), opts_.sampler, key.epoch, key.rank, key.world_size,
-                 key.offset),
+                 key.offset, key.pad_from),
       hash_combine(opts_.sampler.seed, key.epoch));
 }
 

@@ -14,7 +14,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 }  // namespace
 
 EpochOrder::EpochOrder(int64_t num_records, const SamplerOptions& opts, uint64_t epoch,
-                       int64_t rank, int64_t world_size, int64_t offset)
+                       int64_t rank, int64_t world_size, int64_t offset, int64_t pad_from)
     : n_(static_cast<uint64_t>(num_records)), batch_size_(opts.batch_size) {
   STOKER_CHECK(num_records >= 0, UsageError, "negative dataset size");
   STOKER_CHECK(opts.batch_size >= 1, UsageError, "batch_size must be >= 1, got ",
@@ -24,25 +24,31 @@ EpochOrder::EpochOrder(int64_t num_records, const SamplerOptions& opts, uint64_t
                " is outside [0, world_size=", world_size, ")");
   STOKER_CHECK(offset >= 0 && offset <= num_records, UsageError, "epoch offset ", offset,
                " outside [0, ", num_records, "]");
+  STOKER_CHECK(pad_from >= 0 && pad_from <= offset, UsageError, "epoch pad_from ", pad_from,
+               " outside [0, offset=", offset, "]");
   rank_ = static_cast<uint64_t>(rank);
+  pad_from_ = static_cast<uint64_t>(pad_from == num_records ? 0 : pad_from);
   world_ = static_cast<uint64_t>(world_size);
   offset_ = static_cast<uint64_t>(offset);
   const int64_t left = num_records - offset;
   share_ = opts.drop_last ? left / world_size : ceil_div(left, world_size);
   batches_ = opts.drop_last ? share_ / batch_size_ : ceil_div(share_, batch_size_);
+  rank_share_ = share_;
+  // Without padding, rank r holds the positions r, r + w, ... below `left`.
+  if (!opts.drop_last && !opts.even_batches) rank_share_ = left > rank ? ceil_div(left - rank, world_size) : 0;
   if (opts.shuffle && num_records > 1) perm_.emplace(n_, hash_combine(opts.seed, epoch));
 }
 
 int64_t EpochOrder::batch_length(int64_t k) const {
   // k < batches_, so k * batch_size_ <= share_ cannot overflow.
-  return std::min(batch_size_, share_ - k * batch_size_);
+  return std::max<int64_t>(0, std::min(batch_size_, rank_share_ - k * batch_size_));
 }
 
 int64_t EpochOrder::index(int64_t k, int64_t pos) const {
   // p < share_ <= ceil(left / w), so p * w < left + w: no overflow in 64 unsigned bits.
   const uint64_t p = static_cast<uint64_t>(k * batch_size_ + pos);
   uint64_t q = offset_ + rank_ + p * world_;  // position in the epoch order
-  if (q >= n_) q %= n_;                        // wrap-around padding
+  if (q >= n_) q = pad_from_ + (q - n_) % (n_ - pad_from_);  // wrap-around padding
   return static_cast<int64_t>(perm_ ? (*perm_)(q) : q);
 }
 

@@ -5,8 +5,11 @@
 // offset + r, offset + r + w, ... of it (as DistributedSampler does, from the
 // `offset` global samples already consumed: a resumed epoch, at any world
 // size). Without drop_last the sequence wraps around so every rank gets
-// ceil((n - offset) / w) samples; with drop_last each gets floor. Batch k is
-// positions [k*B, min((k+1)*B, share)) of the rank's sequence. Nothing here
+// ceil((n - offset) / w) samples (padding restarts at `pad_from`: the epoch's
+// start, or for a resume at another world size the first unconsumed sample);
+// with drop_last each gets floor. Batch k is
+// positions [k*B, min((k+1)*B, share)) of the rank's sequence (see
+// SamplerOptions::even_batches for the variant without padding). Nothing here
 // depends on the number of threads, and every rank computes the same counts,
 // so ranks never disagree on the number of batches.
 #pragma once
@@ -23,16 +26,23 @@ struct SamplerOptions {
   bool shuffle = false;
   uint64_t seed = 0;
   bool drop_last = false;
+  /// Without drop_last: pad every rank to the same number of samples by
+  /// wrapping around (DistributedSampler's rule). When false, no sample is
+  /// repeated: ranks hold ceil or floor of their share, still in the same
+  /// number of batches, so a rank's last batch may be shorter or empty (an
+  /// evaluation set gathered across ranks comes out exact).
+  bool even_batches = true;
 };
 
 /// One rank's share of one epoch (or of the rest of it, from an offset).
 class EpochOrder {
  public:
   /// Validates the arguments (UsageError).
+  /// @param pad_from where wrap-around padding restarts (EpochKey::pad_from)
   EpochOrder(int64_t num_records, const SamplerOptions& opts, uint64_t epoch, int64_t rank,
-             int64_t world_size, int64_t offset);
+             int64_t world_size, int64_t offset, int64_t pad_from = 0);
 
-  int64_t num_samples() const { return share_; }  ///< this rank's samples (padding included)
+  int64_t num_samples() const { return rank_share_; }  ///< this rank's samples (padding included)
   int64_t num_batches() const { return batches_; }
   int64_t batch_length(int64_t k) const;
   /// Dataset index of sample `pos` of batch `k`.
@@ -43,8 +53,9 @@ class EpochOrder {
  private:
   uint64_t n_;
   int64_t batch_size_;
-  uint64_t rank_, world_, offset_;
-  int64_t share_ = 0;
+  uint64_t rank_, world_, offset_, pad_from_;
+  int64_t share_ = 0;       // the longest rank's share: fixes the batch count
+  int64_t rank_share_ = 0;  // this rank's (share_, or less without even_batches)
   int64_t batches_ = 0;
   std::optional<Permutation> perm_;
 };

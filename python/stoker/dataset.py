@@ -155,6 +155,26 @@ class Dataset:
         return {"records": len(self), "bytes": nbytes, "shards": len(self._shards),
                 "bad": bad, "ok": not bad}
 
+    def _identity(self) -> Dict[str, Any]:
+        """What reopening the same path must find again (see __reduce__)."""
+        return {"num_records": len(self), "schema_hash": f"{self._hash:016x}",
+                "shards": [(s["path"], s["bytes"], s.get("checksum")) for s in self._shards]}
+
+    def __reduce__(self):
+        # Pickled as its path plus its identity: spawn/forkserver workers and copies
+        # reopen the files, and a dataset rewritten in between is an error, not a mix.
+        return (_reopen, (self.index_path, self._identity()))
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}: {f!r}" for n, f in self.fields.items())
         return f"stoker.Dataset({self.path!r}, {len(self)} samples, {{{fields}}})"
+
+
+def _reopen(path: str, identity: Dict[str, Any]) -> Dataset:
+    ds = Dataset(path)
+    mine = ds._identity()
+    if mine != identity:
+        changed = [k for k in identity if mine.get(k) != identity[k]]
+        raise _core.DataError(f"{path}: the dataset changed since it was pickled "
+                              f"({', '.join(changed)} differ); reopen it by path")
+    return ds

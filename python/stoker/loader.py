@@ -181,6 +181,11 @@ class Loader:
             ``csrc/pipeline/loader_core.h``).
         image_layout: ``"HWC"`` or ``"CHW"`` for every image field; None = each field's
             stored layout.
+        even_batches: without ``drop_last``, pad every rank to the same number of samples
+            by wrapping around (True, as DistributedSampler). False, for evaluation: no
+            sample is repeated across ranks; every rank still yields ``len(loader)``
+            batches, so a rank's last batch may be shorter (or empty), and gathering the
+            results of all ranks gives exactly the dataset.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -208,6 +213,7 @@ class Loader:
         max_image_pixels: int = _DEFAULT_MAX_PIXELS,
         prefetch_next_epoch: bool = True,
         image_layout: Optional[str] = None,
+        even_batches: bool = True,
         **dataloader_args: Any,
     ):
         for name in dataloader_args:
@@ -233,7 +239,8 @@ class Loader:
                           device=str(device), pin_memory=pin_memory, rank=rank,
                           world_size=world_size, transforms=transforms, on_error=on_error,
                           max_image_pixels=max_image_pixels,
-                          prefetch_next_epoch=prefetch_next_epoch, image_layout=image_layout)
+                          prefetch_next_epoch=prefetch_next_epoch, image_layout=image_layout,
+                          even_batches=even_batches)
         batch_size = _check_int("batch_size", batch_size, 1)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -246,6 +253,7 @@ class Loader:
         self.drop_last = bool(drop_last)
         self.on_error = on_error
         self.prefetch_next_epoch = bool(prefetch_next_epoch)
+        self.even_batches = bool(even_batches)
 
         if num_threads is None:
             num_threads = _default_threads()
@@ -287,7 +295,7 @@ class Loader:
         self._stream_device = target if target.type == "cuda" and not fake else None
         producer = _core.RecordProducer(
             dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF, self.drop_last,
-            on_error == "skip", images, self.num_threads)
+            self.even_batches, on_error == "skip", images, self.num_threads)
         self._core = _core.LoaderCore(producer, options)
         self._pid = os.getpid()
         self._skipped_reported = 0
@@ -382,8 +390,36 @@ class Loader:
     def num_samples(self) -> int:
         """Samples per epoch for this rank (including wrap-around padding)."""
         n = len(self.dataset)
+        rank, world = self._world()
+        if self.drop_last:
+            return n // world
+        if not self.even_batches:
+            return max(0, -(-(n - rank) // world))
+        return -(-n // world)
+
+    @property
+    def batch_sampler(self) -> Any:
+        raise AttributeError(
+            "stoker.Loader has no batch_sampler: it samples and batches in C++. To skip the "
+            "first n batches of an epoch (what accelerate's skip_first_batches does), use "
+            "loader.skip(n), which resumes there without reading them")
+
+    def skip(self, num_batches: int) -> "Loader":
+        """The next iterator starts at batch ``num_batches`` of its epoch (the one
+        ``set_epoch`` gave, else the next), without reading the batches before it, on every
+        rank alike. Returns the loader, so it reads like accelerate's
+        ``skip_first_batches``::
+
+            for batch in loader.skip(resume_step):   # this epoch, from resume_step
+                ...
+            for batch in loader:                     # the next epoch, whole
+                ...
+        """
+        num_batches = _check_int("num_batches", num_batches, 0)
         world = self._world()[1]
-        return n // world if self.drop_last else -(-n // world)
+        position = min(len(self.dataset), num_batches * self.batch_size * world)
+        self._core.load_state(self._core.epoch, position, world)
+        return self
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iterator runs (its permutation and augmentations); the
@@ -413,16 +449,17 @@ class Loader:
         """Where the loader stands, the same on every rank in lockstep: the epoch and the
         samples of it the whole job has consumed. ``load_state_dict`` on any rank, at any
         world size and thread count, continues with exactly the samples not yet yielded."""
-        epoch, position = self._core.state()
+        epoch, position, world = self._core.state()
         return {
             "version": _STATE_VERSION,
             "epoch": epoch,
             "position": position,
+            "world_size": world or self._world()[1],
             "seed": self.seed,
             "shuffle": self.shuffle,
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
-            "world_size": self._world()[1],
+            "even_batches": self.even_batches,
             "dataset": self._identity(),
         }
 
@@ -455,7 +492,9 @@ class Loader:
         if position > len(self.dataset):
             raise ValueError(f"cannot resume: position {position} is past the epoch's "
                              f"{len(self.dataset)} samples")
-        self._core.load_state(epoch, position)
+        world = state.get("world_size", 0)
+        world = 0 if world is None else _check_int("state's world_size", world, 0)
+        self._core.load_state(epoch, position, world)
 
     # -- threads --------------------------------------------------------------
 
@@ -469,8 +508,7 @@ class Loader:
     # -- pickling ---------------------------------------------------------------
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {"dataset": self.dataset, "args": self._args, "state": self.state_dict(),
-                "class": type(self)}
+        return {"dataset": self.dataset, "args": self._args, "state": self.state_dict()}
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         self.__init__(d["dataset"], **d["args"])  # type: ignore[misc]
