@@ -116,15 +116,16 @@ def infer_features(files: List[str], *, records: int = 100) -> Dict[str, Field]:
     seen: Dict[str, List[bytes]] = {}
     n = 0
     for path in files:
-        for _, key, sample in iter_samples(path):
+        for num, key, sample in iter_samples(path):
+            where = f"{path}: sample {num} (key {key!r})"
             for ext in seen:
                 if ext not in sample:
-                    raise WebDatasetError(f"{path}: sample {key!r} lacks field {ext!r} that "
+                    raise WebDatasetError(f"{where}: lacks field {ext!r} that "
                                           "earlier samples have; list the fields to keep "
                                           "with --features")
             if n and set(sample) - set(seen):
                 extra = sorted(set(sample) - set(seen))[0]
-                raise WebDatasetError(f"{path}: sample {key!r} has field {extra!r} that "
+                raise WebDatasetError(f"{where}: has field {extra!r} that "
                                       "earlier samples lack; list the fields to keep with "
                                       "--features")
             for ext, data in sample.items():
