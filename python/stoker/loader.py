@@ -466,6 +466,8 @@ class Loader:
         s["live_workers"] = it._live_workers() if it is not None else 0
         s["run_seconds"] = seconds
         s["samples_per_second"] = s["samples"] / seconds if seconds > 0 else 0.0
+        if getattr(self.dataset, "remote", None) is not None:  # a dataset read from a URL
+            s["network"] = self.dataset.remote.stats()
         return s
 
     def _report_skipped(self) -> None:
