@@ -87,7 +87,7 @@ class Nginx:
     def __init__(self, root: str, workdir: str):
         binary = nginx_binary()
         if binary is None:
-            raise FileNotFoundError("nginx is not installed (apt-get install nginx-light)")
+            raise FileNotFoundError("nginx is not installed (apt-get install nginx)")
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
         self.port = free_port()

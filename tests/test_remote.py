@@ -49,7 +49,7 @@ def local_ds(tmp_path_factory):
 @pytest.fixture(scope="module")
 def nginx(local_ds, tmp_path_factory):
     if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install nginx-light; .ci/run installs "
+        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run installs "
                     "it); the S3 tests cover the same cache paths")
     server = Nginx(str(local_ds[0]), str(tmp_path_factory.mktemp("nginx")))
     yield server

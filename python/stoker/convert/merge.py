@@ -47,17 +47,32 @@ def write_part(samples: Iterable[Mapping[str, Any]], parts_dir: Union[str, os.Pa
                metadata: Optional[Any] = None) -> Dict[str, Any]:
     """Writes one task's samples as part ``task_index`` under ``parts_dir``.
 
-    A re-run of the same task (a retried Ray or Spark task) replaces its earlier part.
+    The part is written under a temporary name and renamed when complete, so a killed
+    task leaves no part, and a retried or speculative copy of the same task (same input,
+    same output) finds the first finished copy in place and drops its own.
     Returns ``{"path", "records"}``.
     """
     from ..writer import ShardWriter
 
-    path = os.path.join(os.fspath(parts_dir), part_name(task_index))
-    with ShardWriter(path, fields, shard_size=shard_size, metadata=metadata,
-                     overwrite=True) as w:
-        for s in samples:
-            w.write(s)
-        n = len(w)
+    parts_dir = os.fspath(parts_dir)
+    os.makedirs(parts_dir, exist_ok=True)
+    path = os.path.join(parts_dir, part_name(task_index))
+    tmp = tempfile.mkdtemp(prefix=f".{part_name(task_index)}.", dir=parts_dir)
+    try:
+        with ShardWriter(tmp, fields, shard_size=shard_size, metadata=metadata,
+                         overwrite=True) as w:
+            for s in samples:
+                w.write(s)
+            n = len(w)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not os.path.isfile(os.path.join(path, "index.json")):
+                raise
+            shutil.rmtree(tmp)  # another copy of this task finished first
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return {"path": path, "records": n}
 
 
@@ -70,9 +85,18 @@ def list_parts(paths: Sequence[Union[str, os.PathLike]]) -> List[str]:
             out.append(p)
         elif os.path.isdir(p):
             subs = sorted(e.name for e in os.scandir(p)
-                          if e.is_dir() and os.path.isfile(os.path.join(e.path, "index.json")))
+                          if e.is_dir() and not e.name.startswith(".")
+                          and os.path.isfile(os.path.join(e.path, "index.json")))
             if not subs:
                 raise FileNotFoundError(f"{p}: neither a dataset nor a directory of parts")
+            numbered = [s for s in subs if s.startswith(_PART_PREFIX)]
+            if len(numbered) == len(subs):  # write_part's names: no task may be missing
+                want = [part_name(i) for i in range(len(subs))]
+                missing = sorted(set(want) - set(subs))
+                if missing or subs != want:
+                    gap = missing[0] if missing else subs[-1]
+                    raise FileNotFoundError(f"{p}: parts are not numbered 0..{len(subs) - 1} "
+                                            f"(see {gap}): a task's part is missing")
             out.extend(os.path.join(p, s) for s in subs)
         else:
             raise FileNotFoundError(f"{p}: no such part")
