@@ -18,7 +18,7 @@ import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..fields import Field
-from .merge import _sibling_tmp, copy_records, part_name, publish
+from .merge import _sibling_tmp, copy_records, part_name, publish, record_writer
 
 __all__ = ["convert_files", "expand_sources", "Skipped"]
 
@@ -121,8 +121,9 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
                        for i, f in enumerate(files)]
             pool.close()
         bar = _Bar(sum(sizes), desc, progress)
-        with ShardWriter(tmp, fields, shard_size=shard_size, metadata=metadata,
-                         overwrite=True) as w:
+        writer = ShardWriter if parts is None else record_writer
+        with writer(tmp, fields, shard_size=shard_size, metadata=metadata,
+                    overwrite=True) as w:
             if parts is None:
                 for f in files:
                     for sample in reader(f, fields, options, skipped, bar.update):

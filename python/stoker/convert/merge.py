@@ -23,13 +23,14 @@ import argparse
 import json
 import os
 import shutil
+import struct
 import sys
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from ..fields import Field
 
-__all__ = ["merge", "write_part", "part_name", "list_parts", "copy_records"]
+__all__ = ["merge", "write_part", "part_name", "list_parts", "copy_records", "record_writer"]
 
 _PART_PREFIX = "part-"
 _UNSET = object()
@@ -105,14 +106,35 @@ def list_parts(paths: Sequence[Union[str, os.PathLike]]) -> List[str]:
     return out
 
 
+def _record_writer_class():
+    from ..writer import ShardWriter
+
+    class RecordWriter(ShardWriter):
+        """A ShardWriter fed with records that a writer of the same schema already
+        encoded and validated (read back, checksum verified, from a part): ``write`` takes
+        the record's bytes, so copying costs no decoding or re-validation. Shards are cut
+        and indexed exactly as ShardWriter does, which keeps merged output identical to a
+        dataset written in one piece."""
+
+        def _encode(self, record):
+            return record
+
+    return RecordWriter
+
+
+def record_writer(path, fields, **kw):
+    """A writer whose ``write`` takes encoded records (see :func:`copy_records`)."""
+    return _record_writer_class()(path, fields, **kw)
+
+
 def copy_records(writer, part) -> int:
-    """Appends every record of dataset ``part`` to ``writer`` (same schema); returns the
-    count. Each record is verified (checksum) on the way."""
-    fields = list(writer.fields.items())
+    """Appends every record of dataset ``part`` to ``writer`` (a :func:`record_writer` of
+    the same schema); returns the count. Each record is verified (checksum) on the way."""
+    header = struct.Struct(f"<{len(writer.fields)}I")
     core = part._core
     for i in range(len(core)):
         payloads = core.read(i)
-        writer.write({name: f.decode(p) for (name, f), p in zip(fields, payloads)})
+        writer.write(header.pack(*map(len, payloads)) + b"".join(payloads))
     return len(core)
 
 
@@ -164,7 +186,6 @@ def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
         >>> stoker.convert.merge(["parts/part-000000", "parts/part-000001"], "data/train")
     """
     from ..dataset import Dataset
-    from ..writer import ShardWriter
 
     out = os.fspath(out)
     paths = list_parts(parts)
@@ -185,7 +206,7 @@ def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
                               "replace it")
     tmp = _sibling_tmp(out, "merge")
     try:
-        with ShardWriter(tmp, fields, shard_size=shard_size, metadata=metadata) as w:
+        with record_writer(tmp, fields, shard_size=shard_size, metadata=metadata) as w:
             for k, d in enumerate(datasets):
                 copy_records(w, d)
                 if progress is not None:

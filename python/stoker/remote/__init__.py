@@ -121,6 +121,11 @@ class RemoteDataset:
         os.makedirs(self.local_dir, exist_ok=True)
         for i, target in zip(order, pinned):
             link = os.path.join(self.local_dir, self.index["shards"][i]["path"])
+            try:
+                if os.readlink(link) == target:
+                    continue  # already in place (renames cost on some file systems)
+            except OSError:
+                pass
             os.makedirs(os.path.dirname(link), exist_ok=True)
             tmp = f"{link}.{os.getpid()}.tmp"
             try:
@@ -130,10 +135,16 @@ class RemoteDataset:
             os.symlink(target, tmp)
             os.replace(tmp, link)
         index_path = os.path.join(self.local_dir, INDEX_NAME)
-        tmp = f"{index_path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(self.index_bytes)
-        os.replace(tmp, index_path)
+        try:
+            with open(index_path, "rb") as f:
+                same = f.read() == self.index_bytes
+        except OSError:
+            same = False
+        if not same:
+            tmp = f"{index_path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(self.index_bytes)
+            os.replace(tmp, index_path)
         return self.local_dir
 
     def stats(self) -> Dict[str, Any]:
