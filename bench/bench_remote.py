@@ -148,7 +148,6 @@ def _example(image, label, emb):
 
 def bench_tfrecord(args, work):
     import google_crc32c
-
     from stoker.convert import convert_tfrecord
     from stoker.convert._example_proto import parse_example
     from stoker.convert.tfrecord import read_records
@@ -175,7 +174,7 @@ def bench_tfrecord(args, work):
     print(f"\nTFRecord: {n} Examples (4 KB bytes feature, int64 label, 16 floats) in 4 files, "
           f"{mb:.0f} MB")
     times = {}
-    for r in range(args.repeats):
+    for _ in range(args.repeats):
         t0 = time.perf_counter()
         k = 0
         for f in files:
@@ -198,7 +197,7 @@ def bench_tfrecord(args, work):
         spec = {"image": tf.io.FixedLenFeature([], tf.string),
                 "label": tf.io.FixedLenFeature([], tf.int64),
                 "emb": tf.io.FixedLenFeature([16], tf.float32)}
-        for r in range(args.repeats):
+        for _ in range(args.repeats):
             t0 = time.perf_counter()
             ds = tf.data.TFRecordDataset(files).map(
                 lambda x: tf.io.parse_single_example(x, spec))

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from ..fields import Field
 from .merge import _sibling_tmp, merge, write_part
 
-__all__ = ["write_ray", "write_spark", "StokerDatasink"]
+__all__ = ["write_ray", "write_spark"]  # and StokerDatasink, built on first use (needs ray)
 
 RowFn = Callable[[Dict[str, Any]], Mapping[str, Any]]
 

@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, scalar
-from ._example_proto import BYTES, FLOAT, INT64, MalformedExample, parse_example
+from ._example_proto import BYTES, INT64, MalformedExample, parse_example
 from ._features import parse_features
 from ._parallel import Skipped, convert_files, expand_sources
 

@@ -363,7 +363,7 @@ class ShardCache:
             digest = _core.Checksum32()
             n = 0
 
-            def sink(chunk: bytes) -> None:
+            def sink(chunk: bytes, digest=digest) -> None:
                 nonlocal n
                 digest.update(chunk)
                 view = memoryview(chunk)
