@@ -309,6 +309,24 @@ def test_cache_smaller_than_dataset_completes_epochs(local_ds, nginx, tmp_path):
     assert parts(tmp_path / "cache") == []
 
 
+def test_shards_for_upcoming_samples(local_ds, tmp_path):
+    _, local = local_ds
+    cache = ShardCache(open_source("http://127.0.0.1:9/ds"), local.shards, str(tmp_path / "c"))
+    counts = [s["num_records"] for s in local.shards]
+    starts = np.cumsum([0] + counts)
+    order = [int(i) for i in np.random.default_rng(3).permutation(N)[:40]]
+    want = []
+    for i in order:  # by hand: the shard whose range holds i, first need first
+        s = next(k for k in range(len(counts)) if starts[k] <= i < starts[k + 1])
+        if s not in want:
+            want.append(s)
+    assert cache.shards_for(order) == want
+    assert cache.shards_for([N - 1, 0]) == [len(counts) - 1, 0]
+    with pytest.raises(IndexError):
+        cache.shards_for([N])
+    cache.close()
+
+
 def test_pinned_shards_are_never_evicted(local_ds, nginx, tmp_path):
     _, local = local_ds
     size = max(s["bytes"] for s in local.shards)

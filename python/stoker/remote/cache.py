@@ -45,6 +45,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+import numpy as np
+
 from .transport import PermanentError, Source, TransientError
 
 __all__ = ["ShardCache", "RemoteError", "default_cache_dir"]
@@ -144,6 +146,9 @@ class ShardCache:
             crc = s.get("checksum")
             key = f"{h}-{'x' if crc is None else f'{crc:08x}'}-{s['bytes']}"
             self._shards.append(_Shard(i, s["path"], int(s["bytes"]), crc, key))
+        counts = [s.get("num_records") for s in shards]
+        self._starts = (np.cumsum([0] + counts) if all(type(c) is int for c in counts)
+                        else None)
         if cache_limit is not None:
             big = max((s.size for s in self._shards), default=0)
             if big > cache_limit:
@@ -161,6 +166,17 @@ class ShardCache:
 
     def _object(self, s: _Shard) -> str:
         return os.path.join(self.cache_dir, "objects", s.key + ".stk")
+
+    def shards_for(self, indices: Iterable[int]) -> List[int]:
+        """The shards holding global sample ``indices``, each once, in order of first need:
+        what a loader passes to :meth:`prefetch` for its upcoming batches."""
+        if self._starts is None:
+            raise ValueError("the shard entries have no num_records")
+        idx = np.asarray(list(indices), dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._starts[-1]):
+            raise IndexError(f"sample index out of range for {self._starts[-1]} samples")
+        ids = np.searchsorted(self._starts, idx, side="right") - 1
+        return list(dict.fromkeys(ids.tolist()))
 
     def url(self, shard: int) -> str:
         return self.source.object_url(self._shards[shard].name)
