@@ -24,7 +24,8 @@ __all__ = ["convert_files", "expand_sources", "Skipped"]
 
 #: (where, reason) of a record that skip_bad dropped
 Skipped = Tuple[str, str]
-#: reader(path, fields, options, skipped, on_bytes) -> iterator of samples
+#: reader(path, fields, options, skipped, on_bytes) -> iterator of encoded records (the
+#: u32 payload lengths, then the payloads, each as the field's ``encode`` makes it)
 Reader = Callable[[str, Mapping[str, Field], Dict[str, Any], List[Skipped],
                    Optional[Callable[[int], None]]], Iterator[Mapping[str, Any]]]
 
@@ -55,12 +56,10 @@ def expand_sources(sources: Sequence[str], suffixes: Optional[Tuple[str, ...]] =
 
 def _part_task(reader: Reader, path: str, fields: Mapping[str, Field], options: Dict[str, Any],
                part_dir: str, shard_size) -> Tuple[int, List[Skipped]]:
-    from ..writer import ShardWriter
-
     skipped: List[Skipped] = []
-    with ShardWriter(part_dir, fields, shard_size=shard_size, overwrite=True) as w:
-        for sample in reader(path, fields, options, skipped, None):
-            w.write(sample)
+    with record_writer(part_dir, fields, shard_size=shard_size, overwrite=True) as w:
+        for record in reader(path, fields, options, skipped, None):
+            w.write(record)
         n = len(w)
     return n, skipped
 
@@ -95,8 +94,6 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
 
     Returns ``{"records", "files", "skipped", "shards"}``.
     """
-    from ..writer import ShardWriter
-
     out = os.fspath(out)
     if os.path.lexists(out) and not overwrite and not (os.path.isdir(out)
                                                        and not os.listdir(out)):
@@ -121,13 +118,12 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
                        for i, f in enumerate(files)]
             pool.close()
         bar = _Bar(sum(sizes), desc, progress)
-        writer = ShardWriter if parts is None else record_writer
-        with writer(tmp, fields, shard_size=shard_size, metadata=metadata,
-                    overwrite=True) as w:
+        with record_writer(tmp, fields, shard_size=shard_size, metadata=metadata,
+                           overwrite=True) as w:
             if parts is None:
                 for f in files:
-                    for sample in reader(f, fields, options, skipped, bar.update):
-                        w.write(sample)
+                    for record in reader(f, fields, options, skipped, bar.update):
+                        w.write(record)
             else:
                 from ..dataset import Dataset
 

@@ -278,9 +278,11 @@ def _value(field: Field, kind: Optional[str], vals, what: str):
 
 
 def _read(path: str, fields: Mapping[str, Field], options: Dict[str, Any],
-          skipped: List[Skipped], on_bytes) -> Iterator[Dict[str, Any]]:
-    """Samples of one TFRecord file (the reader of :func:`convert_files`)."""
+          skipped: List[Skipped], on_bytes) -> Iterator[bytes]:
+    """Encoded records of one TFRecord file (the reader of :func:`convert_files`)."""
     from .. import _core
+
+    header = struct.Struct(f"<{len(fields)}I")
 
     skip_bad, strict, verify = options["skip_bad"], options["strict"], options["verify"]
     pos = 0
@@ -298,21 +300,26 @@ def _read(path: str, fields: Mapping[str, Field], options: Dict[str, Any],
                     raise TFRecordError(
                         f"{where}: feature {extra[0]!r} is not in the schema inferred from "
                         "the first records; list the features to keep with --features")
-            sample = {}
+            payloads = []
             for name, field in fields.items():
                 kind, vals = ex.get(name, (None, []))
                 what = f"{where}: feature {name!r}"
                 if name not in ex and not (isinstance(field, Blob) or
                                            (isinstance(field, NDArray) and field.variable)):
                     raise TFRecordError(f"{what}: missing (the field is not variable-length)")
-                sample[name] = v = _value(field, kind, vals, what)
+                v = _value(field, kind, vals, what)
                 if isinstance(field, Image):
-                    field.encode(v, what)
+                    v = field.encode(v, what)  # JPEG or PNG
                     if verify:
                         try:
                             _core.decode_image(v)
                         except _core.DecodeError as e:
                             raise TFRecordError(f"{what}: corrupt image: {e}") from None
+                    payloads.append(v)
+                elif isinstance(field, Blob):
+                    payloads.append(v)
+                else:  # _value made it the field's dtype and shape: stored as Field.encode does
+                    payloads.append(np.ascontiguousarray(v, dtype=field.dtype).tobytes())
         except ValueError as e:
             if not skip_bad:
                 raise TFRecordError(str(e)) from None
@@ -322,7 +329,7 @@ def _read(path: str, fields: Mapping[str, Field], options: Dict[str, Any],
             end = offset + 16 + len(data)
             on_bytes(end - pos)
             pos = end
-        yield sample
+        yield header.pack(*map(len, payloads)) + b"".join(payloads)
     if on_bytes is not None:  # compressed input: offsets are not file positions
         on_bytes(max(0, os.path.getsize(path) - pos))
 

@@ -29,6 +29,7 @@ import argparse
 import io
 import os
 import re
+import struct
 import sys
 import tarfile
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -182,9 +183,11 @@ def _value(field: Field, data: bytes, what: str):
 
 
 def _read(path: str, fields: Mapping[str, Field], options: Dict[str, Any],
-          skipped: List[Skipped], on_bytes) -> Iterator[Dict[str, Any]]:
-    """Samples of one tar shard (the reader of :func:`convert_files`)."""
+          skipped: List[Skipped], on_bytes) -> Iterator[bytes]:
+    """Encoded records of one tar shard (the reader of :func:`convert_files`)."""
     from .. import _core
+
+    header = struct.Struct(f"<{len(fields)}I")
 
     strict, verify, skip_bad = options["strict"], options["verify"], options["skip_bad"]
     for n, key, sample in iter_samples(path):
@@ -196,28 +199,27 @@ def _read(path: str, fields: Mapping[str, Field], options: Dict[str, Any],
                     raise WebDatasetError(f"{where}: field {extra[0]!r} is not in the schema "
                                           "inferred from the first samples; list the fields "
                                           "to keep with --features")
-            out: Dict[str, Any] = {}
+            payloads = []
             for name, field in fields.items():
                 what = f"{where}: field {name!r}"
                 if name == KEY_FIELD:
-                    out[name] = key.encode("utf-8")
+                    payloads.append(key.encode("utf-8"))
                     continue
                 if name not in sample:
                     raise WebDatasetError(f"{what}: missing")
-                v = _value(field, sample[name], what)
-                field.encode(v, what)  # the check ShardWriter makes, with the place named
+                v = field.encode(_value(field, sample[name], what), what)
                 if isinstance(field, Image) and verify:
                     try:
                         _core.decode_image(v)
                     except _core.DecodeError as e:
                         raise WebDatasetError(f"{what}: corrupt image: {e}") from None
-                out[name] = v
+                payloads.append(v)
         except ValueError as e:
             if not skip_bad:
                 raise WebDatasetError(str(e)) from None
             skipped.append((where, str(e)[len(where) + 2:]))
             continue
-        yield out
+        yield header.pack(*map(len, payloads)) + b"".join(payloads)
     if on_bytes is not None:
         on_bytes(os.path.getsize(path))
 
