@@ -191,10 +191,10 @@ def test_two_processes_share_one_download_per_shard(local_ds, nginx, tmp_path):
     cache = str(tmp_path / "cache")
     url = f"{nginx.url}/ds"
     before = nginx.requests("/ds/shard-")
-    # slowed (nginx sends a second's worth at once, then 8 KB/s: ~1 s a shard) and started
+    # slowed (nginx sends a second's worth at once, then 4 KB/s: ~3 s a shard) and started
     # together, so that the two processes overlap
     go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", READER, url, cache, "8000", str(go)],
+    procs = [subprocess.Popen([sys.executable, "-c", READER, url, cache, "4000", str(go)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     for p in procs:
