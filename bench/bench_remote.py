@@ -8,7 +8,9 @@
    found in the cache), against the same epoch from local disk (page cache), in one run.
    Also: time to the first batch with a cold cache, and the network ceiling (plain GETs of
    every shard, bytes discarded). Medians of --repeats runs.
-2. TFRecord -> stoker conversion throughput (records/s) with 1 and 2 processes, against
+2. With --transports: whole-shard GETs through stoker's clients (urllib, boto3) and
+   fsspec's (aiohttp, s3fs) where installed, against nginx and moto's S3 server.
+3. TFRecord -> stoker conversion throughput (records/s) with 1 and 2 processes, against
    the parse-only ceiling (framing + CRC-32C + tf.train.Example parsing, no writing) and,
    where TensorFlow is installed, reading the same files with tf.data.
 
@@ -18,6 +20,7 @@ nginx must be installed (apt-get install nginx).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -120,6 +123,74 @@ def bench_remote(args, work):
           f"{(med['cold_open'] + med['cold']) / local_total:.2f}; cold open / network "
           f"ceiling {med['cold_open'] / med['ceiling']:.2f}")
     return med
+
+
+def bench_transports(args, work):
+    """Whole-shard GETs through stoker's clients and fsspec's (aiohttp, s3fs), where
+    installed: the reason stoker uses plain clients for http(s) and s3."""
+    try:
+        import fsspec
+    except ImportError:
+        print("\ntransports: fsspec is not installed")
+        return
+    from remote_servers import S3Server
+    from stoker.remote.transport import open_source
+
+    www = os.path.join(work, "www")
+    with open(os.path.join(www, "ds", "index.json")) as f:
+        shards = json.load(f)["shards"]
+    total = sum(s["bytes"] for s in shards)
+
+    def timed(name, fn):
+        ts = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        m = statistics.median(ts)
+        print(f"  {name:<28}{m * 1e3:8.1f} ms {total / m / 1e9:6.2f} GB/s")
+
+    def drain(fs, paths):
+        for p in paths:
+            with fs.open(p, "rb", block_size=8 << 20) as f:
+                while f.read(1 << 20):
+                    pass
+
+    print(f"\ntransports: all {len(shards)} shards, one at a time (median of {args.repeats}):")
+    server = Nginx(www, os.path.join(work, "nginx-t"))
+    try:
+        src = open_source(f"{server.url}/ds")
+        timed("stoker http (urllib)", lambda: [src.stream(s["path"], len) for s in shards])
+        try:
+            fs = fsspec.filesystem("http")
+            timed("fsspec http (aiohttp)",
+                  lambda: drain(fs, [f"{server.url}/ds/{s['path']}" for s in shards]))
+        except ImportError:
+            print("  fsspec http: aiohttp is not installed")
+    finally:
+        server.stop()
+    try:
+        import boto3  # noqa: F401
+        import moto  # noqa: F401
+    except ImportError:
+        print("  s3: boto3 and moto[server] are needed")
+        return
+    s3 = S3Server()
+    try:
+        s3.upload_dir(os.path.join(www, "ds"), "bucket", "ds")
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            os.environ.setdefault(k, "testing")
+        os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        src = open_source("s3://bucket/ds", storage_options={"endpoint_url": s3.endpoint})
+        timed("stoker s3 (boto3)", lambda: [src.stream(s["path"], len) for s in shards])
+        try:
+            fs = fsspec.filesystem("s3", endpoint_url=s3.endpoint)
+            timed("fsspec s3 (s3fs)", lambda: drain(fs, [f"bucket/ds/{s['path']}"
+                                                         for s in shards]))
+        except ImportError:
+            print("  fsspec s3: s3fs is not installed")
+    finally:
+        s3.stop()
 
 
 def _varint(v):
@@ -225,10 +296,14 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--records", type=int, default=20000)
     p.add_argument("--skip-tfrecord", action="store_true")
+    p.add_argument("--transports", action="store_true",
+                   help="also compare stoker's HTTP/S3 clients with fsspec's (aiohttp, s3fs)")
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="stoker-bench-remote-")
     try:
         bench_remote(args, work)
+        if args.transports:
+            bench_transports(args, work)
         if not args.skip_tfrecord:
             bench_tfrecord(args, work)
     finally:

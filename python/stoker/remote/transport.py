@@ -9,8 +9,9 @@ transport retries the same way.
 HTTP(S) uses the standard library (one request per object, ``Range`` for resumption);
 S3 uses boto3 (credentials, region and ``AWS_ENDPOINT_URL`` as boto3 finds them, or
 ``storage_options={"endpoint_url": ...}``); other schemes go through fsspec. The plain
-clients were picked over fsspec's HTTP and S3 backends because they are synchronous,
-add no dependency for HTTP, and reach the loopback ceiling (``bench/bench_remote.py``).
+clients were picked over fsspec's HTTP and S3 backends (aiohttp, s3fs): they are
+synchronous, need no dependency for HTTP, and were as fast or faster on loopback
+(``bench/bench_remote.py --transports``, numbers in ``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
