@@ -410,3 +410,13 @@ def test_local_path_refuses_cache_arguments(local_ds, tmp_path):
     www, _ = local_ds
     with pytest.raises(ValueError, match="apply to remote datasets"):
         stoker.Dataset(www / "ds", cache_dir=tmp_path)
+
+
+def test_inspect_a_url(local_ds, nginx, tmp_path, monkeypatch, capsys):
+    from stoker import cli
+
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    assert cli.main(["inspect", f"{nginx.url}/ds", "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"samples: {N}" in out and "0 problem(s)" in out
+    assert len(objects(tmp_path / "cache")) == len(local_ds[1].shards)
