@@ -117,3 +117,26 @@ def test_cli(tree, tmp_path, capsys):
 def test_missing_source(tmp_path):
     with pytest.raises(FileNotFoundError):
         convert_imagefolder(tmp_path / "nope", tmp_path / "out", progress=False)
+
+
+def test_write_options_in_metadata_and_verify(tree, tmp_path, capsys):
+    from stoker.cli import main
+    src, files = tree
+    out = tmp_path / "out"
+    assert main(["convert", "imagefolder", str(src), str(out), "--quiet", "--max-side", "64",
+                 "--quality", "70"]) == 0
+    ds = stoker.Dataset(out)
+    assert ds.metadata["write_options"] == {"max_side": 64, "quality": 70, "verified": True}
+    sizes = [_core.image_size(bytes(ds[i]["image"])) for i in range(len(ds))]
+    assert max(max(s) for s in sizes) == 64
+    # a file whose header is fine but whose data is cut: found only by decoding it
+    bad = src / "cat" / "c_cut.jpg"
+    bad.write_bytes(files["cat/b.jpg"][: len(files["cat/b.jpg"]) * 2 // 3])
+    assert main(["convert", "imagefolder", str(src), str(tmp_path / "o2"), "--quiet",
+                 "--verify"]) == 2
+    assert "c_cut.jpg: truncated JPEG data" in capsys.readouterr().err
+    assert main(["convert", "imagefolder", str(src), str(tmp_path / "o3"), "--quiet",
+                 "--no-verify"]) == 0
+    ds = stoker.Dataset(tmp_path / "o3")
+    assert ds.metadata["write_options"] == {"max_side": None, "quality": None, "verified": False}
+    assert len(ds) == 6

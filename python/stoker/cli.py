@@ -150,6 +150,20 @@ def build_parser() -> argparse.ArgumentParser:
         imf = csub.add_parser("imagefolder", help="torchvision ImageFolder layout to a dataset")
         imagefolder.add_arguments(imf)
         imf.set_defaults(func=imagefolder.run)
+    from .convert import tfrecord, webdataset
+    from .convert.merge import add_arguments as merge_arguments
+    from .convert.merge import run as merge_run
+
+    tfr = csub.add_parser("tfrecord", help="TFRecord files of tf.train.Example to a dataset")
+    tfrecord.add_arguments(tfr)
+    tfr.set_defaults(func=tfrecord.run)
+    wds = csub.add_parser("webdataset", help="WebDataset tar shards to a dataset")
+    webdataset.add_arguments(wds)
+    wds.set_defaults(func=webdataset.run)
+
+    mrg = sub.add_parser("merge", help="merge part datasets (from Ray, Spark, ...) into one")
+    merge_arguments(mrg)
+    mrg.set_defaults(func=merge_run)
 
     from . import bench
 

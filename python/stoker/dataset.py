@@ -27,6 +27,7 @@ class Dataset:
         ds = stoker.Dataset("out/train")   # the directory, or its index.json
         len(ds), ds.fields
         ds[0]      # {"label": np.int64(3), "image": b"\\xff\\xd8...", ...}
+        ds = stoker.Dataset("s3://bucket/train", cache_dir="/local/cache", cache_limit="50GB")
 
     Opening checks the index and the structure of every shard (sizes, headers, record
     tables and their checksums); reading a sample checks its checksum. Problems raise
@@ -34,7 +35,23 @@ class Dataset:
     and the record where there is one.
     """
 
-    def __init__(self, path: Union[str, os.PathLike]):
+    def __init__(self, path: Union[str, os.PathLike], *, cache_dir=None, cache_limit=None,
+                 storage_options: Optional[Dict[str, Any]] = None):
+        # A URL (s3://, https://, any fsspec URL): shards come through a local cache
+        # (stoker.remote); ``self.remote`` holds it, its stats and the pins.
+        from .remote import is_url
+
+        self.remote = None
+        if is_url(path):
+            from .remote import RemoteDataset
+
+            self.url = path
+            self.remote = RemoteDataset(path, cache_dir=cache_dir, cache_limit=cache_limit,
+                                        storage_options=storage_options)
+            path = self.remote.open_all()
+        elif cache_dir is not None or cache_limit is not None or storage_options is not None:
+            raise ValueError("cache_dir, cache_limit and storage_options apply to remote "
+                             "datasets (s3://, https://, ... URLs)")
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such dataset directory or index file")

@@ -534,6 +534,8 @@ class Loader:
         s["data_stall"] = min(1.0, s["wait_seconds"] / run) if run > 0 else 0.0
         copy = s["copy_seconds"]
         s["copy_gbps"] = s["copy_bytes"] / copy / 1e9 if copy > 0 else 0.0
+        if getattr(self.dataset, "remote", None) is not None:  # a dataset read from a URL
+            s["network"] = self.dataset.remote.stats()
         return s
 
     def _report_skipped(self) -> None:

@@ -1,12 +1,19 @@
 """Converters from common on-disk layouts to stoker datasets.
 
-``stoker convert imagefolder SRC OUT`` (see :mod:`stoker.convert.imagefolder`), or from
-Python::
+``stoker convert imagefolder|tfrecord|webdataset SRC OUT`` and ``stoker merge PART... OUT``,
+or from Python::
 
-    from stoker.convert import convert_imagefolder
+    from stoker.convert import convert_imagefolder, convert_tfrecord, convert_webdataset, merge
     convert_imagefolder("imagenet/train", "data/train")
+    convert_tfrecord("tfrecords/", "data/train")          # tf.train.Example, no TensorFlow
+    convert_webdataset("shards/", "data/train")           # WebDataset .tar shards
+    merge(["parts/part-000000", "parts/part-000001"], "data/train")
 """
 
 from .imagefolder import convert_imagefolder
+from .merge import merge, write_part
+from .tfrecord import convert_tfrecord
+from .webdataset import convert_webdataset
 
-__all__ = ["convert_imagefolder"]
+__all__ = ["convert_imagefolder", "convert_tfrecord", "convert_webdataset", "merge",
+           "write_part"]

@@ -4,13 +4,16 @@ Classes are the sorted sub-folders of SRC, labelled 0..C-1, and files are found 
 torchvision finds them (extensions in ``IMG_EXTENSIONS``, case-insensitive; sub-folders
 walked in sorted order), so label ``i`` means the same class as in ``ImageFolder``. The
 dataset has fields ``{"image": stoker.image(), "label": stoker.scalar("int64")}`` and
-``Dataset(out).metadata == {"classes": [...], "source": ...}``.
+``Dataset(out).metadata == {"classes": [...], "source": ..., "write_options": {...}}``,
+where ``write_options`` records ``max_side``, ``quality`` and ``verified``.
 
 JPEG and PNG files are stored byte for byte (no re-encode). Other formats (BMP, TIFF,
 WebP, PPM/PGM) are re-encoded as lossless PNG. With ``max_side``, images whose longer
 side exceeds it are shrunk with Pillow (Lanczos) and re-encoded as JPEG at ``quality``
-(RGB: alpha dropped, as the loader would). Every file is decoded once in full while
-converting, so a truncated or corrupt image is found now, not in epoch 37.
+(RGB: alpha dropped, as the loader would), as FFCV's ``max_resolution`` does. With
+``verify`` (``--verify``, the default) every file is decoded once in full while converting,
+so a truncated or corrupt image is reported by name now, not in epoch 37;
+``--no-verify`` reads only the headers of the files kept as they are.
 
 Reading, checking and resizing run on a thread pool (the decoders release the GIL);
 samples are written in the source order, so the output is deterministic.
@@ -66,7 +69,7 @@ def find_samples(src: str) -> Tuple[List[str], List[Tuple[str, int]]]:
     return classes, samples
 
 
-def _prepare(path: str, max_side: Optional[int], quality: int) -> bytes:
+def _prepare(path: str, max_side: Optional[int], quality: int, verify: bool = True) -> bytes:
     """The bytes to store for one file; raises _BadImage for anything unusable."""
     from .. import _core
 
@@ -80,7 +83,8 @@ def _prepare(path: str, max_side: Optional[int], quality: int) -> bytes:
         try:
             h, w = _core.image_output_size(data)
             if max_side is None or max(h, w) <= max_side:
-                _core.decode_image(data)  # full decode: truncation and corruption show here
+                if verify:  # full decode: truncation and corruption show here
+                    _core.decode_image(data)
                 return data
         except _core.DecodeError as e:
             raise _BadImage(path, str(e)) from None
@@ -136,7 +140,7 @@ class _Progress:
 
 
 def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int] = None,
-                        quality: int = 90, skip_bad: bool = False,
+                        quality: int = 90, verify: bool = True, skip_bad: bool = False,
                         workers: Optional[int] = None, progress: bool = True,
                         overwrite: bool = False) -> Dict[str, Any]:
     """Writes the ImageFolder tree at ``src`` as a stoker dataset at ``out``.
@@ -147,6 +151,9 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
         shard_size: target bytes per shard (``"256MB"``, ``"1GiB"`` or an int).
         max_side: shrink images whose longer side is larger (re-encoded as JPEG).
         quality: JPEG quality of re-encoded images.
+        verify: decode every JPEG/PNG in full once, so a truncated or corrupt file is
+            reported by name now (False: only headers are read; files that are re-encoded
+            are always decoded).
         skip_bad: skip unreadable or corrupt files (each reported on stderr) instead of
             failing on the first one.
         workers: threads for reading, checking and resizing (default: all cores).
@@ -179,12 +186,15 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
     written = nbytes = 0
     bar = _Progress(len(samples), progress)
     fields = {"image": image(), "label": scalar("int64")}
-    metadata = {"classes": classes, "source": os.path.abspath(src)}
+    metadata = {"classes": classes, "source": os.path.abspath(src),
+                "write_options": {"max_side": max_side,
+                                  "quality": quality if max_side is not None else None,
+                                  "verified": verify}}
 
     def job(i):
         path = samples[i][0]
         try:
-            return _prepare(path, max_side, quality)
+            return _prepare(path, max_side, quality, verify)
         except _BadImage as e:
             return e
 
@@ -229,6 +239,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-side", type=int, default=None,
                    help="shrink images whose longer side is larger, re-encoding as JPEG")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
+    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                   help="decode every image once so a corrupt file is reported by name before "
+                        "training (default; --no-verify reads headers only)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip unreadable or corrupt images (reported) instead of failing")
     p.add_argument("--workers", type=int, default=None, help="reader threads (default: cores)")
@@ -239,6 +252,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     stats = convert_imagefolder(args.src, args.out, shard_size=args.shard_size,
                                 max_side=args.max_side, quality=args.quality,
+                                verify=args.verify,
                                 skip_bad=args.skip_bad, workers=args.workers,
                                 progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {stats['images']} images of {stats['classes']} classes "

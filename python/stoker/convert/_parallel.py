@@ -1,0 +1,155 @@
+"""Converting many input files in parallel with the same output for any process count.
+
+Each input file is converted by one task into a part dataset (:mod:`.merge`); the parts are
+copied, in input order, into the output as soon as each is done (so copying overlaps the
+conversion of later files). With one process the files are converted straight into the
+output. The output shards are cut by ``shard_size`` alone, so 1 or N processes write the
+same bytes. Everything is written in a temporary sibling directory renamed to ``out`` at
+the end: a failed conversion leaves nothing at ``out``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from ..fields import Field
+from .merge import _sibling_tmp, copy_records, part_name, publish, record_writer
+
+__all__ = ["convert_files", "expand_sources", "Skipped"]
+
+#: (where, reason) of a record that skip_bad dropped
+Skipped = Tuple[str, str]
+#: reader(path, fields, options, skipped, on_bytes) -> iterator of encoded records (the
+#: u32 payload lengths, then the payloads, each as the field's ``encode`` makes it)
+Reader = Callable[[str, Mapping[str, Field], Dict[str, Any], List[Skipped],
+                   Optional[Callable[[int], None]]], Iterator[Mapping[str, Any]]]
+
+
+def expand_sources(sources: Sequence[str], suffixes: Optional[Tuple[str, ...]] = None
+                   ) -> List[str]:
+    """Input files: each source is a file, or a directory whose files (matching
+    ``suffixes`` when given; hidden files never) are taken in name order."""
+    files: List[str] = []
+    for s in map(os.fspath, sources):
+        if os.path.isdir(s):
+            found = sorted(
+                e.path for e in os.scandir(s)
+                if e.is_file() and not e.name.startswith(".")
+                and (suffixes is None or e.name.lower().endswith(suffixes)))
+            if not found:
+                want = f" ({', '.join(suffixes)})" if suffixes else ""
+                raise FileNotFoundError(f"{s}: no input files{want}")
+            files.extend(found)
+        elif os.path.isfile(s):
+            files.append(s)
+        else:
+            raise FileNotFoundError(f"{s}: no such file or directory")
+    if not files:
+        raise FileNotFoundError("no input files")
+    return files
+
+
+def _part_task(reader: Reader, path: str, fields: Mapping[str, Field], options: Dict[str, Any],
+               part_dir: str, shard_size) -> Tuple[int, List[Skipped]]:
+    skipped: List[Skipped] = []
+    with record_writer(part_dir, fields, shard_size=shard_size, overwrite=True) as w:
+        for record in reader(path, fields, options, skipped, None):
+            w.write(record)
+        n = len(w)
+    return n, skipped
+
+
+class _Bar:
+    """tqdm over input bytes on a terminal; nothing otherwise (or without tqdm)."""
+
+    def __init__(self, total: int, desc: str, enabled: bool):
+        self._bar = None
+        if enabled and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self._bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True,
+                             file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], reader: Reader,
+                  options: Dict[str, Any], *, workers: Optional[int], shard_size,
+                  metadata: Any, overwrite: bool, progress: bool, desc: str
+                  ) -> Dict[str, Any]:
+    """Runs ``reader`` over ``files`` and writes the samples, in file order, to ``out``.
+
+    Returns ``{"records", "files", "skipped", "shards"}``.
+    """
+    out = os.fspath(out)
+    if os.path.lexists(out) and not overwrite and not (os.path.isdir(out)
+                                                       and not os.listdir(out)):
+        raise FileExistsError(f"{out}: already exists; pass overwrite=True (--overwrite) to "
+                              "replace it")
+    workers = min(workers or os.cpu_count() or 1, len(files))
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    sizes = [os.path.getsize(f) for f in files]
+    skipped: List[Skipped] = []
+    tmp = _sibling_tmp(out, "convert")
+    parts = _sibling_tmp(out, "parts") if workers > 1 else None
+    pool = None
+    bar = None
+    try:
+        if parts is not None:
+            # the pool forks before the progress bar exists: no thread is copied
+            pool = mp.get_context("fork").Pool(workers)
+            results = [pool.apply_async(_part_task, (reader, f, fields, options,
+                                                     os.path.join(parts, part_name(i)),
+                                                     shard_size))
+                       for i, f in enumerate(files)]
+            pool.close()
+        bar = _Bar(sum(sizes), desc, progress)
+        with record_writer(tmp, fields, shard_size=shard_size, metadata=metadata,
+                           overwrite=True) as w:
+            if parts is None:
+                for f in files:
+                    for record in reader(f, fields, options, skipped, bar.update):
+                        w.write(record)
+            else:
+                from ..dataset import Dataset
+
+                for i, r in enumerate(results):
+                    _, part_skipped = r.get()
+                    skipped.extend(part_skipped)
+                    part = os.path.join(parts, part_name(i))
+                    copy_records(w, Dataset(part))
+                    shutil.rmtree(part)
+                    bar.update(sizes[i])
+            records = len(w)
+        with open(os.path.join(tmp, "index.json")) as fh:
+            shards = len(json.load(fh)["shards"])
+        bar.close()
+        bar = None
+        publish(tmp, out, overwrite)
+    except BaseException:
+        if pool is not None:
+            pool.terminate()
+        if bar is not None:
+            bar.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if pool is not None:
+            pool.join()
+        if parts is not None:
+            shutil.rmtree(parts, ignore_errors=True)
+    return {"records": records, "files": len(files), "skipped": skipped, "shards": shards}

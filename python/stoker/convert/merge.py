@@ -1,0 +1,248 @@
+"""Partial datasets ("parts") written by parallel tasks, and their merge into one dataset.
+
+A distributed job (Ray, Spark, a process pool) writes one part per task with
+:func:`write_part`; :func:`merge` then copies the parts' records, in part order, into one
+dataset whose shards are cut by ``shard_size`` alone. The merged dataset therefore does not
+depend on how the job was partitioned: the same records in the same order give the same
+shard files, byte for byte, whether they came in 1 part or 50.
+
+Part order is the order of the paths given; a directory of parts (``part-000000``,
+``part-000001``, ...) is taken in name order, which is the task order :func:`write_part`
+encodes. The merge is atomic: it writes into a temporary sibling directory and renames it
+to ``out`` only once ``index.json`` is complete, so ``out`` is never a half dataset.
+
+Example::
+
+    stoker merge parts/ data/train            # every part under parts/, in name order
+    stoker merge parts/part-0* data/train
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from ..fields import Field
+
+__all__ = ["merge", "write_part", "part_name", "list_parts", "copy_records", "record_writer"]
+
+_PART_PREFIX = "part-"
+_UNSET = object()
+
+
+def part_name(task_index: int) -> str:
+    """The directory name of part ``task_index`` (sorts in task order up to 10**6 parts)."""
+    if task_index < 0:
+        raise ValueError(f"task index must be >= 0, got {task_index}")
+    return f"{_PART_PREFIX}{task_index:06d}"
+
+
+def write_part(samples: Iterable[Mapping[str, Any]], parts_dir: Union[str, os.PathLike],
+               task_index: int, fields: Mapping[str, Field], *, shard_size="256MB",
+               metadata: Optional[Any] = None) -> Dict[str, Any]:
+    """Writes one task's samples as part ``task_index`` under ``parts_dir``.
+
+    The part is written under a temporary name and renamed when complete, so a killed
+    task leaves no part, and a retried or speculative copy of the same task (same input,
+    same output) finds the first finished copy in place and drops its own.
+    Returns ``{"path", "records"}``.
+    """
+    from ..writer import ShardWriter
+
+    parts_dir = os.fspath(parts_dir)
+    os.makedirs(parts_dir, exist_ok=True)
+    path = os.path.join(parts_dir, part_name(task_index))
+    tmp = tempfile.mkdtemp(prefix=f".{part_name(task_index)}.", dir=parts_dir)
+    try:
+        with ShardWriter(tmp, fields, shard_size=shard_size, metadata=metadata,
+                         overwrite=True) as w:
+            for s in samples:
+                w.write(s)
+            n = len(w)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not os.path.isfile(os.path.join(path, "index.json")):
+                raise
+            shutil.rmtree(tmp)  # another copy of this task finished first
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"path": path, "records": n}
+
+
+def list_parts(paths: Sequence[Union[str, os.PathLike]]) -> List[str]:
+    """Part directories in merge order: each path is a part (holds index.json), or a
+    directory whose sub-directories holding index.json are parts, in name order."""
+    out: List[str] = []
+    for p in map(os.fspath, paths):
+        if os.path.isfile(os.path.join(p, "index.json")) or p.endswith("index.json"):
+            out.append(p)
+        elif os.path.isdir(p):
+            subs = sorted(e.name for e in os.scandir(p)
+                          if e.is_dir() and not e.name.startswith(".")
+                          and os.path.isfile(os.path.join(e.path, "index.json")))
+            if not subs:
+                raise FileNotFoundError(f"{p}: neither a dataset nor a directory of parts")
+            numbered = [s for s in subs if s.startswith(_PART_PREFIX)]
+            if len(numbered) == len(subs):  # write_part's names: no task may be missing
+                want = [part_name(i) for i in range(len(subs))]
+                missing = sorted(set(want) - set(subs))
+                if missing or subs != want:
+                    gap = missing[0] if missing else subs[-1]
+                    raise FileNotFoundError(f"{p}: parts are not numbered 0..{len(subs) - 1} "
+                                            f"(see {gap}): a task's part is missing")
+            out.extend(os.path.join(p, s) for s in subs)
+        else:
+            raise FileNotFoundError(f"{p}: no such part")
+    if not out:
+        raise ValueError("no parts to merge")
+    return out
+
+
+def _record_writer_class():
+    from ..writer import ShardWriter
+
+    class RecordWriter(ShardWriter):
+        """A ShardWriter fed with records that a writer of the same schema already
+        encoded and validated (read back, checksum verified, from a part): ``write`` takes
+        the record's bytes, so copying costs no decoding or re-validation. Shards are cut
+        and indexed exactly as ShardWriter does, which keeps merged output identical to a
+        dataset written in one piece."""
+
+        def _encode(self, record):
+            return record
+
+    return RecordWriter
+
+
+def record_writer(path, fields, **kw):
+    """A writer whose ``write`` takes encoded records (see :func:`copy_records`)."""
+    return _record_writer_class()(path, fields, **kw)
+
+
+def copy_records(writer, part) -> int:
+    """Appends every record of dataset ``part`` to ``writer`` (a :func:`record_writer` of
+    the same schema); returns the count. Each record is verified (checksum) on the way."""
+    header = struct.Struct(f"<{len(writer.fields)}I")
+    core = part._core
+    for i in range(len(core)):
+        payloads = core.read(i)
+        writer.write(header.pack(*map(len, payloads)) + b"".join(payloads))
+    return len(core)
+
+
+def _sibling_tmp(out: str, tag: str) -> str:
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.{tag}-", dir=parent)
+
+
+def publish(tmp: str, out: str, overwrite: bool) -> None:
+    """Moves the finished dataset directory ``tmp`` to ``out`` with renames only."""
+    if os.path.lexists(out):
+        if os.path.isdir(out) and not os.listdir(out):
+            os.rmdir(out)
+        elif not overwrite:
+            raise FileExistsError(f"{out}: already exists; pass overwrite=True (--overwrite) "
+                                  "to replace it")
+    if os.path.lexists(out):
+        old = _sibling_tmp(out, "old")
+        os.rename(out, os.path.join(old, "d"))
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
+
+
+def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike], *,
+          shard_size="256MB", metadata: Any = _UNSET, overwrite: bool = False,
+          progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:
+    """Merges part datasets, in order, into one dataset at ``out``, atomically.
+
+    Args:
+        parts: part directories (or directories of parts, see :func:`list_parts`).
+        out: the merged dataset's directory; must not hold anything unless ``overwrite``.
+        shard_size: target bytes per merged shard.
+        metadata: the merged dataset's metadata; by default the parts' (which must agree).
+        overwrite: replace an existing ``out``.
+        progress: called as ``progress(parts_done, parts_total)``.
+
+    Returns:
+        ``{"parts", "records", "shards", "path"}``.
+
+    Raises:
+        ValueError: the parts' schemas (or metadata, when not given) differ.
+        stoker.DataError: a part's record fails its checksum.
+
+    Example::
+
+        >>> stoker.convert.merge(["parts/part-000000", "parts/part-000001"], "data/train")
+    """
+    from ..dataset import Dataset
+
+    out = os.fspath(out)
+    paths = list_parts(parts)
+    datasets = [Dataset(p) for p in paths]
+    fields = datasets[0].fields
+    for p, d in zip(paths, datasets):
+        if list(d.fields.items()) != list(fields.items()):
+            raise ValueError(f"{p}: schema {d.fields} differs from {paths[0]}'s {fields}")
+    if metadata is _UNSET:
+        metadata = datasets[0].metadata
+        for p, d in zip(paths, datasets):
+            if d.metadata != metadata:
+                raise ValueError(f"{p}: metadata differs from {paths[0]}'s; pass metadata= "
+                                 "(--metadata) to set the merged dataset's")
+    if os.path.lexists(out) and not overwrite and not (os.path.isdir(out)
+                                                       and not os.listdir(out)):
+        raise FileExistsError(f"{out}: already exists; pass overwrite=True (--overwrite) to "
+                              "replace it")
+    tmp = _sibling_tmp(out, "merge")
+    try:
+        with record_writer(tmp, fields, shard_size=shard_size, metadata=metadata) as w:
+            for k, d in enumerate(datasets):
+                copy_records(w, d)
+                if progress is not None:
+                    progress(k + 1, len(datasets))
+            records = len(w)
+        with open(os.path.join(tmp, "index.json")) as f:
+            shards = len(json.load(f)["shards"])
+        publish(tmp, out, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"parts": len(paths), "records": records, "shards": shards, "path": out}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``stoker merge``."""
+    p.description = __doc__.split("\n\n")[0]
+    p.add_argument("paths", nargs="+", metavar="PART",
+                   help="part datasets, or directories of parts (taken in name order)")
+    p.add_argument("out", help="the merged dataset's directory")
+    p.add_argument("--shard-size", default="256MB", help="target shard size (default 256MB)")
+    p.add_argument("--metadata", default=None,
+                   help="JSON for the merged dataset's metadata (default: the parts')")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def run(args: argparse.Namespace) -> int:
+    meta = _UNSET if args.metadata is None else json.loads(args.metadata)
+
+    def progress(done: int, total: int) -> None:
+        if not args.quiet and sys.stderr.isatty():
+            print(f"\rmerged {done}/{total} parts", end="", file=sys.stderr, flush=True)
+
+    stats = merge(args.paths, args.out, shard_size=args.shard_size, metadata=meta,
+                  overwrite=args.overwrite, progress=progress)
+    print(f"\rmerged {stats['parts']} parts, {stats['records']} records into "
+          f"{stats['shards']} shards at {stats['path']}", file=sys.stderr)
+    return 0

@@ -1,0 +1,209 @@
+"""Real servers on loopback for the remote-dataset tests and bench: nginx (Debian's), an
+S3 server (moto's server mode, a separate process speaking the S3 REST API), and a raw TCP
+server that cuts bodies short. Each is started by its user and stopped when done."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Optional
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: Optional[subprocess.Popen], what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {proc.returncode} at start")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on port {port} within {timeout} s")
+
+
+def _stop(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def nginx_binary() -> Optional[str]:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.path.exists(p)), None)
+
+
+NGINX_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+    access_log {d}/access.log;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 30;
+    types {{ application/json json; }}
+    default_type application/octet-stream;
+    # a client may ask for a slow answer (bytes/s), to be killed mid-download
+    map $http_x_test_rate $test_rate {{ default 0; "~^[0-9]+$" $http_x_test_rate; }}
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location / {{ limit_rate $test_rate; }}
+        location /err500/ {{ return 500; }}
+        location /err503/ {{ return 503; }}
+    }}
+}}
+"""
+
+
+class Nginx:
+    """nginx serving ``root`` on a loopback port; ``url`` is its base URL."""
+
+    def __init__(self, root: str, workdir: str):
+        binary = nginx_binary()
+        if binary is None:
+            raise FileNotFoundError("nginx is not installed (apt-get install nginx)")
+        os.makedirs(workdir, exist_ok=True)
+        self.workdir = workdir
+        self.port = free_port()
+        conf = os.path.join(workdir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(NGINX_CONF.format(d=workdir, port=self.port, root=os.path.abspath(root)))
+        self.proc = subprocess.Popen([binary, "-c", conf, "-p", workdir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_port(self.port, self.proc, "nginx")
+        except BaseException:
+            _stop(self.proc)
+            raise
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def requests(self, path_part: str) -> int:
+        """GET requests so far whose path contains ``path_part`` (from the access log)."""
+        with open(os.path.join(self.workdir, "access.log")) as f:
+            return sum(1 for line in f if "GET " in line and path_part in line)
+
+    def stop(self) -> None:
+        _stop(self.proc, signal.SIGQUIT)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+class S3Server:
+    """moto's S3 server in its own process; ``endpoint`` is its URL."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(self.port, self.proc, "moto S3 server", timeout=60)
+        except BaseException:
+            _stop(self.proc)
+            raise
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    def client(self):
+        import boto3
+
+        return boto3.session.Session().client(
+            "s3", endpoint_url=self.endpoint, region_name="us-east-1",
+            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def upload_dir(self, local: str, bucket: str, prefix: str) -> None:
+        c = self.client()
+        c.create_bucket(Bucket=bucket)
+        for root, _, files in os.walk(local):
+            for name in files:
+                path = os.path.join(root, name)
+                key = f"{prefix}/{os.path.relpath(path, local)}"
+                c.upload_file(path, bucket, key)
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+class TruncatingServer:
+    """Answers every GET with the file under ``root`` and its full Content-Length, but
+    sends only the first ``keep`` bytes of files whose name contains ``cut`` before closing
+    the connection: a body cut short, as a dropped connection leaves it."""
+
+    def __init__(self, root: str, cut: str, keep: int):
+        self.root, self.cut, self.keep = root, cut, keep
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.requests = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, name="truncating-server",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.1)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with conn:
+                try:
+                    self._answer(conn)
+                except OSError:
+                    pass
+
+    def _answer(self, conn) -> None:
+        conn.settimeout(5)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        path = data.split(b" ", 2)[1].decode()
+        self.requests += 1
+        local = os.path.join(self.root, path.lstrip("/"))
+        if not os.path.isfile(local):
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close"
+                         b"\r\n\r\n")
+            return
+        with open(local, "rb") as f:
+            body = f.read()
+        send = body[: self.keep] if self.cut in path else body
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                     % len(body) + send)
+
+    def stop(self) -> None:
+        self._stop = True
+        self._thread.join(5)
+        self.sock.close()

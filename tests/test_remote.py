@@ -1,0 +1,422 @@
+"""Remote datasets through the shard cache, against real servers on loopback: nginx for
+HTTP, moto's S3 server for S3, and a raw TCP server that cuts bodies short."""
+
+import hashlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import stoker
+import torch
+from remote_servers import Nginx, S3Server, TruncatingServer, nginx_binary
+from stoker import _core
+from stoker.remote import RemoteDataset, RemoteError, ShardCache, open_source
+
+Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
+
+N = 120
+
+
+def jpeg(i):
+    rng = np.random.default_rng(i)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)).save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def local_ds(tmp_path_factory):
+    """A dataset of ~8 shards (images, labels, variable-length tokens) under www/ds."""
+    www = tmp_path_factory.mktemp("www")
+    fields = {"image": stoker.image(), "label": stoker.scalar("int64"),
+              "tokens": stoker.ndarray("int32", (None,))}
+    rng = np.random.default_rng(0)
+    with stoker.ShardWriter(www / "ds", fields, shard_size="16KB") as w:
+        for i in range(N):
+            w.write({"image": jpeg(i), "label": i,
+                     "tokens": rng.integers(0, 1000, i % 9, dtype=np.int32)})
+    ds = stoker.Dataset(www / "ds")
+    assert len(ds.shards) >= 6
+    return www, ds
+
+
+@pytest.fixture(scope="module")
+def nginx(local_ds, tmp_path_factory):
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run installs "
+                    "it); the S3 tests cover the same cache paths")
+    server = Nginx(str(local_ds[0]), str(tmp_path_factory.mktemp("nginx")))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(local_ds):
+    pytest.importorskip("boto3", reason="boto3 is in the test extra")
+    pytest.importorskip("moto", reason="moto[server] is in the test extra")
+    server = S3Server()
+    server.upload_dir(str(local_ds[0] / "ds"), "bucket", "datasets/ds")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)
+    return s3
+
+
+def same_records(a, b):
+    assert len(a) == len(b) and a.fields == b.fields
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        for k in x:
+            if isinstance(x[k], bytes):
+                assert x[k] == y[k], (i, k)
+            else:
+                np.testing.assert_array_equal(x[k], y[k])
+
+
+def epoch(ds, seed, e):
+    loader = stoker.Loader(ds, batch_size=16, shuffle=True, seed=seed, num_threads=2)
+    loader.set_epoch(e)
+    return [{k: v.clone() for k, v in b.items()} for b in loader], loader
+
+
+def same_epochs(remote, local):
+    for e in (0, 1):
+        got, loader = epoch(remote, 7, e)
+        want, _ = epoch(local, 7, e)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.keys() == w.keys()
+            for k in g:
+                assert torch.equal(g[k], w[k]), k
+    return loader
+
+
+def objects(cache_dir):
+    d = os.path.join(cache_dir, "objects")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+def parts(cache_dir):
+    d = os.path.join(cache_dir, "tmp")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+# -- a full epoch, bit for bit -------------------------------------------------------------
+
+def test_http_epoch_equals_local(local_ds, nginx, tmp_path):
+    _, local = local_ds
+    cache = tmp_path / "cache"
+    url = f"{nginx.url}/ds"
+    before = nginx.requests("/ds/shard-")
+    ds = stoker.Dataset(url, cache_dir=cache, cache_limit="10MB")
+    same_records(ds, local)
+    loader = same_epochs(ds, local)
+    net = loader.stats()["network"]
+    n = len(local.shards)
+    assert net["downloads"] == n and net["cache_hits"] == 0
+    assert net["bytes_downloaded"] == sum(s["bytes"] for s in local.shards)
+    assert nginx.requests("/ds/shard-") - before == n
+    assert ds.verify()["ok"]
+    # again: every shard from the cache, nothing asked of the server but index.json
+    ds2 = stoker.Dataset(url + "/index.json", cache_dir=cache)
+    assert ds2.remote.stats()["cache_hits"] == n and ds2.remote.stats()["downloads"] == 0
+    assert nginx.requests("/ds/shard-") - before == n
+    same_records(ds2, local)
+    assert parts(cache) == []
+
+
+def test_s3_epoch_equals_local(local_ds, s3_env, tmp_path):
+    _, local = local_ds
+    ds = stoker.Dataset("s3://bucket/datasets/ds", cache_dir=tmp_path / "cache")
+    same_records(ds, local)
+    same_epochs(ds, local)
+    assert ds.remote.stats()["downloads"] == len(local.shards)
+    # explicit endpoint instead of the environment's
+    ds2 = stoker.Dataset("s3://bucket/datasets/ds/", cache_dir=tmp_path / "c2",
+                         storage_options={"endpoint_url": s3_env.endpoint})
+    same_records(ds2, local)
+
+
+def test_s3_missing_object_is_named(local_ds, s3_env, tmp_path):
+    with pytest.raises(RemoteError, match=r"s3://bucket/nope/index.json: S3 NoSuchKey"):
+        stoker.Dataset("s3://bucket/nope", cache_dir=tmp_path / "cache")
+
+
+# -- sharing, killing, limits --------------------------------------------------------------
+
+READER = textwrap.dedent("""
+    import hashlib, json, sys
+    import stoker
+    import os, time
+    url, cache, rate = sys.argv[1], sys.argv[2], sys.argv[3]
+    opts = {"headers": {"X-Test-Rate": rate}} if rate != "0" else None
+    if len(sys.argv) > 4:  # start together with the other reader
+        print("ready", flush=True)
+        while not os.path.exists(sys.argv[4]):
+            time.sleep(0.005)
+    ds = stoker.Dataset(url, cache_dir=cache, storage_options=opts)
+    h = hashlib.sha256()
+    for i in range(len(ds)):
+        for k, v in ds[i].items():
+            h.update(v if isinstance(v, bytes) else v.tobytes())
+    print(json.dumps({"digest": h.hexdigest(), **ds.remote.stats()}))
+""")
+
+
+def local_digest(ds):
+    h = hashlib.sha256()
+    for i in range(len(ds)):
+        for v in ds[i].values():
+            h.update(v if isinstance(v, bytes) else v.tobytes())
+    return h.hexdigest()
+
+
+def test_two_processes_share_one_download_per_shard(local_ds, nginx, tmp_path):
+    import json
+
+    _, local = local_ds
+    cache = str(tmp_path / "cache")
+    url = f"{nginx.url}/ds"
+    before = nginx.requests("/ds/shard-")
+    # slowed (nginx sends a second's worth at once, then 4 KB/s: ~3 s a shard) and started
+    # together, so that the two processes overlap
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", READER, url, cache, "4000", str(go)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n"
+    go.touch()
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out))
+    n = len(local.shards)
+    assert nginx.requests("/ds/shard-") - before == n          # one GET per shard
+    assert sum(o["downloads"] for o in outs) == n
+    assert sum(o["shared_hits"] for o in outs) >= 1
+    assert all(o["downloads"] + o["cache_hits"] == n for o in outs)
+    assert {o["digest"] for o in outs} == {local_digest(local)}
+    assert len(objects(cache)) == n and parts(cache) == []
+
+
+def test_killed_download_leaves_nothing_read(local_ds, nginx, tmp_path):
+    import json
+
+    _, local = local_ds
+    cache = str(tmp_path / "cache")
+    url = f"{nginx.url}/ds"
+    # nginx sends a second's worth at once, then 4 KB/s: ~3 s a shard, 4 at a time
+    p = subprocess.Popen([sys.executable, "-c", READER, url, cache, "4000"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ps = parts(cache)
+            if len(objects(cache)) >= 1 and ps and \
+                    os.path.getsize(os.path.join(cache, "tmp", ps[0])) > 0:
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("the download never got under way")
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+    left = parts(cache)
+    assert left, "the killed download should have left its .part file"
+    done = objects(cache)
+    assert 1 <= len(done) < len(local.shards)
+    sizes = {s["bytes"] for s in local.shards}
+    for name in done:  # whatever reached objects/ is whole
+        assert os.path.getsize(os.path.join(cache, "objects", name)) in sizes
+    out = subprocess.run([sys.executable, "-c", READER, url, cache, "0"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout)
+    assert stats["digest"] == local_digest(local)
+    assert stats["cache_hits"] == len(done)
+    assert stats["downloads"] == len(local.shards) - len(done)
+    assert parts(cache) == []  # the killed download's .part was cleaned up
+
+
+def cache_epoch(cache, local, order, window=2):
+    """Reads every record of ``local``'s shards in ``order`` through the cache, fetching
+    ``window`` shards ahead, holding one at a time; returns the bytes read."""
+    fields = stoker.fields.core_specs(local.fields)
+    h = hashlib.sha256()
+    peak = 0
+    for k, s in enumerate(order):
+        cache.prefetch(order[k + 1:k + 1 + window])
+        path = cache.path(s)
+        entry = local.shards[s]
+        one = _core.Dataset(fields, local._hash, [(path, entry["num_records"], entry["bytes"])])
+        for r in range(len(one)):
+            for p in one.read(r):
+                h.update(p)
+        del one
+        used = sum(os.path.getsize(os.path.join(cache.cache_dir, "objects", o))
+                   for o in os.listdir(os.path.join(cache.cache_dir, "objects")))
+        peak = max(peak, used)
+        cache.release(s)
+    return h.hexdigest(), peak
+
+
+def local_order_digest(local, order):
+    """The digest cache_epoch gives for ``order``, from the local shard files."""
+    fields = stoker.fields.core_specs(local.fields)
+    h = hashlib.sha256()
+    for s in order:
+        entry = local.shards[s]
+        one = _core.Dataset(fields, local._hash, [(os.path.join(local.path, entry["path"]),
+                                                   entry["num_records"], entry["bytes"])])
+        for r in range(len(one)):
+            for p in one.read(r):
+                h.update(p)
+    return h.hexdigest()
+
+
+def test_cache_smaller_than_dataset_completes_epochs(local_ds, nginx, tmp_path):
+    _, local = local_ds
+    sizes = [s["bytes"] for s in local.shards]
+    limit = 3 * max(sizes) + 10
+    assert limit < sum(sizes) / 2
+    with pytest.raises(ValueError, match="larger than cache_limit"):
+        stoker.Dataset(f"{nginx.url}/ds", cache_dir=tmp_path / "cache", cache_limit=limit)
+    remote = RemoteDataset(f"{nginx.url}/ds", cache_dir=tmp_path / "cache", cache_limit=limit)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        order = [int(i) for i in rng.permutation(len(sizes))]
+        got, peak = cache_epoch(remote.cache, local, order)
+        assert peak <= limit
+        assert got == local_order_digest(local, order)
+    st = remote.stats()
+    assert st["evictions"] > 0 and st["downloads"] > len(sizes)  # evicted, fetched again
+    remote.close()
+    assert parts(tmp_path / "cache") == []
+
+
+def test_shards_for_upcoming_samples(local_ds, tmp_path):
+    _, local = local_ds
+    cache = ShardCache(open_source("http://127.0.0.1:9/ds"), local.shards, str(tmp_path / "c"))
+    counts = [s["num_records"] for s in local.shards]
+    starts = np.cumsum([0] + counts)
+    order = [int(i) for i in np.random.default_rng(3).permutation(N)[:40]]
+    want = []
+    for i in order:  # by hand: the shard whose range holds i, first need first
+        s = next(k for k in range(len(counts)) if starts[k] <= i < starts[k + 1])
+        if s not in want:
+            want.append(s)
+    assert cache.shards_for(order) == want
+    assert cache.shards_for([N - 1, 0]) == [len(counts) - 1, 0]
+    with pytest.raises(IndexError):
+        cache.shards_for([N])
+    cache.close()
+
+
+def test_pinned_shards_are_never_evicted(local_ds, nginx, tmp_path):
+    _, local = local_ds
+    size = max(s["bytes"] for s in local.shards)
+    cache = ShardCache(open_source(f"{nginx.url}/ds"), local.shards, str(tmp_path / "c"),
+                       cache_limit=2 * size + 10, timeout=1.0)
+    a, b = cache.path(0), cache.path(1)
+    # a second process-like cache on the same directory cannot take their room
+    other = ShardCache(open_source(f"{nginx.url}/ds"), local.shards, str(tmp_path / "c"),
+                       cache_limit=2 * size + 10, timeout=1.0)
+    with pytest.raises(RemoteError, match="no room in the cache .* held by readers"):
+        other.path(2)
+    assert os.path.exists(a) and os.path.exists(b)
+    cache.release(0)
+    assert other.path(2) and not os.path.exists(a) and os.path.exists(b)
+    cache.close()
+    other.close()
+
+
+# -- errors --------------------------------------------------------------------------------
+
+def test_server_errors_after_retries(local_ds, nginx, tmp_path):
+    url = f"{nginx.url}/err503/ds"
+    before = nginx.requests("/err503/ds/index.json")
+    with pytest.raises(RemoteError, match=rf"{url}/index.json: HTTP 503 .*after 3 attempts"):
+        RemoteDataset(url, cache_dir=tmp_path / "c", retries=2)
+    assert nginx.requests("/err503/ds/index.json") - before == 3
+    with pytest.raises(RemoteError, match=rf"{nginx.url}/missing/index.json: HTTP 404"):
+        stoker.Dataset(f"{nginx.url}/missing", cache_dir=tmp_path / "c")
+
+
+def test_truncated_bodies_after_retries(local_ds, tmp_path):
+    www, local = local_ds
+    server = TruncatingServer(str(www), cut="shard-00002", keep=1000)
+    try:
+        remote = RemoteDataset(f"{server.url}/ds", cache_dir=tmp_path / "c", retries=2,
+                               timeout=10)
+        remote.cache.backoff = 0.01
+        with pytest.raises(RemoteError, match=rf"{server.url}/ds/shard-00002.stk: body ended "
+                                              r"after 1000 of \d+ bytes \(after 3 attempts\)"):
+            remote.open_all()
+        assert remote.stats()["retries"] == 2
+        remote.close()
+    finally:
+        server.stop()
+    assert not any("shard-00002" in o for o in objects(tmp_path / "c")) and \
+        parts(tmp_path / "c") == []
+
+
+def test_wrong_content_is_never_cached(local_ds, nginx, tmp_path):
+    www, local = local_ds
+    bad = www / "bad"
+    bad.mkdir()
+    for name in os.listdir(www / "ds"):
+        data = (www / "ds" / name).read_bytes()
+        if name == local.shards[1]["path"]:
+            data = data[:100] + bytes([data[100] ^ 1]) + data[101:]   # same size
+        if name == local.shards[3]["path"]:
+            data = data + b"extra"                                   # longer
+        (bad / name).write_bytes(data)
+    remote = RemoteDataset(f"{nginx.url}/bad", cache_dir=tmp_path / "c", retries=1)
+    remote.cache.backoff = 0.01
+    with pytest.raises(RemoteError, match=r"shard-00001.stk: checksum [0-9a-f]{8} differs "
+                                          r"from index.json's [0-9a-f]{8} \(after 2 attempts\)"):
+        remote.cache.path(1)
+    with pytest.raises(RemoteError, match="shard-00003.stk: body longer than"):
+        remote.cache.path(3)
+    assert remote.cache.path(0)
+    assert len(objects(tmp_path / "c")) == 1 and parts(tmp_path / "c") == []
+    remote.close()
+
+
+def test_checksum32_streaming_matches_whole():
+    data = np.random.default_rng(1).integers(0, 256, 3_000_001, dtype=np.uint8).tobytes()
+    c = _core.Checksum32()
+    for k in range(0, len(data), 65_537):
+        c.update(data[k:k + 65_537])
+    assert c.digest() == _core.checksum32(data)
+
+
+def test_local_path_refuses_cache_arguments(local_ds, tmp_path):
+    www, _ = local_ds
+    with pytest.raises(ValueError, match="apply to remote datasets"):
+        stoker.Dataset(www / "ds", cache_dir=tmp_path)
+
+
+def test_inspect_a_url(local_ds, nginx, tmp_path, monkeypatch, capsys):
+    from stoker import cli
+
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    assert cli.main(["inspect", f"{nginx.url}/ds", "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"samples: {N}" in out and "0 problem(s)" in out
+    assert len(objects(tmp_path / "cache")) == len(local_ds[1].shards)
