@@ -103,10 +103,17 @@ class Nginx:
             raise
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def requests(self, path_part: str) -> int:
-        """GET requests so far whose path contains ``path_part`` (from the access log)."""
-        with open(os.path.join(self.workdir, "access.log")) as f:
-            return sum(1 for line in f if "GET " in line and path_part in line)
+    def requests(self, path_part: str, at_least: int = 0, timeout: float = 5.0) -> int:
+        """GET requests so far whose path contains ``path_part`` (from the access log).
+        nginx logs a request after its response has gone out, so a client can be ahead of
+        the log: with ``at_least``, waits up to ``timeout`` for that many lines."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(os.path.join(self.workdir, "access.log")) as f:
+                n = sum(1 for line in f if "GET " in line and path_part in line)
+            if n >= at_least or time.monotonic() > deadline:
+                return n
+            time.sleep(0.01)
 
     def stop(self) -> None:
         _stop(self.proc, signal.SIGQUIT)
