@@ -2,7 +2,7 @@
 
     python bench/bench_fixed.py [--samples 20000] [--repeats 3] [--data DIR]
 
-Same as `stoker bench`; see stoker/bench.py for what is measured.
+Same as `stoker bench`; see stoker/bench/records.py for what is measured.
 """
 
 import argparse

@@ -11,8 +11,15 @@ import time
 import pytest
 import stoker
 import torch
-from conftest import (corrupt_record, epoch_labels, fake_device_loader, settled_thread_count,
-                      thread_count, thread_names, write_dataset)
+from conftest import (
+    corrupt_record,
+    epoch_labels,
+    fake_device_loader,
+    settled_thread_count,
+    thread_count,
+    thread_names,
+    write_dataset,
+)
 
 
 def workers() -> int:

@@ -3,7 +3,6 @@ DDP on 2 CPU processes, resumed from mid-epoch and end-of-epoch checkpoints, rel
 loaders), HuggingFace accelerate under torchrun, and plain torchrun with gloo. The
 scripts in tests/frameworks/ are written as a user would write them."""
 
-import glob
 import json
 import os
 import subprocess

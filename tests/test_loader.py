@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import (corrupt_record, epoch_labels, settled_thread_count, thread_count,
-                      thread_table, write_dataset)
+from conftest import (
+    corrupt_record,
+    epoch_labels,
+    settled_thread_count,
+    thread_count,
+    thread_table,
+    write_dataset,
+)
 
 # -- length and coverage -------------------------------------------------------
 

@@ -17,8 +17,12 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import (corrupt_record, epoch_labels, fake_device_loader, settled_thread_count,
-                      thread_count, write_dataset)
+from conftest import (
+    epoch_labels,
+    fake_device_loader,
+    settled_thread_count,
+    write_dataset,
+)
 
 
 def _encode(pixels, fmt):

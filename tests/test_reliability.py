@@ -11,7 +11,7 @@ import time
 
 import pytest
 import stoker
-from conftest import settled_thread_count, thread_count, write_dataset
+from conftest import settled_thread_count, write_dataset
 
 
 def rss_bytes() -> int:

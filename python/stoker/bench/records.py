@@ -1,0 +1,125 @@
+"""``stoker bench`` without a dataset: fixed-size records. In one run, on the same data in
+page cache, samples/s of:
+  * stoker.Loader with 1 and 2 threads,
+  * torch.utils.data.DataLoader over a map-style dataset reading a NumPy memmap of the
+    same data, num_workers 0, 1, 2 (default collate),
+  * a plain NumPy loop (random indices, fancy indexing, torch.from_numpy),
+  * the ceiling: bytes per epoch over single-thread memcpy bandwidth,
+then stoker's ratio to the best DataLoader configuration and to the ceiling, and each
+loader's time to first batch.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from typing import Callable, Dict, List
+
+import numpy as np
+import torch
+
+from ..dataset import Dataset
+from ..fields import ndarray, scalar
+from ..loader import Loader
+from ..writer import ShardWriter
+from ._timing import _time_batches, memcpy_bandwidth
+
+
+def make_data(root: str, n: int, shape=(3, 64, 64), seed: int = 0) -> None:
+    """Writes the same samples as a stoker dataset (root/stoker) and .npy files."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+    y = rng.integers(0, 1000, size=n, dtype=np.int64)
+    np.save(os.path.join(root, "x.npy"), x)
+    np.save(os.path.join(root, "y.npy"), y)
+    fields = {"x": ndarray("uint8", shape), "label": scalar("int64")}
+    with ShardWriter(os.path.join(root, "stoker"), fields, shard_size="64MB",
+                     overwrite=True) as w:
+        for i in range(n):
+            w.write({"x": x[i], "label": y[i]})
+
+
+class _MemmapDataset(torch.utils.data.Dataset):
+    def __init__(self, root: str):
+        self.root = root
+        self.x = None
+        self.n = len(np.load(os.path.join(root, "y.npy")))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if self.x is None:  # opened lazily, in the worker
+            self.x = np.load(os.path.join(self.root, "x.npy"), mmap_mode="r")
+            self.y = np.load(os.path.join(self.root, "y.npy"), mmap_mode="r")
+        return torch.from_numpy(np.array(self.x[i])), int(self.y[i])
+
+
+def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = None,
+        workers: List[int] = (0, 1, 2), threads: List[int] = (1, 2)) -> Dict[str, float]:
+    tmp = None
+    if data is None:
+        tmp = tempfile.TemporaryDirectory(prefix="stoker-bench-")
+        data = tmp.name
+    os.makedirs(data, exist_ok=True)
+    if not os.path.exists(os.path.join(data, "stoker", "index.json")):
+        print(f"writing {n} samples of uint8[3,64,64] + int64 to {data} ...", flush=True)
+        make_data(data, n)
+    ds = Dataset(os.path.join(data, "stoker"))
+    n = len(ds)
+    sample_bytes = 3 * 64 * 64 + 8
+    results: Dict[str, float] = {}
+    first_batch: Dict[str, float] = {}
+
+    def measure(name: str, make_iter: Callable) -> None:
+        rates, firsts = [], []
+        for _ in range(repeats):
+            rate, first, count = _time_batches(make_iter, data)
+            assert count == n, (name, count, n)
+            rates.append(rate)
+            firsts.append(first)
+        results[name] = statistics.median(rates)
+        first_batch[name] = statistics.median(firsts)
+        print(f"  {name:<28} {results[name]:>12,.0f} samples/s   first batch "
+              f"{first_batch[name] * 1e3:8.1f} ms", flush=True)
+
+    print(f"epoch of {n} samples, batch_size={batch_size}, shuffled, data in page cache; "
+          f"median of {repeats}")
+    for t in threads:
+        loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t)
+        measure(f"stoker threads={t}", lambda loader=loader: loader)
+
+    mm = _MemmapDataset(data)
+    for w in workers:
+        def make(w=w):
+            return torch.utils.data.DataLoader(mm, batch_size=batch_size, shuffle=True,
+                                               num_workers=w)
+        measure(f"DataLoader num_workers={w}", make)
+
+    x = np.load(os.path.join(data, "x.npy"), mmap_mode="r")
+    y = np.load(os.path.join(data, "y.npy"), mmap_mode="r")
+
+    def numpy_loop():
+        perm = np.random.default_rng().permutation(n)
+        for s in range(0, n, batch_size):
+            idx = perm[s:s + batch_size]
+            yield torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
+    measure("NumPy loop", numpy_loop)
+
+    bw = memcpy_bandwidth()
+    ceiling = bw / sample_bytes
+    results["ceiling (memcpy)"] = ceiling
+    print(f"  {'ceiling: memcpy ' + f'{bw / 1e9:.1f} GB/s':<28} {ceiling:>12,.0f} samples/s")
+
+    best_stoker = max(v for k, v in results.items() if k.startswith("stoker"))
+    dl = {k: v for k, v in results.items() if k.startswith("DataLoader")}
+    best_dl_name = max(dl, key=dl.get)
+    print(f"stoker (best) / best DataLoader ({best_dl_name}): "
+          f"{best_stoker / dl[best_dl_name]:.1f}x   (target >= 5x)")
+    print(f"stoker (best) / NumPy loop: {best_stoker / results['NumPy loop']:.2f}x")
+    print(f"stoker (best) / memcpy ceiling: {100 * best_stoker / ceiling:.0f}%   (target >= 50%)")
+    if tmp is not None:
+        tmp.cleanup()
+    results["first_batch"] = first_batch
+    return results
