@@ -39,9 +39,14 @@ def test_killed_writer_leaves_no_dataset(tmp_path):
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
     p.stdout.close()
-    assert any(name.endswith(".stk") for name in os.listdir(out))  # shards were finished
+    generations = [g for g in os.listdir(out) if g.startswith("gen-")]
+    assert len(generations) == 1
+    assert any(f.endswith(".stk") for f in os.listdir(out / generations[0]))  # shards finished
     with pytest.raises(FileNotFoundError, match="index.json"):
         stoker.Dataset(out)
+    # The next write takes the lock the dead writer held and removes what it left.
+    ds = write_dataset(out, 5)
+    assert sorted(os.listdir(out)) == sorted([ds.generation, "index.json"])
 
 
 def test_soak_many_short_epochs(tmp_path):

@@ -396,6 +396,7 @@ void Iteration::process_sample(Job& job, int64_t pos, int64_t index,
   }
   ls.decode_ns += ns_since(t1);
   for (const auto& v : fields) ls.bytes += static_cast<int64_t>(v.size);
+  ds_.check_intact(index);  // a shard cut short under us reads as zeros: refuse what was copied
 }
 
 void Iteration::run_chunk(Job& job, int64_t k, int64_t chunk) {
