@@ -166,20 +166,27 @@ void register_format(py::module_& m) {
               }
               if (r) {
                 std::vector<RecordView> views(d.schema().fields.size());
-                for (int64_t i = 0; i < r->num_records(); ++i) {
+                bool changed = false;
+                for (int64_t i = 0; i < r->num_records() && !changed; ++i) {
                   try {
                     split_record(d.schema(), r->record(i), views.data());
                   } catch (const std::exception& e) {
+                    // A file changed under the mapping makes every later record
+                    // suspect: one report for the shard, not one per record.
+                    changed = r->changed_on_disk();
                     std::string msg = reason(e);
                     const std::string prefix = "record " + std::to_string(i) + ": ";
                     if (msg.rfind(prefix, 0) == 0) msg.erase(0, prefix.size());
-                    bad.emplace_back(i, msg);
+                    bad.emplace_back(changed ? -1 : i, changed ? "from record " +
+                                     std::to_string(i) + " on: " + msg : msg);
                   }
                 }
-                file_checksum = r->file_checksum();
-                if (r->faulted())
-                  bad.emplace_back(-1, "changed on disk while in use (the file was cut short "
-                                       "under the reader)");
+                if (!changed) {
+                  file_checksum = r->file_checksum();
+                  if (r->faulted())
+                    bad.emplace_back(-1, "changed on disk while in use (the file was cut "
+                                         "short under the reader)");
+                }
               }
             }
             return py::make_tuple(file_checksum, bad);

@@ -116,10 +116,13 @@ void Dataset::read(int64_t i, RecordView* out) const {
 }
 
 void Dataset::check_intact(int64_t i) const {
-  if (MappedFile::total_faults() == 0) return;  // the normal path: nothing ever faulted
   Location loc = locate(i);
   const ShardReader* r = readers_[loc.shard].load(std::memory_order_acquire);
-  if (r && r->faulted()) r->throw_changed(loc.record, "a page read as zeros");
+  if (!r) return;
+  // The header first: a rewrite in place writes it before the records it replaces.
+  if (r->header_changed()) r->throw_changed(loc.record, "the file now has another header");
+  if (MappedFile::total_faults() != 0 && r->faulted())
+    r->throw_changed(loc.record, "pages of it read as zeros");
 }
 
 }  // namespace stoker

@@ -210,6 +210,10 @@ RecordView ShardReader::record(int64_t i) const {
     if (changed_on_disk()) throw_changed(i, "checksum mismatch");
     STOKER_THROW(DataError, path_, ": record ", i, ": checksum mismatch (corrupt data)");
   }
+  // A whole shard copied over this one in place (`cp` of another dataset) has records
+  // that match their own table: only the header tells. Writers write it first, so
+  // checking it after the record catches any rewrite the record came from.
+  if (header_changed()) throw_changed(i, "the file now has another shard's header");
   return v;
 }
 
@@ -226,8 +230,12 @@ RecordView ShardReader::records_region() const {
 
 uint32_t ShardReader::file_checksum() const { return checksum32(base_, size_); }
 
+bool ShardReader::header_changed() const {
+  return std::memcmp(base_, &header_, sizeof header_) != 0;
+}
+
 bool ShardReader::changed_on_disk() const {
-  if (faulted()) return true;
+  if (faulted() || header_changed()) return true;
   struct stat st;
   if (::stat(path_.c_str(), &st) != 0) return true;  // removed or renamed away
   return stamp_of(st) != stamp_;

@@ -85,9 +85,10 @@ class ShardReader {
   /// The file as it was when opened.
   const FileStamp& stamp() const { return stamp_; }
 
-  /// Record `i` after checking its checksum. DataError naming file and record on
-  /// a mismatch: "changed on disk while in use" when the file changed after it
-  /// was opened (changed_on_disk()), "corrupt data" otherwise.
+  /// Record `i` after checking its checksum and that the shard's header is still
+  /// the one opened. DataError naming file and record on a mismatch: "changed on
+  /// disk while in use" when the file changed after it was opened
+  /// (changed_on_disk()), "corrupt data" otherwise.
   RecordView record(int64_t i) const;
   /// Record `i` without the checksum. Its table entry is still bounds-checked
   /// against the mapping on every call, so a file rewritten in place under us
@@ -103,8 +104,12 @@ class ShardReader {
   /// A page of the mapping vanished under a read (the file was cut short).
   /// One relaxed load.
   bool faulted() const { return map_->faulted(); }
-  /// faulted(), or the file at path() is no longer the one mapped (another
-  /// inode, size or modification time). Costs a stat: for error paths.
+  /// The mapped header differs from the one checked at open (the file was
+  /// overwritten in place). One 64-byte compare.
+  bool header_changed() const;
+  /// faulted(), header_changed(), or the file at path() is no longer the one
+  /// mapped (another inode, size or modification time). Costs a stat: for error
+  /// paths.
   bool changed_on_disk() const;
   /// Throws DataError "<path>: record <i>: changed on disk while in use (<what>)".
   [[noreturn]] void throw_changed(int64_t record, const std::string& what) const;
