@@ -387,6 +387,35 @@ def test_failed_rewrite_leaves_the_old_dataset_whole(tmp_path):
     assert sorted(os.listdir(path)) == sorted([generation, "index.json"])
 
 
+FULL_DISK_SCRIPT = """
+    import resource, signal, sys, numpy as np, stoker
+    # Writes past RLIMIT_FSIZE fail with EFBIG (SIGXFSZ ignored), as writes to a full disk
+    # fail with ENOSPC: the rewrite fails in the middle of a shard.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+    fields = {"x": stoker.ndarray("uint8", (3, 4, 4)), "label": stoker.scalar("int64")}
+    try:
+        with stoker.ShardWriter(sys.argv[1], fields, shard_size="1MB", overwrite=True) as w:
+            for i in range(5000):
+                w.write({"x": np.zeros((3, 4, 4), np.uint8), "label": i})
+        print("WROTE")
+    except stoker.DataError as e:
+        print("ERROR", e)
+"""
+
+
+def test_rewrite_failing_for_lack_of_space_leaves_the_old_dataset(tmp_path):
+    path = tmp_path / "d"
+    old = write_dataset(path, 30, make=tagged(1))
+    generation = old.generation
+    del old
+    r = run_script(FULL_DISK_SCRIPT, path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ERROR ") and "File too large" in r.stdout, r.stdout
+    assert labels(stoker.Dataset(path)) == [10**6 + i for i in range(30)]
+    assert sorted(os.listdir(path)) == sorted([generation, "index.json"])
+
+
 def test_inspect_clean_removes_leftovers_but_not_what_a_reader_uses(tmp_path, run_cli):
     path = tmp_path / "d"
     old = write_dataset(path, 30, shard_size="600B", make=tagged(1))
@@ -416,6 +445,38 @@ def test_unrelated_files_in_the_directory_are_left_alone(tmp_path):
     write_dataset(path, 10)
     ds = write_dataset(path, 10, overwrite=True)
     assert sorted(os.listdir(path)) == sorted(["README.txt", "gen-notours", ds.generation,
+                                               "index.json"])
+
+
+def test_a_generation_removed_by_hand_is_named(tmp_path):
+    path = tmp_path / "d"
+    generation = write_dataset(path, 10).generation
+    shutil.rmtree(path / generation)
+    with pytest.raises(stoker.DataError, match=rf"{generation}/shard-00000\.stk: cannot open "
+                                               r"shard: No such file"):
+        stoker.Dataset(path)
+
+
+def test_without_file_locks_a_write_warns_and_keeps_the_generation_it_replaced(
+        tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    path = tmp_path / "d"
+    write_dataset(path, 10, make=tagged(1))
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    reader = stoker.Dataset(path)  # no lease to take: opens without one
+    with pytest.warns(RuntimeWarning, match="does not support file locks"):
+        second = write_dataset(path, 10, make=tagged(2), overwrite=True)
+    assert labels(reader)[0] == 10**6  # the generation it replaced is kept
+    assert sorted(os.listdir(path)) == sorted([reader.generation, second.generation,
+                                               "index.json"])
+    with pytest.warns(RuntimeWarning, match="does not support file locks"):
+        third = write_dataset(path, 10, make=tagged(3), overwrite=True)
+    assert sorted(os.listdir(path)) == sorted([second.generation, third.generation,
                                                "index.json"])
 
 

@@ -89,12 +89,13 @@ class Dataset:
             lease = -1
             if index["version"] >= 2:
                 lease = gen.acquire_lease(os.path.join(self.path, self.generation))
-                if lease in (gen.LEASE_BUSY, gen.LEASE_GONE):
+                if lease == gen.LEASE_BUSY:
                     continue  # that generation is being removed: index.json was replaced
-                if lease == gen.LEASE_MISSING and gen.index_changed(self.index_path, stamp):
+                if lease in (gen.LEASE_GONE, gen.LEASE_MISSING) and \
+                        gen.index_changed(self.index_path, stamp):
                     continue
                 if not isinstance(lease, int):
-                    lease = -1
+                    lease = -1  # opening the shards says what is missing, by name
             shards = []
             for i, s in enumerate(index["shards"]):
                 identity = None

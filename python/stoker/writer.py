@@ -284,14 +284,15 @@ class ShardWriter:
         self._closed = True
         self._finalizer.detach()
         try:
-            gen.fsync_dir(self.path)
-            gen.clean(self.path, keep={self.generation}, replaced=next(iter(self._replaced or ()),
-                                                                        None),
-                      locks=state.lock.enforced)
-        except OSError as e:
-            warnings.warn(f"{self.path}: the dataset was written, but removing the previous "
-                          f"one failed ({e}); `stoker inspect --clean {self.path}` removes it",
-                          RuntimeWarning, stacklevel=2)
+            gen.fsync_dir(self.path)  # the rename itself
+            replaced = next(iter(self._replaced or ()), None)
+            try:
+                gen.clean(self.path, keep={self.generation}, replaced=replaced,
+                          locks=state.lock.enforced)
+            except OSError as e:
+                warnings.warn(f"{self.path}: the dataset was written, but removing the "
+                              f"previous one failed ({e}); `stoker inspect --clean "
+                              f"{self.path}` removes it", RuntimeWarning, stacklevel=2)
         finally:
             state.release()
 
