@@ -40,7 +40,8 @@ class Dataset {
   /// Throws DataError naming the first shard that cannot be opened or does not
   /// match the index (foreign, swapped, stale, truncated, not a regular file).
   Dataset(Schema schema, std::vector<ShardInfo> shards, Options opts);
-  Dataset(Schema schema, std::vector<ShardInfo> shards) : Dataset(std::move(schema), std::move(shards), Options{}) {}
+  Dataset(Schema schema, std::vector<ShardInfo> shards)
+      : Dataset(std::move(schema), std::move(shards), Options{}) {}
   ~Dataset();
   Dataset(const Dataset&) = delete;
   Dataset& operator=(const Dataset&) = delete;
@@ -89,7 +90,8 @@ class Dataset {
   std::vector<int64_t> starts_;  // first global index of each shard
   int64_t total_ = 0;
   std::unique_ptr<std::atomic<const ShardReader*>[]> readers_;
-  mutable std::vector<std::unique_ptr<ShardReader>> owned_;  // slot s guarded by stripes_[s % kStripes]
+  mutable std::vector<std::unique_ptr<ShardReader>>
+      owned_;  // slot s guarded by stripes_[s % kStripes]
   mutable std::mutex stripes_[kStripes];
   int lease_fd_ = -1;
 };

@@ -70,8 +70,8 @@ bool absorb_fault(uintptr_t addr) {
       // begin 0 or a changed end: the slot is being released or reused right now.
       if (begin == 0 || addr < begin || s.end.load(std::memory_order_acquire) != end) continue;
       void* page = reinterpret_cast<void*>(addr & g_page_mask);
-      void* p = ::mmap(page, ~g_page_mask + 1, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                       -1, 0);
+      void* p =
+          ::mmap(page, ~g_page_mask + 1, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
       if (p == MAP_FAILED) return false;
       s.faults.fetch_add(1, std::memory_order_relaxed);
       g_total_faults.fetch_add(1, std::memory_order_relaxed);

@@ -19,8 +19,12 @@
 #include "test_util.h"
 
 // The sanitizers keep SIGBUS to themselves unless told otherwise.
-extern "C" const char* __asan_default_options() { return "handle_sigbus=0:allow_user_segv_handler=1"; }
-extern "C" const char* __tsan_default_options() { return "handle_sigbus=0:allow_user_segv_handler=1"; }
+extern "C" const char* __asan_default_options() {
+  return "handle_sigbus=0:allow_user_segv_handler=1";
+}
+extern "C" const char* __tsan_default_options() {
+  return "handle_sigbus=0:allow_user_segv_handler=1";
+}
 
 using namespace stoker;
 
