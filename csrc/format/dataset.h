@@ -71,10 +71,11 @@ class Dataset {
 
   /// Throws DataError "<file>: changed on disk while in use" if the shard of
   /// sample `i` was cut short under its mapping (NOTE [ Shards changed under a
-  /// reader ] in format/mapped_file.h) or overwritten in place (its header
-  /// changed), so that bytes already copied out of it are not trusted. Costs a
-  /// lookup, a 64-byte compare and a relaxed load: readers call it after using
-  /// a sample's bytes.
+  /// reader ] in format/mapped_file.h), so that bytes copied out of it after
+  /// their checksum was checked are not trusted. One relaxed load while no
+  /// mapping ever faulted: readers call it after using a sample's bytes. (A
+  /// shard overwritten in place without being cut short is caught by the next
+  /// read of it: read() compares the header.)
   void check_intact(int64_t i) const;
 
   /// Keeps `fd` open until the dataset is destroyed: the reader lease on the
