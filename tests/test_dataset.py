@@ -25,11 +25,11 @@ def test_missing_directory_and_index(tmp_path):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda t: "{not json", "invalid JSON"),
-    (lambda t: t.replace('"version": 1', '"version": 99'), "format version 99"),
+    (lambda t: t.replace('"version": 2', '"version": 99'), "format version 99"),
     (lambda t: t.replace('"format": "stoker"', '"format": "other"'), "not a stoker index"),
     (lambda t: t.replace('"int64"', '"int32"'), "schema_hash does not match"),
     (lambda t: t.replace('"num_records": 30,', '"num_records": 31,', 1), "num_records"),
-    (lambda t: t.replace('"shard-00000.stk"', '"../shard-00000.stk"'), "must be relative"),
+    (lambda t: t.replace('"gen-', '"../gen-', 1), "must be relative"),
 ])
 def test_bad_index_is_reported(tmp_path, edit, message):
     write_dataset(tmp_path / "d", 30)
@@ -133,11 +133,11 @@ def test_wrong_magic_and_version(tmp_path):
     # A well-formed header of another version: rewrite version and its checksum.
     with open(path, "r+b") as f:
         header = bytearray(f.read(HEADER))
-        header[8:12] = struct.pack("<I", 2)
+        header[8:12] = struct.pack("<I", 3)
         header[60:64] = struct.pack("<I", stoker._core.checksum32(bytes(header[:60])))
         f.seek(0)
         f.write(header)
-    with pytest.raises(stoker.DataError, match="format version 2 is not supported"):
+    with pytest.raises(stoker.DataError, match="format version 3 is not supported"):
         stoker.Dataset(tmp_path / "d")
 
 

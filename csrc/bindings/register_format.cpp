@@ -5,6 +5,8 @@
 #include "common/checksum.h"
 #include "common/error.h"
 #include "format/dataset.h"
+#include "format/mapped_file.h"
+#include "format/shard_reader.h"
 #include "format/shard_writer.h"
 
 namespace py = pybind11;
@@ -60,19 +62,60 @@ void register_format(py::module_& m) {
       py::arg("data"), "The shard format's checksum of a buffer (low 32 bits of XXH3-64).");
   m.def("checksum_impl", &checksum_impl);
 
+  m.def("live_mappings", &MappedFile::live_mappings,
+        "Shard files mapped in this process now.");
+  m.def("mapping_faults", &MappedFile::total_faults,
+        "Reads of a mapped shard that found the file cut short (SIGBUS absorbed).");
+
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
-      .def(py::init([](const py::list& fields, uint64_t schema_hash,
-                       const std::vector<std::tuple<std::string, int64_t, int64_t>>& shards) {
+      .def(py::init([](const py::list& fields, uint64_t schema_hash, const py::list& shards,
+                       bool probe_on_open, bool map_on_open, int lease_fd) {
              Schema schema = schema_from_py(fields, schema_hash);
              std::vector<ShardInfo> infos;
-             for (const auto& [path, n, bytes] : shards) infos.push_back({path, n, bytes});
-             py::gil_scoped_release nogil;
-             return std::make_shared<Dataset>(std::move(schema), infos);
+             infos.reserve(shards.size());
+             for (const auto& item : shards) {
+               auto t = item.cast<py::tuple>();
+               STOKER_CHECK(t.size() == 3 || t.size() == 4, UsageError,
+                            "shard entries are (path, num_records, bytes[, identity])");
+               ShardInfo info{t[0].cast<std::string>(), t[1].cast<int64_t>(),
+                              t[2].cast<int64_t>(), std::nullopt};
+               if (t.size() == 4 && !t[3].is_none()) {
+                 auto id = t[3].cast<std::tuple<std::string, uint64_t, uint32_t, uint32_t>>();
+                 info.identity = ShardIdentity{DatasetId::from_hex(std::get<0>(id)),
+                                               std::get<1>(id), std::get<2>(id), std::get<3>(id)};
+               }
+               infos.push_back(std::move(info));
+             }
+             Dataset::Options opts;
+             opts.probe_on_open = probe_on_open;
+             opts.map_on_open = map_on_open;
+             std::shared_ptr<Dataset> ds;
+             {
+               py::gil_scoped_release nogil;
+               ds = std::make_shared<Dataset>(std::move(schema), std::move(infos), opts);
+             }
+             // Only a dataset that opened takes the lease; on an error the caller still owns it.
+             if (lease_fd >= 0) ds->hold_lease(lease_fd);
+             return ds;
            }),
-           py::arg("fields"), py::arg("schema_hash"), py::arg("shards"))
+           py::arg("fields"), py::arg("schema_hash"), py::arg("shards"),
+           py::arg("probe_on_open") = true, py::arg("map_on_open") = false,
+           py::arg("lease_fd") = -1,
+           "Shards are (path, num_records, bytes, identity) with identity (dataset_id_hex, "
+           "ordinal, header_checksum, table_checksum) or None (format version 1). On success "
+           "the dataset owns lease_fd and closes it when destroyed.")
       .def("__len__", &Dataset::size)
       .def_property_readonly("num_shards", &Dataset::num_shards)
-      .def("shard_path", [](const Dataset& d, size_t s) { return d.shard(s).path(); })
+      .def("shard_path", [](const Dataset& d, size_t s) {
+             STOKER_CHECK(s < d.num_shards(), UsageError, "shard ", s, " out of range");
+             return d.shard_path(s);
+           })
+      .def("open_shard", [](const Dataset& d, size_t s) { (void)d.shard(s); }, py::arg("shard"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Maps and validates shard `shard` now (otherwise done on first use).")
+      .def("is_mapped", &Dataset::is_mapped, py::arg("shard"))
+      .def_property_readonly("mapped_shards", &Dataset::mapped_shards)
+      .def("check_intact", &Dataset::check_intact, py::arg("index"))
       .def("locate",
            [](const Dataset& d, int64_t i) {
              auto loc = d.locate(i);
@@ -96,35 +139,68 @@ void register_format(py::module_& m) {
                 out.append(py::reinterpret_steal<py::object>(
                     PyByteArray_FromStringAndSize(p, static_cast<Py_ssize_t>(views[f].size))));
             }
+            d.check_intact(i);  // the copies above are good only if no page vanished meanwhile
             return out;
           },
           py::arg("index"), "Verified field payloads of sample `index`.")
       .def(
           "verify_shard",
           [](const Dataset& d, size_t s) {
-            // Every record: checksum and field structure. Returns (file_checksum, [(record, reason)]).
+            // Every record: checksum and field structure. Returns (file_checksum or None,
+            // [(record, reason)]), record -1 for the shard as a whole. Never stops at the first.
             std::vector<std::pair<int64_t, std::string>> bad;
-            uint32_t file_checksum;
+            std::optional<uint32_t> file_checksum;
             {
               py::gil_scoped_release nogil;
-              const ShardReader& r = d.shard(s);
-              std::vector<RecordView> views(d.schema().fields.size());
-              for (int64_t i = 0; i < r.num_records(); ++i) {
-                try {
-                  split_record(d.schema(), r.record(i), views.data());
-                } catch (const std::exception& e) {
-                  bad.emplace_back(i, e.what());
+              const std::string& path = d.shard_path(s);
+              auto reason = [&](const std::exception& e) {
+                std::string msg = e.what();
+                if (msg.rfind(path + ": ", 0) == 0) msg.erase(0, path.size() + 2);
+                return msg;
+              };
+              const ShardReader* r = nullptr;
+              try {
+                r = &d.shard(s);
+              } catch (const DataError& e) {
+                bad.emplace_back(-1, reason(e));
+              }
+              if (r) {
+                std::vector<RecordView> views(d.schema().fields.size());
+                bool changed = false;
+                for (int64_t i = 0; i < r->num_records() && !changed; ++i) {
+                  try {
+                    split_record(d.schema(), r->record(i), views.data());
+                  } catch (const std::exception& e) {
+                    // A file changed under the mapping makes every later record
+                    // suspect: one report for the shard, not one per record.
+                    changed = r->changed_on_disk();
+                    std::string msg = reason(e);
+                    const std::string prefix = "record " + std::to_string(i) + ": ";
+                    if (msg.rfind(prefix, 0) == 0) msg.erase(0, prefix.size());
+                    bad.emplace_back(changed ? -1 : i, changed ? "from record " +
+                                     std::to_string(i) + " on: " + msg : msg);
+                  }
+                }
+                if (!changed) {
+                  file_checksum = r->file_checksum();
+                  if (r->faulted())
+                    bad.emplace_back(-1, "changed on disk while in use (the file was cut "
+                                         "short under the reader)");
                 }
               }
-              file_checksum = r.file_checksum();
             }
             return py::make_tuple(file_checksum, bad);
           },
           py::arg("shard"));
 
   py::class_<ShardWriter>(m, "ShardFileWriter")
-      .def(py::init<std::string, uint64_t, uint32_t>(), py::arg("path"), py::arg("schema_hash"),
-           py::arg("num_fields"))
+      .def(py::init([](std::string path, uint64_t schema_hash, uint32_t num_fields,
+                       const std::string& dataset_id, uint64_t ordinal) {
+             return std::make_unique<ShardWriter>(std::move(path), schema_hash, num_fields,
+                                                  DatasetId::from_hex(dataset_id), ordinal);
+           }),
+           py::arg("path"), py::arg("schema_hash"), py::arg("num_fields"), py::arg("dataset_id"),
+           py::arg("ordinal"))
       .def(
           "append",
           [](ShardWriter& w, const py::buffer& record) {
@@ -133,12 +209,20 @@ void register_format(py::module_& m) {
                      static_cast<size_t>(info.size * info.itemsize));
           },
           py::arg("record"))
+      .def(
+          "append_shard",
+          [](ShardWriter& w, const std::string& path, uint64_t schema_hash) {
+            ShardReader src(path, ShardExpectation{schema_hash, -1, -1, std::nullopt});
+            w.append_shard(src);
+          },
+          py::arg("path"), py::arg("schema_hash"), py::call_guard<py::gil_scoped_release>(),
+          "Appends every record of the shard file `path` (verified, copied as they are).")
       .def_property_readonly("bytes_written", &ShardWriter::bytes_written)
       .def_property_readonly("num_records", &ShardWriter::num_records)
       .def("finish",
            [](ShardWriter& w) {
              ShardSummary s = w.finish();
-             return py::make_tuple(s.num_records, s.bytes, s.checksum);
+             return py::make_tuple(s.num_records, s.bytes, s.checksum, s.header_sum, s.table_sum);
            })
       .def("abort", &ShardWriter::abort);
 }

@@ -1,22 +1,98 @@
 #include "format/dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <limits>
+#include <map>
+#include <utility>
 
 #include "common/error.h"
 
 namespace stoker {
 
-Dataset::Dataset(Schema schema, const std::vector<ShardInfo>& shards)
-    : schema_(std::move(schema)) {
-  for (const auto& info : shards) {
-    auto r = std::make_unique<ShardReader>(info.path, schema_.hash, info.num_records, info.bytes);
-    if (r->num_fields() != schema_.fields.size())
-      STOKER_THROW(DataError, info.path, ": shard has ", r->num_fields(),
-                   " fields but the schema has ", schema_.fields.size());
+namespace {
+
+ShardExpectation expectation(const Schema& schema, const ShardInfo& info) {
+  return ShardExpectation{schema.hash, info.num_records, info.bytes, info.identity};
+}
+
+void check_field_count(const Schema& schema, const std::string& path, uint32_t n) {
+  if (n != schema.fields.size())
+    STOKER_THROW(DataError, path, ": shard has ", n, " fields but the schema has ",
+                 schema.fields.size());
+}
+
+}  // namespace
+
+Dataset::Dataset(Schema schema, std::vector<ShardInfo> shards, Options opts)
+    : schema_(std::move(schema)),
+      infos_(std::move(shards)),
+      readers_(new std::atomic<const ShardReader*>[infos_.size()]),
+      owned_(infos_.size()) {
+  for (size_t s = 0; s < infos_.size(); ++s) readers_[s].store(nullptr, std::memory_order_relaxed);
+  // The same file listed twice (under two names, or linked) is refused even
+  // where the format carries no ordinal to tell (version 1).
+  std::map<std::pair<dev_t, ino_t>, size_t> seen;
+  auto check_unique = [&](size_t s, const FileStamp& st) {
+    auto [it, fresh] = seen.emplace(std::make_pair(st.dev, st.ino), s);
+    if (!fresh)
+      STOKER_THROW(DataError, infos_[s].path, ": is the same file as shard ", it->second, " (",
+                   infos_[it->second].path, "): a shard listed twice");
+  };
+  starts_.reserve(infos_.size());
+  for (size_t s = 0; s < infos_.size(); ++s) {
+    ShardInfo& info = infos_[s];
+    if (opts.map_on_open) {
+      const ShardReader& r = shard(s);
+      check_unique(s, r.stamp());
+      info.num_records = r.num_records();
+    } else if (opts.probe_on_open || info.num_records < 0) {
+      ShardProbe p = probe_shard(info.path, expectation(schema_, info));
+      check_field_count(schema_, info.path, p.header.num_fields);
+      check_unique(s, p.stamp);
+      info.num_records = static_cast<int64_t>(p.footer.num_records);
+    }
+    if (info.num_records > std::numeric_limits<int64_t>::max() - total_)
+      STOKER_THROW(DataError, info.path, ": record counts overflow a 64-bit total");
     starts_.push_back(total_);
-    total_ += r->num_records();
-    shards_.push_back(std::move(r));
+    total_ += info.num_records;
   }
+}
+
+Dataset::~Dataset() {
+  if (lease_fd_ >= 0) ::close(lease_fd_);
+}
+
+void Dataset::hold_lease(int fd) {
+  if (lease_fd_ >= 0) ::close(lease_fd_);
+  lease_fd_ = fd;
+}
+
+const ShardReader& Dataset::shard(size_t s) const {
+  if (s >= infos_.size())
+    STOKER_THROW(UsageError, "shard ", s, " out of range for a dataset of ", infos_.size());
+  const ShardReader* r = readers_[s].load(std::memory_order_acquire);
+  if (r) return *r;
+  std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+  r = readers_[s].load(std::memory_order_relaxed);
+  if (r) return *r;
+  auto reader = std::make_unique<ShardReader>(infos_[s].path, expectation(schema_, infos_[s]));
+  check_field_count(schema_, infos_[s].path, reader->num_fields());
+  r = reader.get();
+  owned_[s] = std::move(reader);
+  readers_[s].store(r, std::memory_order_release);
+  return *r;
+}
+
+bool Dataset::is_mapped(size_t s) const {
+  return s < infos_.size() && readers_[s].load(std::memory_order_acquire) != nullptr;
+}
+
+size_t Dataset::mapped_shards() const {
+  size_t n = 0;
+  for (size_t s = 0; s < infos_.size(); ++s) n += is_mapped(s);
+  return n;
 }
 
 Dataset::Location Dataset::locate(int64_t i) const {
@@ -29,13 +105,21 @@ Dataset::Location Dataset::locate(int64_t i) const {
 
 void Dataset::read(int64_t i, RecordView* out) const {
   Location loc = locate(i);
-  const ShardReader& r = *shards_[loc.shard];
+  const ShardReader& r = shard(loc.shard);
   RecordView rec = r.record(loc.record);  // names file and record itself
   try {
     split_record(schema_, rec, out);
   } catch (const DataError& e) {
+    if (r.changed_on_disk()) r.throw_changed(loc.record, e.what());
     STOKER_THROW(DataError, r.path(), ": record ", loc.record, ": ", e.what());
   }
+}
+
+void Dataset::check_intact(int64_t i) const {
+  if (MappedFile::total_faults() == 0) return;  // the normal path: one relaxed load
+  Location loc = locate(i);
+  const ShardReader* r = readers_[loc.shard].load(std::memory_order_acquire);
+  if (r && r->faulted()) r->throw_changed(loc.record, "pages of it read as zeros");
 }
 
 }  // namespace stoker

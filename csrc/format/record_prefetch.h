@@ -19,6 +19,7 @@ namespace stoker {
 inline void prefetch_record(const Dataset& ds, int64_t index, size_t max_bytes = 32 << 10) {
   if (index < 0 || index >= ds.size()) return;
   const Dataset::Location loc = ds.locate(index);
+  if (!ds.is_mapped(loc.shard)) return;  // mapping it is the read's job (and its errors)
   const RecordView r = ds.shard(loc.shard).record_unchecked(loc.record);
   const size_t n = std::min(r.size, max_bytes);
   for (size_t off = 0; off < n; off += 64) __builtin_prefetch(r.data + off, 0, 3);

@@ -1,7 +1,7 @@
-// Shard file layout, version 1. All integers little-endian.
+// Shard file layout, version 2 (version 1 is still read). All integers little-endian.
 //
 //   offset 0      Header (64 bytes): magic "STKSHARD", version, header size,
-//                 schema hash, field count, header checksum
+//                 schema hash, field count, flags, dataset id, ordinal, header checksum
 //   offset 64     records, back to back, no padding. A record is
 //                   u32 length of each field (field count of them)
 //                   the field payloads in schema order
@@ -13,6 +13,16 @@
 // and footer by their own checksum, the table by the footer's table checksum,
 // each record by its entry's checksum (checked on every read).
 // There is no padding anywhere, so no byte can change unnoticed.
+//
+// Identity (version 2). Every write of a dataset draws a random 128-bit dataset
+// id; each shard's header carries it and the shard's ordinal (its position in
+// index.json's list), and index.json carries the id and, per shard, the header
+// checksum and the table checksum. Opening compares them from the header and
+// the footer alone (O(1) per shard), so a shard of another dataset, of another
+// write of the same dataset, or in the wrong place is refused by name even when
+// its schema, size and record count happen to match. Version 1 had the id and
+// ordinal bytes reserved (zero): a version-1 header parses as a version-2 one
+// without identity.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +32,10 @@ namespace stoker::format {
 
 constexpr char kShardMagic[8] = {'S', 'T', 'K', 'S', 'H', 'A', 'R', 'D'};
 constexpr char kFooterMagic[8] = {'S', 'T', 'K', 'F', 'O', 'O', 'T', '1'};
-constexpr uint32_t kFormatVersion = 1;
+/// What the writer writes.
+constexpr uint32_t kFormatVersion = 2;
+/// The oldest version the reader opens (without identity checks).
+constexpr uint32_t kMinFormatVersion = 1;
 
 #pragma pack(push, 1)
 struct ShardHeader {
@@ -31,9 +44,11 @@ struct ShardHeader {
   uint32_t header_size;
   uint64_t schema_hash;
   uint32_t num_fields;
-  uint32_t flags;
-  uint8_t reserved[28];
-  uint32_t header_sum;  // checksum32 of the 60 bytes before it
+  uint32_t flags;           // no flag is defined: must be 0
+  uint8_t dataset_id[16];   // v2: the write's random id (zero in v1)
+  uint64_t ordinal;         // v2: position of the shard in index.json (zero in v1)
+  uint32_t reserved;        // must be 0
+  uint32_t header_sum;      // checksum32 of the 60 bytes before it
 };
 
 struct RecordEntry {
@@ -52,6 +67,9 @@ struct ShardFooter {
 #pragma pack(pop)
 
 static_assert(sizeof(ShardHeader) == 64, "the header is 64 bytes on disk");
+static_assert(offsetof(ShardHeader, dataset_id) == 32,
+              "the dataset id occupies what version 1 reserved");
+static_assert(offsetof(ShardHeader, header_sum) == 60, "the header checksum ends the header");
 static_assert(sizeof(RecordEntry) == 16, "a record table entry is 16 bytes on disk");
 static_assert(sizeof(ShardFooter) == 32, "the footer is 32 bytes on disk");
 

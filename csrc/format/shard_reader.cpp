@@ -1,7 +1,6 @@
 #include "format/shard_reader.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,88 +16,176 @@ using format::RecordEntry;
 using format::ShardFooter;
 using format::ShardHeader;
 
-ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash,
-                         int64_t expected_records, int64_t expected_bytes)
-    : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) STOKER_THROW(DataError, path_, ": cannot open shard: ", std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    STOKER_THROW(DataError, path_, ": cannot stat shard: ", std::strerror(err));
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (expected_bytes >= 0 && static_cast<int64_t>(size_) != expected_bytes) {
-    ::close(fd);
-    STOKER_THROW(DataError, path_, ": shard is ", size_, " bytes but index.json says ",
-                 expected_bytes, " (truncated or replaced file)");
-  }
-  if (size_ < sizeof(ShardHeader) + sizeof(ShardFooter)) {
-    ::close(fd);
-    STOKER_THROW(DataError, path_, ": file of ", size_, " bytes is too short to be a shard");
-  }
-  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) STOKER_THROW(DataError, path_, ": mmap failed: ", std::strerror(errno));
-  base_ = static_cast<const uint8_t*>(p);
+namespace {
 
-  try {
-    ShardHeader h;
-    std::memcpy(&h, base_, sizeof h);
-    if (std::memcmp(h.magic, format::kShardMagic, 8) != 0)
-      STOKER_THROW(DataError, path_, ": not a stoker shard (bad magic)");
-    if (checksum32(base_, offsetof(ShardHeader, header_sum)) != h.header_sum)
-      STOKER_THROW(DataError, path_, ": header checksum mismatch (corrupt header)");
-    if (h.version != format::kFormatVersion)
-      STOKER_THROW(DataError, path_, ": shard format version ", h.version,
-                   " is not supported (this stoker reads version ", format::kFormatVersion, ")");
-    if (h.header_size != sizeof(ShardHeader))
-      STOKER_THROW(DataError, path_, ": unexpected header size ", h.header_size);
-    if (h.schema_hash != expected_schema_hash)
-      STOKER_THROW(DataError, path_, ": schema hash does not match index.json "
-                   "(shard from another dataset?)");
-    num_fields_ = h.num_fields;
-
-    ShardFooter f;
-    std::memcpy(&f, base_ + size_ - sizeof f, sizeof f);
-    if (std::memcmp(f.magic, format::kFooterMagic, 8) != 0)
-      STOKER_THROW(DataError, path_, ": bad footer magic (truncated or unfinished shard)");
-    if (checksum32(&f, offsetof(ShardFooter, footer_sum)) != f.footer_sum)
-      STOKER_THROW(DataError, path_, ": footer checksum mismatch (corrupt footer)");
-    const uint64_t table_end = size_ - sizeof(ShardFooter);
-    if (f.table_offset < sizeof(ShardHeader) || f.table_offset > table_end ||
-        f.num_records > (table_end - f.table_offset) / sizeof(RecordEntry) ||
-        f.table_offset + f.num_records * sizeof(RecordEntry) != table_end)
-      STOKER_THROW(DataError, path_, ": record table out of bounds (corrupt footer)");
-    if (expected_records >= 0 && static_cast<int64_t>(f.num_records) != expected_records)
-      STOKER_THROW(DataError, path_, ": shard holds ", f.num_records,
-                   " records but index.json says ", expected_records);
-    table_ = reinterpret_cast<const RecordEntry*>(base_ + f.table_offset);
-    if (checksum32(table_, f.num_records * sizeof(RecordEntry)) != f.table_sum)
-      STOKER_THROW(DataError, path_, ": record table checksum mismatch (corrupt table)");
-    num_records_ = static_cast<int64_t>(f.num_records);
-    // Records are back to back from the header to the table: check that exactly.
-    uint64_t expect = sizeof(ShardHeader);
-    for (int64_t i = 0; i < num_records_; ++i) {
-      RecordEntry e;
-      std::memcpy(&e, table_ + i, sizeof e);
-      if (e.offset != expect || e.length > f.table_offset - e.offset ||
-          e.length < 4ull * num_fields_)
-        STOKER_THROW(DataError, path_, ": record ", i, ": table entry out of bounds");
-      expect += e.length;
-    }
-    if (expect != f.table_offset)
-      STOKER_THROW(DataError, path_, ": records do not fill the space before the table");
-  } catch (...) {
-    ::munmap(const_cast<uint8_t*>(base_), size_);
-    base_ = nullptr;
-    throw;
-  }
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
 }
 
-ShardReader::~ShardReader() {
-  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+FileStamp stamp_of(const struct stat& st) {
+  FileStamp s;
+  s.dev = st.st_dev;
+  s.ino = st.st_ino;
+  s.size = static_cast<int64_t>(st.st_size);
+  s.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  s.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return s;
+}
+
+// pread of exactly n bytes; false on a short file or an error (errno set, 0 if short).
+bool read_exact(int fd, void* buf, size_t n, off_t off) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, n, off);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (got == 0) {
+      errno = 0;
+      return false;
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+    off += got;
+  }
+  return true;
+}
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+ShardProbe probe_shard(const std::string& path, const ShardExpectation& expect, int* fd_out) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (fd.fd < 0) STOKER_THROW(DataError, path, ": cannot open shard: ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd.fd, &st) != 0)
+    STOKER_THROW(DataError, path, ": cannot stat shard: ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    STOKER_THROW(DataError, path, ": is ", file_kind(st.st_mode),
+                 ", not a shard file (shards must be regular files)");
+  ShardProbe p;
+  p.stamp = stamp_of(st);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (expect.bytes >= 0 && static_cast<int64_t>(size) != expect.bytes)
+    STOKER_THROW(DataError, path, ": shard is ", size, " bytes but index.json says ", expect.bytes,
+                 " (truncated or replaced file)");
+  if (size < sizeof(ShardHeader) + sizeof(ShardFooter))
+    STOKER_THROW(DataError, path, ": file of ", size, " bytes is too short to be a shard");
+  if (!read_exact(fd.fd, &p.header, sizeof p.header, 0) ||
+      !read_exact(fd.fd, &p.footer, sizeof p.footer,
+                  static_cast<off_t>(size - sizeof(ShardFooter))))
+    STOKER_THROW(DataError, path, ": cannot read shard header and footer: ",
+                 errno ? std::strerror(errno) : "file shorter than its size");
+
+  const ShardHeader& h = p.header;
+  if (std::memcmp(h.magic, format::kShardMagic, 8) != 0)
+    STOKER_THROW(DataError, path, ": not a stoker shard (bad magic)");
+  if (checksum32(&h, offsetof(ShardHeader, header_sum)) != h.header_sum)
+    STOKER_THROW(DataError, path, ": header checksum mismatch (corrupt header)");
+  if (h.version < format::kMinFormatVersion || h.version > format::kFormatVersion)
+    STOKER_THROW(DataError, path, ": shard format version ", h.version,
+                 " is not supported (this stoker reads versions ", format::kMinFormatVersion,
+                 " to ", format::kFormatVersion, ")");
+  if (h.header_size != sizeof(ShardHeader))
+    STOKER_THROW(DataError, path, ": unexpected header size ", h.header_size);
+  if (h.flags != 0 || h.reserved != 0)
+    STOKER_THROW(DataError, path, ": unknown header flags ", h.flags,
+                 " (written by a newer stoker?)");
+  if (h.schema_hash != expect.schema_hash)
+    STOKER_THROW(DataError, path, ": schema hash does not match index.json "
+                 "(shard from another dataset?)");
+  if (expect.identity) {
+    const ShardIdentity& want = *expect.identity;
+    if (h.version < 2)
+      STOKER_THROW(DataError, path, ": a version-1 shard (no dataset id) in a version-2 "
+                   "dataset: it belongs to another dataset");
+    DatasetId got;
+    std::memcpy(got.bytes.data(), h.dataset_id, 16);
+    if (got != want.dataset_id)
+      STOKER_THROW(DataError, path, ": belongs to another dataset or another write of this "
+                   "one: its dataset id is ", got.hex(), ", index.json's is ",
+                   want.dataset_id.hex(), " (foreign or stale shard)");
+    if (h.ordinal != want.ordinal)
+      STOKER_THROW(DataError, path, ": is shard ", h.ordinal, " of its dataset but index.json "
+                   "lists it as shard ", want.ordinal, " (shards swapped or reordered)");
+    if (h.header_sum != want.header_sum)
+      STOKER_THROW(DataError, path, ": header checksum ", h.header_sum,
+                   " differs from index.json's ", want.header_sum);
+  }
+
+  const ShardFooter& f = p.footer;
+  if (std::memcmp(f.magic, format::kFooterMagic, 8) != 0)
+    STOKER_THROW(DataError, path, ": bad footer magic (truncated or unfinished shard)");
+  if (checksum32(&f, offsetof(ShardFooter, footer_sum)) != f.footer_sum)
+    STOKER_THROW(DataError, path, ": footer checksum mismatch (corrupt footer)");
+  const uint64_t table_end = size - sizeof(ShardFooter);
+  if (f.table_offset < sizeof(ShardHeader) || f.table_offset > table_end ||
+      f.num_records > (table_end - f.table_offset) / sizeof(RecordEntry) ||
+      f.table_offset + f.num_records * sizeof(RecordEntry) != table_end)
+    STOKER_THROW(DataError, path, ": record table out of bounds (corrupt footer)");
+  if (expect.num_records >= 0 && static_cast<int64_t>(f.num_records) != expect.num_records)
+    STOKER_THROW(DataError, path, ": shard holds ", f.num_records, " records but index.json says ",
+                 expect.num_records);
+  if (expect.identity && f.table_sum != expect.identity->table_sum)
+    STOKER_THROW(DataError, path, ": record table checksum ", f.table_sum,
+                 " differs from index.json's ", expect.identity->table_sum,
+                 " (stale or rewritten shard)");
+  if (fd_out) {
+    *fd_out = fd.fd;
+    fd.fd = -1;
+  }
+  return p;
+}
+
+ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash,
+                         int64_t expected_records, int64_t expected_bytes)
+    : ShardReader(std::move(path),
+                  ShardExpectation{expected_schema_hash, expected_records, expected_bytes, {}}) {}
+
+ShardReader::ShardReader(std::string path, const ShardExpectation& expect)
+    : path_(std::move(path)) {
+  int raw_fd = -1;
+  ShardProbe p = probe_shard(path_, expect, &raw_fd);
+  FdCloser fd{raw_fd};
+  header_ = p.header;
+  stamp_ = p.stamp;
+  size_ = static_cast<size_t>(p.stamp.size);
+  map_ = std::make_unique<MappedFile>(fd.fd, size_, path_);
+  base_ = map_->data();
+  num_fields_ = p.header.num_fields;
+  version_ = p.header.version;
+  table_offset_ = p.footer.table_offset;
+  table_sum_ = p.footer.table_sum;
+  num_records_ = static_cast<int64_t>(p.footer.num_records);
+  table_ = reinterpret_cast<const RecordEntry*>(base_ + table_offset_);
+  if (checksum32(table_, static_cast<size_t>(num_records_) * sizeof(RecordEntry)) != table_sum_) {
+    if (changed_on_disk()) throw_changed(-1, "record table checksum mismatch");
+    STOKER_THROW(DataError, path_, ": record table checksum mismatch (corrupt table)");
+  }
+  // Records are back to back from the header to the table: check that exactly.
+  uint64_t next = sizeof(ShardHeader);
+  for (int64_t i = 0; i < num_records_; ++i) {
+    RecordEntry e;
+    std::memcpy(&e, table_ + i, sizeof e);
+    if (e.offset != next || e.length > table_offset_ - e.offset || e.length < 4ull * num_fields_)
+      STOKER_THROW(DataError, path_, ": record ", i, ": table entry out of bounds");
+    next += e.length;
+  }
+  if (next != table_offset_)
+    STOKER_THROW(DataError, path_, ": records do not fill the space before the table");
 }
 
 RecordView ShardReader::record_unchecked(int64_t i) const {
@@ -106,6 +193,12 @@ RecordView ShardReader::record_unchecked(int64_t i) const {
     STOKER_THROW(UsageError, path_, ": record ", i, " out of range [0, ", num_records_, ")");
   RecordEntry e;
   std::memcpy(&e, table_ + i, sizeof e);
+  // The table was validated when mapped; an entry out of bounds now means the
+  // bytes under the mapping changed. Checked on every call so that nothing reads
+  // outside the mapping, whatever the file became.
+  if (e.offset < sizeof(ShardHeader) || e.offset > table_offset_ ||
+      e.length > table_offset_ - e.offset || e.length < 4ull * num_fields_)
+    throw_changed(i, "record table entry out of bounds");
   return {base_ + e.offset, e.length};
 }
 
@@ -113,11 +206,55 @@ RecordView ShardReader::record(int64_t i) const {
   RecordView v = record_unchecked(i);
   uint32_t want;
   std::memcpy(&want, &table_[i].sum, sizeof want);
-  if (checksum32(v.data, v.size) != want)
+  if (checksum32(v.data, v.size) != want) {
+    if (changed_on_disk()) throw_changed(i, "checksum mismatch");
     STOKER_THROW(DataError, path_, ": record ", i, ": checksum mismatch (corrupt data)");
+  }
+  // A whole shard copied over this one in place (`cp` of another dataset) has records
+  // that match their own table: only the header tells. Writers write it first, so
+  // checking it after the record catches any rewrite the record came from.
+  if (header_changed()) throw_changed(i, "the file now has another shard's header");
   return v;
 }
 
+uint32_t ShardReader::record_sum(int64_t i) const {
+  (void)record_unchecked(i);
+  uint32_t sum;
+  std::memcpy(&sum, &table_[i].sum, sizeof sum);
+  return sum;
+}
+
+RecordView ShardReader::records_region() const {
+  return {base_ + sizeof(ShardHeader), static_cast<size_t>(table_offset_ - sizeof(ShardHeader))};
+}
+
 uint32_t ShardReader::file_checksum() const { return checksum32(base_, size_); }
+
+bool ShardReader::header_changed() const {
+  // Eight word compares, inlined: this runs on every checked read.
+  uint64_t diff = 0;
+  for (size_t k = 0; k < sizeof header_; k += 8) {
+    uint64_t a, b;
+    std::memcpy(&a, base_ + k, 8);
+    std::memcpy(&b, reinterpret_cast<const uint8_t*>(&header_) + k, 8);
+    diff |= a ^ b;
+  }
+  return diff != 0;
+}
+
+bool ShardReader::changed_on_disk() const {
+  if (faulted() || header_changed()) return true;
+  struct stat st;
+  if (::stat(path_.c_str(), &st) != 0) return true;  // removed or renamed away
+  return stamp_of(st) != stamp_;
+}
+
+void ShardReader::throw_changed(int64_t record, const std::string& what) const {
+  std::string where = record >= 0 ? ": record " + std::to_string(record) : std::string();
+  STOKER_THROW(DataError, path_, where, ": changed on disk while in use (", what,
+               faulted() ? "; the file was cut short under the reader" : "",
+               "). A dataset must be replaced by writing a new one "
+               "(ShardWriter(..., overwrite=True)), never edited in place");
+}
 
 }  // namespace stoker

@@ -1,13 +1,19 @@
-// Read-only view of one shard file through mmap. Opening checks the whole
-// structure (header, footer, table and its checksum, every entry's bounds), so
-// later reads only need the per-record checksum.
+// One shard file: checked against index.json without mapping it (probe_shard,
+// O(1): header and footer), or mapped and fully validated (ShardReader: also
+// the record table, so later reads only need the per-record checksum).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 
+#include "format/mapped_file.h"
 #include "format/shard_format.h"
+#include "format/shard_identity.h"
 
 namespace stoker {
 
@@ -17,16 +23,55 @@ struct RecordView {
   size_t size = 0;
 };
 
+/// What index.json says about a shard; each part that is set must match.
+struct ShardExpectation {
+  uint64_t schema_hash = 0;
+  int64_t num_records = -1;  ///< -1: any
+  int64_t bytes = -1;        ///< file size, -1: any
+  /// Format v2: dataset id, ordinal, header and table checksums. Unset for
+  /// version-1 datasets, whose shards carry no identity.
+  std::optional<ShardIdentity> identity;
+};
+
+/// The file a shard was when it was opened, to tell later whether it changed.
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const FileStamp& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns &&
+           ctime_ns == o.ctime_ns;
+  }
+  bool operator!=(const FileStamp& o) const { return !(*this == o); }
+};
+
+/// Header, footer and file of a shard that passed probe_shard.
+struct ShardProbe {
+  format::ShardHeader header;
+  format::ShardFooter footer;
+  FileStamp stamp;
+};
+
+/// Opens `path` and checks it against `expect` from its header and footer only
+/// (two small reads, whatever the shard's size): a regular file (FIFOs, devices
+/// and directories are refused, and opening never blocks), the size, magic,
+/// checksums, version, schema hash, record count and, for version 2, the
+/// identity. Throws DataError naming the file and what does not match.
+/// @param fd_out if non-null, receives the open descriptor (the caller closes
+///   it); otherwise it is closed.
+ShardProbe probe_shard(const std::string& path, const ShardExpectation& expect,
+                       int* fd_out = nullptr);
+
 class ShardReader {
  public:
-  /// Maps `path` and validates its structure.
-  /// @param expected_schema_hash the index's schema hash; a different one is an error
-  /// @param expected_records record count from the index, or -1 to accept any
-  /// @param expected_bytes file size from the index, or -1 to accept any
+  /// Probes `path` (see probe_shard), maps it and validates the record table.
   /// Throws DataError naming the file and the reason.
+  ShardReader(std::string path, const ShardExpectation& expect);
+  /// Shorthand without identity: schema hash, record count and size (-1: any).
   ShardReader(std::string path, uint64_t expected_schema_hash, int64_t expected_records,
               int64_t expected_bytes);
-  ~ShardReader();
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
 
@@ -34,20 +79,53 @@ class ShardReader {
   int64_t num_records() const { return num_records_; }
   size_t file_size() const { return size_; }
   uint32_t num_fields() const { return num_fields_; }
+  uint32_t version() const { return version_; }
+  const format::ShardHeader& header() const { return header_; }
+  uint32_t table_sum() const { return table_sum_; }
+  /// The file as it was when opened.
+  const FileStamp& stamp() const { return stamp_; }
 
-  /// Record `i` after checking its checksum; DataError naming file and record on mismatch.
+  /// Record `i` after checking its checksum and that the shard's header is still
+  /// the one opened. DataError naming file and record on a mismatch: "changed on
+  /// disk while in use" when the file changed after it was opened
+  /// (changed_on_disk()), "corrupt data" otherwise.
   RecordView record(int64_t i) const;
-  /// Record `i` without the checksum check (structure is still bounds-checked at open).
+  /// Record `i` without the checksum. Its table entry is still bounds-checked
+  /// against the mapping on every call, so a file rewritten in place under us
+  /// gives a DataError, never a read outside the mapping.
   RecordView record_unchecked(int64_t i) const;
+  /// The checksum the record table stores for record `i` (bounds-checked as record_unchecked).
+  uint32_t record_sum(int64_t i) const;
   /// checksum32 of the whole file (reads every byte).
   uint32_t file_checksum() const;
+  /// The bytes of all records, back to back: [end of header, table offset).
+  RecordView records_region() const;
+
+  /// A page of the mapping vanished under a read (the file was cut short).
+  /// One relaxed load.
+  bool faulted() const { return map_->faulted(); }
+  /// The mapped header differs from the one checked at open (the file was
+  /// overwritten in place). One 64-byte compare.
+  bool header_changed() const;
+  /// faulted(), header_changed(), or the file at path() is no longer the one
+  /// mapped (another inode, size or modification time). Costs a stat: for error
+  /// paths.
+  bool changed_on_disk() const;
+  /// Throws DataError "<path>: record <i>: changed on disk while in use (<what>)".
+  [[noreturn]] void throw_changed(int64_t record, const std::string& what) const;
 
  private:
   std::string path_;
+  std::unique_ptr<MappedFile> map_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   int64_t num_records_ = 0;
   uint32_t num_fields_ = 0;
+  uint32_t version_ = 0;
+  uint64_t table_offset_ = 0;
+  uint32_t table_sum_ = 0;
+  format::ShardHeader header_{};
+  FileStamp stamp_;
   const format::RecordEntry* table_ = nullptr;
 };
 

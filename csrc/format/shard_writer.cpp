@@ -1,19 +1,25 @@
 #include "format/shard_writer.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 
 #include "common/checksum.h"
 #include "common/error.h"
 #include "format/shard_format.h"
+#include "format/shard_reader.h"
 
 namespace stoker {
 
-ShardWriter::ShardWriter(std::string path, uint64_t schema_hash, uint32_t num_fields)
-    : path_(std::move(path)), tmp_path_(path_ + ".tmp"), num_fields_(num_fields) {
-  file_ = std::fopen(tmp_path_.c_str(), "wb");
+ShardWriter::ShardWriter(std::string path, uint64_t schema_hash, uint32_t num_fields,
+                         const DatasetId& dataset_id, uint64_t ordinal)
+    : path_(std::move(path)),
+      tmp_path_(path_ + ".tmp"),
+      num_fields_(num_fields),
+      schema_hash_(schema_hash) {
+  file_ = std::fopen(tmp_path_.c_str(), "wbe");  // "e": O_CLOEXEC
   if (!file_) STOKER_THROW(DataError, tmp_path_, ": cannot create shard: ", std::strerror(errno));
   format::ShardHeader h{};
   std::memcpy(h.magic, format::kShardMagic, 8);
@@ -21,7 +27,10 @@ ShardWriter::ShardWriter(std::string path, uint64_t schema_hash, uint32_t num_fi
   h.header_size = sizeof h;
   h.schema_hash = schema_hash;
   h.num_fields = num_fields;
+  std::memcpy(h.dataset_id, dataset_id.bytes.data(), 16);
+  h.ordinal = ordinal;
   h.header_sum = checksum32(&h, offsetof(format::ShardHeader, header_sum));
+  header_sum_ = h.header_sum;
   write(&h, sizeof h);
 }
 
@@ -46,6 +55,28 @@ void ShardWriter::append(const uint8_t* data, size_t size) {
   format::RecordEntry e{offset_, static_cast<uint32_t>(size), checksum32(data, size)};
   write(data, size);
   table_.append(reinterpret_cast<const char*>(&e), sizeof e);
+}
+
+void ShardWriter::append_shard(const ShardReader& src) {
+  if (src.header().schema_hash != schema_hash_ || src.num_fields() != num_fields_)
+    STOKER_THROW(DataError, src.path(), ": has another schema than the dataset being written");
+  // Verify every record before writing any, so that a bad one leaves this shard as it was.
+  const RecordView region = src.records_region();
+  const uint64_t base = offset_;  // where the records land in this file
+  std::string entries;
+  entries.reserve(static_cast<size_t>(src.num_records()) * sizeof(format::RecordEntry));
+  for (int64_t i = 0; i < src.num_records(); ++i) {
+    RecordView v = src.record(i);  // checks the checksum
+    format::RecordEntry e{base + static_cast<uint64_t>(v.data - region.data),
+                          static_cast<uint32_t>(v.size), src.record_sum(i)};
+    entries.append(reinterpret_cast<const char*>(&e), sizeof e);
+  }
+  write(region.data, region.size);
+  if (src.changed_on_disk()) {
+    abort();  // the copied bytes may not be the verified ones
+    src.throw_changed(-1, "while its records were copied");
+  }
+  table_ += entries;
 }
 
 ShardSummary ShardWriter::finish() {
@@ -75,7 +106,8 @@ ShardSummary ShardWriter::finish() {
     std::remove(tmp_path_.c_str());
     STOKER_THROW(DataError, path_, ": rename failed: ", std::strerror(err));
   }
-  return {static_cast<int64_t>(f.num_records), offset_, file_sum_.digest()};
+  return {static_cast<int64_t>(f.num_records), offset_, file_sum_.digest(), header_sum_,
+          f.table_sum};
 }
 
 void ShardWriter::abort() noexcept {

@@ -15,7 +15,7 @@ namespace stoker {
 
 [[noreturn]] void rethrow_with_context(const Dataset& ds, int64_t index, const std::string& field) {
   Dataset::Location loc = ds.locate(index);
-  const std::string& path = ds.shard(loc.shard).path();
+  const std::string& path = ds.shard_path(loc.shard);
   std::string where = field.empty() ? std::string() : ", field '" + field + "'";
   try {
     throw;
@@ -92,6 +92,9 @@ class SampleWriter {
     } catch (...) {
       rethrow_with_context(*src_.ds, index, schema_.fields[f].name);
     }
+    // The bytes written were verified, but a shard cut short under its mapping
+    // after that would have given zeros (NOTE [ Shards changed under a reader ]).
+    src_.ds->check_intact(index);
     ctx_.times.decode_ns += ns(t1, Clock::now());
     int64_t bytes = 0;
     for (const RecordView& v : views_) bytes += static_cast<int64_t>(v.size);

@@ -60,15 +60,41 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    """Exit status: 0 fine, 1 the dataset is corrupt (any problem found), 2 usage errors
+    (no such dataset, another writer busy)."""
     from . import Dataset
+    from ._core import DataError
+    from .writer import WriterLockError, clean, upgrade
 
-    ds = Dataset(args.path)
+    try:
+        if args.upgrade:
+            if upgrade(args.path):
+                print(f"{args.path}: upgraded to shard format version 2", file=sys.stderr)
+            else:
+                print(f"{args.path}: already in the current format", file=sys.stderr)
+        if args.clean:
+            removed, in_use = clean(args.path)
+            for name in removed:
+                print(f"removed {name}", file=sys.stderr)
+            for name in in_use:
+                print(f"kept {name}: a reader still uses it", file=sys.stderr)
+        # With --verify, shards are checked one by one below, so that every bad one is
+        # listed instead of the first stopping the open.
+        ds = Dataset(args.path, check_shards=not args.verify)
+    except (FileNotFoundError, WriterLockError) as e:
+        print(f"stoker: error: {e}", file=sys.stderr)
+        return 2
+    except DataError as e:
+        print(f"BAD {e}")
+        return 1
     sizes = [s["bytes"] for s in ds.shards]
     info = {
         "path": ds.path,
         "samples": len(ds),
         "shards": len(sizes),
         "bytes": sum(sizes),
+        "format_version": ds.version,
+        "dataset_id": ds.dataset_id,
         "fields": {n: f.spec() for n, f in ds.fields.items()},
         "metadata": ds.metadata,
     }
@@ -82,8 +108,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
     report = ds.verify(progress=progress)
     print(file=sys.stderr)
+    bad_shards = len({path for path, _, _ in report["bad"]})
     print(f"verified {report['records']} records, {report['bytes']} bytes in "
-          f"{report['shards']} shards: {len(report['bad'])} problem(s)")
+          f"{report['shards']} shards: {len(report['bad'])} problem(s) in {bad_shards} "
+          "shard(s)")
     for path, rec, reason in report["bad"]:
         where = f"record {rec}" if rec >= 0 else "file"
         print(f"  BAD {path}: {where}: {reason}")
@@ -128,9 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--epochs", type=int, default=3)
     d.set_defaults(func=_demo)
 
-    i = sub.add_parser("inspect", help="describe a dataset; --verify checks every record")
+    i = sub.add_parser("inspect", help="describe a dataset; --verify checks every record",
+                       description="Describe a dataset. Exit status 0: fine; 1: the dataset "
+                                   "is corrupt; 2: usage error (no dataset, writer busy).")
     i.add_argument("path")
-    i.add_argument("--verify", action="store_true", help="check every checksum; exit 1 if bad")
+    i.add_argument("--verify", action="store_true",
+                   help="check every shard and record; list each problem; exit 1 if any")
+    i.add_argument("--upgrade", action="store_true",
+                   help="rewrite a format-version-1 dataset in the current format "
+                        "(in place, atomically)")
+    i.add_argument("--clean", action="store_true",
+                   help="remove old generations no reader uses and leftovers of killed "
+                        "writes")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=_inspect)
 
@@ -180,7 +217,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     try:
         return args.func(args)
-    except (DataError, FileNotFoundError, FileExistsError, ValueError) as e:
+    except (DataError, FileNotFoundError, FileExistsError, BlockingIOError, ValueError) as e:
         print(f"stoker: error: {e}", file=sys.stderr)
         return 2
 

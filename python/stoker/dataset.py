@@ -4,18 +4,33 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
+import re
+import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from . import _core
+from . import _generations as gen
 from .fields import Field, core_specs, schema_hash
-from .writer import FORMAT_NAME, FORMAT_VERSION, INDEX_NAME
+from .writer import FORMAT_NAME, INDEX_NAME, READABLE_VERSIONS
 
 __all__ = ["Dataset"]
+
+# Opening starts over from index.json when a write replaced it meanwhile; this many
+# times in a row means a writer rewrites faster than a dataset can be opened.
+_OPEN_ATTEMPTS = 100
+_V1_NAME = re.compile(r"shard-(\d+)\.stk")
+_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def _is_count(v: Any) -> bool:
     """A non-negative integer that fits the format's 64-bit fields (not a bool)."""
     return type(v) is int and 0 <= v < 2**63
+
+
+def _is_sum(v: Any) -> bool:
+    return type(v) is int and 0 <= v < 2**32
 
 
 class Dataset:
@@ -29,13 +44,28 @@ class Dataset:
         ds[0]      # {"label": np.int64(3), "image": b"\\xff\\xd8...", ...}
         ds = stoker.Dataset("s3://bucket/train", cache_dir="/local/cache", cache_limit="50GB")
 
-    Opening checks the index and the structure of every shard (sizes, headers, record
-    tables and their checksums); reading a sample checks its checksum. Problems raise
-    ``FileNotFoundError`` (no such dataset) or :class:`stoker.DataError` naming the file,
-    and the record where there is one.
+    Opening reads ``index.json`` and checks every shard against it from the shard's header
+    and footer alone (a regular file of the listed size, of this write: dataset id and
+    position; header and record-table checksums), without mapping it: a shard of another
+    dataset, of an older write, or swapped with another is refused. A shard is mapped, and
+    its record table validated, when it is first read (or :meth:`open_shard`); reading a
+    sample checks its checksum. Problems raise ``FileNotFoundError`` (no such dataset) or
+    :class:`stoker.DataError` naming the file, and the record where there is one.
+
+    A dataset rewritten while it is open does not change under the Dataset: it keeps
+    reading its own generation (NOTE [ Generations ] in ``stoker/_generations.py``). A
+    shard edited in place under it (never done by stoker) gives ``DataError`` "changed on
+    disk while in use" where it is read.
+
+    Args:
+        path: the dataset directory or its index.json.
+        check_shards: check every shard when opening (default). ``False`` defers each
+            shard's checks to its first use (faster to open on a slow filesystem; errors
+            then come from the read that first touches the shard).
     """
 
-    def __init__(self, path: Union[str, os.PathLike], *, cache_dir=None, cache_limit=None,
+    def __init__(self, path: Union[str, os.PathLike], *, check_shards: bool = True,
+                 cache_dir=None, cache_limit=None,
                  storage_options: Optional[Dict[str, Any]] = None):
         # A URL (s3://, https://, any fsspec URL): shards come through a local cache
         # (stoker.remote); ``self.remote`` holds it, its stats and the pins.
@@ -59,34 +89,87 @@ class Dataset:
             root, index_path = path, os.path.join(path, INDEX_NAME)
         else:
             root, index_path = os.path.dirname(path) or ".", path
-        if not os.path.exists(index_path):
+        if not os.path.lexists(index_path):
             raise FileNotFoundError(f"{index_path}: no index.json (not a stoker dataset, or "
                                     "its writing did not finish)")
         self.path = root
         self.index_path = index_path
-        index = self._load_index(index_path)
-        self._index = index
-        self.metadata: Any = index.get("metadata")
-        shards = []
-        for s in index["shards"]:
-            shards.append((os.path.join(root, s["path"]), int(s["num_records"]), int(s["bytes"])))
-        self._shards = index["shards"]
-        self._core = _core.Dataset(core_specs(self.fields), self._hash, shards)
+        self._open(check_shards)
 
-    def _load_index(self, index_path: str) -> Dict[str, Any]:
+    def _open(self, check_shards: bool) -> None:
+        """Reads index.json, takes the generation's lease, checks the shards; starts over
+        when a write replaced index.json meanwhile (NOTE [ Generations ])."""
+        for attempt in range(_OPEN_ATTEMPTS):
+            if attempt:
+                time.sleep(min(0.001 * attempt, 0.05))
+            raw, stamp = gen.read_index_file(self.index_path)
+            index = self._parse_index(raw)
+            lease = -1
+            if index["version"] >= 2:
+                lease = gen.acquire_lease(os.path.join(self.path, self.generation))
+                if lease == gen.LEASE_BUSY:
+                    continue  # that generation is being removed: index.json was replaced
+                if lease in (gen.LEASE_GONE, gen.LEASE_MISSING) and \
+                        gen.index_changed(self.index_path, stamp):
+                    continue
+                if not isinstance(lease, int):
+                    lease = -1  # opening the shards says what is missing, by name
+            shards = []
+            for i, s in enumerate(index["shards"]):
+                identity = None
+                if index["version"] >= 2:
+                    identity = (index["dataset_id"], i, s["header_checksum"],
+                                s["table_checksum"])
+                shards.append((os.path.join(self.path, s["path"]), s["num_records"], s["bytes"],
+                               identity))
+            try:
+                # Version 1 carries no generations: its shards are mapped now, so that an
+                # overwrite removing them later cannot take them from under this dataset.
+                self._core = _core.Dataset(core_specs(self.fields), self._hash, shards,
+                                           probe_on_open=check_shards,
+                                           map_on_open=index["version"] == 1 and check_shards,
+                                           lease_fd=lease)
+            except _core.DataError:
+                if lease >= 0:
+                    os.close(lease)
+                if gen.index_changed(self.index_path, stamp):
+                    continue
+                raise
+            except BaseException:
+                if lease >= 0:
+                    os.close(lease)
+                raise
+            break
+        else:
+            raise _core.DataError(f"{self.index_path}: the dataset was rewritten "
+                                  f"{_OPEN_ATTEMPTS} times while it was being opened")
+        self._index = index
+        self._shards = index["shards"]
+        self.metadata: Any = index.get("metadata")
+        if index["version"] == 1:
+            warnings.warn(
+                f"{self.path}: written in shard format version 1, whose shards carry no "
+                "dataset identity: a shard swapped with another, or taken from another "
+                "dataset with the same schema, cannot be detected. `stoker inspect --upgrade "
+                f"{self.path}` rewrites it in the current format (in place, atomically)",
+                UserWarning, stacklevel=3)
+
+    def _parse_index(self, raw: bytes) -> Dict[str, Any]:
+        index_path = self.index_path
+
         def bad(reason: str) -> _core.DataError:
             return _core.DataError(f"{index_path}: {reason}")
 
         try:
-            with open(index_path, "rb") as f:
-                index = json.loads(f.read().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            index = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise bad(f"invalid JSON ({e})") from None
         if not isinstance(index, dict) or index.get("format") != FORMAT_NAME:
             raise bad("not a stoker index (missing 'format': 'stoker')")
-        if index.get("version") != FORMAT_VERSION:
-            raise bad(f"format version {index.get('version')!r} is not supported "
-                      f"(this stoker reads version {FORMAT_VERSION})")
+        version = index.get("version")
+        if type(version) is not int or version not in READABLE_VERSIONS:
+            raise bad(f"format version {version!r} is not supported (this stoker reads "
+                      f"versions {', '.join(map(str, READABLE_VERSIONS))})")
         schema = index.get("schema")
         if not isinstance(schema, list) or not schema:
             raise bad("missing or empty 'schema'")
@@ -103,19 +186,50 @@ class Dataset:
         self._hash = schema_hash(fields)
         if index.get("schema_hash") != f"{self._hash:016x}":
             raise bad("schema_hash does not match the schema (edited index?)")
+        self.version: int = version
+        self.dataset_id: Optional[str] = None
+        self.generation: Optional[str] = None
+        if version >= 2:
+            dataset_id = index.get("dataset_id")
+            if not isinstance(dataset_id, str) or not _ID.fullmatch(dataset_id):
+                raise bad(f"dataset_id {dataset_id!r} is not 32 lowercase hex digits")
+            self.dataset_id = dataset_id
+            self.generation = gen.generation_name(dataset_id)
         shards = index.get("shards")
         if not isinstance(shards, list):
             raise bad("missing 'shards' list")
         total = 0
+        seen = {}
         for i, s in enumerate(shards):
             ok = (isinstance(s, dict) and isinstance(s.get("path"), str) and s["path"]
-                  and _is_count(s.get("num_records")) and _is_count(s.get("bytes"))
-                  and (s.get("checksum") is None or _is_count(s["checksum"])))
+                  and _is_count(s.get("num_records")) and _is_count(s.get("bytes")))
+            if ok and version >= 2:  # every checksum is required from version 2 on
+                ok = all(_is_sum(s.get(k)) for k in ("checksum", "header_checksum",
+                                                      "table_checksum"))
+            elif ok:
+                ok = s.get("checksum") is None or _is_sum(s["checksum"])
             if not ok:
                 raise bad(f"shard entry {i} is malformed: {s!r}")
             p = s["path"]
-            if os.path.isabs(p) or ".." in p.replace("\\", "/").split("/"):
+            parts = p.replace("\\", "/").split("/")
+            if os.path.isabs(p) or ".." in parts:
                 raise bad(f"shard entry {i}: path {p!r} must be relative to the dataset")
+            if version >= 2:
+                # A generation's shards, and nothing else: a later write removes whole
+                # generations, which must never hold another dataset's files.
+                if len(parts) != 2 or parts[0] != self.generation or parts[1] in (
+                        "", ".", gen.LEASE_NAME):
+                    raise bad(f"shard entry {i}: path {p!r} is not a shard of generation "
+                              f"{self.generation}/ (the dataset_id's)")
+            else:
+                m = _V1_NAME.fullmatch(p)
+                if m and int(m.group(1)) != i:
+                    raise bad(f"shard entry {i}: {p!r} is out of order (shard files are "
+                              "listed in the order they were written)")
+            key = posixpath.normpath(p.replace("\\", "/"))
+            if key in seen:
+                raise bad(f"shard entries {seen[key]} and {i} are the same file {p!r}")
+            seen[key] = i
             total += s["num_records"]
         if index.get("num_records") != total:
             raise bad(f"num_records {index.get('num_records')!r} differs from the shards' "
@@ -146,14 +260,30 @@ class Dataset:
 
     @property
     def shards(self) -> List[Dict[str, Any]]:
-        """The shard entries of index.json (path, num_records, bytes, checksum)."""
+        """The shard entries of index.json (path relative to the dataset, num_records,
+        bytes, and the checksums: whole file, header, record table)."""
         return [dict(s) for s in self._shards]
+
+    def open_shard(self, i: int) -> None:
+        """Maps shard `i` and validates its record table now; otherwise that happens when
+        it is first read. Raises :class:`stoker.DataError` naming the file if it cannot be
+        opened or does not match index.json."""
+        if not 0 <= i < len(self._shards):
+            raise IndexError(f"shard {i} out of range for a dataset of {len(self._shards)} "
+                             "shards")
+        self._core.open_shard(i)
+
+    @property
+    def open_shards(self) -> List[int]:
+        """Indices of the shards mapped so far."""
+        return [i for i in range(len(self._shards)) if self._core.is_mapped(i)]
 
     def verify(self, progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:
         """Reads every record and checks its checksum and structure, and each shard
-        file's checksum against index.json.
+        file's checksum against index.json. Goes on past bad shards and records.
 
-        Returns ``{"records", "bytes", "bad": [(shard_path, record, reason)], "ok"}``.
+        Returns ``{"records", "bytes", "shards", "bad": [(shard_path, record, reason)],
+        "ok"}``; record is -1 for a problem of the shard as a whole.
         """
         bad = []
         nbytes = 0
@@ -163,7 +293,7 @@ class Dataset:
             for rec, reason in bad_records:
                 bad.append((path, rec, reason))
             want = entry.get("checksum")
-            if want is not None and crc != want:
+            if crc is not None and want is not None and crc != want:
                 bad.append((path, -1, f"file checksum {crc:08x} differs from index.json's "
                                       f"{want:08x}"))
             nbytes += entry["bytes"]
@@ -174,6 +304,8 @@ class Dataset:
 
     def _identity(self) -> Dict[str, Any]:
         """What reopening the same path must find again (see __reduce__)."""
+        if self.dataset_id is not None:  # every write has its own id (format v2)
+            return {"dataset_id": self.dataset_id, "num_records": len(self)}
         return {"num_records": len(self), "schema_hash": f"{self._hash:016x}",
                 "shards": [(s["path"], s["bytes"], s.get("checksum")) for s in self._shards]}
 

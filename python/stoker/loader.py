@@ -443,7 +443,10 @@ class Loader:
     # -- resume ---------------------------------------------------------------
 
     def _identity(self) -> Dict[str, Any]:
-        return {"num_records": len(self.dataset), "schema_hash": f"{self.dataset._hash:016x}"}
+        ident = {"num_records": len(self.dataset), "schema_hash": f"{self.dataset._hash:016x}"}
+        if getattr(self.dataset, "dataset_id", None) is not None:
+            ident["dataset_id"] = self.dataset.dataset_id  # a rewrite is another dataset
+        return ident
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands, the same on every rank in lockstep: the epoch and the
@@ -484,6 +487,8 @@ class Loader:
         if not isinstance(theirs, Mapping):
             raise ValueError("cannot resume: the state names no dataset")
         for key, value in mine.items():
+            if key == "dataset_id" and key not in theirs:
+                continue  # a state saved before datasets had ids
             if theirs.get(key) != value:
                 raise ValueError(f"cannot resume: the state is for another dataset ({key} "
                                  f"{theirs.get(key)!r}, this loader's dataset has {value!r})")

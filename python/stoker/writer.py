@@ -6,16 +6,20 @@ import json
 import os
 import re
 import struct
-from typing import Any, Dict, Mapping, Optional, Union
+import warnings
+import weakref
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from . import _core
+from . import _generations as gen
+from ._generations import INDEX_NAME, WriterLockError
 from .fields import Field, check_schema, schema_hash, schema_json
 
-__all__ = ["ShardWriter"]
+__all__ = ["ShardWriter", "WriterLockError"]
 
-INDEX_NAME = "index.json"
 FORMAT_NAME = "stoker"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 _UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9,
           "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -37,6 +41,69 @@ def parse_size(size: Union[int, str]) -> int:
     return value
 
 
+class _WriteState:
+    """What an unfinished write holds. Kept apart from the ShardWriter so that a
+    ``weakref.finalize`` can discard it (and say so) when the writer is dropped or the
+    interpreter exits without ``close()``."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.lock: Optional[gen.WriterLock] = None
+        self.generation_dir: Optional[str] = None
+        self.current = None  # _core.ShardFileWriter
+        self.count = 0
+
+    def discard(self) -> None:
+        if self.current is not None:
+            self.current.abort()
+            self.current = None
+        try:
+            if self.generation_dir is not None and os.path.isdir(self.generation_dir):
+                gen.remove_generation(self.generation_dir, locks=False)
+            tmp = os.path.join(self.path, INDEX_NAME + ".tmp")
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        finally:
+            self.generation_dir = None
+            self.release()
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def _abandoned(state: _WriteState) -> None:
+    """Finalizer of a ShardWriter dropped without close(): nothing is committed."""
+    if state.count:
+        warnings.warn(f"{state.path}: a ShardWriter was dropped without close(): the "
+                      f"{state.count} sample(s) written to it were discarded and the "
+                      "dataset was left as it was; use `with ShardWriter(...) as w:` or call "
+                      "w.close()", UserWarning, stacklevel=2)
+    state.discard()
+
+
+def _read_existing(index_path: str):
+    """({live generation}, {version-1 shard names}) of the dataset in place. The first is
+    None when its index cannot be read: then no generation counts as stale until the new
+    index is in place."""
+    if not os.path.lexists(index_path):
+        return set(), set()
+    try:
+        raw, _ = gen.read_index_file(index_path)
+        index = json.loads(raw.decode("utf-8"))
+        shards = [s["path"] for s in index.get("shards", []) if isinstance(s.get("path"), str)]
+        if index.get("version") == 1:
+            return set(), {p for p in shards if "/" not in p}
+        dataset_id = index.get("dataset_id")
+        if isinstance(dataset_id, str) and gen.is_generation_name(
+                gen.generation_name(dataset_id)):
+            return {gen.generation_name(dataset_id)}, set()
+    except (OSError, ValueError, AttributeError, TypeError, KeyError, _core.DataError):
+        pass
+    return None, set()
+
+
 class ShardWriter:
     """Writes samples into shard files plus ``index.json`` in directory `path`.
 
@@ -48,10 +115,16 @@ class ShardWriter:
                 w.write({"x": x, "label": y})
 
     Each sample is checked against the schema: a missing or extra field, a wrong dtype or
-    shape raises ``ValueError`` naming the field and the sample number. A shard is written
-    under a temporary name and renamed when complete, and ``index.json`` is written last,
-    so an exception inside the ``with`` block, or a killed process, never leaves a directory
-    that :class:`stoker.Dataset` accepts: the partial shards are removed.
+    shape raises ``ValueError`` naming the field and the sample number.
+
+    Writing is atomic (NOTE [ Generations ] in ``stoker/_generations.py``): the shards go
+    into a new generation directory and ``index.json`` is renamed over the old one as the
+    last step, so a reader sees the old dataset or the new one, whole; an exception, a
+    killed process or a full disk leaves the previous dataset (or none) as it was, and the
+    old generation is removed once no reader uses it. One writer at a time: a second
+    ShardWriter on the same directory raises :class:`stoker.writer.WriterLockError` (a
+    ``BlockingIOError``) naming the other writer's pid and host. A writer dropped without
+    ``close()`` discards what it wrote and warns.
 
     Args:
         path: output directory (created if missing).
@@ -73,27 +146,41 @@ class ShardWriter:
         self._hash = schema_hash(self.fields)
         self._header = struct.Struct(f"<{len(self.fields)}I")
         self._index_path = os.path.join(self.path, INDEX_NAME)
+        self._shards: List[dict] = []   # finished: entries of index.json
+        self._closed = True
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise NotADirectoryError(f"{self.path}: exists and is not a directory")
-        if os.path.exists(self._index_path):
-            if not overwrite:
-                raise FileExistsError(f"{self.path}: already holds a dataset (index.json); "
-                                      "pass overwrite=True to replace it")
-            os.remove(self._index_path)  # from here on the directory is not a dataset
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
             raise OSError(e.errno, f"{self.path}: cannot create the output directory: "
                           f"{e.strerror}") from e
-        self._shards: list = []   # finished: dicts for index.json
-        self._current = None      # _core.ShardFileWriter
-        self._count = 0
+        state = _WriteState(self.path)
+        state.lock = gen.WriterLock(self.path)
+        try:
+            if os.path.lexists(self._index_path) and not overwrite:
+                raise FileExistsError(f"{self.path}: already holds a dataset (index.json); "
+                                      "pass overwrite=True to replace it")
+            self._replaced, self._replaced_v1 = _read_existing(self._index_path)
+            # Leftovers of earlier writes that were killed or whose generation was in use.
+            gen.clean(self.path, keep=self._replaced, keep_files=self._replaced_v1,
+                      locks=state.lock.enforced)
+            self.dataset_id = os.urandom(16).hex()
+            self.generation = gen.generation_name(self.dataset_id)
+            state.generation_dir = os.path.join(self.path, self.generation)
+            os.mkdir(state.generation_dir)
+            gen.create_lease_file(state.generation_dir)
+        except BaseException:
+            state.discard()
+            raise
+        self._state = state
+        self._finalizer = weakref.finalize(self, _abandoned, state)
         self._closed = False
 
     # -- writing ---------------------------------------------------------------
 
     def _encode(self, sample: Mapping[str, Any]) -> bytes:
-        n = self._count
+        n = self._state.count
         if not isinstance(sample, Mapping):
             raise ValueError(f"sample {n}: expected a dict of fields, got {type(sample).__name__}")
         missing = [k for k in self.fields if k not in sample]
@@ -106,46 +193,80 @@ class ShardWriter:
                     for name, f in self.fields.items()]
         return self._header.pack(*map(len, payloads)) + b"".join(payloads)
 
+    def _shard_for(self, nbytes: int):
+        """The shard to append `nbytes` to, finishing the current one if it would overflow."""
+        current = self._state.current
+        if current is not None and current.num_records > 0 and \
+                current.bytes_written + nbytes > self.shard_size:
+            self._finish_shard()
+            current = None
+        if current is None:
+            ordinal = len(self._shards)
+            self._current_name = f"{self.generation}/shard-{ordinal:05d}.stk"
+            current = _core.ShardFileWriter(os.path.join(self.path, self._current_name),
+                                            self._hash, len(self.fields), self.dataset_id,
+                                            ordinal)
+            self._state.current = current
+        return current
+
     def write(self, sample: Mapping[str, Any]) -> None:
         """Validates and appends one sample (a dict with exactly the schema's fields)."""
         if self._closed:
             raise ValueError("ShardWriter is closed")
         record = self._encode(sample)
-        if self._current is not None and self._current.num_records > 0 and \
-                self._current.bytes_written + len(record) > self.shard_size:
-            self._finish_shard()
-        if self._current is None:
-            name = f"shard-{len(self._shards):05d}.stk"
-            self._current_name = name
-            self._current = _core.ShardFileWriter(os.path.join(self.path, name), self._hash,
-                                                  len(self.fields))
-        self._current.append(record)
-        self._count += 1
+        self._shard_for(len(record)).append(record)
+        self._state.count += 1
+
+    def append_shard(self, path: Union[str, os.PathLike]) -> int:
+        """Appends every record of an existing shard file with the same schema (from
+        another dataset, or a part of this one written elsewhere), in order, without
+        decoding: the bytes are copied after each record's checksum is verified, and
+        take this write's identity. Returns the number of records appended.
+
+        This is how ``stoker inspect --upgrade`` rewrites a version-1 dataset, and how
+        datasets written in parts (one per rank) can be merged into one (docs/storage.md).
+        """
+        if self._closed:
+            raise ValueError("ShardWriter is closed")
+        path = os.fspath(path)
+        size = os.path.getsize(path)
+        current = self._shard_for(size)
+        before = current.num_records
+        current.append_shard(path, self._hash)  # verifies everything before writing
+        added = current.num_records - before
+        self._state.count += added
+        return added
 
     def _finish_shard(self) -> None:
-        n, size, crc = self._current.finish()
+        n, size, crc, header_sum, table_sum = self._state.current.finish()
         self._shards.append({"path": self._current_name, "num_records": n, "bytes": size,
-                             "checksum": crc})
-        self._current = None
+                             "checksum": crc, "header_checksum": header_sum,
+                             "table_checksum": table_sum})
+        self._state.current = None
 
     def __len__(self) -> int:
-        return self._count
+        return self._state.count
 
     # -- closing ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Finishes the last shard and writes index.json (atomically, last)."""
+        """Finishes the last shard, makes everything durable and renames index.json into
+        place; then removes generations that no reader uses any more."""
         if self._closed:
             return
+        state = self._state
         try:
-            if self._current is not None:
+            if state.current is not None:
                 self._finish_shard()
+            gen.fsync_dir(state.generation_dir)
+            gen.fsync_dir(self.path)  # the generation's own directory entry
             index = {
                 "format": FORMAT_NAME,
                 "version": FORMAT_VERSION,
+                "dataset_id": self.dataset_id,
                 "schema": schema_json(self.fields),
                 "schema_hash": f"{self._hash:016x}",
-                "num_records": self._count,
+                "num_records": state.count,
                 "shards": self._shards,
                 "metadata": self.metadata,
             }
@@ -158,23 +279,31 @@ class ShardWriter:
         except BaseException:
             self.abort()
             raise
+        # Committed: from here on the new dataset is the one in place.
+        state.generation_dir = None
         self._closed = True
+        self._finalizer.detach()
+        try:
+            gen.fsync_dir(self.path)  # the rename itself
+            replaced = next(iter(self._replaced or ()), None)
+            try:
+                gen.clean(self.path, keep={self.generation}, replaced=replaced,
+                          locks=state.lock.enforced)
+            except OSError as e:
+                warnings.warn(f"{self.path}: the dataset was written, but removing the "
+                              f"previous one failed ({e}); `stoker inspect --clean "
+                              f"{self.path}` removes it", RuntimeWarning, stacklevel=2)
+        finally:
+            state.release()
 
     def abort(self) -> None:
-        """Drops everything written so far; the directory is left without a dataset."""
-        if self._current is not None:
-            self._current.abort()
-            self._current = None
-        for s in self._shards:
-            try:
-                os.remove(os.path.join(self.path, s["path"]))
-            except FileNotFoundError:
-                pass
-        for tmp in (self._index_path + ".tmp",):
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        self._shards = []
+        """Drops everything written so far; the dataset in place (if any) is untouched."""
+        if self._closed:
+            return
         self._closed = True
+        self._finalizer.detach()
+        self._shards = []
+        self._state.discard()
 
     def __enter__(self) -> "ShardWriter":
         return self
@@ -185,11 +314,37 @@ class ShardWriter:
         else:
             self.abort()
 
-    def __del__(self) -> None:
-        # Never leave a half-written dataset looking complete; a writer that was
-        # neither closed nor used in `with` is abandoned, not finished.
-        if not getattr(self, "_closed", True):
-            try:
-                self.abort()
-            except Exception:
-                pass
+
+def upgrade(path: Union[str, os.PathLike]) -> bool:
+    """Rewrites a version-1 dataset in the current format, in place and atomically (the
+    shards are copied with identity headers; records are not decoded). Returns False if
+    it was already current."""
+    from .dataset import Dataset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the "no identity" warning of v1
+        old = Dataset(path)
+    if old.version == FORMAT_VERSION:
+        return False
+    with ShardWriter(old.path, old.fields, shard_size=1, metadata=old.metadata,
+                     overwrite=True) as w:
+        for s in old.shards:
+            w.append_shard(os.path.join(old.path, s["path"]))
+    return True
+
+
+def clean(path: Union[str, os.PathLike]):
+    """Removes generations and temporary files that no index.json names and no reader
+    uses; returns (removed, still_in_use). Takes the writer lock."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such dataset directory")
+    lock = gen.WriterLock(path, what="stoker inspect --clean")
+    try:
+        keep, keep_v1 = _read_existing(os.path.join(path, INDEX_NAME))
+        if keep is None:
+            raise _core.DataError(f"{os.path.join(path, INDEX_NAME)}: unreadable, so it is "
+                                  "unknown which generation is live; nothing was removed")
+        return gen.clean(path, keep=keep, keep_files=keep_v1, locks=lock.enforced)
+    finally:
+        lock.release()

@@ -47,18 +47,21 @@ inline std::string make_record(int64_t i) {
   return rec + x + label + tok;
 }
 
-/// Writes `n` records into shards of `per_shard` records; returns the shard list.
+/// Writes `n` records into shards of `per_shard` records under one random
+/// dataset id; returns the shard list with each shard's identity.
 inline std::vector<ShardInfo> write_shards(const std::string& dir, int64_t n, int64_t per_shard) {
   std::vector<ShardInfo> out;
+  const DatasetId id = DatasetId::random();
   for (int64_t s = 0; s * per_shard < n; ++s) {
     std::string path = dir + "/shard-" + std::to_string(s) + ".stk";
-    ShardWriter w(path, test_schema().hash, 3);
+    ShardWriter w(path, test_schema().hash, 3, id, static_cast<uint64_t>(s));
     for (int64_t i = s * per_shard; i < std::min(n, (s + 1) * per_shard); ++i) {
       std::string r = make_record(i);
       w.append(reinterpret_cast<const uint8_t*>(r.data()), r.size());
     }
     ShardSummary sum = w.finish();
-    out.push_back({path, sum.num_records, static_cast<int64_t>(sum.bytes)});
+    out.push_back({path, sum.num_records, static_cast<int64_t>(sum.bytes),
+                   ShardIdentity{id, static_cast<uint64_t>(s), sum.header_sum, sum.table_sum}});
   }
   return out;
 }

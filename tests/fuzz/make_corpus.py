@@ -1,4 +1,5 @@
-"""Writes seed corpora for the fuzz targets: small valid shards and images.
+"""Writes seed corpora for the fuzz targets: small valid shards (format versions 2 and 1)
+and images.
 
     python tests/fuzz/make_corpus.py OUT_DIR   -> OUT_DIR/shard/*, OUT_DIR/image/*
 """
@@ -25,10 +26,21 @@ def shards(out):
                     w.write({"x": rng.integers(0, 255, 4, dtype=np.uint8),
                              "v": rng.integers(0, 9, (i % 3, 2), dtype=np.int32),
                              "b": bytes(i % 4)})
-            with open(os.path.join(path, "shard-00000.stk"), "rb") as f:
+            shard = stoker.Dataset(path).shards[0]["path"]  # gen-<id>/shard-00000.stk
+            with open(os.path.join(path, shard), "rb") as f:
                 data = f.read()
             with open(os.path.join(out, f"shard{k}"), "wb") as f:
                 f.write(data)
+
+
+def v1_shards(out):
+    """Version-1 shards (no identity), still read: the compatibility fixture's."""
+    src = os.path.join(os.path.dirname(__file__), "..", "data", "v1_dataset")
+    for name in sorted(os.listdir(src)):
+        if name.endswith(".stk"):
+            with open(os.path.join(src, name), "rb") as f, \
+                    open(os.path.join(out, "v1-" + name), "wb") as g:
+                g.write(f.read())
 
 
 def images(out):
@@ -51,4 +63,5 @@ def images(out):
 if __name__ == "__main__":
     root = sys.argv[1]
     shards(os.path.join(root, "shard"))
+    v1_shards(os.path.join(root, "shard"))
     images(os.path.join(root, "image"))
