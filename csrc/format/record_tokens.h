@@ -1,0 +1,39 @@
+// The token documents of a stoker dataset: one field of integer tokens (a
+// `stoker.tokens` field, stored as a variable-length array), one document per
+// record. Every read verifies the record's checksum, as for any record.
+//
+// Document lengths come from the shard's record table, which is checksummed
+// and validated at open, so planning reads no record data: when the token
+// field is the schema's only variable-length field, its length is the record
+// length minus the field table and the fixed fields. With other variable
+// fields (a text blob beside the tokens, say) the per-record field table is
+// read instead (4 bytes per record, still no payload); a record whose table
+// lies is caught by its checksum when it is read.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "format/dataset.h"
+#include "format/token_source.h"
+
+namespace stoker {
+
+class RecordTokenSource : public TokenSource {
+ public:
+  /// @param field name of a variable-length integer array field of `ds`.
+  RecordTokenSource(std::shared_ptr<const Dataset> ds, const std::string& field);
+
+  TokenSpan doc(int64_t d) const override;
+  std::string where(int64_t d) const override;
+  std::string describe() const override;
+
+  const Dataset& dataset() const { return *ds_; }
+
+ private:
+  std::shared_ptr<const Dataset> ds_;
+  size_t field_ = 0;
+  std::string field_name_;
+};
+
+}  // namespace stoker
