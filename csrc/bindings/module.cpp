@@ -10,6 +10,7 @@ void register_format(py::module_& m);
 void register_loader(py::module_& m);
 void register_decode(py::module_& m);
 void register_cuda(py::module_& m);
+void register_tokens(py::module_& m);
 }  // namespace stoker::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -40,4 +41,5 @@ PYBIND11_MODULE(_core, m) {
   stoker::bindings::register_loader(m);
   stoker::bindings::register_decode(m);
   stoker::bindings::register_cuda(m);
+  stoker::bindings::register_tokens(m);
 }
