@@ -421,7 +421,7 @@ def test_ids_outside_the_output_dtype_or_vocabulary(tmp_path):
     ds = stoker.TokenDataset(str(tmp_path / "big.bin"), dtype="uint32")
     p = td._make_producer(ds, seq_len=4, token_dtype="int32")
     with pytest.raises(stoker.DataError, match=r"big\.bin: document 0 .*: token 3 of the "
-                                               r"document is 2147483653, outside \[0, 2147483648\)"):
+                       r"document is 2147483653, outside \[0, 2147483648\)"):
         p.batch(p.plan_epoch(0), 0)
     p64 = td._make_producer(ds, seq_len=4)  # int64 holds it
     assert p64.batch(p64.plan_epoch(0), 0)["input_ids"][0, 3] == 2**31 + 5

@@ -17,8 +17,19 @@ Write a dataset once with :class:`ShardWriter`, then iterate it with :class:`Loa
 from . import ops
 from ._core import CudaError, DataError, DecodeError
 from .dataset import Dataset
-from .fields import (Blob, Field, Image, NDArray, Scalar, Tokens, blob, image, ndarray, scalar,
-                     tokens)
+from .fields import (
+                     Blob,
+                     Field,
+                     Image,
+                     NDArray,
+                     Scalar,
+                     Tokens,
+                     blob,
+                     image,
+                     ndarray,
+                     scalar,
+                     tokens,
+)
 from .loader import Loader
 from .token_dataset import TokenDataset
 from .writer import ShardWriter

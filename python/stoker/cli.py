@@ -150,6 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
         imf = csub.add_parser("imagefolder", help="torchvision ImageFolder layout to a dataset")
         imagefolder.add_arguments(imf)
         imf.set_defaults(func=imagefolder.run)
+    from .convert import text as text_convert
+    from .convert import tokens as token_convert
+
+    for fmt, what in (("jsonl", "JSON lines"), ("parquet", "Parquet files"),
+                      ("hf", "a HuggingFace datasets folder (save_to_disk)")):
+        t = csub.add_parser(fmt, help=f"{what} to token documents through a tokenizer")
+        text_convert.add_arguments(t, fmt)
+        t.set_defaults(func=text_convert.run)
+    for fmt, what in (("megatron", "a Megatron-LM .bin/.idx dataset"),
+                      ("nanogpt", "nanoGPT flat token files")):
+        t = csub.add_parser(fmt, help=f"{what} to checksummed token documents")
+        token_convert.add_arguments(t, fmt)
+        t.set_defaults(func=token_convert.run)
 
     from . import bench
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -218,7 +218,8 @@ class TokenDataset:
                                   "vocab_size": self.vocab_size}))
 
     def __repr__(self) -> str:
-        what = self.paths[0] if len(self.paths) == 1 else f"{self.paths[0]} (+{len(self.paths) - 1})"
+        more = len(self.paths) - 1
+        what = self.paths[0] if not more else f"{self.paths[0]} (+{more})"
         return (f"stoker.TokenDataset({what!r}, {self.kind}, {self.dtype}, "
                 f"{self.num_docs} documents, {self.num_tokens} tokens)")
 

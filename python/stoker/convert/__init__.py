@@ -5,8 +5,14 @@ Python::
 
     from stoker.convert import convert_imagefolder
     convert_imagefolder("imagenet/train", "data/train")
+
+Token documents for language models: ``stoker convert jsonl|parquet|hf SRC OUT --tokenizer
+...`` (:mod:`stoker.convert.text`) and ``stoker convert megatron|nanogpt SRC OUT``
+(:mod:`stoker.convert.tokens`).
 """
 
 from .imagefolder import convert_imagefolder
+from .text import convert_text
+from .tokens import convert_tokens
 
-__all__ = ["convert_imagefolder"]
+__all__ = ["convert_imagefolder", "convert_text", "convert_tokens"]
