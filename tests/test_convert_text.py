@@ -14,7 +14,6 @@ import stoker
 from stoker import cli
 from stoker import token_dataset as td
 from stoker.convert import convert_text, convert_tokens
-
 from test_tokens import write_megatron
 
 tokenizers = pytest.importorskip("tokenizers")

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import stoker
-
 from test_convert_text import real_texts
 from token_loader_shim import ShimLoader, loader_has_tokens
 

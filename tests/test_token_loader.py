@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import stoker
 import torch
-
 from test_tokens import random_docs, write_token_dataset
 from token_loader_shim import token_loader
 
