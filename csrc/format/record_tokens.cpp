@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "format/field_lengths.h"
 
 namespace stoker {
 
@@ -17,37 +18,9 @@ RecordTokenSource::RecordTokenSource(std::shared_ptr<const Dataset> ds, const st
                UsageError, "field '", field,
                "' does not hold token documents (a 1-D variable-length integer array)");
   dtype_ = spec.dtype;
-  const size_t nf = schema.fields.size();
-  const size_t item = dtype_size(dtype_);
-  size_t fixed = 4 * nf;
-  bool only_variable = true;
-  for (size_t f = 0; f < nf; ++f) {
-    if (f == field_) continue;
-    if (schema.fields[f].variable()) only_variable = false;
-    else fixed += schema.fields[f].fixed_bytes();
-  }
-  starts_.reserve(static_cast<size_t>(ds_->size()) + 1);
-  for (size_t s = 0; s < ds_->num_shards(); ++s) {
-    const ShardReader& r = ds_->shard(s);
-    for (int64_t i = 0; i < r.num_records(); ++i) {
-      const RecordView rec = r.record_unchecked(i);
-      uint64_t bytes;
-      if (only_variable) {
-        if (rec.size < fixed)
-          STOKER_THROW(DataError, r.path(), ": record ", i, ": ", rec.size,
-                       " bytes, shorter than its fixed fields");
-        bytes = rec.size - fixed;
-      } else {
-        uint32_t len;
-        std::memcpy(&len, rec.data + 4 * field_, 4);
-        bytes = len;
-      }
-      if (bytes % item != 0)
-        STOKER_THROW(DataError, r.path(), ": record ", i, ": field '", field, "' has ", bytes,
-                     " bytes, not a whole number of ", dtype_name(dtype_), " tokens");
-      starts_.push_back(starts_.back() + static_cast<int64_t>(bytes / item));
-    }
-  }
+  const std::vector<int64_t> rows = variable_field_rows(*ds_, field_);
+  starts_.reserve(rows.size() + 1);
+  for (int64_t n : rows) starts_.push_back(starts_.back() + n);
 }
 
 TokenSpan RecordTokenSource::doc(int64_t d) const {

@@ -2,13 +2,8 @@
 // `stoker.tokens` field, stored as a variable-length array), one document per
 // record. Every read verifies the record's checksum, as for any record.
 //
-// Document lengths come from the shard's record table, which is checksummed
-// and validated at open, so planning reads no record data: when the token
-// field is the schema's only variable-length field, its length is the record
-// length minus the field table and the fixed fields. With other variable
-// fields (a text blob beside the tokens, say) the per-record field table is
-// read instead (4 bytes per record, still no payload); a record whose table
-// lies is caught by its checksum when it is read.
+// Document lengths come from the record table without reading payloads
+// (format/field_lengths.h), so planning reads no token data.
 #pragma once
 
 #include <memory>

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "common/error.h"
 #include "decode/token_copy.h"
+#include "format/field_lengths.h"
 #include "format/megatron_index.h"
 #include "format/record_tokens.h"
 #include "format/token_file.h"
@@ -207,6 +208,42 @@ static void record_tokens() {
     named = std::string(e.what()).find("shard-1.stk: record 0") != std::string::npos;
   }
   CHECK(named);
+}
+
+static void lengths_with_two_variable_fields() {
+  // tokens beside a blob: lengths come from each record's field table
+  std::string dir = test::temp_dir();
+  Schema schema;
+  schema.fields.push_back({"b", FieldKind::kBlob, DType::kUInt8, {}});
+  schema.fields.push_back({"t", FieldKind::kNDArray, DType::kUInt16, {-1}});
+  schema.hash = 77;
+  std::string path = dir + "/s.stk";
+  ShardWriter w(path, schema.hash, 2);
+  for (uint32_t i = 0; i < 9; ++i) {
+    std::string blob(i * 3 % 5, 'x'), toks;
+    for (uint16_t t = 0; t < i; ++t) toks.append(reinterpret_cast<const char*>(&t), 2);
+    std::string rec;
+    for (const std::string* f : {&blob, &toks}) {
+      uint32_t n = static_cast<uint32_t>(f->size());
+      rec.append(reinterpret_cast<const char*>(&n), 4);
+    }
+    rec += blob + toks;
+    w.append(reinterpret_cast<const uint8_t*>(rec.data()), rec.size());
+  }
+  ShardSummary sum = w.finish();
+  auto ds = std::make_shared<Dataset>(schema, std::vector<ShardInfo>{{path, sum.num_records,
+                                                                      static_cast<int64_t>(sum.bytes)}});
+  RecordTokenSource src(ds, "t");
+  for (int64_t d = 0; d < 9; ++d) {
+    CHECK_EQ(src.doc_length(d), d);
+    TokenSpan s = src.doc(d);  // payloads at odd offsets: the copy handles unaligned tokens
+    std::vector<int64_t> out(static_cast<size_t>(s.length));
+    CHECK_EQ(copy_tokens(s.data, DType::kUInt16, s.length, out.data(), DType::kInt64,
+                         token_limit(DType::kInt64, 0)), -1);
+    for (int64_t i = 0; i < s.length; ++i) CHECK_EQ(out[static_cast<size_t>(i)], i);
+  }
+  auto blob_rows = variable_field_rows(*ds, 0);
+  for (int64_t d = 0; d < 9; ++d) CHECK_EQ(blob_rows[static_cast<size_t>(d)], d * 3 % 5);
 }
 
 static void copy_and_limits() {
@@ -651,6 +688,7 @@ static void bad_tokens() {
   CHECK_THROWS(UsageError, TokenProducer(src, o));
 }
 
-TEST_MAIN(flat_files(); megatron(); record_tokens(); copy_and_limits(); pack_plan();
+TEST_MAIN(flat_files(); megatron(); record_tokens(); lengths_with_two_variable_fields();
+          copy_and_limits(); pack_plan();
           budget_plan(); split_and_resume(); producer_windows(); producer_packed();
           producer_budget(); producer_resume(); bad_tokens())
