@@ -71,8 +71,8 @@ py::dict batch_to_numpy(const BatchWork& w, std::shared_ptr<AlignedBuffer> buf) 
   py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<AlignedBuffer>*>(p); });
   for (const TensorDesc& t : w.tensors) {
     std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-    out[py::str(t.name)] = py::array(py::dtype(dtype_name(t.dtype)), shape,
-                                     (*keep)->data + t.offset, owner);
+    out[py::str(t.name)] =
+        py::array(py::dtype(dtype_name(t.dtype)), shape, (*keep)->data + t.offset, owner);
   }
   return out;
 }
@@ -122,7 +122,8 @@ void register_tokens(py::module_& m) {
             }
             // a read-only view into the mapping; the source stays alive with it
             auto* keep = new std::shared_ptr<TokenSource>(s);
-            py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<TokenSource>*>(p); });
+            py::capsule owner(
+                keep, [](void* p) { delete static_cast<std::shared_ptr<TokenSource>*>(p); });
             py::array a(py::dtype(dtype_name(s->dtype())), {static_cast<py::ssize_t>(span.length)},
                         span.data, owner);
             py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
@@ -134,7 +135,8 @@ void register_tokens(py::module_& m) {
 
   m.def(
       "open_token_files",
-      [](const std::vector<std::string>& paths, const std::string& dtype, std::optional<int64_t> eos) {
+      [](const std::vector<std::string>& paths, const std::string& dtype,
+         std::optional<int64_t> eos) {
         DType t = dtype_from_name(dtype);
         py::gil_scoped_release nogil;
         return open_token_files(paths, t, eos);
@@ -156,17 +158,18 @@ void register_tokens(py::module_& m) {
       py::arg("dataset"), py::arg("field"));
 
   py::class_<PyEpochPlan>(m, "TokenEpochPlan")
-      .def_property_readonly("num_batches", [](const PyEpochPlan& p) { return p.plan->num_batches(); })
+      .def_property_readonly("num_batches",
+                             [](const PyEpochPlan& p) { return p.plan->num_batches(); })
       .def_property_readonly("epoch", [](const PyEpochPlan& p) { return p.key.epoch; })
       .def_property_readonly("offset", [](const PyEpochPlan& p) { return p.key.offset; });
 
   py::class_<TokenProducer, BatchProducer, std::shared_ptr<TokenProducer>>(m, "TokenProducer")
-      .def(py::init([](std::shared_ptr<TokenSource> source, const std::string& mode, int64_t seq_len,
-                       int64_t stride, int64_t batch_size, int64_t max_tokens, int64_t max_length,
-                       int64_t pad_to_multiple_of, bool shuffle, uint64_t seed, bool drop_last,
-                       const std::string& token_dtype, int64_t pad_id, int64_t ignore_index,
-                       const std::string& pack_fit, int64_t pack_window, const std::string& overlong,
-                       int64_t vocab_size, bool attention_mask) {
+      .def(py::init([](std::shared_ptr<TokenSource> source, const std::string& mode,
+                       int64_t seq_len, int64_t stride, int64_t batch_size, int64_t max_tokens,
+                       int64_t max_length, int64_t pad_to_multiple_of, bool shuffle, uint64_t seed,
+                       bool drop_last, const std::string& token_dtype, int64_t pad_id,
+                       int64_t ignore_index, const std::string& pack_fit, int64_t pack_window,
+                       const std::string& overlong, int64_t vocab_size, bool attention_mask) {
              TokenOptions o;
              o.mode = mode_from(mode);
              o.seq_len = seq_len;
@@ -181,14 +184,23 @@ void register_tokens(py::module_& m) {
              o.token_dtype = dtype_from_name(token_dtype);
              o.pad_id = pad_id;
              o.ignore_index = ignore_index;
-             if (pack_fit == "best_fit") o.fit = PackFit::kBest;
-             else if (pack_fit == "first_fit") o.fit = PackFit::kFirst;
-             else STOKER_THROW(UsageError, "pack_fit must be 'best_fit' or 'first_fit', got '", pack_fit, "'");
+             if (pack_fit == "best_fit")
+               o.fit = PackFit::kBest;
+             else if (pack_fit == "first_fit")
+               o.fit = PackFit::kFirst;
+             else
+               STOKER_THROW(UsageError, "pack_fit must be 'best_fit' or 'first_fit', got '",
+                            pack_fit, "'");
              o.pack_window = pack_window;
-             if (overlong == "split") o.overlong = Overlong::kSplit;
-             else if (overlong == "truncate") o.overlong = Overlong::kTruncate;
-             else if (overlong == "error") o.overlong = Overlong::kError;
-             else STOKER_THROW(UsageError, "overlong must be 'split', 'truncate' or 'error', got '", overlong, "'");
+             if (overlong == "split")
+               o.overlong = Overlong::kSplit;
+             else if (overlong == "truncate")
+               o.overlong = Overlong::kTruncate;
+             else if (overlong == "error")
+               o.overlong = Overlong::kError;
+             else
+               STOKER_THROW(UsageError, "overlong must be 'split', 'truncate' or 'error', got '",
+                            overlong, "'");
              o.vocab_size = vocab_size;
              o.attention_mask = attention_mask;
              py::gil_scoped_release nogil;
@@ -201,7 +213,8 @@ void register_tokens(py::module_& m) {
            py::arg("pad_id") = 0, py::arg("ignore_index") = -100, py::arg("pack_fit") = "best_fit",
            py::arg("pack_window") = 64, py::arg("overlong") = "split", py::arg("vocab_size") = 0,
            py::arg("attention_mask") = true)
-      .def("num_batches", &TokenProducer::num_batches, py::arg("rank") = 0, py::arg("world_size") = 1)
+      .def("num_batches", &TokenProducer::num_batches, py::arg("rank") = 0,
+           py::arg("world_size") = 1)
       .def("epoch_samples", &TokenProducer::epoch_samples)
       .def(
           "consumed_after",
@@ -215,9 +228,7 @@ void register_tokens(py::module_& m) {
       .def_property_readonly("pad_fraction", &TokenProducer::pad_fraction)
       .def_property_readonly("unused_tokens", &TokenProducer::unused_tokens)
       .def_property_readonly("epoch_rows", &TokenProducer::epoch_rows)
-      .def_property_readonly("source", [](const TokenProducer& p) {
-        return p.source().describe();
-      })
+      .def_property_readonly("source", [](const TokenProducer& p) { return p.source().describe(); })
       .def(
           "plan_epoch",
           [](const TokenProducer& p, uint64_t epoch, int64_t rank, int64_t world, int64_t offset) {
@@ -225,7 +236,8 @@ void register_tokens(py::module_& m) {
             py::gil_scoped_release nogil;
             return PyEpochPlan{p.plan_epoch(key), key};
           },
-          py::arg("epoch") = 0, py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("offset") = 0)
+          py::arg("epoch") = 0, py::arg("rank") = 0, py::arg("world_size") = 1,
+          py::arg("offset") = 0)
       .def(
           "batch",
           [](const TokenProducer& p, const PyEpochPlan& plan, int64_t k, int threads) {
@@ -256,29 +268,30 @@ void register_tokens(py::module_& m) {
             std::mutex mu;
             double secs = 0;
             {
-            py::gil_scoped_release nogil;
-            const auto t0 = std::chrono::steady_clock::now();
-            auto loop = [&] {
-              std::unique_ptr<AlignedBuffer> buf;
-              WorkerContext ctx;
-              try {
-                for (int64_t k; (k = next.fetch_add(1)) < end;) {
-                  auto w = p.plan_batch(*plan.plan, k);
-                  if (!buf || buf->size < w->bytes) buf = std::make_unique<AlignedBuffer>(w->bytes);
-                  for (int u = 0; u < w->units; ++u) w->run(u, buf->data, ctx);
-                  out_bytes.fetch_add(static_cast<int64_t>(w->bytes));
+              py::gil_scoped_release nogil;
+              const auto t0 = std::chrono::steady_clock::now();
+              auto loop = [&] {
+                std::unique_ptr<AlignedBuffer> buf;
+                WorkerContext ctx;
+                try {
+                  for (int64_t k; (k = next.fetch_add(1)) < end;) {
+                    auto w = p.plan_batch(*plan.plan, k);
+                    if (!buf || buf->size < w->bytes)
+                      buf = std::make_unique<AlignedBuffer>(w->bytes);
+                    for (int u = 0; u < w->units; ++u) w->run(u, buf->data, ctx);
+                    out_bytes.fetch_add(static_cast<int64_t>(w->bytes));
+                  }
+                } catch (...) {
+                  std::lock_guard<std::mutex> lock(mu);
+                  if (!error) error = std::current_exception();
+                  next.store(end);
                 }
-              } catch (...) {
-                std::lock_guard<std::mutex> lock(mu);
-                if (!error) error = std::current_exception();
-                next.store(end);
-              }
-            };
-            std::vector<std::thread> pool;
-            for (int t = 1; t < threads; ++t) pool.emplace_back(loop);
-            loop();
-            for (auto& t : pool) t.join();
-            secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              };
+              std::vector<std::thread> pool;
+              for (int t = 1; t < threads; ++t) pool.emplace_back(loop);
+              loop();
+              for (auto& t : pool) t.join();
+              secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             }
             if (error) std::rethrow_exception(error);
             return py::make_tuple(std::max<int64_t>(0, end - first), out_bytes.load(), secs);

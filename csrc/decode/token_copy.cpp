@@ -32,8 +32,10 @@ int64_t copy_typed(const uint8_t* __restrict src, int64_t n, D* __restrict dst, 
   }
   using Wide = std::conditional_t<std::is_signed_v<S>, int64_t, uint64_t>;
   auto bad = [limit](Wide v) {
-    if constexpr (std::is_signed_v<S>) return v < 0 || v >= limit;
-    else return v >= static_cast<uint64_t>(limit);
+    if constexpr (std::is_signed_v<S>)
+      return v < 0 || v >= limit;
+    else
+      return v >= static_cast<uint64_t>(limit);
   };
   Wide lo = 0, hi = 0;
   if (n > 0) lo = hi = static_cast<Wide>(load<S>(src, 0));
@@ -53,15 +55,24 @@ int64_t copy_typed(const uint8_t* __restrict src, int64_t n, D* __restrict dst, 
 template <typename D>
 int64_t copy_to(const void* src, DType src_type, int64_t n, D* dst, int64_t limit) {
   switch (src_type) {
-    case DType::kUInt8: return copy_typed<uint8_t>(static_cast<const uint8_t*>(src), n, dst, limit);
-    case DType::kInt8: return copy_typed<int8_t>(static_cast<const uint8_t*>(src), n, dst, limit);
-    case DType::kUInt16: return copy_typed<uint16_t>(static_cast<const uint8_t*>(src), n, dst, limit);
-    case DType::kInt16: return copy_typed<int16_t>(static_cast<const uint8_t*>(src), n, dst, limit);
-    case DType::kUInt32: return copy_typed<uint32_t>(static_cast<const uint8_t*>(src), n, dst, limit);
-    case DType::kInt32: return copy_typed<int32_t>(static_cast<const uint8_t*>(src), n, dst, limit);
-    case DType::kUInt64: return copy_typed<uint64_t>(static_cast<const uint8_t*>(src), n, dst, limit);
-    case DType::kInt64: return copy_typed<int64_t>(static_cast<const uint8_t*>(src), n, dst, limit);
-    default: STOKER_THROW(UsageError, "token dtype must be an integer type, got ", dtype_name(src_type));
+    case DType::kUInt8:
+      return copy_typed<uint8_t>(static_cast<const uint8_t*>(src), n, dst, limit);
+    case DType::kInt8:
+      return copy_typed<int8_t>(static_cast<const uint8_t*>(src), n, dst, limit);
+    case DType::kUInt16:
+      return copy_typed<uint16_t>(static_cast<const uint8_t*>(src), n, dst, limit);
+    case DType::kInt16:
+      return copy_typed<int16_t>(static_cast<const uint8_t*>(src), n, dst, limit);
+    case DType::kUInt32:
+      return copy_typed<uint32_t>(static_cast<const uint8_t*>(src), n, dst, limit);
+    case DType::kInt32:
+      return copy_typed<int32_t>(static_cast<const uint8_t*>(src), n, dst, limit);
+    case DType::kUInt64:
+      return copy_typed<uint64_t>(static_cast<const uint8_t*>(src), n, dst, limit);
+    case DType::kInt64:
+      return copy_typed<int64_t>(static_cast<const uint8_t*>(src), n, dst, limit);
+    default:
+      STOKER_THROW(UsageError, "token dtype must be an integer type, got ", dtype_name(src_type));
   }
 }
 
@@ -77,18 +88,21 @@ int64_t token_limit(DType dst, int64_t vocab_size) {
 
 int64_t copy_tokens(const void* src, DType src_type, int64_t n, void* dst, DType dst_type,
                     int64_t limit) {
-  if (dst_type == DType::kInt64) return copy_to(src, src_type, n, static_cast<int64_t*>(dst), limit);
-  if (dst_type == DType::kInt32) return copy_to(src, src_type, n, static_cast<int32_t*>(dst), limit);
+  if (dst_type == DType::kInt64)
+    return copy_to(src, src_type, n, static_cast<int64_t*>(dst), limit);
+  if (dst_type == DType::kInt32)
+    return copy_to(src, src_type, n, static_cast<int32_t*>(dst), limit);
   STOKER_THROW(UsageError, "token_dtype must be int64 or int32, got ", dtype_name(dst_type));
 }
 
 int64_t token_at(const void* src, DType src_type, int64_t i) {
-  const uint8_t* p = static_cast<const uint8_t*>(src) + static_cast<size_t>(i) * dtype_size(src_type);
+  const uint8_t* p =
+      static_cast<const uint8_t*>(src) + static_cast<size_t>(i) * dtype_size(src_type);
   switch (src_type) {
-#define STOKER_TOKEN_AT(code, T) \
-  case code: {                   \
-    T v;                         \
-    std::memcpy(&v, p, sizeof v); \
+#define STOKER_TOKEN_AT(code, T)    \
+  case code: {                      \
+    T v;                            \
+    std::memcpy(&v, p, sizeof v);   \
     return static_cast<int64_t>(v); \
   }
     STOKER_TOKEN_AT(DType::kUInt8, uint8_t)
@@ -100,7 +114,8 @@ int64_t token_at(const void* src, DType src_type, int64_t i) {
     STOKER_TOKEN_AT(DType::kUInt64, uint64_t)
     STOKER_TOKEN_AT(DType::kInt64, int64_t)
 #undef STOKER_TOKEN_AT
-    default: STOKER_THROW(UsageError, "token dtype must be an integer type");
+    default:
+      STOKER_THROW(UsageError, "token dtype must be an integer type");
   }
 }
 

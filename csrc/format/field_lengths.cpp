@@ -17,8 +17,10 @@ std::vector<int64_t> variable_field_rows(const Dataset& ds, size_t field) {
   bool only_variable = true;
   for (size_t f = 0; f < nf; ++f) {
     if (f == field) continue;
-    if (schema.fields[f].variable()) only_variable = false;
-    else fixed += schema.fields[f].fixed_bytes();
+    if (schema.fields[f].variable())
+      only_variable = false;
+    else
+      fixed += schema.fields[f].fixed_bytes();
   }
   std::vector<int64_t> out;
   out.reserve(static_cast<size_t>(ds.size()));

@@ -27,17 +27,17 @@ class MegatronSource : public MappedTokenSource {
       const std::string bin_path = prefixes[i] + ".bin";
       detail::MappedFile idx(idx_path);
       MegatronIndex index = parse_megatron_index(idx.data(), idx.size(), idx_path);
-      if (i == 0) dtype_ = index.dtype;
+      if (i == 0)
+        dtype_ = index.dtype;
       else if (index.dtype != dtype_)
         STOKER_THROW(DataError, idx_path, ": tokens are ", dtype_name(index.dtype), " but ",
-                     prefixes[0], ".idx has ", dtype_name(dtype_),
-                     " (one stream needs one dtype)");
+                     prefixes[0], ".idx has ", dtype_name(dtype_), " (one stream needs one dtype)");
       detail::MappedFile bin(bin_path);
       const uint64_t want = static_cast<uint64_t>(index.total_tokens) * dtype_size(index.dtype);
       if (bin.size() != want)
-        STOKER_THROW(DataError, bin_path, ": ", bin.size(), " bytes but ", idx_path,
-                     " describes ", index.total_tokens, " ", dtype_name(index.dtype),
-                     " tokens (", want, " bytes): the .idx does not match its .bin");
+        STOKER_THROW(DataError, bin_path, ": ", bin.size(), " bytes but ", idx_path, " describes ",
+                     index.total_tokens, " ", dtype_name(index.dtype), " tokens (", want,
+                     " bytes): the .idx does not match its .bin");
       add_file(std::move(bin), index.sequence_lengths);
     }
     description_ = prefixes.size() == 1
@@ -51,12 +51,18 @@ class MegatronSource : public MappedTokenSource {
 
 DType megatron_dtype(int code, const std::string& path) {
   switch (code) {
-    case 1: return DType::kUInt8;
-    case 2: return DType::kInt8;
-    case 3: return DType::kInt16;
-    case 4: return DType::kInt32;
-    case 5: return DType::kInt64;
-    case 8: return DType::kUInt16;
+    case 1:
+      return DType::kUInt8;
+    case 2:
+      return DType::kInt8;
+    case 3:
+      return DType::kInt16;
+    case 4:
+      return DType::kInt32;
+    case 5:
+      return DType::kInt64;
+    case 8:
+      return DType::kUInt16;
     case 6:
     case 7:
       STOKER_THROW(DataError, path, ": floating-point tokens (dtype code ", code,
@@ -98,8 +104,8 @@ MegatronIndex parse_megatron_index(const uint8_t* data, size_t size, const std::
     const int64_t p = load<int64_t>(pointers + 8 * i);
     if (n < 0) STOKER_THROW(DataError, path, ": sequence ", i, " has negative length ", n);
     if (p != offset)
-      STOKER_THROW(DataError, path, ": sequence ", i, " starts at byte ", p, ", expected ",
-                   offset, " (sequences must be back to back)");
+      STOKER_THROW(DataError, path, ": sequence ", i, " starts at byte ", p, ", expected ", offset,
+                   " (sequences must be back to back)");
     out.sequence_lengths[i] = n;
     offset += static_cast<int64_t>(n) * item;
     out.total_tokens += n;

@@ -34,8 +34,8 @@ struct MegatronIndex {
 /// back to back, a monotone document index ending at S. DataError names `path`.
 MegatronIndex parse_megatron_index(const uint8_t* data, size_t size, const std::string& path);
 
-/// Megatron dtype codes: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16.
-/// Throws DataError for floats and unknown codes.
+/// Megatron dtype codes: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8
+/// uint16. Throws DataError for floats and unknown codes.
 DType megatron_dtype(int code, const std::string& path);
 
 /// Opens PREFIX.idx + PREFIX.bin for each prefix (one stream, in order); the

@@ -35,8 +35,9 @@ TokenSpan RecordTokenSource::doc(int64_t d) const {
   ds_->read(d, views);  // verifies the checksum; the error names shard and record
   const RecordView& v = views[field_];
   const int64_t n = static_cast<int64_t>(v.size / dtype_size(dtype_));
-  if (n != doc_length(d)) STOKER_THROW(DataError, where(d), ": field '", field_name_, "' holds ",
-                                       n, " tokens, the record table said ", doc_length(d));
+  if (n != doc_length(d))
+    STOKER_THROW(DataError, where(d), ": field '", field_name_, "' holds ", n,
+                 " tokens, the record table said ", doc_length(d));
   return {v.data, n};
 }
 

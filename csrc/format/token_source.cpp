@@ -52,8 +52,8 @@ TokenSpan MappedTokenSource::doc(int64_t d) const {
 std::string MappedTokenSource::where(int64_t d) const {
   const size_t f = file_of(d);
   const int64_t first = doc_start(d) - file_first_token_[f];
-  return detail::concat(files_[f].path(), ": document ", d - file_first_doc_[f], " (tokens ",
-                        first, "..", first + doc_length(d), ")");
+  return detail::concat(files_[f].path(), ": document ", d - file_first_doc_[f], " (tokens ", first,
+                        "..", first + doc_length(d), ")");
 }
 
 }  // namespace stoker

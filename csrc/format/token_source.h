@@ -40,7 +40,8 @@ class TokenSource {
   /// Global offset of document d's first token; doc_start(num_docs()) == num_tokens().
   int64_t doc_start(int64_t d) const { return starts_[static_cast<size_t>(d)]; }
   int64_t doc_length(int64_t d) const { return doc_start(d + 1) - doc_start(d); }
-  /// The document holding global token t (0 <= t < num_tokens()); empty documents are never returned.
+  /// The document holding global token t (0 <= t < num_tokens()); empty documents are never
+  /// returned.
   int64_t doc_of(int64_t t) const;
 
   /// Tokens of document d, verified where the format has checksums. Throws
@@ -71,8 +72,8 @@ class MappedTokenSource : public TokenSource {
  private:
   size_t file_of(int64_t d) const;
   std::vector<detail::MappedFile> files_;
-  std::vector<int64_t> file_first_doc_;     ///< first document of each file
-  std::vector<int64_t> file_first_token_;   ///< global offset of each file's first token
+  std::vector<int64_t> file_first_doc_;    ///< first document of each file
+  std::vector<int64_t> file_first_token_;  ///< global offset of each file's first token
 };
 
 /// Integer token dtypes a source may hold (uint8..int64, not floats or bool).

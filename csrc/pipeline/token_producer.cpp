@@ -22,9 +22,11 @@ constexpr int kMaxUnits = 65535;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 void fill(void* row, DType t, int64_t begin, int64_t end, int64_t v) {
-  if (t == DType::kInt64) std::fill(static_cast<int64_t*>(row) + begin, static_cast<int64_t*>(row) + end, v);
-  else std::fill(static_cast<int32_t*>(row) + begin, static_cast<int32_t*>(row) + end,
-                 static_cast<int32_t>(v));
+  if (t == DType::kInt64)
+    std::fill(static_cast<int64_t*>(row) + begin, static_cast<int64_t*>(row) + end, v);
+  else
+    std::fill(static_cast<int32_t*>(row) + begin, static_cast<int32_t*>(row) + end,
+              static_cast<int32_t>(v));
 }
 
 void iota(void* row, DType t, int64_t begin, int64_t end) {
@@ -60,10 +62,10 @@ struct TokenProducer::Work : BatchWork {
   const TokenProducer* p = nullptr;
   int64_t rows = 0, width = 0;
   int rows_per_unit = 1;
-  std::vector<int64_t> row_start;         // kWindows: first token of each window
-  std::vector<PackPiece> pieces;          // other modes: the row's pieces, in order
-  std::vector<int64_t> row_piece_begin;   // rows + 1 entries
-  std::vector<int64_t> row_seg_begin;     // packed: the row's first sequence in cu_seqlens
+  std::vector<int64_t> row_start;        // kWindows: first token of each window
+  std::vector<PackPiece> pieces;         // other modes: the row's pieces, in order
+  std::vector<int64_t> row_piece_begin;  // rows + 1 entries
+  std::vector<int64_t> row_seg_begin;    // packed: the row's first sequence in cu_seqlens
   int32_t max_seqlen = 0;
   size_t off_input = 0, off_labels = 0, off_pos = 0, off_cu = 0, off_max = 0, off_loss = 0,
          off_attn = 0;
@@ -91,8 +93,8 @@ void TokenProducer::Work::bad_token(int64_t d, const TokenSpan& span, int64_t i)
   std::string why = o.vocab_size > 0 && p->limit_ == o.vocab_size
                         ? detail::concat("vocab_size=", o.vocab_size)
                         : detail::concat("what token_dtype=", dtype_name(o.token_dtype), " holds");
-  STOKER_THROW(DataError, src.where(d), ": token ", i, " of the document is ", v,
-               ", outside [0, ", p->limit_, ") (", why, ")");
+  STOKER_THROW(DataError, src.where(d), ": token ", i, " of the document is ", v, ", outside [0, ",
+               p->limit_, ") (", why, ")");
 }
 
 void TokenProducer::Work::run(int u, uint8_t* base, WorkerContext& ctx) {
@@ -102,8 +104,10 @@ void TokenProducer::Work::run(int u, uint8_t* base, WorkerContext& ctx) {
   int64_t read = 0;
   for (int64_t r = r0; r < r1; ++r) {
     if (ctx.stopped()) return;
-    if (!row_start.empty()) run_window(r, base, read);
-    else run_pieces(r, base, read);
+    if (!row_start.empty())
+      run_window(r, base, read);
+    else
+      run_pieces(r, base, read);
   }
   if (u == 0 && packed) {
     std::memcpy(base + off_max, &max_seqlen, sizeof max_seqlen);
@@ -140,8 +144,8 @@ void TokenProducer::Work::run_window(int64_t r, uint8_t* base, int64_t& read) co
     }
     const int64_t a = std::max<int64_t>(j0, 1), b = j0 + take;
     if (b > a) {
-      const int64_t bad = copy_tokens(from + static_cast<size_t>(a - j0) * item, src.dtype(),
-                                      b - a, labels + (a - 1) * oitem, out, p->limit_);
+      const int64_t bad = copy_tokens(from + static_cast<size_t>(a - j0) * item, src.dtype(), b - a,
+                                      labels + (a - 1) * oitem, out, p->limit_);
       if (bad >= 0) bad_token(d, span, off + (a - j0) + bad);
     }
     read += take * static_cast<int64_t>(item);
@@ -163,7 +167,8 @@ void TokenProducer::Work::run_pieces(int64_t r, uint8_t* base, int64_t& read) co
   int32_t* cu = packed ? reinterpret_cast<int32_t*>(base + off_cu) : nullptr;
   int64_t seg = packed ? row_seg_begin[static_cast<size_t>(r)] : 0;
   int64_t c = 0;  // row position
-  for (int64_t i = row_piece_begin[static_cast<size_t>(r)]; i < row_piece_begin[static_cast<size_t>(r) + 1]; ++i) {
+  for (int64_t i = row_piece_begin[static_cast<size_t>(r)];
+       i < row_piece_begin[static_cast<size_t>(r) + 1]; ++i) {
     const PackPiece& pc = pieces[static_cast<size_t>(i)];
     const TokenSpan span = src.doc(pc.doc);
     const uint8_t* from = span.data + static_cast<size_t>(pc.offset) * item;
@@ -216,8 +221,9 @@ TokenProducer::TokenProducer(std::shared_ptr<const TokenSource> source, TokenOpt
   if (o_.mode != TokenMode::kBudget) {
     STOKER_CHECK(L >= 1, UsageError, "seq_len must be >= 1, got ", L);
     STOKER_CHECK(o_.batch_size >= 1, UsageError, "batch_size must be >= 1, got ", o_.batch_size);
-    STOKER_CHECK(o_.batch_size <= INT32_MAX / L, UsageError, "batch_size * seq_len = ",
-                 o_.batch_size, " * ", L, " must stay below 2**31 (cu_seqlens are int32)");
+    STOKER_CHECK(o_.batch_size <= INT32_MAX / L, UsageError,
+                 "batch_size * seq_len = ", o_.batch_size, " * ", L,
+                 " must stay below 2**31 (cu_seqlens are int32)");
   }
   switch (o_.mode) {
     case TokenMode::kWindows: {
@@ -233,8 +239,8 @@ TokenProducer::TokenProducer(std::shared_ptr<const TokenSource> source, TokenOpt
     }
     case TokenMode::kConcat:
       if (N < L)
-        STOKER_THROW(DataError, src_->describe(), ": ", N, " tokens, fewer than one row of seq_len=",
-                     L);
+        STOKER_THROW(DataError, src_->describe(), ": ", N,
+                     " tokens, fewer than one row of seq_len=", L);
       rows_ = samples_ = N / L;
       unused_ = N - rows_ * L;
       break;
@@ -247,10 +253,10 @@ TokenProducer::TokenProducer(std::shared_ptr<const TokenSource> source, TokenOpt
       po.shuffle = o_.shuffle;
       po.seed = o_.seed;
       std::vector<int64_t> starts(static_cast<size_t>(src_->num_docs()) + 1);
-      for (int64_t d = 0; d <= src_->num_docs(); ++d) starts[static_cast<size_t>(d)] = src_->doc_start(d);
+      for (int64_t d = 0; d <= src_->num_docs(); ++d)
+        starts[static_cast<size_t>(d)] = src_->doc_start(d);
       pack_.emplace(starts, po, where);
-      if (pack_->num_rows() == 0)
-        STOKER_THROW(DataError, src_->describe(), ": no tokens to pack");
+      if (pack_->num_rows() == 0) STOKER_THROW(DataError, src_->describe(), ": no tokens to pack");
       rows_ = samples_ = pack_->num_rows();
       pad_ = pack_->pad_tokens();
       unused_ = pack_->dropped_tokens();
@@ -267,7 +273,8 @@ TokenProducer::TokenProducer(std::shared_ptr<const TokenSource> source, TokenOpt
       bo.shuffle = o_.shuffle;
       bo.seed = o_.seed;
       std::vector<int64_t> starts(static_cast<size_t>(src_->num_docs()) + 1);
-      for (int64_t d = 0; d <= src_->num_docs(); ++d) starts[static_cast<size_t>(d)] = src_->doc_start(d);
+      for (int64_t d = 0; d <= src_->num_docs(); ++d)
+        starts[static_cast<size_t>(d)] = src_->doc_start(d);
       budget_.emplace(starts, bo, where);
       if (budget_->num_docs() == 0)
         STOKER_THROW(DataError, src_->describe(), ": no non-empty documents");
@@ -311,9 +318,10 @@ std::shared_ptr<const EpochPlan> TokenProducer::plan_epoch(const EpochKey& key) 
   plan->key = key;
   if (o_.mode != TokenMode::kBudget) {
     if (o_.shuffle && samples_ > 1)
-      plan->order.emplace(static_cast<uint64_t>(samples_), token_keys::epoch_order(o_.seed, key.epoch));
-    plan->split = EpochSplit(samples_, key.offset, key.rank, key.world_size, o_.batch_size,
-                             o_.drop_last);
+      plan->order.emplace(static_cast<uint64_t>(samples_),
+                          token_keys::epoch_order(o_.seed, key.epoch));
+    plan->split =
+        EpochSplit(samples_, key.offset, key.rank, key.world_size, o_.batch_size, o_.drop_last);
     return plan;
   }
   const int64_t nb = budget_->num_batches();
@@ -397,7 +405,8 @@ std::unique_ptr<BatchWork> TokenProducer::plan_batch(const EpochPlan& epoch, int
         }
         for (size_t i = static_cast<size_t>(w->row_piece_begin.back()); i < w->pieces.size(); ++i)
           longest = std::max(longest, w->pieces[i].length);
-        segs += static_cast<int64_t>(w->pieces.size()) - w->row_piece_begin.back() + (used < L ? 1 : 0);
+        segs +=
+            static_cast<int64_t>(w->pieces.size()) - w->row_piece_begin.back() + (used < L ? 1 : 0);
         if (used < L) longest = std::max(longest, L - used);
         w->row_piece_begin.push_back(static_cast<int64_t>(w->pieces.size()));
         w->row_seg_begin.push_back(segs);

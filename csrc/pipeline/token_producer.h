@@ -53,11 +53,11 @@ enum class TokenMode : uint8_t { kWindows, kConcat, kDocument, kBudget };
 
 struct TokenOptions {
   TokenMode mode = TokenMode::kWindows;
-  int64_t seq_len = 0;         ///< kWindows, kConcat, kDocument
-  int64_t stride = 0;          ///< kWindows: start of window i is i * stride; 0 = seq_len
-  int64_t batch_size = 1;      ///< rows per batch; kBudget: cap on rows (0 = none)
-  int64_t max_tokens = 0;      ///< kBudget: rows x width per batch at most
-  int64_t max_length = 0;      ///< kBudget: documents cut to this many tokens (0 = none)
+  int64_t seq_len = 0;             ///< kWindows, kConcat, kDocument
+  int64_t stride = 0;              ///< kWindows: start of window i is i * stride; 0 = seq_len
+  int64_t batch_size = 1;          ///< rows per batch; kBudget: cap on rows (0 = none)
+  int64_t max_tokens = 0;          ///< kBudget: rows x width per batch at most
+  int64_t max_length = 0;          ///< kBudget: documents cut to this many tokens (0 = none)
   int64_t pad_to_multiple_of = 1;  ///< kBudget: widths rounded up to a multiple
   bool shuffle = false;
   uint64_t seed = 0;
@@ -65,11 +65,11 @@ struct TokenOptions {
   DType token_dtype = DType::kInt64;  ///< input_ids, labels, position_ids: kInt64 or kInt32
   int64_t pad_id = 0;
   int64_t ignore_index = -100;
-  PackFit fit = PackFit::kBest;  ///< kDocument
-  int64_t pack_window = 64;      ///< kDocument: open rows at most
+  PackFit fit = PackFit::kBest;          ///< kDocument
+  int64_t pack_window = 64;              ///< kDocument: open rows at most
   Overlong overlong = Overlong::kSplit;  ///< kDocument
-  int64_t vocab_size = 0;        ///< ids >= vocab_size are an error (0: the dtype's range)
-  bool attention_mask = true;    ///< kBudget: emit attention_mask
+  int64_t vocab_size = 0;                ///< ids >= vocab_size are an error (0: the dtype's range)
+  bool attention_mask = true;            ///< kBudget: emit attention_mask
 };
 
 class TokenProducer : public BatchProducer {
@@ -102,10 +102,10 @@ class TokenProducer : public BatchProducer {
 
   std::shared_ptr<const TokenSource> src_;
   TokenOptions o_;
-  int64_t limit_ = 0;       // exclusive upper bound of valid ids
-  int64_t samples_ = 0;     // global samples per epoch (EpochKey unit)
+  int64_t limit_ = 0;    // exclusive upper bound of valid ids
+  int64_t samples_ = 0;  // global samples per epoch (EpochKey unit)
   int64_t rows_ = 0;
-  int64_t windows_ = 0;     // kWindows
+  int64_t windows_ = 0;  // kWindows
   int64_t pad_ = 0, unused_ = 0;
   std::optional<PackPlan> pack_;
   std::optional<BudgetPlan> budget_;

@@ -71,8 +71,9 @@ PackPlan::PackPlan(const std::vector<int64_t>& starts, const PackOptions& o,
     }
     switch (o.overlong) {
       case Overlong::kError:
-        STOKER_THROW(DataError, where(d), ": document of ", len, " tokens is longer than seq_len=",
-                     L, " (overlong='error'; use 'split' or 'truncate')");
+        STOKER_THROW(DataError, where(d), ": document of ", len,
+                     " tokens is longer than seq_len=", L,
+                     " (overlong='error'; use 'split' or 'truncate')");
       case Overlong::kTruncate:
         dropped_ += len - L;
         place({d, 0, L});

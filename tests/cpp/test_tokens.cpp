@@ -32,7 +32,8 @@ namespace {
 template <typename T>
 void write_file(const std::string& path, const std::vector<T>& v) {
   std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
+  f.write(reinterpret_cast<const char*>(v.data()),
+          static_cast<std::streamsize>(v.size() * sizeof(T)));
 }
 
 void write_bytes(const std::string& path, const std::string& s) {
@@ -103,10 +104,20 @@ const TensorDesc& tensor(const BatchWork& w, const std::string& name) {
 int64_t value(const std::vector<uint8_t>& buf, const TensorDesc& t, int64_t i) {
   const uint8_t* p = buf.data() + t.offset;
   switch (t.dtype) {
-    case DType::kInt64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return v; }
-    case DType::kInt32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
-    case DType::kBool: return p[i];
-    default: std::abort();
+    case DType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p + 8 * i, 8);
+      return v;
+    }
+    case DType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case DType::kBool:
+      return p[i];
+    default:
+      std::abort();
   }
 }
 
@@ -231,15 +242,16 @@ static void lengths_with_two_variable_fields() {
     w.append(reinterpret_cast<const uint8_t*>(rec.data()), rec.size());
   }
   ShardSummary sum = w.finish();
-  auto ds = std::make_shared<Dataset>(schema, std::vector<ShardInfo>{{path, sum.num_records,
-                                                                      static_cast<int64_t>(sum.bytes)}});
+  auto ds = std::make_shared<Dataset>(
+      schema, std::vector<ShardInfo>{{path, sum.num_records, static_cast<int64_t>(sum.bytes)}});
   RecordTokenSource src(ds, "t");
   for (int64_t d = 0; d < 9; ++d) {
     CHECK_EQ(src.doc_length(d), d);
     TokenSpan s = src.doc(d);  // payloads at odd offsets: the copy handles unaligned tokens
     std::vector<int64_t> out(static_cast<size_t>(s.length));
     CHECK_EQ(copy_tokens(s.data, DType::kUInt16, s.length, out.data(), DType::kInt64,
-                         token_limit(DType::kInt64, 0)), -1);
+                         token_limit(DType::kInt64, 0)),
+             -1);
     for (int64_t i = 0; i < s.length; ++i) CHECK_EQ(out[static_cast<size_t>(i)], i);
   }
   auto blob_rows = variable_field_rows(*ds, 0);
@@ -250,23 +262,28 @@ static void copy_and_limits() {
   std::vector<uint16_t> a = {0, 1, 65535, 7};
   std::vector<int64_t> out(4);
   CHECK_EQ(copy_tokens(a.data(), DType::kUInt16, 4, out.data(), DType::kInt64,
-                       token_limit(DType::kInt64, 0)), -1);
+                       token_limit(DType::kInt64, 0)),
+           -1);
   CHECK(out == (std::vector<int64_t>{0, 1, 65535, 7}));
   CHECK_EQ(copy_tokens(a.data(), DType::kUInt16, 4, out.data(), DType::kInt64,
-                       token_limit(DType::kInt64, 1000)), 2);
+                       token_limit(DType::kInt64, 1000)),
+           2);
   std::vector<uint32_t> b = {1, 0x80000000u, 3};
   std::vector<int32_t> o32(3);
   CHECK_EQ(copy_tokens(b.data(), DType::kUInt32, 3, o32.data(), DType::kInt32,
-                       token_limit(DType::kInt32, 0)), 1);
+                       token_limit(DType::kInt32, 0)),
+           1);
   std::vector<int32_t> c = {4, -1};
   CHECK_EQ(copy_tokens(c.data(), DType::kInt32, 2, out.data(), DType::kInt64,
-                       token_limit(DType::kInt64, 0)), 1);
+                       token_limit(DType::kInt64, 0)),
+           1);
   // unaligned source (records are not padded)
   std::vector<uint8_t> raw(1 + 2 * 3);
   uint16_t v[3] = {10, 20, 30};
   std::memcpy(raw.data() + 1, v, sizeof v);
   CHECK_EQ(copy_tokens(raw.data() + 1, DType::kUInt16, 3, o32.data(), DType::kInt32,
-                       token_limit(DType::kInt32, 0)), -1);
+                       token_limit(DType::kInt32, 0)),
+           -1);
   CHECK(o32 == (std::vector<int32_t>{10, 20, 30}));
   CHECK_THROWS(UsageError, token_limit(DType::kInt16, 0));
 }
@@ -294,7 +311,8 @@ static void pack_plan() {
       PackPlan p(starts, o, where);
       // every token of every document exactly once; rows never overflow
       std::vector<std::vector<char>> seen(lengths.size());
-      for (size_t d = 0; d < lengths.size(); ++d) seen[d].assign(static_cast<size_t>(lengths[d]), 0);
+      for (size_t d = 0; d < lengths.size(); ++d)
+        seen[d].assign(static_cast<size_t>(lengths[d]), 0);
       int64_t pad = 0;
       for (int64_t r = 0; r < p.num_rows(); ++r) {
         int64_t used = 0;
@@ -310,7 +328,8 @@ static void pack_plan() {
         CHECK(used <= 128 && used == p.row_tokens(r));
         pad += 128 - used;
       }
-      for (auto& s : seen) for (char c : s) CHECK(c);
+      for (auto& s : seen)
+        for (char c : s) CHECK(c);
       CHECK_EQ(pad, p.pad_tokens());
       // a larger window packs at least about as tightly
       if (window == 64) CHECK(static_cast<double>(pad) / (p.num_rows() * 128) < 0.05);
@@ -383,8 +402,10 @@ static void split_and_resume() {
         for (int64_t k = 0; k < s.batches; ++k)
           for (int64_t j = 0; j < s.batch_length(k); ++j) all.insert(s.global(k, j));
       }
-      if (!drop) for (int64_t i = 0; i < n; ++i) CHECK(all.count(i) >= 1);
-      else CHECK_EQ(static_cast<int64_t>(all.size()), n / 3 / 4 * 4 * 3);
+      if (!drop)
+        for (int64_t i = 0; i < n; ++i) CHECK(all.count(i) >= 1);
+      else
+        CHECK_EQ(static_cast<int64_t>(all.size()), n / 3 / 4 * 4 * 3);
     }
   EpochSplit a(100, 0, 0, 1, 8, false);
   EpochSplit b(100, a.consumed_after(5), 0, 1, 8, false);
@@ -423,7 +444,8 @@ static void producer_windows() {
         int64_t s = -1;
         for (int64_t cand = 0; cand * 37 + 101 <= 20000 && s < 0; ++cand) {
           bool ok = true;
-          for (int64_t j = 0; j < 100 && ok; ++j) ok = value(buf, x, r * 100 + j) == stream[cand * 37 + j];
+          for (int64_t j = 0; j < 100 && ok; ++j)
+            ok = value(buf, x, r * 100 + j) == stream[cand * 37 + j];
           if (ok) s = cand * 37;
         }
         CHECK(s >= 0);
@@ -476,10 +498,12 @@ static void check_packed(const TokenProducer& p, const std::vector<std::vector<i
     int64_t found = -1, off = -1;
     for (size_t d = 0; d < docs.size() && found < 0; ++d)
       for (size_t o = 0; o < docs[d].size() && found < 0; ++o)
-        if (docs[d][o] == value(buf, x, a)) found = static_cast<int64_t>(d), off = static_cast<int64_t>(o);
+        if (docs[d][o] == value(buf, x, a))
+          found = static_cast<int64_t>(d), off = static_cast<int64_t>(o);
     CHECK(found >= 0);
     CHECK(off + (b - a) <= static_cast<int64_t>(docs[static_cast<size_t>(found)].size()));
-    for (int64_t t = a; t < b; ++t) CHECK_EQ(value(buf, x, t), docs[static_cast<size_t>(found)][off + t - a]);
+    for (int64_t t = a; t < b; ++t)
+      CHECK_EQ(value(buf, x, t), docs[static_cast<size_t>(found)][off + t - a]);
     const auto& doc = docs[static_cast<size_t>(found)];
     for (int64_t t = a; t < b; ++t) {
       const int64_t at = off + t - a;
@@ -534,8 +558,10 @@ static void producer_packed() {
       ++total;
     }
     CHECK_EQ(total, src->num_tokens() - p.unused_tokens());
-    if (mode == TokenMode::kDocument) CHECK(p.pad_fraction() > 0 && p.pad_fraction() < 0.2);
-    else CHECK_EQ(p.pad_fraction(), 0.0);
+    if (mode == TokenMode::kDocument)
+      CHECK(p.pad_fraction() > 0 && p.pad_fraction() < 0.2);
+    else
+      CHECK_EQ(p.pad_fraction(), 0.0);
   }
 }
 
@@ -620,7 +646,8 @@ static void producer_resume() {
   write_bytes(dir + "/m.idx", megatron_idx(lengths));
   write_file(dir + "/m.bin", tokens);
   auto src = open_megatron({dir + "/m"});
-  for (TokenMode mode : {TokenMode::kWindows, TokenMode::kConcat, TokenMode::kDocument, TokenMode::kBudget}) {
+  for (TokenMode mode :
+       {TokenMode::kWindows, TokenMode::kConcat, TokenMode::kDocument, TokenMode::kBudget}) {
     TokenOptions o;
     o.mode = mode;
     o.seq_len = 32;
@@ -689,6 +716,5 @@ static void bad_tokens() {
 }
 
 TEST_MAIN(flat_files(); megatron(); record_tokens(); lengths_with_two_variable_fields();
-          copy_and_limits(); pack_plan();
-          budget_plan(); split_and_resume(); producer_windows(); producer_packed();
-          producer_budget(); producer_resume(); bad_tokens())
+          copy_and_limits(); pack_plan(); budget_plan(); split_and_resume(); producer_windows();
+          producer_packed(); producer_budget(); producer_resume(); bad_tokens())
