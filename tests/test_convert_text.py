@@ -93,6 +93,28 @@ def test_jsonl_with_a_trained_bpe(corpus, tmp_path):
         expected_docs(corpus, eos=False)
 
 
+def test_prompt_key_for_fine_tuning(corpus, tmp_path):
+    src = tmp_path / "sft.jsonl"
+    texts = [t for t in corpus["texts"] if t][:30]
+    with open(src, "w") as f:
+        for q, a in zip(texts[::2], texts[1::2]):
+            f.write(json.dumps({"question": q[:200], "answer": a[:400]}) + "\n")
+    convert_text(src, tmp_path / "out", corpus["tok_path"], text_key="answer",
+                 prompt_key="question", eos="<|endoftext|>", workers=1)
+    ds = stoker.TokenDataset(tmp_path / "out")
+    assert ds.prompt_field == "prompt_tokens"
+    tok = corpus["tok"]
+    eos = tok.token_to_id("<|endoftext|>")
+    for i, (q, a) in enumerate(zip(texts[::2], texts[1::2])):
+        pq = tok.encode(q[:200], add_special_tokens=False).ids
+        pa = tok.encode(a[:400], add_special_tokens=False).ids
+        assert ds[i].tolist() == pq + pa + [eos]
+        assert ds.prompt_lengths()[i] == len(pq)
+    with pytest.raises(ValueError, match=r"sft\.jsonl:1: no 'prompt' field"):
+        convert_text(src, tmp_path / "x", corpus["tok_path"], text_key="answer",
+                     prompt_key="prompt", workers=1)
+
+
 def test_parallel_output_is_the_same(corpus, tmp_path):
     one = tmp_path / "one"
     two = tmp_path / "two"

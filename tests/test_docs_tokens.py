@@ -65,9 +65,12 @@ def test_packed_sft_recipe(tmp_path, monkeypatch):
     tok.save(str(tmp_path / "tokenizer.json"))
     with open(tmp_path / "sft.jsonl", "w") as f:
         for i in range(0, len(texts) - 1, 2):  # "prompt" and "response" from real text
-            f.write(json.dumps({"text": f"### Question\n{texts[i][:300]}\n### Answer\n"
-                                        f"{texts[i + 1][:600]}"}) + "\n")
+            f.write(json.dumps({"prompt": f"### Question\n{texts[i][:300]}\n### Answer\n",
+                                "response": texts[i + 1][:600]}) + "\n")
     assert tokenizers is not None
     scope = run(recipe("packed supervised fine-tuning"), tmp_path, monkeypatch)
     assert scope["loss"].item() > 0 and np.isfinite(scope["loss"].item())
     assert 0 < scope["loader"].stats()["pad_fraction"] < 0.25
+    # the converter recorded the prompt lengths, and the dataset found them
+    ds = scope["ds"]
+    assert ds.prompt_field == "prompt_tokens" and ds.prompt_lengths().min() > 0

@@ -79,7 +79,8 @@ def docs_of(ds):
 def check_against_reference(ds, epochs=(0, 1), worlds=(1, 2, 3), offsets=True, **kwargs):
     ds2, kw = td._producer_args(ds, **kwargs)
     producer = _core.TokenProducer(ds2._source, **kw)
-    ref = Reference(docs_of(ds2), **kw)
+    prompts = list(ds2.prompt_lengths()) if ds2.prompt_field else ()
+    ref = Reference(docs_of(ds2), prompts=prompts, **kw)
     assert producer.epoch_samples() == ref.epoch_samples()
     assert producer.pad_fraction == pytest.approx(ref.pad_fraction())
     for epoch in epochs:
@@ -185,6 +186,39 @@ def test_tokens_field_refuses_bad_ids(tmp_path, value, match):
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_batches_match_reference(sources, source, mode, shuffle):
     check_against_reference(sources[source], shuffle=shuffle, seed=11, **mode)
+
+
+def test_prompt_tokens_get_no_label(tmp_path):
+    """Fine-tuning examples: a position whose next token is still part of the prompt has
+    no label, in packed rows (split or not) and token-budget batches; windows ignore it."""
+    docs = random_docs(120, 150, seed=4)
+    rng = np.random.default_rng(1)
+    fields = {"tokens": stoker.tokens("uint16"), "prompt_tokens": stoker.scalar("int32")}
+    prompts = []
+    with stoker.ShardWriter(tmp_path / "sft", fields, metadata={"prompt_field": "prompt_tokens"}) \
+            as w:
+        for d in docs:
+            prompts.append(int(rng.integers(0, len(d) + 1)))
+            w.write({"tokens": d, "prompt_tokens": prompts[-1]})
+    ds = stoker.TokenDataset(tmp_path / "sft")
+    assert ds.prompt_field == "prompt_tokens" and list(ds.prompt_lengths()) == prompts
+    for mode in (dict(seq_len=64, batch_size=4, packing="document"),
+                 dict(seq_len=100, batch_size=3, packing="concat"),
+                 dict(max_tokens=600, pad_to_multiple_of=8)):
+        check_against_reference(ds, shuffle=True, seed=2, worlds=(1, 2), **mode)
+    p = td._make_producer(ds, seq_len=200, batch_size=len(docs), packing="document")
+    targets = sum(int(b.sum()) for b in
+                  [p.batch(p.plan_epoch(0), k)["loss_mask"] for k in range(p.num_batches())])
+    assert targets == sum(len(d) - max(pr, 1) for d, pr in zip(docs, prompts) if len(d))
+    off = stoker.TokenDataset(tmp_path / "sft", prompt_field="")
+    assert off.prompt_field is None and not off.prompt_lengths().any()
+    # a prompt longer than its document is refused when read
+    with stoker.ShardWriter(tmp_path / "bad", fields) as w:
+        w.write({"tokens": [1, 2, 3], "prompt_tokens": 4})
+    bad = stoker.TokenDataset(tmp_path / "bad", prompt_field="prompt_tokens")
+    p = td._make_producer(bad, seq_len=8, packing="document")
+    with pytest.raises(stoker.DataError, match=r"record 0: prompt length 4 is outside \[0, 3\]"):
+        p.batch(p.plan_epoch(0), 0)
 
 
 def test_int32_output_and_windows_of_a_flat_file(sources):

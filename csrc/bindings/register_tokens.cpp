@@ -130,6 +130,15 @@ void register_tokens(py::module_& m) {
             return a;
           },
           py::arg("doc"), "Tokens of document `doc` (verified; a read-only view).")
+      .def(
+          "no_loss_prefix",
+          [](const TokenSource& s, int64_t d) {
+            STOKER_CHECK(d >= 0 && d < s.num_docs(), UsageError, "document ", d,
+                         " out of range [0, ", s.num_docs(), ")");
+            py::gil_scoped_release nogil;
+            return s.doc(d).no_loss_prefix;
+          },
+          py::arg("doc"), "Leading prompt tokens of document `doc` (no training target).")
       .def("where", &TokenSource::where)
       .def("describe", &TokenSource::describe);
 
@@ -151,11 +160,12 @@ void register_tokens(py::module_& m) {
       py::arg("prefixes"));
   m.def(
       "open_record_tokens",
-      [](std::shared_ptr<Dataset> ds, const std::string& field) -> std::shared_ptr<TokenSource> {
+      [](std::shared_ptr<Dataset> ds, const std::string& field,
+         const std::string& prompt_field) -> std::shared_ptr<TokenSource> {
         py::gil_scoped_release nogil;
-        return std::make_shared<RecordTokenSource>(std::move(ds), field);
+        return std::make_shared<RecordTokenSource>(std::move(ds), field, prompt_field);
       },
-      py::arg("dataset"), py::arg("field"));
+      py::arg("dataset"), py::arg("field"), py::arg("prompt_field") = "");
 
   py::class_<PyEpochPlan>(m, "TokenEpochPlan")
       .def_property_readonly("num_batches",

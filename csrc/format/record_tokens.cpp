@@ -8,7 +8,34 @@
 
 namespace stoker {
 
-RecordTokenSource::RecordTokenSource(std::shared_ptr<const Dataset> ds, const std::string& field)
+namespace {
+
+int64_t token_value(const uint8_t* p, DType t) {
+  switch (t) {
+#define STOKER_LOAD(code, T)        \
+  case code: {                      \
+    T v;                            \
+    std::memcpy(&v, p, sizeof v);   \
+    return static_cast<int64_t>(v); \
+  }
+    STOKER_LOAD(DType::kUInt8, uint8_t)
+    STOKER_LOAD(DType::kInt8, int8_t)
+    STOKER_LOAD(DType::kUInt16, uint16_t)
+    STOKER_LOAD(DType::kInt16, int16_t)
+    STOKER_LOAD(DType::kUInt32, uint32_t)
+    STOKER_LOAD(DType::kInt32, int32_t)
+    STOKER_LOAD(DType::kUInt64, uint64_t)
+    STOKER_LOAD(DType::kInt64, int64_t)
+#undef STOKER_LOAD
+    default:
+      STOKER_THROW(UsageError, "not an integer type: ", dtype_name(t));
+  }
+}
+
+}  // namespace
+
+RecordTokenSource::RecordTokenSource(std::shared_ptr<const Dataset> ds, const std::string& field,
+                                     const std::string& prompt_field)
     : ds_(std::move(ds)), field_name_(field) {
   const Schema& schema = ds_->schema();
   field_ = schema.index_of(field);
@@ -18,6 +45,12 @@ RecordTokenSource::RecordTokenSource(std::shared_ptr<const Dataset> ds, const st
                UsageError, "field '", field,
                "' does not hold token documents (a 1-D variable-length integer array)");
   dtype_ = spec.dtype;
+  if (!prompt_field.empty()) {
+    prompt_ = schema.index_of(prompt_field);
+    const FieldSpec& p = schema.fields[prompt_];
+    STOKER_CHECK(p.kind == FieldKind::kScalar && is_token_dtype(p.dtype), UsageError, "field '",
+                 prompt_field, "' is not an integer scalar (a prompt length)");
+  }
   const std::vector<int64_t> rows = variable_field_rows(*ds_, field_);
   starts_.reserve(rows.size() + 1);
   for (int64_t n : rows) starts_.push_back(starts_.back() + n);
@@ -38,7 +71,15 @@ TokenSpan RecordTokenSource::doc(int64_t d) const {
   if (n != doc_length(d))
     STOKER_THROW(DataError, where(d), ": field '", field_name_, "' holds ", n,
                  " tokens, the record table said ", doc_length(d));
-  return {v.data, n};
+  int64_t prefix = 0;
+  if (prompt_ != SIZE_MAX) {
+    const FieldSpec& p = ds_->schema().fields[prompt_];
+    prefix = token_value(views[prompt_].data, p.dtype);
+    if (prefix < 0 || prefix > n)
+      STOKER_THROW(DataError, where(d), ": prompt length ", prefix, " is outside [0, ", n,
+                   "] (the document has ", n, " tokens)");
+  }
+  return {v.data, n, prefix};
 }
 
 std::string RecordTokenSource::where(int64_t d) const {

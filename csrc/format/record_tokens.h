@@ -17,7 +17,10 @@ namespace stoker {
 class RecordTokenSource : public TokenSource {
  public:
   /// @param field name of a variable-length integer array field of `ds`.
-  RecordTokenSource(std::shared_ptr<const Dataset> ds, const std::string& field);
+  /// @param prompt_field name of an integer scalar field holding how many leading
+  ///        tokens of each document are a prompt (no training target), or "".
+  RecordTokenSource(std::shared_ptr<const Dataset> ds, const std::string& field,
+                    const std::string& prompt_field = "");
 
   TokenSpan doc(int64_t d) const override;
   std::string where(int64_t d) const override;
@@ -29,6 +32,7 @@ class RecordTokenSource : public TokenSource {
   std::shared_ptr<const Dataset> ds_;
   size_t field_ = 0;
   std::string field_name_;
+  size_t prompt_ = SIZE_MAX;  // scalar field with the prompt length, if any
 };
 
 }  // namespace stoker

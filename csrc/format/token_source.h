@@ -27,6 +27,9 @@ namespace stoker {
 struct TokenSpan {
   const uint8_t* data = nullptr;
   int64_t length = 0;  ///< tokens
+  /// Leading tokens that are no training target (a fine-tuning example's prompt):
+  /// a position whose next token lies in this prefix gets no label.
+  int64_t no_loss_prefix = 0;
 };
 
 class TokenSource {

@@ -181,6 +181,12 @@ void TokenProducer::Work::run_pieces(int64_t r, uint8_t* base, int64_t& read) co
     fill(labels, out, c + have, c + pc.length, o.ignore_index);
     std::memset(loss + c, 1, static_cast<size_t>(have));
     std::memset(loss + c + have, 0, static_cast<size_t>(pc.length - have));
+    // a prompt: positions whose next token is still in it are no target
+    const int64_t quiet = std::min(have, span.no_loss_prefix - pc.offset - 1);
+    if (quiet > 0) {
+      fill(labels, out, c, c + quiet, o.ignore_index);
+      std::memset(loss + c, 0, static_cast<size_t>(quiet));
+    }
     if (pos) iota(pos, out, c, c + pc.length);
     if (attn) fill(attn, out, c, c + pc.length, 1);
     read += (pc.length + (have == pc.length ? 1 : 0)) * static_cast<int64_t>(item);

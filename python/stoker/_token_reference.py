@@ -151,13 +151,15 @@ def pack_rows(lengths: Sequence[int], seq_len: int, fit: str, window: int, overl
 class Reference:
     """What the token producer must yield; arguments as ``_core.TokenProducer``'s."""
 
-    def __init__(self, docs: Sequence[np.ndarray], *, mode: str, seq_len: int = 0,
+    def __init__(self, docs: Sequence[np.ndarray], *, mode: str, prompts: Sequence[int] = (),
+                 seq_len: int = 0,
                  stride: int = 0, batch_size: int = 1, max_tokens: int = 0, max_length: int = 0,
                  pad_to_multiple_of: int = 1, shuffle: bool = False, seed: int = 0,
                  drop_last: bool = False, token_dtype: str = "int64", pad_id: int = 0,
                  ignore_index: int = -100, pack_fit: str = "best_fit", pack_window: int = 64,
                  overlong: str = "split", vocab_size: int = 0, attention_mask: bool = True):
         self.docs = [np.asarray(d).astype(np.int64) for d in docs]
+        self.prompts = list(prompts) or [0] * len(self.docs)  # leading tokens with no label
         self.mode, self.L, self.B = mode, seq_len, batch_size
         self.stride = stride or seq_len
         self.shuffle, self.seed, self.drop_last = shuffle, seed % 2**64, drop_last
@@ -271,6 +273,10 @@ class Reference:
             nxt = doc[off + 1:off + p + 1]  # the next token of the same document, if any
             y[c:c + len(nxt)] = nxt
             loss[c:c + len(nxt)] = True
+            for i in range(len(nxt)):  # the next token is part of the prompt: no target
+                if off + i + 1 < self.prompts[d]:
+                    y[c + i] = self.ignore
+                    loss[c + i] = False
             pos[c:c + p] = np.arange(p)
             seqs.append(p)
             c += p

@@ -108,6 +108,11 @@ class TokenDataset:
         field: stoker datasets: the token field (default: the one ``stoker.tokens`` field).
         vocab_size: ids at or above it are an error when read (default: the value in a
             stoker dataset's metadata, else only the output dtype's range is checked).
+        prompt_field: stoker datasets of fine-tuning examples: an integer scalar field with
+            the number of leading prompt tokens of each document; packed and token-budget
+            batches give positions that predict a prompt token no label (``loss_mask``
+            0). Default: the field named by the metadata's ``prompt_field``
+            (``stoker convert ... --prompt-key`` writes it); ``""`` turns it off.
 
     Bad data raises :class:`stoker.DataError` naming the file: an empty or truncated
     token file, a ``.idx`` that does not match its ``.bin``, a corrupt record.
@@ -115,9 +120,11 @@ class TokenDataset:
 
     def __init__(self, path: Union[PathLike, Sequence[PathLike], Dataset],
                  dtype: Optional[str] = None, *, eos_id: Optional[int] = None,
-                 field: Optional[str] = None, vocab_size: Optional[int] = None):
+                 field: Optional[str] = None, vocab_size: Optional[int] = None,
+                 prompt_field: Optional[str] = None):
         self.eos_id = None if eos_id is None else _int_arg("eos_id", eos_id, 0)
         self.field: Optional[str] = None
+        self.prompt_field: Optional[str] = None
         self.dataset: Optional[Dataset] = None
         self.metadata: Any = None
         if isinstance(path, Dataset):
@@ -137,12 +144,18 @@ class TokenDataset:
             self.dataset = ds
             self.field = _token_field(ds, field)
             self.metadata = ds.metadata
-            self._source = _core.open_record_tokens(ds._core, self.field)
-            if vocab_size is None and isinstance(ds.metadata, dict):
-                vocab_size = ds.metadata.get("vocab_size")
+            meta = ds.metadata if isinstance(ds.metadata, dict) else {}
+            if prompt_field is None:
+                prompt_field = meta.get("prompt_field") or ""
+            if prompt_field and prompt_field not in ds.fields:
+                raise ValueError(f"{ds.path}: no field {prompt_field!r} for prompt lengths")
+            self.prompt_field = prompt_field or None
+            self._source = _core.open_record_tokens(ds._core, self.field, prompt_field)
+            if vocab_size is None:
+                vocab_size = meta.get("vocab_size")
         else:
-            if field is not None:
-                raise ValueError("field= applies to stoker datasets only")
+            if field is not None or prompt_field:
+                raise ValueError("field= and prompt_field= apply to stoker datasets only")
             prefixes = [_megatron_prefix(p) for p in paths]
             if all(prefixes):
                 self.kind = "megatron"
@@ -201,6 +214,11 @@ class TokenDataset:
             raise IndexError(f"document {i} out of range for {n} documents")
         return self._source.doc(i)
 
+    def prompt_lengths(self) -> np.ndarray:
+        """Leading prompt tokens of every document (zeros without a prompt field); reads
+        every record."""
+        return np.array([self._source.no_loss_prefix(i) for i in range(len(self))], np.int64)
+
     def doc_lengths(self) -> np.ndarray:
         """Tokens per document (int64), known without reading any token."""
         return self._source.doc_lengths()
@@ -215,7 +233,9 @@ class TokenDataset:
         args = (self.paths if len(self.paths) > 1 else self.paths[0],
                 self.dtype if self.kind == "flat" else None)
         return (_rebuild, (args, {"eos_id": self.eos_id, "field": self.field,
-                                  "vocab_size": self.vocab_size}))
+                                  "vocab_size": self.vocab_size,
+                                  "prompt_field": self.prompt_field or
+                                  ("" if self.kind == "stoker" else None)}))
 
     def __repr__(self) -> str:
         more = len(self.paths) - 1

@@ -195,7 +195,7 @@ def _text(value: Any, where: str, key: str) -> str:
     return value
 
 
-def _read_jsonl(src, key: str) -> Iterator[Tuple[str, str]]:
+def _read_jsonl(src, keys: List[str]) -> Iterator[Tuple[str, Tuple[str, ...]]]:
     for path in _files(src, (".jsonl", ".jsonl.gz", ".json", ".ndjson")):
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8", errors="strict") as f:
@@ -209,14 +209,16 @@ def _read_jsonl(src, key: str) -> Iterator[Tuple[str, str]]:
                         obj = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
-                    if not isinstance(obj, dict) or key not in obj:
-                        raise ValueError(f"{where}: no {key!r} field (use --text-key)")
-                    yield where, _text(obj[key], where, key)
+                    for key in keys:
+                        if not isinstance(obj, dict) or key not in obj:
+                            raise ValueError(f"{where}: no {key!r} field (use --text-key / "
+                                             "--prompt-key)")
+                    yield where, tuple(_text(obj[k], where, k) for k in keys)
             except UnicodeDecodeError as e:
                 raise ValueError(f"{path}:{lineno + 1}: not UTF-8 ({e.reason})") from None
 
 
-def _read_parquet(src, key: str) -> Iterator[Tuple[str, str]]:
+def _read_parquet(src, keys: List[str]) -> Iterator[Tuple[str, Tuple[str, ...]]]:
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
@@ -226,17 +228,20 @@ def _read_parquet(src, key: str) -> Iterator[Tuple[str, str]]:
             f = pq.ParquetFile(path)
         except Exception as e:
             raise ValueError(f"{path}: not a Parquet file ({e})") from None
-        if key not in f.schema_arrow.names:
-            raise ValueError(f"{path}: no column {key!r} (columns: "
-                             f"{', '.join(f.schema_arrow.names)}; use --text-key)")
+        for key in keys:
+            if key not in f.schema_arrow.names:
+                raise ValueError(f"{path}: no column {key!r} (columns: "
+                                 f"{', '.join(f.schema_arrow.names)}; use --text-key)")
         row = 0
-        for batch in f.iter_batches(columns=[key], batch_size=4096):
-            for value in batch.column(0).to_pylist():
-                yield f"{path}: row {row}", _text(value, f"{path}: row {row}", key)
+        for batch in f.iter_batches(columns=keys, batch_size=4096):
+            columns = [batch.column(i).to_pylist() for i in range(len(keys))]
+            for values in zip(*columns):
+                where = f"{path}: row {row}"
+                yield where, tuple(_text(v, where, k) for v, k in zip(values, keys))
                 row += 1
 
 
-def _read_hf(src, key: str, split: Optional[str]) -> Iterator[Tuple[str, str]]:
+def _read_hf(src, keys: List[str], split: Optional[str]) -> Iterator[Tuple[str, Tuple[str, ...]]]:
     try:
         import datasets
     except ImportError as e:
@@ -259,13 +264,15 @@ def _read_hf(src, key: str, split: Optional[str]) -> Iterator[Tuple[str, str]]:
         ds = ds[split]
     elif split is not None:
         raise ValueError(f"{path}: a single dataset, --split does not apply")
-    if key not in ds.column_names:
-        raise ValueError(f"{path}: no column {key!r} (columns: {', '.join(ds.column_names)}; "
-                         "use --text-key)")
+    for key in keys:
+        if key not in ds.column_names:
+            raise ValueError(f"{path}: no column {key!r} (columns: "
+                             f"{', '.join(ds.column_names)}; use --text-key)")
     row = 0
-    for batch in ds.select_columns([key]).iter(batch_size=4096):
-        for value in batch[key]:
-            yield f"{path}: row {row}", _text(value, f"{path}: row {row}", key)
+    for batch in ds.select_columns(keys).iter(batch_size=4096):
+        for values in zip(*(batch[k] for k in keys)):
+            where = f"{path}: row {row}"
+            yield where, tuple(_text(v, where, k) for v, k in zip(values, keys))
             row += 1
 
 
@@ -297,15 +304,16 @@ def _encode_chunk(texts: List[str]) -> Tuple[np.ndarray, np.ndarray]:
     return flat, lengths
 
 
-def _chunks(items: Iterator[Tuple[str, str]]):
-    """(wheres, texts) lists of about _CHUNK_DOCS texts / _CHUNK_BYTES characters."""
+def _chunks(items: Iterator[Tuple[str, Tuple[str, ...]]]):
+    """(wheres, texts) lists of about _CHUNK_DOCS examples / _CHUNK_BYTES characters; an
+    example's strings (prompt, text) are consecutive in texts."""
     wheres: List[str] = []
     texts: List[str] = []
     size = 0
-    for where, text in items:
+    for where, strings in items:
         wheres.append(where)
-        texts.append(text)
-        size += len(text)
+        texts.extend(strings)
+        size += sum(map(len, strings))
         if len(texts) >= _CHUNK_DOCS or size >= _CHUNK_BYTES:
             yield wheres, texts
             wheres, texts, size = [], [], 0
@@ -350,7 +358,8 @@ def _resolve_special(enc: _Encoder, value: Any, name: str) -> Optional[int]:
 
 def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os.PathLike],
                  tokenizer: Any, *, format: Optional[str] = None, text_key: str = "text",
-                 split: Optional[str] = None, eos: Any = None, bos: Any = None,
+                 split: Optional[str] = None, prompt_key: Optional[str] = None,
+                 eos: Any = None, bos: Any = None,
                  dtype: Optional[str] = None, workers: Optional[int] = None,
                  shard_size: Union[int, str] = "256MB", overwrite: bool = False,
                  progress: bool = False) -> dict:
@@ -364,12 +373,16 @@ def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os
         format: ``"jsonl"``, ``"parquet"`` or ``"hf"``; None = from the file extension.
         text_key: the field / column holding the text.
         split: for a saved ``DatasetDict``: which split.
+        prompt_key: fine-tuning data: the field with each example's prompt. A document is
+            then bos + prompt + text + eos, and an ``int32`` field ``prompt_tokens`` holds
+            the length of bos + prompt: packed batches give those positions no label
+            (``TokenDataset`` finds the field through the metadata).
         eos, bos: appended / prepended id (or token string) for every document.
         dtype: ``"uint16"`` or ``"uint32"``; None = uint16 when the vocabulary fits.
         workers: tokenizer processes; None = the cores available, 1 = in this process.
     Returns the summary stored in ``Dataset(out).metadata``.
     """
-    from .. import ShardWriter, tokens
+    from .. import ShardWriter, scalar, tokens
 
     enc = load_tokenizer(tokenizer)
     fmt = format or _guess_format(src)
@@ -393,16 +406,18 @@ def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os
             (os.cpu_count() or 1)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
+    keys = [text_key] if prompt_key is None else [prompt_key, text_key]
     if fmt == "jsonl":
-        items = _read_jsonl(src, text_key)
+        items = _read_jsonl(src, keys)
     elif fmt == "parquet":
-        items = _read_parquet(src, text_key)
+        items = _read_parquet(src, keys)
     else:
-        items = _read_hf(src, text_key, split)
+        items = _read_hf(src, keys, split)
 
     summary = {"source": os.fspath(src) if isinstance(src, (str, os.PathLike)) else list(src),
                "format": fmt, "tokenizer": enc.name, "vocab_size": vocab, "eos_id": eos_id,
-               "bos_id": bos_id, "documents": 0, "tokens": 0, "empty_documents": 0}
+               "bos_id": bos_id, "documents": 0, "tokens": 0, "empty_documents": 0,
+               "prompt_field": None if prompt_key is None else "prompt_tokens"}
     bar = _Progress(f"stoker convert {fmt}", progress)
     global _worker_encoder
     pool = None
@@ -428,24 +443,28 @@ def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os
     else:
         _worker_encoder = enc
 
+    per = len(keys)
+    head = np.array([bos_id] if bos_id is not None else [], np.int64)
+    tail = np.array([eos_id] if eos_id is not None else [], np.int64)
+
     def write(w, wheres: List[str], flat: np.ndarray, lengths: np.ndarray) -> None:
         if len(flat) and (flat.min() < 0 or flat.max() > limit):
             pos = int(np.flatnonzero((flat < 0) | (flat > limit))[0])
-            doc = int(np.searchsorted(np.cumsum(lengths), pos, side="right"))
+            doc = int(np.searchsorted(np.cumsum(lengths), pos, side="right")) // per
             raise ValueError(f"{wheres[doc]}: token id {int(flat[pos])} does not fit "
                              f"{dtype}" + (" (pass dtype='uint32')" if dtype == "uint16" else ""))
-        end = 0
-        for n in lengths:
-            ids = flat[end:end + n]
-            end += n
-            if bos_id is not None or eos_id is not None:
-                ids = np.concatenate([np.array([bos_id] if bos_id is not None else [], np.int64),
-                                      ids,
-                                      np.array([eos_id] if eos_id is not None else [], np.int64)])
+        ends = np.cumsum(lengths)
+        for i in range(len(lengths) // per):
+            parts = [flat[ends[j] - lengths[j]:ends[j]] for j in range(i * per, (i + 1) * per)]
+            ids = np.concatenate([head] + parts + [tail]) if len(head) or len(tail) or per > 1 \
+                else parts[0]
             if len(ids) == 0:
                 summary["empty_documents"] += 1
                 continue
-            w.write({"tokens": ids.astype(dtype)})
+            sample = {"tokens": ids.astype(dtype)}
+            if prompt_key is not None:
+                sample["prompt_tokens"] = len(head) + len(parts[0])
+            w.write(sample)
             summary["documents"] += 1
             summary["tokens"] += len(ids)
 
@@ -465,8 +484,11 @@ def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os
         bar.update(summary["documents"], summary["tokens"], chars)
 
     try:
-        with ShardWriter(out, {"tokens": tokens(dtype)}, shard_size=shard_size,
-                         overwrite=overwrite, metadata=summary) as w:
+        fields = {"tokens": tokens(dtype)}
+        if prompt_key is not None:
+            fields["prompt_tokens"] = scalar("int32")
+        with ShardWriter(out, fields, shard_size=shard_size, overwrite=overwrite,
+                         metadata=summary) as w:
             for wheres, texts in _chunks(items):
                 chars += sum(map(len, texts))
                 if pool is not None:
@@ -518,6 +540,9 @@ def add_arguments(p: argparse.ArgumentParser, fmt: str) -> None:
                    help="tokenizer.json (or its folder), a .model file (sentencepiece), "
                         "tiktoken:NAME, or module:callable")
     p.add_argument("--text-key", default="text", help="field/column with the text")
+    p.add_argument("--prompt-key", default=None,
+                   help="fine-tuning data: field/column with a prompt that precedes the text "
+                        "and gets no loss in packed batches")
     if fmt == "hf":
         p.add_argument("--split", default=None, help="split of a saved DatasetDict")
     p.add_argument("--eos", default=None, help="id or token appended to every document")
@@ -533,7 +558,8 @@ def run(args: argparse.Namespace) -> int:
     src = args.src if args.text_format == "hf" else \
         (args.src[0] if len(args.src) == 1 else args.src)
     s = convert_text(src, args.out, args.tokenizer, format=args.text_format,
-                     text_key=args.text_key, split=getattr(args, "split", None), eos=args.eos,
+                     text_key=args.text_key, split=getattr(args, "split", None),
+                     prompt_key=args.prompt_key, eos=args.eos,
                      bos=args.bos, dtype=args.dtype, workers=args.workers,
                      shard_size=args.shard_size, overwrite=args.overwrite, progress=True)
     print(f"wrote {s['documents']:,} documents, {s['tokens']:,} tokens to {args.out}"
