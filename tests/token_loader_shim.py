@@ -62,12 +62,13 @@ class ShimLoader:
         epoch, offset = self._next_epoch, self._offset
         plan = self.producer.plan_epoch(epoch, self.rank, self.world_size, offset)
         self.epoch, self._running, self._start, self._yielded = epoch, epoch, offset, 0
+        # as the loader: the next iter() runs the epoch after the last started
+        self._next_epoch, self._offset = epoch + 1, 0
         for k in range(plan.num_batches):
             batch = self.producer.batch(plan, k)
             self._yielded = k + 1
             yield {name: torch.from_numpy(v) for name, v in batch.items()}
         self._running = None
-        self._next_epoch, self._offset = epoch + 1, 0
 
     def state_dict(self):
         if self._running is None:
