@@ -17,8 +17,21 @@ Write a dataset once with :class:`ShardWriter`, then iterate it with :class:`Loa
 from . import ops
 from ._core import CudaError, DataError, DecodeError
 from .dataset import Dataset
-from .fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, scalar
+from .fields import (
+                     Blob,
+                     Field,
+                     Image,
+                     NDArray,
+                     Scalar,
+                     Tokens,
+                     blob,
+                     image,
+                     ndarray,
+                     scalar,
+                     tokens,
+)
 from .loader import Loader
+from .token_dataset import TokenDataset
 from .writer import ShardWriter
 
 __version__ = "0.1.0"
@@ -35,10 +48,13 @@ __all__ = [
     "NDArray",
     "Scalar",
     "ShardWriter",
+    "TokenDataset",
+    "Tokens",
     "blob",
     "image",
     "ndarray",
     "ops",
     "scalar",
+    "tokens",
     "__version__",
 ]

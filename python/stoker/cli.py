@@ -201,6 +201,19 @@ def build_parser() -> argparse.ArgumentParser:
     mrg = sub.add_parser("merge", help="merge part datasets (from Ray, Spark, ...) into one")
     merge_arguments(mrg)
     mrg.set_defaults(func=merge_run)
+    from .convert import text as text_convert
+    from .convert import tokens as token_convert
+
+    for fmt, what in (("jsonl", "JSON lines"), ("parquet", "Parquet files"),
+                      ("hf", "a HuggingFace datasets folder (save_to_disk)")):
+        t = csub.add_parser(fmt, help=f"{what} to token documents through a tokenizer")
+        text_convert.add_arguments(t, fmt)
+        t.set_defaults(func=text_convert.run)
+    for fmt, what in (("megatron", "a Megatron-LM .bin/.idx dataset"),
+                      ("nanogpt", "nanoGPT flat token files")):
+        t = csub.add_parser(fmt, help=f"{what} to checksummed token documents")
+        token_convert.add_arguments(t, fmt)
+        t.set_defaults(func=token_convert.run)
 
     from . import bench
 

@@ -27,7 +27,8 @@ import numpy as np
 # Largest record the shard format holds: record lengths are u32 (csrc/format/shard_format.h).
 MAX_RECORD_BYTES = 0xFFFFFFFF
 
-__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "scalar", "ndarray", "blob", "image"]
+__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "Tokens", "scalar", "ndarray", "blob",
+           "image", "tokens"]
 
 _DTYPES = (
     "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
@@ -97,6 +98,8 @@ class Field:
             return Blob()
         if kind == "image":
             return Image(layout=spec.get("layout", "HWC"))
+        if kind == "tokens":
+            return Tokens(spec["dtype"])
         raise ValueError(f"unknown field kind {kind!r}")
 
     def _core_spec(self, name: str) -> Dict[str, Any]:
@@ -245,6 +248,67 @@ class Image(Field):
 
     def __repr__(self) -> str:
         return f"stoker.image(layout={self.layout!r})"
+
+
+_TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
+
+
+class Tokens(Field):
+    """A document of token ids per sample: a 1-D array of ``dtype`` (``uint16`` for
+    vocabularies up to 65,536 ids, ``uint32`` beyond), checksummed like every record.
+
+    Read by :class:`stoker.TokenDataset` and ``stoker.Loader(..., seq_len=...)`` as token
+    documents (windows, packing, token budgets); a plain ``Loader`` without ``seq_len``
+    batches it like ``ndarray(dtype, (None,))``: padded, with ``"<name>_lengths"``.
+    ``Dataset[i]`` returns the ids as a NumPy array.
+    """
+
+    kind = "tokens"
+
+    def __init__(self, dtype: Any = "uint32"):
+        dt = _check_dtype(dtype)
+        if dt.name not in _TOKEN_DTYPES:
+            raise ValueError(f"token dtype must be one of {', '.join(_TOKEN_DTYPES)}, "
+                             f"got {dt.name!r}")
+        self.dtype = dt
+
+    def encode(self, value: Any, what: str = "value") -> bytes:
+        try:
+            arr = np.asarray(value)
+        except Exception as e:  # ragged lists and the like
+            raise ValueError(f"{what}: cannot convert {type(value).__name__} to token ids: "
+                             f"{e}") from e
+        if arr.ndim != 1:
+            raise ValueError(f"{what}: token ids must be a 1-D sequence, got shape {arr.shape}")
+        if arr.size == 0:
+            return b""
+        if arr.dtype.kind not in "iu":
+            raise ValueError(f"{what}: token ids must be integers, got {arr.dtype.name}")
+        lo, hi = int(arr.min()), int(arr.max())
+        info = np.iinfo(self.dtype)
+        if lo < 0 or hi > info.max:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{what}: token id {bad} is outside {self.dtype.name} "
+                             f"[0, {info.max}]")
+        return arr.astype(self.dtype, copy=False).tobytes()
+
+    def decode(self, payload: bytes) -> np.ndarray:
+        return np.frombuffer(payload, dtype=self.dtype)
+
+    def spec(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "dtype": self.dtype.name}
+
+    def _core_spec(self, name: str) -> Dict[str, Any]:
+        # stored as a variable-length array; the token reader checks the dtype
+        return {"name": name, "kind": "ndarray", "dtype": self.dtype.name, "shape": [-1]}
+
+    def __repr__(self) -> str:
+        return f"stoker.tokens({self.dtype.name!r})"
+
+
+def tokens(dtype: Any = "uint32") -> Tokens:
+    """A token document per sample, e.g. ``stoker.tokens("uint16")`` for a GPT-2 vocabulary."""
+    return Tokens(dtype)
 
 
 def scalar(dtype: Any) -> Scalar:

@@ -1,11 +1,13 @@
-"""Writes seed corpora for the fuzz targets: small valid shards (format versions 2 and 1)
-and images.
+"""Writes seed corpora for the fuzz targets: small valid shards (format versions 2 and 1),
+images and Megatron indexes.
 
-    python tests/fuzz/make_corpus.py OUT_DIR   -> OUT_DIR/shard/*, OUT_DIR/image/*
+    python tests/fuzz/make_corpus.py OUT_DIR   -> OUT_DIR/shard/*, OUT_DIR/image/*,
+                                                  OUT_DIR/megatron/*
 """
 
 import io
 import os
+import struct
 import sys
 import tempfile
 
@@ -60,8 +62,22 @@ def images(out):
             f.write(buf.getvalue())
 
 
+def megatron(out):
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for k, n in enumerate((0, 1, 5, 40)):
+        lengths = rng.integers(0, 300, n).astype(np.int32)
+        pointers = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) * 2 \
+            if n else np.zeros(0, np.int64)
+        data = (b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, n, n + 1) + lengths.tobytes()
+                + pointers.tobytes() + np.arange(n + 1, dtype=np.int64).tobytes())
+        with open(os.path.join(out, f"idx{k}"), "wb") as f:
+            f.write(data)
+
+
 if __name__ == "__main__":
     root = sys.argv[1]
     shards(os.path.join(root, "shard"))
     v1_shards(os.path.join(root, "shard"))
     images(os.path.join(root, "image"))
+    megatron(os.path.join(root, "megatron"))
