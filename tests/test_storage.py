@@ -545,11 +545,14 @@ def test_writer_in_another_process_keeps_a_second_out(tmp_path):
 def test_two_writer_processes_at_once_one_fails_clearly_the_other_opens(tmp_path):
     """Every rank of a job running the conversion: one writes, the other is refused."""
     path = tmp_path / "d"
-    procs = [start_writer(path, tag, 2) for tag in (1, 2)]
+    procs = [start_writer(path, tag, -1) for tag in (1, 2)]
     for p in procs:  # both are past their imports: let them race for the lock
         p.stdin.write("go\n")
         p.stdin.flush()
-    outs = [p.communicate(timeout=120)[0] for p in procs]
+    # the winner holds the lock until told to finish, however late the other one runs
+    first = [p.stdout.readline() for p in procs]
+    assert sorted(line.split()[0] for line in first) == ["locked", "writing"], first
+    outs = [line + p.communicate("finish\n", timeout=120)[0] for line, p in zip(first, procs)]
     done = [o for o in outs if "done" in o]
     locked = [o for o in outs if "locked" in o]
     assert len(done) == 1 and len(locked) == 1, outs

@@ -77,7 +77,16 @@ void register_loader(py::module_& m) {
   py::class_<BatchProducer, std::shared_ptr<BatchProducer>>(
       m, "BatchProducer", "What goes into batches (records of a dataset, token windows...).")
       .def("num_batches", &BatchProducer::num_batches, py::arg("rank"), py::arg("world_size"))
-      .def_property_readonly("epoch_samples", &BatchProducer::epoch_samples);
+      .def("epoch_samples", &BatchProducer::epoch_samples)
+      .def(
+          "consumed_after",
+          [](const BatchProducer& p, uint64_t epoch, int64_t rank, int64_t world, int64_t offset,
+             int64_t batches) {
+            return p.consumed_after(EpochKey{epoch, rank, world, offset, 0}, batches);
+          },
+          py::arg("epoch"), py::arg("rank"), py::arg("world_size"), py::arg("offset"),
+          py::arg("batches"),
+          "Global samples consumed once every rank has taken `batches` batches of that epoch.");
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
       .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle,

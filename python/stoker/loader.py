@@ -20,6 +20,7 @@ from . import _core
 from .dataset import Dataset
 from .fields import Image
 from .ops import Op, _specs
+from .token_dataset import TokenDataset, _make_producer
 
 __all__ = ["Loader"]
 
@@ -37,6 +38,11 @@ def _stop_all() -> None:
     for loader in list(_live_loaders):
         loader.close()
 
+
+# Options of token batches beyond DESIGN's four (seq_len, packing, token_dtype, max_tokens),
+# passed to stoker.token_dataset._make_producer; see docs/tokens.md.
+_TOKEN_OPTIONS = ("stride", "pad_id", "ignore_index", "pack_fit", "pack_window", "overlong",
+                  "max_length", "pad_to_multiple_of", "attention_mask", "field")
 
 # torch.utils.data.DataLoader arguments that stoker replaces, with what to do instead.
 _DATALOADER_ONLY = {
@@ -197,8 +203,8 @@ class Loader:
 
     def __init__(
         self,
-        dataset: Union[Dataset, str, os.PathLike],
-        batch_size: int = 1,
+        dataset: Union[Dataset, TokenDataset, str, os.PathLike],
+        batch_size: Optional[int] = None,
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
@@ -214,9 +220,17 @@ class Loader:
         prefetch_next_epoch: bool = True,
         image_layout: Optional[str] = None,
         even_batches: bool = True,
-        **dataloader_args: Any,
+        seq_len: Optional[int] = None,
+        packing: Optional[str] = None,
+        token_dtype: str = "int64",
+        max_tokens: Optional[int] = None,
+        **options: Any,
     ):
-        for name in dataloader_args:
+        token_options = {}
+        for name, value in options.items():
+            if name in _TOKEN_OPTIONS:
+                token_options[name] = value
+                continue
             hint = _DATALOADER_ONLY.get(name)
             if hint is not None:
                 raise TypeError(f"stoker.Loader has no argument {name!r}: {hint}")
@@ -231,17 +245,28 @@ class Loader:
                 "        for x, y in my_dataset:\n"
                 "            w.write({'x': x.numpy(), 'label': y})\n"
                 "    loader = stoker.Loader(stoker.Dataset('data/train'), batch_size=...)")
-        if not isinstance(dataset, Dataset):
-            dataset = Dataset(dataset)
-        self.dataset = dataset
         self._args = dict(batch_size=batch_size, shuffle=shuffle, seed=seed,
                           drop_last=drop_last, num_threads=num_threads, prefetch=prefetch,
                           device=str(device), pin_memory=pin_memory, rank=rank,
                           world_size=world_size, transforms=transforms, on_error=on_error,
                           max_image_pixels=max_image_pixels,
                           prefetch_next_epoch=prefetch_next_epoch, image_layout=image_layout,
-                          even_batches=even_batches)
-        batch_size = _check_int("batch_size", batch_size, 1)
+                          even_batches=even_batches, seq_len=seq_len, packing=packing,
+                          token_dtype=token_dtype, max_tokens=max_tokens, **token_options)
+        # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
+        self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
+            max_tokens is not None or packing is not None or bool(token_options)
+        if not self._tokens and not isinstance(dataset, Dataset):
+            dataset = Dataset(dataset)
+        if self._tokens and (transforms or image_layout is not None):
+            raise ValueError("transforms and image_layout apply to image fields, not to token "
+                             "batches (seq_len=, packing=, max_tokens=)")
+        if self._tokens and batch_size is None and max_tokens is None:
+            batch_size = 1
+        if not self._tokens:
+            batch_size = _check_int("batch_size", 1 if batch_size is None else batch_size, 1)
+        elif batch_size is not None:
+            batch_size = _check_int("batch_size", batch_size, 1)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused
@@ -274,12 +299,28 @@ class Loader:
         self.image_layout = image_layout
         max_image_pixels = _check_int("max_image_pixels", max_image_pixels, 1)
 
-        self.transforms = self._check_transforms(transforms or {})
-        images = {}
-        for name, f in dataset.fields.items():
-            if isinstance(f, Image):
-                images[name] = (image_layout or f.layout,
-                                _specs(self.transforms.get(name, [])), max_image_pixels)
+        if self._tokens:
+            self.transforms = {}
+            producer = _make_producer(dataset, batch_size=batch_size, shuffle=self.shuffle,
+                                      seed=seed, drop_last=self.drop_last, seq_len=seq_len,
+                                      packing=packing, token_dtype=token_dtype,
+                                      max_tokens=max_tokens, **token_options)
+            if not isinstance(dataset, TokenDataset):
+                dataset = TokenDataset(dataset, field=token_options.get("field"))
+            self.dataset = dataset
+        else:
+            self.dataset = dataset
+            self.transforms = self._check_transforms(transforms or {})
+            images = {}
+            for name, f in dataset.fields.items():
+                if isinstance(f, Image):
+                    images[name] = (image_layout or f.layout,
+                                    _specs(self.transforms.get(name, [])), max_image_pixels)
+            producer = _core.RecordProducer(
+                dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
+                self.drop_last, self.even_batches, on_error == "skip", images,
+                self.num_threads)
+        self._producer = producer
 
         options = _core.LoaderOptions()
         options.num_threads = self.num_threads
@@ -293,9 +334,6 @@ class Loader:
         fake = api is not None and api.fake  # the host fake's "device" memory is host memory
         self.device = torch.device("cpu") if fake else target
         self._stream_device = target if target.type == "cuda" and not fake else None
-        producer = _core.RecordProducer(
-            dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF, self.drop_last,
-            self.even_batches, on_error == "skip", images, self.num_threads)
         self._core = _core.LoaderCore(producer, options)
         self._pid = os.getpid()
         self._skipped_reported = 0
@@ -389,8 +427,10 @@ class Loader:
     @property
     def num_samples(self) -> int:
         """Samples per epoch for this rank (including wrap-around padding)."""
-        n = len(self.dataset)
         rank, world = self._world()
+        n = self._producer.epoch_samples()
+        if self._tokens:  # windows, packed rows or documents
+            return n // world if self.drop_last else -(-n // world)
         if self.drop_last:
             return n // world
         if not self.even_batches:
@@ -416,9 +456,10 @@ class Loader:
                 ...
         """
         num_batches = _check_int("num_batches", num_batches, 0)
-        world = self._world()[1]
-        position = min(len(self.dataset), num_batches * self.batch_size * world)
-        self._core.load_state(self._core.epoch, position, world)
+        rank, world = self._world()
+        epoch = self._core.epoch
+        position = self._producer.consumed_after(epoch, rank, world, 0, num_batches)
+        self._core.load_state(epoch, position, world)
         return self
 
     def set_epoch(self, epoch: int) -> None:
@@ -443,9 +484,17 @@ class Loader:
     # -- resume ---------------------------------------------------------------
 
     def _identity(self) -> Dict[str, Any]:
-        ident = {"num_records": len(self.dataset), "schema_hash": f"{self.dataset._hash:016x}"}
-        if getattr(self.dataset, "dataset_id", None) is not None:
-            ident["dataset_id"] = self.dataset.dataset_id  # a rewrite is another dataset
+        if self._tokens:
+            ds = self.dataset
+            ident = {"epoch_samples": self._producer.epoch_samples(),
+                     "num_tokens": ds.num_tokens, "num_docs": ds.num_docs}
+            dataset_id = getattr(getattr(ds, "dataset", None), "dataset_id", None)
+        else:
+            ident = {"num_records": len(self.dataset),
+                     "schema_hash": f"{self.dataset._hash:016x}"}
+            dataset_id = getattr(self.dataset, "dataset_id", None)
+        if dataset_id is not None:
+            ident["dataset_id"] = dataset_id  # a rewrite is another dataset
         return ident
 
     def state_dict(self) -> Dict[str, Any]:
@@ -494,9 +543,10 @@ class Loader:
                                  f"{theirs.get(key)!r}, this loader's dataset has {value!r})")
         epoch = _check_int("state's epoch", state.get("epoch"), 0)
         position = _check_int("state's position", state.get("position"), 0)
-        if position > len(self.dataset):
+        epoch_samples = self._producer.epoch_samples()
+        if position > epoch_samples:
             raise ValueError(f"cannot resume: position {position} is past the epoch's "
-                             f"{len(self.dataset)} samples")
+                             f"{epoch_samples} samples")
         world = state.get("world_size", 0)
         world = 0 if world is None else _check_int("state's world_size", world, 0)
         self._core.load_state(epoch, position, world)
@@ -539,6 +589,9 @@ class Loader:
         s["data_stall"] = min(1.0, s["wait_seconds"] / run) if run > 0 else 0.0
         copy = s["copy_seconds"]
         s["copy_gbps"] = s["copy_bytes"] / copy / 1e9 if copy > 0 else 0.0
+        if self._tokens:
+            s["pad_fraction"] = self._producer.pad_fraction
+            s["unused_tokens"] = self._producer.unused_tokens
         if getattr(self.dataset, "remote", None) is not None:  # a dataset read from a URL
             s["network"] = self.dataset.remote.stats()
         return s
@@ -553,7 +606,8 @@ class Loader:
                           RuntimeWarning, stacklevel=3)
 
     def __repr__(self) -> str:
-        return (f"stoker.Loader({len(self.dataset)} samples, batch_size={self.batch_size}, "
+        return (f"stoker.Loader({self._producer.epoch_samples()} samples, "
+                f"batch_size={self.batch_size}, "
                 f"shuffle={self.shuffle}, num_threads={self.num_threads}, "
                 f"device={str(self.device)!r})")
 
