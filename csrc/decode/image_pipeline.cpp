@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "decode/codecs.h"
 #include "decode/crop_params.h"
 #include "decode/detail/half.h"
 #include "decode/detail/rng.h"
@@ -259,6 +260,7 @@ ImageInfo probe_image(const uint8_t* data, size_t n) {
 }
 
 ImagePipeline::ImagePipeline(ImageFieldSpec spec) : spec_(std::move(spec)) {
+  require_image_codecs();  // a build without codecs refuses image fields up front
   STOKER_CHECK(spec_.max_pixels > 0, UsageError, "max_pixels must be positive");
   for (size_t i = 0; i < spec_.ops.size(); ++i) {
     const OpSpec& op = spec_.ops[i];
