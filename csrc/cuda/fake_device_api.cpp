@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,19 @@
 
 namespace stoker {
 
+namespace {
+
+// condition_variable::wait(lock) is a GLIBCXX_3.4.30 symbol in libstdc++ 12, which would
+// raise the wheel's floor from manylinux_2_34 to 2_35 (README, "Install"); wait_for is
+// inline over pthread_cond_clockwait. The slice length does not matter: notify wakes it.
+template <typename Pred>
+void wait_sliced(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Pred pred) {
+  while (!cv.wait_for(lock, std::chrono::seconds(1), pred)) {
+  }
+}
+
+}  // namespace
+
 struct FakeDeviceApi::Stream {
   std::mutex mu;
   std::condition_variable cv;
@@ -30,7 +44,7 @@ struct FakeDeviceApi::Stream {
       std::function<void()> op;
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return closing || !ops.empty(); });
+        wait_sliced(cv, lock, [&] { return closing || !ops.empty(); });
         if (ops.empty()) return;  // closing, and queued work has drained
         op = std::move(ops.front());
         ops.pop_front();
@@ -194,7 +208,7 @@ void FakeDeviceApi::synchronize_stream(StreamHandle s) {
     done->second.notify_all();
   });
   std::unique_lock<std::mutex> lock(done->first);
-  done->second.wait(lock, [&] { return *flag; });
+  wait_sliced(done->second, lock, [&] { return *flag; });
 }
 
 void FakeDeviceApi::copy_to_device_async(void* dst, const void* src, size_t bytes,
@@ -291,7 +305,8 @@ void FakeDeviceApi::stream_wait_event(StreamHandle s, EventHandle e) {
   State* st = state_.get();
   enqueue(s, [ev, gen, st] {
     std::unique_lock<std::mutex> lock(st->mu);
-    st->event_cv.wait(lock, [&] { return st->shutting_down || ev->pending.count(gen) == 0; });
+    wait_sliced(st->event_cv, lock,
+               [&] { return st->shutting_down || ev->pending.count(gen) == 0; });
   });
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from . import _core
 from .fields import Field, core_specs, schema_hash
@@ -34,7 +34,7 @@ class Dataset:
     and the record where there is one.
     """
 
-    def __init__(self, path: Union[str, os.PathLike]):
+    def __init__(self, path: Union[str, os.PathLike[str]]):
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such dataset directory or index file")
@@ -123,7 +123,7 @@ class Dataset:
         payloads = self._core.read(i)
         return {name: f.decode(p) for (name, f), p in zip(self.fields.items(), payloads)}
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         for i in range(len(self)):
             yield self[i]
 

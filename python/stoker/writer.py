@@ -6,7 +6,8 @@ import json
 import os
 import re
 import struct
-from typing import Any, Dict, Mapping, Optional, Union
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Type, Union
 
 from . import _core
 from .fields import Field, check_schema, schema_hash, schema_json
@@ -61,7 +62,7 @@ class ShardWriter:
         overwrite: replace an existing dataset in `path` (otherwise FileExistsError).
     """
 
-    def __init__(self, path: Union[str, os.PathLike], fields: Mapping[str, Field],
+    def __init__(self, path: Union[str, os.PathLike[str]], fields: Mapping[str, Field],
                  shard_size: Union[int, str] = "256MB", *, metadata: Optional[Any] = None,
                  overwrite: bool = False):
         self.path = os.fspath(path)
@@ -85,8 +86,8 @@ class ShardWriter:
         except OSError as e:
             raise OSError(e.errno, f"{self.path}: cannot create the output directory: "
                           f"{e.strerror}") from e
-        self._shards: list = []   # finished: dicts for index.json
-        self._current = None      # _core.ShardFileWriter
+        self._shards: List[Dict[str, Any]] = []   # finished: dicts for index.json
+        self._current: Optional[_core.ShardFileWriter] = None
         self._count = 0
         self._closed = False
 
@@ -123,6 +124,7 @@ class ShardWriter:
         self._count += 1
 
     def _finish_shard(self) -> None:
+        assert self._current is not None
         n, size, crc = self._current.finish()
         self._shards.append({"path": self._current_name, "num_records": n, "bytes": size,
                              "checksum": crc})
@@ -179,7 +181,8 @@ class ShardWriter:
     def __enter__(self) -> "ShardWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         if exc_type is None:
             self.close()
         else:
