@@ -102,7 +102,8 @@ void register_format(py::module_& m) {
       .def(
           "verify_shard",
           [](const Dataset& d, size_t s) {
-            // Every record: checksum and field structure. Returns (file_checksum, [(record, reason)]).
+            // Every record: checksum and field structure. Returns (file_checksum, [(record,
+            // reason)]).
             std::vector<std::pair<int64_t, std::string>> bad;
             uint32_t file_checksum;
             {

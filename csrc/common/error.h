@@ -55,7 +55,7 @@ std::string concat(const Args&... args) {
 #define STOKER_THROW(Type, ...) \
   throw Type(::stoker::detail::concat(__VA_ARGS__, " [", __FILE__, ":", __LINE__, "]"))
 
-#define STOKER_CHECK(cond, Type, ...) \
-  do {                                \
+#define STOKER_CHECK(cond, Type, ...)             \
+  do {                                            \
     if (!(cond)) STOKER_THROW(Type, __VA_ARGS__); \
   } while (0)

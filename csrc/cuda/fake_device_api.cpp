@@ -64,13 +64,13 @@ struct FakeDeviceApi::Stream {
 
 struct FakeDeviceApi::Event {
   bool timing = false;
-  uint64_t recorded = 0;           // generation of the last recording
-  std::set<uint64_t> pending;      // recordings not yet reached by their stream
+  uint64_t recorded = 0;                            // generation of the last recording
+  std::set<uint64_t> pending;                       // recordings not yet reached by their stream
   std::chrono::steady_clock::time_point done_at{};  // when the last recording completed
 };
 
 struct FakeDeviceApi::State {
-  mutable std::mutex mu;  // everything below
+  mutable std::mutex mu;             // everything below
   std::condition_variable event_cv;  // an event recording completed
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams;  // 0: default stream
   std::unordered_map<EventHandle, std::shared_ptr<Event>> events;
@@ -211,8 +211,7 @@ void FakeDeviceApi::synchronize_stream(StreamHandle s) {
   wait_sliced(done->second, lock, [&] { return *flag; });
 }
 
-void FakeDeviceApi::copy_to_device_async(void* dst, const void* src, size_t bytes,
-                                         StreamHandle s) {
+void FakeDeviceApi::copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle s) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     auto it = state_->device.find(dst);
@@ -306,7 +305,7 @@ void FakeDeviceApi::stream_wait_event(StreamHandle s, EventHandle e) {
   enqueue(s, [ev, gen, st] {
     std::unique_lock<std::mutex> lock(st->mu);
     wait_sliced(st->event_cv, lock,
-               [&] { return st->shutting_down || ev->pending.count(gen) == 0; });
+                [&] { return st->shutting_down || ev->pending.count(gen) == 0; });
   });
 }
 
@@ -314,7 +313,8 @@ float FakeDeviceApi::elapsed_ms(EventHandle start, EventHandle end) {
   std::lock_guard<std::mutex> lock(state_->mu);
   const Event& a = event(start);
   const Event& b = event(end);
-  if (!a.timing || !b.timing) STOKER_THROW(CudaError, "fake device: elapsed_ms of a non-timing event");
+  if (!a.timing || !b.timing)
+    STOKER_THROW(CudaError, "fake device: elapsed_ms of a non-timing event");
   if (a.recorded == 0 || b.recorded == 0 || a.pending.count(a.recorded) ||
       b.pending.count(b.recorded))
     STOKER_THROW(CudaError, "fake device: elapsed_ms of an incomplete event");

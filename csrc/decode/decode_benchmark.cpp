@@ -13,8 +13,8 @@
 
 namespace stoker {
 
-double decode_throughput(const std::vector<std::pair<const uint8_t*, size_t>>& images,
-                         int threads, int rounds) {
+double decode_throughput(const std::vector<std::pair<const uint8_t*, size_t>>& images, int threads,
+                         int rounds) {
   STOKER_CHECK(threads >= 1 && rounds >= 1, UsageError, "threads and rounds must be >= 1");
   require_image_codecs();
   const size_t total = images.size() * static_cast<size_t>(rounds);

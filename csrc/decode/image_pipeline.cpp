@@ -139,7 +139,7 @@ class Runner {
         pad(c);
         box = whole_box(c.pix);
       } else {
-        box = {double(c.view.x), double(c.view.y), double(c.view.w), double(c.view.h),
+        box = {double(c.view.x), double(c.view.y), double(c.view.w),    double(c.view.h),
                c.view.x,         c.view.y,         c.view.x + c.view.w, c.view.y + c.view.h};
       }
     }
@@ -375,8 +375,9 @@ void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
                  " but the batch expects ", out_h, "x", out_w);
   const bool chw = spec_.layout == ImageLayout::kCHW;
   const bool u8 = out_dtype_ == DType::kUInt8;
-  if (u8 && !chw && (runner.try_resize_into(c, static_cast<uint8_t*>(out)) ||
-                    runner.try_decode_into(c, static_cast<uint8_t*>(out))))
+  if (u8 && !chw &&
+      (runner.try_resize_into(c, static_cast<uint8_t*>(out)) ||
+       runner.try_decode_into(c, static_cast<uint8_t*>(out))))
     return;
   runner.ensure_pixels(c);
 

@@ -6,8 +6,7 @@
 
 namespace stoker {
 
-Dataset::Dataset(Schema schema, const std::vector<ShardInfo>& shards)
-    : schema_(std::move(schema)) {
+Dataset::Dataset(Schema schema, const std::vector<ShardInfo>& shards) : schema_(std::move(schema)) {
   for (const auto& info : shards) {
     auto r = std::make_unique<ShardReader>(info.path, schema_.hash, info.num_records, info.bytes);
     if (r->num_fields() != schema_.fields.size())

@@ -17,8 +17,8 @@ using format::RecordEntry;
 using format::ShardFooter;
 using format::ShardHeader;
 
-ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash,
-                         int64_t expected_records, int64_t expected_bytes)
+ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash, int64_t expected_records,
+                         int64_t expected_bytes)
     : path_(std::move(path)) {
   int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) STOKER_THROW(DataError, path_, ": cannot open shard: ", std::strerror(errno));
@@ -56,7 +56,8 @@ ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash,
     if (h.header_size != sizeof(ShardHeader))
       STOKER_THROW(DataError, path_, ": unexpected header size ", h.header_size);
     if (h.schema_hash != expected_schema_hash)
-      STOKER_THROW(DataError, path_, ": schema hash does not match index.json "
+      STOKER_THROW(DataError, path_,
+                   ": schema hash does not match index.json "
                    "(shard from another dataset?)");
     num_fields_ = h.num_fields;
 

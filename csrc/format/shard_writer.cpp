@@ -1,9 +1,9 @@
 #include "format/shard_writer.h"
 
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 
 #include "common/checksum.h"
 #include "common/error.h"

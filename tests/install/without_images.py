@@ -39,8 +39,8 @@ def test_arrays_load(tmp_path):
               "label": stoker.scalar("int64")}
     with stoker.ShardWriter(tmp_path / "ds", fields) as w:
         for i in range(10):
-            w.write({"x": np.full((2, 3), i, np.float32), "tokens": np.arange(i + 1, dtype=np.int32),
-                     "label": i})
+            w.write({"x": np.full((2, 3), i, np.float32),
+                     "tokens": np.arange(i + 1, dtype=np.int32), "label": i})
     batches = list(stoker.Loader(stoker.Dataset(tmp_path / "ds"), batch_size=4))
     assert [b["label"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert batches[2]["tokens_lengths"].tolist() == [9, 10]
