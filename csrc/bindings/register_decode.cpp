@@ -20,8 +20,8 @@ using Ops = std::vector<std::pair<std::string, std::vector<double>>>;
 
 ImageFieldSpec make_spec(const Ops& ops, const std::string& layout, int64_t max_pixels) {
   ImageFieldSpec spec;
-  STOKER_CHECK(layout == "HWC" || layout == "CHW", UsageError,
-               "layout must be 'HWC' or 'CHW', got '", layout, "'");
+  STOKER_CHECK(layout == "HWC" || layout == "CHW", UsageError, "layout must be 'HWC' or 'CHW', got '",
+               layout, "'");
   spec.layout = layout == "CHW" ? ImageLayout::kCHW : ImageLayout::kHWC;
   for (const auto& [kind, args] : ops) spec.ops.push_back({kind, args});
   spec.max_pixels = max_pixels;
@@ -52,15 +52,9 @@ void register_decode(py::module_& m) {
                                                    : std::vector<py::ssize_t>{h, w, 3};
         py::array out;
         switch (pipe.out_dtype()) {
-          case DType::kUInt8:
-            out = py::array_t<uint8_t>(shape);
-            break;
-          case DType::kFloat32:
-            out = py::array_t<float>(shape);
-            break;
-          default:
-            out = py::array(py::dtype("float16"), shape);
-            break;
+          case DType::kUInt8: out = py::array_t<uint8_t>(shape); break;
+          case DType::kFloat32: out = py::array_t<float>(shape); break;
+          default: out = py::array(py::dtype("float16"), shape); break;
         }
         void* dst = out.mutable_data();
         {
