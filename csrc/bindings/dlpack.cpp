@@ -77,8 +77,7 @@ py::capsule make_dlpack_capsule(const std::shared_ptr<uint8_t>& base, const Tens
 }
 
 py::list batch_to_capsules(const std::shared_ptr<uint8_t>& base,
-                           const std::vector<TensorDesc>& tensors, int device_type,
-                           int device_id) {
+                           const std::vector<TensorDesc>& tensors, int device_type, int device_id) {
   py::list out;
   for (const TensorDesc& d : tensors)
     out.append(py::make_tuple(d.name, make_dlpack_capsule(base, d, device_type, device_id)));

@@ -2,6 +2,11 @@
 #include <pybind11/pybind11.h>
 
 #include "common/error.h"
+#include "decode/codecs.h"
+
+#ifndef STOKER_VERSION
+#define STOKER_VERSION "unknown"  // built outside scikit-build-core
+#endif
 
 namespace py = pybind11;
 
@@ -37,6 +42,19 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(error.ptr(), e.what());
     }
   });
+
+  m.attr("__version__") = STOKER_VERSION;
+  m.def(
+      "build_info",
+      [] {
+        py::dict info;
+        info["version"] = STOKER_VERSION;
+        info["images"] = stoker::have_image_codecs();
+        info["codecs"] = stoker::image_codec_versions();
+        return info;
+      },
+      "How this extension was built: version, whether image fields can be decoded, and the "
+      "codec libraries' versions.");
 
   stoker::bindings::register_format(m);
   stoker::bindings::register_loader(m);

@@ -12,11 +12,11 @@ struct Entry {
   DLTypeCode dl;
 };
 constexpr Entry kTable[] = {
-    {DType::kBool, "bool", 1, {6, 8}},         {DType::kUInt8, "uint8", 1, {1, 8}},
-    {DType::kInt8, "int8", 1, {0, 8}},         {DType::kUInt16, "uint16", 2, {1, 16}},
-    {DType::kInt16, "int16", 2, {0, 16}},      {DType::kUInt32, "uint32", 4, {1, 32}},
-    {DType::kInt32, "int32", 4, {0, 32}},      {DType::kUInt64, "uint64", 8, {1, 64}},
-    {DType::kInt64, "int64", 8, {0, 64}},      {DType::kFloat16, "float16", 2, {2, 16}},
+    {DType::kBool, "bool", 1, {6, 8}},          {DType::kUInt8, "uint8", 1, {1, 8}},
+    {DType::kInt8, "int8", 1, {0, 8}},          {DType::kUInt16, "uint16", 2, {1, 16}},
+    {DType::kInt16, "int16", 2, {0, 16}},       {DType::kUInt32, "uint32", 4, {1, 32}},
+    {DType::kInt32, "int32", 4, {0, 32}},       {DType::kUInt64, "uint64", 8, {1, 64}},
+    {DType::kInt64, "int64", 8, {0, 64}},       {DType::kFloat16, "float16", 2, {2, 16}},
     {DType::kBFloat16, "bfloat16", 2, {4, 16}}, {DType::kFloat32, "float32", 4, {2, 32}},
     {DType::kFloat64, "float64", 8, {2, 64}},
 };

@@ -49,15 +49,13 @@ std::string concat(const Args&... args) {
 
 }  // namespace stoker
 
-// Throws `Type` with the message and, in debug builds, the source location.
-#ifdef NDEBUG
-#define STOKER_THROW(Type, ...) throw Type(::stoker::detail::concat(__VA_ARGS__))
-#else
+// Throws `Type` with the message and the source location, in every build type:
+//   "checksum mismatch in record 7 of shard ... [csrc/format/shard_reader.cpp:88]"
+// CMake passes -fmacro-prefix-map, so __FILE__ is relative to the source tree.
 #define STOKER_THROW(Type, ...) \
   throw Type(::stoker::detail::concat(__VA_ARGS__, " [", __FILE__, ":", __LINE__, "]"))
-#endif
 
-#define STOKER_CHECK(cond, Type, ...) \
-  do {                                \
+#define STOKER_CHECK(cond, Type, ...)             \
+  do {                                            \
     if (!(cond)) STOKER_THROW(Type, __VA_ARGS__); \
   } while (0)

@@ -111,8 +111,8 @@ class CudaDriverApi final : public DeviceApi {
   }
   void copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle s) override {
     ScopedContext scope(ctx_);
-    CHECK_CU(d_.memcpy_htod_async(static_cast<cu::DevicePtr>(reinterpret_cast<uintptr_t>(dst)),
-                                  src, bytes, to_cu(s)));
+    CHECK_CU(d_.memcpy_htod_async(static_cast<cu::DevicePtr>(reinterpret_cast<uintptr_t>(dst)), src,
+                                  bytes, to_cu(s)));
   }
 
   EventHandle create_event(bool timing) override {

@@ -45,8 +45,7 @@ class DeviceApi {
   virtual void synchronize_stream(StreamHandle s) = 0;
   /// Queues a copy of `bytes` from host `src` to device `dst` on `s`. `src`
   /// must stay valid and unchanged until the copy completes.
-  virtual void copy_to_device_async(void* dst, const void* src, size_t bytes,
-                                    StreamHandle s) = 0;
+  virtual void copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle s) = 0;
 
   /// @param timing whether elapsed_ms() may be asked of it
   virtual EventHandle create_event(bool timing) = 0;

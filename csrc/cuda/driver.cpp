@@ -17,8 +17,7 @@ template <typename Fn>
 bool bind(void* lib, Fn& fn, const char* name, std::string& error) {
   fn = reinterpret_cast<Fn>(dlsym(lib, name));
   if (!fn && error.empty())
-    error = std::string("CUDA driver library libcuda.so.1 lacks ") + name +
-            " (driver too old?)";
+    error = std::string("CUDA driver library libcuda.so.1 lacks ") + name + " (driver too old?)";
   return fn != nullptr;
 }
 
@@ -102,8 +101,7 @@ void throw_cuda_error(Result r, const char* expr, const char* file, int line) {
   (void)line;
   throw CudaError(error_name(r) + " from " + expr);
 #else
-  throw CudaError(error_name(r) + " from " + expr + " [" + file + ":" + std::to_string(line) +
-                  "]");
+  throw CudaError(error_name(r) + " from " + expr + " [" + file + ":" + std::to_string(line) + "]");
 #endif
 }
 

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,19 @@
 
 namespace stoker {
 
+namespace {
+
+// condition_variable::wait(lock) is a GLIBCXX_3.4.30 symbol in libstdc++ 12, which would
+// raise the wheel's floor from manylinux_2_34 to 2_35 (README, "Install"); wait_for is
+// inline over pthread_cond_clockwait. The slice length does not matter: notify wakes it.
+template <typename Pred>
+void wait_sliced(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Pred pred) {
+  while (!cv.wait_for(lock, std::chrono::seconds(1), pred)) {
+  }
+}
+
+}  // namespace
+
 struct FakeDeviceApi::Stream {
   std::mutex mu;
   std::condition_variable cv;
@@ -30,7 +44,7 @@ struct FakeDeviceApi::Stream {
       std::function<void()> op;
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return closing || !ops.empty(); });
+        wait_sliced(cv, lock, [&] { return closing || !ops.empty(); });
         if (ops.empty()) return;  // closing, and queued work has drained
         op = std::move(ops.front());
         ops.pop_front();
@@ -50,13 +64,13 @@ struct FakeDeviceApi::Stream {
 
 struct FakeDeviceApi::Event {
   bool timing = false;
-  uint64_t recorded = 0;           // generation of the last recording
-  std::set<uint64_t> pending;      // recordings not yet reached by their stream
+  uint64_t recorded = 0;                            // generation of the last recording
+  std::set<uint64_t> pending;                       // recordings not yet reached by their stream
   std::chrono::steady_clock::time_point done_at{};  // when the last recording completed
 };
 
 struct FakeDeviceApi::State {
-  mutable std::mutex mu;  // everything below
+  mutable std::mutex mu;             // everything below
   std::condition_variable event_cv;  // an event recording completed
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams;  // 0: default stream
   std::unordered_map<EventHandle, std::shared_ptr<Event>> events;
@@ -194,11 +208,10 @@ void FakeDeviceApi::synchronize_stream(StreamHandle s) {
     done->second.notify_all();
   });
   std::unique_lock<std::mutex> lock(done->first);
-  done->second.wait(lock, [&] { return *flag; });
+  wait_sliced(done->second, lock, [&] { return *flag; });
 }
 
-void FakeDeviceApi::copy_to_device_async(void* dst, const void* src, size_t bytes,
-                                         StreamHandle s) {
+void FakeDeviceApi::copy_to_device_async(void* dst, const void* src, size_t bytes, StreamHandle s) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     auto it = state_->device.find(dst);
@@ -291,7 +304,8 @@ void FakeDeviceApi::stream_wait_event(StreamHandle s, EventHandle e) {
   State* st = state_.get();
   enqueue(s, [ev, gen, st] {
     std::unique_lock<std::mutex> lock(st->mu);
-    st->event_cv.wait(lock, [&] { return st->shutting_down || ev->pending.count(gen) == 0; });
+    wait_sliced(st->event_cv, lock,
+                [&] { return st->shutting_down || ev->pending.count(gen) == 0; });
   });
 }
 
@@ -299,7 +313,8 @@ float FakeDeviceApi::elapsed_ms(EventHandle start, EventHandle end) {
   std::lock_guard<std::mutex> lock(state_->mu);
   const Event& a = event(start);
   const Event& b = event(end);
-  if (!a.timing || !b.timing) STOKER_THROW(CudaError, "fake device: elapsed_ms of a non-timing event");
+  if (!a.timing || !b.timing)
+    STOKER_THROW(CudaError, "fake device: elapsed_ms of a non-timing event");
   if (a.recorded == 0 || b.recorded == 0 || a.pending.count(a.recorded) ||
       b.pending.count(b.recorded))
     STOKER_THROW(CudaError, "fake device: elapsed_ms of an incomplete event");

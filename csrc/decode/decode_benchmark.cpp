@@ -7,14 +7,16 @@
 #include <thread>
 
 #include "common/error.h"
+#include "decode/codecs.h"
 #include "decode/jpeg_decoder.h"
 #include "decode/png_decoder.h"
 
 namespace stoker {
 
-double decode_throughput(const std::vector<std::pair<const uint8_t*, size_t>>& images,
-                         int threads, int rounds) {
+double decode_throughput(const std::vector<std::pair<const uint8_t*, size_t>>& images, int threads,
+                         int rounds) {
   STOKER_CHECK(threads >= 1 && rounds >= 1, UsageError, "threads and rounds must be >= 1");
+  require_image_codecs();
   const size_t total = images.size() * static_cast<size_t>(rounds);
   std::atomic<size_t> next{0};
   std::exception_ptr error;

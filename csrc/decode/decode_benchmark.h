@@ -13,7 +13,7 @@ namespace stoker {
 /// assignment through a shared counter), into per-thread buffers.
 /// @return images per second over the whole run. Throws DecodeError if an
 ///         image does not decode.
-double decode_throughput(const std::vector<std::pair<const uint8_t*, size_t>>& images,
-                         int threads, int rounds = 1);
+double decode_throughput(const std::vector<std::pair<const uint8_t*, size_t>>& images, int threads,
+                         int rounds = 1);
 
 }  // namespace stoker

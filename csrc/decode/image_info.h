@@ -17,9 +17,7 @@ struct ImageInfo {
 /// center crop larger than the image): the pixels out there are zeros.
 struct PixelRect {
   int x = 0, y = 0, w = 0, h = 0;
-  bool operator==(const PixelRect& o) const {
-    return x == o.x && y == o.y && w == o.w && h == o.h;
-  }
+  bool operator==(const PixelRect& o) const { return x == o.x && y == o.y && w == o.w && h == o.h; }
 };
 
 /// Read-only view of 8-bit RGB pixels (3 bytes a pixel, rows `stride` bytes apart).

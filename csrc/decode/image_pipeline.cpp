@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "decode/canvas.h"
+#include "decode/codecs.h"
 #include "decode/crop_params.h"
 #include "decode/detail/rng.h"
 #include "decode/jpeg_decoder.h"
@@ -54,6 +55,7 @@ ImagePipeline::ImagePipeline(const ImageFieldSpec& spec)
       max_pixels_(spec.max_pixels),
       out_dtype_(output_dtype(ops_)),
       fixed_(fixed_output_size(ops_)) {
+  require_image_codecs();  // a build without codecs refuses image fields up front
   STOKER_CHECK(max_pixels_ > 0, UsageError, "max_pixels must be positive");
 }
 

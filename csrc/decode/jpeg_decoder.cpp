@@ -31,8 +31,8 @@ struct JpegDecoder::State {
   const uint8_t* data = nullptr;
   size_t size = 0;
   bool cmyk = false;
-  bool inverted = false;             // Adobe CMYK: the stored values are 255 - ink
-  std::vector<uint8_t> row;          // one CMYK row, or a discarded row
+  bool inverted = false;     // Adobe CMYK: the stored values are 255 - ink
+  std::vector<uint8_t> row;  // one CMYK row, or a discarded row
 };
 
 namespace {
@@ -174,7 +174,8 @@ int JpegDecoder::choose_scale(int w, int h, int target_w, int target_h) {
   // full-resolution resize fell from 3.6 to 1.4 levels; 2x (Pillow's default
   // reducing_gap) gave 0.9 but leaves most crops of ImageNet-sized images unscaled.
   for (int num : {1, 2, 4})
-    if (int64_t{w} * num * 4 >= int64_t{target_w} * 40 && int64_t{h} * num * 4 >= int64_t{target_h} * 40)
+    if (int64_t{w} * num * 4 >= int64_t{target_w} * 40 &&
+        int64_t{h} * num * 4 >= int64_t{target_h} * 40)
       return num;
   return 8;
 }

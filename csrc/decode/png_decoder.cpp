@@ -75,8 +75,7 @@ ImageInfo png_probe(const uint8_t* data, size_t n) {
           static_cast<int>(png_get_image_height(r.png, r.info))};
 }
 
-ImageInfo png_decode(const uint8_t* data, size_t n, int64_t max_pixels,
-                     std::vector<uint8_t>& rgb) {
+ImageInfo png_decode(const uint8_t* data, size_t n, int64_t max_pixels, std::vector<uint8_t>& rgb) {
   Reader r(data, n);
   thread_local std::vector<png_bytep> rows;  // reused: no allocation per image
   ImageInfo info;

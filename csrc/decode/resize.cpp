@@ -187,7 +187,7 @@ STOKER_MULTIVERSION void horizontal_row(const Taps& tx, const uint8_t* row, int 
 struct ResizeScratch {
   Taps tx, ty;
   std::vector<uint8_t> mid;
-  std::vector<uint8_t> pad;  // a row copied with room for the vector loads' overreach
+  std::vector<uint8_t> pad;      // a row copied with room for the vector loads' overreach
   std::vector<int32_t> shifted;  // tx.start less the mid buffer's origin
 };
 
@@ -220,13 +220,27 @@ void horizontal(const Taps& tx, const uint8_t* row, size_t avail, int origin, bo
   }
 #endif
   switch (tx.fixed) {  // a fixed tap count unrolls the inner loop: 3x faster
-    case 2: horizontal_row<2>(tx, row, origin, out, step, out_w); break;
-    case 3: horizontal_row<3>(tx, row, origin, out, step, out_w); break;
-    case 4: horizontal_row<4>(tx, row, origin, out, step, out_w); break;
-    case 5: horizontal_row<5>(tx, row, origin, out, step, out_w); break;
-    case 6: horizontal_row<6>(tx, row, origin, out, step, out_w); break;
-    case 7: horizontal_row<7>(tx, row, origin, out, step, out_w); break;
-    default: horizontal_row<0>(tx, row, origin, out, step, out_w); break;
+    case 2:
+      horizontal_row<2>(tx, row, origin, out, step, out_w);
+      break;
+    case 3:
+      horizontal_row<3>(tx, row, origin, out, step, out_w);
+      break;
+    case 4:
+      horizontal_row<4>(tx, row, origin, out, step, out_w);
+      break;
+    case 5:
+      horizontal_row<5>(tx, row, origin, out, step, out_w);
+      break;
+    case 6:
+      horizontal_row<6>(tx, row, origin, out, step, out_w);
+      break;
+    case 7:
+      horizontal_row<7>(tx, row, origin, out, step, out_w);
+      break;
+    default:
+      horizontal_row<0>(tx, row, origin, out, step, out_w);
+      break;
   }
 }
 
@@ -283,9 +297,8 @@ void resize_rgb_impl(const RgbView& src, const ResizeBox& box, uint8_t* dst, siz
                  &s.mid[static_cast<size_t>(y - ty.first) * mid_stride], out_w, mirror);
     }
     for (int j = 0; j < out_h; ++j)
-      vertical(ty, j, &s.mid[static_cast<size_t>(ty.start[j] - ty.first) * mid_stride],
-               mid_stride, simd, dst + static_cast<size_t>(j) * dst_stride,
-               static_cast<int>(mid_stride));
+      vertical(ty, j, &s.mid[static_cast<size_t>(ty.start[j] - ty.first) * mid_stride], mid_stride,
+               simd, dst + static_cast<size_t>(j) * dst_stride, static_cast<int>(mid_stride));
   } else {
     shift_starts(tx, tx.first, s.shifted);
     const size_t mid_stride = static_cast<size_t>(cols) * 3;

@@ -43,26 +43,26 @@ inline __m256i pair_sum(const uint8_t* p0, const uint8_t* p1, const int16_t* w, 
 }
 
 template <int G>
-void h_row(const uint8_t* row, const int32_t* start, const int16_t* wvec, int groups,
-           int precision, uint8_t* out, ptrdiff_t step, int out_w) {
+void h_row(const uint8_t* row, const int32_t* start, const int16_t* wvec, int groups, int precision,
+           uint8_t* out, ptrdiff_t step, int out_w) {
   const __m256i shuf_a = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
                                           0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
-  const __m256i shuf_b = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1,
-                                          -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
-                                          -1, -1);
+  const __m256i shuf_b =
+      _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1, 6, -1, 9, -1, 7,
+                       -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
   // Four RGB0 pixels to twelve bytes, in order or reversed.
   const bool mirror = step < 0;
-  const __m128i pack =
-      mirror ? _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1)
-             : _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m128i pack = mirror
+                           ? _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1)
+                           : _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i half = _mm256_set1_epi32(1 << (precision - 1));
   const __m128i shift = _mm_cvtsi32_si128(precision);
   const ptrdiff_t wstep = static_cast<ptrdiff_t>(G > 0 ? G : groups) * 32;
   for (int i = 0; i < out_w; i += 4) {
     const int16_t* w = wvec + (i / 2) * wstep;
-    __m256i a0 = pair_sum<G>(row + 3 * static_cast<ptrdiff_t>(start[i]),
-                             row + 3 * static_cast<ptrdiff_t>(start[i + 1]), w, groups, shuf_a,
-                             shuf_b);
+    __m256i a0 =
+        pair_sum<G>(row + 3 * static_cast<ptrdiff_t>(start[i]),
+                    row + 3 * static_cast<ptrdiff_t>(start[i + 1]), w, groups, shuf_a, shuf_b);
     __m256i a1 = pair_sum<G>(row + 3 * static_cast<ptrdiff_t>(start[i + 2]),
                              row + 3 * static_cast<ptrdiff_t>(start[i + 3]), w + wstep, groups,
                              shuf_a, shuf_b);
@@ -95,9 +95,15 @@ void h_row(const uint8_t* row, const int32_t* start, const int16_t* wvec, int gr
 void resize_h_avx2(const uint8_t* row, const int32_t* start, const int16_t* wvec, int groups,
                    int precision, uint8_t* out, ptrdiff_t step, int out_w) {
   switch (groups) {
-    case 1: h_row<1>(row, start, wvec, groups, precision, out, step, out_w); break;
-    case 2: h_row<2>(row, start, wvec, groups, precision, out, step, out_w); break;
-    default: h_row<0>(row, start, wvec, groups, precision, out, step, out_w); break;
+    case 1:
+      h_row<1>(row, start, wvec, groups, precision, out, step, out_w);
+      break;
+    case 2:
+      h_row<2>(row, start, wvec, groups, precision, out, step, out_w);
+      break;
+    default:
+      h_row<0>(row, start, wvec, groups, precision, out, step, out_w);
+      break;
   }
 }
 
@@ -135,8 +141,8 @@ int resize_v_avx2(const int32_t* w, int n, const uint8_t* base, size_t stride, i
     acc3 = _mm256_sra_epi32(_mm256_add_epi32(acc3, half), shift);
     // The unpacks and packs both work within 128-bit lanes, so the bytes come
     // back in their original order.
-    const __m256i r = _mm256_packus_epi16(_mm256_packs_epi32(acc0, acc1),
-                                          _mm256_packs_epi32(acc2, acc3));
+    const __m256i r =
+        _mm256_packus_epi16(_mm256_packs_epi32(acc0, acc1), _mm256_packs_epi32(acc2, acc3));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), r);
   }
   return i;

@@ -20,9 +20,9 @@ struct FieldSpec {
   /// (variable length). Empty for scalars, blobs and images.
   std::vector<int64_t> shape;
 
-  bool variable() const;        ///< payload length varies per sample
-  size_t fixed_bytes() const;   ///< payload bytes when !variable()
-  size_t row_bytes() const;     ///< bytes per step of the variable dimension (1 for blobs/images)
+  bool variable() const;       ///< payload length varies per sample
+  size_t fixed_bytes() const;  ///< payload bytes when !variable()
+  size_t row_bytes() const;    ///< bytes per step of the variable dimension (1 for blobs/images)
 };
 
 struct Schema {

@@ -145,8 +145,22 @@ def _convert_npy(args: argparse.Namespace) -> int:
     return 0
 
 
+def version_text() -> str:
+    """What ``stoker --version`` prints: the version and how the native core was built."""
+    from . import __version__, _core
+
+    info = _core.build_info()
+    images = (info["codecs"] if info["images"]
+              else "none (built with -DSTOKER_WITH_IMAGES=OFF)")
+    text = f"stoker {__version__} (image codecs: {images})"
+    if info["version"] not in (__version__, "unknown"):
+        text += f"\nwarning: the compiled core is version {info['version']}: reinstall stoker"
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="stoker", description=__doc__)
+    p.add_argument("--version", action="version", version=version_text())
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="write a small built-in dataset and iterate it")

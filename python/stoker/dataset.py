@@ -8,7 +8,7 @@ import posixpath
 import re
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from . import _core
 from . import _generations as gen
@@ -64,7 +64,7 @@ class Dataset:
             then come from the read that first touches the shard).
     """
 
-    def __init__(self, path: Union[str, os.PathLike], *, check_shards: bool = True,
+    def __init__(self, path: Union[str, "os.PathLike[str]"], *, check_shards: bool = True,
                  cache_dir=None, cache_limit=None,
                  storage_options: Optional[Dict[str, Any]] = None):
         # A URL (s3://, https://, any fsspec URL): shards come through a local cache
@@ -254,7 +254,7 @@ class Dataset:
         payloads = self._core.read(i)
         return {name: f.decode(p) for (name, f), p in zip(self.fields.items(), payloads)}
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
         for i in range(len(self)):
             yield self[i]
 

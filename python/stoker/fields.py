@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -38,7 +38,7 @@ _DTYPES = (
 
 def _check_dtype(dtype: Any) -> np.dtype:
     try:
-        dt = np.dtype(dtype)
+        dt: np.dtype[Any] = np.dtype(dtype)
     except TypeError as e:
         raise ValueError(f"unsupported dtype {dtype!r}") from e
     if dt.name not in _DTYPES:
@@ -181,8 +181,7 @@ class NDArray(Field):
 
     def decode(self, payload: bytes) -> np.ndarray:
         arr = np.frombuffer(payload, dtype=self.dtype)
-        rest = self.shape[1:] if self.variable else self.shape
-        return arr.reshape((-1, *rest) if self.variable else rest)
+        return arr.reshape([-1 if d is None else d for d in self.shape])
 
     def spec(self) -> Dict[str, Any]:
         return {"kind": self.kind, "dtype": self.dtype.name, "shape": list(self.shape)}
@@ -350,7 +349,7 @@ def check_schema(fields: Mapping[str, Field]) -> Dict[str, Field]:
     return out
 
 
-def schema_json(fields: Mapping[str, Field]) -> list:
+def schema_json(fields: Mapping[str, Field]) -> List[Dict[str, Any]]:
     return [{"name": n, **f.spec()} for n, f in fields.items()]
 
 
@@ -359,5 +358,5 @@ def schema_hash(fields: Mapping[str, Field]) -> int:
     return int.from_bytes(hashlib.sha256(canon.encode()).digest()[:8], "little")
 
 
-def core_specs(fields: Mapping[str, Field]) -> list:
+def core_specs(fields: Mapping[str, Field]) -> List[Dict[str, Any]]:
     return [f._core_spec(n) for n, f in fields.items()]

@@ -22,7 +22,7 @@ size; this is why it is cheaper than a full decode.
 from __future__ import annotations
 
 import math
-from typing import List, Sequence, Tuple, Union
+from typing import Any, List, Sequence, Tuple, Union
 
 __all__ = ["Op", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip",
            "Normalize"]
@@ -45,7 +45,7 @@ def _pair(size: _Size, what: str) -> Tuple[int, int]:
     return size
 
 
-def _range(value, what: str) -> Tuple[float, float]:
+def _range(value: Any, what: str) -> Tuple[float, float]:
     try:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
@@ -71,7 +71,7 @@ class Op:
     kind: str = ""
     num_args: int = -1
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if not isinstance(cls.__dict__.get("kind"), str) or not cls.kind:
             raise TypeError(f"{cls.__name__}: an Op subclass must set a non-empty `kind`")
@@ -101,7 +101,7 @@ class Op:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and vars(self) == vars(other)
 
     def __hash__(self) -> int:
@@ -156,6 +156,7 @@ class Resize(Op):
     num_args = 2
 
     def __init__(self, size: _Size):
+        self.size: Union[int, Tuple[int, int]]
         if isinstance(size, int) and not isinstance(size, bool):
             if size <= 0:
                 raise ValueError(f"Resize: size must be positive, got {size}")

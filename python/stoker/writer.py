@@ -8,7 +8,8 @@ import re
 import struct
 import warnings
 import weakref
-from typing import Any, Dict, List, Mapping, Optional, Union
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Type, Union
 
 from . import _core
 from . import _generations as gen
@@ -134,7 +135,7 @@ class ShardWriter:
         overwrite: replace an existing dataset in `path` (otherwise FileExistsError).
     """
 
-    def __init__(self, path: Union[str, os.PathLike], fields: Mapping[str, Field],
+    def __init__(self, path: Union[str, os.PathLike[str]], fields: Mapping[str, Field],
                  shard_size: Union[int, str] = "256MB", *, metadata: Optional[Any] = None,
                  overwrite: bool = False):
         self.path = os.fspath(path)
@@ -308,7 +309,8 @@ class ShardWriter:
     def __enter__(self) -> "ShardWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         if exc_type is None:
             self.close()
         else:

@@ -16,8 +16,8 @@
 #include "check.h"
 #include "common/error.h"
 #include "decode/crop_params.h"
-#include "decode/detail/half.h"
 #include "decode/decode_benchmark.h"
+#include "decode/detail/half.h"
 #include "decode/image_pipeline.h"
 #include "decode/jpeg_decoder.h"
 #include "decode/png_decoder.h"
@@ -60,7 +60,8 @@ Bytes encode_jpeg(const Bytes& px, int w, int h, J_COLOR_SPACE in_space, int qua
   jpeg_set_defaults(&cinfo);
   if (in_space == JCS_CMYK) jpeg_set_colorspace(&cinfo, JCS_YCCK);  // writes the Adobe marker
   jpeg_set_quality(&cinfo, quality, TRUE);
-  if (!subsample && in_space == JCS_RGB) cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;
+  if (!subsample && in_space == JCS_RGB)
+    cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;
   if (progressive) jpeg_simple_progression(&cinfo);
   jpeg_start_compress(&cinfo, TRUE);
   const size_t stride = static_cast<size_t>(w) * cinfo.input_components;
@@ -203,7 +204,8 @@ void test_png_formats_come_out_rgb() {
   for (size_t i = 0; i < gray.size(); ++i) CHECK(g[3 * i] == gray[i] && g[3 * i + 2] == gray[i]);
   const Bytes pal = run(ImagePipeline({}), encode_png(gray, w, h, PNG_COLOR_TYPE_PALETTE));
   for (size_t i = 0; i < gray.size(); ++i)
-    CHECK(pal[3 * i] == gray[i] && pal[3 * i + 1] == 255 - gray[i] && pal[3 * i + 2] == gray[i] / 2);
+    CHECK(pal[3 * i] == gray[i] && pal[3 * i + 1] == 255 - gray[i] &&
+          pal[3 * i + 2] == gray[i] / 2);
   Bytes g16(gray.size() * 2);
   for (size_t i = 0; i < gray.size(); ++i) g16[2 * i] = 0x5A, g16[2 * i + 1] = gray[i];
   const Bytes d16 = run(ImagePipeline({}), encode_png(g16, w, h, PNG_COLOR_TYPE_GRAY, 16));
@@ -215,9 +217,10 @@ void test_region_decode_equals_full_decode_crop() {
     const Bytes jpeg = rgb_jpeg(203, 150, 3, subsample);
     int w, h;
     const Bytes full = full_decode(jpeg, &w, &h);
-    for (PixelRect r : {PixelRect{0, 0, 203, 150}, PixelRect{37, 21, 101, 77},
-                        PixelRect{1, 149, 202, 1}, PixelRect{150, 5, 53, 140},
-                        PixelRect{32, 32, 64, 64}, PixelRect{16, 48, 50, 32}, PixelRect{15, 47, 2, 2}}) {
+    for (PixelRect r :
+         {PixelRect{0, 0, 203, 150}, PixelRect{37, 21, 101, 77}, PixelRect{1, 149, 202, 1},
+          PixelRect{150, 5, 53, 140}, PixelRect{32, 32, 64, 64}, PixelRect{16, 48, 50, 32},
+          PixelRect{15, 47, 2, 2}}) {
       JpegDecoder d;
       d.open(jpeg.data(), jpeg.size(), INT64_MAX);
       Bytes buf;
@@ -228,8 +231,13 @@ void test_region_decode_equals_full_decode_crop() {
       int bad = 0, maxd = 0, fx = -1, fy = -1;
       for (int y = 0; y < r.h; ++y)
         for (int x = 0; x < r.w * 3; ++x) {
-          int d = std::abs(int(v.data[y * v.stride + x]) - int(want[static_cast<size_t>(y) * r.w * 3 + x]));
-          if (d) { if (fx < 0) fx = x / 3, fy = y; ++bad; maxd = std::max(maxd, d); }
+          int d = std::abs(int(v.data[y * v.stride + x]) -
+                           int(want[static_cast<size_t>(y) * r.w * 3 + x]));
+          if (d) {
+            if (fx < 0) fx = x / 3, fy = y;
+            ++bad;
+            maxd = std::max(maxd, d);
+          }
         }
       if (bad)
         std::printf("subsample %d rect %d %d %d %d: %d values differ (max %d), first at %d,%d\n",
@@ -303,9 +311,9 @@ void test_declared_size_is_checked_before_decoding() {
   ImageFieldSpec small;
   small.max_pixels = 999;
   CHECK(contains(decode_error(rgb_jpeg(32, 32), ImagePipeline(small)), "above the limit of 999"));
-  CHECK(contains(decode_error(encode_png(photo(32, 32, 3), 32, 32, PNG_COLOR_TYPE_RGB),
-                              ImagePipeline(small)),
-                 "above the limit of 999"));
+  CHECK(contains(
+      decode_error(encode_png(photo(32, 32, 3), 32, 32, PNG_COLOR_TYPE_RGB), ImagePipeline(small)),
+      "above the limit of 999"));
   CHECK(!decode_error(with_jpeg_size(rgb_jpeg(32, 32), 0, 32)).empty());
   // The decoder refuses too, not only output_size().
   JpegDecoder d;
@@ -320,7 +328,8 @@ void test_declared_size_is_checked_before_decoding() {
 void test_random_resized_crop_rect_in_bounds() {
   detail::SplitMix64 rng(7);
   for (int t = 0; t < 20000; ++t) {
-    const int w = 1 + static_cast<int>(rng.randint(0, 999)), h = 1 + static_cast<int>(rng.randint(0, 999));
+    const int w = 1 + static_cast<int>(rng.randint(0, 999)),
+              h = 1 + static_cast<int>(rng.randint(0, 999));
     PixelRect r = random_resized_crop_rect(w, h, 0.08, 1.0, kLogR0, kLogR1, rng);
     CHECK(r.w >= 1 && r.h >= 1 && r.x >= 0 && r.y >= 0 && r.x + r.w <= w && r.y + r.h <= h);
   }
@@ -410,13 +419,13 @@ void test_resize_paths_agree() {
         detail::resize_rgb_impl(v, box, got.data(), ow * 3, ow, oh, false, simd, order);
         detail::resize_rgb_impl(v, box, mirrored.data(), ow * 3, ow, oh, true, simd, order);
         CHECK(mirrored == (order == ResizeOrder::kHorizontalFirst ? mirrored_ref : [&] {
-          Bytes m(n);
-          for (int y = 0; y < oh; ++y)
-            for (int x = 0; x < ow; ++x)
-              std::memcpy(&m[(static_cast<size_t>(y) * ow + ow - 1 - x) * 3],
-                          &got[(static_cast<size_t>(y) * ow + x) * 3], 3);
-          return m;
-        }()));
+                Bytes m(n);
+                for (int y = 0; y < oh; ++y)
+                  for (int x = 0; x < ow; ++x)
+                    std::memcpy(&m[(static_cast<size_t>(y) * ow + ow - 1 - x) * 3],
+                                &got[(static_cast<size_t>(y) * ow + x) * 3], 3);
+                return m;
+              }()));
         if (order == ResizeOrder::kHorizontalFirst) {
           CHECK(got == ref);
         } else {
@@ -438,7 +447,8 @@ void test_op_validation() {
   CHECK_THROWS(UsageError, pipeline({{"resize", {0, -1}}}));
   CHECK_THROWS(UsageError, pipeline({{"center_crop", {2.5, 3}}}));
   CHECK_THROWS(UsageError, pipeline({{"random_horizontal_flip", {1.5}}}));
-  CHECK_THROWS(UsageError, pipeline({{"normalize", {0, 0, 0, 1, 1, 1, 0}}, {"center_crop", {4, 4}}}));
+  CHECK_THROWS(UsageError,
+               pipeline({{"normalize", {0, 0, 0, 1, 1, 1, 0}}, {"center_crop", {4, 4}}}));
   CHECK_THROWS(UsageError, pipeline({{"normalize", {0, 0, 0, 1, 0, 1, 0}}}));
   ImagePipeline p = pipeline({{"random_resized_crop", {24, 32, 0.08, 1, kLogR0, kLogR1}},
                               {"random_horizontal_flip", {0.5}},
@@ -461,7 +471,8 @@ void test_center_crop_of_jpeg_equals_full_decode_crop() {
     for (int x = 0; x < 205; ++x)
       for (int c = 0; c < 3; ++c) {
         const int sx = x - 1, sy = y - 1;
-        const uint8_t want = sx >= 0 && sx < w && sy >= 0 && sy < h ? full[(sy * w + sx) * 3 + c] : 0;
+        const uint8_t want =
+            sx >= 0 && sx < w && sy >= 0 && sy < h ? full[(sy * w + sx) * 3 + c] : 0;
         CHECK(pad[(static_cast<size_t>(y) * 205 + x) * 3 + c] == want);
       }
 }
@@ -480,11 +491,11 @@ void test_flip_layout_and_normalize_are_exact() {
         CHECK(chw[c * 600 + y * 30 + x] == plain[(y * 30 + x) * 3 + c]);
       }
   // Flip then a crop equals the mirrored crop: the crop happens in flipped coordinates.
-  const Bytes fc = run(pipeline({{"random_horizontal_flip", {1.0}}, {"center_crop", {20, 7}}}), png);
+  const Bytes fc =
+      run(pipeline({{"random_horizontal_flip", {1.0}}, {"center_crop", {20, 7}}}), png);
   const PixelRect r = center_crop_rect(30, 20, 7, 20);  // left = round(11.5) = 12
   for (int y = 0; y < 20; ++y)
-    for (int x = 0; x < 7; ++x)
-      CHECK(fc[(y * 7 + x) * 3] == flipped[(y * 30 + r.x + x) * 3]);
+    for (int x = 0; x < 7; ++x) CHECK(fc[(y * 7 + x) * 3] == flipped[(y * 30 + r.x + x) * 3]);
   const Bytes f = run(pipeline({{"normalize", {0.5, 0.25, 0, 0.5, 0.25, 2, 0}}}), png, 0, 4);
   const float* fp = reinterpret_cast<const float*>(f.data());
   const double mean[3] = {0.5, 0.25, 0}, std_[3] = {0.5, 0.25, 2};
@@ -509,14 +520,16 @@ void test_random_resized_crop_matches_reference() {
     const PixelRect r = random_resized_crop_rect(w, h, 0.08, 1, kLogR0, kLogR1, rng);
     Bytes want(56 * 64 * 3);
     RgbView v{full.data(), w, h, static_cast<size_t>(w) * 3};
-    resize_rgb(v, {double(r.x), double(r.y), double(r.w), double(r.h), r.x, r.y, r.x + r.w, r.y + r.h},
+    resize_rgb(v,
+               {double(r.x), double(r.y), double(r.w), double(r.h), r.x, r.y, r.x + r.w, r.y + r.h},
                want.data(), 64 * 3, 64, 56);
     const Bytes got = run(p, jpeg, seed);
     double sum = 0;
     for (size_t i = 0; i < got.size(); ++i) sum += std::abs(int(got[i]) - int(want[i]));
     worst_mean = std::max(worst_mean, sum / got.size());
   }
-  std::printf("random_resized_crop vs full-decode reference: worst mean abs diff %.2f\n", worst_mean);
+  std::printf("random_resized_crop vs full-decode reference: worst mean abs diff %.2f\n",
+              worst_mean);
   CHECK(worst_mean < 2.0);
 }
 
@@ -567,9 +580,11 @@ void test_decode_throughput_runs() {
 TEST_MAIN(test_jpeg_decodes_close_to_source(); test_gray_and_cmyk_jpeg_come_out_rgb();
           test_png_formats_come_out_rgb(); test_region_decode_equals_full_decode_crop();
           test_scaled_region_covers_the_crop(); test_bad_inputs_throw_decode_error();
-          test_declared_size_is_checked_before_decoding(); test_random_resized_crop_rect_in_bounds();
-          test_rng_is_uniform_enough(); test_center_crop_and_resize_rules();
-          test_resize_identity_and_constant(); test_resize_paths_agree(); test_op_validation();
-          test_center_crop_of_jpeg_equals_full_decode_crop(); test_flip_layout_and_normalize_are_exact();
-          test_random_resized_crop_matches_reference(); test_same_seed_same_output_on_any_thread();
-          test_progressive_jpeg_region_decode(); test_decode_throughput_runs())
+          test_declared_size_is_checked_before_decoding();
+          test_random_resized_crop_rect_in_bounds(); test_rng_is_uniform_enough();
+          test_center_crop_and_resize_rules(); test_resize_identity_and_constant();
+          test_resize_paths_agree(); test_op_validation();
+          test_center_crop_of_jpeg_equals_full_decode_crop();
+          test_flip_layout_and_normalize_are_exact(); test_random_resized_crop_matches_reference();
+          test_same_seed_same_output_on_any_thread(); test_progressive_jpeg_region_decode();
+          test_decode_throughput_runs())

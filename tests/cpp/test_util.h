@@ -24,7 +24,8 @@ inline std::string temp_dir() {
   return buf.data();
 }
 
-/// Schema: "x" uint8[16] filled with (i % 251), "label" int64 = i, "tok" int32[None] of length i % 5.
+/// Schema: "x" uint8[16] filled with (i % 251), "label" int64 = i, "tok" int32[None] of length i
+/// % 5.
 inline Schema test_schema() {
   Schema s;
   s.fields.push_back({"x", FieldKind::kNDArray, DType::kUInt8, {16}});

@@ -63,9 +63,9 @@ std::string error_name(Result r);
 
 /// Evaluates a driver call and throws stoker::CudaError naming the error and
 /// the expression unless it returned CUDA_SUCCESS.
-#define CHECK_CU(expr)                                                  \
-  do {                                                                  \
-    const ::stoker::cu::Result check_cu_rc_ = (expr);                   \
-    if (check_cu_rc_ != ::stoker::cu::kSuccess)                         \
+#define CHECK_CU(expr)                                                         \
+  do {                                                                         \
+    const ::stoker::cu::Result check_cu_rc_ = (expr);                          \
+    if (check_cu_rc_ != ::stoker::cu::kSuccess)                                \
       ::stoker::cu::throw_cuda_error(check_cu_rc_, #expr, __FILE__, __LINE__); \
   } while (0)

