@@ -47,9 +47,15 @@ void register_decode(py::module_& m) {
                                                    : std::vector<py::ssize_t>{h, w, 3};
         py::array out;
         switch (pipe.out_dtype()) {
-          case DType::kUInt8: out = py::array_t<uint8_t>(shape); break;
-          case DType::kFloat32: out = py::array_t<float>(shape); break;
-          default: out = py::array(py::dtype("float16"), shape); break;
+          case DType::kUInt8:
+            out = py::array_t<uint8_t>(shape);
+            break;
+          case DType::kFloat32:
+            out = py::array_t<float>(shape);
+            break;
+          default:
+            out = py::array(py::dtype("float16"), shape);
+            break;
         }
         void* dst = out.mutable_data();
         {

@@ -62,8 +62,7 @@ void register_format(py::module_& m) {
       py::arg("data"), "The shard format's checksum of a buffer (low 32 bits of XXH3-64).");
   m.def("checksum_impl", &checksum_impl);
 
-  m.def("live_mappings", &MappedFile::live_mappings,
-        "Shard files mapped in this process now.");
+  m.def("live_mappings", &MappedFile::live_mappings, "Shard files mapped in this process now.");
   m.def("mapping_faults", &MappedFile::total_faults,
         "Reads of a mapped shard that found the file cut short (SIGBUS absorbed).");
 
@@ -77,8 +76,8 @@ void register_format(py::module_& m) {
                auto t = item.cast<py::tuple>();
                STOKER_CHECK(t.size() == 3 || t.size() == 4, UsageError,
                             "shard entries are (path, num_records, bytes[, identity])");
-               ShardInfo info{t[0].cast<std::string>(), t[1].cast<int64_t>(),
-                              t[2].cast<int64_t>(), std::nullopt};
+               ShardInfo info{t[0].cast<std::string>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
+                              std::nullopt};
                if (t.size() == 4 && !t[3].is_none()) {
                  auto id = t[3].cast<std::tuple<std::string, uint64_t, uint32_t, uint32_t>>();
                  info.identity = ShardIdentity{DatasetId::from_hex(std::get<0>(id)),
@@ -106,13 +105,15 @@ void register_format(py::module_& m) {
            "the dataset owns lease_fd and closes it when destroyed.")
       .def("__len__", &Dataset::size)
       .def_property_readonly("num_shards", &Dataset::num_shards)
-      .def("shard_path", [](const Dataset& d, size_t s) {
+      .def("shard_path",
+           [](const Dataset& d, size_t s) {
              STOKER_CHECK(s < d.num_shards(), UsageError, "shard ", s, " out of range");
              return d.shard_path(s);
            })
-      .def("open_shard", [](const Dataset& d, size_t s) { (void)d.shard(s); }, py::arg("shard"),
-           py::call_guard<py::gil_scoped_release>(),
-           "Maps and validates shard `shard` now (otherwise done on first use).")
+      .def(
+          "open_shard", [](const Dataset& d, size_t s) { (void)d.shard(s); }, py::arg("shard"),
+          py::call_guard<py::gil_scoped_release>(),
+          "Maps and validates shard `shard` now (otherwise done on first use).")
       .def("is_mapped", &Dataset::is_mapped, py::arg("shard"))
       .def_property_readonly("mapped_shards", &Dataset::mapped_shards)
       .def("check_intact", &Dataset::check_intact, py::arg("index"))
@@ -177,15 +178,17 @@ void register_format(py::module_& m) {
                     std::string msg = reason(e);
                     const std::string prefix = "record " + std::to_string(i) + ": ";
                     if (msg.rfind(prefix, 0) == 0) msg.erase(0, prefix.size());
-                    bad.emplace_back(changed ? -1 : i, changed ? "from record " +
-                                     std::to_string(i) + " on: " + msg : msg);
+                    bad.emplace_back(
+                        changed ? -1 : i,
+                        changed ? "from record " + std::to_string(i) + " on: " + msg : msg);
                   }
                 }
                 if (!changed) {
                   file_checksum = r->file_checksum();
                   if (r->faulted())
-                    bad.emplace_back(-1, "changed on disk while in use (the file was cut "
-                                         "short under the reader)");
+                    bad.emplace_back(-1,
+                                     "changed on disk while in use (the file was cut "
+                                     "short under the reader)");
                 }
               }
             }

@@ -54,8 +54,9 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["worker_idle_seconds"] = s.worker_idle_seconds;
   d["wait_seconds"] = s.wait_seconds;
   d["run_seconds"] = s.run_seconds;
-  d["first_batch_seconds"] = s.first_batch_seconds < 0 ? py::object(py::none())
-                                                         : py::object(py::float_(s.first_batch_seconds));
+  d["first_batch_seconds"] = s.first_batch_seconds < 0
+                                 ? py::object(py::none())
+                                 : py::object(py::float_(s.first_batch_seconds));
   d["copies"] = s.copies;
   d["copy_bytes"] = s.copy_bytes;
   d["copy_seconds"] = s.copy_seconds;
@@ -89,9 +90,9 @@ void register_loader(py::module_& m) {
           "Global samples consumed once every rank has taken `batches` batches of that epoch.");
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
-      .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle,
-                       uint64_t seed, bool drop_last, bool even_batches, bool skip_errors,
-                       const py::dict& images, int threads_hint) {
+      .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed,
+                       bool drop_last, bool even_batches, bool skip_errors, const py::dict& images,
+                       int threads_hint) {
              RecordOptions o;
              o.sampler = SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches};
              o.skip_errors = skip_errors;
@@ -101,15 +102,14 @@ void register_loader(py::module_& m) {
              return std::make_shared<RecordProducer>(std::move(ds), std::move(o));
            }),
            py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
-           py::arg("drop_last"), py::arg("even_batches"), py::arg("skip_errors"),
-           py::arg("images"),
+           py::arg("drop_last"), py::arg("even_batches"), py::arg("skip_errors"), py::arg("images"),
            py::arg("threads_hint"),
            "images: {field: stoker.ops._ImageSpec}; threads_hint sizes the units of work.");
 
   py::class_<BlockAllocator, std::shared_ptr<BlockAllocator>>(
       m, "HostMemory", "Where batch slots come from (pageable or page-locked).")
-      .def_property_readonly("pinned",
-                             [](const BlockAllocator& a) { return a.kind() == MemoryKind::kPinned; });
+      .def_property_readonly(
+          "pinned", [](const BlockAllocator& a) { return a.kind() == MemoryKind::kPinned; });
   py::class_<Delivery, std::shared_ptr<Delivery>>(
       m, "Delivery", "How batches reach the consumer (a device copy).");
 

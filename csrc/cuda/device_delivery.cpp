@@ -26,14 +26,12 @@ class DeviceReader final : public BatchReader {
       }
       return TransferEngine::SourceStatus::kStopped;
     };
-    engine_ = std::make_unique<TransferEngine>(std::move(api), source,
-                                               static_cast<size_t>(prefetch), std::move(pool),
-                                               std::move(stats));
+    engine_ = std::make_unique<TransferEngine>(
+        std::move(api), source, static_cast<size_t>(prefetch), std::move(pool), std::move(stats));
   }
   ~DeviceReader() override { stop(); }
 
-  Status next(DeliveredBatch& out, Clock::time_point deadline,
-              uintptr_t consumer_stream) override {
+  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream) override {
     if (stopped_.load(std::memory_order_acquire)) return Status::kStopped;
     std::optional<DeviceBatch> b;
     TransferEngine::Status s;
@@ -51,8 +49,8 @@ class DeviceReader final : public BatchReader {
     // its consumer, so it waits for the stream the copy was ordered on.
     const bool host = api_->device_memory_is_host();
     if (host) api_->synchronize_stream(consumer_stream);
-    out = DeliveredBatch{b->index, std::move(b->memory), std::move(b->tensors), b->counters,
-                         host ? -1 : b->device, nullptr};
+    out = DeliveredBatch{b->index,    std::move(b->memory),  std::move(b->tensors),
+                         b->counters, host ? -1 : b->device, nullptr};
     return Status::kBatch;
   }
 

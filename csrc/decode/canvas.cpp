@@ -82,7 +82,7 @@ void CanvasOps::resize(Canvas& c, int out_w, int out_h) {
       pad(c);
       box = whole_box(c.pix);
     } else {
-      box = {double(c.view.x), double(c.view.y), double(c.view.w), double(c.view.h),
+      box = {double(c.view.x), double(c.view.y), double(c.view.w),    double(c.view.h),
              c.view.x,         c.view.y,         c.view.x + c.view.w, c.view.y + c.view.h};
     }
   }

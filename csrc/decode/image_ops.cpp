@@ -47,8 +47,7 @@ ImageOp parse_image_op(const OpSpec& s) {
   }
   if (s.kind == "random_horizontal_flip") {
     check_count(s, 1);
-    STOKER_CHECK(a[0] >= 0 && a[0] <= 1, UsageError,
-                 "random_horizontal_flip: p must be in [0, 1]");
+    STOKER_CHECK(a[0] >= 0 && a[0] <= 1, UsageError, "random_horizontal_flip: p must be in [0, 1]");
     return ops::HorizontalFlip{a[0]};
   }
   if (s.kind == "normalize") {

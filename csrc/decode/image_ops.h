@@ -54,9 +54,8 @@ struct Normalize {
 
 }  // namespace ops
 
-using ImageOp =
-    std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::HorizontalFlip,
-                 ops::Normalize>;
+using ImageOp = std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop,
+                             ops::HorizontalFlip, ops::Normalize>;
 
 /// Checks and converts one op: UsageError naming the op for an unknown kind, a
 /// wrong number of arguments or a value out of range.

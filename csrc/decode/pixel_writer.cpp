@@ -33,8 +33,8 @@ void gather_row(const Canvas& c, int y, uint8_t* dst) {
 
 }  // namespace
 
-void write_pixels(const Canvas& c, void* out, int out_h, int out_w, ImageLayout layout,
-                  DType dtype, const ops::Normalize* norm, Scratch& s) {
+void write_pixels(const Canvas& c, void* out, int out_h, int out_w, ImageLayout layout, DType dtype,
+                  const ops::Normalize* norm, Scratch& s) {
   const bool chw = layout == ImageLayout::kCHW;
   const bool u8 = dtype == DType::kUInt8;
   const size_t plane = static_cast<size_t>(out_h) * out_w;

@@ -15,7 +15,7 @@ enum class ImageLayout { kHWC, kCHW };
 
 /// Writes the view of `c` (out_h x out_w; pixels present, no resize pending)
 /// to `out`, normalised by `norm` if given.
-void write_pixels(const Canvas& c, void* out, int out_h, int out_w, ImageLayout layout,
-                  DType dtype, const ops::Normalize* norm, Scratch& s);
+void write_pixels(const Canvas& c, void* out, int out_h, int out_w, ImageLayout layout, DType dtype,
+                  const ops::Normalize* norm, Scratch& s);
 
 }  // namespace stoker

@@ -44,11 +44,11 @@ struct ShardHeader {
   uint32_t header_size;
   uint64_t schema_hash;
   uint32_t num_fields;
-  uint32_t flags;           // no flag is defined: must be 0
-  uint8_t dataset_id[16];   // v2: the write's random id (zero in v1)
-  uint64_t ordinal;         // v2: position of the shard in index.json (zero in v1)
-  uint32_t reserved;        // must be 0
-  uint32_t header_sum;      // checksum32 of the 60 bytes before it
+  uint32_t flags;          // no flag is defined: must be 0
+  uint8_t dataset_id[16];  // v2: the write's random id (zero in v1)
+  uint64_t ordinal;        // v2: position of the shard in index.json (zero in v1)
+  uint32_t reserved;       // must be 0
+  uint32_t header_sum;     // checksum32 of the 60 bytes before it
 };
 
 struct RecordEntry {

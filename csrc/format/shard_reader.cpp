@@ -105,22 +105,28 @@ ShardProbe probe_shard(const std::string& path, const ShardExpectation& expect, 
     STOKER_THROW(DataError, path, ": unknown header flags ", h.flags,
                  " (written by a newer stoker?)");
   if (h.schema_hash != expect.schema_hash)
-    STOKER_THROW(DataError, path, ": schema hash does not match index.json "
+    STOKER_THROW(DataError, path,
+                 ": schema hash does not match index.json "
                  "(shard from another dataset?)");
   if (expect.identity) {
     const ShardIdentity& want = *expect.identity;
     if (h.version < 2)
-      STOKER_THROW(DataError, path, ": a version-1 shard (no dataset id) in a version-2 "
+      STOKER_THROW(DataError, path,
+                   ": a version-1 shard (no dataset id) in a version-2 "
                    "dataset: it belongs to another dataset");
     DatasetId got;
     std::memcpy(got.bytes.data(), h.dataset_id, 16);
     if (got != want.dataset_id)
-      STOKER_THROW(DataError, path, ": belongs to another dataset or another write of this "
-                   "one: its dataset id is ", got.hex(), ", index.json's is ",
-                   want.dataset_id.hex(), " (foreign or stale shard)");
+      STOKER_THROW(DataError, path,
+                   ": belongs to another dataset or another write of this "
+                   "one: its dataset id is ",
+                   got.hex(), ", index.json's is ", want.dataset_id.hex(),
+                   " (foreign or stale shard)");
     if (h.ordinal != want.ordinal)
-      STOKER_THROW(DataError, path, ": is shard ", h.ordinal, " of its dataset but index.json "
-                   "lists it as shard ", want.ordinal, " (shards swapped or reordered)");
+      STOKER_THROW(DataError, path, ": is shard ", h.ordinal,
+                   " of its dataset but index.json "
+                   "lists it as shard ",
+                   want.ordinal, " (shards swapped or reordered)");
     if (h.header_sum != want.header_sum)
       STOKER_THROW(DataError, path, ": header checksum ", h.header_sum,
                    " differs from index.json's ", want.header_sum);
@@ -150,8 +156,8 @@ ShardProbe probe_shard(const std::string& path, const ShardExpectation& expect, 
   return p;
 }
 
-ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash,
-                         int64_t expected_records, int64_t expected_bytes)
+ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash, int64_t expected_records,
+                         int64_t expected_bytes)
     : ShardReader(std::move(path),
                   ShardExpectation{expected_schema_hash, expected_records, expected_bytes, {}}) {}
 

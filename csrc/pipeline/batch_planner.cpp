@@ -35,8 +35,8 @@ bool read_for_plan(const RecordSource& src, int64_t index, const std::string& fi
 
 }  // namespace
 
-void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices,
-                       int64_t unit_samples, RecordBatch& b) {
+void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, int64_t unit_samples,
+                       RecordBatch& b) {
   const Schema& schema = src.ds->schema();
   const int64_t len = static_cast<int64_t>(indices.size());
   b.indices = std::move(indices);
@@ -87,8 +87,8 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices,
             have = true;
           } else if (s != hw) {
             STOKER_THROW(UsageError, "images of field '", spec.name, "' have different sizes (",
-                         hw.first, "x", hw.second, " and ", s.first, "x", s.second,
-                         " at sample ", idx,
+                         hw.first, "x", hw.second, " and ", s.first, "x", s.second, " at sample ",
+                         idx,
                          "); add a crop to its transforms, e.g. stoker.ops.CenterCrop(224), "
                          "to batch them");
           }
@@ -115,8 +115,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices,
       std::exception_ptr first_error;
       bool have = false;
       for (int64_t p = 0; p < len; ++p) {
-        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views,
-                           first_error))
+        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views, first_error))
           continue;
         have = true;
         max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(views[f].size / row));
@@ -127,8 +126,8 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices,
       std::vector<int64_t> shape{len, max_rows};
       if (spec.kind == FieldKind::kNDArray)
         shape.insert(shape.end(), spec.shape.begin() + 1, spec.shape.end());
-      plan.out = add_tensor(spec.name, spec.kind == FieldKind::kBlob ? DType::kUInt8 : spec.dtype,
-                            shape);
+      plan.out =
+          add_tensor(spec.name, spec.kind == FieldKind::kBlob ? DType::kUInt8 : spec.dtype, shape);
       plan.lengths = add_tensor(spec.name + "_lengths", DType::kInt64, {len});
     }
   }

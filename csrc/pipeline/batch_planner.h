@@ -18,11 +18,11 @@ namespace stoker {
 
 /// Per field: where its output goes and how big a sample's part is.
 struct FieldPlan {
-  size_t out = 0;               ///< index into tensors
-  size_t lengths = SIZE_MAX;    ///< index of "<name>_lengths", if variable
-  size_t sample_bytes = 0;      ///< bytes per sample in the output tensor
-  int64_t max_rows = 0;         ///< padded length of a variable field
-  int img_h = 0, img_w = 0;     ///< output size of an image field
+  size_t out = 0;             ///< index into tensors
+  size_t lengths = SIZE_MAX;  ///< index of "<name>_lengths", if variable
+  size_t sample_bytes = 0;    ///< bytes per sample in the output tensor
+  int64_t max_rows = 0;       ///< padded length of a variable field
+  int img_h = 0, img_w = 0;   ///< output size of an image field
 };
 
 /// A planned batch of records; run() is the sample writer (sample_writer.cpp).
@@ -44,7 +44,7 @@ class RecordBatch final : public BatchWork {
 };
 
 /// Fills `b.indices`, `b.plans`, `b.tensors`, `b.bytes`, `b.units`.
-void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices,
-                       int64_t unit_samples, RecordBatch& b);
+void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, int64_t unit_samples,
+                       RecordBatch& b);
 
 }  // namespace stoker

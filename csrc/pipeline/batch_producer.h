@@ -43,8 +43,8 @@ struct EpochKey {
   int64_t pad_from = 0;
 
   bool operator==(const EpochKey& o) const {
-    return epoch == o.epoch && rank == o.rank && world_size == o.world_size &&
-           offset == o.offset && pad_from == o.pad_from;
+    return epoch == o.epoch && rank == o.rank && world_size == o.world_size && offset == o.offset &&
+           pad_from == o.pad_from;
   }
   bool operator!=(const EpochKey& o) const { return !(*this == o); }
 };

@@ -69,9 +69,8 @@ class BatchRing {
   /// Claims position p if its slot is free for it. One caller wins.
   [[nodiscard]] bool try_claim(int64_t p) {
     uint32_t want = seq(p, kFree);
-    return slots_[index(p)].seq.compare_exchange_strong(want, seq(p, kClaimed),
-                                                        std::memory_order_acquire,
-                                                        std::memory_order_relaxed);
+    return slots_[index(p)].seq.compare_exchange_strong(
+        want, seq(p, kClaimed), std::memory_order_acquire, std::memory_order_relaxed);
   }
 
   /// Waits until position p's slot is free for p, up to `deadline`.
@@ -122,9 +121,7 @@ class BatchRing {
   static uint32_t seq(int64_t p, uint32_t state) {
     return static_cast<uint32_t>(static_cast<uint64_t>(p) * 4 + state);
   }
-  uint32_t word(int64_t p) const {
-    return slots_[index(p)].seq.load(std::memory_order_acquire);
-  }
+  uint32_t word(int64_t p) const { return slots_[index(p)].seq.load(std::memory_order_acquire); }
 
   void store_and_wake(int64_t p, uint32_t value, std::atomic<int>& waiters) {
     std::atomic<uint32_t>& w = slots_[index(p)].seq;

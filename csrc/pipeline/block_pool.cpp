@@ -48,8 +48,7 @@ std::shared_ptr<BlockAllocator> pageable_allocator() {
 }
 
 std::shared_ptr<BlockPool> BlockPool::create(std::shared_ptr<BlockAllocator> alloc,
-                                             std::shared_ptr<BlockFence> fence,
-                                             size_t max_idle) {
+                                             std::shared_ptr<BlockFence> fence, size_t max_idle) {
   STOKER_CHECK(alloc != nullptr, UsageError, "BlockPool: no allocator");
   return std::shared_ptr<BlockPool>(new BlockPool(std::move(alloc), std::move(fence), max_idle));
 }
@@ -118,9 +117,9 @@ BlockPool::Block BlockPool::acquire(size_t bytes, uintptr_t stream) {
     } else if (!idle_.empty() && idle_.size() >= max_idle_) {
       // Nothing fits and the idle list is full: the batches grew. Free the
       // smallest idle block first, to keep the peak down.
-      auto smallest = std::min_element(idle_.begin(), idle_.end(), [](const Idle& a, const Idle& b) {
-        return a.block.capacity < b.block.capacity;
-      });
+      auto smallest = std::min_element(
+          idle_.begin(), idle_.end(),
+          [](const Idle& a, const Idle& b) { return a.block.capacity < b.block.capacity; });
       evict.push_back(std::move(*smallest));
       idle_.erase(smallest);
     }

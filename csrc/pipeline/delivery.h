@@ -66,8 +66,8 @@ class HostReader final : public BatchReader {
       case Stream::Read::kBatch:
         break;
     }
-    out = DeliveredBatch{b.index, std::move(b.memory), std::move(b.tensors), b.counters, -1,
-                         b.error};
+    out =
+        DeliveredBatch{b.index, std::move(b.memory), std::move(b.tensors), b.counters, -1, b.error};
     return Status::kBatch;
   }
   void stop() override { stream_->stop(); }

@@ -24,8 +24,8 @@ struct LoaderCore::Run {
   std::shared_ptr<Stream> stream;
   std::unique_ptr<BatchReader> reader;
   std::atomic<int64_t> delivered{0};  // positions handed to an iterator
-  int64_t skip_to = -1;  // positions before this belong to an epoch left early (with mu_)
-  Clock::time_point claimed_at{};     // for run_seconds of its iterator
+  int64_t skip_to = -1;            // positions before this belong to an epoch left early (with mu_)
+  Clock::time_point claimed_at{};  // for run_seconds of its iterator
 
   int64_t start() const { return skip_to >= 0 ? skip_to : delivered.load(); }
 };
@@ -50,8 +50,8 @@ LoaderCore::LoaderCore(std::shared_ptr<const BatchProducer> producer, LoaderOpti
   auto alloc = opts_.host_allocator ? opts_.host_allocator : pageable_allocator();
   // Slots in flight are at most `prefetch` per stream; keep a few more idle for
   // the batches the consumer holds while the next ones are assembled.
-  host_pool_ = BlockPool::create(std::move(alloc), nullptr,
-                                 static_cast<size_t>(opts_.prefetch) + 2);
+  host_pool_ =
+      BlockPool::create(std::move(alloc), nullptr, static_cast<size_t>(opts_.prefetch) + 2);
   workers_ = std::make_unique<WorkerPool>(opts_.num_threads, stats_, opts_.linger);
 }
 
@@ -82,8 +82,7 @@ EpochKey LoaderCore::prospective_key(int64_t rank, int64_t world) const {
     // uninterrupted epoch would have given; at another, padding repeats only
     // samples the job has not consumed.
     const bool same_world = resume_->world_size == world || resume_->offset == 0;
-    return EpochKey{resume_->epoch, rank, world, resume_->offset,
-                    same_world ? 0 : resume_->offset};
+    return EpochKey{resume_->epoch, rank, world, resume_->offset, same_world ? 0 : resume_->offset};
   }
   return EpochKey{pending_.value_or(next_epoch_), rank, world, 0, 0};
 }
@@ -253,8 +252,8 @@ void LoaderCore::release(Iterator& it) {
     // rest of this one is at most a window, so the stream is kept for the next
     // iterator, which drops those batches first (NOTE [ Next-epoch prefetch ]).
     std::shared_ptr<Run> run = it.run_;
-    if (it.main_ && main_.owner == &it && opts_.prefetch_next_epoch &&
-        !run->stream->stopped() && run->stream->planned(it.seg_end_)) {
+    if (it.main_ && main_.owner == &it && opts_.prefetch_next_epoch && !run->stream->stopped() &&
+        run->stream->planned(it.seg_end_)) {
       drop_spec();
       run->skip_to = it.seg_end_;
       spec_ = run;
@@ -424,8 +423,8 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
   st.samples.fetch_add(out.counters.samples, std::memory_order_relaxed);
   st.bytes_read.fetch_add(out.counters.bytes_read, std::memory_order_relaxed);
   st.skipped.fetch_add(out.counters.skipped, std::memory_order_relaxed);
-  if (yielded_ == 1 && main_) st.first_batch_ns.store(ns_between(opened_, t1),
-                                                      std::memory_order_relaxed);
+  if (yielded_ == 1 && main_)
+    st.first_batch_ns.store(ns_between(opened_, t1), std::memory_order_relaxed);
   core_->yielded(*this);
   return Status::kBatch;
 }

@@ -124,8 +124,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   bool forked() const;
   EpochKey prospective_key(int64_t rank, int64_t world) const;  // with mu_
   bool run_starts(const Run& run, const EpochKey& key) const;
-  std::shared_ptr<Run> new_run(const EpochKey& key);           // with mu_
-  void drop_spec();                                            // with mu_
+  std::shared_ptr<Run> new_run(const EpochKey& key);  // with mu_
+  void drop_spec();                                   // with mu_
   void stop_run(const std::shared_ptr<Run>& run);
   void claim(Iterator& it);
   void yielded(Iterator& it);
@@ -139,11 +139,11 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::unique_ptr<WorkerPool> workers_;
 
   mutable std::mutex mu_;
-  uint64_t next_epoch_ = 0;              // guarded by mu_
-  std::optional<uint64_t> pending_;      // guarded by mu_: set_epoch's
-  std::optional<LoaderState> resume_;    // guarded by mu_: load_state's
-  Main main_;                            // guarded by mu_
-  std::shared_ptr<Run> spec_;            // guarded by mu_: a stream waiting for its iterator
+  uint64_t next_epoch_ = 0;            // guarded by mu_
+  std::optional<uint64_t> pending_;    // guarded by mu_: set_epoch's
+  std::optional<LoaderState> resume_;  // guarded by mu_: load_state's
+  Main main_;                          // guarded by mu_
+  std::shared_ptr<Run> spec_;          // guarded by mu_: a stream waiting for its iterator
   std::vector<std::weak_ptr<Iterator>> iterators_;  // guarded by mu_
   std::vector<std::shared_ptr<Run>> runs_;          // guarded by mu_: every live run
 };
@@ -181,13 +181,13 @@ class LoaderCore::Iterator {
   const Clock::time_point opened_;
   mutable std::timed_mutex mu_;  // one next() at a time
   std::atomic<bool> closed_{false};
-  bool claimed_ = false;       // written with mu_ and core mu_
+  bool claimed_ = false;  // written with mu_ and core mu_
   bool main_ = false;
-  bool counted_ = false;       // run time added to the stats (release())
-  bool released_ = false;      // release() ran (with core mu_)
-  int64_t drain_ = 0;          // batches of an earlier epoch to drop first
-  int64_t seg_end_ = 0;        // ring position after this iterator's last batch
-  std::shared_ptr<Run> run_;   // written with mu_ and core mu_
+  bool counted_ = false;      // run time added to the stats (release())
+  bool released_ = false;     // release() ran (with core mu_)
+  int64_t drain_ = 0;         // batches of an earlier epoch to drop first
+  int64_t seg_end_ = 0;       // ring position after this iterator's last batch
+  std::shared_ptr<Run> run_;  // written with mu_ and core mu_
   EpochKey key_;
   int64_t batches_ = 0;
   int64_t yielded_ = 0;

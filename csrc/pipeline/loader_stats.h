@@ -23,14 +23,14 @@ struct LoaderStats {
   std::atomic<int64_t> worker_busy_ns{0};  ///< workers running units or planning
   std::atomic<int64_t> worker_idle_ns{0};  ///< workers parked while a stream was open
   // The consumer.
-  std::atomic<int64_t> wait_ns{0};     ///< time the iterating thread waited in next()
-  std::atomic<int64_t> run_ns{0};      ///< time iterators were open (closed ones)
+  std::atomic<int64_t> wait_ns{0};          ///< time the iterating thread waited in next()
+  std::atomic<int64_t> run_ns{0};           ///< time iterators were open (closed ones)
   std::atomic<int64_t> first_batch_ns{-1};  ///< the last epoch's first batch, from its iter()
   std::atomic<int64_t> streams{0};  ///< streams started (an epoch that flowed on starts none)
   // The copy to the device.
   std::atomic<int64_t> copies{0};
   std::atomic<int64_t> copy_bytes{0};
-  std::atomic<int64_t> copy_ns{0};     ///< device time of the copies
+  std::atomic<int64_t> copy_ns{0};  ///< device time of the copies
 
   void add(const StageTimes& t) {
     read_ns.fetch_add(t.read_ns, std::memory_order_relaxed);

@@ -38,8 +38,8 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
       continue;
     }
     auto it = opts_.images.find(f.name);
-    source_->pipelines.push_back(std::make_unique<ImagePipeline>(
-        it != opts_.images.end() ? it->second : ImageFieldSpec{}));
+    source_->pipelines.push_back(
+        std::make_unique<ImagePipeline>(it != opts_.images.end() ? it->second : ImageFieldSpec{}));
   }
   source_->ds = std::move(ds);
   source_->skip_errors = opts_.skip_errors;

@@ -20,8 +20,8 @@ namespace stoker {
   try {
     throw;
   } catch (const DecodeError& e) {
-    STOKER_THROW(DecodeError, path, ": record ", loc.record, " (sample ", index, where, "): ",
-                 e.what());
+    STOKER_THROW(DecodeError, path, ": record ", loc.record, " (sample ", index, where,
+                 "): ", e.what());
   } catch (const DataError& e) {
     std::string msg = e.what();
     if (msg.rfind(path, 0) == 0) throw;  // already names the file and record
@@ -31,8 +31,8 @@ namespace stoker {
   } catch (const UsageError&) {
     throw;
   } catch (const std::exception& e) {
-    STOKER_THROW(DataError, path, ": record ", loc.record, " (sample ", index, where, "): ",
-                 e.what());
+    STOKER_THROW(DataError, path, ": record ", loc.record, " (sample ", index, where,
+                 "): ", e.what());
   }
 }
 
@@ -41,7 +41,11 @@ class SampleWriter {
   using Clock = std::chrono::steady_clock;
 
   SampleWriter(RecordBatch& b, uint8_t* base, WorkerContext& ctx)
-      : b_(b), src_(*b.src_), schema_(src_.ds->schema()), base_(base), ctx_(ctx),
+      : b_(b),
+        src_(*b.src_),
+        schema_(src_.ds->schema()),
+        base_(base),
+        ctx_(ctx),
         views_(schema_.fields.size()) {}
 
   // Samples [lo, hi) of the batch. Returns early (leaving the rest unwritten)

@@ -17,8 +17,7 @@ int units_next(uint64_t w) { return static_cast<int>((w >> 16) & 0xFFFF); }
 int units_count(uint64_t w) { return static_cast<int>(w & 0xFFFF); }
 
 int64_t ns_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              t0)
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
       .count();
 }
 
@@ -168,8 +167,7 @@ bool Stream::extend(int64_t pos) {
   next_.reset();
   // Segments wholly behind the reader are not needed any more.
   const int64_t consumed = consumed_.load(std::memory_order_acquire);
-  while (segments_.size() > 1 &&
-         segments_.front().begin + segments_.front().batches <= consumed)
+  while (segments_.size() > 1 && segments_.front().begin + segments_.front().batches <= consumed)
     segments_.pop_front();
   segments_.push_back(s);
   limit_.store(s.begin + s.batches, std::memory_order_release);

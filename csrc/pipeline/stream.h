@@ -129,7 +129,7 @@ class Stream {
     std::atomic<bool> cut_short{false};
     std::unique_ptr<BatchWork> work;
     std::shared_ptr<uint8_t> memory;
-    int64_t index = -1;  // batch number within its epoch
+    int64_t index = -1;   // batch number within its epoch
     std::mutex error_mu;  // the error path only
     std::exception_ptr error;
     int error_unit = INT_MAX;
@@ -148,14 +148,14 @@ class Stream {
   alignas(kCacheLineSize) std::atomic<int64_t> claim_pos_{0};  // lowest position with units left
   alignas(kCacheLineSize) std::atomic<int64_t> consumed_{0};   // positions released by the reader
   std::atomic<int64_t> read_pos_{0};
-  alignas(kCacheLineSize) std::atomic<int64_t> limit_{0};      // end of the last segment
+  alignas(kCacheLineSize) std::atomic<int64_t> limit_{0};  // end of the last segment
   std::atomic<int> window_;
   std::atomic<bool> stop_{false};
 
   mutable std::mutex seg_mu_;
-  std::deque<Segment> segments_;     // guarded by seg_mu_; old ones are dropped once read
-  std::optional<EpochKey> next_;     // guarded by seg_mu_
-  bool next_failed_ = false;         // guarded by seg_mu_: planning `next_` threw
+  std::deque<Segment> segments_;  // guarded by seg_mu_; old ones are dropped once read
+  std::optional<EpochKey> next_;  // guarded by seg_mu_
+  bool next_failed_ = false;      // guarded by seg_mu_: planning `next_` threw
 };
 
 }  // namespace stoker

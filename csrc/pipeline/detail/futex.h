@@ -28,8 +28,8 @@ inline void futex_wait(const std::atomic<uint32_t>& word, uint32_t expected,
   timespec ts;
   ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
   ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected,
-            &ts, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, &ts,
+            nullptr, 0);
 }
 
 /// Wakes up to `n` threads sleeping on `word`.
