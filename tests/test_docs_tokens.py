@@ -1,10 +1,4 @@
-"""The recipes of docs/tokens.md run as written.
-
-They iterate ``stoker.Loader(ds, seq_len=...)``. Until the loader core runs token
-producers, ``stoker.Loader`` is replaced during the run by the test shim
-(token_loader_shim.ShimLoader, built on the same C++ producer); once ``stoker.Loader``
-takes ``seq_len`` these tests run the real loader with no change.
-"""
+"""The recipes of docs/tokens.md run as written, through ``stoker.Loader``."""
 
 import json
 import re
@@ -14,7 +8,6 @@ import numpy as np
 import pytest
 import stoker
 from test_convert_text import real_texts
-from token_loader_shim import ShimLoader, loader_has_tokens
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "tokens.md"
 
@@ -29,8 +22,6 @@ def recipe(title):
 
 def run(code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    if not loader_has_tokens():
-        monkeypatch.setattr(stoker, "Loader", ShimLoader)
     scope = {}
     exec(compile(code, str(DOC), "exec"), scope)
     return scope
@@ -43,7 +34,7 @@ def test_nanogpt_recipe(tmp_path, monkeypatch):
     scope = run(recipe("nanoGPT-style pretraining"), tmp_path, monkeypatch)
     assert scope["step"] == 2
     # the resumed loader continues where the checkpoint was taken
-    first = stoker.Loader if loader_has_tokens() else ShimLoader
+    first = stoker.Loader
     ds = stoker.TokenDataset(tmp_path / "train.bin", dtype="uint16")
     fresh = iter(first(ds, batch_size=4, seq_len=64, shuffle=True, seed=1337))
     for _ in range(3):

@@ -1,17 +1,11 @@
 """The public token API through the loader: ``stoker.Loader(ds, seq_len=..., packing=...,
-token_dtype=..., max_tokens=...)``, its batch keys, len, epochs, state_dict and ranks.
-
-Until the loader core runs token producers these run on the test shim
-(token_loader_shim.ShimLoader, the same C++ producer behind the same arguments); once
-``stoker.Loader`` takes ``seq_len``, ``token_loader()`` returns it and they test it.
-"""
+token_dtype=..., max_tokens=...)``, its batch keys, len, epochs, state_dict and ranks."""
 
 import numpy as np
 import pytest
 import stoker
 import torch
 from test_tokens import random_docs, write_token_dataset
-from token_loader_shim import token_loader
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def batches(loader):
     (dict(max_tokens=2048), {"input_ids", "labels", "loss_mask", "attention_mask"}),
 ])
 def test_keys_dtypes_len(ds, kwargs, keys):
-    Loader = token_loader()
+    Loader = stoker.Loader
     for token_dtype, want in (("int64", torch.int64), ("int32", torch.int32)):
         loader = Loader(ds, shuffle=True, seed=0, token_dtype=token_dtype, **kwargs)
         got = batches(loader)
@@ -56,7 +50,7 @@ def test_keys_dtypes_len(ds, kwargs, keys):
     dict(max_tokens=1500, pad_to_multiple_of=32),
 ])
 def test_epochs_and_resume(ds, kwargs):
-    Loader = token_loader()
+    Loader = stoker.Loader
     loader = Loader(ds, shuffle=True, seed=7, **kwargs)
     e0 = batches(loader)
     e1 = batches(loader)  # the next epoch: another order
@@ -83,7 +77,7 @@ def test_epochs_and_resume(ds, kwargs):
 
 
 def test_ranks_share_the_epoch(ds):
-    Loader = token_loader()
+    Loader = stoker.Loader
     seen = []
     lengths = set()
     for rank in range(3):
@@ -100,7 +94,7 @@ def test_ranks_share_the_epoch(ds):
 
 
 def test_stats_pad_fraction(ds):
-    Loader = token_loader()
+    Loader = stoker.Loader
     loader = Loader(ds, batch_size=4, seq_len=128, packing="document", shuffle=True)
     for b in loader:  # loss_mask is exactly where labels are targets
         assert torch.equal(b["loss_mask"], b["labels"] != -100)
@@ -117,7 +111,7 @@ def test_stats_pad_fraction(ds):
 
 
 def test_bad_arguments(ds):
-    Loader = token_loader()
+    Loader = stoker.Loader
     with pytest.raises(ValueError, match="packing must be"):
         Loader(ds, batch_size=4, seq_len=64, packing="best")
     with pytest.raises(ValueError, match="token_dtype must be"):
