@@ -1,0 +1,86 @@
+"""The recipes of docs/frameworks.md run as written: a plain loop (and its resume),
+torchrun with DDP, Lightning with DDP, accelerate under torchrun."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import stoker
+from conftest import epoch_labels, write_dataset
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
+
+
+def recipe(title):
+    section = DOC.read_text().split(f"## Recipe: {title}", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, title
+    return blocks[0]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    write_dataset(tmp_path / "data" / "train", 40, shard_size="1KB")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _run(args, cwd):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=240, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def _script(workdir, title, footer=""):
+    path = workdir / "train.py"
+    path.write_text(recipe(title) + footer)
+    return str(path)
+
+
+def test_plain_loop_recipe_and_its_resume(workdir):
+    import torch
+
+    code = recipe("a plain training loop with checkpoints")
+    exec(compile(code, str(DOC), "exec"), {})
+    saved = torch.load("checkpoint.pt")["loader"]
+    assert saved["epoch"] == 2 and saved["position"] == 3 * 8  # the last one: epoch 2, step 2
+    seen = []
+    # the second run resumes from that checkpoint: it finishes epoch 2 from batch 3
+    exec(compile(code.replace("for step, batch in enumerate(loader):",
+                              "for step, batch in enumerate(loader):\n"
+                              "        seen.append(batch['label'].tolist())"),
+                 str(DOC), "exec"), {"seen": seen})
+    want = stoker.Loader("data/train", batch_size=8, shuffle=True, seed=0, drop_last=True)
+    want.set_epoch(2)
+    assert seen == epoch_labels(want)[3:]
+
+
+def test_torchrun_recipe(workdir):
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+          _script(workdir, "torchrun and DistributedDataParallel")], workdir)
+    import torch
+
+    state = torch.load(workdir / "checkpoint.pt")["loader"]
+    assert state["epoch"] == 2 and state["position"] == 0 and state["world_size"] == 2
+
+
+def test_lightning_recipe(workdir):
+    pytest.importorskip("lightning", reason="the test extra installs lightning")
+    _run([sys.executable, _script(workdir, "PyTorch Lightning")], workdir)
+
+
+def test_accelerate_recipe(workdir):
+    pytest.importorskip("accelerate", reason="the test extra installs accelerate")
+    footer = ("\nimport json\njson.dump({'labels': labels, 'state': loader.state_dict()}, "
+              "open(f'out.{accelerator.process_index}.json', 'w'))\n")
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+          _script(workdir, "HuggingFace accelerate", footer)], workdir)
+    for rank in range(2):
+        out = json.loads((workdir / f"out.{rank}.json").read_text())
+        assert sorted(out["labels"]) == list(range(40))  # every sample once, on every rank
+        assert out["state"]["epoch"] == 2
+    assert (workdir / "checkpoint").is_dir()
