@@ -5,6 +5,7 @@
 #include "common/checksum.h"
 #include "common/error.h"
 #include "format/dataset.h"
+#include "format/read_benchmark.h"
 #include "format/mapped_file.h"
 #include "format/shard_reader.h"
 #include "format/shard_writer.h"
@@ -51,6 +52,15 @@ py::buffer_info request_contiguous(const py::buffer& b) {
 }  // namespace
 
 void register_format(py::module_& m) {
+  m.def(
+      "random_read_rate",
+      [](const Dataset& ds, int threads, bool verify, int rounds) {
+        py::gil_scoped_release nogil;
+        return random_read_rate(ds, threads, verify, rounds);
+      },
+      py::arg("dataset"), py::arg("threads"), py::arg("verify"), py::arg("rounds") = 3,
+      "Records/s of reading every record in a random order on `threads` threads, each "
+      "prefetched one ahead, verified or not, and copied: the loader's hardware ceiling.");
   m.def(
       "checksum32",
       [](const py::buffer& data) {

@@ -106,8 +106,11 @@ BlockPool::Block BlockPool::acquire(size_t bytes, uintptr_t stream) {
   std::vector<Idle> evict;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Best fit; among equal fits the most recently released block, whose bytes are
+    // the likeliest to be still in cache (a batch written into a cold block costs
+    // its reads-for-ownership from memory).
     size_t best = idle_.size();
-    for (size_t i = 0; i < idle_.size(); ++i)
+    for (size_t i = idle_.size(); i-- > 0;)
       if (idle_[i].block.capacity >= bytes &&
           (best == idle_.size() || idle_[i].block.capacity < idle_[best].block.capacity))
         best = i;

@@ -51,7 +51,13 @@ class SampleWriter {
   // Samples [lo, hi) of the batch. Returns early (leaving the rest unwritten)
   // once the stream stops.
   void run(int64_t lo, int64_t hi) {
+    struct Flush {  // the unit's source bytes, counted once rather than per sample
+      RecordBatch& b;
+      int64_t& bytes;
+      ~Flush() { b.bytes_read.fetch_add(bytes, std::memory_order_relaxed); }
+    } flush{b_, bytes_};
     const int64_t n = src_.ds->size();
+    last_ = Clock::now();
     if (lo < hi) prefetch_record(*src_.ds, b_.indices[static_cast<size_t>(lo)]);
     for (int64_t pos = lo; pos < hi; ++pos) {
       if (ctx_.stopped()) return;
@@ -85,11 +91,11 @@ class SampleWriter {
 
  private:
   // Reads, verifies and writes sample `index` as position `pos` of the batch.
+  // Stage times chain one clock read to the next: two per sample.
   void write(int64_t pos, int64_t index) {
-    const auto t0 = Clock::now();
     src_.ds->read(index, views_.data());
     const auto t1 = Clock::now();
-    ctx_.times.read_ns += ns(t0, t1);
+    ctx_.times.read_ns += ns(last_, t1);
     size_t f = 0;
     try {
       for (f = 0; f < schema_.fields.size(); ++f) write_field(f, pos, index);
@@ -99,11 +105,12 @@ class SampleWriter {
     // The bytes written were verified, but a shard cut short under its mapping
     // after that would have given zeros (NOTE [ Shards changed under a reader ]).
     src_.ds->check_intact(index);
-    ctx_.times.decode_ns += ns(t1, Clock::now());
+    last_ = Clock::now();
+    ctx_.times.decode_ns += ns(t1, last_);
     int64_t bytes = 0;
     for (const RecordView& v : views_) bytes += static_cast<int64_t>(v.size);
     ctx_.times.bytes += bytes;
-    b_.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+    bytes_ += bytes;
   }
 
   void write_field(size_t f, int64_t pos, int64_t index) {
@@ -157,6 +164,8 @@ class SampleWriter {
   uint8_t* base_;
   WorkerContext& ctx_;
   std::vector<RecordView> views_;
+  Clock::time_point last_;  // the end of the previous sample's work
+  int64_t bytes_ = 0;       // source bytes of this unit's samples
 };
 
 void RecordBatch::run(int u, uint8_t* base, WorkerContext& ctx) {

@@ -38,14 +38,29 @@ def _time_batches(make_iter: Callable, root: str, limit: Optional[int] = None) -
     return n / secs, first, n
 
 
-def memcpy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
-    """Single-thread memcpy bandwidth in bytes/s (median)."""
-    src = np.ones(nbytes, dtype=np.uint8)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
+def memcpy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5, threads: int = 1) -> float:
+    """memcpy bandwidth in bytes/s (median of `repeats`): `threads` threads each copying
+    their own `nbytes` buffer at once (NumPy releases the GIL for large copies)."""
+    import threading
+
+    bufs = [(np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8))
+            for _ in range(threads)]
+    for src, dst in bufs:
+        np.copyto(dst, src)
     times = []
     for _ in range(repeats):
+        start = threading.Barrier(threads + 1)
+
+        def copy(src, dst, start=start):
+            start.wait()
+            np.copyto(dst, src)
+
+        workers = [threading.Thread(target=copy, args=b) for b in bufs]
+        for w in workers:
+            w.start()
         t0 = time.perf_counter()
-        np.copyto(dst, src)
+        start.wait()
+        for w in workers:
+            w.join()
         times.append(time.perf_counter() - t0)
-    return nbytes / statistics.median(times)
+    return threads * nbytes / statistics.median(times)
