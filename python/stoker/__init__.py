@@ -15,24 +15,24 @@ Write a dataset once with :class:`ShardWriter`, then iterate it with :class:`Loa
 """
 
 from . import ops
-from ._core import CudaError, DataError, DecodeError
+from ._core import CudaError, DataError, DecodeError, Error
 from .dataset import Dataset
 from .fields import (
-                     Blob,
-                     Field,
-                     Image,
-                     NDArray,
-                     Scalar,
-                     Tokens,
-                     blob,
-                     image,
-                     ndarray,
-                     scalar,
-                     tokens,
+    Blob,
+    Field,
+    Image,
+    NDArray,
+    Scalar,
+    Tokens,
+    blob,
+    image,
+    ndarray,
+    scalar,
+    tokens,
 )
 from .loader import Loader
 from .token_dataset import TokenDataset
-from .writer import ShardWriter
+from .writer import ShardWriter, WriterLockError
 
 __version__ = "0.1.0"
 
@@ -42,6 +42,7 @@ __all__ = [
     "DataError",
     "Dataset",
     "DecodeError",
+    "Error",
     "Field",
     "Image",
     "Loader",
@@ -50,6 +51,7 @@ __all__ = [
     "ShardWriter",
     "TokenDataset",
     "Tokens",
+    "WriterLockError",
     "blob",
     "image",
     "ndarray",
