@@ -110,3 +110,20 @@ def test_bench_on_a_dataset(tmp_path):
     write_dataset(tmp_path / "empty", 0)
     r = run("bench", str(tmp_path / "empty"))
     assert r.returncode == 2 and "no samples to benchmark" in r.stderr
+
+
+def test_bench_on_a_dataset_under_forkserver(tmp_path):
+    """Python 3.14's default start method on Linux: the DataLoader peer's dataset (and the
+    stoker.Dataset inside it) must pickle into forkserver workers."""
+    _mixed_dataset(tmp_path / "d", 24, [(30, 20)])
+    script = (
+        "import multiprocessing as mp, sys\n"
+        "mp.set_start_method('forkserver')\n"
+        "from stoker.cli import main\n"
+        f"sys.exit(main(['bench', {str(tmp_path / 'd')!r}, '--batch-size', '8', '--repeats',"
+        " '1', '--threads', '1', '--workers', '2', '--image-size', '16',"
+        " '--max-batches', '2']))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "DataLoader num_workers=2" in r.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -175,9 +176,12 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
         else:
             peer = PythonDataset(ds.path, image_size)
             for w in workers:
+                # functools.partial, not a lambda: workers of any start method
+                # (forkserver is Python 3.14's default) get it pickled
+                collate_fn = functools.partial(collate, ds.fields)
                 runs = [_time_batches(lambda w=w: torch.utils.data.DataLoader(
                     peer, batch_size=batch_size, shuffle=True, num_workers=w,
-                    collate_fn=lambda s: collate(ds.fields, s)), ds.path, limit)
+                    collate_fn=collate_fn), ds.path, limit)
                         for _ in range(repeats)]
                 report(f"DataLoader num_workers={w}", runs)
 
