@@ -1,6 +1,6 @@
 """Type stub of the private extension stoker._core (see csrc/bindings)."""
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, overload
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 

@@ -178,10 +178,9 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
             for w in workers:
                 # functools.partial, not a lambda: workers of any start method
                 # (forkserver is Python 3.14's default) get it pickled
-                collate_fn = functools.partial(collate, ds.fields)
                 runs = [_time_batches(lambda w=w: torch.utils.data.DataLoader(
                     peer, batch_size=batch_size, shuffle=True, num_workers=w,
-                    collate_fn=collate_fn), ds.path, limit)
+                    collate_fn=functools.partial(collate, ds.fields)), ds.path, limit)
                         for _ in range(repeats)]
                 report(f"DataLoader num_workers={w}", runs)
 
