@@ -49,29 +49,25 @@ def make_dataset(path, samples, shape):
 # -- 1. copy bandwidth ---------------------------------------------------------------
 
 def loader_copy_gbps(ds, batch_size, threads, prefetch, epochs):
-    """Device-time bandwidth of the loader's own copies (copy-stream events): the
-    loader's host engine on pinned slots, feeding the CUDA transfer engine."""
-    dev = torch.cuda.current_device()
-    engine = _core.Engine(ds._core, batch_size=batch_size, shuffle=False, seed=0,
-                          drop_last=True, rank=0, world_size=1, num_threads=threads,
-                          prefetch=prefetch, allocator=_core.pinned_allocator(dev))
-    stream = torch.cuda.current_stream().cuda_stream
-    total_bytes, total_s, sizes = 0, 0.0, []
+    """Device-time bandwidth of the loader's own copies (copy-stream events, from
+    loader.stats()) and the wall-clock rate: pinned slots feeding the CUDA transfer engine."""
+    loader = stoker.Loader(ds, batch_size=batch_size, shuffle=False, drop_last=True,
+                           num_threads=threads, prefetch=prefetch, device="cuda")
+    sizes = []
     t_wall = time.perf_counter()
     for epoch in range(epochs):
-        t = _core.CudaTransfer(engine.start(epoch, 0), dev, prefetch)
-        while (caps := t.next(stream)) is not None:
+        loader.set_epoch(epoch)
+        for batch in loader:
             if epoch == 0:
-                tensors = [torch.from_dlpack(c) for _, c in caps]
+                tensors = list(batch.values())
                 sizes.append(max(v.data_ptr() + v.nbytes for v in tensors)
                              - min(v.data_ptr() for v in tensors))
-        t.stop()
-        s = t.stats()
-        total_bytes += s["bytes"]
-        total_s += s["copy_seconds"]
+        del batch
     torch.cuda.synchronize()
     wall = time.perf_counter() - t_wall
-    return total_bytes / total_s / 1e9, total_bytes / wall / 1e9, sizes
+    loader.close()  # the copy thread counts its last copies
+    s = loader.stats()
+    return s["copy_bytes"] / s["copy_seconds"] / 1e9, s["copy_bytes"] / wall / 1e9, sizes
 
 
 def plain_copy_gbps(sizes, repeats):
@@ -236,7 +232,7 @@ def main(argv=None):
         st_waits = []
         st_step, st_wait = run_loop(repeat_epochs(lambda: loader), work, a.steps, lambda b: b,
                                     st_waits, sync=sync, warmup=warm)
-        gc.collect()  # the loop's iterator: its transfer counters join loader.stats()
+        gc.collect()
         after = loader.stats()
         dl_step, dl_wait = run_loop(
             repeat_epochs(lambda: dl), work, a.steps,
@@ -257,16 +253,15 @@ def main(argv=None):
         # shortfall (workers behind: the copy thread waits for batches) from a device-side
         # one.
         steps = a.steps + warm
-        tb, ta = before.get("transfer", {}), after.get("transfer", {})
 
-        def per_step_ms(new, old, key, steps=steps):
-            return (new.get(key, 0) - old.get(key, 0)) / steps * 1e3
+        def per_step_ms(key, steps=steps):
+            return (after.get(key, 0) - before.get(key, 0)) / steps * 1e3
 
-        print(f"  stoker per step (ms): next() blocked {per_step_ms(ta, tb, 'wait_seconds'):.2f}, "
-              f"copy thread waiting for host batches "
-              f"{per_step_ms(after, before, 'wait_seconds'):.2f}, "
-              f"copy (device time) {per_step_ms(ta, tb, 'copy_seconds'):.2f}, "
-              f"workers idle {per_step_ms(after, before, 'worker_idle_seconds'):.1f} (thread-ms)")
+        print(f"  stoker per step (ms): next() blocked {per_step_ms('wait_seconds'):.2f}, "
+              f"copy (device time) {per_step_ms('copy_seconds'):.2f}, "
+              f"workers busy {per_step_ms('worker_busy_seconds'):.1f}, "
+              f"idle {per_step_ms('worker_idle_seconds'):.1f} (thread-ms); "
+              f"data_stall {after['data_stall']:.1%}")
         # An epoch boundary (every len(loader) steps) shows up as the largest waits.
         w = np.array(st_waits) * 1e3
         print(f"  stoker next() blocked per step (ms): median {np.median(w):.2f}, "

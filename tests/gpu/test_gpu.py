@@ -130,7 +130,8 @@ def test_slow_consumer_across_epochs_shares_buffers_safely(ds):
         assert len(got[e]) == len(want[e])
         for i, (g, w) in enumerate(zip(got[e], want[e])):
             assert torch.equal(g.cpu(), w), f"epoch {e} batch {i}"
-    assert loader.stats()["transfer"]["pool_buffers"] <= 2 * (loader.prefetch + 2)
+    assert loader.stats()["device_buffers"] <= 2 * (loader.prefetch + 2)
+    assert loader.stats()["streams"] == 1  # the epochs flowed on, one copy thread
 
 
 def test_consumer_holding_batches(ds):
@@ -176,19 +177,22 @@ def test_uint8_normalised_on_gpu(ds):
 
 
 def test_cuda_transfer_stats(ds):
-    loader = stoker.Loader(ds, batch_size=64)
-    t = _core.CudaTransfer(loader._engine.start(0, 0), 0, 2)
+    loader = stoker.Loader(ds, batch_size=64, device="cuda", prefetch=2,
+                           prefetch_next_epoch=False)
     n = 0
-    stream = torch.cuda.current_stream().cuda_stream
-    while (caps := t.next(stream)) is not None:
-        b = {k: torch.from_dlpack(c) for k, c in caps}
-        assert b["x"].is_cuda
+    for b in loader:
+        assert b["x"].is_cuda and b["x"].device == torch.device("cuda", 0)
         n += 1
-    t.stop()
-    s = t.stats()
-    assert s["copies"] == n == len(loader) and s["bytes"] > 0 and s["copy_gbps"] > 0
-    assert s["pool_buffers"] <= 2 + 2
+    del b
+    loader.close()  # the copy thread waits for its copies and counts them
+    s = loader.stats()
+    assert s["copies"] == n == len(loader) and s["copy_bytes"] > 0 and s["copy_gbps"] > 0
+    assert s["device_buffers"] <= 2 + 2
+    assert 0 <= s["data_stall"] <= 1
 
 
-def test_pinned_allocator_handle():
-    assert _core.pinned_allocator(0).pinned
+def test_pinned_memory_follows_the_current_device(ds):
+    assert _core.pinned_memory(_core.cuda_device(0)).pinned
+    loader = stoker.Loader(ds, batch_size=8, pin_memory=True)  # CPU delivery, pinned slots
+    b = next(iter(loader))
+    assert b["x"].is_pinned()
