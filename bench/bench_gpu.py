@@ -254,7 +254,7 @@ def main(argv=None):
         # one.
         steps = a.steps + warm
 
-        def per_step_ms(key, steps=steps):
+        def per_step_ms(key, steps=steps, after=after, before=before):
             return (after.get(key, 0) - before.get(key, 0)) / steps * 1e3
 
         print(f"  stoker per step (ms): next() blocked {per_step_ms('wait_seconds'):.2f}, "
