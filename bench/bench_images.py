@@ -84,7 +84,8 @@ def write_dataset(files, out):
     with stoker.ShardWriter(out, fields, overwrite=True) as w:
         for i, data in enumerate(files):
             w.write({"image": data, "label": i % 1000})
-    return sorted(glob.glob(os.path.join(out, "*")))
+    ds = stoker.Dataset(out)
+    return [os.path.join(ds.path, s["path"]) for s in ds.shards]  # in gen-<id>/ (format v2)
 
 
 def time_stoker(out, shard_files, batch_size, threads, epoch):

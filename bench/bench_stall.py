@@ -34,10 +34,11 @@ from bench_gpu import DsMap, make_dataset  # noqa: E402
 
 def read_files(path):
     """Reads the dataset's files, so that every loop starts from the page cache."""
-    for name in sorted(os.listdir(path)):
-        with open(os.path.join(path, name), "rb") as f:
-            while f.read(1 << 24):
-                pass
+    for root, _, names in os.walk(path):  # shards are in gen-<id>/ (format v2)
+        for name in sorted(names):
+            with open(os.path.join(root, name), "rb") as f:
+                while f.read(1 << 24):
+                    pass
 
 
 def run_loop(make_epoch, epochs, step_s):
