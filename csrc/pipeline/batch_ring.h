@@ -47,10 +47,13 @@ class BatchRing {
 
   /// @param capacity slots (>= 1): positions that can be in flight at once
   /// @param spins busy-wait iterations before a wait sleeps
-  explicit BatchRing(size_t capacity, int spins = 64)
+  /// @param first the first position (>= 0); positions before it count as released
+  explicit BatchRing(size_t capacity, int spins = 64, int64_t first = 0)
       : n_(capacity < 1 ? 1 : capacity), spins_(spins), slots_(new Slot[n_]) {
-    for (size_t i = 0; i < n_; ++i)
-      slots_[i].seq.store(static_cast<uint32_t>(4 * i), std::memory_order_relaxed);
+    for (size_t i = 0; i < n_; ++i) {
+      const int64_t p = first + static_cast<int64_t>(i);
+      slots_[index(p)].seq.store(seq(p, kFree), std::memory_order_relaxed);
+    }
   }
   BatchRing(const BatchRing&) = delete;
   BatchRing& operator=(const BatchRing&) = delete;
