@@ -137,20 +137,24 @@ class BatchRing {
 
   Wait wait(int64_t p, uint32_t want, std::atomic<int>& waiters, Clock::time_point deadline) {
     std::atomic<uint32_t>& w = slots_[index(p)].seq;
+    // After close(), a publish() or release() that was under way rewrites a
+    // word: the flag, read after the word (seq_cst, so it sees close()'s
+    // store), keeps such a wait closed.
     for (int i = 0; i < spins_; ++i) {
-      if (w.load(std::memory_order_acquire) == want) return Wait::kOk;
+      if (w.load(std::memory_order_seq_cst) == want)
+        return closed_.load(std::memory_order_seq_cst) ? Wait::kClosed : Wait::kOk;
       detail::cpu_relax();
     }
     waiters.fetch_add(1, std::memory_order_seq_cst);
     Wait result;
     for (;;) {
       const uint32_t cur = w.load(std::memory_order_seq_cst);
-      if (cur == want) {
-        result = Wait::kOk;
-        break;
-      }
       if (closed_.load(std::memory_order_seq_cst)) {
         result = Wait::kClosed;
+        break;
+      }
+      if (cur == want) {
+        result = Wait::kOk;
         break;
       }
       const auto now = Clock::now();
