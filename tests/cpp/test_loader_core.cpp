@@ -193,7 +193,8 @@ struct SynthConfig {
   int64_t fail_plan_batch = -1;
   uint64_t fail_plan_epoch = UINT64_MAX;
   std::atomic<int> unit_sleep_ms{0};
-  std::atomic<bool> block_units{false};  // units wait until stopped (at most 10 s)
+  std::atomic<int> stubborn_sleep_ms{0};  // a sleep that does not look at the stop flag
+  std::atomic<bool> block_units{false};   // units wait until stopped (at most 10 s)
   std::atomic<int64_t> units_started{0}, units_cut{0}, units_done{0};
 
   SamplerOptions sampler() const { return ::sampler(batch, false); }
@@ -219,6 +220,7 @@ class SynthWork final : public BatchWork {
     cfg_->units_started.fetch_add(1);
     const int64_t len = static_cast<int64_t>(values_.size());
     const int64_t lo = len * u / units, hi = len * (u + 1) / units;
+    std::this_thread::sleep_for(std::chrono::milliseconds(cfg_->stubborn_sleep_ms.load()));
     for (int i = 0; i < cfg_->unit_sleep_ms.load(); ++i) {
       if (ctx.stopped()) {
         cfg_->units_cut.fetch_add(1);
@@ -781,6 +783,37 @@ void close_from_two_threads() {
   CHECK_EQ(n, 10);
 }
 
+// close() on one thread while another starts a new iterator: the new
+// iterator's stream gets workers, though it came while close() was still
+// joining the old ones (slow to notice: a unit that ignores the stop flag).
+void close_while_an_iterator_starts() {
+  std::printf("%s\n", __func__);
+  std::fflush(stdout);
+  auto cfg = std::make_shared<SynthConfig>();
+  auto core = LoaderCore::create(std::make_shared<SynthProducer>(cfg), options(2, 2));
+  for (int round = 0; round < 3; ++round) {
+    cfg->stubborn_sleep_ms = 300;
+    auto old_it = core->iter(0, 1);
+    DeliveredBatch b;
+    CHECK(old_it->next(b, Clock::now()) == Status::kTimeout);  // claimed; units are running
+    CHECK(eventually([&] { return cfg->units_started.load() >= 2 * (round + 1); }));
+    std::thread closer([&] { core->close(); });  // joins workers stuck in their sleep
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + 40 * round));
+    cfg->stubborn_sleep_ms = 0;
+    auto it = core->iter(0, 1);
+    const auto t0 = Clock::now();
+    Status s = Status::kTimeout;
+    while (s == Status::kTimeout && Clock::now() - t0 < 20s)
+      s = it->next(b, Clock::now() + 100ms);
+    CHECK(s == Status::kBatch);  // not a stall: the workers came back for this stream
+    CHECK(int64s(b, "v") == synth_expected(*cfg, it->epoch(), b.index));
+    closer.join();
+    it.reset();
+    old_it.reset();
+    core->close();
+  }
+}
+
 // One iterator's next() from two threads: served one at a time, each batch
 // delivered exactly once.
 void one_iterator_two_threads() {
@@ -829,6 +862,13 @@ void cut_short_batch_never_delivered() {
   for (int round = 0; round < 4; ++round) {
     const int64_t started = cfg->units_started.load(), cut = cfg->units_cut.load();
     auto it = core->iter(0, 1);
+    {
+      // Claim the epoch here: an iterator closed before it claims one stops
+      // nothing (the stream started for it waits for the next iterator).
+      DeliveredBatch b;
+      CHECK(it->next(b, Clock::now()) == Status::kTimeout);
+      CHECK(it->claimed());
+    }
     std::atomic<int> result{-1};
     std::thread reader([&] {
       DeliveredBatch b;
@@ -988,9 +1028,18 @@ void stress() {
             iterators.fetch_add(1);
             const int64_t want = pick(4) == 0 ? INT64_MAX : pick(6);
             DeliveredBatch b;
+            int timeouts = 0;
             for (int64_t k = 0; k < want; ++k) {
               const Status s = it->next(b, Clock::now() + 100ms);
-              if (s == Status::kTimeout) continue;
+              if (s == Status::kTimeout) {
+                if (++timeouts > 200) {  // 20 s without a batch
+                  std::fprintf(stderr, "stall: core %zu, no batch for 20 s\n", c);
+                  std::exit(1);
+                }
+                --k;
+                continue;
+              }
+              timeouts = 0;
               if (s == Status::kEnd) break;
               if (!batch_valid(157, samplers[c], it->epoch(), rank, world, offsets, b)) {
                 std::fprintf(stderr, "bad batch: core %zu epoch %llu index %lld\n", c,
@@ -1080,5 +1129,5 @@ void stress() {
 
 TEST_MAIN(order_and_content(); determinism(); epochs_and_iterators(); concurrent_iterators();
           resume(); next_epoch_flows_on(); corrupt_record_error_at_its_batch(); planning_errors();
-          close_from_two_threads(); one_iterator_two_threads(); cut_short_batch_never_delivered();
+          close_from_two_threads(); close_while_an_iterator_starts(); one_iterator_two_threads(); cut_short_batch_never_delivered();
           worker_lifetime(); bad_options(); stress())
