@@ -371,7 +371,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
                "create a new Loader in this process");
   // Several threads on one iterator are served one at a time; a waiting one
   // returns at its deadline (to check for signals) and calls again.
-  std::unique_lock<std::timed_mutex> lock(mu_, deadline);
+  std::unique_lock<detail::TimedMutex> lock(mu_, deadline);
   if (!lock.owns_lock()) return Status::kTimeout;
   if (closed_.load(std::memory_order_acquire)) {
     if (run_) core_->release(*this);
@@ -422,7 +422,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
 }
 
 int64_t LoaderCore::Iterator::remaining() const {
-  std::lock_guard<std::timed_mutex> lock(mu_);
+  std::lock_guard<detail::TimedMutex> lock(mu_);
   if (claimed_) return batches_ - yielded_;
   EpochKey key;
   {
@@ -433,7 +433,7 @@ int64_t LoaderCore::Iterator::remaining() const {
 }
 
 uint64_t LoaderCore::Iterator::epoch() const {
-  std::lock_guard<std::timed_mutex> lock(mu_);
+  std::lock_guard<detail::TimedMutex> lock(mu_);
   if (claimed_) return key_.epoch;
   std::lock_guard<std::mutex> core_lock(core_->mu_);
   return core_->prospective_key(rank_, world_).epoch;
