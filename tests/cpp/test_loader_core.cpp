@@ -195,6 +195,8 @@ struct SynthConfig {
   std::atomic<int> unit_sleep_ms{0};
   std::atomic<int> stubborn_sleep_ms{0};  // a sleep that does not look at the stop flag
   std::atomic<bool> block_units{false};   // units wait until stopped (at most 10 s)
+  std::atomic<int64_t> slow_batch{-1};    // units of this batch (of any epoch) sleep ...
+  std::atomic<int> slow_batch_ms{0};      // ... this long, looking at the stop flag
   std::atomic<int64_t> units_started{0}, units_cut{0}, units_done{0};
 
   SamplerOptions sampler() const { return ::sampler(batch, false); }
@@ -214,14 +216,16 @@ class SynthEpoch final : public EpochPlan {
 
 class SynthWork final : public BatchWork {
  public:
-  SynthWork(std::shared_ptr<SynthConfig> cfg, std::vector<int64_t> values)
-      : cfg_(std::move(cfg)), values_(std::move(values)) {}
+  SynthWork(std::shared_ptr<SynthConfig> cfg, std::vector<int64_t> values, int64_t k)
+      : cfg_(std::move(cfg)), values_(std::move(values)), k_(k) {}
   void run(int u, uint8_t* base, WorkerContext& ctx) override {
     cfg_->units_started.fetch_add(1);
     const int64_t len = static_cast<int64_t>(values_.size());
     const int64_t lo = len * u / units, hi = len * (u + 1) / units;
     std::this_thread::sleep_for(std::chrono::milliseconds(cfg_->stubborn_sleep_ms.load()));
-    for (int i = 0; i < cfg_->unit_sleep_ms.load(); ++i) {
+    const int sleep_ms =
+        cfg_->unit_sleep_ms.load() + (k_ == cfg_->slow_batch.load() ? cfg_->slow_batch_ms.load() : 0);
+    for (int i = 0; i < sleep_ms; ++i) {
       if (ctx.stopped()) {
         cfg_->units_cut.fetch_add(1);
         return;
@@ -244,6 +248,7 @@ class SynthWork final : public BatchWork {
  private:
   std::shared_ptr<SynthConfig> cfg_;
   std::vector<int64_t> values_;
+  int64_t k_;
 };
 
 class SynthProducer final : public BatchProducer {
@@ -268,7 +273,7 @@ class SynthProducer final : public BatchProducer {
     for (int64_t p = 0; p < e.order.batch_length(k); ++p)
       values.push_back(synth_value(e.epoch, e.order.index(k, p)));
     const auto len = static_cast<int64_t>(values.size());
-    auto w = std::make_unique<SynthWork>(cfg_, std::move(values));
+    auto w = std::make_unique<SynthWork>(cfg_, std::move(values), k);
     w->tensors.push_back(TensorDesc{"v", DType::kInt64, {len}, 0, static_cast<size_t>(len) * 8});
     w->bytes = static_cast<size_t>(len) * 8;
     w->units = static_cast<int>(std::min<int64_t>(cfg_->units, len));
@@ -814,6 +819,55 @@ void close_while_an_iterator_starts() {
   }
 }
 
+// close() on an iterator whose next() runs on another thread, near the end
+// of its epoch: its stream, which already flowed into the next epoch, is not
+// handed to the next iterator while that next() may still read from it.
+void close_during_next_near_epoch_end() {
+  std::printf("%s\n", __func__);
+  std::fflush(stdout);
+  auto cfg = std::make_shared<SynthConfig>();
+  cfg->units = 1;  // one worker on the slow batch, the other reaches the next epoch
+  auto core = LoaderCore::create(std::make_shared<SynthProducer>(cfg), options(2, 3));
+  for (int round = 0; round < 3; ++round) {
+    cfg->slow_batch = 8;
+    cfg->slow_batch_ms = 400;
+    auto a = core->iter(0, 1);
+    const uint64_t epoch = core->epoch();
+    DeliveredBatch b;
+    for (int k = 0; k < 8; ++k) CHECK(next(*a, b) == Status::kBatch);
+    std::this_thread::sleep_for(60ms);  // batch 9 and the next epoch's batch 0 are done
+    std::atomic<int> result{-1};
+    std::atomic<int64_t> index{-2};
+    std::thread reader([&] {  // waits for the slow batch 8
+      DeliveredBatch rb;
+      const Status s = a->next(rb, Clock::now() + 10s);  // one wait, across the close()
+      index.store(s == Status::kBatch ? rb.index : -1);
+      if (s == Status::kBatch && int64s(rb, "v") != synth_expected(*cfg, epoch, rb.index))
+        index.store(-3);
+      result.store(static_cast<int>(s));
+    });
+    std::this_thread::sleep_for(30ms);
+    a->close();
+    cfg->slow_batch = -1;
+    auto c = core->iter(0, 1);
+    // c claims now, while the reader still waits for batch 8 ...
+    CHECK(c->next(b, Clock::now()) == Status::kTimeout);
+    reader.join();  // ... and reads on once that wait is over.
+    CHECK(next(*c, b) == Status::kBatch);
+    CHECK_EQ(c->epoch(), epoch + 1);
+    CHECK_EQ(b.index, 0);  // not batch 1: nothing was read twice or skipped
+    CHECK(int64s(b, "v") == synth_expected(*cfg, epoch + 1, 0));
+    CHECK(index.load() == -1 || index.load() == 8);
+    int64_t n = 1;
+    while (next(*c, b) == Status::kBatch) {
+      CHECK_EQ(b.index, n);
+      CHECK(int64s(b, "v") == synth_expected(*cfg, epoch + 1, n));
+      ++n;
+    }
+    CHECK_EQ(n, 10);
+  }
+}
+
 // One iterator's next() from two threads: served one at a time, each batch
 // delivered exactly once.
 void one_iterator_two_threads() {
@@ -981,6 +1035,34 @@ bool batch_valid(int64_t n, const SamplerOptions& s, uint64_t epoch, int64_t ran
   return false;
 }
 
+/// Says what a bad batch holds, for the failure message.
+void describe(int64_t n, const SamplerOptions& s, uint64_t epoch, int64_t rank, int64_t world,
+              const std::vector<int64_t>& offsets, const DeliveredBatch& b) {
+  std::fprintf(stderr, "  epoch %llu rank %lld/%lld index %lld content_ok %d error %d labels:",
+               static_cast<unsigned long long>(epoch), static_cast<long long>(rank),
+               static_cast<long long>(world), static_cast<long long>(b.index), content_ok(b),
+               b.error != nullptr);
+  for (int64_t v : labels(b)) std::fprintf(stderr, " %lld", static_cast<long long>(v));
+  std::fprintf(stderr, "\n");
+  for (int64_t off : offsets) {
+    const Batches want = expected(n, s, epoch, rank, world, off);
+    if (b.index < 0 || b.index >= static_cast<int64_t>(want.size())) continue;
+    std::fprintf(stderr, "  offset %lld wants:", static_cast<long long>(off));
+    for (int64_t v : want[static_cast<size_t>(b.index)])
+      std::fprintf(stderr, " %lld", static_cast<long long>(v));
+    std::fprintf(stderr, "\n");
+  }
+  // Which epoch and offset (if any) hold these samples at this index?
+  for (uint64_t e = 0; e < 12; ++e)
+    for (int64_t off : offsets) {
+      const Batches want = expected(n, s, e, rank, world, off);
+      for (size_t k = 0; k < want.size(); ++k)
+        if (want[k] == labels(b))
+          std::fprintf(stderr, "  = epoch %llu offset %lld batch %zu\n",
+                       static_cast<unsigned long long>(e), static_cast<long long>(off), k);
+    }
+}
+
 int open_fds() {
   int n = 0;
   DIR* d = opendir("/proc/self/fd");
@@ -1029,6 +1111,7 @@ void stress() {
             const int64_t want = pick(4) == 0 ? INT64_MAX : pick(6);
             DeliveredBatch b;
             int timeouts = 0;
+            std::vector<int64_t> history;  // batch numbers this iterator delivered
             for (int64_t k = 0; k < want; ++k) {
               const Status s = it->next(b, Clock::now() + 100ms);
               if (s == Status::kTimeout) {
@@ -1042,11 +1125,14 @@ void stress() {
               timeouts = 0;
               if (s == Status::kEnd) break;
               if (!batch_valid(157, samplers[c], it->epoch(), rank, world, offsets, b)) {
-                std::fprintf(stderr, "bad batch: core %zu epoch %llu index %lld\n", c,
-                             static_cast<unsigned long long>(it->epoch()),
-                             static_cast<long long>(b.index));
+                std::fprintf(stderr, "bad batch: core %zu, batch %lld of this iterator, after:", c,
+                             static_cast<long long>(k));
+                for (int64_t h : history) std::fprintf(stderr, " %lld", static_cast<long long>(h));
+                std::fprintf(stderr, "\n");
+                describe(157, samplers[c], it->epoch(), rank, world, offsets, b);
                 std::exit(1);
               }
+              history.push_back(b.index);
               delivered.fetch_add(1);
             }
             if (pick(3) == 0 && world == 1) {
@@ -1067,7 +1153,8 @@ void stress() {
               if (s != Status::kBatch) break;
               if (!batch_valid(157, samplers[entry.first], entry.second->epoch(), 0, 1, offsets,
                                b)) {
-                std::fprintf(stderr, "bad shared batch\n");
+                std::fprintf(stderr, "bad batch: core %zu, shared iterator\n", entry.first);
+                describe(157, samplers[entry.first], entry.second->epoch(), 0, 1, offsets, b);
                 std::exit(1);
               }
               delivered.fetch_add(1);
@@ -1129,5 +1216,6 @@ void stress() {
 
 TEST_MAIN(order_and_content(); determinism(); epochs_and_iterators(); concurrent_iterators();
           resume(); next_epoch_flows_on(); corrupt_record_error_at_its_batch(); planning_errors();
-          close_from_two_threads(); close_while_an_iterator_starts(); one_iterator_two_threads(); cut_short_batch_never_delivered();
+          close_from_two_threads(); close_while_an_iterator_starts();
+          close_during_next_near_epoch_end(); one_iterator_two_threads(); cut_short_batch_never_delivered();
           worker_lifetime(); bad_options(); stress())
