@@ -232,7 +232,7 @@ void LoaderCore::yielded(Iterator& it) {
   }
 }
 
-void LoaderCore::release(Iterator& it) {
+void LoaderCore::release(Iterator& it, bool keep) {
   std::lock_guard<std::mutex> lock(mu_);
   if (it.run_ && !it.released_) {
     it.released_ = true;
@@ -245,7 +245,7 @@ void LoaderCore::release(Iterator& it) {
     // rest of this one is at most a window, so the stream is kept for the next
     // iterator, which drops those batches first (NOTE [ Next-epoch prefetch ]).
     std::shared_ptr<Run> run = it.run_;
-    if (it.main_ && main_.owner == &it && opts_.prefetch_next_epoch &&
+    if (keep && it.main_ && main_.owner == &it && opts_.prefetch_next_epoch &&
         !run->stream->stopped() && run->stream->planned(it.seg_end_)) {
       drop_spec();
       run->skip_to = it.seg_end_;
@@ -360,7 +360,10 @@ LoaderCore::Iterator::~Iterator() {
 void LoaderCore::Iterator::close() {
   if (core_->forked()) return;
   closed_.store(true, std::memory_order_release);
-  core_->release(*this);
+  // A next() in flight on another thread may still read from the stream: it
+  // is stopped then, not kept for the next iterator (it would have two readers).
+  std::unique_lock<detail::TimedMutex> lock(mu_, std::try_to_lock);
+  core_->release(*this, lock.owns_lock());
 }
 
 LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,

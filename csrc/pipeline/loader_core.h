@@ -129,7 +129,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   void stop_run(const std::shared_ptr<Run>& run);
   void claim(Iterator& it);
   void yielded(Iterator& it);
-  void release(Iterator& it);
+  // keep: the stream may be kept for the next iterator (no next() of `it` in flight)
+  void release(Iterator& it, bool keep = true);
 
   const std::shared_ptr<const BatchProducer> producer_;
   const LoaderOptions opts_;
