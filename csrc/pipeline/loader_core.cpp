@@ -331,11 +331,16 @@ LoaderStatsSnapshot LoaderCore::stats() const {
     s.device_buffers = opts_.delivery->buffers();
     s.device_bytes = opts_.delivery->buffer_bytes();
   }
+  // Declared before the lock, so freed after it: an iterator whose last
+  // reference this is must not be destroyed (and released) with mu_ held.
+  std::vector<std::shared_ptr<Iterator>> alive;
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
   for (const auto& w : iterators_) {
     auto it = w.lock();
-    if (!it || !it->claimed_ || it->counted_ || !it->run_) continue;
+    if (!it) continue;
+    alive.push_back(it);
+    if (!it->claimed_ || it->counted_ || !it->run_) continue;
     s.run_seconds += static_cast<double>(ns_between(it->run_->claimed_at, now)) * 1e-9;
     if (it->main_) s.queue_depth = it->run_->stream->ready_batches();
   }
