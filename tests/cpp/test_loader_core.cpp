@@ -191,6 +191,7 @@ struct SynthConfig {
   int64_t batch = 6;
   int units = 3;
   int64_t fail_plan_batch = -1;
+  uint64_t fail_batch_epoch = UINT64_MAX;  // fail_plan_batch in this epoch only (default: all)
   uint64_t fail_plan_epoch = UINT64_MAX;
   std::atomic<int> unit_sleep_ms{0};
   std::atomic<int> stubborn_sleep_ms{0};  // a sleep that does not look at the stop flag
@@ -267,8 +268,10 @@ class SynthProducer final : public BatchProducer {
     return std::make_shared<SynthEpoch>(order(k), k.epoch);
   }
   std::unique_ptr<BatchWork> plan_batch(const EpochPlan& plan, int64_t k) const override {
-    if (k == cfg_->fail_plan_batch) throw DataError("cannot plan batch " + std::to_string(k));
     const auto& e = static_cast<const SynthEpoch&>(plan);
+    if (k == cfg_->fail_plan_batch &&
+        (cfg_->fail_batch_epoch == UINT64_MAX || cfg_->fail_batch_epoch == e.epoch))
+      throw DataError("cannot plan batch " + std::to_string(k));
     std::vector<int64_t> values;
     for (int64_t p = 0; p < e.order.batch_length(k); ++p)
       values.push_back(synth_value(e.epoch, e.order.index(k, p)));
@@ -737,6 +740,44 @@ void planning_errors() {
     DeliveredBatch b;
     CHECK(next(*it, b) == Status::kBatch);
     CHECK(int64s(b, "v") == synth_expected(*cfg2, 2, 0));
+  }
+}
+
+// An error near an epoch's end, when the stream has already flowed into the
+// next epoch: the next iterator starts cleanly, with host and device delivery.
+void error_at_epoch_end_then_new_iterator() {
+  std::printf("%s\n", __func__);
+  std::fflush(stdout);
+  for (bool device : {false, true}) {
+    auto cfg = std::make_shared<SynthConfig>();
+    cfg->units = 1;
+    cfg->fail_plan_batch = 8;
+    cfg->fail_batch_epoch = 0;
+    LoaderOptions o = options(2, 3);
+    std::shared_ptr<FakeDeviceApi> api;
+    if (device) {
+      api = fake_device_api({0, 0us});
+      o.delivery = std::make_shared<DeviceDelivery>(api, o.prefetch);
+    }
+    auto core = LoaderCore::create(std::make_shared<SynthProducer>(cfg), o);
+    std::printf("  %s delivery\n", device ? "device" : "host");
+    {
+      auto it = core->iter(0, 1);
+      DeliveredBatch b;
+      for (int k = 0; k < 8; ++k) CHECK(next(*it, b) == Status::kBatch);
+      std::this_thread::sleep_for(50ms);  // the workers reach the next epoch
+      CHECK_THROWS(DataError, next(*it, b));
+      CHECK(next(*it, b) == Status::kEnd);
+    }
+    auto it = core->iter(0, 1);
+    DeliveredBatch b;
+    int64_t n = 0;
+    while (next(*it, b) == Status::kBatch) {  // throws the old error if the stream was kept
+      CHECK_EQ(b.index, n);
+      CHECK(int64s(b, "v") == synth_expected(*cfg, 1, n));
+      ++n;
+    }
+    CHECK_EQ(n, 10);
   }
 }
 
@@ -1260,6 +1301,7 @@ void stress() {
 
 TEST_MAIN(order_and_content(); determinism(); epochs_and_iterators(); concurrent_iterators();
           resume(); next_epoch_flows_on(); corrupt_record_error_at_its_batch(); planning_errors();
+          error_at_epoch_end_then_new_iterator();
           close_from_two_threads(); close_while_an_iterator_starts();
           close_during_next_near_epoch_end(); stats_while_iterators_drop();
           one_iterator_two_threads(); cut_short_batch_never_delivered();
