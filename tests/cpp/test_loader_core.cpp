@@ -778,6 +778,26 @@ void error_at_epoch_end_then_new_iterator() {
       ++n;
     }
     CHECK_EQ(n, 10);
+
+    // Leaving epoch 2 before its bad batch 9: the next iterator drops the
+    // rest of epoch 2, error included, and gets epoch 3 whole.
+    cfg->fail_plan_batch = 9;
+    cfg->fail_batch_epoch = 2;
+    {
+      auto left = core->iter(0, 1);
+      for (int k = 0; k < 7; ++k) CHECK(next(*left, b) == Status::kBatch);
+      CHECK_EQ(left->epoch(), 2u);
+      std::this_thread::sleep_for(50ms);  // the workers reach epoch 3
+    }
+    auto after = core->iter(0, 1);
+    n = 0;
+    while (next(*after, b) == Status::kBatch) {
+      CHECK_EQ(b.index, n);
+      CHECK(int64s(b, "v") == synth_expected(*cfg, 3, n));
+      ++n;
+    }
+    CHECK_EQ(after->epoch(), 3u);
+    CHECK_EQ(n, 10);
   }
 }
 
