@@ -278,10 +278,11 @@ int main(int argc, char** argv) {
   auto locked = [] { return std::make_unique<Locked>(kSpins); };
   auto futex = [] { return std::make_unique<BareFutex>(); };
 
-  std::printf("BatchRing vs a mutex+condition_variable ring: capacity %zu, %d spins (%lld ns) "
-              "before sleeping, %u CPUs, median of %d rounds\n\n",
-              kCapacity, kSpins, static_cast<long long>(spin_window_ns()),
-              std::thread::hardware_concurrency(), rounds);
+  std::printf(
+      "BatchRing vs a mutex+condition_variable ring: capacity %zu, %d spins (%lld ns) "
+      "before sleeping, %u CPUs, median of %d rounds\n\n",
+      kCapacity, kSpins, static_cast<long long>(spin_window_ns()),
+      std::thread::hardware_concurrency(), rounds);
   std::printf("hand-off latency, ns (consumer waiting, 1 producer)  %10s %10s %8s  %s\n",
               "BatchRing", "mutex+cv", "cv/ring", "ceiling");
   struct Gap {

@@ -118,10 +118,11 @@ void hand_off(int64_t first, int64_t count, int producers, size_t capacity, int 
   CHECK_EQ(bad, 0);
   CHECK_EQ(failures.load(), 0);
   CHECK(!ring.is_ready(first + count));
-  std::printf("  hand_off first=%lld count=%lld producers=%d capacity=%zu spins=%d: %lld "
-              "out-of-order publishes\n",
-              static_cast<long long>(first), static_cast<long long>(count), producers, capacity,
-              spins, static_cast<long long>(inversions.load()));
+  std::printf(
+      "  hand_off first=%lld count=%lld producers=%d capacity=%zu spins=%d: %lld "
+      "out-of-order publishes\n",
+      static_cast<long long>(first), static_cast<long long>(count), producers, capacity, spins,
+      static_cast<long long>(inversions.load()));
 }
 
 // Published out of order on one thread: the consumer still takes positions in
@@ -226,9 +227,8 @@ void capacity_bound() {
   CHECK(q.try_claim(0));
   q.publish(0);
   std::atomic<bool> got{false};
-  std::thread producer([&] {
-    got.store(q.wait_free(1, Clock::now() + 30s) == Wait<int>::kOk && q.try_claim(1));
-  });
+  std::thread producer(
+      [&] { got.store(q.wait_free(1, Clock::now() + 30s) == Wait<int>::kOk && q.try_claim(1)); });
   std::this_thread::sleep_for(20ms);
   CHECK(!got.load());
   CHECK(q.wait_ready(0, Clock::now() + 1s) == Wait<int>::kOk);
@@ -249,8 +249,8 @@ void deadlines() {
       const auto w = producer ? r.wait_free(2, deadline) : r.wait_ready(0, deadline);
       const auto t1 = Clock::now();
       CHECK(w == Wait<int>::kTimeout);
-      CHECK(t1 >= deadline);       // never early
-      CHECK(t1 - deadline < 2s);   // and not asleep far past it
+      CHECK(t1 >= deadline);      // never early
+      CHECK(t1 - deadline < 2s);  // and not asleep far past it
       worst_late = std::max(worst_late, std::chrono::duration<double>(t1 - deadline).count());
     }
   }

@@ -9,9 +9,9 @@
 #include "cuda/device_api.h"
 #include "cuda/driver_probe.h"
 #include "cuda/pinned_allocator.h"
+#include "cuda/transfer_engine.h"
 #include "pipeline/block_pool.h"
 #include "test_threads.h"
-#include "cuda/transfer_engine.h"
 
 using namespace stoker;
 

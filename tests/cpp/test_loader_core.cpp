@@ -224,8 +224,8 @@ class SynthWork final : public BatchWork {
     const int64_t len = static_cast<int64_t>(values_.size());
     const int64_t lo = len * u / units, hi = len * (u + 1) / units;
     std::this_thread::sleep_for(std::chrono::milliseconds(cfg_->stubborn_sleep_ms.load()));
-    const int sleep_ms =
-        cfg_->unit_sleep_ms.load() + (k_ == cfg_->slow_batch.load() ? cfg_->slow_batch_ms.load() : 0);
+    const int sleep_ms = cfg_->unit_sleep_ms.load() +
+                         (k_ == cfg_->slow_batch.load() ? cfg_->slow_batch_ms.load() : 0);
     for (int i = 0; i < sleep_ms; ++i) {
       if (ctx.stopped()) {
         cfg_->units_cut.fetch_add(1);
@@ -338,7 +338,8 @@ void order_and_content() {
       const SamplerOptions s = sampler(16, true, drop_last);
       auto c = LoaderCore::create(records(ds, s), options(2, 3));
       for (int64_t rank = 0; rank < world; ++rank) {
-        CHECK_EQ(c->num_batches(rank, world), static_cast<int64_t>(expected(301, s, 0, rank, world).size()));
+        CHECK_EQ(c->num_batches(rank, world),
+                 static_cast<int64_t>(expected(301, s, 0, rank, world).size()));
         c->set_epoch(4);
         CHECK(run_epoch(*c, rank, world) == expected(301, s, 4, rank, world));
       }
@@ -869,8 +870,7 @@ void close_while_an_iterator_starts() {
     auto it = core->iter(0, 1);
     const auto t0 = Clock::now();
     Status s = Status::kTimeout;
-    while (s == Status::kTimeout && Clock::now() - t0 < 20s)
-      s = it->next(b, Clock::now() + 100ms);
+    while (s == Status::kTimeout && Clock::now() - t0 < 20s) s = it->next(b, Clock::now() + 100ms);
     CHECK(s == Status::kBatch);  // not a stall: the workers came back for this stream
     CHECK(int64s(b, "v") == synth_expected(*cfg, it->epoch(), b.index));
     closer.join();
@@ -1086,9 +1086,8 @@ void worker_lifetime() {
       Batches rest = take(*it);
       CHECK_EQ(rest.size(), 9u);
     }
-    CHECK(eventually([&] {
-      return threads_named("stoker-worker-") == 0 && core->stats().live_workers == 0;
-    }));
+    CHECK(eventually(
+        [&] { return threads_named("stoker-worker-") == 0 && core->stats().live_workers == 0; }));
   }
   // With the next epoch flowing on, the stream stays open for the next
   // iterator, so the workers stay; close() ends them at once.
@@ -1186,15 +1185,15 @@ void stress() {
   const std::vector<int64_t> offsets = {0, 40, 77};  // load_state uses these
   const int threads_before = test::threads_alive();
   const int fds_before = open_fds();
-  const double seconds =
-      test::sanitizer() == test::Sanitizer::kThread ? 4.0 : test::sanitizer() == test::Sanitizer::kNone ? 3.0 : 3.0;
+  const double seconds = test::sanitizer() == test::Sanitizer::kThread ? 4.0
+                         : test::sanitizer() == test::Sanitizer::kNone ? 3.0
+                                                                       : 3.0;
   std::atomic<int64_t> delivered{0}, iterators{0}, errors{0};
   {
     std::vector<std::shared_ptr<LoaderCore>> cores;
     std::shared_ptr<FakeDeviceApi> api = fake_device_api({0, 10us});
     for (size_t i = 0; i < samplers.size(); ++i) {
-      LoaderOptions o = options(1 + static_cast<int>(i), 1 + static_cast<int>(i) * 2,
-                                i != 1, 5ms);
+      LoaderOptions o = options(1 + static_cast<int>(i), 1 + static_cast<int>(i) * 2, i != 1, 5ms);
       if (i == 2) o.delivery = std::make_shared<DeviceDelivery>(api, o.prefetch);
       cores.push_back(LoaderCore::create(records(ds, samplers[i], o.num_threads), o));
     }
@@ -1270,8 +1269,8 @@ void stress() {
           } else if (op < 78) {
             core.set_epoch(static_cast<uint64_t>(pick(6)));
           } else if (op < 86) {
-            core.load_state(LoaderState{static_cast<uint64_t>(pick(6)),
-                                        offsets[static_cast<size_t>(pick(3))]});
+            core.load_state(
+                LoaderState{static_cast<uint64_t>(pick(6)), offsets[static_cast<size_t>(pick(3))]});
           } else if (op < 93) {
             const LoaderState st = core.state();
             if (st.offset < 0 || st.offset > 157) errors.fetch_add(1);
@@ -1321,8 +1320,7 @@ void stress() {
 
 TEST_MAIN(order_and_content(); determinism(); epochs_and_iterators(); concurrent_iterators();
           resume(); next_epoch_flows_on(); corrupt_record_error_at_its_batch(); planning_errors();
-          error_at_epoch_end_then_new_iterator();
-          close_from_two_threads(); close_while_an_iterator_starts();
-          close_during_next_near_epoch_end(); stats_while_iterators_drop();
-          one_iterator_two_threads(); cut_short_batch_never_delivered();
-          worker_lifetime(); bad_options(); stress())
+          error_at_epoch_end_then_new_iterator(); close_from_two_threads();
+          close_while_an_iterator_starts(); close_during_next_near_epoch_end();
+          stats_while_iterators_drop(); one_iterator_two_threads();
+          cut_short_batch_never_delivered(); worker_lifetime(); bad_options(); stress())

@@ -53,10 +53,10 @@ static void rank_shares() {
     }
     std::set<int64_t> uniq(all.begin(), all.end());
     if (!drop) {
-      CHECK_EQ(uniq.size(), 103u);            // everything covered
-      CHECK_EQ(all.size(), 104u);             // one wrapped sample of padding
+      CHECK_EQ(uniq.size(), 103u);  // everything covered
+      CHECK_EQ(all.size(), 104u);   // one wrapped sample of padding
     } else {
-      CHECK_EQ(all.size(), uniq.size());      // disjoint
+      CHECK_EQ(all.size(), uniq.size());  // disjoint
     }
   }
   CHECK_THROWS(UsageError, EpochOrder(10, opts(0, false, 0, false), 0, 0, 1, 0));

@@ -67,7 +67,9 @@ inline constexpr Sanitizer sanitizer() {
 /// the sanitizers (TSan runs such code 5-15x slower), times STOKER_STRESS_SCALE
 /// if set (e.g. 10 for a longer local soak).
 inline double stress_scale() {
-  double s = sanitizer() == Sanitizer::kThread ? 0.2 : sanitizer() == Sanitizer::kAddress ? 0.5 : 1.0;
+  double s = sanitizer() == Sanitizer::kThread    ? 0.2
+             : sanitizer() == Sanitizer::kAddress ? 0.5
+                                                  : 1.0;
   if (const char* env = std::getenv("STOKER_STRESS_SCALE")) {
     const double f = std::atof(env);
     if (f > 0) s *= f;

@@ -39,14 +39,14 @@ constexpr uint8_t kReleasedPoison = 0xEE;
 /// refill by the next batch would), so a slot returned before its copy has
 /// read it is caught.
 struct TestSource {
-  int64_t n = 0;                       // batches per epoch; -1 = endless
-  size_t bytes = 1000;                 // bytes of batch k: bytes + 37 * (k % 3)
-  int64_t fail_at = -1;                // the batch at this position carries a DataError
-  bool fail_by_throwing = false;       // ... or the source throws it instead
-  int64_t base = 0;                    // index (and bytes pattern) of the first batch
-  std::atomic<int64_t> pulled{0};      // batches (and the error) handed to the engine
+  int64_t n = 0;                   // batches per epoch; -1 = endless
+  size_t bytes = 1000;             // bytes of batch k: bytes + 37 * (k % 3)
+  int64_t fail_at = -1;            // the batch at this position carries a DataError
+  bool fail_by_throwing = false;   // ... or the source throws it instead
+  int64_t base = 0;                // index (and bytes pattern) of the first batch
+  std::atomic<int64_t> pulled{0};  // batches (and the error) handed to the engine
   std::atomic<int64_t> live_slots{0};
-  std::atomic<bool> stopped{false};    // the owner stopped: the source says kStopped
+  std::atomic<bool> stopped{false};  // the owner stopped: the source says kStopped
 
   size_t size_of(int64_t k) const { return k < 0 ? 0 : bytes + 37 * static_cast<size_t>(k % 3); }
 
@@ -77,8 +77,8 @@ struct TestSource {
         delete[] q;
         live_slots.fetch_sub(1, std::memory_order_relaxed);
       });
-      hb.tensors.push_back(TensorDesc{"x", DType::kUInt8, {static_cast<int64_t>(hb.bytes)}, 0,
-                                      hb.bytes});
+      hb.tensors.push_back(
+          TensorDesc{"x", DType::kUInt8, {static_cast<int64_t>(hb.bytes)}, 0, hb.bytes});
       hb.counters.samples = 1;
       out = std::move(hb);
       return SourceStatus::kBatch;
@@ -227,7 +227,10 @@ void backpressure_is_prefetch() {
   std::this_thread::sleep_for(50ms);
   CHECK_EQ(api->counts().copies, 3);
   CHECK_EQ(src.pulled.load(), 4);
-  { auto b = engine.next(0); CHECK(b && b->index == 0); }
+  {
+    auto b = engine.next(0);
+    CHECK(b && b->index == 0);
+  }
   CHECK(eventually([&] { return api->counts().copies == 4 && src.pulled.load() == 5; }));
   std::this_thread::sleep_for(50ms);
   CHECK_EQ(api->counts().copies, 4);
@@ -291,8 +294,8 @@ void early_stop_frees_everything() {
     std::optional<DeviceBatch> out;
     CHECK_THROWS(UsageError, engine.next_until(0, Clock::now() + 1s, out));
   }
-  CHECK_EQ(api->counts().streams, 0);  // the copy stream is gone
-  pool->close();                       // the idle buffers go now
+  CHECK_EQ(api->counts().streams, 0);         // the copy stream is gone
+  pool->close();                              // the idle buffers go now
   CHECK_EQ(api->counts().device_buffers, 1);  // only the kept batch's buffer
   v.check_on(*api, 0, *kept, src.size_of(1));
   api->synchronize_stream(0);
@@ -335,7 +338,7 @@ void source_error_at_its_position() {
     src.fail_by_throwing = throwing;
     TransferEngine engine(api, src.source(), 8, pool_for(api, 8));
     CHECK(eventually([&] { return src.pulled.load() >= 6; }));
-    std::this_thread::sleep_for(20ms);  // the copy thread has met the error by now
+    std::this_thread::sleep_for(20ms);             // the copy thread has met the error by now
     if (throwing) CHECK_EQ(src.pulled.load(), 6);  // and asks for nothing after it
     for (int64_t k = 0; k < 5; ++k) {
       auto b = engine.next(0);
