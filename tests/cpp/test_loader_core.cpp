@@ -190,8 +190,8 @@ struct SynthConfig {
   int64_t samples = 60;
   int64_t batch = 6;
   int units = 3;
-  int64_t fail_plan_batch = -1;
-  uint64_t fail_batch_epoch = UINT64_MAX;  // fail_plan_batch in this epoch only (default: all)
+  std::atomic<int64_t> fail_plan_batch{-1};
+  std::atomic<uint64_t> fail_batch_epoch{UINT64_MAX};  // fail_plan_batch in this epoch only
   uint64_t fail_plan_epoch = UINT64_MAX;
   std::atomic<int> unit_sleep_ms{0};
   std::atomic<int> stubborn_sleep_ms{0};  // a sleep that does not look at the stop flag
