@@ -1089,6 +1089,21 @@ void worker_lifetime() {
     CHECK(eventually(
         [&] { return threads_named("stoker-worker-") == 0 && core->stats().live_workers == 0; }));
   }
+  // The linger counts from when the last stream closed, not from the last
+  // work: workers idle behind a slow consumer for longer than the linger
+  // still linger once the epoch is over.
+  auto slow = LoaderCore::create(records(ds, s, 2), options(2, 2, false, 500ms));
+  {
+    auto it = slow->iter(0, 1);
+    Batches got = take(*it, 8);
+    std::this_thread::sleep_for(700ms);  // the window is full: the workers idle past the linger
+    Batches rest = take(*it);
+    CHECK_EQ(got.size() + rest.size(), 10u);
+  }  // the stream closes here
+  std::this_thread::sleep_for(50ms);
+  CHECK_EQ(slow->stats().live_workers, 2);  // still lingering
+  CHECK(eventually([&] { return slow->stats().live_workers == 0; }));
+
   // With the next epoch flowing on, the stream stays open for the next
   // iterator, so the workers stay; close() ends them at once.
   auto flowing = LoaderCore::create(records(ds, s, 2), options(2, 2, true, 30ms));
