@@ -150,6 +150,7 @@ void WorkerPool::worker_loop(int id) {
       std::lock_guard<std::mutex> lock(mu_);
       streams = streams_;
       version = version_.load(std::memory_order_acquire);
+      if (streams.empty()) idle_since = Clock::now();  // the linger starts now
     }
     bool worked = false;
     if (id < active_.load(std::memory_order_relaxed)) {
