@@ -1201,7 +1201,8 @@ void stress() {
   const int threads_before = test::threads_alive();
   const int fds_before = open_fds();
   // Bounded in time, not in operations: TSan runs each one 5-15x slower.
-  const double seconds = test::sanitizer() == test::Sanitizer::kThread ? 4.0 : 3.0;
+  const double seconds =
+      (test::sanitizer() == test::Sanitizer::kThread ? 4.0 : 3.0) * test::env_scale();
   std::atomic<int64_t> delivered{0}, iterators{0}, errors{0};
   {
     std::vector<std::shared_ptr<LoaderCore>> cores;

@@ -63,18 +63,22 @@ inline constexpr Sanitizer sanitizer() {
 #endif
 }
 
-/// How much of a stress test this build runs: 1 for a plain build, less under
-/// the sanitizers (TSan runs such code 5-15x slower), times STOKER_STRESS_SCALE
-/// if set (e.g. 10 for a longer local soak).
-inline double stress_scale() {
-  double s = sanitizer() == Sanitizer::kThread    ? 0.2
-             : sanitizer() == Sanitizer::kAddress ? 0.5
-                                                  : 1.0;
+/// STOKER_STRESS_SCALE if set (e.g. 10 for a longer local soak), else 1.
+inline double env_scale() {
   if (const char* env = std::getenv("STOKER_STRESS_SCALE")) {
     const double f = std::atof(env);
-    if (f > 0) s *= f;
+    if (f > 0) return f;
   }
-  return s;
+  return 1.0;
+}
+
+/// How much of a stress test this build runs: 1 for a plain build, less under
+/// the sanitizers (TSan runs such code 5-15x slower), times env_scale().
+inline double stress_scale() {
+  const double s = sanitizer() == Sanitizer::kThread    ? 0.2
+                   : sanitizer() == Sanitizer::kAddress ? 0.5
+                                                        : 1.0;
+  return s * env_scale();
 }
 
 inline int64_t scaled(int64_t n, int64_t at_least = 1) {
