@@ -5,8 +5,8 @@
 #include "common/checksum.h"
 #include "common/error.h"
 #include "format/dataset.h"
-#include "format/read_benchmark.h"
 #include "format/mapped_file.h"
+#include "format/read_benchmark.h"
 #include "format/shard_reader.h"
 #include "format/shard_writer.h"
 

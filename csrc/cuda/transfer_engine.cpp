@@ -69,13 +69,21 @@ void TransferEngine::copy_loop() noexcept {
       if (s == SourceStatus::kStopped) break;
       if (!wait_for_room(pos, in_flight)) break;
       Ready& r = out_.at(pos);
-      if (s == SourceStatus::kEnd || hb.error) {
+      if (s == SourceStatus::kEnd) {
         r = Ready{};
-        r.end = s == SourceStatus::kEnd;
+        r.end = true;
+        r.index = hb.index;
+        out_.publish(pos);
+        break;  // the consumer ends here
+      }
+      if (hb.error) {
+        // A batch's error travels at its position; the batches after it
+        // follow (a stream goes on into the next epoch).
+        r = Ready{};
         r.index = hb.index;
         r.error = hb.error;
-        out_.publish(pos);
-        break;  // the consumer ends at the error, or at the end
+        out_.publish(pos++);
+        continue;
       }
       r = copy_one(std::move(hb), in_flight);
       out_.publish(pos++);
@@ -94,6 +102,7 @@ void TransferEngine::copy_loop() noexcept {
       if (wait_for_room(pos, in_flight)) {
         out_.at(pos) = Ready{};
         out_.at(pos).error = e;
+        out_.at(pos).end = true;  // nothing follows: the consumer keeps getting it
         out_.publish(pos);
       }
     } catch (...) {
@@ -207,8 +216,8 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
   out_.release(read_pos_);
   ++read_pos_;
   if (r.error) {
-    error_ = r.error;
-    std::rethrow_exception(error_);
+    if (r.end) error_ = r.error;  // the copy thread is gone: sticky
+    std::rethrow_exception(r.error);
   }
   if (r.end) {
     finished_ = true;

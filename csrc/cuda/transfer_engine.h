@@ -104,8 +104,10 @@ class TransferEngine {
 
   /// The next batch, nullopt at the end. `consumer_stream` (0 = the legacy
   /// default stream) is made to wait for the copy, without a host wait.
-  /// Rethrows a source error when the consumer reaches that position (and on
-  /// every later call). One consumer thread at a time.
+  /// Rethrows a batch's error (HostBatch::error) when the consumer reaches its
+  /// position; the batches after it follow. An error of the device, or one the
+  /// source throws, ends the transfer: it is rethrown on every later call.
+  /// One consumer thread at a time.
   std::optional<DeviceBatch> next(StreamHandle consumer_stream);
   /// Like next(), but gives up at `deadline` with kTimeout, so a caller can
   /// check for signals between waits.
@@ -134,7 +136,7 @@ class TransferEngine {
     std::vector<TensorDesc> tensors;
     BatchCounters counters;
     std::exception_ptr error;
-    bool end = false;
+    bool end = false;  // nothing follows: the end, or (with error) a device error
   };
   struct InFlight {
     std::shared_ptr<uint8_t> host;  // the slot, returned once the copy has read it
@@ -163,7 +165,7 @@ class TransferEngine {
   std::mutex consumer_mu_;    // one next() at a time
   int64_t read_pos_ = 0;      // guarded by consumer_mu_
   bool finished_ = false;     // guarded by consumer_mu_
-  std::exception_ptr error_;  // guarded by consumer_mu_; sticky once reached
+  std::exception_ptr error_;  // guarded by consumer_mu_; a device error, sticky once reached
 
   std::atomic<int64_t> copies_{0}, bytes_{0}, copy_ns_{0}, wait_ns_{0};
 };

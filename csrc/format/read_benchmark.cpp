@@ -58,8 +58,7 @@ double random_read_rate(const Dataset& ds, int threads, bool verify, int rounds)
       });
     for (auto& th : pool) th.join();
     if (error) std::rethrow_exception(error);
-    const double sec =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(static_cast<double>(n) / sec);
   }
   std::sort(rates.begin(), rates.end());

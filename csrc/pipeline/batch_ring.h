@@ -47,10 +47,13 @@ class BatchRing {
 
   /// @param capacity slots (>= 1): positions that can be in flight at once
   /// @param spins busy-wait iterations before a wait sleeps
-  explicit BatchRing(size_t capacity, int spins = 64)
+  /// @param first the first position (>= 0); positions before it count as released
+  explicit BatchRing(size_t capacity, int spins = 64, int64_t first = 0)
       : n_(capacity < 1 ? 1 : capacity), spins_(spins), slots_(new Slot[n_]) {
-    for (size_t i = 0; i < n_; ++i)
-      slots_[i].seq.store(static_cast<uint32_t>(4 * i), std::memory_order_relaxed);
+    for (size_t i = 0; i < n_; ++i) {
+      const int64_t p = first + static_cast<int64_t>(i);
+      slots_[index(p)].seq.store(seq(p, kFree), std::memory_order_relaxed);
+    }
   }
   BatchRing(const BatchRing&) = delete;
   BatchRing& operator=(const BatchRing&) = delete;
@@ -131,20 +134,24 @@ class BatchRing {
 
   Wait wait(int64_t p, uint32_t want, std::atomic<int>& waiters, Clock::time_point deadline) {
     std::atomic<uint32_t>& w = slots_[index(p)].seq;
+    // After close(), a publish() or release() that was under way rewrites a
+    // word: the flag, read after the word (seq_cst, so it sees close()'s
+    // store), keeps such a wait closed.
     for (int i = 0; i < spins_; ++i) {
-      if (w.load(std::memory_order_acquire) == want) return Wait::kOk;
+      if (w.load(std::memory_order_seq_cst) == want)
+        return closed_.load(std::memory_order_seq_cst) ? Wait::kClosed : Wait::kOk;
       detail::cpu_relax();
     }
     waiters.fetch_add(1, std::memory_order_seq_cst);
     Wait result;
     for (;;) {
       const uint32_t cur = w.load(std::memory_order_seq_cst);
-      if (cur == want) {
-        result = Wait::kOk;
-        break;
-      }
       if (closed_.load(std::memory_order_seq_cst)) {
         result = Wait::kClosed;
+        break;
+      }
+      if (cur == want) {
+        result = Wait::kOk;
         break;
       }
       const auto now = Clock::now();

@@ -239,7 +239,7 @@ void LoaderCore::yielded(Iterator& it) {
   }
 }
 
-void LoaderCore::release(Iterator& it) {
+void LoaderCore::release(Iterator& it, bool keep) {
   std::lock_guard<std::mutex> lock(mu_);
   if (it.run_ && !it.released_) {
     it.released_ = true;
@@ -252,8 +252,8 @@ void LoaderCore::release(Iterator& it) {
     // rest of this one is at most a window, so the stream is kept for the next
     // iterator, which drops those batches first (NOTE [ Next-epoch prefetch ]).
     std::shared_ptr<Run> run = it.run_;
-    if (it.main_ && main_.owner == &it && opts_.prefetch_next_epoch && !run->stream->stopped() &&
-        run->stream->planned(it.seg_end_)) {
+    if (keep && it.main_ && main_.owner == &it && opts_.prefetch_next_epoch &&
+        !run->stream->stopped() && run->stream->planned(it.seg_end_)) {
       drop_spec();
       run->skip_to = it.seg_end_;
       spec_ = run;
@@ -339,11 +339,16 @@ LoaderStatsSnapshot LoaderCore::stats() const {
     s.device_buffers = opts_.delivery->buffers();
     s.device_bytes = opts_.delivery->buffer_bytes();
   }
+  // Declared before the lock, so freed after it: an iterator whose last
+  // reference this is must not be destroyed (and released) with mu_ held.
+  std::vector<std::shared_ptr<Iterator>> alive;
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
   for (const auto& w : iterators_) {
     auto it = w.lock();
-    if (!it || !it->claimed_ || it->counted_ || !it->run_) continue;
+    if (!it) continue;
+    alive.push_back(it);
+    if (!it->claimed_ || it->counted_ || !it->run_) continue;
     s.run_seconds += static_cast<double>(ns_between(it->run_->claimed_at, now)) * 1e-9;
     if (it->main_) s.queue_depth = it->run_->stream->ready_batches();
   }
@@ -368,7 +373,10 @@ LoaderCore::Iterator::~Iterator() {
 void LoaderCore::Iterator::close() {
   if (core_->forked()) return;
   closed_.store(true, std::memory_order_release);
-  core_->release(*this);
+  // A next() in flight on another thread may still read from the stream: it
+  // is stopped then, not kept for the next iterator (it would have two readers).
+  std::unique_lock<detail::TimedMutex> lock(mu_, std::try_to_lock);
+  core_->release(*this, lock.owns_lock());
 }
 
 LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
@@ -379,7 +387,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
                "create a new Loader in this process");
   // Several threads on one iterator are served one at a time; a waiting one
   // returns at its deadline (to check for signals) and calls again.
-  std::unique_lock<std::timed_mutex> lock(mu_, deadline);
+  std::unique_lock<detail::TimedMutex> lock(mu_, deadline);
   if (!lock.owns_lock()) return Status::kTimeout;
   if (closed_.load(std::memory_order_acquire)) {
     if (run_) core_->release(*this);
@@ -430,7 +438,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
 }
 
 int64_t LoaderCore::Iterator::remaining() const {
-  std::lock_guard<std::timed_mutex> lock(mu_);
+  std::lock_guard<detail::TimedMutex> lock(mu_);
   if (claimed_) return batches_ - yielded_;
   EpochKey key;
   {
@@ -441,7 +449,7 @@ int64_t LoaderCore::Iterator::remaining() const {
 }
 
 uint64_t LoaderCore::Iterator::epoch() const {
-  std::lock_guard<std::timed_mutex> lock(mu_);
+  std::lock_guard<detail::TimedMutex> lock(mu_);
   if (claimed_) return key_.epoch;
   std::lock_guard<std::mutex> core_lock(core_->mu_);
   return core_->prospective_key(rank_, world_).epoch;

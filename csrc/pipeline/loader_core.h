@@ -40,6 +40,7 @@
 #include "pipeline/batch_producer.h"
 #include "pipeline/block_pool.h"
 #include "pipeline/delivery.h"
+#include "pipeline/detail/timed_mutex.h"
 #include "pipeline/loader_stats.h"
 #include "pipeline/stream.h"
 #include "pipeline/worker_pool.h"
@@ -129,7 +130,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   void stop_run(const std::shared_ptr<Run>& run);
   void claim(Iterator& it);
   void yielded(Iterator& it);
-  void release(Iterator& it);
+  // keep: the stream may be kept for the next iterator (no next() of `it` in flight)
+  void release(Iterator& it, bool keep = true);
 
   const std::shared_ptr<const BatchProducer> producer_;
   const LoaderOptions opts_;
@@ -179,7 +181,7 @@ class LoaderCore::Iterator {
   const std::shared_ptr<LoaderCore> core_;
   const int64_t rank_, world_;
   const Clock::time_point opened_;
-  mutable std::timed_mutex mu_;  // one next() at a time
+  mutable detail::TimedMutex mu_;  // one next() at a time
   std::atomic<bool> closed_{false};
   bool claimed_ = false;  // written with mu_ and core mu_
   bool main_ = false;

@@ -50,7 +50,7 @@ WorkerPool::~WorkerPool() {
       if (t.joinable()) new std::thread(std::move(t));
     return;
   }
-  stop();
+  join_all();
 }
 
 void WorkerPool::add(std::shared_ptr<Stream> s) {
@@ -103,6 +103,16 @@ void WorkerPool::ensure_running() {
 
 void WorkerPool::stop() {
   std::lock_guard<std::mutex> serial(stop_mu_);
+  join_all();
+  // A stream added while the workers were being joined found stop_ set and
+  // started none; it would wait forever. Start them for it now.
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool live = std::any_of(streams_.begin(), streams_.end(),
+                                [](const std::shared_ptr<Stream>& s) { return !s->stopped(); });
+  if (live) ensure_running();
+}
+
+void WorkerPool::join_all() {
   std::vector<std::thread> joining;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -140,6 +150,7 @@ void WorkerPool::worker_loop(int id) {
       std::lock_guard<std::mutex> lock(mu_);
       streams = streams_;
       version = version_.load(std::memory_order_acquire);
+      if (streams.empty()) idle_since = Clock::now();  // the linger starts now
     }
     bool worked = false;
     if (id < active_.load(std::memory_order_relaxed)) {

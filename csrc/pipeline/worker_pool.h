@@ -47,7 +47,8 @@ class WorkerPool {
   void remove(const Stream* s);
   /// Starts the workers again if they ended (a stream got new work).
   void wake();
-  /// Ends every worker now and joins them; add() starts them again. Any thread.
+  /// Ends every worker now and joins them; add() starts them again, and so
+  /// does stop() itself for a stream that was added meanwhile. Any thread.
   void stop();
 
   int threads() const { return threads_; }
@@ -59,6 +60,7 @@ class WorkerPool {
 
  private:
   void ensure_running();  // with mu_
+  void join_all();        // ends and joins the workers; with stop_mu_ or in the destructor
   void worker_loop(int id);
 
   const int threads_;

@@ -10,6 +10,8 @@
 #include "cuda/driver_probe.h"
 #include "cuda/pinned_allocator.h"
 #include "cuda/transfer_engine.h"
+#include "pipeline/block_pool.h"
+#include "test_threads.h"
 
 using namespace stoker;
 
@@ -36,24 +38,25 @@ void with_gpu(const CudaStatus& st) {
   auto api = cuda_driver_api(0);
   CHECK(api == cuda_driver_api(0));  // shared per device
   CHECK_THROWS(CudaError, cuda_driver_api(st.device_count));
-  auto alloc = pinned_host_allocator(api);
+  // Host slots from a pinned pool, as the loader's workers fill them.
+  auto host = BlockPool::create(pinned_host_allocator(api), nullptr, 4);
   const size_t n = 8 << 20;
   int64_t k = 0;
-  auto source = [&]() -> std::optional<HostBatch> {
-    if (k == 10) return std::nullopt;
-    HostBatch hb;
-    hb.index = k++;
-    auto* p = static_cast<uint8_t*>(alloc->allocate(n));
-    std::memset(p, static_cast<int>(hb.index), n);
-    hb.memory = std::shared_ptr<uint8_t>(p, [alloc, n](uint8_t* q) { alloc->deallocate(q, n); });
-    hb.bytes = n;
-    hb.pinned = true;
-    hb.tensors.push_back(TensorDesc{"x", DType::kUInt8, {static_cast<int64_t>(n)}, 0, n});
-    return hb;
+  auto source = [&](HostBatch& out, TransferEngine::Clock::time_point) {
+    if (k == 10) return TransferEngine::SourceStatus::kEnd;
+    out = HostBatch{};
+    out.index = k++;
+    out.memory = host->acquire_shared(n);
+    std::memset(out.memory.get(), static_cast<int>(out.index), n);
+    out.bytes = n;
+    out.pinned = true;
+    out.tensors.push_back(TensorDesc{"x", DType::kUInt8, {static_cast<int64_t>(n)}, 0, n});
+    return TransferEngine::SourceStatus::kBatch;
   };
   const StreamHandle consumer = api->create_stream();
+  auto pool = device_buffer_pool(api, 5);
   {
-    TransferEngine engine(api, source, 3);
+    TransferEngine engine(api, source, 3, pool);
     std::vector<DeviceBatch> kept;
     for (int64_t i = 0; i < 10; ++i) {
       auto b = engine.next(consumer);
@@ -62,10 +65,14 @@ void with_gpu(const CudaStatus& st) {
     }
     CHECK(!engine.next(consumer));
     api->synchronize_stream(consumer);
+    CHECK_EQ(kept.size(), 5u);  // kept batches hold their buffers past the engine
+    CHECK(test::eventually([&] { return engine.stats().copies == 10; }));
     const TransferStats s = engine.stats();
     std::printf("copies %lld, %.2f GB/s\n", static_cast<long long>(s.copies),
                 s.copy_seconds > 0 ? static_cast<double>(s.bytes) / s.copy_seconds * 1e-9 : 0.0);
   }
+  CHECK(pool->blocks() >= 1);
+  pool.reset();
   api->destroy_stream(consumer);
 }
 

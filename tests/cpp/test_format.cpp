@@ -111,9 +111,11 @@ static void identity_is_checked_on_open() {
   auto foreign = test::write_shards(other, 20, 10);
   copy_file(foreign[1].path, shards[1].path);
   CHECK(throws_with([&] { Dataset(schema, shards); }, "belongs to another dataset"));
-  CHECK(throws_with([&] { ShardReader(shards[1].path, ShardExpectation{schema.hash, 10, -1,
-                                                                       shards[1].identity}); },
-                    "belongs to another dataset"));
+  CHECK(throws_with(
+      [&] {
+        ShardReader(shards[1].path, ShardExpectation{schema.hash, 10, -1, shards[1].identity});
+      },
+      "belongs to another dataset"));
   // Without identity (version 1) it would have passed: that is what v2 adds.
   Dataset::Options lazy;
   lazy.probe_on_open = true;
@@ -190,9 +192,9 @@ static void append_shard_copies_records_under_a_new_identity() {
   // A corrupt record is refused before anything is copied.
   flip_byte(parts[1].path, 64 + 3);
   ShardWriter w2(dir + "/other.stk", test::test_schema().hash, 3, id, 0);
-  CHECK(throws_with([&] { w2.append_shard(ShardReader(parts[1].path, test::test_schema().hash,
-                                                      -1, -1)); },
-                    "record 0: checksum mismatch"));
+  CHECK(throws_with(
+      [&] { w2.append_shard(ShardReader(parts[1].path, test::test_schema().hash, -1, -1)); },
+      "record 0: checksum mismatch"));
   CHECK_EQ(w2.num_records(), 0);
 }
 

@@ -1,5 +1,6 @@
 // The permutation is a bijection; rank shares and batch counts follow the contract.
 #include <algorithm>
+#include <climits>
 #include <set>
 #include <vector>
 
@@ -30,17 +31,25 @@ static void permutation_is_bijective() {
   CHECK(same < 20);
 }
 
+SamplerOptions opts(int64_t batch, bool shuffle, uint64_t seed, bool drop_last) {
+  SamplerOptions o;
+  o.batch_size = batch;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  o.drop_last = drop_last;
+  return o;
+}
+
 static void rank_shares() {
   const int64_t n = 103;
   for (bool drop : {false, true}) {
     std::multiset<int64_t> all;
     for (int64_t r = 0; r < 4; ++r) {
-      Sampler s(n, {8, true, 7, drop, r, 4});
-      CHECK_EQ(s.num_samples(), drop ? 25 : 26);
-      CHECK_EQ(s.num_batches(), drop ? 3 : 4);
-      auto e = s.epoch(3);
-      for (int64_t k = 0; k < s.num_batches(); ++k)
-        for (int64_t p = 0; p < s.batch_length(k); ++p) all.insert(e.index(k, p));
+      EpochOrder e(n, opts(8, true, 7, drop), 3, r, 4, 0);
+      CHECK_EQ(e.num_samples(), drop ? 25 : 26);
+      CHECK_EQ(e.num_batches(), drop ? 3 : 4);
+      for (int64_t k = 0; k < e.num_batches(); ++k)
+        for (int64_t p = 0; p < e.batch_length(k); ++p) all.insert(e.index(k, p));
     }
     std::set<int64_t> uniq(all.begin(), all.end());
     if (!drop) {
@@ -50,12 +59,61 @@ static void rank_shares() {
       CHECK_EQ(all.size(), uniq.size());  // disjoint
     }
   }
-  CHECK_THROWS(UsageError, Sampler(10, {0, false, 0, false, 0, 1}));
-  CHECK_THROWS(UsageError, Sampler(10, {1, false, 0, false, 2, 2}));
-  Sampler seq(10, {3, false, 0, false, 0, 1});
-  auto e = seq.epoch(0);
-  CHECK_EQ(e.index(3, 0), 9);
+  CHECK_THROWS(UsageError, EpochOrder(10, opts(0, false, 0, false), 0, 0, 1, 0));
+  CHECK_THROWS(UsageError, EpochOrder(10, opts(1, false, 0, false), 0, 2, 2, 0));
+  CHECK_THROWS(UsageError, EpochOrder(10, opts(1, false, 0, false), 0, 0, 0, 0));
+  CHECK_THROWS(UsageError, EpochOrder(10, opts(1, false, 0, false), 0, 0, 1, 11));
+  CHECK_THROWS(UsageError, EpochOrder(10, opts(1, false, 0, false), 0, 0, 1, -1));
+  EpochOrder seq(10, opts(3, false, 0, false), 0, 0, 1, 0);
+  CHECK_EQ(seq.index(3, 0), 9);
   CHECK_EQ(seq.batch_length(3), 1);
 }
 
-TEST_MAIN(permutation_is_bijective(); rank_shares())
+// A resumed epoch: the ranks of any world size take the rest of the one
+// global order, from the offset, padded by wrapping to its start.
+static void resume_offsets() {
+  const int64_t n = 101;
+  const SamplerOptions o = opts(4, true, 5, false);
+  EpochOrder whole(n, opts(n, true, 5, false), 2, 0, 1, 0);
+  std::vector<int64_t> order;
+  for (int64_t p = 0; p < n; ++p) order.push_back(whole.index(0, p));
+  CHECK_EQ(std::set<int64_t>(order.begin(), order.end()).size(), 101u);
+  for (int64_t w : {1, 2, 3, 7})
+    for (int64_t off : {0, 40, 100, 101}) {
+      std::multiset<int64_t> got;
+      int64_t batches = -1;
+      for (int64_t r = 0; r < w; ++r) {
+        EpochOrder e(n, o, 2, r, w, off);
+        if (batches < 0) batches = e.num_batches();
+        CHECK_EQ(e.num_batches(), batches);  // ranks agree
+        for (int64_t k = 0; k < e.num_batches(); ++k)
+          for (int64_t p = 0; p < e.batch_length(k); ++p) got.insert(e.index(k, p));
+        // Rank r's sample j is global position off + r + j * w (mod n).
+        if (e.num_samples() > 0) CHECK_EQ(e.index(0, 0), order[static_cast<size_t>((off + r) % n)]);
+        CHECK_EQ(e.consumed_after(0), off);
+        CHECK_EQ(e.consumed_after(e.num_batches()), n);
+      }
+      const int64_t left = n - off, share = (left + w - 1) / w;
+      std::multiset<int64_t> want(order.begin() + off, order.end());
+      for (int64_t q = 0; q < share * w - left; ++q) want.insert(order[static_cast<size_t>(q)]);
+      CHECK(got == want);
+    }
+  // consumed_after counts every rank's batches: 3 batches of 4 on 2 ranks.
+  CHECK_EQ(EpochOrder(n, o, 0, 1, 2, 10).consumed_after(3), 10 + 24);
+}
+
+// Sizes near 2^63 neither overflow nor make an empty epoch.
+static void huge_arguments() {
+  const int64_t big = INT64_MAX;
+  EpochOrder one(10, opts(big, true, 1, false), 0, 0, 1, 0);
+  CHECK_EQ(one.num_batches(), 1);
+  CHECK_EQ(one.batch_length(0), 10);
+  CHECK_EQ(EpochOrder(10, opts(big, false, 1, true), 0, 0, 1, 0).num_batches(), 0);
+  EpochOrder wide(10, opts(2, false, 1, false), 0, big - 1, big, 0);
+  CHECK_EQ(wide.num_samples(), 1);
+  CHECK_EQ(wide.num_batches(), 1);
+  CHECK(wide.index(0, 0) >= 0 && wide.index(0, 0) < 10);
+  CHECK_EQ(wide.consumed_after(1), 10);
+}
+
+TEST_MAIN(permutation_is_bijective(); rank_shares(); resume_offsets(); huge_arguments())
