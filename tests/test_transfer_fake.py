@@ -60,8 +60,9 @@ def test_fake_transfer_equals_cpu_path(var_ds, delay_us, prefetch):
         got = list(fake)
         assert_same_batches(got, want)
         assert all(v.device.type == "cpu" for b in got for v in b.values())
+    fake.close()  # the copy thread waits for its copies and counts them
     s = fake.stats()
-    assert s["copies"] >= 2 * len(want) - 1 and s["copy_bytes"] > 0
+    assert s["copies"] >= 2 * len(want) and s["copy_bytes"] > 0
 
 
 def test_fake_transfer_buffers_are_recycled(var_ds):

@@ -81,8 +81,8 @@ LoaderOptions options(int threads, int prefetch, bool next_epoch = true,
 /// Batches of one rank's share of an epoch (or of its rest from `offset`),
 /// as dataset indices: what the loader must deliver, computed without it.
 Batches expected(int64_t n, const SamplerOptions& s, uint64_t epoch, int64_t rank = 0,
-                 int64_t world = 1, int64_t offset = 0) {
-  EpochOrder order(n, s, epoch, rank, world, offset);
+                 int64_t world = 1, int64_t offset = 0, int64_t pad_from = 0) {
+  EpochOrder order(n, s, epoch, rank, world, offset, pad_from);
   Batches out(static_cast<size_t>(order.num_batches()));
   for (int64_t k = 0; k < order.num_batches(); ++k)
     for (int64_t p = 0; p < order.batch_length(k); ++p)
@@ -576,13 +576,15 @@ void resume() {
     auto core = LoaderCore::create(records(ds, s, 3), options(3, 2));
     core->load_state(states[0]);
     const Batches got = run_epoch(*core, rank, 3);
-    CHECK(got == expected(101, s, 1, rank, 3, 40));
+    // At another world size the padding restarts at the first unconsumed sample.
+    CHECK(got == expected(101, s, 1, rank, 3, 40, 40));
     for (int64_t v : flat(got)) rest.push_back(v);
   }
   // The unconsumed 61 samples, each once, plus the wrap padding: 3 ranks of
-  // ceil(61 / 3) = 21 samples take 2 more from the start of the order.
+  // ceil(61 / 3) = 21 samples take 2 more, from the start of the unconsumed part
+  // (never a sample the job has consumed already).
   std::vector<int64_t> want(order.begin() + 40, order.end());
-  want.insert(want.end(), order.begin(), order.begin() + 2);
+  want.insert(want.end(), order.begin() + 40, order.begin() + 42);
   CHECK_EQ(rest.size(), 63u);
   CHECK(sorted(rest) == sorted(want));
 }
@@ -1142,15 +1144,16 @@ bool batch_valid(int64_t n, const SamplerOptions& s, uint64_t epoch, int64_t ran
                  const std::vector<int64_t>& offsets, const DeliveredBatch& b) {
   if (!content_ok(b)) return false;
   const std::vector<int64_t> got = labels(b);
-  for (int64_t off : offsets) {
-    EpochOrder order(n, s, epoch, rank, world, off);
-    if (b.index < 0 || b.index >= order.num_batches()) continue;
-    if (order.batch_length(b.index) != static_cast<int64_t>(got.size())) continue;
-    bool same = true;
-    for (int64_t p = 0; p < order.batch_length(b.index) && same; ++p)
-      same = order.index(b.index, p) == got[static_cast<size_t>(p)];
-    if (same) return true;
-  }
+  for (int64_t off : offsets)
+    for (int64_t pad_from : {int64_t{0}, off}) {  // resumed at the same or another world size
+      EpochOrder order(n, s, epoch, rank, world, off, pad_from);
+      if (b.index < 0 || b.index >= order.num_batches()) continue;
+      if (order.batch_length(b.index) != static_cast<int64_t>(got.size())) continue;
+      bool same = true;
+      for (int64_t p = 0; p < order.batch_length(b.index) && same; ++p)
+        same = order.index(b.index, p) == got[static_cast<size_t>(p)];
+      if (same) return true;
+    }
   return false;
 }
 
