@@ -217,10 +217,16 @@ def _is_current(fd: int, path: str) -> bool:
 
 
 def _read_holder(fd: int) -> str:
-    try:
-        text = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
-    except OSError:
-        text = ""
+    # The holder writes who it is right after it takes the lock: give it a moment.
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            text = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+        except OSError:
+            text = ""
+        if text or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     return f"held by {text}" if text else "held by a process that has not said who it is yet"
 
 
