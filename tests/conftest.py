@@ -86,3 +86,12 @@ def settled_thread_count(timeout=5.0) -> int:
     while stoker_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     return thread_count()
+
+
+def dataset_content(path):
+    """What two writes of the same samples share (all but each write's random dataset id):
+    the schema, the metadata, the shard boundaries and record tables, every record's bytes."""
+    ds = stoker.Dataset(path)
+    return {"fields": {n: f.spec() for n, f in ds.fields.items()}, "metadata": ds.metadata,
+            "shards": [(s["num_records"], s["bytes"], s["table_checksum"]) for s in ds.shards],
+            "records": [ds._core.read(i) for i in range(len(ds))]}

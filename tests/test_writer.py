@@ -54,9 +54,8 @@ def test_invalid_samples_name_field_and_sample(tmp_path, sample, message):
             w.write(good)
             w.write(good)
             w.write(sample)
-    # the failed writer leaves nothing that looks like a dataset
-    assert not (tmp_path / "d" / "index.json").exists()
-    assert [p for p in os.listdir(tmp_path / "d") if p.endswith(".stk")] == []
+    # the failed writer leaves nothing: not even the directory it made
+    assert not (tmp_path / "d").exists()
     with pytest.raises(FileNotFoundError):
         stoker.Dataset(tmp_path / "d")
 
@@ -68,7 +67,13 @@ def test_exception_inside_with_leaves_no_dataset(tmp_path):
             for i in range(100):
                 w.write({"label": i})
             raise RuntimeError("boom")
-    assert os.listdir(tmp_path / "d") == []
+    assert not (tmp_path / "d").exists()  # it made the directory: it removes it
+    (tmp_path / "e").mkdir()  # a directory that was there stays, empty
+    with pytest.raises(RuntimeError, match="boom"):
+        with stoker.ShardWriter(tmp_path / "e", fields, shard_size="100B") as w:
+            w.write({"label": 1})
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path / "e") == []
 
 
 def test_existing_dataset_needs_overwrite(tmp_path):

@@ -47,11 +47,12 @@ class _WriteState:
     ``weakref.finalize`` can discard it (and say so) when the writer is dropped or the
     interpreter exits without ``close()``."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, created: bool = False):
         self.path = path
+        self.created = created  # the writer made the directory: a discarded write removes it
         self.lock: Optional[gen.WriterLock] = None
         self.generation_dir: Optional[str] = None
-        self.current = None  # _core.ShardFileWriter
+        self.current: Optional[Any] = None  # _core.ShardFileWriter
         self.count = 0
 
     def discard(self) -> None:
@@ -67,6 +68,11 @@ class _WriteState:
         finally:
             self.generation_dir = None
             self.release()
+        if self.created:
+            try:
+                os.rmdir(self.path)  # only if nothing else is in it
+            except OSError:
+                pass
 
     def release(self) -> None:
         if self.lock is not None:
@@ -151,12 +157,13 @@ class ShardWriter:
         self._closed = True
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise NotADirectoryError(f"{self.path}: exists and is not a directory")
+        created = not os.path.lexists(self.path)
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
             raise OSError(e.errno, f"{self.path}: cannot create the output directory: "
                           f"{e.strerror}") from e
-        state = _WriteState(self.path)
+        state = _WriteState(self.path, created)
         state.lock = gen.WriterLock(self.path)
         try:
             if os.path.lexists(self._index_path) and not overwrite:

@@ -10,7 +10,6 @@ the end: a failed conversion leaves nothing at ``out``.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import shutil
@@ -18,7 +17,7 @@ import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..fields import Field
-from .merge import _sibling_tmp, copy_records, part_name, publish, record_writer
+from .merge import _sibling_tmp, copy_records, part_name, record_writer
 
 __all__ = ["convert_files", "expand_sources", "Skipped"]
 
@@ -94,39 +93,37 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
 
     Returns ``{"records", "files", "skipped", "shards"}``.
     """
+    from ..dataset import Dataset
+
     out = os.fspath(out)
-    if os.path.lexists(out) and not overwrite and not (os.path.isdir(out)
-                                                       and not os.listdir(out)):
-        raise FileExistsError(f"{out}: already exists; pass overwrite=True (--overwrite) to "
-                              "replace it")
     workers = min(workers or os.cpu_count() or 1, len(files))
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     sizes = [os.path.getsize(f) for f in files]
     skipped: List[Skipped] = []
-    tmp = _sibling_tmp(out, "convert")
     parts = _sibling_tmp(out, "parts") if workers > 1 else None
     pool = None
     bar = None
     try:
         if parts is not None:
-            # the pool forks before the progress bar exists: no thread is copied
+            # the pool forks before the progress bar and the writer exist: no thread, lock
+            # or open shard is copied into the workers
             pool = mp.get_context("fork").Pool(workers)
             results = [pool.apply_async(_part_task, (reader, f, fields, options,
                                                      os.path.join(parts, part_name(i)),
                                                      shard_size))
                        for i, f in enumerate(files)]
             pool.close()
-        bar = _Bar(sum(sizes), desc, progress)
-        with record_writer(tmp, fields, shard_size=shard_size, metadata=metadata,
-                           overwrite=True) as w:
+        # One ShardWriter write into `out`: atomic as every write (a new generation,
+        # index.json renamed last), refused if `out` holds a dataset and not overwrite.
+        with record_writer(out, fields, shard_size=shard_size, metadata=metadata,
+                           overwrite=overwrite) as w:
+            bar = _Bar(sum(sizes), desc, progress)
             if parts is None:
                 for f in files:
                     for record in reader(f, fields, options, skipped, bar.update):
                         w.write(record)
             else:
-                from ..dataset import Dataset
-
                 for i, r in enumerate(results):
                     _, part_skipped = r.get()
                     skipped.extend(part_skipped)
@@ -135,17 +132,14 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
                     shutil.rmtree(part)
                     bar.update(sizes[i])
             records = len(w)
-        with open(os.path.join(tmp, "index.json")) as fh:
-            shards = len(json.load(fh)["shards"])
+        shards = len(Dataset(out).shards)
         bar.close()
         bar = None
-        publish(tmp, out, overwrite)
     except BaseException:
         if pool is not None:
             pool.terminate()
         if bar is not None:
             bar.close()
-        shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
         if pool is not None:

@@ -4,12 +4,15 @@ A distributed job (Ray, Spark, a process pool) writes one part per task with
 :func:`write_part`; :func:`merge` then copies the parts' records, in part order, into one
 dataset whose shards are cut by ``shard_size`` alone. The merged dataset therefore does not
 depend on how the job was partitioned: the same records in the same order give the same
-shard files, byte for byte, whether they came in 1 part or 50.
+shards (the same records, boundaries and checksums; only the write's random dataset id
+differs from one write to the next), whether they came in 1 part or 50.
 
 Part order is the order of the paths given; a directory of parts (``part-000000``,
 ``part-000001``, ...) is taken in name order, which is the task order :func:`write_part`
-encodes. The merge is atomic: it writes into a temporary sibling directory and renames it
-to ``out`` only once ``index.json`` is complete, so ``out`` is never a half dataset.
+encodes. The merge is one :class:`stoker.ShardWriter` write into ``out``, so it is atomic
+as every write is: its shards go into a new generation, ``index.json`` is renamed over the
+old one last, readers of a dataset it replaces keep reading theirs, and a second writer
+(another merge) is refused (docs/storage.md).
 
 Example::
 
@@ -139,26 +142,10 @@ def copy_records(writer, part) -> int:
 
 
 def _sibling_tmp(out: str, tag: str) -> str:
+    """A new temporary directory beside ``out`` (the same filesystem), for work files."""
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     return tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.{tag}-", dir=parent)
-
-
-def publish(tmp: str, out: str, overwrite: bool) -> None:
-    """Moves the finished dataset directory ``tmp`` to ``out`` with renames only."""
-    if os.path.lexists(out):
-        if os.path.isdir(out) and not os.listdir(out):
-            os.rmdir(out)
-        elif not overwrite:
-            raise FileExistsError(f"{out}: already exists; pass overwrite=True (--overwrite) "
-                                  "to replace it")
-    if os.path.lexists(out):
-        old = _sibling_tmp(out, "old")
-        os.rename(out, os.path.join(old, "d"))
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
 
 
 def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike], *,
@@ -200,24 +187,14 @@ def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
             if d.metadata != metadata:
                 raise ValueError(f"{p}: metadata differs from {paths[0]}'s; pass metadata= "
                                  "(--metadata) to set the merged dataset's")
-    if os.path.lexists(out) and not overwrite and not (os.path.isdir(out)
-                                                       and not os.listdir(out)):
-        raise FileExistsError(f"{out}: already exists; pass overwrite=True (--overwrite) to "
-                              "replace it")
-    tmp = _sibling_tmp(out, "merge")
-    try:
-        with record_writer(tmp, fields, shard_size=shard_size, metadata=metadata) as w:
-            for k, d in enumerate(datasets):
-                copy_records(w, d)
-                if progress is not None:
-                    progress(k + 1, len(datasets))
-            records = len(w)
-        with open(os.path.join(tmp, "index.json")) as f:
-            shards = len(json.load(f)["shards"])
-        publish(tmp, out, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with record_writer(out, fields, shard_size=shard_size, metadata=metadata,
+                       overwrite=overwrite) as w:
+        for k, d in enumerate(datasets):
+            copy_records(w, d)
+            if progress is not None:
+                progress(k + 1, len(datasets))
+        records = len(w)
+    shards = len(Dataset(out).shards)
     return {"parts": len(paths), "records": records, "shards": shards, "path": out}
 
 
