@@ -4,6 +4,7 @@ HTTP, moto's S3 server for S3, and a raw TCP server that cuts bodies short."""
 import hashlib
 import io
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -120,7 +121,7 @@ def test_http_epoch_equals_local(local_ds, nginx, tmp_path):
     _, local = local_ds
     cache = tmp_path / "cache"
     url = f"{nginx.url}/ds"
-    before = nginx.requests("/ds/shard-")
+    before = nginx.requests("/ds/gen-")
     ds = stoker.Dataset(url, cache_dir=cache, cache_limit="10MB")
     same_records(ds, local)
     loader = same_epochs(ds, local)
@@ -128,14 +129,18 @@ def test_http_epoch_equals_local(local_ds, nginx, tmp_path):
     n = len(local.shards)
     assert net["downloads"] == n and net["cache_hits"] == 0
     assert net["bytes_downloaded"] == sum(s["bytes"] for s in local.shards)
-    assert nginx.requests("/ds/shard-", before + n) - before == n
+    assert nginx.requests("/ds/gen-", before + n) - before == n
     assert ds.verify()["ok"]
     # again: every shard from the cache, nothing asked of the server but index.json
     ds2 = stoker.Dataset(url + "/index.json", cache_dir=cache)
     assert ds2.remote.stats()["cache_hits"] == n and ds2.remote.stats()["downloads"] == 0
-    assert nginx.requests("/ds/shard-", before + n) - before == n
+    assert nginx.requests("/ds/gen-", before + n) - before == n
     same_records(ds2, local)
     assert parts(cache) == []
+    # pickled (a spawn/forkserver worker): reopened by URL through the same cache
+    again = pickle.loads(pickle.dumps(ds))
+    assert again.url == url and again.remote.stats()["downloads"] == 0
+    same_records(again, local)
 
 
 def test_s3_epoch_equals_local(local_ds, s3_env, tmp_path):
@@ -190,7 +195,7 @@ def test_two_processes_share_one_download_per_shard(local_ds, nginx, tmp_path):
     _, local = local_ds
     cache = str(tmp_path / "cache")
     url = f"{nginx.url}/ds"
-    before = nginx.requests("/ds/shard-")
+    before = nginx.requests("/ds/gen-")
     # slowed (nginx sends a second's worth at once, then 4 KB/s: ~3 s a shard) and started
     # together, so that the two processes overlap
     go = tmp_path / "go"
@@ -206,7 +211,7 @@ def test_two_processes_share_one_download_per_shard(local_ds, nginx, tmp_path):
         assert p.returncode == 0, err
         outs.append(json.loads(out))
     n = len(local.shards)
-    assert nginx.requests("/ds/shard-", before + n) - before == n          # one GET per shard
+    assert nginx.requests("/ds/gen-", before + n) - before == n          # one GET per shard
     assert sum(o["downloads"] for o in outs) == n
     assert sum(o["shared_hits"] for o in outs) >= 1
     assert all(o["downloads"] + o["cache_hits"] == n for o in outs)
@@ -364,8 +369,9 @@ def test_truncated_bodies_after_retries(local_ds, tmp_path):
         remote = RemoteDataset(f"{server.url}/ds", cache_dir=tmp_path / "c", retries=2,
                                timeout=10)
         remote.cache.backoff = 0.01
-        with pytest.raises(RemoteError, match=rf"{server.url}/ds/shard-00002.stk: body ended "
-                                              r"after 1000 of \d+ bytes \(after 3 attempts\)"):
+        with pytest.raises(RemoteError, match=rf"{server.url}/ds/gen-[0-9a-f]+/shard-00002.stk: "
+                                              r"body ended after 1000 of \d+ bytes "
+                                              r"\(after 3 attempts\)"):
             remote.open_all()
         assert remote.stats()["retries"] == 2
         remote.close()
@@ -378,14 +384,18 @@ def test_truncated_bodies_after_retries(local_ds, tmp_path):
 def test_wrong_content_is_never_cached(local_ds, nginx, tmp_path):
     www, local = local_ds
     bad = www / "bad"
-    bad.mkdir()
-    for name in os.listdir(www / "ds"):
-        data = (www / "ds" / name).read_bytes()
-        if name == local.shards[1]["path"]:
-            data = data[:100] + bytes([data[100] ^ 1]) + data[101:]   # same size
-        if name == local.shards[3]["path"]:
-            data = data + b"extra"                                   # longer
-        (bad / name).write_bytes(data)
+    for root, _, names in os.walk(www / "ds"):  # shards are in gen-<id>/ (format v2)
+        for name in names:
+            src = os.path.join(root, name)
+            rel = os.path.relpath(src, www / "ds")
+            with open(src, "rb") as f:
+                data = f.read()
+            if rel == local.shards[1]["path"]:
+                data = data[:100] + bytes([data[100] ^ 1]) + data[101:]   # same size
+            if rel == local.shards[3]["path"]:
+                data = data + b"extra"                                   # longer
+            (bad / rel).parent.mkdir(parents=True, exist_ok=True)
+            (bad / rel).write_bytes(data)
     remote = RemoteDataset(f"{nginx.url}/bad", cache_dir=tmp_path / "c", retries=1)
     remote.cache.backoff = 0.01
     with pytest.raises(RemoteError, match=r"shard-00001.stk: checksum [0-9a-f]{8} differs "

@@ -76,6 +76,8 @@ class Dataset:
             from .remote import RemoteDataset
 
             self.url = path
+            self._remote_args = {"cache_dir": cache_dir, "cache_limit": cache_limit,
+                                 "storage_options": storage_options}
             self.remote = RemoteDataset(path, cache_dir=cache_dir, cache_limit=cache_limit,
                                         storage_options=storage_options)
             path = self.remote.open_all()
@@ -310,8 +312,11 @@ class Dataset:
                 "shards": [(s["path"], s["bytes"], s.get("checksum")) for s in self._shards]}
 
     def __reduce__(self):
-        # Pickled as its path plus its identity: spawn/forkserver workers and copies
-        # reopen the files, and a dataset rewritten in between is an error, not a mix.
+        # Pickled as its path (a remote one's URL and cache settings, so a spawned worker
+        # on the node reopens it through the shared cache) plus its identity: a dataset
+        # rewritten in between is an error, not a mix.
+        if self.remote is not None:
+            return (_reopen, (self.url, self._identity(), self._remote_args))
         return (_reopen, (self.index_path, self._identity()))
 
     def __repr__(self) -> str:
@@ -319,8 +324,9 @@ class Dataset:
         return f"stoker.Dataset({self.path!r}, {len(self)} samples, {{{fields}}})"
 
 
-def _reopen(path: str, identity: Dict[str, Any]) -> Dataset:
-    ds = Dataset(path)
+def _reopen(path: str, identity: Dict[str, Any],
+            remote_args: Optional[Dict[str, Any]] = None) -> Dataset:
+    ds = Dataset(path, **(remote_args or {}))
     mine = ds._identity()
     if mine != identity:
         changed = [k for k in identity if mine.get(k) != identity[k]]
