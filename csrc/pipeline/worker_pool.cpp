@@ -40,6 +40,19 @@ WorkerPool::WorkerPool(int threads, std::shared_ptr<LoaderStats> stats,
   STOKER_CHECK(threads >= 1, UsageError, "num_threads must be >= 1, got ", threads);
   workers_.resize(static_cast<size_t>(threads));
   running_.assign(static_cast<size_t>(threads), false);
+  activity_.reset(new std::atomic<uint8_t>[static_cast<size_t>(threads)]);
+  for (int i = 0; i < threads; ++i)
+    activity_[static_cast<size_t>(i)].store(static_cast<uint8_t>(Activity::kCount),
+                                            std::memory_order_relaxed);
+}
+
+std::array<int, static_cast<size_t>(Activity::kCount)> WorkerPool::activities() const {
+  std::array<int, static_cast<size_t>(Activity::kCount)> n{};
+  for (int i = 0; i < threads_; ++i) {
+    const uint8_t a = activity_[static_cast<size_t>(i)].load(std::memory_order_relaxed);
+    if (a < n.size()) ++n[a];
+  }
+  return n;
 }
 
 WorkerPool::~WorkerPool() {
@@ -130,6 +143,17 @@ void WorkerPool::worker_loop(int id) {
   std::snprintf(name, sizeof name, "stoker-worker-%d", id);
   pthread_setname_np(pthread_self(), name);
 
+  std::atomic<uint8_t>& activity = activity_[static_cast<size_t>(id)];
+  bind_activity(&activity);
+  set_activity(Activity::kIdle);
+  struct Unbind {  // on every way out of the loop
+    std::atomic<uint8_t>& a;
+    ~Unbind() {
+      bind_activity(nullptr);
+      a.store(static_cast<uint8_t>(Activity::kCount), std::memory_order_relaxed);
+    }
+  } unbind{activity};
+
   std::vector<std::shared_ptr<Stream>> streams;  // this worker's copy of streams_
   uint32_t version = ~0u;
   WorkerContext ctx;
@@ -161,6 +185,7 @@ void WorkerPool::worker_loop(int id) {
       idle_since = now;
       continue;
     }
+    set_activity(Activity::kIdle);
     if (streams.empty() && now - idle_since >= linger_) {
       // Nothing open for a while: end, unless a stream arrived meanwhile.
       std::lock_guard<std::mutex> lock(mu_);
