@@ -16,7 +16,6 @@ import pytest
 import stoker
 import stoker.loader as loader_mod
 import torch
-
 from conftest import write_dataset
 
 PIL = pytest.importorskip("PIL.Image")
