@@ -18,8 +18,6 @@ import stoker.loader as loader_mod
 import torch
 from conftest import write_dataset
 
-PIL = pytest.importorskip("PIL.Image")
-
 RAW_SHAPE = (3, 16, 16)
 
 
@@ -33,12 +31,13 @@ def raw_ds(tmp_path_factory):
 
 
 def jpeg_bytes(h, w, seed, quality=90):
+    image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:h, 0:w]
     arr = np.stack([(xx * 255 // w), (yy * 255 // h), ((xx + yy) % 256)], -1).astype(np.uint8)
     arr = np.clip(arr.astype(np.int16) + rng.integers(-20, 20, arr.shape), 0, 255)
     buf = io.BytesIO()
-    PIL.fromarray(arr.astype(np.uint8)).save(buf, "JPEG", quality=quality)
+    image.fromarray(arr.astype(np.uint8)).save(buf, "JPEG", quality=quality)
     return buf.getvalue()
 
 
