@@ -322,3 +322,44 @@ def test_fast_first_batch_logs_nothing(raw_ds, caplog):
     next(iter(loader))
     assert not [r for r in caplog.records if "first batch" in r.getMessage()]
     assert loader.stats()["first_batch_seconds"] is not None
+
+
+def test_slow_remote_open_says_it_downloads(raw_ds, tmp_path, monkeypatch, caplog):
+    """A remote dataset downloads its shards when it opens: past a threshold, the open
+    says so on the "stoker" logger (a loopback HTTP server that answers shards slowly)."""
+    import functools
+    import http.server
+    import threading
+
+    import stoker.remote
+
+    monkeypatch.setattr(stoker.remote, "_REPORT_AFTER", 0.05)
+
+    class Slow(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            if self.path.endswith(".stk"):
+                time.sleep(0.3)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Slow, directory=raw_ds.path))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    caplog.set_level(logging.INFO, logger="stoker")
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        ds = stoker.Dataset(url, cache_dir=tmp_path / "cache")
+        assert len(ds) == len(raw_ds)
+        ds.remote.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    lines = [r.getMessage() for r in caplog.records if r.name == "stoker"]
+    n = len(raw_ds.shards)
+    assert any(f"opening {url}: downloading the shards into the cache" in m and
+               f"of {n} shards local" in m for m in lines), lines
+    assert any(f"{url}: {n} shards local after" in m for m in lines), lines
