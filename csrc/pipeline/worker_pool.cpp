@@ -125,6 +125,7 @@ void WorkerPool::stop() {
     workers_.resize(static_cast<size_t>(threads_));
   }
   signal_->notify();
+  parked_.notify();
   for (auto& t : joining)
     if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   std::lock_guard<std::mutex> lock(mu_);
@@ -133,8 +134,9 @@ void WorkerPool::stop() {
 }
 
 void WorkerPool::set_active(int n) {
-  active_.store(std::clamp(n, 1, threads_), std::memory_order_relaxed);
+  active_.store(std::clamp(n, 1, threads_), std::memory_order_seq_cst);
   signal_->notify();
+  parked_.notify();
 }
 
 void WorkerPool::worker_loop(int id) {
@@ -160,13 +162,15 @@ void WorkerPool::worker_loop(int id) {
   auto idle_since = Clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
     const uint32_t seen = signal_->prepare();
+    const uint32_t seen_parked = parked_.prepare();  // before reading active_
     if (version_.load(std::memory_order_acquire) != version) {
       std::lock_guard<std::mutex> lock(mu_);
       streams = streams_;
       version = version_.load(std::memory_order_acquire);
     }
     bool worked = false;
-    if (id < active_.load(std::memory_order_relaxed)) {
+    const bool active = id < active_.load(std::memory_order_seq_cst);
+    if (active) {
       for (const auto& s : streams) {  // the oldest stream first: usually the training loop's
         Stream::Unit u;
         const auto t0 = Clock::now();
@@ -194,6 +198,12 @@ void WorkerPool::worker_loop(int id) {
         live_.fetch_sub(1, std::memory_order_acq_rel);
         return;
       }
+      continue;
+    }
+    if (!active) {
+      // Parked by set_active() (NOTE [ Autotuning ] in autotuner.h): wakes for set_active()
+      // and stop(), not at every batch.
+      parked_.wait(seen_parked, now + linger_);
       continue;
     }
     signal_->wait(seen, now + linger_);

@@ -53,7 +53,8 @@ class WorkerPool {
   void stop();
 
   int threads() const { return threads_; }
-  /// Workers allowed to take work (<= threads()); the others stay parked.
+  /// Workers allowed to take work (<= threads()); the others stay parked,
+  /// woken only by the next set_active() or stop().
   void set_active(int n);
   int active() const { return active_.load(std::memory_order_relaxed); }
   /// Worker threads alive now.
@@ -71,6 +72,7 @@ class WorkerPool {
   const std::chrono::milliseconds linger_;
   const int pid_;
   std::shared_ptr<detail::EventCount> signal_;
+  detail::EventCount parked_;  // wakes workers beyond active_ (set_active, stop)
   std::atomic<int> active_;
   std::atomic<int> live_{0};
   std::atomic<bool> stop_{false};
