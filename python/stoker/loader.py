@@ -56,7 +56,8 @@ _TOKEN_OPTIONS = ("stride", "pad_id", "ignore_index", "pack_fit", "pack_window",
 # torch.utils.data.DataLoader arguments that stoker replaces, with what to do instead.
 _DATALOADER_ONLY = {
     "num_workers": "stoker uses C++ worker threads, not processes: pass num_threads=N "
-                   "(None, the default, picks from the cores available to this rank)",
+                   "(None, the default, tunes it online within the cores available to this "
+                   "rank)",
     "collate_fn": "stoker assembles batches in C++ from the dataset's fields: variable-length "
                   "fields are padded with '<name>_lengths', images take stoker.ops transforms; "
                   "anything else, apply to the batch in your training step",
