@@ -117,13 +117,16 @@ def test_consumer_bound_loop_sheds_workers_and_stays_within_max_memory(raw_ds, c
 def test_loader_bound_loop_keeps_every_core(jpeg_ds, cores, caplog):
     cores(2)
     caplog.set_level(logging.INFO, logger="stoker")
+    batch_bytes = 8 * 96 * 96 * 3 + 64  # images, and the labels' 64-byte aligned tensor
     loader = stoker.Loader(jpeg_ds, batch_size=8, shuffle=True, transforms=JPEG_OPS,
-                           stall_warning=None)
+                           stall_warning=None, max_memory=3 * batch_bytes + 100)
     run_until_settled(loader, max_batches=2000)
     s = loader.stats()
     assert s["settled"]
     assert s["num_threads"] == 2  # the loop always waits and the workers are busy
-    assert 2 <= s["prefetch"] <= 64 and s["prefetch"] * s["batch_bytes"] <= s["max_memory"]
+    assert s["batch_bytes"] == batch_bytes
+    assert 1 <= s["prefetch"] <= 3  # the start (4) was cut to what max_memory holds
+    assert sum(s["queue_depth_hist"][4:]) == 0, s["queue_depth_hist"]
     assert s["bottleneck"] == "loader" and s["bottleneck_stage"] in ("decode", "ops")
     msg = tuning_lines(caplog)[0].getMessage()
     assert "num_threads=2 (of 2 cores" in msg and "loader-bound" in msg
