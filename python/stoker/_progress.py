@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-
 _MININTERVAL = 0.1  # seconds between redraws
 
 
