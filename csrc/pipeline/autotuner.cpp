@@ -22,18 +22,21 @@ std::string format(const char* fmt, ...) {
 
 int percent(double f) { return static_cast<int>(std::lround(100.0 * f)); }
 
-const char* stage_what(const std::string& stage) {
+// Image ops time is never zero for a record with an image (the codec's time
+// is taken from the field's), and always zero without one.
+const char* stage_what(const std::string& stage, bool images) {
   if (stage == "read") return "reading and verifying records";
-  if (stage == "decode") return "decoding";
+  if (stage == "decode") return images ? "decoding" : "copying the fields into the batch";
   if (stage == "ops") return "image ops";
   return "planning batches";
 }
 
-const char* stage_advice(const std::string& stage) {
+const char* stage_advice(const std::string& stage, bool images) {
   if (stage == "read")
     return "storage is the limit: keep the dataset in page cache or on faster storage";
   if (stage == "decode")
-    return "store the images smaller (or as arrays), or give the loader more cores";
+    return images ? "store the images smaller (or as arrays), or give the loader more cores"
+                  : "memory bandwidth is the limit: fewer bytes per sample (a narrower dtype)";
   if (stage == "ops") return "a smaller output size, or fewer ops in the transforms";
   return "images of many sizes without a fixed output size have their headers read to plan "
          "each batch: a Resize or RandomResizedCrop fixes the size";
@@ -107,13 +110,14 @@ Diagnosis diagnose(const TuneInterval& iv, double stall_threshold) {
   const int top = static_cast<int>(std::max_element(stages, stages + 4) - stages);
   d.stage = names[top];
   const double share = total > 0 ? stages[top] / total : 0.0;
+  const bool images = iv.ops > 0;
   std::string advice = iv.threads < iv.max_threads
                            ? format("more threads (num_threads=%d)", iv.max_threads)
-                           : std::string(stage_advice(d.stage));
+                           : std::string(stage_advice(d.stage, images));
   d.text = format(
       "loader-bound: the loop waited for data %d%% of the time; %s takes %d%% of the workers' "
       "time (%.3g ms of worker time per batch, %d of %d thread%s %d%% busy): %s",
-      percent(stall), stage_what(d.stage), percent(share),
+      percent(stall), stage_what(d.stage, images), percent(share),
       1e3 * iv.busy / static_cast<double>(iv.batches), threads, std::max(1, iv.max_threads),
       iv.max_threads == 1 ? "" : "s", percent(util), advice.c_str());
   return d;

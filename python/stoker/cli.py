@@ -55,7 +55,13 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"batch: {shapes}")
     state = loader.stats()
     print("stats: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                for k, v in state.items()))
+                                for k, v in state.items()
+                                if isinstance(v, (int, float)) and not isinstance(v, bool)))
+    mode = "settled" if state["settled"] else \
+        "tuning" if state["auto_threads"] or state["auto_prefetch"] else "as given"
+    print(f"settings in force: num_threads={state['num_threads']} prefetch={state['prefetch']}"
+          f" ({mode})")
+    print(f"verdict: {state['verdict']}")
     if tmp is not None:
         tmp.cleanup()
     return 0

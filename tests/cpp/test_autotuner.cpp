@@ -184,6 +184,14 @@ void diagnosis_of_nothing_and_of_a_fast_loader() {
   // Loader-bound below the maximum: the advice is more threads.
   const Diagnosis more = diagnose(model(2, 4, 0.040, 0.001, 2, 8), 0.05);
   CHECK(more.text.find("num_threads=8") != std::string::npos);
+  // No image ops at all: no images, and "decode" is copying arrays.
+  TuneInterval arrays = model(2, 4, 0.040, 0.001, 2, 2);
+  arrays.decode += arrays.ops;
+  arrays.ops = 0;
+  const Diagnosis copy = diagnose(arrays, 0.05);
+  CHECK_EQ(copy.stage, std::string("decode"));
+  CHECK(copy.text.find("copying the fields into the batch takes 80%") != std::string::npos);
+  CHECK(copy.text.find("fewer bytes per sample") != std::string::npos);
 }
 
 }  // namespace
