@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <vector>
 
 #include "bindings/dlpack.h"
 #include "bindings/image_spec.h"
@@ -24,6 +25,15 @@ using Clock = std::chrono::steady_clock;
 // a slice while the iterating thread is blocked.
 constexpr auto kSignalSlice = std::chrono::milliseconds(20);
 
+// The core's log lines, to the "stoker" logger (NOTE [ Slow first batch ]).
+void emit_messages(LoaderCore& core) {
+  if (!core.has_messages()) return;
+  std::vector<LogMessage> msgs = core.take_messages();
+  if (msgs.empty()) return;
+  py::object logger = py::module_::import("logging").attr("getLogger")("stoker");
+  for (const LogMessage& m : msgs) logger.attr("log")(m.level, "%s", m.text);
+}
+
 py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream) {
   DeliveredBatch b;
   for (;;) {
@@ -32,6 +42,7 @@ py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream) {
       py::gil_scoped_release nogil;
       s = it.next(b, Clock::now() + kSignalSlice, consumer_stream);
     }
+    emit_messages(it.core());
     if (s == LoaderCore::Iterator::Status::kBatch) break;
     if (s == LoaderCore::Iterator::Status::kEnd) return py::none();
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
@@ -57,6 +68,8 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["first_batch_seconds"] = s.first_batch_seconds < 0
                                  ? py::object(py::none())
                                  : py::object(py::float_(s.first_batch_seconds));
+  d["warmup_seconds"] =
+      s.warmup_seconds < 0 ? py::object(py::none()) : py::object(py::float_(s.warmup_seconds));
   d["copies"] = s.copies;
   d["copy_bytes"] = s.copy_bytes;
   d["copy_seconds"] = s.copy_seconds;
@@ -69,6 +82,18 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["host_bytes"] = s.host_bytes;
   d["device_buffers"] = s.device_buffers;
   d["device_bytes"] = s.device_bytes;
+  d["max_threads"] = s.max_threads;
+  d["auto_threads"] = s.auto_threads;
+  d["auto_prefetch"] = s.auto_prefetch;
+  d["settled"] = s.settled;
+  d["max_memory"] = s.max_memory;
+  d["batch_bytes"] = s.batch_bytes;
+  d["queue_depth_hist"] = s.depth_hist;
+  d["queue_depth_mean"] = s.depth_mean;
+  d["bottleneck"] = s.bottleneck;
+  d["bottleneck_stage"] =
+      s.bottleneck_stage.empty() ? py::object(py::none()) : py::object(py::str(s.bottleneck_stage));
+  d["verdict"] = s.verdict;
   return d;
 }
 
@@ -117,6 +142,13 @@ void register_loader(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("num_threads", &LoaderOptions::num_threads)
       .def_readwrite("prefetch", &LoaderOptions::prefetch)
+      .def_readwrite("auto_threads", &LoaderOptions::auto_threads)
+      .def_readwrite("auto_prefetch", &LoaderOptions::auto_prefetch)
+      .def_readwrite("max_memory", &LoaderOptions::max_memory)
+      .def_readwrite("stall_warning", &LoaderOptions::stall_warning)
+      .def_property(
+          "slow_first_batch_ms", [](const LoaderOptions& o) { return o.slow_first_batch.count(); },
+          [](LoaderOptions& o, int64_t ms) { o.slow_first_batch = std::chrono::milliseconds(ms); })
       .def_readwrite("prefetch_next_epoch", &LoaderOptions::prefetch_next_epoch)
       .def_readwrite("host_memory", &LoaderOptions::host_allocator)
       .def_readwrite("delivery", &LoaderOptions::delivery)

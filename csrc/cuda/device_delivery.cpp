@@ -54,6 +54,12 @@ class DeviceReader final : public BatchReader {
     return Status::kBatch;
   }
 
+  int ready(int max) const override {
+    // Copied and waiting, then assembled and waiting for the copy.
+    const int copied = engine_->ready(max);
+    return copied < max ? copied + stream_->ready_run(max - copied) : copied;
+  }
+
   void stop() override {
     stopped_.store(true, std::memory_order_release);
     stream_->stop();

@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace stoker {
@@ -215,6 +217,7 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
   Ready r = std::move(out_.at(read_pos_));
   out_.release(read_pos_);
   ++read_pos_;
+  read_pos_seen_.store(read_pos_, std::memory_order_relaxed);
   if (r.error) {
     if (r.end) error_ = r.error;  // the copy thread is gone: sticky
     std::rethrow_exception(r.error);
@@ -249,6 +252,14 @@ void TransferEngine::stop() {
     for (size_t i = 0; i < out_.capacity(); ++i) out_.at(static_cast<int64_t>(i)) = Ready{};
   }
   api_->destroy_stream(copy_stream_);
+}
+
+int TransferEngine::ready(int max) const {
+  const int64_t p0 = read_pos_seen_.load(std::memory_order_relaxed);
+  const int n = std::min<int>(max, static_cast<int>(out_.capacity()));
+  int k = 0;
+  while (k < n && out_.is_ready(p0 + k)) ++k;
+  return k;
 }
 
 TransferStats TransferEngine::stats() const {

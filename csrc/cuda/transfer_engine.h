@@ -119,6 +119,9 @@ class TransferEngine {
 
   TransferStats stats() const;
   DeviceApi& api() const { return *api_; }
+  /// Batches copied (or on their way) that next() can take without waiting,
+  /// counted up to `max`. Any thread; a snapshot.
+  int ready(int max) const;
 
  private:
   /// A device buffer on loan; destroying it gives the buffer back, with a
@@ -162,9 +165,10 @@ class TransferEngine {
   bool stopped_ = false;
   std::thread thread_;
 
-  std::mutex consumer_mu_;    // one next() at a time
-  int64_t read_pos_ = 0;      // guarded by consumer_mu_
-  bool finished_ = false;     // guarded by consumer_mu_
+  std::mutex consumer_mu_;                 // one next() at a time
+  int64_t read_pos_ = 0;                   // guarded by consumer_mu_
+  std::atomic<int64_t> read_pos_seen_{0};  // read_pos_, for ready()
+  bool finished_ = false;                  // guarded by consumer_mu_
   std::exception_ptr error_;  // guarded by consumer_mu_; a device error, sticky once reached
 
   std::atomic<int64_t> copies_{0}, bytes_{0}, copy_ns_{0}, wait_ns_{0};

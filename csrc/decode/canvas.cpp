@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/activity.h"
 #include "common/error.h"
 #include "decode/png_decoder.h"
 
@@ -40,12 +41,24 @@ void check_declared(const ImageInfo& info, int64_t max_pixels) {
                  " pixels, above the limit of ", max_pixels);
 }
 
+CanvasOps::Clock::time_point CanvasOps::begin_decode() const {
+  set_activity(Activity::kDecoding);
+  return Clock::now();
+}
+
+void CanvasOps::end_decode(Clock::time_point t0) {
+  decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  set_activity(Activity::kOps);
+}
+
 void CanvasOps::open(int64_t max_pixels, Canvas& c) {
   ImageInfo info;
   if (is_jpeg(data_, n_)) {
     info = s_.jpeg.open(data_, n_, max_pixels);
   } else if (is_png(data_, n_)) {
+    const auto t0 = begin_decode();
     info = png_decode(data_, n_, max_pixels, s_.decoded);
+    end_decode(t0);
     c.have_pixels = true;
     c.pix = {s_.decoded.data(), info.width, info.height, static_cast<size_t>(info.width) * 3};
   } else {
@@ -72,7 +85,9 @@ void CanvasOps::resize(Canvas& c, int out_w, int out_h) {
     // by the DCT while it still covers the target.
     const int num = JpegDecoder::choose_scale(in.w, in.h, out_w, out_h);
     int ox = 0, oy = 0;
+    const auto t0 = begin_decode();
     c.pix = s_.jpeg.decode_region(in, num, s_.decoded, &ox, &oy);
+    end_decode(t0);
     c.have_pixels = true;
     const double f = num / 8.0;
     box = {in.x * f - ox, in.y * f - oy, in.w * f, in.h * f, 0, 0, c.pix.width, c.pix.height};
@@ -124,7 +139,9 @@ void CanvasOps::ensure_pixels(Canvas& c) {
   PixelRect in = intersect(c.view, c.src_w, c.src_h);
   if (in.w == 0 || in.h == 0) in = {0, 0, c.src_w, c.src_h};  // all padding: still validate
   int ox = 0, oy = 0;
+  const auto t0 = begin_decode();
   c.pix = s_.jpeg.decode_region(in, 8, s_.decoded, &ox, &oy);
+  end_decode(t0);
   c.have_pixels = true;
   // The source is now the decoded region; view coordinates follow it.
   c.view.x -= ox;
@@ -135,7 +152,9 @@ void CanvasOps::ensure_pixels(Canvas& c) {
 
 bool CanvasOps::try_decode_into(Canvas& c, uint8_t* out) {
   if (c.have_pixels || c.flip || !c.whole_view()) return false;
+  const auto t0 = begin_decode();
   s_.jpeg.decode_full(out, static_cast<size_t>(c.src_w) * 3);
+  end_decode(t0);
   return true;
 }
 

@@ -7,6 +7,7 @@
 // for the trade-offs.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -52,6 +53,11 @@ class CanvasOps {
  public:
   CanvasOps(Scratch& s, const uint8_t* data, size_t n) : s_(s), data_(data), n_(n) {}
 
+  /// Time spent in the codec (libjpeg-turbo, libpng) so far: an image is
+  /// decoded once, so this is two clock reads per image. The rest of the
+  /// pipeline's time is the ops' (stats: decode vs ops).
+  int64_t decode_ns = 0;
+
   /// Starts on the image (a PNG is decoded at once: libpng has no region decode).
   /// DecodeError for anything but a JPEG or PNG, or a declared size over `max_pixels`.
   void open(int64_t max_pixels, Canvas& c);
@@ -73,8 +79,11 @@ class CanvasOps {
   void ensure_pixels(Canvas& c);
 
  private:
+  using Clock = std::chrono::steady_clock;
   static void run_pending(Canvas& c, uint8_t* out, bool mirror);
   void pad(Canvas& c);
+  Clock::time_point begin_decode() const;
+  void end_decode(Clock::time_point t0);
 
   Scratch& s_;
   const uint8_t* data_;

@@ -68,9 +68,16 @@ std::pair<int, int> ImagePipeline::output_size(const uint8_t* data, size_t n) co
 }
 
 void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h,
-                        int out_w) const {
+                        int out_w, int64_t* decode_ns) const {
   Scratch& s = thread_scratch();
   CanvasOps ops(s, data, n);
+  struct Report {  // on every exit, errors included
+    const CanvasOps& ops;
+    int64_t* to;
+    ~Report() {
+      if (to) *to += ops.decode_ns;
+    }
+  } report{ops, decode_ns};
   Canvas c;
   ops.open(max_pixels_, c);
   detail::SplitMix64 rng(seed);

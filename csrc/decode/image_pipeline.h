@@ -48,7 +48,9 @@ class ImagePipeline {
   /// of out_dtype(), in layout()). Random draws come from `seed` only, so the
   /// same seed gives bit-identical output on any thread. Thread-safe (scratch
   /// is thread-local); throws DecodeError with the reason.
-  void run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h, int out_w) const;
+  /// @param decode_ns if given, the codec's share of the time is added there
+  void run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h, int out_w,
+           int64_t* decode_ns = nullptr) const;
 
  private:
   std::vector<ImageOp> ops_;

@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "common/activity.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -74,6 +75,7 @@ const ShardReader& Dataset::shard(size_t s) const {
     STOKER_THROW(UsageError, "shard ", s, " out of range for a dataset of ", infos_.size());
   const ShardReader* r = readers_[s].load(std::memory_order_acquire);
   if (r) return *r;
+  const ScopedActivity opening(Activity::kOpening);  // a slow first batch says so
   std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
   r = readers_[s].load(std::memory_order_relaxed);
   if (r) return *r;

@@ -63,6 +63,7 @@ class BatchRing {
   /// The value of position p's slot. The claimer owns it from try_claim() to
   /// publish(); the consumer from a successful wait_ready() to release().
   T& at(int64_t p) { return slots_[index(p)].value; }
+  const T& at(int64_t p) const { return slots_[index(p)].value; }
 
   // -- producers ----------------------------------------------------------
 

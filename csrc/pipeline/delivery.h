@@ -38,6 +38,12 @@ class BatchReader {
                       uintptr_t consumer_stream) = 0;
   /// Prompt and idempotent; any thread. Stops the stream too.
   virtual void stop() = 0;
+  /// Batches the consumer could take now without waiting, counted up to
+  /// `max` (the queue depth in stats). The consumer's thread.
+  virtual int ready(int max) const {
+    (void)max;
+    return 0;
+  }
 };
 
 /// Makes the reader of each stream.
@@ -71,6 +77,7 @@ class HostReader final : public BatchReader {
     return Status::kBatch;
   }
   void stop() override { stream_->stop(); }
+  int ready(int max) const override { return stream_->ready_run(max); }
 
  private:
   std::shared_ptr<Stream> stream_;

@@ -28,13 +28,24 @@
 // runs that epoch from its start; anything else (set_epoch to another epoch,
 // load_state, another world size) drops it. iter() before the first advance
 // already starts the epoch the iterator will most likely claim, the same way.
+//
+// NOTE [ Slow first batch ]
+// No silent warm-up: while an iterator waits for its first batch, next()
+// checks the time since iter(); past LoaderOptions::slow_first_batch it posts
+// what the workers are doing (WorkerPool::activities(): opening shards,
+// planning, reading, decoding, image ops) and how far the batch has come, at
+// INFO, then at WARNING every 10 s after that while it still waits; once the
+// batch arrives, its time. The bindings hand posted lines to the "stoker"
+// logger between their waits, so the consumer's thread logs them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "pipeline/batch_producer.h"
@@ -48,12 +59,26 @@
 namespace stoker {
 
 struct LoaderOptions {
-  int num_threads = 1;
-  int prefetch = 4;  ///< batches in flight per stream (assembled, being assembled, or copied)
+  int num_threads = 1;  ///< with auto_threads: the most (the cores this rank may use)
+  int prefetch = 4;     ///< batches in flight per stream (assembled, being assembled, or copied);
+                        ///< with auto_prefetch: the ring's capacity, the largest window
+  /// NOTE [ Autotuning ] in autotuner.h: explicit settings are never moved.
+  bool auto_threads = false;
+  bool auto_prefetch = false;
+  size_t max_memory = 0;     ///< automatic prefetch: bytes of batches in flight per stream (0: any)
+  double stall_warning = 0;  ///< warn once when the loop waits longer than this share (0: never)
+  /// A first batch slower than this is reported (NOTE [ Slow first batch ]).
+  std::chrono::milliseconds slow_first_batch{2000};
   bool prefetch_next_epoch = true;
   std::shared_ptr<BlockAllocator> host_allocator;  ///< null: pageable memory
   std::shared_ptr<Delivery> delivery;              ///< null: host memory
   std::chrono::milliseconds linger{100};           ///< idle workers end after this
+};
+
+/// A line for the "stoker" Python logger (the bindings emit them).
+struct LogMessage {
+  int level = 20;  ///< Python's logging levels: 10 DEBUG, 20 INFO, 30 WARNING
+  std::string text;
 };
 
 /// Where a loader stands: the same on every rank in lockstep.
@@ -68,11 +93,23 @@ struct LoaderStatsSnapshot {
   double read_seconds = 0, decode_seconds = 0, ops_seconds = 0, plan_seconds = 0;
   double worker_busy_seconds = 0, worker_idle_seconds = 0;
   double wait_seconds = 0, run_seconds = 0, first_batch_seconds = -1;
+  double warmup_seconds = -1;  ///< the loader's first batch, from its first next()
   int64_t copies = 0, copy_bytes = 0;
   double copy_seconds = 0;
   int num_threads = 0, prefetch = 0, live_workers = 0, queue_depth = 0;
   int64_t streams = 0;
   size_t host_blocks = 0, host_bytes = 0, device_buffers = 0, device_bytes = 0;
+  // Tuning (NOTE [ Autotuning ]).
+  int max_threads = 0;
+  bool auto_threads = false, auto_prefetch = false, settled = false;
+  size_t max_memory = 0;
+  int64_t batch_bytes = 0;  ///< the largest batch planned
+  // Batches ready when the main iterator asked: counts of 0, 1, ..., and the
+  // last bucket for that many or more; and the mean.
+  std::vector<int64_t> depth_hist;
+  double depth_mean = 0;
+  // Where the time went since the loader was made (diagnose()).
+  std::string bottleneck, bottleneck_stage, verdict;
 };
 
 class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
@@ -110,6 +147,11 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   LoaderStatsSnapshot stats() const;
   const LoaderOptions& options() const { return opts_; }
 
+  /// Log lines posted since the last call (tuning settled, a slow first
+  /// batch, a stalled loop), oldest first. Any thread.
+  std::vector<LogMessage> take_messages();
+  bool has_messages() const { return has_messages_.load(std::memory_order_acquire); }
+
  private:
   struct Run;  // a stream and its reader
   struct Main {
@@ -132,6 +174,15 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   void yielded(Iterator& it);
   // keep: the stream may be kept for the next iterator (no next() of `it` in flight)
   void release(Iterator& it, bool keep = true);
+  void count_run(Iterator& it);  // with mu_
+  void end_run(Iterator& it);
+  void post(int level, std::string text);
+  // NOTE [ Autotuning ]: the main iterator's next() after each batch.
+  void tick(Clock::time_point now);
+  void apply_window(int window);
+  int window_in_force() const;
+  void note_depth(int depth);
+  void report_slow_first(const Iterator& it, Clock::time_point now);
 
   const std::shared_ptr<const BatchProducer> producer_;
   const LoaderOptions opts_;
@@ -139,6 +190,14 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::shared_ptr<LoaderStats> stats_;
   std::shared_ptr<BlockPool> host_pool_;
   std::unique_ptr<WorkerPool> workers_;
+  std::atomic<int> window_;  // prefetch window for streams (the tuner moves it)
+
+  struct Tuning;  // the tuner and its last reading of the counters (loader_core.cpp)
+  std::unique_ptr<Tuning> tuning_;
+
+  std::mutex log_mu_;
+  std::vector<LogMessage> log_;  // guarded by log_mu_
+  std::atomic<bool> has_messages_{false};
 
   mutable std::mutex mu_;
   uint64_t next_epoch_ = 0;            // guarded by mu_
@@ -173,6 +232,7 @@ class LoaderCore::Iterator {
   bool claimed() const { return claimed_; }
   /// Batches waiting for this iterator.
   int ready_batches() const;
+  LoaderCore& core() const { return *core_; }
 
  private:
   friend class LoaderCore;
@@ -185,14 +245,18 @@ class LoaderCore::Iterator {
   std::atomic<bool> closed_{false};
   bool claimed_ = false;  // written with mu_ and core mu_
   bool main_ = false;
-  bool counted_ = false;      // run time added to the stats (release())
-  bool released_ = false;     // release() ran (with core mu_)
-  int64_t drain_ = 0;         // batches of an earlier epoch to drop first
-  int64_t seg_end_ = 0;       // ring position after this iterator's last batch
-  std::shared_ptr<Run> run_;  // written with mu_ and core mu_
+  bool counted_ = false;         // run time added to the stats (count_run(), with core mu_)
+  Clock::time_point started_{};  // claimed (the first next()); with core mu_
+  bool released_ = false;        // release() ran (with core mu_)
+  int64_t drain_ = 0;            // batches of an earlier epoch to drop first
+  int64_t seg_end_ = 0;          // ring position after this iterator's last batch
+  std::shared_ptr<Run> run_;     // written with mu_ and core mu_
   EpochKey key_;
   int64_t batches_ = 0;
   int64_t yielded_ = 0;
+  Clock::time_point next_report_{};  // NOTE [ Slow first batch ]
+  bool reported_slow_ = false;
+  bool asked_ = false;  // next() was called for the batch it waits for
 };
 
 }  // namespace stoker

@@ -26,11 +26,30 @@ struct LoaderStats {
   std::atomic<int64_t> wait_ns{0};          ///< time the iterating thread waited in next()
   std::atomic<int64_t> run_ns{0};           ///< time iterators were open (closed ones)
   std::atomic<int64_t> first_batch_ns{-1};  ///< the last epoch's first batch, from its iter()
+  std::atomic<int64_t> warmup_ns{-1};       ///< the loader's first batch, from its first next()
   std::atomic<int64_t> streams{0};  ///< streams started (an epoch that flowed on starts none)
   // The copy to the device.
   std::atomic<int64_t> copies{0};
   std::atomic<int64_t> copy_bytes{0};
   std::atomic<int64_t> copy_ns{0};  ///< device time of the copies
+  // Queue depth: batches ready when the main iterator asked for one (the
+  // last bucket counts that many or more).
+  static constexpr int kDepthBuckets = 9;
+  std::atomic<int64_t> depth_hist[kDepthBuckets] = {};
+  std::atomic<int64_t> depth_sum{0};
+  std::atomic<int64_t> max_batch_bytes{0};  ///< the largest batch planned
+
+  void add_depth(int depth) {
+    const int b = depth < kDepthBuckets - 1 ? depth : kDepthBuckets - 1;
+    depth_hist[b].fetch_add(1, std::memory_order_relaxed);
+    depth_sum.fetch_add(depth, std::memory_order_relaxed);
+  }
+  void note_batch_bytes(int64_t bytes) {
+    int64_t seen = max_batch_bytes.load(std::memory_order_relaxed);
+    while (bytes > seen &&
+           !max_batch_bytes.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+    }
+  }
 
   void add(const StageTimes& t) {
     read_ns.fetch_add(t.read_ns, std::memory_order_relaxed);

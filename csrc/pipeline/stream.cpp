@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/activity.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -56,6 +57,26 @@ void Stream::set_window(int window) {
   signal_->notify();
 }
 
+void Stream::set_memory_limit(size_t bytes, size_t batch_bytes) {
+  memory_limit_.store(bytes, std::memory_order_relaxed);
+  note_bytes(batch_bytes);
+  signal_->notify();
+}
+
+void Stream::note_bytes(size_t bytes) {
+  if (bytes > 0) stats_->note_batch_bytes(static_cast<int64_t>(bytes));
+  size_t seen = max_bytes_.load(std::memory_order_relaxed);
+  while (bytes > seen &&
+         !max_bytes_.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+  }
+  const size_t largest = std::max(seen, bytes);
+  const size_t limit = memory_limit_.load(std::memory_order_relaxed);
+  int w = INT_MAX;
+  if (limit > 0 && largest > 0)
+    w = static_cast<int>(std::clamp<size_t>(limit / largest, 1, static_cast<size_t>(INT_MAX)));
+  mem_window_.store(w, std::memory_order_relaxed);
+}
+
 // ---- workers ------------------------------------------------------------------
 
 bool Stream::claim(Unit& out, WorkerContext& ctx) {
@@ -63,7 +84,7 @@ bool Stream::claim(Unit& out, WorkerContext& ctx) {
   int64_t p = claim_pos_.load(std::memory_order_acquire);
   while (!stop_.load(std::memory_order_relaxed)) {
     if (p >= limit_.load(std::memory_order_acquire) && !extend(p)) return false;
-    if (p >= consumed_.load(std::memory_order_acquire) + window_.load(std::memory_order_relaxed))
+    if (p >= consumed_.load(std::memory_order_acquire) + window())
       return false;  // the window is full: the reader has to take a batch first
     Job& job = ring_.at(p);
     if (ring_.try_claim(p)) plan(p, job);
@@ -88,6 +109,7 @@ bool Stream::claim(Unit& out, WorkerContext& ctx) {
 }
 
 void Stream::plan(int64_t pos, Job& job) {
+  set_activity(Activity::kPlanning);
   const auto t0 = Clock::now();
   job.done.store(0, std::memory_order_relaxed);
   job.cut_short.store(false, std::memory_order_relaxed);
@@ -100,6 +122,7 @@ void Stream::plan(int64_t pos, Job& job) {
     job.index = pos - seg->begin;
     job.work = producer_->plan_batch(*seg->plan, job.index);
     count = std::clamp(job.work->units, 1, 0xFFFF);
+    note_bytes(job.work->bytes);  // NOTE [ Window and memory ]
     job.memory = pool_->acquire_shared(job.work->bytes);
   } catch (...) {
     job.error = std::current_exception();
@@ -117,6 +140,7 @@ void Stream::plan(int64_t pos, Job& job) {
 void Stream::run(const Unit& u, WorkerContext& ctx) {
   Job& job = ring_.at(u.pos);
   ctx.stop = &stop_;
+  set_activity(Activity::kReading);  // the producer refines it
   try {
     job.work->run(u.index, job.memory.get(), ctx);
     if (ctx.stopped()) job.cut_short.store(true, std::memory_order_relaxed);
@@ -263,6 +287,23 @@ Stream::Read Stream::read(HostBatch& out, Clock::time_point deadline) {
   read_pos_.store(p + 1, std::memory_order_release);
   signal_->notify();  // a parked worker may start position p + window
   return Read::kBatch;
+}
+
+int Stream::ready_run(int max) const {
+  const int64_t p0 = read_pos_.load(std::memory_order_acquire);
+  int n = 0;
+  while (n < max && n < window() && ring_.is_ready(p0 + n)) ++n;
+  return n;
+}
+
+std::pair<int, int> Stream::progress(int64_t pos) const {
+  // Racy by nature (a snapshot for a progress report): the unit word names
+  // the position once it is planned; `done` counts finished units.
+  const Job& job = ring_.at(pos);
+  const uint64_t w = job.units.load(std::memory_order_acquire);
+  if (units_pos(w) != static_cast<uint32_t>(pos)) return {0, 0};
+  if (ring_.is_ready(pos)) return {units_count(w), units_count(w)};
+  return {std::min(job.done.load(std::memory_order_acquire), units_count(w)), units_count(w)};
 }
 
 int Stream::ready_batches() const {

@@ -24,6 +24,16 @@
 // being planned is skipped, and one that is out of the window (p >= consumed
 // + window) means there is nothing to do on this stream now.
 //
+// NOTE [ Window and memory ]
+// The ring has `capacity` slots, allocated up front (they hold no batch
+// memory); the window, at most the capacity, is how many of them may be in
+// flight. With an automatic prefetch the loader core moves the window
+// (pipeline/autotuner.h) and sets a memory limit: every batch planned updates
+// the largest batch size seen, and the window in force is cut to
+// limit / largest (at least 1), so the batches in flight stay within the
+// limit from the first batch whose size is known. Before any batch of a
+// stream is planned, the workers that start at once may each plan one.
+//
 // NOTE [ Shutdown ]
 // stop() sets the stop flag and closes the ring: every wait on it returns,
 // units return between samples, and a batch cut short is never handed out
@@ -32,6 +42,7 @@
 // Batches already handed out stay valid: they own their slot.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -41,6 +52,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "pipeline/batch.h"
 #include "pipeline/batch_producer.h"
@@ -97,6 +109,12 @@ class Stream {
   int64_t read_position() const { return read_pos_.load(std::memory_order_acquire); }
   /// Positions assembled and waiting for the reader.
   int ready_batches() const;
+  /// Positions the reader can take now without waiting (consecutive ready
+  /// ones from read_position()), counted up to `max`.
+  int ready_run(int max) const;
+  /// Units done and units in all of position `pos` ({0, 0} while it is not
+  /// planned yet): how far a slow batch has come.
+  std::pair<int, int> progress(int64_t pos) const;
 
   // -- segments ---------------------------------------------------------------
 
@@ -118,9 +136,20 @@ class Stream {
   void stop();
   bool stopped() const { return stop_.load(std::memory_order_acquire); }
 
+  /// NOTE [ Window and memory ].
   void set_window(int window);
-  int window() const { return window_.load(std::memory_order_relaxed); }
+  /// The window in force: the one set, or less under the memory limit.
+  int window() const {
+    return std::min(window_.load(std::memory_order_relaxed),
+                    mem_window_.load(std::memory_order_relaxed));
+  }
   int capacity() const { return static_cast<int>(ring_.capacity()); }
+  /// Bytes of batches in flight at most (0: no limit), for the window's
+  /// automatic setting; explicit windows are given with no limit.
+  /// @param batch_bytes the largest batch known so far (another stream's)
+  void set_memory_limit(size_t bytes, size_t batch_bytes = 0);
+  /// The largest batch planned so far (bytes; 0 before the first).
+  size_t max_batch_bytes() const { return max_bytes_.load(std::memory_order_relaxed); }
 
  private:
   struct Job {
@@ -137,6 +166,7 @@ class Stream {
 
   bool extend(int64_t pos);
   void plan(int64_t pos, Job& job);
+  void note_bytes(size_t bytes);
   void finish(int64_t pos, Job& job);
 
   const std::shared_ptr<const BatchProducer> producer_;
@@ -150,6 +180,9 @@ class Stream {
   std::atomic<int64_t> read_pos_{0};
   alignas(kCacheLineSize) std::atomic<int64_t> limit_{0};  // end of the last segment
   std::atomic<int> window_;
+  std::atomic<int> mem_window_{INT_MAX};  // positions the memory limit allows
+  std::atomic<size_t> memory_limit_{0};
+  std::atomic<size_t> max_bytes_{0};
   std::atomic<bool> stop_{false};
 
   mutable std::mutex seg_mu_;

@@ -40,6 +40,19 @@ WorkerPool::WorkerPool(int threads, std::shared_ptr<LoaderStats> stats,
   STOKER_CHECK(threads >= 1, UsageError, "num_threads must be >= 1, got ", threads);
   workers_.resize(static_cast<size_t>(threads));
   running_.assign(static_cast<size_t>(threads), false);
+  activity_.reset(new std::atomic<uint8_t>[static_cast<size_t>(threads)]);
+  for (int i = 0; i < threads; ++i)
+    activity_[static_cast<size_t>(i)].store(static_cast<uint8_t>(Activity::kCount),
+                                            std::memory_order_relaxed);
+}
+
+std::array<int, static_cast<size_t>(Activity::kCount)> WorkerPool::activities() const {
+  std::array<int, static_cast<size_t>(Activity::kCount)> n{};
+  for (int i = 0; i < threads_; ++i) {
+    const uint8_t a = activity_[static_cast<size_t>(i)].load(std::memory_order_relaxed);
+    if (a < n.size()) ++n[a];
+  }
+  return n;
 }
 
 WorkerPool::~WorkerPool() {
@@ -122,6 +135,7 @@ void WorkerPool::join_all() {
     workers_.resize(static_cast<size_t>(threads_));
   }
   signal_->notify();
+  parked_.notify();
   for (auto& t : joining)
     if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   std::lock_guard<std::mutex> lock(mu_);
@@ -130,8 +144,9 @@ void WorkerPool::join_all() {
 }
 
 void WorkerPool::set_active(int n) {
-  active_.store(std::clamp(n, 1, threads_), std::memory_order_relaxed);
+  active_.store(std::clamp(n, 1, threads_), std::memory_order_seq_cst);
   signal_->notify();
+  parked_.notify();
 }
 
 void WorkerPool::worker_loop(int id) {
@@ -140,12 +155,24 @@ void WorkerPool::worker_loop(int id) {
   std::snprintf(name, sizeof name, "stoker-worker-%d", id);
   pthread_setname_np(pthread_self(), name);
 
+  std::atomic<uint8_t>& activity = activity_[static_cast<size_t>(id)];
+  bind_activity(&activity);
+  set_activity(Activity::kIdle);
+  struct Unbind {  // on every way out of the loop
+    std::atomic<uint8_t>& a;
+    ~Unbind() {
+      bind_activity(nullptr);
+      a.store(static_cast<uint8_t>(Activity::kCount), std::memory_order_relaxed);
+    }
+  } unbind{activity};
+
   std::vector<std::shared_ptr<Stream>> streams;  // this worker's copy of streams_
   uint32_t version = ~0u;
   WorkerContext ctx;
   auto idle_since = Clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
     const uint32_t seen = signal_->prepare();
+    const uint32_t seen_parked = parked_.prepare();  // before reading active_
     if (version_.load(std::memory_order_acquire) != version) {
       std::lock_guard<std::mutex> lock(mu_);
       streams = streams_;
@@ -153,7 +180,8 @@ void WorkerPool::worker_loop(int id) {
       if (streams.empty()) idle_since = Clock::now();  // the linger starts now
     }
     bool worked = false;
-    if (id < active_.load(std::memory_order_relaxed)) {
+    const bool active = id < active_.load(std::memory_order_seq_cst);
+    if (active) {
       for (const auto& s : streams) {  // the oldest stream first: usually the training loop's
         Stream::Unit u;
         const auto t0 = Clock::now();
@@ -172,6 +200,7 @@ void WorkerPool::worker_loop(int id) {
       idle_since = now;
       continue;
     }
+    set_activity(Activity::kIdle);
     if (streams.empty() && now - idle_since >= linger_) {
       // Nothing open for a while: end, unless a stream arrived meanwhile.
       std::lock_guard<std::mutex> lock(mu_);
@@ -180,6 +209,12 @@ void WorkerPool::worker_loop(int id) {
         live_.fetch_sub(1, std::memory_order_acq_rel);
         return;
       }
+      continue;
+    }
+    if (!active) {
+      // Parked by set_active() (NOTE [ Autotuning ] in autotuner.h): wakes for set_active()
+      // and stop(), not at every batch.
+      parked_.wait(seen_parked, now + linger_);
       continue;
     }
     signal_->wait(seen, now + linger_);

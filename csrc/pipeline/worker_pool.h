@@ -13,6 +13,7 @@
 // the policy is refused the worker runs as before.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/activity.h"
 #include "pipeline/detail/event_count.h"
 #include "pipeline/loader_stats.h"
 #include "pipeline/stream.h"
@@ -52,11 +54,15 @@ class WorkerPool {
   void stop();
 
   int threads() const { return threads_; }
-  /// Workers allowed to take work (<= threads()); the others stay parked.
+  /// Workers allowed to take work (<= threads()); the others stay parked,
+  /// woken only by the next set_active() or stop().
   void set_active(int n);
   int active() const { return active_.load(std::memory_order_relaxed); }
   /// Worker threads alive now.
   int live() const { return live_.load(std::memory_order_acquire); }
+  /// How many live workers are in each Activity now (a racy snapshot, for
+  /// progress reports).
+  std::array<int, static_cast<size_t>(Activity::kCount)> activities() const;
 
  private:
   void ensure_running();  // with mu_
@@ -68,10 +74,14 @@ class WorkerPool {
   const std::chrono::milliseconds linger_;
   const int pid_;
   std::shared_ptr<detail::EventCount> signal_;
+  detail::EventCount parked_;  // wakes workers beyond active_ (set_active, stop)
   std::atomic<int> active_;
   std::atomic<int> live_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> version_{0};  // bumped when streams_ changes
+  // Per worker id: its Activity while it runs (common/activity.h); kCount when
+  // the thread is not running.
+  std::unique_ptr<std::atomic<uint8_t>[]> activity_;
 
   std::mutex mu_;  // streams_, workers_, running_; never held while running a unit
   std::vector<std::shared_ptr<Stream>> streams_;

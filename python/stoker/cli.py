@@ -12,6 +12,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from ._progress import Progress
+
 
 def _demo(args: argparse.Namespace) -> int:
     """Writes a small built-in dataset and iterates it, printing throughput."""
@@ -53,7 +55,13 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"batch: {shapes}")
     state = loader.stats()
     print("stats: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                for k, v in state.items()))
+                                for k, v in state.items()
+                                if isinstance(v, (int, float)) and not isinstance(v, bool)))
+    mode = "settled" if state["settled"] else \
+        "tuning" if state["auto_threads"] or state["auto_prefetch"] else "as given"
+    print(f"settings in force: num_threads={state['num_threads']} prefetch={state['prefetch']}"
+          f" ({mode})")
+    print(f"verdict: {state['verdict']}")
     if tmp is not None:
         tmp.cleanup()
     return 0
@@ -103,11 +111,15 @@ def _inspect(args: argparse.Namespace) -> int:
     if not args.verify:
         return 0
 
-    def progress(done: int, total: int) -> None:
-        print(f"\rverifying shard {done}/{total}", end="", file=sys.stderr, flush=True)
+    sizes_done = [0]
+    for size in sizes:
+        sizes_done.append(sizes_done[-1] + size)
+    with Progress(sizes_done[-1], "stoker inspect --verify", unit="B", unit_scale=True) as bar:
+        def progress(done: int, total: int) -> None:
+            bar.set(sizes_done[done])
+            bar.note(f"shard {done}/{total}")
 
-    report = ds.verify(progress=progress)
-    print(file=sys.stderr)
+        report = ds.verify(progress=progress)
     bad_shards = len({path for path, _, _ in report["bad"]})
     print(f"verified {report['records']} records, {report['bytes']} bytes in "
           f"{report['shards']} shards: {len(report['bad'])} problem(s) in {bad_shards} "
@@ -136,12 +148,12 @@ def _convert_npy(args: argparse.Namespace) -> int:
               for n, a in arrays.items()}
     n = lengths.pop()
     with ShardWriter(args.out, fields, shard_size=args.shard_size,
-                     overwrite=args.overwrite) as w:
+                     overwrite=args.overwrite) as w, \
+            Progress(n, "stoker convert npy", unit="samples", enabled=not args.quiet) as bar:
         for i in range(n):
             w.write({k: a[i] for k, a in arrays.items()})
-            if i % 10000 == 0:
-                print(f"\r{i}/{n}", end="", file=sys.stderr, flush=True)
-    print(f"\rwrote {n} samples with fields {list(fields)} to {args.out}", file=sys.stderr)
+            bar.update()
+    print(f"wrote {n} samples with fields {list(fields)} to {args.out}", file=sys.stderr)
     return 0
 
 
@@ -192,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     npy.add_argument("arrays", nargs="+", metavar="NAME=FILE.npy")
     npy.add_argument("--shard-size", default="256MB")
     npy.add_argument("--overwrite", action="store_true")
+    npy.add_argument("--quiet", action="store_true", help="no progress bar")
     npy.set_defaults(func=_convert_npy)
     try:
         from .convert import imagefolder

@@ -26,8 +26,17 @@ __all__ = ["Loader"]
 
 _STATE_VERSION = 2
 _DEFAULT_MAX_PIXELS = 100_000_000
-_DEFAULT_PREFETCH = 4
 _MAX_PREFETCH = 1024  # batches in flight per iterator; memory is prefetch x batch bytes
+# prefetch=None: the ring's capacity, the largest window the tuner may choose (within
+# max_memory); batches copied ahead to the device (device="cuda").
+_AUTO_MAX_PREFETCH = 64
+_AUTO_DEVICE_PREFETCH = 2
+# max_memory=None: this share of the machine's RAM, divided among the local ranks.
+_DEFAULT_MEMORY_SHARE = 1 / 16
+_DEFAULT_STALL_WARNING = 0.2
+# A first batch slower than this is reported on the "stoker" logger (NOTE [ Slow first
+# batch ] in csrc/pipeline/loader_core.h).
+_SLOW_FIRST_BATCH_SECONDS = 2.0
 
 # Loaders that may have threads running, stopped before interpreter teardown.
 _live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
@@ -47,7 +56,8 @@ _TOKEN_OPTIONS = ("stride", "pad_id", "ignore_index", "pack_fit", "pack_window",
 # torch.utils.data.DataLoader arguments that stoker replaces, with what to do instead.
 _DATALOADER_ONLY = {
     "num_workers": "stoker uses C++ worker threads, not processes: pass num_threads=N "
-                   "(None, the default, picks from the cores available to this rank)",
+                   "(None, the default, tunes it online within the cores available to this "
+                   "rank)",
     "collate_fn": "stoker assembles batches in C++ from the dataset's fields: variable-length "
                   "fields are padded with '<name>_lengths', images take stoker.ops transforms; "
                   "anything else, apply to the batch in your training step",
@@ -86,6 +96,19 @@ def _local_world_size() -> int:
 
 def _default_threads() -> int:
     return max(1, _available_cores() // _local_world_size())
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 8 << 30  # unknown: assume a small machine
+
+
+def _default_max_memory() -> int:
+    """Bytes of batches in flight per iterator for prefetch=None: 1/16 of the machine's
+    RAM, shared by the processes of the job on this machine (LOCAL_WORLD_SIZE)."""
+    return max(1, int(_physical_memory() * _DEFAULT_MEMORY_SHARE) // _local_world_size())
 
 
 def _check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
@@ -169,9 +192,20 @@ class Loader:
         shuffle: a new permutation each epoch, from (seed, epoch); sequential if False.
         seed: the shuffling and augmentation seed.
         drop_last: drop the last incomplete batch (and the remainder of the rank split).
-        num_threads: worker threads; None = the cores available to this process divided by
-            the processes of the job on this machine (``LOCAL_WORLD_SIZE``).
-        prefetch: batches in flight per iterator (at most 1024); None = automatic.
+        num_threads: worker threads. None (default) = tuned online: a pool of as many
+            threads as this rank may use (the cores available to this process divided by
+            the processes of the job on this machine, ``LOCAL_WORLD_SIZE``), of which the
+            loader keeps as many working as the training loop needs (docs/tuning.md).
+        prefetch: batches in flight per iterator (at most 1024). None (default) = tuned
+            online between 2 and 64 within ``max_memory``. ``stats()["num_threads"]`` and
+            ``stats()["prefetch"]`` show the values in force; explicit values are never
+            changed.
+        max_memory: bytes (or a size such as ``"2GB"``) that the batches in flight of one
+            iterator may take when ``prefetch`` is automatic; None = 1/16 of the machine's
+            RAM divided by ``LOCAL_WORLD_SIZE``. At least one batch is always in flight.
+        stall_warning: log a warning (logger ``"stoker"``) once, after warm-up, when the
+            training loop waits for data more than this fraction of its time, naming the
+            stage to fix; None or 0 = never. Default 0.2.
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``: where batches are delivered.
         pin_memory: page-lock the batch buffers (through the current CUDA device); None =
             True when device is CUDA.
@@ -224,6 +258,8 @@ class Loader:
         packing: Optional[str] = None,
         token_dtype: str = "int64",
         max_tokens: Optional[int] = None,
+        max_memory: Optional[Union[int, str]] = None,
+        stall_warning: Optional[float] = _DEFAULT_STALL_WARNING,
         **options: Any,
     ):
         token_options = {}
@@ -252,7 +288,8 @@ class Loader:
                           max_image_pixels=max_image_pixels,
                           prefetch_next_epoch=prefetch_next_epoch, image_layout=image_layout,
                           even_batches=even_batches, seq_len=seq_len, packing=packing,
-                          token_dtype=token_dtype, max_tokens=max_tokens, **token_options)
+                          token_dtype=token_dtype, max_tokens=max_tokens,
+                          max_memory=max_memory, stall_warning=stall_warning, **token_options)
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
             max_tokens is not None or packing is not None or bool(token_options)
@@ -280,14 +317,33 @@ class Loader:
         self.prefetch_next_epoch = bool(prefetch_next_epoch)
         self.even_batches = bool(even_batches)
 
+        # None: tuned online by the core (NOTE [ Autotuning ] in csrc/pipeline/autotuner.h);
+        # the pool has the most threads this rank may use, the ring the largest window.
+        self.auto_threads = num_threads is None
+        self.auto_prefetch = prefetch is None
         if num_threads is None:
             num_threads = _default_threads()
         self.num_threads = _check_int("num_threads", num_threads, 1, 4096,
                                       "a positive int or None")
         if prefetch is None:
-            prefetch = _DEFAULT_PREFETCH
+            prefetch = _AUTO_MAX_PREFETCH
         self.prefetch = _check_int("prefetch", prefetch, 1, _MAX_PREFETCH,
                                    "a positive int or None")
+        if max_memory is None:
+            max_memory = _default_max_memory()
+        elif isinstance(max_memory, str):
+            from .writer import parse_size
+
+            max_memory = parse_size(max_memory)
+        self.max_memory = _check_int("max_memory", max_memory, 1, 2**63 - 1,
+                                     "a positive number of bytes, a size such as '2GB', or None")
+        if stall_warning is None:
+            stall_warning = 0.0
+        if isinstance(stall_warning, bool) or not isinstance(stall_warning, (int, float)) or \
+                not 0 <= stall_warning <= 1:
+            raise ValueError(f"stall_warning must be a fraction in [0, 1] or None, got "
+                             f"{stall_warning!r}")
+        self.stall_warning = float(stall_warning)
         self._rank = None if rank is None else _check_int("rank", rank, 0)
         self._world_size = None if world_size is None else _check_int("world_size",
                                                                       world_size, 1)
@@ -325,12 +381,18 @@ class Loader:
         options = _core.LoaderOptions()
         options.num_threads = self.num_threads
         options.prefetch = self.prefetch
+        options.auto_threads = self.auto_threads
+        options.auto_prefetch = self.auto_prefetch
+        options.max_memory = self.max_memory
+        options.stall_warning = self.stall_warning
+        options.slow_first_batch_ms = int(_SLOW_FIRST_BATCH_SECONDS * 1000)
         options.prefetch_next_epoch = self.prefetch_next_epoch
         target, self.pin_memory, api = self._resolve_device(torch.device(device), pin_memory)
         if self.pin_memory and api is not None:
             options.host_memory = _core.pinned_memory(api)
         if target.type == "cuda":
-            options.delivery = _core.device_delivery(api, self.prefetch)
+            ahead = _AUTO_DEVICE_PREFETCH if self.auto_prefetch else self.prefetch
+            options.delivery = _core.device_delivery(api, ahead)
         fake = api is not None and api.fake  # the host fake's "device" memory is host memory
         self.device = torch.device("cpu") if fake else target
         self._stream_device = target if target.type == "cuda" and not fake else None
@@ -572,23 +634,48 @@ class Loader:
     # -- introspection --------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
-        """Counters since creation (delivered batches, samples, bytes_read, skipped), time
-        per stage summed over workers (read_seconds: reading and verifying records;
-        decode_seconds: decoding and writing fields; plan_seconds: planning batches),
-        worker_busy/idle_seconds, the consumer's wait_seconds (time the iterating thread
-        waited in ``next()``, with or without a device), run_seconds (time iterators were
-        open), data_stall (wait_seconds / run_seconds), samples_per_second (over
-        run_seconds), first_batch_seconds (from ``iter()`` to the first batch of the last
-        epoch started), the settings in force (num_threads, prefetch), live_workers,
-        queue_depth (batches ready for the running iterator), host_blocks/host_bytes (batch
-        memory alive). With a device: copies, copy_bytes, copy_seconds (device time),
-        copy_gbps, device_buffers, device_bytes."""
+        """Counters since the loader was made, and where the time goes (docs/tuning.md).
+
+        Progress: batches, samples, bytes_read, skipped (delivered to the loop).
+
+        The training loop: ``data_stall`` is the fraction of iterator wall time the loop
+        spent waiting for data in ``next()`` (wait_seconds / run_seconds, with or without a
+        device: the wait for the host batch or for its copy to be queued; the copy itself
+        is ordered on the GPU, not waited for); run_seconds is the time iterators were open
+        (from their first ``next()``); samples_per_second is over run_seconds;
+        first_batch_seconds is from ``iter()`` to the first batch of the last epoch
+        started, warmup_seconds from the loader's first ``next()`` to its first batch.
+
+        Workers: read_seconds (reading and verifying records), decode_seconds (the codecs
+        for images; copying the fields of other records), ops_seconds (image ops after
+        decoding), plan_seconds (planning batches), worker_busy/idle_seconds, all summed
+        over threads; ``stage_seconds_per_batch`` divides them (and the device copy time)
+        by the batches delivered.
+
+        Queue: queue_depth (batches ready now), queue_depth_mean and queue_depth_hist
+        (batches ready each time the loop asked for one: counts for 0, 1, ... 7, 8 or
+        more; mostly 0 means the loop waits on the loader).
+
+        Verdict: ``bottleneck`` ("loader", "copy" or "consumer"; "unknown" before any
+        batch), ``bottleneck_stage`` (read, decode, ops, plan, prefetch or copy; None when
+        the loader keeps up) and ``verdict``, one line saying why, the loader's first batch
+        left out.
+
+        Settings in force: num_threads (active workers), prefetch (batches in flight per
+        iterator), with auto_threads/auto_prefetch (tuned online), settled (the tuner has
+        settled), max_threads, max_memory, batch_bytes (the largest batch); live_workers,
+        host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
+        copy_seconds (device time), copy_gbps, device_buffers, device_bytes."""
         s = self._core.stats()
         run = s["run_seconds"]
         s["samples_per_second"] = s["samples"] / run if run > 0 else 0.0
         s["data_stall"] = min(1.0, s["wait_seconds"] / run) if run > 0 else 0.0
         copy = s["copy_seconds"]
         s["copy_gbps"] = s["copy_bytes"] / copy / 1e9 if copy > 0 else 0.0
+        n = s["batches"]
+        per = {k: s[k + "_seconds"] / n if n else 0.0 for k in ("read", "decode", "ops", "plan")}
+        per["copy"] = copy / s["copies"] if s["copies"] else 0.0
+        s["stage_seconds_per_batch"] = per
         if self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens

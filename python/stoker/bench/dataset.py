@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .. import ops
+from .._progress import Progress
 from ..dataset import Dataset
 from ..fields import Blob, Image, NDArray
 from ..loader import Loader
@@ -112,7 +113,8 @@ def _stoker_transforms(ds: Dataset, image_size: int) -> Dict[str, list]:
 
 def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
                 workers: List[int] = (0, 1, 2), repeats: int = 3, image_size: int = 224,
-                max_batches: int = 50, dataloader: bool = True) -> Dict[str, float]:
+                max_batches: int = 50, dataloader: bool = True,
+                progress: bool = True) -> Dict[str, float]:
     """Benchmarks stoker on the dataset at `path`, with what a training run would ask of
     it: shuffled batches of `batch_size`, and for image fields RandomResizedCrop(image_size)
     and a random flip (image_size=0: plain decodes, which need images of one size).
@@ -143,18 +145,24 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
           f"{repeats}; transforms: "
           + (", ".join(f"{k}: {v}" for k, v in transforms.items()) or "none"))
     results: Dict[str, float] = {}
+    images = [k for k, f in ds.fields.items() if isinstance(f, Image)]
+    total = repeats * (len(threads) + (len(workers) if dataloader else 0)
+                       + (len(threads) if images else 0))
+    bar = Progress(total, "stoker bench", unit="runs", enabled=progress)
 
     def report(name: str, runs: List[tuple], extra: str = "") -> None:
         results[name] = statistics.median(r[0] for r in runs)
         first = statistics.median(r[1] for r in runs)
-        print(f"  {name:<34} {results[name]:>10,.0f} samples/s   first batch "
-              f"{first * 1e3:7.1f} ms{extra}", flush=True)
+        bar.write(f"  {name:<34} {results[name]:>10,.0f} samples/s   first batch "
+                  f"{first * 1e3:7.1f} ms{extra}")
 
     for t in threads:
         runs = []
         for epoch in range(repeats):
+            bar.update()
             loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,
-                            transforms=transforms, prefetch_next_epoch=False)
+                            transforms=transforms, prefetch_next_epoch=False,
+                            stall_warning=None)
             loader.set_epoch(epoch)
             runs.append(_time_batches(lambda loader=loader: loader, ds.path, limit))
             st = loader.stats()
@@ -165,7 +173,6 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
             for k in ("read", "decode", "plan")) if work > 0 else ""
         report(f"stoker num_threads={t}", runs, split)
 
-    images = [k for k, f in ds.fields.items() if isinstance(f, Image)]
     if dataloader:
         try:
             if images:
@@ -178,10 +185,12 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
             for w in workers:
                 # functools.partial, not a lambda: workers of any start method
                 # (forkserver is Python 3.14's default) get it pickled
-                runs = [_time_batches(lambda w=w: torch.utils.data.DataLoader(
-                    peer, batch_size=batch_size, shuffle=True, num_workers=w,
-                    collate_fn=functools.partial(collate, ds.fields)), ds.path, limit)
-                        for _ in range(repeats)]
+                runs = []
+                for _ in range(repeats):
+                    bar.update()
+                    runs.append(_time_batches(lambda w=w: torch.utils.data.DataLoader(
+                        peer, batch_size=batch_size, shuffle=True, num_workers=w,
+                        collate_fn=functools.partial(collate, ds.fields)), ds.path, limit))
                 report(f"DataLoader num_workers={w}", runs)
 
     if images:
@@ -189,12 +198,16 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
         sample = [ds[int(i)][images[0]]
                   for i in rng.choice(len(ds), size=min(len(ds), 512), replace=False)]
         for t in threads:
-            rate = statistics.median(_core.decode_only_throughput(sample, t, 1)
-                                     for _ in range(repeats))
-            results[f"ceiling: decode only, {t} thread(s)"] = rate / len(images)
-            print(f"  {f'ceiling: decode only, {t} thread(s)':<34} "
-                  f"{results[f'ceiling: decode only, {t} thread(s)']:>10,.0f} samples/s"
-                  f"   ({images[0]!r}, {len(sample)} images)")
+            rates = []
+            for _ in range(repeats):
+                bar.update()
+                rates.append(_core.decode_only_throughput(sample, t, 1))
+            results[f"ceiling: decode only, {t} thread(s)"] = statistics.median(rates) / \
+                len(images)
+            bar.write(f"  {f'ceiling: decode only, {t} thread(s)':<34} "
+                      f"{results[f'ceiling: decode only, {t} thread(s)']:>10,.0f} samples/s"
+                      f"   ({images[0]!r}, {len(sample)} images)")
+    bar.close()
 
     best_t = max(threads, key=lambda t: results[f"stoker num_threads={t}"])
     best = results[f"stoker num_threads={best_t}"]

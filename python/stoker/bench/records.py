@@ -19,6 +19,7 @@ from typing import Callable, Dict, List
 import numpy as np
 import torch
 
+from .._progress import Progress
 from ..dataset import Dataset
 from ..fields import ndarray, scalar
 from ..loader import Loader
@@ -57,7 +58,8 @@ class _MemmapDataset(torch.utils.data.Dataset):
 
 
 def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = None,
-        workers: List[int] = (0, 1, 2), threads: List[int] = (1, 2)) -> Dict[str, float]:
+        workers: List[int] = (0, 1, 2), threads: List[int] = (1, 2),
+        progress: bool = True) -> Dict[str, float]:
     tmp = None
     if data is None:
         tmp = tempfile.TemporaryDirectory(prefix="stoker-bench-")
@@ -72,22 +74,27 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     results: Dict[str, float] = {}
     first_batch: Dict[str, float] = {}
 
+    bar = Progress(repeats * (len(threads) + len(workers) + 1), "stoker bench", unit="runs",
+                   enabled=progress)
+
     def measure(name: str, make_iter: Callable) -> None:
         rates, firsts = [], []
         for _ in range(repeats):
+            bar.update()
             rate, first, count = _time_batches(make_iter, data)
             assert count == n, (name, count, n)
             rates.append(rate)
             firsts.append(first)
         results[name] = statistics.median(rates)
         first_batch[name] = statistics.median(firsts)
-        print(f"  {name:<28} {results[name]:>12,.0f} samples/s   first batch "
-              f"{first_batch[name] * 1e3:8.1f} ms", flush=True)
+        bar.write(f"  {name:<28} {results[name]:>12,.0f} samples/s   first batch "
+                  f"{first_batch[name] * 1e3:8.1f} ms")
 
     print(f"epoch of {n} samples, batch_size={batch_size}, shuffled, data in page cache; "
           f"median of {repeats}")
     for t in threads:
-        loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t)
+        loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,
+                        stall_warning=None)
         measure(f"stoker threads={t}", lambda loader=loader: loader)
 
     mm = _MemmapDataset(data)
@@ -106,6 +113,7 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
             idx = perm[s:s + batch_size]
             yield torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
     measure("NumPy loop", numpy_loop)
+    bar.close()
 
     bw = memcpy_bandwidth()
     ceiling = bw / sample_bytes

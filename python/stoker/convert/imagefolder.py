@@ -34,6 +34,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
+from .._progress import Progress
+
 __all__ = ["convert_imagefolder", "add_arguments", "run", "IMG_EXTENSIONS"]
 
 #: torchvision.datasets.folder.IMG_EXTENSIONS
@@ -118,25 +120,19 @@ def _reencode(path: str, data: bytes, max_side: Optional[int], quality: int,
 
 
 class _Progress:
-    """A one-line progress bar on stderr, redrawn at most 5 times a second."""
+    """Images written, as a bar with rate and ETA on a terminal (stoker._progress)."""
 
     def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled
-        self.t0 = self.last = time.monotonic()
+        self._bar = Progress(total, "stoker convert imagefolder", unit="img", enabled=enabled)
 
     def update(self, done: int, nbytes: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not final and now - self.last < 0.2):
-            return
-        self.last = now
-        frac = done / self.total if self.total else 1.0
-        bar = "=" * int(30 * frac)
-        rate = done / max(now - self.t0, 1e-9)
-        sys.stderr.write(f"\r[{bar:<30}] {done}/{self.total} images, "
-                         f"{nbytes / 1e6:.1f} MB, {rate:.0f} img/s")
+        self._bar.set(done)
+        self._bar.note(f"{nbytes / 1e6:.1f} MB")
         if final:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+            self._bar.close()
+
+    def write(self, text: str) -> None:
+        self._bar.write(text, file=sys.stderr)
 
 
 def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int] = None,
@@ -217,7 +213,7 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
                                      "unreadable files")
                 skipped.append((result.path, result.reason))
                 if progress:
-                    sys.stderr.write(f"\rskipped {result.path}: {result.reason}\n")
+                    bar.write(f"skipped {result.path}: {result.reason}")
                 continue
             w.write({"image": result, "label": samples[i][1]})
             written += 1

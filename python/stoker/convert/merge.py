@@ -31,6 +31,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+from .._progress import Progress
 from ..fields import Field
 
 __all__ = ["merge", "write_part", "part_name", "list_parts", "copy_records", "record_writer"]
@@ -214,12 +215,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     meta = _UNSET if args.metadata is None else json.loads(args.metadata)
 
-    def progress(done: int, total: int) -> None:
-        if not args.quiet and sys.stderr.isatty():
-            print(f"\rmerged {done}/{total} parts", end="", file=sys.stderr, flush=True)
-
-    stats = merge(args.paths, args.out, shard_size=args.shard_size, metadata=meta,
-                  overwrite=args.overwrite, progress=progress)
-    print(f"\rmerged {stats['parts']} parts, {stats['records']} records into "
+    with Progress(len(list_parts(args.paths)), "stoker merge", unit="parts",
+                  enabled=not args.quiet) as bar:
+        stats = merge(args.paths, args.out, shard_size=args.shard_size, metadata=meta,
+                      overwrite=args.overwrite, progress=lambda done, total: bar.set(done))
+    print(f"merged {stats['parts']} parts, {stats['records']} records into "
           f"{stats['shards']} shards at {stats['path']}", file=sys.stderr)
     return 0

@@ -48,6 +48,8 @@ from typing import Any, Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .._progress import Progress
+
 __all__ = ["convert_text", "load_tokenizer", "add_arguments", "run", "FORMATS"]
 
 FORMATS = ("jsonl", "parquet", "hf")
@@ -322,19 +324,24 @@ def _chunks(items: Iterator[Tuple[str, Tuple[str, ...]]]):
 
 
 class _Progress:
+    """Documents so far with their rate, as a bar on a terminal (stoker._progress; the total
+    is not known ahead of a streamed source), and a summary line at the end."""
+
     def __init__(self, label: str, enabled: bool):
         self.label, self.enabled = label, enabled
-        self.t0 = self.last = time.perf_counter()
+        self.t0 = time.perf_counter()
+        self._bar = Progress(None, label, unit="docs", enabled=enabled)
 
     def update(self, docs: int, tokens: int, chars: int, final: bool = False) -> None:
-        now = time.perf_counter()
-        if not self.enabled or (not final and now - self.last < 0.5):
+        self._bar.set(docs)
+        self._bar.note(f"{tokens:,} tokens")
+        if not final:
             return
-        self.last = now
-        secs = max(now - self.t0, 1e-9)
-        print(f"\r{self.label}: {docs:,} documents, {tokens:,} tokens, "
-              f"{chars / secs / 1e6:.2f} M chars/s", end="\n" if final else "",
-              file=sys.stderr, flush=True)
+        self._bar.close()
+        if self.enabled:
+            secs = max(time.perf_counter() - self.t0, 1e-9)
+            print(f"{self.label}: {docs:,} documents, {tokens:,} tokens, "
+                  f"{chars / secs / 1e6:.2f} M chars/s", file=sys.stderr, flush=True)
 
 
 # -- the conversion -----------------------------------------------------------

@@ -24,6 +24,8 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from .._progress import Progress
+
 __all__ = ["convert_tokens", "add_arguments", "run"]
 
 _CHUNK_DEFAULT = 4096
@@ -67,8 +69,10 @@ def convert_tokens(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, 
                "tokens": ds.num_tokens, "empty_documents": 0,
                "chunk_tokens": chunk_tokens if split else None}
     with ShardWriter(out, {"tokens": tokens(store)}, shard_size=shard_size,
-                     overwrite=overwrite, metadata=summary) as w:
+                     overwrite=overwrite, metadata=summary) as w, \
+            Progress(len(ds), f"stoker convert {format}", unit="docs", enabled=progress) as bar:
         for i in range(len(ds)):
+            bar.update()
             doc = ds[i]
             if np.dtype(ds.dtype).kind == "i" and len(doc) and doc.min() < 0:
                 raise ValueError(f"{ds._source.where(i)}: negative token id {int(doc.min())}")
@@ -80,13 +84,8 @@ def convert_tokens(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, 
             for piece in pieces:
                 w.write({"tokens": piece.astype(store, copy=False)})
                 summary["documents"] += 1
-            if progress and i % 10000 == 0:
-                print(f"\rstoker convert {format}: {i:,}/{len(ds):,} documents", end="",
-                      file=sys.stderr, flush=True)
         if summary["documents"] == 0:
             raise ValueError(f"{summary['source']}: no tokens")
-    if progress:
-        print(f"\rstoker convert {format}: {len(ds):,}/{len(ds):,} documents", file=sys.stderr)
     return summary
 
 

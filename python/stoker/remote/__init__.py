@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
+import threading
 import time
 from typing import Any, Dict, Optional, Sequence, Union
 
@@ -41,6 +43,52 @@ def fetch_bytes(source: Source, name: str, *, retries: int = 4, backoff: float =
         except PermanentError as e:
             raise RemoteError(f"{url}: {e}") from None
     raise RemoteError(f"{url}: {last} (after {retries + 1} attempts)")
+
+
+# No silent warm-up: a download still running after this many seconds is reported on the
+# "stoker" logger, then every _REPORT_EVERY seconds until it is done.
+_REPORT_AFTER = 2.0
+_REPORT_EVERY = 10.0
+
+
+class _DownloadNotice:
+    """While the shards of ``url`` download (the caller blocks), says how far they are once
+    it takes longer than ``_REPORT_AFTER`` seconds, from a thread that only waits."""
+
+    def __init__(self, url: str, cache: "ShardCache", total_shards: int, total_bytes: int):
+        self.url, self.cache = url, cache
+        self.total_shards, self.total_bytes = total_shards, total_bytes
+        self.local = 0
+        self.reported = False
+        self._done = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="stoker-fetch-notice",
+                                        daemon=True)
+
+    def __enter__(self) -> "_DownloadNotice":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._thread.join()
+        if self.reported and exc[0] is None:
+            logging.getLogger("stoker").info(
+                "stoker: %s: %d shards local after %.1f s", self.url, self.total_shards,
+                time.monotonic() - self._t0)
+
+    def _run(self) -> None:
+        wait = _REPORT_AFTER
+        while not self._done.wait(wait):
+            st = self.cache.stats()
+            logging.getLogger("stoker").info(
+                "stoker: opening %s: %s %d of %d shards local (%.3g of %.3g MB downloaded by "
+                "this process) after %.1f s", self.url,
+                "still downloading," if self.reported else "downloading the shards into the "
+                "cache,", self.local, self.total_shards, st["bytes_downloaded"] / 1e6,
+                self.total_bytes / 1e6, time.monotonic() - self._t0)
+            self.reported = True
+            wait = _REPORT_EVERY
 
 
 def _safe_relpath(p: Any) -> bool:
@@ -111,8 +159,10 @@ class RemoteDataset:
         self.cache.prefetch(order)
         pinned = []
         try:
-            for i in order:
-                pinned.append(self.cache.path(i))
+            with _DownloadNotice(self.url, self.cache, n, self.total_bytes) as notice:
+                for i in order:
+                    pinned.append(self.cache.path(i))
+                    notice.local = len(pinned)
         except BaseException:
             for i in order[: len(pinned)]:
                 self.cache.release(i)
