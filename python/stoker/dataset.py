@@ -8,7 +8,7 @@ import posixpath
 import re
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _core
 from . import _generations as gen
@@ -65,7 +65,8 @@ class Dataset:
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *, check_shards: bool = True,
-                 cache_dir=None, cache_limit=None,
+                 cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 cache_limit: Optional[Union[int, str]] = None,
                  storage_options: Optional[Dict[str, Any]] = None):
         # A URL (s3://, https://, any fsspec URL): shards come through a local cache
         # (stoker.remote); ``self.remote`` holds it, its stats and the pins.
@@ -78,7 +79,8 @@ class Dataset:
             self.url = path
             self._remote_args = {"cache_dir": cache_dir, "cache_limit": cache_limit,
                                  "storage_options": storage_options}
-            self.remote = RemoteDataset(path, cache_dir=cache_dir, cache_limit=cache_limit,
+            self.remote = RemoteDataset(os.fspath(path), cache_dir=cache_dir,
+                                        cache_limit=cache_limit,
                                         storage_options=storage_options)
             path = self.remote.open_all()
         elif cache_dir is not None or cache_limit is not None or storage_options is not None:
@@ -108,6 +110,7 @@ class Dataset:
             index = self._parse_index(raw)
             lease = -1
             if index["version"] >= 2:
+                assert self.generation is not None  # set by _parse_index for version 2
                 lease = gen.acquire_lease(os.path.join(self.path, self.generation))
                 if lease == gen.LEASE_BUSY:
                     continue  # that generation is being removed: index.json was replaced
@@ -201,7 +204,7 @@ class Dataset:
         if not isinstance(shards, list):
             raise bad("missing 'shards' list")
         total = 0
-        seen = {}
+        seen: Dict[str, int] = {}
         for i, s in enumerate(shards):
             ok = (isinstance(s, dict) and isinstance(s.get("path"), str) and s["path"]
                   and _is_count(s.get("num_records")) and _is_count(s.get("bytes")))
@@ -311,7 +314,7 @@ class Dataset:
         return {"num_records": len(self), "schema_hash": f"{self._hash:016x}",
                 "shards": [(s["path"], s["bytes"], s.get("checksum")) for s in self._shards]}
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         # Pickled as its path (a remote one's URL and cache settings, so a spawned worker
         # on the node reopens it through the shared cache) plus its identity: a dataset
         # rewritten in between is an error, not a mix.

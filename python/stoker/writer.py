@@ -9,14 +9,15 @@ import struct
 import warnings
 import weakref
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Type, Union
 
 from . import _core
 from . import _generations as gen
 from ._generations import INDEX_NAME, WriterLockError
 from .fields import Field, check_schema, schema_hash, schema_json
 
-__all__ = ["ShardWriter", "WriterLockError"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "INDEX_NAME", "READABLE_VERSIONS", "ShardWriter",
+           "WriterLockError"]
 
 FORMAT_NAME = "stoker"
 FORMAT_VERSION = 2
@@ -90,7 +91,7 @@ def _abandoned(state: _WriteState) -> None:
     state.discard()
 
 
-def _read_existing(index_path: str):
+def _read_existing(index_path: str) -> Tuple[Optional[Set[str]], Set[str]]:
     """({live generation}, {version-1 shard names}) of the dataset in place. The first is
     None when its index cannot be read: then no generation counts as stale until the new
     index is in place."""
@@ -153,7 +154,7 @@ class ShardWriter:
         self._hash = schema_hash(self.fields)
         self._header = struct.Struct(f"<{len(self.fields)}I")
         self._index_path = os.path.join(self.path, INDEX_NAME)
-        self._shards: List[dict] = []   # finished: entries of index.json
+        self._shards: List[Dict[str, Any]] = []   # finished: entries of index.json
         self._closed = True
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise NotADirectoryError(f"{self.path}: exists and is not a directory")
@@ -201,7 +202,7 @@ class ShardWriter:
                     for name, f in self.fields.items()]
         return self._header.pack(*map(len, payloads)) + b"".join(payloads)
 
-    def _shard_for(self, nbytes: int):
+    def _shard_for(self, nbytes: int) -> Any:
         """The shard to append `nbytes` to, finishing the current one if it would overflow."""
         current = self._state.current
         if current is not None and current.num_records > 0 and \
@@ -225,7 +226,7 @@ class ShardWriter:
         self._shard_for(len(record)).append(record)
         self._state.count += 1
 
-    def append_shard(self, path: Union[str, os.PathLike]) -> int:
+    def append_shard(self, path: Union[str, "os.PathLike[str]"]) -> int:
         """Appends every record of an existing shard file with the same schema (from
         another dataset, or a part of this one written elsewhere), in order, without
         decoding: the bytes are copied after each record's checksum is verified, and
@@ -243,10 +244,12 @@ class ShardWriter:
         current.append_shard(path, self._hash)  # verifies everything before writing
         added = current.num_records - before
         self._state.count += added
-        return added
+        return int(added)
 
     def _finish_shard(self) -> None:
-        n, size, crc, header_sum, table_sum = self._state.current.finish()
+        current = self._state.current
+        assert current is not None
+        n, size, crc, header_sum, table_sum = current.finish()
         self._shards.append({"path": self._current_name, "num_records": n, "bytes": size,
                              "checksum": crc, "header_checksum": header_sum,
                              "table_checksum": table_sum})
@@ -266,6 +269,7 @@ class ShardWriter:
         try:
             if state.current is not None:
                 self._finish_shard()
+            assert state.generation_dir is not None
             gen.fsync_dir(state.generation_dir)
             gen.fsync_dir(self.path)  # the generation's own directory entry
             index = {
@@ -296,7 +300,7 @@ class ShardWriter:
             replaced = next(iter(self._replaced or ()), None)
             try:
                 gen.clean(self.path, keep={self.generation}, replaced=replaced,
-                          locks=state.lock.enforced)
+                          locks=state.lock.enforced if state.lock is not None else True)
             except OSError as e:
                 warnings.warn(f"{self.path}: the dataset was written, but removing the "
                               f"previous one failed ({e}); `stoker inspect --clean "
@@ -324,7 +328,7 @@ class ShardWriter:
             self.abort()
 
 
-def upgrade(path: Union[str, os.PathLike]) -> bool:
+def upgrade(path: Union[str, "os.PathLike[str]"]) -> bool:
     """Rewrites a version-1 dataset in the current format, in place and atomically (the
     shards are copied with identity headers; records are not decoded). Returns False if
     it was already current."""
@@ -342,7 +346,7 @@ def upgrade(path: Union[str, os.PathLike]) -> bool:
     return True
 
 
-def clean(path: Union[str, os.PathLike]):
+def clean(path: Union[str, "os.PathLike[str]"]) -> Tuple[List[str], List[str]]:
     """Removes generations and temporary files that no index.json names and no reader
     uses; returns (removed, still_in_use). Takes the writer lock."""
     path = os.fspath(path)
