@@ -232,8 +232,11 @@ def test_killed_download_leaves_nothing_read(local_ds, nginx, tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             ps = parts(cache)
-            if len(objects(cache)) >= 1 and ps and \
-                    os.path.getsize(os.path.join(cache, "tmp", ps[0])) > 0:
+            try:  # the .part may be published (renamed) between the listing and the stat
+                started = bool(ps) and os.path.getsize(os.path.join(cache, "tmp", ps[0])) > 0
+            except FileNotFoundError:
+                started = False
+            if len(objects(cache)) >= 1 and started:
                 break
             time.sleep(0.02)
         else:
@@ -273,11 +276,22 @@ def cache_epoch(cache, local, order, window=2):
             for p in one.read(r):
                 h.update(p)
         del one
-        used = sum(os.path.getsize(os.path.join(cache.cache_dir, "objects", o))
-                   for o in os.listdir(os.path.join(cache.cache_dir, "objects")))
-        peak = max(peak, used)
+        peak = max(peak, objects_bytes(cache.cache_dir))
         cache.release(s)
     return h.hexdigest(), peak
+
+
+def objects_bytes(cache_dir):
+    """Bytes in the cache's objects/ now; a file evicted by the prefetch thread between
+    the listing and its stat counts as gone."""
+    used = 0
+    with os.scandir(os.path.join(cache_dir, "objects")) as listing:
+        for e in listing:
+            try:
+                used += e.stat().st_size
+            except FileNotFoundError:
+                pass
+    return used
 
 
 def local_order_digest(local, order):

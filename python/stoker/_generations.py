@@ -291,7 +291,9 @@ def remove_generation(generation_dir: str, locks: bool = True) -> bool:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return False
-        for entry in os.scandir(generation_dir):
+        with os.scandir(generation_dir) as listing:
+            entries = list(listing)
+        for entry in entries:
             if entry.name == LEASE_NAME:
                 continue
             if entry.is_dir(follow_symlinks=False):

@@ -34,6 +34,7 @@ Prefetching follows the order it is given (the loader's own future order), with 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -449,31 +450,38 @@ class ShardCache:
         ``.part`` files of killed downloads on the way."""
         used = 0
         tmp_dir = os.path.join(self.cache_dir, "tmp")
-        for e in os.scandir(tmp_dir):
-            if not e.name.endswith(".part"):
-                continue
+        with os.scandir(tmp_dir) as entries:
+            parts = [e for e in entries if e.name.endswith(".part")]
+        for e in parts:
             try:
                 fd = os.open(e.path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
-                continue
+                continue  # published (renamed into objects/) since the listing
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    os.unlink(e.path)  # its writer is gone: a killed download
-                    continue
                 except BlockingIOError:
-                    pass
+                    pass  # a download in flight: its size counts below
+                else:
+                    # Unlocked: either its writer was killed, or it finished and renamed
+                    # the file between our open and our lock (then the name is gone).
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(e.path)
+                    continue
             finally:
                 os.close(fd)
             try:
                 used += int(e.name.rsplit(".", 2)[-2])
             except ValueError:
-                used += e.stat().st_size
+                with contextlib.suppress(FileNotFoundError):
+                    used += e.stat().st_size
         if self.cache_limit is None:
             return True
         objects = []
         obj_dir = os.path.join(self.cache_dir, "objects")
-        for e in os.scandir(obj_dir):
+        with os.scandir(obj_dir) as listing:
+            entries = list(listing)
+        for e in entries:
             try:
                 st = e.stat()
             except FileNotFoundError:
