@@ -4,10 +4,8 @@
 
 Windows (a --tokens uint16 stream, seq_len 1024, batch 64, int64 output, shuffled),
 windows/s for
-  (a) stoker: the C++ token producer (csrc/pipeline/token_producer.h) on 1 and 2
-      threads. Until the loader core runs producers, batches are run through the
-      producer's binding (`TokenProducer.run_batches`: threads take whole batches, each
-      into its own reused buffer, as loader slots are), not through stoker.Loader;
+  (a) stoker.Loader(ds, seq_len=..., shuffle=True) on 1 and 2 threads (the loader core
+      running the token producer, csrc/pipeline/token_producer.h), batches as tensors;
   (b) nanoGPT's get_batch (train.py, CPU path: a fresh np.memmap per call, torch.randint
       starts, per-window astype(int64) + torch.stack, for x and for y);
   (c) a NumPy window gather: np.stack of the seq_len + 1 slices, then astype(int64);
@@ -16,8 +14,8 @@ windows/s for
   (e) the ceiling: output bytes (input_ids + labels) over single-thread memcpy bandwidth.
 Packing (documents with log-normal lengths, median ~250 tokens, cut at 2048 tokens,
 random ids; rows of 1024, batches of 64 rows): real tokens/s for
-  (f) stoker packing="document" (best fit, window 64) over a stoker token dataset
-      (records checksummed on read), 1 and 2 threads, and packing="concat";
+  (f) stoker.Loader with packing="document" (best fit, window 64) over a stoker token
+      dataset (records checksummed on read), 1 and 2 threads, and packing="concat";
   (g) HuggingFace's DataCollatorWithFlattening (transformers, if installed; otherwise
       a line-for-line re-implementation of its __call__, said in the output) on lists of
       ids, with return_flash_attn_kwargs, batches of ~64k tokens;
@@ -119,10 +117,19 @@ def memcpy_bandwidth(nbytes, total=1 << 30):
     return reps * nbytes / (time.perf_counter() - t0)
 
 
-def stoker_rate(producer, threads, batches, epoch, what="windows"):
-    plan = producer.plan_epoch(epoch)
-    n, nbytes, secs = producer.run_batches(plan, 0, batches, threads)
-    return n, nbytes, secs
+def loader_batches_per_second(loader, batches, epoch):
+    """Batches/s of `batches` batches of `epoch` (all of it if fewer), the loader's
+    workers already running (its first batch is not timed)."""
+    import itertools
+
+    loader.set_epoch(epoch)
+    it = iter(loader)
+    next(it)
+    t0 = time.perf_counter()
+    n = sum(1 for _ in itertools.islice(it, batches))
+    secs = time.perf_counter() - t0
+    it.close()
+    return n / secs
 
 
 # --- packing -------------------------------------------------------------------------
@@ -239,10 +246,13 @@ def main():
         res = {}
         epochs = iter(range(10**6))
         for t in (1, 2):
-            def run(t=t):
-                n, _, secs = stoker_rate(prod, t, args.batches, next(epochs))
-                return n * BATCH / secs
-            res[f"stoker producer, {t} thread(s)"] = median(run, args.repeats)
+            loader = stoker.Loader(ds, batch_size=BATCH, seq_len=SEQ, shuffle=True, seed=0,
+                                   num_threads=t, prefetch=4, stall_warning=None)
+
+            def run(loader=loader):
+                return loader_batches_per_second(loader, args.batches, next(epochs)) * BATCH
+            res[f"stoker Loader, {t} thread(s)"] = median(run, args.repeats)
+            loader.close()
         res["nanoGPT get_batch"] = median(
             lambda: time_calls(lambda: nanogpt_get_batch(path, SEQ, BATCH), args.peer_batches),
             args.repeats)
@@ -262,8 +272,8 @@ def main():
         width = max(map(len, res))
         for k, v in res.items():
             print(f"  {k:<{width}}  {v:12,.0f}")
-        s = max(res["stoker producer, 1 thread(s)"], res["stoker producer, 2 thread(s)"])
-        s1 = res["stoker producer, 1 thread(s)"]
+        s = max(res["stoker Loader, 1 thread(s)"], res["stoker Loader, 2 thread(s)"])
+        s1 = res["stoker Loader, 1 thread(s)"]
         print(f"  memcpy bandwidth, one thread: {bw / 1e9:.1f} GB/s between batch-sized "
               f"buffers, {bw_big / 1e9:.1f} GB/s between 256 MiB buffers")
         print(f"  stoker best / NumPy gather: {s / res['NumPy gather (np.stack + astype)']:.1f}x "
@@ -295,14 +305,18 @@ def main():
                                    shuffle=True)
         pres = {}
         for name, prod_p in (("document", packed), ("concat", concat)):
+            used = real - prod_p.unused_tokens if name == "document" else prod_p.epoch_rows * SEQ
             for t in (1, 2):
-                def run(t=t, prod_p=prod_p, name=name):
-                    plan = prod_p.plan_epoch(next(epochs))
-                    n, _, secs = prod_p.run_batches(plan, 0, plan.num_batches, t)
-                    used = real - prod_p.unused_tokens if name == "document" else \
-                        prod_p.epoch_rows * SEQ
-                    return used / secs
+                loader = stoker.Loader(tds, batch_size=BATCH, seq_len=SEQ, packing=name,
+                                       shuffle=True, num_threads=t, prefetch=4,
+                                       stall_warning=None)
+                nb = len(loader)
+
+                def run(loader=loader, nb=nb, used=used):
+                    # real tokens per second over the epoch's batches after the first
+                    return loader_batches_per_second(loader, nb, next(epochs)) * used / nb
                 pres[f"stoker packing={name!r}, {t} thread(s)"] = median(run, args.repeats)
+                loader.close()
         lists = [d.tolist() for d in docs]
         collate, which = flattening_collator()
         per_call = max(1, int(BATCH * SEQ / (real / len(docs))))
