@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <mutex>
 #include <numeric>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/stream_copy.h"
 #include "format/record_prefetch.h"
 
 namespace stoker {
@@ -33,8 +33,8 @@ double random_read_rate(const Dataset& ds, int threads, bool verify, int rounds)
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&, t] {
         // Records are copied into batch-sized buffers that rotate as a loader's
-        // slots do (kSlots batches of kBatch records), so the writes cost what
-        // a loader's writes cost.
+        // slots do (kSlots batches of kBatch records), with the loader's copy
+        // (stream_copy), so the writes cost what a loader's writes cost.
         constexpr size_t kBatch = 256, kSlots = 6;
         std::vector<uint8_t> out;
         size_t slot_record = 0, at = 0;
@@ -47,7 +47,7 @@ double random_read_rate(const Dataset& ds, int threads, bool verify, int rounds)
                                           : ds.shard(loc.shard).record_unchecked(loc.record);
             if (out.empty()) out.resize(kBatch * kSlots * (rec.size + 64));
             if (at + rec.size > out.size() || slot_record == kBatch * kSlots) at = slot_record = 0;
-            std::memcpy(out.data() + at, rec.data, rec.size);
+            stream_copy(out.data() + at, rec.data, rec.size);
             at += rec.size;
             ++slot_record;
           }

@@ -9,6 +9,7 @@
 
 #include "common/activity.h"
 #include "common/error.h"
+#include "common/stream_copy.h"
 #include "format/record_prefetch.h"
 #include "pipeline/batch_planner.h"
 #include "sampler/permutation.h"
@@ -139,13 +140,13 @@ class SampleWriter {
       src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_);
       set_activity(Activity::kDecoding);
     } else if (!spec.variable()) {
-      std::memcpy(dst, v.data, v.size);
+      stream_copy(dst, v.data, v.size);
     } else {
       const int64_t rows = static_cast<int64_t>(v.size / spec.row_bytes());
       if (rows > plan.max_rows)
         STOKER_THROW(DataError, "length changed while reading (", rows, " > ", plan.max_rows,
                      " rows)");
-      std::memcpy(dst, v.data, v.size);
+      stream_copy(dst, v.data, v.size);
       std::memset(dst + v.size, 0, plan.sample_bytes - v.size);
       const TensorDesc& lt = b_.tensors[plan.lengths];
       std::memcpy(base_ + lt.offset + static_cast<size_t>(pos) * 8, &rows, 8);
