@@ -44,16 +44,20 @@ def _rss_bytes() -> int:
 # -- Ctrl-C while blocked in next() ---------------------------------------------------
 
 def test_sigint_while_blocked_in_next_raises_within_100ms(tmp_path):
-    """A real SIGINT from another process while the main thread waits for a slow batch
-    (300 full JPEG decodes on one thread: far longer than the allowed latency)."""
-    picture = np.add.outer(np.arange(480), np.arange(640)).astype(np.uint8)
-    jpeg = _encode(np.stack([picture] * 3, axis=-1), "JPEG")
-    ds = write_dataset(tmp_path / "d", 300, fields={"image": stoker.image(),
+    """A real SIGINT from another process while the main thread waits for a slow batch:
+    200 full decodes of a 1080x1920 PNG on one thread (seconds; PNG has no reduced-size
+    decode), resized to 32x32 so that the batch stays small. The batch must still be
+    pending when the signal arrives, however slowly a loaded machine runs the parent."""
+    h, w = 1080, 1920
+    picture = np.add.outer(np.arange(h), np.arange(w)).astype(np.uint8)
+    png = _encode(np.stack([picture, picture[::-1], picture[:, ::-1]], axis=-1), "PNG")
+    ds = write_dataset(tmp_path / "d", 200, fields={"image": stoker.image(),
                                                     "label": stoker.scalar("int64")},
-                       shard_size="64MB", make=lambda i: {"image": jpeg, "label": i})
+                       shard_size="64MB", make=lambda i: {"image": png, "label": i})
     script = textwrap.dedent(f"""
         import sys, time, stoker
-        loader = stoker.Loader({ds.path!r}, batch_size=300, num_threads=1, prefetch=1)
+        loader = stoker.Loader({ds.path!r}, batch_size=200, num_threads=1, prefetch=1,
+                               transforms={{"image": [stoker.ops.Resize((32, 32))]}})
         it = iter(loader)
         print("waiting", flush=True)
         t0 = time.perf_counter()
