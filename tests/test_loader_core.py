@@ -54,8 +54,12 @@ def test_sigint_while_blocked_in_next_raises_within_100ms(tmp_path):
     ds = write_dataset(tmp_path / "d", 200, fields={"image": stoker.image(),
                                                     "label": stoker.scalar("int64")},
                        shard_size="64MB", make=lambda i: {"image": png, "label": i})
+    # A shell that starts jobs in the background (CI scripts run with `&`) starts them
+    # with SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the
+    # child installs it itself, as an interactive training run has it.
     script = textwrap.dedent(f"""
-        import sys, time, stoker
+        import signal, sys, time, stoker
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         loader = stoker.Loader({ds.path!r}, batch_size=200, num_threads=1, prefetch=1,
                                transforms={{"image": [stoker.ops.Resize((32, 32))]}})
         it = iter(loader)
