@@ -38,8 +38,12 @@ const char* stage_advice(const std::string& stage, bool images) {
     return images ? "store the images smaller (or as arrays), or give the loader more cores"
                   : "memory bandwidth is the limit: fewer bytes per sample (a narrower dtype)";
   if (stage == "ops") return "a smaller output size, or fewer ops in the transforms";
-  return "images of many sizes without a fixed output size have their headers read to plan "
-         "each batch: a Resize or RandomResizedCrop fixes the size";
+  // Planning reads what sizes a batch: image headers when no op fixes the
+  // output size, else the lengths of variable-length fields (records verified).
+  return images ? "images of many sizes without a fixed output size have their headers read "
+                  "to plan each batch: a Resize or RandomResizedCrop fixes the size"
+                : "variable-length fields have every record read and verified to size each "
+                  "batch's padding: larger batches spread that cost, a fixed shape removes it";
 }
 
 }  // namespace

@@ -192,6 +192,18 @@ void diagnosis_of_nothing_and_of_a_fast_loader() {
   CHECK_EQ(copy.stage, std::string("decode"));
   CHECK(copy.text.find("copying the fields into the batch takes 80%") != std::string::npos);
   CHECK(copy.text.find("fewer bytes per sample") != std::string::npos);
+  // Planning on top: the advice names what planning reads, image headers or the
+  // lengths of variable-length fields.
+  TuneInterval planning = arrays;
+  planning.plan = 4 * planning.decode;
+  const Diagnosis lengths = diagnose(planning, 0.05);
+  CHECK_EQ(lengths.stage, std::string("plan"));
+  CHECK(lengths.text.find("variable-length fields") != std::string::npos);
+  CHECK(lengths.text.find("Resize") == std::string::npos);
+  planning.ops = 0.001;
+  const Diagnosis headers = diagnose(planning, 0.05);
+  CHECK_EQ(headers.stage, std::string("plan"));
+  CHECK(headers.text.find("have their headers read") != std::string::npos);
 }
 
 }  // namespace
