@@ -444,3 +444,33 @@ def test_inspect_a_url(local_ds, nginx, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"samples: {N}" in out and "0 problem(s)" in out
     assert len(objects(tmp_path / "cache")) == len(local_ds[1].shards)
+
+
+def test_a_download_published_during_the_eviction_scan_is_left_alone(local_ds, tmp_path,
+                                                                     monkeypatch):
+    """The scan opens a .part and tries its lock; a download that finishes in between has
+    renamed it into objects/ and unlocked it. The scan must count it as gone, not fail
+    (this race failed a reader's download with FileNotFoundError) nor delete the object."""
+    import fcntl
+
+    from stoker.remote import cache as cache_mod
+
+    _, local = local_ds
+    cache = ShardCache(open_source("http://127.0.0.1:9/ds"), local.shards, str(tmp_path / "c"),
+                       cache_limit=10 * sum(s["bytes"] for s in local.shards))
+    s = cache._shards[0]
+    part = tmp_path / "c" / "tmp" / f"{s.key}.1.1.{s.size}.part"
+    part.write_bytes(b"x" * 64)
+    published = tmp_path / "c" / "objects" / "published.stk"
+    real_flock = fcntl.flock
+
+    def flock(fd, op):
+        if op & fcntl.LOCK_NB and part.exists():
+            os.rename(part, published)  # the writer publishes, then unlocks
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(cache_mod.fcntl, "flock", flock)
+    assert cache._make_room(s)
+    assert published.read_bytes() == b"x" * 64
+    assert parts(tmp_path / "c") == []
+    cache.close()
