@@ -66,7 +66,7 @@ std::unique_ptr<BatchWork> RecordProducer::plan_batch(const EpochPlan& epoch, in
   const auto& e = static_cast<const RecordEpoch&>(epoch);
   const int64_t len = e.order.batch_length(k);
   std::vector<int64_t> indices(static_cast<size_t>(len));
-  for (int64_t p = 0; p < len; ++p) indices[static_cast<size_t>(p)] = e.order.index(k, p);
+  e.order.batch_indices(k, indices.data());
   // About four units per thread, so the first batch is ready after 1/T of its work.
   int64_t unit = opts_.unit_samples;
   if (unit <= 0) {

@@ -39,6 +39,9 @@ namespace stoker {
   }
 }
 
+// How many records ahead of the one being written its table entry is prefetched.
+constexpr int64_t kEntryAhead = 4;
+
 class SampleWriter {
  public:
   using Clock = std::chrono::steady_clock;
@@ -61,12 +64,17 @@ class SampleWriter {
     } flush{b_, bytes_};
     const int64_t n = src_.ds->size();
     last_ = Clock::now();
-    if (lo < hi) prefetch_record(*src_.ds, b_.indices[static_cast<size_t>(lo)]);
+    // Ahead of the record being written: the next record's pages load, and the
+    // table entries kEntryAhead records on (the next prefetch needs them).
+    const auto at = [&](int64_t p) { return b_.indices[static_cast<size_t>(p)]; };
+    for (int64_t p = lo; p < std::min(hi, lo + kEntryAhead); ++p)
+      prefetch_record_entry(*src_.ds, at(p));
+    if (lo < hi) prefetch_record(*src_.ds, at(lo));
     for (int64_t pos = lo; pos < hi; ++pos) {
       if (ctx_.stopped()) return;
-      const int64_t index = b_.indices[static_cast<size_t>(pos)];
-      // The next record loads while this one is verified and written.
-      if (pos + 1 < hi) prefetch_record(*src_.ds, b_.indices[static_cast<size_t>(pos + 1)]);
+      const int64_t index = at(pos);
+      if (pos + kEntryAhead < hi) prefetch_record_entry(*src_.ds, at(pos + kEntryAhead));
+      if (pos + 1 < hi) prefetch_record(*src_.ds, at(pos + 1));
       try {
         write(pos, index);
       } catch (...) {

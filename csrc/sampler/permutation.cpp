@@ -30,4 +30,56 @@ uint64_t Permutation::operator()(uint64_t i) const {
   return x;
 }
 
+void Permutation::map(const uint64_t* in, uint64_t* out, size_t n) const {
+  if (n_ <= 1) {
+    for (size_t j = 0; j < n; ++j) out[j] = in[j];
+    return;
+  }
+  // kLanes images in flight; a lane whose value lands in [0, n) writes it out
+  // and takes the next input, so cycle walks of different lengths do not wait
+  // for each other.
+  constexpr size_t kLanes = 8;
+  uint64_t x[kLanes];
+  size_t dst[kLanes];
+  bool live[kLanes];
+  size_t next = 0, live_count = 0;
+  for (size_t l = 0; l < kLanes; ++l) {
+    live[l] = next < n;
+    if (live[l]) {
+      x[l] = in[next];
+      dst[l] = next++;
+      ++live_count;
+    } else {
+      x[l] = 0;
+    }
+  }
+  while (live_count > 0) {
+    uint64_t left[kLanes], right[kLanes];
+    for (size_t l = 0; l < kLanes; ++l) {
+      left[l] = x[l] >> half_bits_;
+      right[l] = x[l] & half_mask_;
+    }
+    for (uint64_t rk : keys_) {
+      for (size_t l = 0; l < kLanes; ++l) {
+        const uint64_t nx = left[l] ^ (mix64(right[l] ^ rk) & half_mask_);
+        left[l] = right[l];
+        right[l] = nx;
+      }
+    }
+    for (size_t l = 0; l < kLanes; ++l) {
+      if (!live[l]) continue;
+      x[l] = (left[l] << half_bits_) | right[l];
+      if (x[l] >= n_) continue;  // cycle walking: encrypt again
+      out[dst[l]] = x[l];
+      if (next < n) {
+        x[l] = in[next];
+        dst[l] = next++;
+      } else {
+        live[l] = false;
+        --live_count;
+      }
+    }
+  }
+}
+
 }  // namespace stoker

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace stoker {
@@ -30,6 +31,11 @@ class Permutation {
   uint64_t size() const { return n_; }
   /// The image of i (i < n).
   uint64_t operator()(uint64_t i) const;
+  /// out[j] = (*this)(in[j]) for j < n. The same values, several computed at
+  /// once: one image is a chain of dependent multiplies (rounds, then cycle
+  /// walks), so interleaving independent ones keeps the multiplier busy.
+  /// `in` and `out` may be the same array.
+  void map(const uint64_t* in, uint64_t* out, size_t n) const;
 
  private:
   uint64_t encrypt(uint64_t x) const;

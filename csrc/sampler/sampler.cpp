@@ -44,12 +44,25 @@ int64_t EpochOrder::batch_length(int64_t k) const {
   return std::max<int64_t>(0, std::min(batch_size_, rank_share_ - k * batch_size_));
 }
 
-int64_t EpochOrder::index(int64_t k, int64_t pos) const {
+uint64_t EpochOrder::position(int64_t k, int64_t pos) const {
   // p < share_ <= ceil(left / w), so p * w < left + w: no overflow in 64 unsigned bits.
   const uint64_t p = static_cast<uint64_t>(k * batch_size_ + pos);
   uint64_t q = offset_ + rank_ + p * world_;                 // position in the epoch order
   if (q >= n_) q = pad_from_ + (q - n_) % (n_ - pad_from_);  // wrap-around padding
+  return q;
+}
+
+int64_t EpochOrder::index(int64_t k, int64_t pos) const {
+  const uint64_t q = position(k, pos);
   return static_cast<int64_t>(perm_ ? (*perm_)(q) : q);
+}
+
+void EpochOrder::batch_indices(int64_t k, int64_t* out) const {
+  const int64_t len = batch_length(k);
+  static_assert(sizeof(int64_t) == sizeof(uint64_t));
+  auto* q = reinterpret_cast<uint64_t*>(out);  // positions, then mapped in place
+  for (int64_t p = 0; p < len; ++p) q[p] = position(k, p);
+  if (perm_) perm_->map(q, q, static_cast<size_t>(len));
 }
 
 int64_t EpochOrder::consumed_after(int64_t batches) const {

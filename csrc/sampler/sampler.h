@@ -47,10 +47,15 @@ class EpochOrder {
   int64_t batch_length(int64_t k) const;
   /// Dataset index of sample `pos` of batch `k`.
   int64_t index(int64_t k, int64_t pos) const;
+  /// index(k, pos) for every pos of batch `k`, into out[0, batch_length(k)).
+  void batch_indices(int64_t k, int64_t* out) const;
   /// Global samples consumed once every rank has taken `batches` batches.
   int64_t consumed_after(int64_t batches) const;
 
  private:
+  // Position of sample `pos` of batch `k` in the epoch order (before the permutation).
+  uint64_t position(int64_t k, int64_t pos) const;
+
   uint64_t n_;
   int64_t batch_size_;
   uint64_t rank_, world_, offset_, pad_from_;

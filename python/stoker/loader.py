@@ -15,6 +15,7 @@ import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.distributed
 
 from . import _core
 from .dataset import Dataset
@@ -129,15 +130,20 @@ def _check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
 
 
 def _dist_world() -> Optional[Tuple[int, int]]:
-    """(rank, world_size) of the default process group, if one is initialised."""
+    """(rank, world_size) of the default process group, if one is initialised.
+    Called at every batch of an iterator that follows torch.distributed: two calls."""
+    dist = torch.distributed
     try:
-        import torch.distributed as dist
-
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank(), dist.get_world_size()
     except Exception:
         pass
     return None
+
+
+# A DLPack capsule as a tensor: torch.from_dlpack's own path for a capsule, without the
+# checks for objects with __dlpack__ (a few microseconds per tensor at every batch).
+_tensor_from_capsule = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
 
 
 class _EpochHook:
@@ -749,7 +755,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         if caps is None:
             self._loader._report_skipped()
             raise StopIteration
-        return {name: torch.from_dlpack(cap) for name, cap in caps}
+        return {name: _tensor_from_capsule(cap) for name, cap in caps}
 
     @property
     def epoch(self) -> int:

@@ -116,4 +116,35 @@ static void huge_arguments() {
   CHECK_EQ(wide.consumed_after(1), 10);
 }
 
-TEST_MAIN(permutation_is_bijective(); rank_shares(); resume_offsets(); huge_arguments())
+// Many images at once (Permutation::map, EpochOrder::batch_indices) are the one-at-a-time
+// ones, for every count around the lane width, in place or not, padding and ranks included.
+static void batched_images_match() {
+  for (uint64_t n : {1ull, 2ull, 7ull, 8ull, 9ull, 17ull, 1000ull, 20000ull}) {
+    Permutation p(n, 7);
+    for (size_t len : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63},
+                       static_cast<size_t>(n)}) {
+      if (len > n) continue;
+      std::vector<uint64_t> in(len), out(len);
+      for (size_t j = 0; j < len; ++j) in[j] = (j * 7919) % n;
+      p.map(in.data(), out.data(), len);
+      for (size_t j = 0; j < len; ++j) CHECK_EQ(out[j], p(in[j]));
+      std::vector<uint64_t> same = in;
+      p.map(same.data(), same.data(), len);
+      CHECK(same == out);
+    }
+  }
+  for (bool shuffle : {false, true})
+    for (int64_t w : {1, 3}) {
+      const int64_t n = 103;
+      EpochOrder e(n, opts(10, shuffle, 5, false), 2, w - 1, w, 4, 1);
+      for (int64_t k = 0; k < e.num_batches(); ++k) {
+        std::vector<int64_t> got(static_cast<size_t>(e.batch_length(k)));
+        e.batch_indices(k, got.data());
+        for (int64_t pos = 0; pos < e.batch_length(k); ++pos)
+          CHECK_EQ(got[static_cast<size_t>(pos)], e.index(k, pos));
+      }
+    }
+}
+
+TEST_MAIN(permutation_is_bijective(); rank_shares(); resume_offsets(); huge_arguments();
+          batched_images_match())
