@@ -3,8 +3,9 @@
     python bench/bench_remote.py [--samples 8000] [--repeats 3] [--records 20000]
 
 1. An epoch (shuffled, batch 256, all cores) of a dataset served by nginx on loopback,
-   read through stoker's shard cache, with the cache cold (a fresh cache directory: every
-   shard downloaded, checked and renamed before the dataset opens) and warm (every shard
+   read through stoker's shard cache, with the cache cold (a fresh cache directory: the
+   dataset opens from index.json alone and every shard downloads, is checked and renamed
+   while the epoch reads, the shards its batches wait for first) and warm (every shard
    found in the cache), against the same epoch from local disk (page cache), in one run.
    Also: time to the first batch with a cold cache, and the network ceiling (plain GETs of
    every shard, bytes discarded). Medians of --repeats runs.

@@ -214,3 +214,46 @@ class TruncatingServer:
         self._stop = True
         self._thread.join(5)
         self.sock.close()
+
+
+class GatedServer:
+    """Serves the files under ``root`` over HTTP (the standard library's threading server),
+    but holds back the answer to every shard (``.stk``) whose path contains none of
+    ``allow`` until :meth:`open_gate` (at most ``hold`` seconds): shards that are not there
+    yet, for the tests of what may and may not wait for them."""
+
+    def __init__(self, root: str, allow: tuple = (), hold: float = 60.0):
+        import functools
+        import http.server
+
+        gate = self.gate = threading.Event()
+        self.requested: list = []
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(handler):  # noqa: N805 (the handler's self)
+                path = handler.path
+                if path.endswith(".stk"):
+                    self.requested.append(path)
+                    if not any(a in path for a in allow):
+                        gate.wait(hold)
+                super().do_GET()
+
+            def log_message(handler, *args):  # noqa: N805
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=root))
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="gated-server",
+                                        daemon=True)
+        self._thread.start()
+
+    def open_gate(self) -> None:
+        self.gate.set()
+
+    def stop(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)

@@ -112,6 +112,16 @@ def test_bench_on_a_dataset(tmp_path):
     assert r.returncode == 2 and "no samples to benchmark" in r.stderr
 
 
+def test_synthetic_bench_times_consecutive_epochs(tmp_path):
+    r = run("bench", "--samples", "600", "--batch-size", "64", "--repeats", "1", "--epochs",
+            "2", "--threads", "1", "--workers", "0", "--data", str(tmp_path / "syn"), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "2 consecutive epochs of 600 samples" in r.stdout, r.stdout
+    for line in ("stoker threads=1", "DataLoader num_workers=0", "NumPy loop",
+                 "stoker (best) / NumPy loop:"):
+        assert line in r.stdout, (line, r.stdout)
+
+
 def test_bench_on_a_dataset_under_forkserver(tmp_path):
     """Python 3.14's default start method on Linux: the DataLoader peer's dataset (and the
     stoker.Dataset inside it) must pickle into forkserver workers."""

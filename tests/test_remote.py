@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from remote_servers import Nginx, S3Server, TruncatingServer, nginx_binary
+from remote_servers import GatedServer, Nginx, S3Server, TruncatingServer, nginx_binary
 from stoker import _core
 from stoker.remote import RemoteDataset, RemoteError, ShardCache, open_source
 
@@ -133,14 +133,26 @@ def test_http_epoch_equals_local(local_ds, nginx, tmp_path):
     assert ds.verify()["ok"]
     # again: every shard from the cache, nothing asked of the server but index.json
     ds2 = stoker.Dataset(url + "/index.json", cache_dir=cache)
+    same_records(ds2, local)
     assert ds2.remote.stats()["cache_hits"] == n and ds2.remote.stats()["downloads"] == 0
     assert nginx.requests("/ds/gen-", before + n) - before == n
-    same_records(ds2, local)
     assert parts(cache) == []
     # pickled (a spawn/forkserver worker): reopened by URL through the same cache
     again = pickle.loads(pickle.dumps(ds))
     assert again.url == url and again.remote.stats()["downloads"] == 0
     same_records(again, local)
+
+
+def test_token_dataset_over_a_url_equals_local(local_ds, nginx, tmp_path):
+    """A token view of a remote dataset indexes every record's length on open: it fetches
+    the shards first (the document index reads them all), then reads like the local one."""
+    _, local = local_ds
+    ds = stoker.Dataset(f"{nginx.url}/ds", cache_dir=tmp_path / "cache")
+    remote_tokens = stoker.TokenDataset(ds, field="tokens")
+    local_tokens = stoker.TokenDataset(local, field="tokens")
+    assert (remote_tokens.num_docs, remote_tokens.num_tokens) == \
+        (local_tokens.num_docs, local_tokens.num_tokens)
+    assert ds.remote.stats()["downloads"] == len(local.shards)
 
 
 def test_s3_epoch_equals_local(local_ds, s3_env, tmp_path):
@@ -386,13 +398,76 @@ def test_truncated_bodies_after_retries(local_ds, tmp_path):
         with pytest.raises(RemoteError, match=rf"{server.url}/ds/gen-[0-9a-f]+/shard-00002.stk: "
                                               r"body ended after 1000 of \d+ bytes "
                                               r"\(after 3 attempts\)"):
-            remote.open_all()
+            remote.cache.path(2)
         assert remote.stats()["retries"] == 2
         remote.close()
     finally:
         server.stop()
     assert not any("shard-00002" in o for o in objects(tmp_path / "c")) and \
         parts(tmp_path / "c") == []
+
+
+def test_a_shard_that_cannot_be_fetched_fails_the_iterating_thread(local_ds, tmp_path,
+                                                                    monkeypatch):
+    """The download fails in the fetcher's thread; the loader's next() raises it, naming the
+    shard's URL and the reason, after the batches before it; nothing hangs."""
+    www, local = local_ds
+    monkeypatch.setitem(RemoteDataset.__init__.__kwdefaults__, "retries", 1)
+    server = TruncatingServer(str(www), cut="shard-00002", keep=1000)
+    try:
+        ds = stoker.Dataset(f"{server.url}/ds", cache_dir=tmp_path / "c")
+        first_bad = sum(s["num_records"] for s in local.shards[:2])
+        loader = stoker.Loader(ds, batch_size=1, num_threads=2)
+        it = iter(loader)
+        got = []
+        with pytest.raises(RemoteError, match=rf"{server.url}/ds/gen-[0-9a-f]+/shard-00002.stk: "
+                                              r"body ended after 1000 of \d+ bytes"):
+            for b in it:
+                got.append(int(b["label"][0]))
+        assert got == list(range(first_bad))  # in order, up to the shard that failed
+        with pytest.raises(RemoteError, match="shard-00002"):  # ds[i] says the same
+            ds[first_bad]
+        # a failed download is not a bad sample: on_error="skip" does not pass over it
+        skipping = stoker.Loader(ds, batch_size=1, num_threads=2, on_error="skip")
+        with pytest.raises(RemoteError, match="shard-00002"):
+            list(skipping)
+    finally:
+        server.stop()
+
+
+def test_open_returns_before_the_shards_and_a_batch_waits_only_for_its_own(local_ds,
+                                                                             tmp_path):
+    """Dataset(url) needs index.json alone. An unshuffled loader's first batch needs the
+    first shard alone: it comes while every other shard is held back by the server; the
+    workers waiting for the others say so and stop when told; the epoch then equals the
+    local one."""
+    www, local = local_ds
+    first = local.shards[0]["path"]
+    server = GatedServer(str(www), allow=(first,))
+    try:
+        ds = stoker.Dataset(f"{server.url}/ds", cache_dir=tmp_path / "c")  # shards held back
+        assert len(ds) == len(local) and not server.gate.is_set()
+        n0 = local.shards[0]["num_records"]
+        loader = stoker.Loader(ds, batch_size=n0, num_threads=2, prefetch=2)
+        it = iter(loader)
+        b = next(it)  # only shard 0 is served so far
+        assert b["label"].tolist() == list(range(n0))
+        assert not server.gate.is_set()
+        deadline = time.monotonic() + 10
+        while loader.stats()["network"]["network_wait_seconds"] == 0:  # a worker waits
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        it.close()  # workers waiting for held-back shards give up: close returns
+        server.open_gate()
+        labels = [int(x) for b in loader for x in b["label"]]  # the next epoch, whole
+        assert labels == list(range(len(local)))
+        got, _ = epoch(ds, 7, 0)
+        want, _ = epoch(local, 7, 0)
+        for g, w in zip(got, want):
+            for k in g:
+                assert torch.equal(g[k], w[k]), k
+    finally:
+        server.stop()
 
 
 def test_wrong_content_is_never_cached(local_ds, nginx, tmp_path):

@@ -337,16 +337,15 @@ def test_fast_first_batch_logs_nothing(raw_ds, caplog):
     assert loader.stats()["first_batch_seconds"] is not None
 
 
-def test_slow_remote_open_says_it_downloads(raw_ds, tmp_path, monkeypatch, caplog):
-    """A remote dataset downloads its shards when it opens: past a threshold, the open
-    says so on the "stoker" logger (a loopback HTTP server that answers shards slowly)."""
+def test_first_batch_waiting_for_downloads_says_so(raw_ds, tmp_path, monkeypatch, caplog):
+    """A remote dataset opens from its index.json alone; a first batch that waits for its
+    shards to download says so on the "stoker" logger, naming what the workers do (a
+    loopback HTTP server that answers shards slowly)."""
     import functools
     import http.server
     import threading
 
-    import stoker.remote
-
-    monkeypatch.setattr(stoker.remote, "_REPORT_AFTER", 0.05)
+    monkeypatch.setattr(loader_mod, "_SLOW_FIRST_BATCH_SECONDS", 0.05)
 
     class Slow(http.server.SimpleHTTPRequestHandler):
         def do_GET(self):
@@ -366,16 +365,20 @@ def test_slow_remote_open_says_it_downloads(raw_ds, tmp_path, monkeypatch, caplo
         url = f"http://127.0.0.1:{server.server_port}"
         ds = stoker.Dataset(url, cache_dir=tmp_path / "cache")
         assert len(ds) == len(raw_ds)
+        loader = stoker.Loader(ds, batch_size=8, num_threads=1, prefetch=1)
+        batch = next(iter(loader))
+        assert torch.equal(batch["x"], next(iter(stoker.Loader(raw_ds, batch_size=8)))["x"])
+        s = loader.stats()
+        assert s["network"]["network_wait_seconds"] > 0
         ds.remote.close()
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
     lines = [r.getMessage() for r in caplog.records if r.name == "stoker"]
-    n = len(raw_ds.shards)
-    assert any(f"opening {url}: downloading the shards into the cache" in m and
-               f"of {n} shards local" in m for m in lines), lines
-    assert any(f"{url}: {n} shards local after" in m for m in lines), lines
+    waiting = [m for m in lines if "first batch of epoch 0 is not ready after" in m]
+    assert waiting and "waiting for shards to download" in waiting[0], lines
+
 
 
 def test_copy_bound_verdict_and_stall_with_a_device(raw_ds):

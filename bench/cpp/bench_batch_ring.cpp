@@ -32,8 +32,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/detail/futex.h"
 #include "pipeline/batch_ring.h"
-#include "pipeline/detail/futex.h"
 
 namespace {
 

@@ -38,6 +38,15 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(data_error.ptr(), e.what());
     } catch (const stoker::CudaError& e) {
       PyErr_SetString(cuda_error.ptr(), e.what());
+    } catch (const stoker::FetchError& e) {
+      // The Python layer's own exception type (an OSError), so that one except
+      // clause catches a failed download wherever it surfaces.
+      try {
+        py::object type = py::module_::import("stoker.remote.cache").attr("RemoteError");
+        PyErr_SetString(type.ptr(), e.what());
+      } catch (const py::error_already_set&) {
+        PyErr_SetString(error.ptr(), e.what());
+      }
     } catch (const stoker::Error& e) {
       PyErr_SetString(error.ptr(), e.what());
     }

@@ -78,7 +78,7 @@ void register_format(py::module_& m) {
 
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
       .def(py::init([](const py::list& fields, uint64_t schema_hash, const py::list& shards,
-                       bool probe_on_open, bool map_on_open, int lease_fd) {
+                       bool probe_on_open, bool map_on_open, int lease_fd, bool deferred) {
              Schema schema = schema_from_py(fields, schema_hash);
              std::vector<ShardInfo> infos;
              infos.reserve(shards.size());
@@ -98,6 +98,7 @@ void register_format(py::module_& m) {
              Dataset::Options opts;
              opts.probe_on_open = probe_on_open;
              opts.map_on_open = map_on_open;
+             opts.deferred = deferred;
              std::shared_ptr<Dataset> ds;
              {
                py::gil_scoped_release nogil;
@@ -109,10 +110,33 @@ void register_format(py::module_& m) {
            }),
            py::arg("fields"), py::arg("schema_hash"), py::arg("shards"),
            py::arg("probe_on_open") = true, py::arg("map_on_open") = false,
-           py::arg("lease_fd") = -1,
+           py::arg("lease_fd") = -1, py::arg("deferred") = false,
            "Shards are (path, num_records, bytes, identity) with identity (dataset_id_hex, "
            "ordinal, header_checksum, table_checksum) or None (format version 1). On success "
-           "the dataset owns lease_fd and closes it when destroyed.")
+           "the dataset owns lease_fd and closes it when destroyed. deferred: the shard files "
+           "are not there yet; each is read after provide() (NOTE [ Deferred shards ] in "
+           "csrc/format/dataset.h).")
+      .def_property_readonly("deferred", &Dataset::deferred)
+      .def("provide", &Dataset::provide, py::arg("shard"),
+           "Deferred shards: shard `shard` is local now; readers waiting for it go on.")
+      .def("fail", &Dataset::fail, py::arg("shard"), py::arg("why"),
+           "Deferred shards: readers of shard `shard` raise RemoteError(why).")
+      .def("demands", &Dataset::demands,
+           "Deferred shards: those readers wait for, neither provided nor failed.")
+      .def("gate_prepare", &Dataset::gate_prepare)
+      .def(
+          "gate_wait",
+          [](const Dataset& d, uint32_t seen, double timeout) {
+            d.gate_wait(seen, std::chrono::steady_clock::now() +
+                                  std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::duration<double>(timeout)));
+          },
+          py::arg("seen"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+          "Sleeps until a reader demands a shard or gate_notify(), after gate_prepare() "
+          "returned `seen`, at most `timeout` seconds.")
+      .def("gate_notify", &Dataset::gate_notify)
+      .def_property_readonly("gate_wait_seconds", &Dataset::gate_wait_seconds,
+                             "Seconds readers waited for deferred shards.")
       .def("__len__", &Dataset::size)
       .def_property_readonly("num_shards", &Dataset::num_shards)
       .def("shard_path",

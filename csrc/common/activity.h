@@ -15,6 +15,7 @@ enum class Activity : uint8_t {
   kIdle,      ///< waiting for work
   kPlanning,  ///< planning an epoch or a batch (orders, layouts, image headers)
   kOpening,   ///< mapping a shard and validating its record table
+  kFetching,  ///< waiting for a shard of a remote dataset to download
   kReading,   ///< reading records and verifying their checksums
   kDecoding,  ///< decoding payloads (images, arrays, tokens)
   kOps,       ///< image ops after decoding (resize, flip, normalize, layout)
@@ -30,6 +31,8 @@ inline const char* activity_name(Activity a) {
       return "planning batches";
     case Activity::kOpening:
       return "opening shards";
+    case Activity::kFetching:
+      return "waiting for shards to download";
     case Activity::kReading:
       return "reading records";
     case Activity::kDecoding:

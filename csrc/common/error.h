@@ -32,6 +32,13 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+/// A shard of a remote dataset could not be fetched (the message names its URL
+/// and the reason). Maps to stoker.remote.RemoteError.
+class FetchError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Failure of the CUDA driver or of the device layer. Maps to stoker.CudaError.
 class CudaError : public Error {
  public:

@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "common/activity.h"
+#include "common/detail/futex.h"
 #include "common/error.h"
+#include "common/stop_flag.h"
 
 namespace stoker {
 
@@ -41,9 +43,17 @@ Dataset::Dataset(Schema schema, std::vector<ShardInfo> shards, Options opts)
       STOKER_THROW(DataError, infos_[s].path, ": is the same file as shard ", it->second, " (",
                    infos_[it->second].path, "): a shard listed twice");
   };
+  if (opts.deferred) {
+    gate_.reset(new std::atomic<uint32_t>[infos_.size()]);
+    for (size_t s = 0; s < infos_.size(); ++s) gate_[s].store(kPending, std::memory_order_relaxed);
+    fail_.resize(infos_.size());
+    opts.map_on_open = opts.probe_on_open = false;
+  }
   starts_.reserve(infos_.size());
   for (size_t s = 0; s < infos_.size(); ++s) {
     ShardInfo& info = infos_[s];
+    if (opts.deferred && info.num_records < 0)
+      STOKER_THROW(UsageError, info.path, ": a deferred shard needs its record count");
     if (opts.map_on_open) {
       const ShardReader& r = shard(s);
       check_unique(s, r.stamp());
@@ -75,6 +85,7 @@ const ShardReader& Dataset::shard(size_t s) const {
     STOKER_THROW(UsageError, "shard ", s, " out of range for a dataset of ", infos_.size());
   const ShardReader* r = readers_[s].load(std::memory_order_acquire);
   if (r) return *r;
+  if (gate_) await_shard(s);
   const ScopedActivity opening(Activity::kOpening);  // a slow first batch says so
   std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
   r = readers_[s].load(std::memory_order_relaxed);
@@ -85,6 +96,86 @@ const ShardReader& Dataset::shard(size_t s) const {
   owned_[s] = std::move(reader);
   readers_[s].store(r, std::memory_order_release);
   return *r;
+}
+
+void Dataset::await_shard(size_t s) const {
+  std::atomic<uint32_t>& g = gate_[s];
+  uint32_t v = g.load(std::memory_order_acquire);
+  if (v == kPending || v == kDemanded) {
+    if (!stop_bound())
+      STOKER_THROW(UsageError, infos_[s].path,
+                   ": shard not downloaded yet (a loader's workers wait for it; "
+                   "stoker.Dataset's own reads fetch it first)");
+    const ScopedActivity fetching(Activity::kFetching);
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Count {  // the wait counts however it ends
+      std::atomic<int64_t>& ns;
+      std::chrono::steady_clock::time_point t0;
+      ~Count() {
+        ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count(),
+                     std::memory_order_relaxed);
+      }
+    } count{gate_wait_ns_, t0};
+    for (;;) {
+      v = g.load(std::memory_order_acquire);
+      if (v == kPending) {
+        if (g.compare_exchange_strong(v, kDemanded, std::memory_order_acq_rel)) {
+          gate_event_.notify();  // the fetcher starts it now
+          v = kDemanded;
+        } else {
+          continue;
+        }
+      }
+      if (v != kDemanded) break;
+      if (stop_requested())
+        STOKER_THROW(Error, infos_[s].path, ": stopped while waiting for the download");
+      // Slices, so that a stop is seen within one.
+      detail::futex_wait(g, kDemanded, std::chrono::milliseconds(50));
+    }
+  }
+  if (v == kFailed) {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+      why = fail_[s];
+    }
+    throw FetchError(why);
+  }
+}
+
+void Dataset::provide(size_t s) {
+  STOKER_CHECK(gate_ && s < infos_.size(), UsageError, "provide: shard ", s,
+               " of a dataset that is not deferred or out of range");
+  uint32_t v = gate_[s].load(std::memory_order_acquire);
+  while (v != kReady && v != kFailed &&
+         !gate_[s].compare_exchange_weak(v, kReady, std::memory_order_acq_rel)) {
+  }
+  detail::futex_wake(gate_[s]);
+}
+
+void Dataset::fail(size_t s, const std::string& why) {
+  STOKER_CHECK(gate_ && s < infos_.size(), UsageError, "fail: shard ", s,
+               " of a dataset that is not deferred or out of range");
+  {
+    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);  // readers take fail_ under it
+    uint32_t v = gate_[s].load(std::memory_order_acquire);
+    if (v == kReady || v == kFailed) return;  // provided meanwhile, or failed already
+    fail_[s] = why;
+    while (v != kReady && v != kFailed &&
+           !gate_[s].compare_exchange_weak(v, kFailed, std::memory_order_acq_rel)) {
+    }
+  }
+  detail::futex_wake(gate_[s]);
+}
+
+std::vector<size_t> Dataset::demands() const {
+  std::vector<size_t> out;
+  if (!gate_) return out;
+  for (size_t s = 0; s < infos_.size(); ++s)
+    if (gate_[s].load(std::memory_order_acquire) == kDemanded) out.push_back(s);
+  return out;
 }
 
 bool Dataset::is_mapped(size_t s) const {

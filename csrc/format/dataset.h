@@ -5,12 +5,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/detail/event_count.h"
 #include "format/schema.h"
 #include "format/shard_identity.h"
 #include "format/shard_reader.h"
@@ -35,6 +37,9 @@ class Dataset {
     bool probe_on_open = true;
     /// Map and validate every shard now rather than on first use.
     bool map_on_open = false;
+    /// The shard files are not there yet (NOTE [ Deferred shards ]): each is
+    /// read only after provide(). Implies neither probing nor mapping at open.
+    bool deferred = false;
   };
 
   /// Throws DataError naming the first shard that cannot be opened or does not
@@ -78,6 +83,41 @@ class Dataset {
   /// read of it: read() compares the header.)
   void check_intact(int64_t i) const;
 
+  // NOTE [ Deferred shards ]
+  // A remote dataset's shards download into a local cache while it is in use.
+  // Its Dataset is opened `deferred`: every shard starts pending, and a read
+  // (mapping it on first use) waits until the fetcher calls provide(s), or
+  // raises FetchError after fail(s). A reader that waits marks the shard
+  // demanded and fires the gate event, so the fetcher (one thread of the Python
+  // layer, blocked in gate_wait) starts the shards that readers wait for ahead
+  // of its background order: the loader's workers plan and read `prefetch`
+  // batches ahead, so its demands are the sampler's own future order. The wait
+  // is in slices: a worker gives up as soon as its stream stops (stop_flag.h),
+  // and a thread that is not a loader worker is refused at once rather than
+  // left to block (the Python layer fetches for it first: Dataset.__getitem__).
+  // Prefetch hints never wait (is_mapped is false until the read maps it).
+
+  bool deferred() const { return gate_ != nullptr; }
+  /// Shard `s` is local at its path: readers may map it. Thread-safe, idempotent.
+  void provide(size_t s);
+  /// Shard `s` cannot be fetched: its readers raise FetchError(`why`).
+  void fail(size_t s, const std::string& why);
+  /// Shards that readers are waiting for and that are neither provided nor failed.
+  std::vector<size_t> demands() const;
+  /// The gate event: a count to pass to gate_wait, read before demands().
+  uint32_t gate_prepare() const { return gate_event_.prepare(); }
+  /// Sleeps until a reader demands a shard or gate_notify() is called after
+  /// gate_prepare() returned `seen`, or `deadline`.
+  void gate_wait(uint32_t seen, std::chrono::steady_clock::time_point deadline) const {
+    gate_event_.wait(seen, deadline);
+  }
+  /// Wakes gate_wait (the fetcher's own downloads finishing).
+  void gate_notify() const { gate_event_.notify(); }
+  /// Seconds readers have spent waiting for shards to be provided.
+  double gate_wait_seconds() const {
+    return static_cast<double>(gate_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  }
+
   /// Keeps `fd` open until the dataset is destroyed: the reader lease on the
   /// dataset's generation (python/stoker/writer.py), which stops a later write
   /// from removing the files this dataset maps on first use.
@@ -85,6 +125,10 @@ class Dataset {
 
  private:
   static constexpr size_t kStripes = 64;
+  enum GateState : uint32_t { kPending, kDemanded, kReady, kFailed };
+
+  // Blocks until shard `s` is provided (NOTE [ Deferred shards ]).
+  void await_shard(size_t s) const;
 
   Schema schema_;
   std::vector<ShardInfo> infos_;
@@ -95,6 +139,11 @@ class Dataset {
       owned_;  // slot s guarded by stripes_[s % kStripes]
   mutable std::mutex stripes_[kStripes];
   int lease_fd_ = -1;
+  // NOTE [ Deferred shards ]: null unless deferred; fail_ guarded by stripes_.
+  std::unique_ptr<std::atomic<uint32_t>[]> gate_;
+  std::vector<std::string> fail_;
+  mutable detail::EventCount gate_event_;
+  mutable std::atomic<int64_t> gate_wait_ns_{0};
 };
 
 }  // namespace stoker

@@ -26,6 +26,8 @@ bool read_for_plan(const RecordSource& src, int64_t index, const std::string& fi
     } catch (...) {
       rethrow_with_context(*src.ds, index, field);
     }
+  } catch (const FetchError&) {  // a download failed: not a bad sample to skip
+    throw;
   } catch (...) {
     if (!src.skip_errors) throw;
     if (!first_error) first_error = std::current_exception();

@@ -19,7 +19,7 @@
 // reuse, so comparing words modulo 2^32 is exact.
 //
 // Waiting spins briefly, then sleeps on the slot's word with a futex and a
-// deadline (detail/futex.h): the caller returns to check for signals or stop
+// deadline (common/detail/futex.h): the caller returns to check for signals or stop
 // flags, and nothing sleep-polls. A waker issues the wake syscall only when
 // some thread announced that it sleeps (a Dekker pair of seq_cst accesses on
 // the word and the waiter count, so no wake is lost). close() writes every
@@ -33,7 +33,7 @@
 #include <memory>
 #include <new>
 
-#include "pipeline/detail/futex.h"
+#include "common/detail/futex.h"
 
 namespace stoker {
 

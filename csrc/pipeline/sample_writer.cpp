@@ -33,6 +33,8 @@ namespace stoker {
     throw;
   } catch (const UsageError&) {
     throw;
+  } catch (const FetchError&) {  // names the shard's URL: not the sample's fault
+    throw;
   } catch (const std::exception& e) {
     STOKER_THROW(DataError, path, ": record ", loc.record, " (sample ", index, where,
                  "): ", e.what());
@@ -77,6 +79,8 @@ class SampleWriter {
       if (pos + 1 < hi) prefetch_record(*src_.ds, at(pos + 1));
       try {
         write(pos, index);
+      } catch (const FetchError&) {  // a download failed: not a bad sample to skip
+        throw;
       } catch (...) {
         if (!src_.skip_errors) throw;
         // on_error="skip": the next valid sample in dataset order takes its
@@ -91,6 +95,8 @@ class SampleWriter {
             if (!fits()) continue;
             write(pos, alt);
             replaced = true;
+          } catch (const FetchError&) {
+            throw;
           } catch (...) {
           }
         }

@@ -54,11 +54,11 @@
 #include <optional>
 #include <utility>
 
+#include "common/detail/event_count.h"
 #include "pipeline/batch.h"
 #include "pipeline/batch_producer.h"
 #include "pipeline/batch_ring.h"
 #include "pipeline/block_pool.h"
-#include "pipeline/detail/event_count.h"
 #include "pipeline/loader_stats.h"
 
 namespace stoker {
@@ -95,6 +95,8 @@ class Stream {
   /// Claims a unit of work (planning its position first if this worker is the
   /// first there). False when there is nothing to do now.
   bool claim(Unit& out, WorkerContext& ctx);
+  /// Set once the stream stops (what a worker binds while it runs the stream's units).
+  const std::atomic<bool>* stop_flag() const { return &stop_; }
   /// Runs a claimed unit and completes its position when it is the last.
   void run(const Unit& u, WorkerContext& ctx);
   /// Whether a worker could find work here now or after the next release.

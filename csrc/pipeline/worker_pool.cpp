@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "common/stop_flag.h"
 
 namespace stoker {
 
@@ -185,6 +186,7 @@ void WorkerPool::worker_loop(int id) {
       for (const auto& s : streams) {  // the oldest stream first: usually the training loop's
         Stream::Unit u;
         const auto t0 = Clock::now();
+        const ScopedStop stop(s->stop_flag());  // waits below give up when it stops
         if (!s->claim(u, ctx)) continue;
         s->run(u, ctx);
         stats_->add(ctx.times);

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/activity.h"
-#include "pipeline/detail/event_count.h"
+#include "common/detail/event_count.h"
 #include "pipeline/loader_stats.h"
 #include "pipeline/stream.h"
 

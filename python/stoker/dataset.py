@@ -8,6 +8,7 @@ import posixpath
 import re
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _core
@@ -82,8 +83,13 @@ class Dataset:
             self.remote = RemoteDataset(os.fspath(path), cache_dir=cache_dir,
                                         cache_limit=cache_limit,
                                         storage_options=storage_options)
-            path = self.remote.open_all()
-        elif cache_dir is not None or cache_limit is not None or storage_options is not None:
+            try:
+                self._open_remote()
+            except BaseException:
+                self.remote.close()
+                raise
+            return
+        if cache_dir is not None or cache_limit is not None or storage_options is not None:
             raise ValueError("cache_dir, cache_limit and storage_options apply to remote "
                              "datasets (s3://, https://, ... URLs)")
         path = os.fspath(path)
@@ -148,6 +154,30 @@ class Dataset:
         else:
             raise _core.DataError(f"{self.index_path}: the dataset was rewritten "
                                   f"{_OPEN_ATTEMPTS} times while it was being opened")
+        self._opened(index)
+
+    def _open_remote(self) -> None:
+        """Opens a URL's dataset from its index.json alone: the shards download while it
+        is read (:mod:`stoker.remote`, NOTE [ Deferred shards ] in csrc/format/dataset.h)."""
+        remote = self.remote
+        self.path = remote.url
+        self.index_path = f"{remote.url}/{INDEX_NAME}"
+        index = self._parse_index(remote.index_bytes)
+        remote.check_fits()
+        shards = []
+        for i, s in enumerate(index["shards"]):
+            identity = None
+            if index["version"] >= 2:
+                identity = (index["dataset_id"], i, s["header_checksum"], s["table_checksum"])
+            shards.append((remote.cache.object_path(i), s["num_records"], s["bytes"], identity))
+        self._core = _core.Dataset(core_specs(self.fields), self._hash, shards,
+                                   probe_on_open=False, map_on_open=False, deferred=True)
+        remote.start(self._core)
+        # Dropping the dataset stops its downloads and drops its pins.
+        weakref.finalize(self, remote.close)
+        self._opened(index)
+
+    def _opened(self, index: Dict[str, Any]) -> None:
         self._index = index
         self._shards = index["shards"]
         self.metadata: Any = index.get("metadata")
@@ -157,7 +187,7 @@ class Dataset:
                 "dataset identity: a shard swapped with another, or taken from another "
                 "dataset with the same schema, cannot be detected. `stoker inspect --upgrade "
                 f"{self.path}` rewrites it in the current format (in place, atomically)",
-                UserWarning, stacklevel=3)
+                UserWarning, stacklevel=4)
 
     def _parse_index(self, raw: bytes) -> Dict[str, Any]:
         index_path = self.index_path
@@ -256,6 +286,8 @@ class Dataset:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"index out of range for a dataset of {n} samples")
+        if self.remote is not None:
+            self.remote.ensure([self._core.locate(i)[0]])
         payloads = self._core.read(i)
         return {name: f.decode(p) for (name, f), p in zip(self.fields.items(), payloads)}
 
@@ -276,6 +308,8 @@ class Dataset:
         if not 0 <= i < len(self._shards):
             raise IndexError(f"shard {i} out of range for a dataset of {len(self._shards)} "
                              "shards")
+        if self.remote is not None:
+            self.remote.ensure([i])
         self._core.open_shard(i)
 
     @property
@@ -293,6 +327,8 @@ class Dataset:
         bad = []
         nbytes = 0
         for s, entry in enumerate(self._shards):
+            if self.remote is not None:
+                self.remote.ensure([s])
             crc, bad_records = self._core.verify_shard(s)
             path = self._core.shard_path(s)
             for rec, reason in bad_records:

@@ -150,6 +150,8 @@ class TokenDataset:
             if prompt_field and prompt_field not in ds.fields:
                 raise ValueError(f"{ds.path}: no field {prompt_field!r} for prompt lengths")
             self.prompt_field = prompt_field or None
+            if ds.remote is not None:  # the document index reads every record's length
+                ds.remote.ensure(range(len(ds.shards)))
             self._source = _core.open_record_tokens(ds._core, self.field, prompt_field)
             if vocab_size is None:
                 vocab_size = meta.get("vocab_size")

@@ -1,14 +1,19 @@
 // Shard writer/reader round trip and the structural checks on open.
 #include <sys/stat.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <thread>
+#include <vector>
 
 #include "check.h"
 #include "common/checksum.h"
 #include "common/error.h"
+#include "common/stop_flag.h"
 #include "test_util.h"
 
 using namespace stoker;
@@ -208,7 +213,86 @@ static void checksum_is_streamable() {
   CHECK(checksum32(data.data(), 1000) != checksum32(data.data() + 1, 1000));
 }
 
+// NOTE [ Deferred shards ]: a worker's read waits until the shard is provided, marks it
+// demanded (and fires the gate event) meanwhile, stops waiting when its stream stops, and
+// raises FetchError after fail(); a thread that is not a worker is refused at once.
+static void deferred_shards_wait_for_provide() {
+  std::string dir = test::temp_dir();
+  auto shards = test::write_shards(dir, 30, 10);
+  Dataset::Options opts;
+  opts.deferred = true;
+  std::string saved = dir + "/saved";
+  copy_file(shards[1].path, saved);
+  std::remove(shards[1].path.c_str());            // not downloaded yet
+  Dataset ds(test::test_schema(), shards, opts);  // opens without touching a shard
+  CHECK(ds.deferred() && ds.size() == 30 && ds.demands().empty());
+  std::vector<RecordView> f(3);
+  bool refused = false;
+  try {
+    ds.read(15, f.data());
+  } catch (const UsageError& e) {
+    refused = std::strstr(e.what(), "shard-1.stk: shard not downloaded yet") != nullptr;
+  }
+  CHECK(refused);
+  CHECK(!ds.is_mapped(1) && ds.demands().empty());
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> outcome{0};  // 1: read, 2: FetchError, 3: stopped
+  auto reader = [&](int64_t index) {
+    return std::thread([&, index] {
+      const ScopedStop bound(&stop);
+      std::vector<RecordView> g(3);
+      try {
+        ds.read(index, g.data());
+        int64_t label;
+        std::memcpy(&label, g[1].data, 8);
+        outcome = label == index ? 1 : -1;
+      } catch (const FetchError& e) {
+        outcome = std::string(e.what()) == "https://host/shard-2: HTTP 500" ? 2 : -2;
+      } catch (const Error& e) {
+        outcome = std::string(e.what()).find("stopped while waiting") != std::string::npos ? 3 : -3;
+      }
+    });
+  };
+  // Provided: the waiting reader goes on with the file now in place.
+  uint32_t seen = ds.gate_prepare();
+  std::thread t = reader(15);
+  ds.gate_wait(seen, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  for (int i = 0; i < 1000 && ds.demands().empty(); ++i) std::this_thread::yield();
+  CHECK(ds.demands() == std::vector<size_t>{1});
+  CHECK_EQ(outcome.load(), 0);
+  copy_file(saved, shards[1].path);
+  ds.provide(1);
+  t.join();
+  CHECK_EQ(outcome.load(), 1);
+  CHECK(ds.demands().empty() && ds.gate_wait_seconds() > 0);
+  ds.provide(1);  // idempotent
+  // Failed: the waiting reader raises the reason, and so does every later read.
+  outcome = 0;
+  t = reader(25);
+  for (int i = 0; i < 100000 && ds.demands().empty(); ++i) std::this_thread::yield();
+  ds.fail(2, "https://host/shard-2: HTTP 500");
+  t.join();
+  CHECK_EQ(outcome.load(), 2);
+  CHECK_THROWS(FetchError, ds.read(21, f.data()));
+  ds.provide(2);  // too late: failed stays failed
+  CHECK_THROWS(FetchError, ds.read(21, f.data()));
+  // Stopped: a reader waiting for a shard nobody provides gives up within a slice.
+  outcome = 0;
+  t = reader(5);
+  for (int i = 0; i < 100000 && ds.demands().empty(); ++i) std::this_thread::yield();
+  stop = true;
+  t.join();
+  CHECK_EQ(outcome.load(), 3);
+  CHECK(ds.demands() == std::vector<size_t>{0});
+  CHECK(!ds.is_mapped(0));
+  // A dataset that is not deferred refuses the calls.
+  Dataset plain(test::test_schema(), test::write_shards(test::temp_dir(), 5, 5));
+  CHECK_THROWS(UsageError, plain.provide(0));
+}
+
 TEST_MAIN(round_trip(); every_byte_flip_is_caught(); truncation_and_mismatches();
           identity_is_checked_on_open(); only_regular_files_and_no_blocking();
           lazy_mapping_and_errors_naming_the_file();
-          append_shard_copies_records_under_a_new_identity(); checksum_is_streamable())
+          append_shard_copies_records_under_a_new_identity(); checksum_is_streamable();
+          deferred_shards_wait_for_provide())

@@ -1,5 +1,5 @@
 // A mutex whose lock gives up at a deadline: an atomic word and the futex
-// (detail/futex.h), like the ring's waits.
+// (common/detail/futex.h), like the ring's waits.
 //
 // Not std::timed_mutex: its try_lock_until() on the steady clock calls
 // pthread_mutex_clocklock, which ThreadSanitizer does not intercept
@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "pipeline/detail/futex.h"
+#include "common/detail/futex.h"
 
 namespace stoker::detail {
 

@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--repeats", type=int, default=None,
                    help="runs per configuration, median reported (default 3; 1 with --sweep)")
+    p.add_argument("--epochs", type=int, default=1,
+                   help="synthetic dataset: consecutive epochs per timed run, for every "
+                        "contender (steadier than one short epoch)")
     p.add_argument("--data", default=None,
                    help="synthetic dataset: directory to keep it in (default: temp)")
     p.add_argument("--workers", default="0,1,2", help="DataLoader num_workers to try")
@@ -83,5 +86,5 @@ def main(args: argparse.Namespace) -> int:
                     progress=not args.quiet)
     else:
         run(args.samples, args.batch_size, args.repeats or 3, args.data, workers,
-            threads or [1, 2], progress=not args.quiet)
+            threads or [1, 2], progress=not args.quiet, epochs=args.epochs)
     return 0

@@ -11,6 +11,7 @@ loader's time to first batch.
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import tempfile
@@ -59,7 +60,9 @@ class _MemmapDataset(torch.utils.data.Dataset):
 
 def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = None,
         workers: List[int] = (0, 1, 2), threads: List[int] = (1, 2),
-        progress: bool = True) -> Dict[str, float]:
+        progress: bool = True, epochs: int = 1) -> Dict[str, float]:
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
     tmp = None
     if data is None:
         tmp = tempfile.TemporaryDirectory(prefix="stoker-bench-")
@@ -79,10 +82,13 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
 
     def measure(name: str, make_iter: Callable) -> None:
         rates, firsts = [], []
+        def timed():  # `epochs` consecutive epochs in one timed run, for every contender
+            return itertools.chain.from_iterable(make_iter() for _ in range(epochs))
+
         for _ in range(repeats):
             bar.update()
-            rate, first, count = _time_batches(make_iter, data)
-            assert count == n, (name, count, n)
+            rate, first, count = _time_batches(timed, data)
+            assert count == n * epochs, (name, count, n * epochs)
             rates.append(rate)
             firsts.append(first)
         results[name] = statistics.median(rates)
@@ -90,7 +96,8 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
         bar.write(f"  {name:<28} {results[name]:>12,.0f} samples/s   first batch "
                   f"{first_batch[name] * 1e3:8.1f} ms")
 
-    print(f"epoch of {n} samples, batch_size={batch_size}, shuffled, data in page cache; "
+    what = "epoch" if epochs == 1 else f"{epochs} consecutive epochs"
+    print(f"{what} of {n} samples, batch_size={batch_size}, shuffled, data in page cache; "
           f"median of {repeats}")
     for t in threads:
         loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,

@@ -2,25 +2,27 @@
 local shard cache shared by the processes of a node.
 
 ``stoker.Dataset("s3://bucket/train", cache_dir=..., cache_limit="50GB")`` fetches
-``index.json``, then the shards into the cache (:class:`ShardCache`, protocol in
-NOTE [ Shard cache protocol ] of :mod:`.cache`), and opens them from there. Today the core
-maps every shard when a dataset opens, so a remote dataset is opened once all its shards
-are local (downloaded in parallel, in shard order) and they stay pinned while it is open;
-``cache_limit`` must then hold the whole dataset. The cache itself already serves readers
-that fetch shards as they go (:meth:`ShardCache.prefetch`, :meth:`ShardCache.path`,
-:meth:`ShardCache.release`) under a limit smaller than the dataset.
+``index.json`` and returns: the shards download into the cache (:class:`ShardCache`,
+protocol in NOTE [ Shard cache protocol ] of :mod:`.cache`) while the dataset is in use.
+The C++ dataset is opened with deferred shards (NOTE [ Deferred shards ] in
+``csrc/format/dataset.h``): a read waits until its shard is local. :class:`RemoteDataset`'s
+fetcher thread downloads the shards that readers wait for first (a loader's workers read
+``prefetch`` batches ahead, so that is the sampler's own future order), and the rest in
+shard order in the background, ``max_inflight`` at a time. Shards stay pinned while the
+dataset is open, so ``cache_limit`` must hold the dataset; the cache itself serves readers
+that release shards as they go (:meth:`ShardCache.path`, :meth:`ShardCache.release`)
+under a smaller limit.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import os
 import random
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence, Union
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Dict, Iterable, Optional, Union
 
 from .cache import RemoteError, ShardCache, default_cache_dir
 from .transport import PermanentError, Source, TransientError, is_url, open_source
@@ -43,52 +45,6 @@ def fetch_bytes(source: Source, name: str, *, retries: int = 4, backoff: float =
         except PermanentError as e:
             raise RemoteError(f"{url}: {e}") from None
     raise RemoteError(f"{url}: {last} (after {retries + 1} attempts)")
-
-
-# No silent warm-up: a download still running after this many seconds is reported on the
-# "stoker" logger, then every _REPORT_EVERY seconds until it is done.
-_REPORT_AFTER = 2.0
-_REPORT_EVERY = 10.0
-
-
-class _DownloadNotice:
-    """While the shards of ``url`` download (the caller blocks), says how far they are once
-    it takes longer than ``_REPORT_AFTER`` seconds, from a thread that only waits."""
-
-    def __init__(self, url: str, cache: "ShardCache", total_shards: int, total_bytes: int):
-        self.url, self.cache = url, cache
-        self.total_shards, self.total_bytes = total_shards, total_bytes
-        self.local = 0
-        self.reported = False
-        self._done = threading.Event()
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="stoker-fetch-notice",
-                                        daemon=True)
-
-    def __enter__(self) -> "_DownloadNotice":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._done.set()
-        self._thread.join()
-        if self.reported and exc[0] is None:
-            logging.getLogger("stoker").info(
-                "stoker: %s: %d shards local after %.1f s", self.url, self.total_shards,
-                time.monotonic() - self._t0)
-
-    def _run(self) -> None:
-        wait = _REPORT_AFTER
-        while not self._done.wait(wait):
-            st = self.cache.stats()
-            logging.getLogger("stoker").info(
-                "stoker: opening %s: %s %d of %d shards local (%.3g of %.3g MB downloaded by "
-                "this process) after %.1f s", self.url,
-                "still downloading," if self.reported else "downloading the shards into the "
-                "cache,", self.local, self.total_shards, st["bytes_downloaded"] / 1e6,
-                self.total_bytes / 1e6, time.monotonic() - self._t0)
-            self.reported = True
-            wait = _REPORT_EVERY
 
 
 def _safe_relpath(p: Any) -> bool:
@@ -114,6 +70,7 @@ class RemoteDataset:
                  retries: int = 4, timeout: float = 600.0):
         from ..writer import INDEX_NAME, parse_size
 
+        self.max_inflight = max_inflight
         root = url[: -len(INDEX_NAME)] if url.endswith("/" + INDEX_NAME) else url
         self.url = root.rstrip("/")
         self.cache_dir = os.path.abspath(os.fspath(cache_dir or default_cache_dir()))
@@ -139,72 +96,168 @@ class RemoteDataset:
         self.cache = ShardCache(self.source, shards, self.cache_dir,
                                 cache_limit=self.cache_limit, max_inflight=max_inflight,
                                 retries=retries, timeout=timeout)
-        tag = hashlib.sha1(self.url.encode()).hexdigest()[:16]
-        ver = hashlib.sha1(self.index_bytes).hexdigest()[:12]
-        self.local_dir = os.path.join(self.cache_dir, "datasets", f"{tag}-{ver}")
-        self._pinned: Sequence[int] = ()
+        self._lock = threading.Lock()
+        self._fetcher: Optional[_Fetcher] = None
 
-    def open_all(self, order: Optional[Sequence[int]] = None) -> str:
-        """Fetches every shard (in ``order``, default shard order, ``max_inflight`` at a
-        time), pins them, and returns a local directory that opens as the dataset."""
-        from ..writer import INDEX_NAME
-
-        n = len(self.cache)
+    def check_fits(self) -> None:
+        """Raises ValueError if the dataset is larger than ``cache_limit``: a dataset keeps
+        the shards it has read pinned while it is open."""
         if self.cache_limit is not None and self.total_bytes > self.cache_limit:
             raise ValueError(
                 f"{self.url}: the dataset ({self.total_bytes} bytes) is larger than "
-                f"cache_limit ({self.cache_limit} bytes); the loader maps every shard at "
-                "open, so the cache must hold them all")
-        order = list(range(n)) if order is None else list(order)
-        self.cache.prefetch(order)
-        pinned = []
-        try:
-            with _DownloadNotice(self.url, self.cache, n, self.total_bytes) as notice:
-                for i in order:
-                    pinned.append(self.cache.path(i))
-                    notice.local = len(pinned)
-        except BaseException:
-            for i in order[: len(pinned)]:
-                self.cache.release(i)
-            raise
-        self._pinned = order
-        os.makedirs(self.local_dir, exist_ok=True)
-        for i, target in zip(order, pinned):
-            link = os.path.join(self.local_dir, self.index["shards"][i]["path"])
-            try:
-                if os.readlink(link) == target:
-                    continue  # already in place (renames cost on some file systems)
-            except OSError:
-                pass
-            os.makedirs(os.path.dirname(link), exist_ok=True)
-            tmp = f"{link}.{os.getpid()}.tmp"
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            os.symlink(target, tmp)
-            os.replace(tmp, link)
-        index_path = os.path.join(self.local_dir, INDEX_NAME)
-        try:
-            with open(index_path, "rb") as f:
-                same = f.read() == self.index_bytes
-        except OSError:
-            same = False
-        if not same:
-            tmp = f"{index_path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(self.index_bytes)
-            os.replace(tmp, index_path)
-        return self.local_dir
+                f"cache_limit ({self.cache_limit} bytes); an open dataset keeps the shards "
+                "it has read pinned, so the cache must hold them all")
+
+    def start(self, core: Any) -> None:
+        """Starts feeding ``core``, a ``_core.Dataset`` opened with deferred shards whose
+        paths are :meth:`ShardCache.object_path`: the fetcher thread (:class:`_Fetcher`)."""
+        with self._lock:
+            if self._fetcher is not None:
+                raise RuntimeError("this remote dataset is already being fetched")
+            self._fetcher = _Fetcher(self, core)
+
+    def ensure(self, shards: Iterable[int]) -> None:
+        """Makes ``shards`` local now, in the calling thread, for reads outside a loader
+        (``ds[i]``, :meth:`stoker.Dataset.verify`). Raises :class:`RemoteError`."""
+        fetcher = self._fetcher
+        if fetcher is None:
+            raise RuntimeError("this remote dataset is not open")
+        for s in shards:
+            fetcher.ensure(int(s))
 
     def stats(self) -> Dict[str, Any]:
-        """The cache's counters (:meth:`ShardCache.stats`)."""
-        return self.cache.stats()
+        """The cache's counters (:meth:`ShardCache.stats`), with ``network_wait_seconds``
+        the time readers spent waiting for shards to download (a loader's workers, and
+        :meth:`ensure`)."""
+        st = self.cache.stats()
+        fetcher = self._fetcher
+        if fetcher is not None:
+            st["network_wait_seconds"] = fetcher.ensure_wait + fetcher.core.gate_wait_seconds
+        return st
 
     def close(self) -> None:
-        """Drops the pins (the shards may be evicted) and stops fetching."""
+        """Stops fetching and drops the pins (the shards may be evicted); readers still
+        waiting for a shard get a :class:`RemoteError`."""
+        fetcher = self._fetcher
+        if fetcher is not None:
+            fetcher.close()
         self.cache.close()
 
     def __repr__(self) -> str:
         return (f"stoker.remote.RemoteDataset({self.url!r}, {len(self.cache)} shards, "
                 f"cache {self.cache_dir!r})")
+
+
+class _Fetcher:
+    """The thread that feeds a deferred ``_core.Dataset`` (NOTE [ Deferred shards ] in
+    ``csrc/format/dataset.h``).
+
+    It sleeps on the core's gate event. Shards that readers wait for (``core.demands()``,
+    and :meth:`ensure`) start at once, whatever is in flight; otherwise it keeps
+    ``max_inflight`` background downloads going, in shard order. Each download is
+    :meth:`ShardCache.path` in a pool thread (one download per shard per node, pinned once
+    local); when it finishes, the shard is provided to the core, or failed with the
+    :class:`RemoteError`'s message, which the reader raises in the iterating thread."""
+
+    def __init__(self, remote: RemoteDataset, core: Any):
+        self.remote, self.cache, self.core = remote, remote.cache, core
+        self.n = len(remote.cache)
+        self.ensure_wait = 0.0
+        self._mu = threading.Lock()
+        self._inflight: Dict[int, Future] = {}
+        self._settled: Dict[int, Optional[BaseException]] = {}  # shard -> its error or None
+        self._closed = False
+        # Shards already in the cache (a warm cache, another rank's downloads) are pinned
+        # and provided now: a few system calls each, so that no read waits for them.
+        for s in range(self.n):
+            if self.cache.pin_if_local(s):
+                self._settled[s] = None
+                core.provide(s)
+        # demands may start beyond max_inflight: a reader never queues behind prefetches
+        self._pool = ThreadPoolExecutor(2 * remote.max_inflight,
+                                        thread_name_prefix="stoker-fetch")
+        self._thread = threading.Thread(target=self._run, name="stoker-fetcher", daemon=True)
+        self._thread.start()
+
+    def _start(self, s: int) -> Optional[Future]:
+        """The download of ``s``, started if it is not under way (None once settled)."""
+        with self._mu:
+            if s in self._settled:
+                return None
+            fut = self._inflight.get(s)
+            if fut is not None:
+                return fut
+            if self._closed:
+                raise RemoteError(f"{self.cache.url(s)}: the dataset was closed")
+            fut = self._pool.submit(self.cache.path, s)  # pins it once local
+            self._inflight[s] = fut
+        # Outside the lock: a future already done runs the callback right here.
+        fut.add_done_callback(lambda f, s=s: self._settle(s, f))
+        return fut
+
+    def _settle(self, s: int, fut: Future) -> None:
+        exc = fut.exception()
+        with self._mu:
+            if self._inflight.get(s) is fut:
+                del self._inflight[s]
+            if s in self._settled:
+                return
+            self._settled[s] = exc
+        if exc is None:
+            self.core.provide(s)
+        else:
+            why = str(exc) if isinstance(exc, RemoteError) else \
+                f"{self.cache.url(s)}: {type(exc).__name__}: {exc}"
+            self.core.fail(s, why)
+        self.core.gate_notify()  # the fetcher may start the next one
+
+    def _run(self) -> None:
+        background = iter(range(self.n))
+        while True:
+            seen = self.core.gate_prepare()  # before looking: a change after it wakes us
+            with self._mu:
+                if self._closed or len(self._settled) >= self.n:
+                    return  # closed, or every shard local or failed
+            for s in self.core.demands():
+                self._start(s)
+            while True:
+                with self._mu:
+                    busy = len(self._inflight)
+                if busy >= self.remote.max_inflight:
+                    break
+                s = next(background, None)
+                if s is None:
+                    break
+                self._start(s)
+            # Woken by a demand, a settled download or close(); the timeout only bounds
+            # a missed wake-up.
+            self.core.gate_wait(seen, 5.0)
+
+    def ensure(self, s: int) -> None:
+        t0 = time.monotonic()
+        try:
+            fut = self._start(s)
+            if fut is not None:
+                fut.exception()  # waits; the callback settles it
+                self._settle(s, fut)  # (in case the callback has not run yet)
+        finally:
+            with self._mu:
+                self.ensure_wait += time.monotonic() - t0
+        with self._mu:
+            exc = self._settled.get(s)
+        if exc is not None:
+            if isinstance(exc, RemoteError):
+                raise RemoteError(str(exc))
+            raise RemoteError(f"{self.cache.url(s)}: {type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+        self.core.gate_notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for s in range(self.n):  # a reader still waiting must not wait forever
+            self.core.fail(s, f"{self.cache.url(s)}: the dataset was closed")

@@ -9,7 +9,6 @@ NOTE [ Shard cache protocol ]
       locks/<key>.lock         one download at a time per shard (flock, exclusive)
       tmp/<key>.<pid>.<n>.<size>.part   downloads in progress (flock'd by their writer)
       evict.lock               space accounting and eviction, one process at a time
-      datasets/<url hash>/     index.json + links to objects (what stoker.Dataset opens)
 
 - A download goes to ``tmp/``, is checked against the size and checksum of ``index.json``
   (low 32 bits of XXH3-64 over the whole file, computed as the bytes arrive), and only
@@ -179,6 +178,10 @@ class ShardCache:
         ids = np.searchsorted(self._starts, idx, side="right") - 1
         return list(dict.fromkeys(ids.tolist()))
 
+    def object_path(self, shard: int) -> str:
+        """Where ``shard`` is once local (it may not be yet; :meth:`path` waits and pins)."""
+        return self._object(self._shards[shard])
+
     def url(self, shard: int) -> str:
         return self.source.object_url(self._shards[shard].name)
 
@@ -232,6 +235,24 @@ class ShardCache:
                     with self._mu:
                         if s.future is fut:
                             s.future = None
+
+    def pin_if_local(self, shard: int) -> bool:
+        """Pins ``shard`` as :meth:`path` does if it is in the cache already (a cache hit)
+        and returns True; returns False, doing nothing, if it is not. Never downloads."""
+        s = self._shards[shard]
+        with self._mu:
+            self._check_open()
+            if s.fd is not None:
+                s.refs += 1
+                s.fresh = False
+                return True
+        if not self._pin(s):
+            return False
+        with self._mu:
+            self._stats["cache_hits"] += 1
+            s.refs += 1
+            s.fresh = False
+        return True
 
     def release(self, shard: int) -> None:
         """Gives back one pin of ``shard``; with none left it may be evicted."""

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "pipeline/detail/futex.h"
+#include "common/detail/futex.h"
 
 namespace stoker::detail {
 
