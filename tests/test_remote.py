@@ -155,6 +155,26 @@ def test_token_dataset_over_a_url_equals_local(local_ds, nginx, tmp_path):
     assert ds.remote.stats()["downloads"] == len(local.shards)
 
 
+def _read_all_in_child(ds, queue):
+    queue.put(local_digest(ds))
+
+
+def test_a_forked_child_reads_a_url_dataset(local_ds, nginx, tmp_path):
+    """A DataLoader-style fork of a process holding a remote dataset before its shards are
+    local: the child's reads fetch what they need themselves."""
+    import multiprocessing as mp
+
+    _, local = local_ds
+    ds = stoker.Dataset(f"{nginx.url}/ds", cache_dir=tmp_path / "cache")
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read_all_in_child, args=(ds, queue))
+    child.start()
+    digest = queue.get(timeout=60)
+    child.join(30)
+    assert child.exitcode == 0 and digest == local_digest(local)
+
+
 def test_s3_epoch_equals_local(local_ds, s3_env, tmp_path):
     _, local = local_ds
     ds = stoker.Dataset("s3://bucket/datasets/ds", cache_dir=tmp_path / "cache")

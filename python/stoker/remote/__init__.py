@@ -153,8 +153,9 @@ class _Fetcher:
     ``csrc/format/dataset.h``).
 
     It sleeps on the core's gate event. Shards that readers wait for (``core.demands()``,
-    and :meth:`ensure`) start at once, whatever is in flight; otherwise it keeps
-    ``max_inflight`` background downloads going, in shard order. Each download is
+    and :meth:`ensure`) start ahead of the background ones, with ``max_inflight`` pool
+    threads beyond those the background uses; otherwise it keeps ``max_inflight``
+    background downloads going, in shard order. Each download is
     :meth:`ShardCache.path` in a pool thread (one download per shard per node, pinned once
     local); when it finishes, the shard is provided to the core, or failed with the
     :class:`RemoteError`'s message, which the reader raises in the iterating thread."""
@@ -163,6 +164,8 @@ class _Fetcher:
         self.remote, self.cache, self.core = remote, remote.cache, core
         self.n = len(remote.cache)
         self.ensure_wait = 0.0
+        self._pid = os.getpid()
+        self._child_cache: Optional[tuple] = None  # (pid, ShardCache) in a forked child
         self._mu = threading.Lock()
         self._inflight: Dict[int, Future] = {}
         self._settled: Dict[int, Optional[BaseException]] = {}  # shard -> its error or None
@@ -234,6 +237,21 @@ class _Fetcher:
             self.core.gate_wait(seen, 5.0)
 
     def ensure(self, s: int) -> None:
+        if os.getpid() != self._pid:
+            # A forked child (a DataLoader worker, say): the fetcher's threads stayed in the
+            # parent, and its locks may have been held there at the fork. The child feeds
+            # its own copy of the dataset from this thread, through a cache object of its
+            # own on the same directory (the parent's downloads are found there).
+            if self._child_cache is None or self._child_cache[0] != os.getpid():
+                r = self.remote
+                self._child_cache = (os.getpid(), ShardCache(
+                    r.source, r.index["shards"], r.cache_dir, cache_limit=r.cache_limit,
+                    max_inflight=r.max_inflight, retries=self.cache.retries,
+                    timeout=self.cache.timeout))
+            if not self.core.is_mapped(s):
+                self._child_cache[1].path(s)
+                self.core.provide(s)
+            return
         t0 = time.monotonic()
         try:
             fut = self._start(s)

@@ -53,6 +53,43 @@ __all__ = ["ShardCache", "RemoteError", "default_cache_dir"]
 
 _SEQ = itertools.count()
 
+# Exclusive flocks this process holds for a while: download locks, the .part files being
+# written, the eviction lock. A fork copies their descriptors into the child, and a flock
+# lasts while any copy is open: the child would hold the lock for as long as it lives
+# (another process, the parent itself or the child waiting on it forever). Such files are
+# opened and closed under _FD_LOCK, which a fork also takes, so the child knows exactly
+# which of its descriptors are those copies, and closes them at once.
+_HELD_LOCK_FDS: set = set()
+_FD_LOCK = threading.Lock()
+
+
+def _open_locked(path: str, flags: int) -> int:
+    """os.open for a file this process will hold an exclusive flock on."""
+    with _FD_LOCK:
+        fd = os.open(path, flags, 0o644)
+        _HELD_LOCK_FDS.add(fd)
+        return fd
+
+
+def _close_locked(fd: int) -> None:
+    with _FD_LOCK:
+        _HELD_LOCK_FDS.discard(fd)
+        os.close(fd)
+
+
+def _close_inherited_locks() -> None:
+    for fd in list(_HELD_LOCK_FDS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD_LOCK_FDS.clear()
+    _FD_LOCK.release()  # taken by the fork (before=)
+
+
+os.register_at_fork(before=_FD_LOCK.acquire, after_in_parent=_FD_LOCK.release,
+                    after_in_child=_close_inherited_locks)
+
 
 class RemoteError(OSError):
     """A remote object could not be fetched; the message names its URL and the reason."""
@@ -347,7 +384,7 @@ class ShardCache:
                 s.fresh = not s.demanded and s.refs == 0
             return
         lock_path = os.path.join(self.cache_dir, "locks", s.key + ".lock")
-        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        lock_fd = _open_locked(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
         try:
             try:
                 _flock(lock_fd, fcntl.LOCK_EX, self.timeout,
@@ -372,7 +409,7 @@ class ShardCache:
                     pass
                 raise
             finally:
-                os.close(part_fd)
+                _close_locked(part_fd)
             with self._mu:
                 self._stats["download_seconds"] += time.monotonic() - t0
             if not self._pin(s):
@@ -381,7 +418,7 @@ class ShardCache:
             with self._mu:
                 s.fresh = not s.demanded and s.refs == 0
         finally:
-            os.close(lock_fd)  # releases the download lock
+            _close_locked(lock_fd)  # releases the download lock
 
     def _download(self, s: _Shard, fd: int) -> None:
         from .. import _core
@@ -440,16 +477,16 @@ class ShardCache:
         """Room for ``s`` under cache_limit; returns (fd, path) of its locked .part file."""
         tmp_dir = os.path.join(self.cache_dir, "tmp")
         part = os.path.join(tmp_dir, f"{s.key}.{os.getpid()}.{next(_SEQ)}.{s.size}.part")
-        evict_fd = os.open(os.path.join(self.cache_dir, "evict.lock"),
-                           os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        evict_fd = _open_locked(os.path.join(self.cache_dir, "evict.lock"),
+                                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
         deadline = time.monotonic() + self.timeout
         try:
             while True:
                 _flock(evict_fd, fcntl.LOCK_EX, self.timeout, "the cache's eviction lock")
                 try:
                     if self._make_room(s):
-                        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                                     0o644)
+                        fd = _open_locked(part, os.O_RDWR | os.O_CREAT | os.O_EXCL |
+                                          os.O_CLOEXEC)  # _fetch closes it
                         fcntl.flock(fd, fcntl.LOCK_EX)
                         return fd, part
                 finally:
@@ -464,7 +501,7 @@ class ShardCache:
                             f"rest is held by readers; raise cache_limit")
                     self._space.wait(0.05)
         finally:
-            os.close(evict_fd)
+            _close_locked(evict_fd)
 
     def _make_room(self, s: _Shard) -> bool:
         """Under the eviction lock: True once ``s`` fits, evicting what may go. Deletes the
