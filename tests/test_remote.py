@@ -156,12 +156,14 @@ def test_token_dataset_over_a_url_equals_local(local_ds, nginx, tmp_path):
 
 
 def _read_all_in_child(ds, queue):
-    queue.put(local_digest(ds))
+    labels = [int(x) for b in stoker.Loader(ds, batch_size=16, num_threads=2)
+              for x in b["label"]]
+    queue.put((local_digest(ds), labels))
 
 
 def test_a_forked_child_reads_a_url_dataset(local_ds, nginx, tmp_path):
     """A DataLoader-style fork of a process holding a remote dataset before its shards are
-    local: the child's reads fetch what they need themselves."""
+    local: the child's loader and reads fetch what they need themselves."""
     import multiprocessing as mp
 
     _, local = local_ds
@@ -170,9 +172,10 @@ def test_a_forked_child_reads_a_url_dataset(local_ds, nginx, tmp_path):
     queue = ctx.Queue()
     child = ctx.Process(target=_read_all_in_child, args=(ds, queue))
     child.start()
-    digest = queue.get(timeout=60)
+    digest, labels = queue.get(timeout=60)
     child.join(30)
     assert child.exitcode == 0 and digest == local_digest(local)
+    assert labels == list(range(len(local)))
 
 
 def test_s3_epoch_equals_local(local_ds, s3_env, tmp_path):

@@ -546,6 +546,9 @@ class Loader:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
+        remote = getattr(self.dataset, "remote", None)
+        if remote is not None:
+            remote.serve_here()  # a dataset opened before a fork: this process fetches too
         rank, world = self._world()
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
 

@@ -98,6 +98,7 @@ class RemoteDataset:
                                 retries=retries, timeout=timeout)
         self._lock = threading.Lock()
         self._fetcher: Optional[_Fetcher] = None
+        self._core: Any = None
 
     def check_fits(self) -> None:
         """Raises ValueError if the dataset is larger than ``cache_limit``: a dataset keeps
@@ -114,11 +115,31 @@ class RemoteDataset:
         with self._lock:
             if self._fetcher is not None:
                 raise RuntimeError("this remote dataset is already being fetched")
+            self._core = core
             self._fetcher = _Fetcher(self, core)
+
+    def serve_here(self) -> None:
+        """In a forked child (a DataLoader worker, say), starts this process's own fetcher:
+        the parent's threads did not come along, and its locks may have been held at the
+        fork. Its cache object is new too (same directory: the parent's downloads are found
+        there). A no-op in the process that opened the dataset."""
+        fetcher = self._fetcher
+        if fetcher is None or fetcher.pid == os.getpid():
+            return
+        with self._lock:
+            if self._fetcher is not fetcher:
+                return
+            old = self.cache
+            self.cache = ShardCache(self.source, self.index["shards"], self.cache_dir,
+                                    cache_limit=self.cache_limit,
+                                    max_inflight=self.max_inflight, retries=old.retries,
+                                    timeout=old.timeout)
+            self._fetcher = _Fetcher(self, self._core)
 
     def ensure(self, shards: Iterable[int]) -> None:
         """Makes ``shards`` local now, in the calling thread, for reads outside a loader
         (``ds[i]``, :meth:`stoker.Dataset.verify`). Raises :class:`RemoteError`."""
+        self.serve_here()
         fetcher = self._fetcher
         if fetcher is None:
             raise RuntimeError("this remote dataset is not open")
@@ -164,8 +185,7 @@ class _Fetcher:
         self.remote, self.cache, self.core = remote, remote.cache, core
         self.n = len(remote.cache)
         self.ensure_wait = 0.0
-        self._pid = os.getpid()
-        self._child_cache: Optional[tuple] = None  # (pid, ShardCache) in a forked child
+        self.pid = os.getpid()  # its threads live in this process (RemoteDataset.serve_here)
         self._mu = threading.Lock()
         self._inflight: Dict[int, Future] = {}
         self._settled: Dict[int, Optional[BaseException]] = {}  # shard -> its error or None
@@ -237,21 +257,6 @@ class _Fetcher:
             self.core.gate_wait(seen, 5.0)
 
     def ensure(self, s: int) -> None:
-        if os.getpid() != self._pid:
-            # A forked child (a DataLoader worker, say): the fetcher's threads stayed in the
-            # parent, and its locks may have been held there at the fork. The child feeds
-            # its own copy of the dataset from this thread, through a cache object of its
-            # own on the same directory (the parent's downloads are found there).
-            if self._child_cache is None or self._child_cache[0] != os.getpid():
-                r = self.remote
-                self._child_cache = (os.getpid(), ShardCache(
-                    r.source, r.index["shards"], r.cache_dir, cache_limit=r.cache_limit,
-                    max_inflight=r.max_inflight, retries=self.cache.retries,
-                    timeout=self.cache.timeout))
-            if not self.core.is_mapped(s):
-                self._child_cache[1].path(s)
-                self.core.provide(s)
-            return
         t0 = time.monotonic()
         try:
             fut = self._start(s)
