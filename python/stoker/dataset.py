@@ -160,6 +160,7 @@ class Dataset:
         """Opens a URL's dataset from its index.json alone: the shards download while it
         is read (:mod:`stoker.remote`, NOTE [ Deferred shards ] in csrc/format/dataset.h)."""
         remote = self.remote
+        assert remote is not None  # set by __init__ for a URL
         self.path = remote.url
         self.index_path = f"{remote.url}/{INDEX_NAME}"
         index = self._parse_index(remote.index_bytes)
