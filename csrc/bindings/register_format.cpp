@@ -150,7 +150,8 @@ void register_format(py::module_& m) {
           "Maps and validates shard `shard` now (otherwise done on first use).")
       .def("is_mapped", &Dataset::is_mapped, py::arg("shard"))
       .def_property_readonly("mapped_shards", &Dataset::mapped_shards)
-      .def("check_intact", &Dataset::check_intact, py::arg("index"))
+      .def("check_intact", py::overload_cast<int64_t>(&Dataset::check_intact, py::const_),
+           py::arg("index"))
       .def("locate",
            [](const Dataset& d, int64_t i) {
              auto loc = d.locate(i);

@@ -13,4 +13,13 @@ inline bool cpu_has_avx2() {
 #endif
 }
 
+inline bool cpu_has_avx512f() {
+#if defined(__x86_64__)
+  static const bool avx512f = __builtin_cpu_supports("avx512f");
+  return avx512f;
+#else
+  return false;
+#endif
+}
+
 }  // namespace stoker

@@ -3,15 +3,27 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/cpu.h"
+
 #if defined(__x86_64__)
 #include <emmintrin.h>  // SSE2: every x86-64 CPU has it, no dispatch needed
 #endif
 
 namespace stoker {
 
+namespace detail {
+#if defined(__x86_64__)
+void stream_copy_avx512(uint8_t* d, const uint8_t* s, size_t n);  // stream_copy_avx512.cpp
+#endif
+}  // namespace detail
+
 void stream_copy(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)
   if (n >= kStreamCopyMin) {
+    if (cpu_has_avx512f()) {
+      detail::stream_copy_avx512(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n);
+      return;
+    }
     auto* d = static_cast<uint8_t*>(dst);
     const auto* s = static_cast<const uint8_t*>(src);
     // Plain stores up to the destination's first 16-byte boundary (the

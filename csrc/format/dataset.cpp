@@ -196,8 +196,7 @@ Dataset::Location Dataset::locate(int64_t i) const {
   return {s, i - starts_[s]};
 }
 
-void Dataset::read(int64_t i, RecordView* out) const {
-  Location loc = locate(i);
+void Dataset::read(Location loc, RecordView* out) const {
   const ShardReader& r = shard(loc.shard);
   RecordView rec = r.record(loc.record);  // names file and record itself
   try {
@@ -208,9 +207,8 @@ void Dataset::read(int64_t i, RecordView* out) const {
   }
 }
 
-void Dataset::check_intact(int64_t i) const {
+void Dataset::check_intact(Location loc) const {
   if (MappedFile::total_faults() == 0) return;  // the normal path: one relaxed load
-  Location loc = locate(i);
   const ShardReader* r = readers_[loc.shard].load(std::memory_order_acquire);
   if (r && r->faulted()) r->throw_changed(loc.record, "pages of it read as zeros");
 }

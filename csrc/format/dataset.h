@@ -72,7 +72,10 @@ class Dataset {
 
   /// Verified, split fields of sample `i` into `out` (one per field).
   /// DataError names the shard file, the record and the reason.
-  void read(int64_t i, RecordView* out) const;
+  void read(int64_t i, RecordView* out) const { read(locate(i), out); }
+  /// read() of a sample already located (a reader that locates each sample
+  /// once for its prefetches and its read).
+  void read(Location loc, RecordView* out) const;
 
   /// Throws DataError "<file>: changed on disk while in use" if the shard of
   /// sample `i` was cut short under its mapping (NOTE [ Shards changed under a
@@ -81,7 +84,14 @@ class Dataset {
   /// mapping ever faulted: readers call it after using a sample's bytes. (A
   /// shard overwritten in place without being cut short is caught by the next
   /// read of it: read() compares the header.)
-  void check_intact(int64_t i) const;
+  void check_intact(int64_t i) const {
+    if (MappedFile::total_faults() != 0) check_intact(locate(i));
+  }
+  void check_intact(Location loc) const;
+  /// The reader of shard `s` if it is mapped, else null (never maps, never waits).
+  const ShardReader* mapped_reader(size_t s) const {
+    return s < infos_.size() ? readers_[s].load(std::memory_order_acquire) : nullptr;
+  }
 
   // NOTE [ Deferred shards ]
   // A remote dataset's shards download into a local cache while it is in use.

@@ -14,29 +14,37 @@
 
 namespace stoker {
 
-/// Prefetches the pages of up to `max_bytes` of record `index`: the first line
-/// of each page. The prefetch takes the TLB miss and starts the memory access;
-/// the hardware prefetcher streams the rest of each page once the read walks
-/// it. (A prefetch of every line, measured on 12 KiB records, was slower: its
-/// hundreds of loads fill the core's miss buffers and stall the work it was to
-/// overlap.) Never throws; a bad index is ignored (the read reports it).
-inline void prefetch_record(const Dataset& ds, int64_t index, size_t max_bytes = 32 << 10) {
-  if (index < 0 || index >= ds.size()) return;
-  const Dataset::Location loc = ds.locate(index);
-  if (!ds.is_mapped(loc.shard)) return;  // mapping it is the read's job (and its errors)
-  const RecordView r = ds.shard(loc.shard).record_unchecked(loc.record);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(r.data) + std::min(r.size, max_bytes);
-  for (uintptr_t p = reinterpret_cast<uintptr_t>(r.data); p < end; p = (p | 4095) + 1)
+/// Prefetches the pages of up to `max_bytes` of the record at `loc`: the
+/// first line of each page. The prefetch takes the TLB miss and starts the
+/// memory access; the hardware prefetcher streams the rest of each page once
+/// the read walks it. (A prefetch of every line, measured on 12 KiB records,
+/// was slower: its hundreds of loads fill the core's miss buffers and stall the
+/// work it was to overlap.) Never throws; a shard not mapped yet is left alone
+/// (mapping it is the read's job, and its errors), so is a bad entry (the read
+/// reports it).
+inline void prefetch_record(const Dataset& ds, Dataset::Location loc,
+                            size_t max_bytes = 32 << 10) noexcept {
+  const ShardReader* r = ds.mapped_reader(loc.shard);
+  if (!r) return;
+  const RecordView v = r->record_unchecked_or_empty(loc.record);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(v.data) + std::min(v.size, max_bytes);
+  for (uintptr_t p = reinterpret_cast<uintptr_t>(v.data); p < end; p = (p | 4095) + 1)
     __builtin_prefetch(reinterpret_cast<const void*>(p), 0, 3);
 }
 
-/// Prefetches record `index`'s entry in its shard's record table: a shuffled
-/// read misses the cache on the entry before it can start on the record, so
-/// this runs a few records ahead of prefetch_record. Never throws.
+/// Prefetches the table entry of the record at `loc`: a shuffled read misses
+/// the cache on the entry before it can start on the record, so this runs a
+/// few records ahead of prefetch_record. Never throws.
+inline void prefetch_record_entry(const Dataset& ds, Dataset::Location loc) noexcept {
+  if (const ShardReader* r = ds.mapped_reader(loc.shard)) r->prefetch_entry(loc.record);
+}
+
+/// The same, by dataset index (a bad index is ignored).
+inline void prefetch_record(const Dataset& ds, int64_t index, size_t max_bytes = 32 << 10) {
+  if (index >= 0 && index < ds.size()) prefetch_record(ds, ds.locate(index), max_bytes);
+}
 inline void prefetch_record_entry(const Dataset& ds, int64_t index) {
-  if (index < 0 || index >= ds.size()) return;
-  const Dataset::Location loc = ds.locate(index);
-  if (ds.is_mapped(loc.shard)) ds.shard(loc.shard).prefetch_entry(loc.record);
+  if (index >= 0 && index < ds.size()) prefetch_record_entry(ds, ds.locate(index));
 }
 
 }  // namespace stoker

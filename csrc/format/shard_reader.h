@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,6 +95,16 @@ class ShardReader {
   /// against the mapping on every call, so a file rewritten in place under us
   /// gives a DataError, never a read outside the mapping.
   RecordView record_unchecked(int64_t i) const;
+  /// record_unchecked(i), or an empty view where it would throw (for prefetch hints).
+  RecordView record_unchecked_or_empty(int64_t i) const noexcept {
+    if (i < 0 || i >= num_records_) return {};
+    format::RecordEntry e;
+    std::memcpy(&e, table_ + i, sizeof e);
+    if (e.offset < sizeof(format::ShardHeader) || e.offset > table_offset_ ||
+        e.length > table_offset_ - e.offset)
+      return {};
+    return {base_ + e.offset, static_cast<size_t>(e.length)};
+  }
   /// Starts loading record `i`'s table entry into cache (no effect out of range).
   void prefetch_entry(int64_t i) const noexcept {
     if (i >= 0 && i < num_records_) __builtin_prefetch(table_ + i, 0, 3);
