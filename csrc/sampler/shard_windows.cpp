@@ -55,11 +55,17 @@ Permutation ShardWindows::window_permutation(size_t w) const {
 }
 
 uint64_t ShardWindows::locate(size_t w, uint64_t g) const {
-  // The last slot of the window starting at or before g (empty slots start where the next does).
-  const auto lo = slot_start_.begin() + static_cast<std::ptrdiff_t>(w * window_);
-  const auto hi = slot_start_.begin() +
-                  static_cast<std::ptrdiff_t>(std::min((w + 1) * window_, slot_shard_.size()));
-  const size_t j = static_cast<size_t>(std::upper_bound(lo, hi, g) - slot_start_.begin()) - 1;
+  // The last slot of the window starting at or before g (empty slots start
+  // where the next does; the first starts at or before g). Branch-free halving:
+  // g is random within the window, so a branchy search mispredicts.
+  const size_t first = w * window_;
+  const uint64_t* at = slot_start_.data() + first;
+  for (size_t len = std::min(window_, slot_shard_.size() - first); len > 1;) {
+    const size_t half = len / 2;
+    at = at[half] <= g ? at + half : at;
+    len -= half;
+  }
+  const size_t j = static_cast<size_t>(at - slot_start_.data());
   return slot_base_[j] + (g - slot_start_[j]);
 }
 
