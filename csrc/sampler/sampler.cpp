@@ -21,7 +21,7 @@ EpochOrder::EpochOrder(std::span<const int64_t> shard_records, const SamplerOpti
   shard_start_.reserve(shard_records.size() + 1);
   uint64_t total = 0;
   for (int64_t r : shard_records) {
-    STOKER_CHECK(r >= 0, UsageError, "negative dataset size");
+    STOKER_CHECK(r >= 0, UsageError, "negative record count ", r);
     STOKER_CHECK(static_cast<uint64_t>(r) <= std::numeric_limits<int64_t>::max() - total,
                  UsageError, "shard record counts overflow a 64-bit total");
     shard_start_.push_back(total);

@@ -1,15 +1,14 @@
 // Which samples make batch k of an epoch, for one rank.
 //
-// The epoch order is a permutation of [0, n) keyed by (seed, epoch), or the
-// identity without shuffle, or with shuffle and a shard window the
-// shard-window order (NOTE [ Shard windows ] in shard_windows.h): one global
-// sequence. Rank r of w takes positions
-// offset + r, offset + r + w, ... of it (as DistributedSampler does, from the
-// `offset` global samples already consumed: a resumed epoch, at any world
-// size). Without drop_last the sequence wraps around so every rank gets
-// ceil((n - offset) / w) samples (padding restarts at `pad_from`: the epoch's
-// start, or for a resume at another world size the first unconsumed sample);
-// with drop_last each gets floor. Batch k is
+// The epoch order is a permutation of [0, n) keyed by (seed, epoch) (with a
+// shard window, the shard-window order: NOTE [ Shard windows ] in
+// shard_windows.h), or the identity without shuffle: one global sequence.
+// Rank r of w takes positions offset + r, offset + r + w, ... of it (as
+// DistributedSampler does, from the `offset` global samples already consumed:
+// a resumed epoch, at any world size). Without drop_last the sequence wraps
+// around so every rank gets ceil((n - offset) / w) samples (padding restarts
+// at `pad_from`: the epoch's start, or for a resume at another world size the
+// first unconsumed sample); with drop_last each gets floor. Batch k is
 // positions [k*B, min((k+1)*B, share)) of the rank's sequence (see
 // SamplerOptions::even_batches for the variant without padding). Nothing here
 // depends on the number of threads, and every rank computes the same counts,
