@@ -116,10 +116,11 @@ void register_loader(py::module_& m) {
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
       .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed,
-                       bool drop_last, bool even_batches, bool skip_errors, const py::dict& images,
-                       int threads_hint) {
+                       bool drop_last, bool even_batches, int64_t shard_window, bool skip_errors,
+                       const py::dict& images, int threads_hint) {
              RecordOptions o;
-             o.sampler = SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches};
+             o.sampler =
+                 SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches, shard_window};
              o.skip_errors = skip_errors;
              o.threads_hint = threads_hint;
              for (const auto& [name, spec] : images)
@@ -127,8 +128,9 @@ void register_loader(py::module_& m) {
              return std::make_shared<RecordProducer>(std::move(ds), std::move(o));
            }),
            py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
-           py::arg("drop_last"), py::arg("even_batches"), py::arg("skip_errors"), py::arg("images"),
-           py::arg("threads_hint"),
+           py::arg("drop_last"), py::arg("even_batches"), py::arg("shard_window"),
+           py::arg("skip_errors"), py::arg("images"), py::arg("threads_hint"),
+           "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle; "
            "images: {field: stoker.ops._ImageSpec}; threads_hint sizes the units of work.");
 
   py::class_<BlockAllocator, std::shared_ptr<BlockAllocator>>(

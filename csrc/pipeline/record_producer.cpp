@@ -24,8 +24,11 @@ class RecordEpoch final : public EpochPlan {
 RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts)
     : source_(std::make_shared<RecordSource>()), opts_(std::move(opts)) {
   STOKER_CHECK(ds != nullptr, UsageError, "RecordProducer: no dataset");
+  shard_records_.reserve(ds->num_shards());
+  for (size_t s = 0; s < ds->num_shards(); ++s)
+    shard_records_.push_back(ds->shard_info(s).num_records);
   // Validates the sampling options once, here, rather than at the first epoch.
-  EpochOrder(ds->size(), opts_.sampler, 0, 0, 1, 0);
+  EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
   const Schema& schema = ds->schema();
   for (const auto& [name, spec] : opts_.images) {
     const size_t f = schema.index_of(name);
@@ -45,6 +48,7 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
   source_->skip_errors = opts_.skip_errors;
 }
 
+// Counts do not depend on the order, so they need no shard layout.
 int64_t RecordProducer::num_batches(int64_t rank, int64_t world_size) const {
   return EpochOrder(source_->ds->size(), opts_.sampler, 0, rank, world_size, 0).num_batches();
 }
@@ -55,11 +59,14 @@ int64_t RecordProducer::consumed_after(const EpochKey& key, int64_t batches) con
       .consumed_after(batches);
 }
 
+EpochOrder RecordProducer::epoch_order(const EpochKey& key) const {
+  return EpochOrder(shard_records_, opts_.sampler, key.epoch, key.rank, key.world_size, key.offset,
+                    key.pad_from);
+}
+
 std::shared_ptr<const EpochPlan> RecordProducer::plan_epoch(const EpochKey& key) const {
-  return std::make_shared<RecordEpoch>(
-      EpochOrder(source_->ds->size(), opts_.sampler, key.epoch, key.rank, key.world_size,
-                 key.offset, key.pad_from),
-      hash_combine(opts_.sampler.seed, key.epoch));
+  return std::make_shared<RecordEpoch>(epoch_order(key),
+                                       hash_combine(opts_.sampler.seed, key.epoch));
 }
 
 std::unique_ptr<BatchWork> RecordProducer::plan_batch(const EpochPlan& epoch, int64_t k) const {

@@ -48,10 +48,14 @@ class RecordProducer final : public BatchProducer {
   std::unique_ptr<BatchWork> plan_batch(const EpochPlan& epoch, int64_t k) const override;
 
   const Dataset& dataset() const { return *source_->ds; }
+  /// The order of one epoch (for one rank, from an offset), as plan_epoch uses
+  /// it: EpochOrder::shard_schedule says which shards it reads next.
+  EpochOrder epoch_order(const EpochKey& key) const;
 
  private:
   std::shared_ptr<RecordSource> source_;
   RecordOptions opts_;
+  std::vector<int64_t> shard_records_;  // per shard, for the shard-window order
 };
 
 }  // namespace stoker

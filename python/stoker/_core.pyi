@@ -76,7 +76,7 @@ class BatchProducer:
 
 class RecordProducer(BatchProducer):
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool, seed: int,
-                 drop_last: bool, even_batches: bool, skip_errors: bool,
+                 drop_last: bool, even_batches: bool, shard_window: int, skip_errors: bool,
                  images: Dict[str, Tuple[str, List[Tuple[str, List[float]]], int]],
                  threads_hint: int) -> None: ...
 

@@ -183,8 +183,8 @@ class Loader:
     Guarantees:
       * ``len(loader)`` batches per epoch, always: ``ceil(n / batch_size)`` (``floor`` with
         ``drop_last``) where n is this rank's share; never dependent on ``num_threads``.
-      * The same (data, seed, epoch, rank, world_size, batch_size, drop_last) gives the
-        same batches, bit for bit, for any ``num_threads`` and ``prefetch``.
+      * The same (data, seed, shard_window, epoch, rank, world_size, batch_size, drop_last)
+        gives the same batches, bit for bit, for any ``num_threads`` and ``prefetch``.
       * ``state_dict()`` mid-epoch, then ``load_state_dict()`` on a new loader (any thread
         count, any rank, any world size): the next iteration yields exactly the samples not
         yet yielded by the job.
@@ -197,6 +197,20 @@ class Loader:
         batch_size: samples per batch.
         shuffle: a new permutation each epoch, from (seed, epoch); sequential if False.
         seed: the shuffling and augmentation seed.
+        shard_window: with ``shuffle=True``, shuffle N shards at a time instead of the
+            whole dataset (None, the default: a global shuffle). Each epoch puts the shards
+            in a random order, cuts it into windows of N shards, and yields each window's
+            samples in a random order, window after window: any stretch of the epoch reads
+            from N shards (two near a window boundary), so a remote dataset read through a
+            cache of a few shards does not fetch every shard for every batch. Ranks,
+            padding, ``len(loader)`` and resuming are as for the global shuffle. Example::
+
+                ds = stoker.Dataset("s3://bucket/train", cache_limit="20GB")
+                loader = stoker.Loader(ds, batch_size=256, shuffle=True, shard_window=8)
+
+            A larger window mixes better and needs more shards at once. Needs
+            ``shuffle=True`` (without shuffle the order is sequential, one shard at a
+            time already); not for token batches.
         drop_last: drop the last incomplete batch (and the remainder of the rank split).
         num_threads: worker threads. None (default) = tuned online: a pool of as many
             threads as this rank may use (the cores available to this process divided by
@@ -266,6 +280,7 @@ class Loader:
         max_tokens: Optional[int] = None,
         max_memory: Optional[Union[int, str]] = None,
         stall_warning: Optional[float] = _DEFAULT_STALL_WARNING,
+        shard_window: Optional[int] = None,
         **options: Any,
     ):
         token_options = {}
@@ -295,7 +310,8 @@ class Loader:
                           prefetch_next_epoch=prefetch_next_epoch, image_layout=image_layout,
                           even_batches=even_batches, seq_len=seq_len, packing=packing,
                           token_dtype=token_dtype, max_tokens=max_tokens,
-                          max_memory=max_memory, stall_warning=stall_warning, **token_options)
+                          max_memory=max_memory, stall_warning=stall_warning,
+                          shard_window=shard_window, **token_options)
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
             max_tokens is not None or packing is not None or bool(token_options)
@@ -315,6 +331,18 @@ class Loader:
         # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused
         # rather than silently aliased to a smaller one
         seed = _check_int("seed", seed, -2**63, 2**64 - 1)
+        if shard_window is not None:
+            shard_window = _check_int("shard_window", shard_window, 1, 2**63 - 1,
+                                      "a positive int (shards per window) or None")
+            if self._tokens:
+                raise ValueError("shard_window applies to record datasets (stoker.Dataset); "
+                                 "token batches (seq_len=, packing=, max_tokens=) have "
+                                 "their own orders")
+            if not shuffle:
+                raise ValueError("shard_window needs shuffle=True: it shuffles a window of "
+                                 "shards at a time (without shuffle the order is sequential, "
+                                 "one shard after the other)")
+        self.shard_window: Optional[int] = shard_window
         self.batch_size = batch_size
         self.shuffle = bool(shuffle)
         self.seed = seed
@@ -380,8 +408,8 @@ class Loader:
                                     _specs(self.transforms.get(name, [])), max_image_pixels)
             producer = _core.RecordProducer(
                 dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
-                self.drop_last, self.even_batches, on_error == "skip", images,
-                self.num_threads)
+                self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
+                images, self.num_threads)
         self._producer = producer
 
         options = _core.LoaderOptions()
@@ -580,6 +608,7 @@ class Loader:
             "world_size": world or self._world()[1],
             "seed": self.seed,
             "shuffle": self.shuffle,
+            "shard_window": self.shard_window,
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
             "even_batches": self.even_batches,
@@ -598,7 +627,8 @@ class Loader:
             state = _upgrade_state_v1(state)
         elif version != _STATE_VERSION:
             raise ValueError(f"unsupported loader state version {version!r}")
-        for key in ("seed", "shuffle", "batch_size", "drop_last"):
+        # A state saved before shard_window existed has none: a global shuffle.
+        for key in ("seed", "shuffle", "shard_window", "batch_size", "drop_last"):
             if state.get(key) != getattr(self, key):
                 raise ValueError(f"cannot resume: state has {key}={state.get(key)!r} but this "
                                  f"loader has {key}={getattr(self, key)!r}")
@@ -702,9 +732,10 @@ class Loader:
                           RuntimeWarning, stacklevel=3)
 
     def __repr__(self) -> str:
+        window = "" if self.shard_window is None else f"shard_window={self.shard_window}, "
         return (f"stoker.Loader({self._producer.epoch_samples()} samples, "
                 f"batch_size={self.batch_size}, "
-                f"shuffle={self.shuffle}, num_threads={self.num_threads}, "
+                f"shuffle={self.shuffle}, {window}num_threads={self.num_threads}, "
                 f"device={str(self.device)!r})")
 
 
