@@ -4,16 +4,12 @@
 #include <xxhash.h>
 
 #include "common/cpu.h"
+#include "common/detail/simd_kernels.h"
 #include "common/error.h"
 
 namespace stoker {
 
-namespace detail {
-#if defined(__x86_64__)
-uint64_t xxh3_avx2(const void* data, size_t n);    // checksum_avx2.cpp, built with -mavx2
-uint64_t xxh3_avx512(const void* data, size_t n);  // checksum_avx512.cpp, -mavx512f
-#endif
-}  // namespace detail
+uint64_t detail::xxh3_baseline(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
 uint32_t checksum32(const void* data, size_t n) {
 #if defined(__x86_64__)
@@ -24,12 +20,16 @@ uint32_t checksum32(const void* data, size_t n) {
     if (cpu_has_avx2()) return static_cast<uint32_t>(detail::xxh3_avx2(data, n));
   }
 #endif
-  return static_cast<uint32_t>(XXH3_64bits(data, n));
+  return static_cast<uint32_t>(detail::xxh3_baseline(data, n));
 }
 
 const char* checksum_impl() {
+#if defined(__x86_64__)
   if (cpu_has_avx512f()) return "xxh3-avx512";
   return cpu_has_avx2() ? "xxh3-avx2" : "xxh3-sse2";
+#else
+  return "xxh3";
+#endif
 }
 
 struct StreamingChecksum::State {

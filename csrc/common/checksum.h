@@ -3,7 +3,7 @@
 // Every record is verified on every read, so the checksum must cost well under
 // a copy of the same bytes. CRC-32C runs at ~7 GB/s on the CRC instruction of
 // common x86 cores (throughput-bound, so interleaving does not help), slower
-// than the memcpy it protects; XXH3 runs at tens of GB/s with SSE2/AVX2.
+// than the memcpy it protects; XXH3 runs at tens of GB/s with SSE2/AVX2/AVX-512.
 // xxHash is used header-only (XXH_INLINE_ALL), so it adds no runtime library.
 #pragma once
 
@@ -16,7 +16,7 @@ namespace stoker {
 /// Checksum of `n` bytes at `data`.
 uint32_t checksum32(const void* data, size_t n);
 
-/// The vector unit checksum32 uses ("avx2" or "sse2"), for `stoker inspect`.
+/// The variant checksum32 uses ("xxh3-avx512", "xxh3-avx2" or "xxh3-sse2"), for `stoker --version`.
 const char* checksum_impl();
 
 /// Incremental form: update() over consecutive pieces gives checksum32 of the whole.

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/detail/simd_kernels.h"
+
 namespace stoker::detail {
 uint64_t xxh3_avx512(const void* data, size_t n) { return XXH3_64bits(data, n); }
 }  // namespace stoker::detail

@@ -8,14 +8,22 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/detail/simd_kernels.h"
+
 namespace stoker::detail {
 
-void stream_copy_avx512(uint8_t* d, const uint8_t* s, size_t n) {
+void stream_copy_avx512(uint8_t* d, const uint8_t* s, size_t n, const uint8_t* ahead,
+                        size_t ahead_n) {
   // Plain stores up to the destination's first 64-byte boundary.
   const size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
   std::memcpy(d, s, head);
-  size_t i = head;
+  size_t i = head, k = 0;
   for (; i + 128 <= n; i += 128) {
+    if (k < ahead_n) {  // two lines of `ahead` per two copied (a prefetch never faults)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + k + 64), _MM_HINT_T0);
+      k += 128;
+    }
     const __m512i a = _mm512_loadu_si512(s + i);
     const __m512i b = _mm512_loadu_si512(s + i + 64);
     _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), a);
@@ -24,7 +32,7 @@ void stream_copy_avx512(uint8_t* d, const uint8_t* s, size_t n) {
   for (; i + 64 <= n; i += 64)
     _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
   std::memcpy(d + i, s + i, n - i);
-  _mm_sfence();  // see stream_copy.h
+  _mm_sfence();  // see stream_copy_sse2
 }
 
 }  // namespace stoker::detail

@@ -41,13 +41,21 @@ double random_read_rate(const Dataset& ds, int threads, bool verify, int rounds)
         try {
           for (size_t i = static_cast<size_t>(t); i < order.size();
                i += static_cast<size_t>(threads)) {
-            if (i + threads < order.size()) prefetch_record(ds, order[i + threads]);
+            // The sample writer's prefetches: pages two records ahead, lines of
+            // the next record while copying this one.
+            const size_t step = static_cast<size_t>(threads);
+            if (i + 2 * step < order.size()) prefetch_record(ds, order[i + 2 * step]);
+            RecordView next;
+            if (i + step < order.size()) {
+              const Dataset::Location l = ds.locate(order[i + step]);
+              next = ds.shard(l.shard).record_unchecked_or_empty(l.record);
+            }
             const Dataset::Location loc = ds.locate(order[i]);
             const RecordView rec = verify ? ds.shard(loc.shard).record(loc.record)
                                           : ds.shard(loc.shard).record_unchecked(loc.record);
             if (out.empty()) out.resize(kBatch * kSlots * (rec.size + 64));
             if (at + rec.size > out.size() || slot_record == kBatch * kSlots) at = slot_record = 0;
-            stream_copy(out.data() + at, rec.data, rec.size);
+            stream_copy(out.data() + at, rec.data, rec.size, next.data, next.size);
             at += rec.size;
             ++slot_record;
           }

@@ -45,7 +45,7 @@ namespace stoker {
 constexpr int64_t kEntryAhead = 4;
 // Without image fields, one sample in this many has its stages timed (NOTE [ Stage
 // times ]).
-constexpr int64_t kTimedEvery = 8;
+constexpr int64_t kTimedEvery = 16;
 
 // NOTE [ Stage times ]
 // A worker accounts its time to stages: reading (locating, verifying) and
@@ -94,16 +94,25 @@ class SampleWriter {
       locs[static_cast<size_t>(p - lo)] = ds_.locate(b_.indices[static_cast<size_t>(p)]);
     const auto at = [&](int64_t p) { return locs[static_cast<size_t>(p - lo)]; };
     unit_start_ = last_ = Clock::now();
-    // Ahead of the record being written: the next record's pages load, and the
-    // table entries kEntryAhead records on (the next prefetch needs them).
-    for (int64_t p = lo; p < std::min(hi, lo + kEntryAhead); ++p)
-      prefetch_record_entry(ds_, at(p));
+    // Ahead of the record being written (format/record_prefetch.h): its table
+    // entry kEntryAhead records on, the first line of each page two records on
+    // (the TLB miss), and every line of the next record while this one is
+    // copied (stream_copy's `ahead`), so that the next checksum pass reads from
+    // cache. Without image fields that is the whole cost of a record: read it
+    // once from memory, write it once.
+    for (int64_t p = lo; p < std::min(hi, lo + kEntryAhead); ++p) prefetch_record_entry(ds_, at(p));
     if (lo < hi) prefetch_record(ds_, at(lo));
+    if (lo + 1 < hi) prefetch_record(ds_, at(lo + 1));
     for (int64_t pos = lo; pos < hi; ++pos) {
       if (ctx_.stopped()) return;
       const int64_t index = b_.indices[static_cast<size_t>(pos)];
       if (pos + kEntryAhead < hi) prefetch_record_entry(ds_, at(pos + kEntryAhead));
-      if (pos + 1 < hi) prefetch_record(ds_, at(pos + 1));
+      next_ = {};
+      if (pos + 2 < hi) prefetch_record(ds_, at(pos + 2));
+      if (pos + 1 < hi) {
+        if (const ShardReader* r = ds_.mapped_reader(at(pos + 1).shard))
+          next_ = r->record_unchecked_or_empty(at(pos + 1).record);
+      }
       try {
         write(pos, index, at(pos), time_each_ || (pos - lo) % kTimedEvery == 0);
       } catch (const FetchError&) {  // a download failed: not a bad sample to skip
@@ -184,11 +193,10 @@ class SampleWriter {
   void split_unit_time() {
     const int64_t total = ns(unit_start_, Clock::now());
     const int64_t sampled = sampled_read_ns_ + sampled_fields_ns_;
-    const int64_t read =
-        sampled > 0 ? static_cast<int64_t>(static_cast<double>(total) *
-                                           static_cast<double>(sampled_read_ns_) /
-                                           static_cast<double>(sampled))
-                    : total;
+    const int64_t read = sampled > 0 ? static_cast<int64_t>(static_cast<double>(total) *
+                                                            static_cast<double>(sampled_read_ns_) /
+                                                            static_cast<double>(sampled))
+                                     : total;
     ctx_.times.read_ns += read;
     ctx_.times.decode_ns += total - read;
   }
@@ -215,13 +223,15 @@ class SampleWriter {
       src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_);
       set_activity(Activity::kDecoding);
     } else if (!spec.variable()) {
-      stream_copy(dst, v.data, v.size);
+      stream_copy(dst, v.data, v.size, next_.data, next_.size);
+      next_ = {};
     } else {
       const int64_t rows = static_cast<int64_t>(v.size / spec.row_bytes());
       if (rows > plan.max_rows)
         STOKER_THROW(DataError, "length changed while reading (", rows, " > ", plan.max_rows,
                      " rows)");
-      stream_copy(dst, v.data, v.size);
+      stream_copy(dst, v.data, v.size, next_.data, next_.size);
+      next_ = {};
       std::memset(dst + v.size, 0, plan.sample_bytes - v.size);
       const TensorDesc& lt = b_.tensors[plan.lengths];
       std::memcpy(base_ + lt.offset + static_cast<size_t>(pos) * 8, &rows, 8);
@@ -257,10 +267,11 @@ class SampleWriter {
   uint8_t* base_;
   WorkerContext& ctx_;
   std::vector<RecordView>& views_;  // a per-thread buffer
-  const bool time_each_;          // every sample timed (image fields): NOTE [ Stage times ]
-  Clock::time_point unit_start_;  // when the unit started
-  Clock::time_point last_;        // the end of the previous timed sample's work
+  const bool time_each_;            // every sample timed (image fields): NOTE [ Stage times ]
+  Clock::time_point unit_start_;    // when the unit started
+  Clock::time_point last_;          // the end of the previous timed sample's work
   int64_t sampled_read_ns_ = 0, sampled_fields_ns_ = 0;  // the timed samples' stages
+  RecordView next_;               // the next record, for the copy to prefetch (empty: none)
   int64_t bytes_ = 0;             // source bytes of this unit's samples
   int64_t image_decode_ns_ = -1;  // codec time of this record's images (-1: none)
 };
