@@ -348,8 +348,6 @@ def test_cache_smaller_than_dataset_completes_epochs(local_ds, nginx, tmp_path):
     sizes = [s["bytes"] for s in local.shards]
     limit = 3 * max(sizes) + 10
     assert limit < sum(sizes) / 2
-    with pytest.raises(ValueError, match="larger than cache_limit"):
-        stoker.Dataset(f"{nginx.url}/ds", cache_dir=tmp_path / "cache", cache_limit=limit)
     remote = RemoteDataset(f"{nginx.url}/ds", cache_dir=tmp_path / "cache", cache_limit=limit)
     rng = np.random.default_rng(0)
     for _ in range(2):
@@ -361,6 +359,101 @@ def test_cache_smaller_than_dataset_completes_epochs(local_ds, nginx, tmp_path):
     assert st["evictions"] > 0 and st["downloads"] > len(sizes)  # evicted, fetched again
     remote.close()
     assert parts(tmp_path / "cache") == []
+
+
+# -- a dataset larger than its cache, through the Loader (NOTE [ Bounded cache ]) ----------
+
+def bounded_epochs(remote, local, cache_dir, limit, **kw):
+    """Two epochs of ``remote`` equal bit for bit to ``local``'s with the same settings,
+    while the cache on disk stays within ``limit`` (checked after every batch)."""
+    loader = stoker.Loader(remote, batch_size=8, seed=5, num_threads=2, **kw)
+    ref = stoker.Loader(local, batch_size=8, seed=5, **kw)
+    peak = 0
+    for e in (0, 1):
+        loader.set_epoch(e)
+        ref.set_epoch(e)
+        got = []
+        for b in loader:
+            got.append({k: v.clone() for k, v in b.items()})
+            peak = max(peak, cache_bytes(cache_dir))
+        want = list(ref)
+        assert len(got) == len(want) == len(ref)
+        for g, w in zip(got, want):
+            assert g.keys() == w.keys()
+            for k in g:
+                assert torch.equal(g[k], w[k]), (e, k)
+    assert peak <= limit
+    return loader
+
+
+def cache_bytes(cache_dir):
+    """What the cache's space accounting counts: its objects and the sizes its downloads
+    announce, read under its eviction lock (where objects are evicted and downloads get
+    room); a download published between the two listings is counted once, by its key."""
+    import fcntl
+
+    fd = os.open(os.path.join(cache_dir, "evict.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        by_key = {}
+        for name in parts(cache_dir):  # <key>.<pid>.<n>.<size>.part
+            key, size = name.split(".")[0], int(name.rsplit(".", 2)[-2])
+            by_key[key] = max(by_key.get(key, 0), size)
+        with os.scandir(os.path.join(cache_dir, "objects")) as listing:
+            for e in listing:  # <key>.stk
+                try:
+                    size = e.stat().st_size
+                except FileNotFoundError:
+                    continue
+                key = e.name.split(".")[0]
+                by_key[key] = max(by_key.get(key, 0), size)
+        return sum(by_key.values())
+    finally:
+        os.close(fd)
+
+
+def test_loader_reads_a_dataset_larger_than_its_cache(local_ds, nginx, tmp_path):
+    _, local = local_ds
+    sizes = [s["bytes"] for s in local.shards]
+    limit = 3 * max(sizes) + 10
+    assert limit < sum(sizes) / 2
+    cache = tmp_path / "cache"
+    ds = stoker.Dataset(f"{nginx.url}/ds", cache_dir=cache, cache_limit=limit)
+    assert ds.remote.bounded and ds._core.releasable
+    # A global shuffle reads every shard in every batch: refused, with the way out.
+    with pytest.raises(ValueError, match=r"larger than cache_limit.*shard_window=\d"):
+        stoker.Loader(ds, batch_size=8, shuffle=True)
+    with pytest.raises(ValueError, match="shard_window=4 may need .* more than cache_limit"):
+        stoker.Loader(ds, batch_size=8, shuffle=True, shard_window=4)
+    for kw in ({"shuffle": True, "shard_window": 1}, {"shuffle": True, "shard_window": 2},
+               {"shuffle": False}):
+        loader = bounded_epochs(ds, local, cache, limit, **kw)
+        del loader
+    st = ds.remote.stats()
+    assert st["evictions"] > 0 and st["downloads"] > 2 * len(sizes)  # given back, fetched again
+    assert ds.remote._fetcher.released > 0
+    # Reads outside a loader hold their shard while they copy it out.
+    same_records(ds, local)
+    ds.remote.close()
+    assert parts(cache) == []
+
+
+def test_s3_loader_through_a_small_cache(local_ds, s3_env, tmp_path):
+    _, local = local_ds
+    sizes = [s["bytes"] for s in local.shards]
+    limit = 3 * max(sizes) + 10
+    cache = tmp_path / "cache"
+    ds = stoker.Dataset("s3://bucket/datasets/ds", cache_dir=cache, cache_limit=limit)
+    bounded_epochs(ds, local, cache, limit, shuffle=True, shard_window=1)
+    assert ds.remote.stats()["evictions"] > 0
+
+
+def test_token_dataset_needs_a_cache_that_holds_it(local_ds, nginx, tmp_path):
+    _, local = local_ds
+    limit = 2 * max(s["bytes"] for s in local.shards)
+    ds = stoker.Dataset(f"{nginx.url}/ds", cache_dir=tmp_path / "cache", cache_limit=limit)
+    with pytest.raises(ValueError, match="TokenDataset keeps every shard"):
+        stoker.TokenDataset(ds, field="tokens")
 
 
 def test_shards_for_upcoming_samples(local_ds, tmp_path):

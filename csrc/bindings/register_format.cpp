@@ -78,7 +78,8 @@ void register_format(py::module_& m) {
 
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
       .def(py::init([](const py::list& fields, uint64_t schema_hash, const py::list& shards,
-                       bool probe_on_open, bool map_on_open, int lease_fd, bool deferred) {
+                       bool probe_on_open, bool map_on_open, int lease_fd, bool deferred,
+                       bool releasable) {
              Schema schema = schema_from_py(fields, schema_hash);
              std::vector<ShardInfo> infos;
              infos.reserve(shards.size());
@@ -99,6 +100,7 @@ void register_format(py::module_& m) {
              opts.probe_on_open = probe_on_open;
              opts.map_on_open = map_on_open;
              opts.deferred = deferred;
+             opts.releasable = releasable;
              std::shared_ptr<Dataset> ds;
              {
                py::gil_scoped_release nogil;
@@ -110,13 +112,20 @@ void register_format(py::module_& m) {
            }),
            py::arg("fields"), py::arg("schema_hash"), py::arg("shards"),
            py::arg("probe_on_open") = true, py::arg("map_on_open") = false,
-           py::arg("lease_fd") = -1, py::arg("deferred") = false,
+           py::arg("lease_fd") = -1, py::arg("deferred") = false, py::arg("releasable") = false,
            "Shards are (path, num_records, bytes, identity) with identity (dataset_id_hex, "
            "ordinal, header_checksum, table_checksum) or None (format version 1). On success "
            "the dataset owns lease_fd and closes it when destroyed. deferred: the shard files "
            "are not there yet; each is read after provide() (NOTE [ Deferred shards ] in "
-           "csrc/format/dataset.h).")
+           "csrc/format/dataset.h). releasable: deferred, and try_release() gives shards back "
+           "(NOTE [ Released shards ]).")
       .def_property_readonly("deferred", &Dataset::deferred)
+      .def_property_readonly("releasable", &Dataset::releasable)
+      .def("try_release", &Dataset::try_release, py::arg("shard"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Releasable datasets: unmaps shard `shard` and makes it pending again unless a reader "
+           "holds it; whether it did.")
+      .def("pins", &Dataset::pins, py::arg("shard"), "Readers holding shard `shard` now.")
       .def("provide", &Dataset::provide, py::arg("shard"),
            "Deferred shards: shard `shard` is local now; readers waiting for it go on.")
       .def("fail", &Dataset::fail, py::arg("shard"), py::arg("why"),
@@ -145,7 +154,7 @@ void register_format(py::module_& m) {
              return d.shard_path(s);
            })
       .def(
-          "open_shard", [](const Dataset& d, size_t s) { (void)d.shard(s); }, py::arg("shard"),
+          "open_shard", [](const Dataset& d, size_t s) { (void)d.pin(s); }, py::arg("shard"),
           py::call_guard<py::gil_scoped_release>(),
           "Maps and validates shard `shard` now (otherwise done on first use).")
       .def("is_mapped", &Dataset::is_mapped, py::arg("shard"))
@@ -161,9 +170,12 @@ void register_format(py::module_& m) {
           "read",
           [](const Dataset& d, int64_t i) {
             std::vector<RecordView> views(d.schema().fields.size());
+            Dataset::ShardPin held;  // the views point into the shard until copied out
             {
               py::gil_scoped_release nogil;
-              d.read(i, views.data());
+              const Dataset::Location loc = d.locate(i);
+              held = d.pin(loc.shard);
+              d.read(loc, views.data());
             }
             py::list out;
             for (size_t f = 0; f < views.size(); ++f) {
@@ -195,8 +207,10 @@ void register_format(py::module_& m) {
                 return msg;
               };
               const ShardReader* r = nullptr;
+              Dataset::ShardPin held;
               try {
-                r = &d.shard(s);
+                held = d.pin(s);
+                r = &held.reader();
               } catch (const DataError& e) {
                 bad.emplace_back(-1, reason(e));
               }

@@ -131,7 +131,10 @@ void register_loader(py::module_& m) {
            py::arg("drop_last"), py::arg("even_batches"), py::arg("shard_window"),
            py::arg("skip_errors"), py::arg("images"), py::arg("threads_hint"),
            "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle; "
-           "images: {field: stoker.ops._ImageSpec}; threads_hint sizes the units of work.");
+           "images: {field: stoker.ops._ImageSpec}; threads_hint sizes the units of work.")
+      .def("shard_schedule", &RecordProducer::shard_schedule, py::arg("epoch"),
+           py::arg("world_size"), py::arg("position"), py::arg("max_shards"),
+           "The shards the whole job reads in `epoch` from global `position` on, in order.");
 
   py::class_<BlockAllocator, std::shared_ptr<BlockAllocator>>(
       m, "HostMemory", "Where batch slots come from (pageable or page-locked).")

@@ -43,6 +43,11 @@ Dataset::Dataset(Schema schema, std::vector<ShardInfo> shards, Options opts)
       STOKER_THROW(DataError, infos_[s].path, ": is the same file as shard ", it->second, " (",
                    infos_[it->second].path, "): a shard listed twice");
   };
+  if (opts.releasable) {
+    opts.deferred = true;
+    pins_.reset(new std::atomic<int32_t>[infos_.size()]);
+    for (size_t s = 0; s < infos_.size(); ++s) pins_[s].store(0, std::memory_order_relaxed);
+  }
   if (opts.deferred) {
     gate_.reset(new std::atomic<uint32_t>[infos_.size()]);
     for (size_t s = 0; s < infos_.size(); ++s) gate_[s].store(kPending, std::memory_order_relaxed);
@@ -98,10 +103,52 @@ const ShardReader& Dataset::shard(size_t s) const {
   return *r;
 }
 
+Dataset::ShardPin Dataset::pin(size_t s) const {
+  if (s >= infos_.size())
+    STOKER_THROW(UsageError, "shard ", s, " out of range for a dataset of ", infos_.size());
+  ShardPin p;
+  p.ds_ = this;
+  p.s_ = s;
+  if (!pins_) {
+    p.r_ = &shard(s);
+    return p;
+  }
+  // NOTE [ Released shards ]: count first, then look.
+  for (;;) {
+    pins_[s].fetch_add(1, std::memory_order_seq_cst);
+    if (gate_[s].load(std::memory_order_seq_cst) == kReady) {
+      p.counted_ = true;  // given back by p, also if mapping throws
+      p.r_ = &shard(s);
+      return p;
+    }
+    unpin(s);
+    await_shard(s);  // until provided again (or it throws: failed, stopped)
+  }
+}
+
+void Dataset::unpin(size_t s) const noexcept { pins_[s].fetch_sub(1, std::memory_order_seq_cst); }
+
+bool Dataset::try_release(size_t s) {
+  STOKER_CHECK(pins_ && s < infos_.size(), UsageError, "try_release: shard ", s,
+               " of a dataset that is not releasable or out of range");
+  // Under the stripe: a reader mapping the shard (shard()) or a fail() waits.
+  std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+  uint32_t v = kReady;
+  if (!gate_[s].compare_exchange_strong(v, kReleasing, std::memory_order_seq_cst)) return false;
+  const bool held = pins_[s].load(std::memory_order_seq_cst) != 0;
+  if (!held) {
+    readers_[s].store(nullptr, std::memory_order_release);
+    owned_[s].reset();  // unmapped: the cache may now delete the file
+  }
+  gate_[s].store(held ? kReady : kPending, std::memory_order_seq_cst);
+  detail::futex_wake(gate_[s]);
+  return !held;
+}
+
 void Dataset::await_shard(size_t s) const {
   std::atomic<uint32_t>& g = gate_[s];
   uint32_t v = g.load(std::memory_order_acquire);
-  if (v == kPending || v == kDemanded) {
+  if (v == kPending || v == kDemanded || v == kReleasing) {
     if (!stop_bound())
       STOKER_THROW(UsageError, infos_[s].path,
                    ": shard not downloaded yet (a loader's workers wait for it; "
@@ -128,11 +175,11 @@ void Dataset::await_shard(size_t s) const {
           continue;
         }
       }
-      if (v != kDemanded) break;
+      if (v != kDemanded && v != kReleasing) break;
       if (stop_requested())
         STOKER_THROW(Error, infos_[s].path, ": stopped while waiting for the download");
-      // Slices, so that a stop is seen within one.
-      detail::futex_wait(g, kDemanded, std::chrono::milliseconds(50));
+      // Slices, so that a stop is seen within one. (kReleasing lasts an unmap.)
+      detail::futex_wait(g, v, std::chrono::milliseconds(50));
     }
   }
   if (v == kFailed) {
@@ -149,8 +196,14 @@ void Dataset::provide(size_t s) {
   STOKER_CHECK(gate_ && s < infos_.size(), UsageError, "provide: shard ", s,
                " of a dataset that is not deferred or out of range");
   uint32_t v = gate_[s].load(std::memory_order_acquire);
-  while (v != kReady && v != kFailed &&
-         !gate_[s].compare_exchange_weak(v, kReady, std::memory_order_acq_rel)) {
+  for (;;) {
+    if (v == kReady || v == kFailed) break;
+    if (v == kReleasing) {  // a try_release() under way ends in kPending: then provide
+      detail::futex_wait(gate_[s], kReleasing, std::chrono::milliseconds(1));
+      v = gate_[s].load(std::memory_order_acquire);
+      continue;
+    }
+    if (gate_[s].compare_exchange_weak(v, kReady, std::memory_order_acq_rel)) break;
   }
   detail::futex_wake(gate_[s]);
 }
@@ -163,6 +216,7 @@ void Dataset::fail(size_t s, const std::string& why) {
     uint32_t v = gate_[s].load(std::memory_order_acquire);
     if (v == kReady || v == kFailed) return;  // provided meanwhile, or failed already
     fail_[s] = why;
+    // (kReleasing cannot be seen here: try_release() holds this stripe while in it.)
     while (v != kReady && v != kFailed &&
            !gate_[s].compare_exchange_weak(v, kFailed, std::memory_order_acq_rel)) {
     }

@@ -40,7 +40,13 @@ class Dataset {
     /// The shard files are not there yet (NOTE [ Deferred shards ]): each is
     /// read only after provide(). Implies neither probing nor mapping at open.
     bool deferred = false;
+    /// Deferred shards may also be given back (try_release()), so that a cache
+    /// smaller than the dataset can evict them: every reader pins the shard it
+    /// reads (pin()), and prefetch hints are off. Implies deferred.
+    bool releasable = false;
   };
+
+  class ShardPin;
 
   /// Throws DataError naming the first shard that cannot be opened or does not
   /// match the index (foreign, swapped, stale, truncated, not a regular file).
@@ -59,7 +65,13 @@ class Dataset {
 
   /// The reader of shard `s`, mapped and validated on first use (thread-safe;
   /// a failed open is retried by the next call). Throws DataError naming the file.
+  /// Of a releasable dataset, only while the caller holds a pin of `s`.
   const ShardReader& shard(size_t s) const;
+  /// Shard `s`, mapped and held so until the pin is dropped: try_release()
+  /// passes it over meanwhile. Waits for a deferred shard as a read does. Every
+  /// reader of a releasable dataset reads under a pin; for the others it costs
+  /// nothing beyond shard().
+  ShardPin pin(size_t s) const;
   /// Whether shard `s` is mapped (without mapping it).
   bool is_mapped(size_t s) const;
   size_t mapped_shards() const;
@@ -70,8 +82,10 @@ class Dataset {
   };
   Location locate(int64_t i) const;
 
-  /// Verified, split fields of sample `i` into `out` (one per field).
-  /// DataError names the shard file, the record and the reason.
+  /// Verified, split fields of sample `i` into `out` (one per field): views
+  /// into the shard's mapping, valid while the caller holds a pin of the shard
+  /// (releasable datasets; see pin()). DataError names the shard file, the
+  /// record and the reason.
   void read(int64_t i, RecordView* out) const { read(locate(i), out); }
   /// read() of a sample already located (a reader that locates each sample
   /// once for its prefetches and its read).
@@ -88,9 +102,12 @@ class Dataset {
     if (MappedFile::total_faults() != 0) check_intact(locate(i));
   }
   void check_intact(Location loc) const;
-  /// The reader of shard `s` if it is mapped, else null (never maps, never waits).
+  /// The reader of shard `s` if it is mapped, else null (never maps, never
+  /// waits): for prefetch hints, so always null where a mapping may be released
+  /// under the caller.
   const ShardReader* mapped_reader(size_t s) const {
-    return s < infos_.size() ? readers_[s].load(std::memory_order_acquire) : nullptr;
+    if (pins_ || s >= infos_.size()) return nullptr;
+    return readers_[s].load(std::memory_order_acquire);
   }
 
   // NOTE [ Deferred shards ]
@@ -107,7 +124,32 @@ class Dataset {
   // left to block (the Python layer fetches for it first: Dataset.__getitem__).
   // Prefetch hints never wait (is_mapped is false until the read maps it).
 
+  // NOTE [ Released shards ]
+  // A releasable dataset (a remote one whose cache is smaller than it) also
+  // gives shards back: try_release(s) unmaps a provided shard that no reader
+  // holds and makes it pending again, so the cache may evict its file; a later
+  // read waits for it and demands it, as for a shard never provided. Readers
+  // hold a pin (a count per shard) across their use of a shard's bytes. The
+  // pin and the release meet as a Dekker pair, both sides seq_cst:
+  //
+  //   reader:  pins[s] += 1;  then reads gate[s]:  kReady     -> use the mapping
+  //                                                otherwise  -> pins[s] -= 1, wait, retry
+  //   release: gate[s]: kReady -> kReleasing;  then reads pins[s]:  0  -> unmap, kPending
+  //                                                                 >0 -> back to kReady
+  //
+  // so either the reader sees kReleasing and keeps off, or the release sees the
+  // pin and keeps the mapping. A reader that finds kReleasing waits on the word
+  // like any pending shard.
+
   bool deferred() const { return gate_ != nullptr; }
+  bool releasable() const { return pins_ != nullptr; }
+  /// Releasable datasets: unmaps shard `s` and makes it pending again, unless a
+  /// reader holds it (or it is not provided): then false, and nothing changes.
+  bool try_release(size_t s);
+  /// Readers' pins of shard `s` now (0 unless releasable).
+  int pins(size_t s) const {
+    return pins_ && s < infos_.size() ? pins_[s].load(std::memory_order_acquire) : 0;
+  }
   /// Shard `s` is local at its path: readers may map it. Thread-safe, idempotent.
   void provide(size_t s);
   /// Shard `s` cannot be fetched: its readers raise FetchError(`why`).
@@ -135,7 +177,9 @@ class Dataset {
 
  private:
   static constexpr size_t kStripes = 64;
-  enum GateState : uint32_t { kPending, kDemanded, kReady, kFailed };
+  enum GateState : uint32_t { kPending, kDemanded, kReady, kFailed, kReleasing };
+  friend class ShardPin;
+  void unpin(size_t s) const noexcept;
 
   // Blocks until shard `s` is provided (NOTE [ Deferred shards ]).
   void await_shard(size_t s) const;
@@ -151,9 +195,50 @@ class Dataset {
   int lease_fd_ = -1;
   // NOTE [ Deferred shards ]: null unless deferred; fail_ guarded by stripes_.
   std::unique_ptr<std::atomic<uint32_t>[]> gate_;
+  // NOTE [ Released shards ]: null unless releasable.
+  std::unique_ptr<std::atomic<int32_t>[]> pins_;
   std::vector<std::string> fail_;
   mutable detail::EventCount gate_event_;
   mutable std::atomic<int64_t> gate_wait_ns_{0};
+};
+
+/// A shard held mapped (Dataset::pin). Movable; drops the hold when destroyed.
+class Dataset::ShardPin {
+ public:
+  ShardPin() = default;
+  ShardPin(ShardPin&& o) noexcept : ds_(o.ds_), s_(o.s_), r_(o.r_), counted_(o.counted_) {
+    o.ds_ = nullptr;
+    o.counted_ = false;
+  }
+  ShardPin& operator=(ShardPin&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ds_ = o.ds_, s_ = o.s_, r_ = o.r_, counted_ = o.counted_;
+      o.ds_ = nullptr;
+      o.counted_ = false;
+    }
+    return *this;
+  }
+  ShardPin(const ShardPin&) = delete;
+  ShardPin& operator=(const ShardPin&) = delete;
+  ~ShardPin() { reset(); }
+
+  const ShardReader& reader() const { return *r_; }
+  size_t shard() const { return s_; }
+  bool holds(size_t s) const { return r_ != nullptr && s_ == s; }
+  void reset() noexcept {
+    if (counted_) ds_->unpin(s_);
+    ds_ = nullptr;
+    r_ = nullptr;
+    counted_ = false;
+  }
+
+ private:
+  friend class Dataset;
+  const Dataset* ds_ = nullptr;
+  size_t s_ = 0;
+  const ShardReader* r_ = nullptr;
+  bool counted_ = false;  // a count in Dataset::pins_ to give back
 };
 
 }  // namespace stoker

@@ -25,7 +25,8 @@ std::vector<int64_t> variable_field_rows(const Dataset& ds, size_t field) {
   std::vector<int64_t> out;
   out.reserve(static_cast<size_t>(ds.size()));
   for (size_t s = 0; s < ds.num_shards(); ++s) {
-    const ShardReader& r = ds.shard(s);
+    const Dataset::ShardPin held = ds.pin(s);
+    const ShardReader& r = held.reader();
     for (int64_t i = 0; i < r.num_records(); ++i) {
       const RecordView rec = r.record_unchecked(i);
       uint64_t bytes;

@@ -19,7 +19,8 @@ double random_read_rate(const Dataset& ds, int threads, bool verify, int rounds)
   STOKER_CHECK(threads >= 1 && rounds >= 1, UsageError, "threads and rounds must be >= 1");
   const int64_t n = ds.size();
   if (n == 0) return 0;
-  for (size_t s = 0; s < ds.num_shards(); ++s) (void)ds.shard(s);  // map them all first
+  std::vector<Dataset::ShardPin> held;  // mapped (and held) first
+  for (size_t s = 0; s < ds.num_shards(); ++s) held.push_back(ds.pin(s));
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(7);

@@ -65,6 +65,7 @@ TokenSpan RecordTokenSource::doc(int64_t d) const {
     big.resize(nf);
     views = big.data();
   }
+  // (Not releasable: a token dataset over a URL keeps every shard; token_dataset.py.)
   ds_->read(d, views);  // verifies the checksum; the error names shard and record
   const RecordView& v = views[field_];
   const int64_t n = static_cast<int64_t>(v.size / dtype_size(dtype_));
@@ -84,7 +85,7 @@ TokenSpan RecordTokenSource::doc(int64_t d) const {
 
 std::string RecordTokenSource::where(int64_t d) const {
   Dataset::Location loc = ds_->locate(d);
-  return detail::concat(ds_->shard(loc.shard).path(), ": record ", loc.record);
+  return detail::concat(ds_->shard_path(loc.shard), ": record ", loc.record);
 }
 
 std::string RecordTokenSource::describe() const {

@@ -15,13 +15,20 @@ namespace {
 constexpr size_t kTensorAlign = 64;
 size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTensorAlign; }
 
-// Reads sample `index` verified and split into `views`; a failure is that
-// sample's error, with its file, record and field.
+// Reads sample `index` verified and split into `views`, which stay valid while
+// `hold` holds its shard (NOTE [ Released shards ] in format/dataset.h); a
+// failure is that sample's error, with its file, record and field.
 bool read_for_plan(const RecordSource& src, int64_t index, const std::string& field,
-                   std::vector<RecordView>& views, std::exception_ptr& first_error) {
+                   std::vector<RecordView>& views, Dataset::ShardPin& hold,
+                   std::exception_ptr& first_error) {
   try {
     try {
-      src.ds->read(index, views.data());
+      const Dataset::Location loc = src.ds->locate(index);
+      if (src.ds->releasable() && !hold.holds(loc.shard)) {
+        hold.reset();  // never hold one shard while waiting for another
+        hold = src.ds->pin(loc.shard);
+      }
+      src.ds->read(loc, views.data());
       return true;
     } catch (...) {
       rethrow_with_context(*src.ds, index, field);
@@ -57,6 +64,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
   };
 
   std::vector<RecordView> views(schema.fields.size());
+  Dataset::ShardPin hold;  // the shard the views point into (releasable datasets)
   for (size_t f = 0; f < schema.fields.size(); ++f) {
     const FieldSpec& spec = schema.fields[f];
     FieldPlan& plan = b.plans[f];
@@ -71,7 +79,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
         bool have = false;
         for (int64_t p = 0; p < len; ++p) {
           const int64_t idx = b.indices[static_cast<size_t>(p)];
-          if (!read_for_plan(src, idx, spec.name, views, first_error)) continue;
+          if (!read_for_plan(src, idx, spec.name, views, hold, first_error)) continue;
           std::pair<int, int> s;
           try {
             try {
@@ -117,7 +125,8 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       std::exception_ptr first_error;
       bool have = false;
       for (int64_t p = 0; p < len; ++p) {
-        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views, first_error))
+        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views, hold,
+                           first_error))
           continue;
         have = true;
         max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(views[f].size / row));

@@ -64,6 +64,14 @@ EpochOrder RecordProducer::epoch_order(const EpochKey& key) const {
                     key.pad_from);
 }
 
+std::vector<size_t> RecordProducer::shard_schedule(uint64_t epoch, int64_t world_size,
+                                                   int64_t from_position, size_t max_shards) const {
+  EpochKey key;
+  key.epoch = epoch;
+  key.world_size = world_size;  // rank 0: the schedule is the whole job's
+  return epoch_order(key).shard_schedule(from_position, max_shards);
+}
+
 std::shared_ptr<const EpochPlan> RecordProducer::plan_epoch(const EpochKey& key) const {
   return std::make_shared<RecordEpoch>(epoch_order(key),
                                        hash_combine(opts_.sampler.seed, key.epoch));

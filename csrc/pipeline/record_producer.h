@@ -51,6 +51,11 @@ class RecordProducer final : public BatchProducer {
   /// The order of one epoch (for one rank, from an offset), as plan_epoch uses
   /// it: EpochOrder::shard_schedule says which shards it reads next.
   EpochOrder epoch_order(const EpochKey& key) const;
+  /// The shards the whole job reads in `epoch` from global position
+  /// `from_position` on (EpochOrder::shard_schedule), for a remote dataset's
+  /// fetcher: what to download next, what it may give back.
+  std::vector<size_t> shard_schedule(uint64_t epoch, int64_t world_size, int64_t from_position,
+                                     size_t max_shards) const;
 
  private:
   std::shared_ptr<RecordSource> source_;

@@ -128,6 +128,8 @@ class SampleWriter {
           const int64_t alt = (index + step) % n;
           try {
             const Dataset::Location loc = ds_.locate(alt);
+            Dataset::ShardPin held;  // NOTE [ Released shards ] in format/dataset.h
+            if (ds_.releasable()) held = ds_.pin(loc.shard);
             ds_.read(loc, views_.data());
             if (!fits()) continue;
             write(pos, alt, loc, true);
@@ -152,6 +154,8 @@ class SampleWriter {
     set_activity(Activity::kReading);
     Clock::time_point t0;
     if (timed) t0 = time_each_ ? last_ : Clock::now();
+    Dataset::ShardPin held;  // NOTE [ Released shards ] in format/dataset.h
+    if (ds_.releasable()) held = ds_.pin(loc.shard);
     ds_.read(loc, views_.data());
     Clock::time_point t1;
     if (timed) t1 = Clock::now();

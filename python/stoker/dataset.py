@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -164,15 +165,16 @@ class Dataset:
         self.path = remote.url
         self.index_path = f"{remote.url}/{INDEX_NAME}"
         index = self._parse_index(remote.index_bytes)
-        remote.check_fits()
         shards = []
         for i, s in enumerate(index["shards"]):
             identity = None
             if index["version"] >= 2:
                 identity = (index["dataset_id"], i, s["header_checksum"], s["table_checksum"])
             shards.append((remote.cache.object_path(i), s["num_records"], s["bytes"], identity))
+        # A cache smaller than the dataset gives shards back (NOTE [ Bounded cache ]).
         self._core = _core.Dataset(core_specs(self.fields), self._hash, shards,
-                                   probe_on_open=False, map_on_open=False, deferred=True)
+                                   probe_on_open=False, map_on_open=False, deferred=True,
+                                   releasable=remote.bounded)
         remote.start(self._core)
         # Dropping the dataset stops its downloads and drops its pins.
         weakref.finalize(self, remote.close)
@@ -288,8 +290,10 @@ class Dataset:
         if not 0 <= i < n:
             raise IndexError(f"index out of range for a dataset of {n} samples")
         if self.remote is not None:
-            self.remote.ensure([self._core.locate(i)[0]])
-        payloads = self._core.read(i)
+            with self.remote.holding([self._core.locate(i)[0]]):
+                payloads = self._core.read(i)
+        else:
+            payloads = self._core.read(i)
         return {name: f.decode(p) for (name, f), p in zip(self.fields.items(), payloads)}
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
@@ -310,8 +314,10 @@ class Dataset:
             raise IndexError(f"shard {i} out of range for a dataset of {len(self._shards)} "
                              "shards")
         if self.remote is not None:
-            self.remote.ensure([i])
-        self._core.open_shard(i)
+            with self.remote.holding([i]):
+                self._core.open_shard(i)
+        else:
+            self._core.open_shard(i)
 
     @property
     def open_shards(self) -> List[int]:
@@ -328,9 +334,9 @@ class Dataset:
         bad = []
         nbytes = 0
         for s, entry in enumerate(self._shards):
-            if self.remote is not None:
-                self.remote.ensure([s])
-            crc, bad_records = self._core.verify_shard(s)
+            with (self.remote.holding([s]) if self.remote is not None
+                  else contextlib.nullcontext()):
+                crc, bad_records = self._core.verify_shard(s)
             path = self._core.shard_path(s)
             for rec, reason in bad_records:
                 bad.append((path, rec, reason))

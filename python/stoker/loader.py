@@ -12,7 +12,7 @@ import operator
 import os
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed
@@ -400,6 +400,9 @@ class Loader:
             self.dataset = dataset
         else:
             self.dataset = dataset
+            remote = getattr(dataset, "remote", None)
+            if remote is not None:  # a cache smaller than the dataset needs a shard order
+                remote.check_window(shard_window, self.shuffle)
             self.transforms = self._check_transforms(transforms or {})
             images = {}
             for name, f in dataset.fields.items():
@@ -432,6 +435,7 @@ class Loader:
         self._stream_device = target if target.type == "cuda" and not fake else None
         self._core = _core.LoaderCore(producer, options)
         self._pid = os.getpid()
+        self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
         self.sampler = _EpochHook(self)
         _live_loaders.add(self)
@@ -577,8 +581,24 @@ class Loader:
         remote = getattr(self.dataset, "remote", None)
         if remote is not None:
             remote.serve_here()  # a dataset opened before a fork: this process fetches too
+            if not self._tokens and self._following is not remote._fetcher:
+                # downloads go ahead of this loader's own order (NOTE [ Bounded cache ])
+                remote.follow(self._shard_schedule)
+                self._following = remote._fetcher
         rank, world = self._world()
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
+
+    def _shard_schedule(self, max_shards: int) -> List[int]:
+        """The shards this loader reads next, in order (a remote dataset's fetcher follows
+        it): the rest of the current epoch, then the start of the next one."""
+        epoch, position, world = self._core.state()
+        world = world or self._world()[1]
+        out = list(self._producer.shard_schedule(epoch, world, position, max_shards))
+        if len(out) < max_shards:
+            more = self._producer.shard_schedule(epoch + 1, world, 0, max_shards)
+            seen = set(out)
+            out += [s for s in more if s not in seen][: max_shards - len(out)]
+        return out
 
     # -- resume ---------------------------------------------------------------
 

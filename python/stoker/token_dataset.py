@@ -151,6 +151,12 @@ class TokenDataset:
                 raise ValueError(f"{ds.path}: no field {prompt_field!r} for prompt lengths")
             self.prompt_field = prompt_field or None
             if ds.remote is not None:  # the document index reads every record's length
+                if ds.remote.bounded:
+                    raise ValueError(
+                        f"{ds.path}: a TokenDataset keeps every shard of the dataset local, "
+                        f"and cache_limit ({ds.remote.cache_limit} bytes) is smaller than "
+                        f"the dataset ({ds.remote.total_bytes} bytes); open it with a "
+                        "cache_limit that holds it (or none)")
                 ds.remote.ensure(range(len(ds.shards)))
             self._source = _core.open_record_tokens(ds._core, self.field, prompt_field)
             if vocab_size is None:

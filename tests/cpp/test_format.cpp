@@ -291,8 +291,95 @@ static void deferred_shards_wait_for_provide() {
   CHECK_THROWS(UsageError, plain.provide(0));
 }
 
+// NOTE [ Released shards ]: readers under pins never see a mapping go; a
+// release happens only with no pin; a released shard is pending again, and its
+// next reader demands it and waits for provide().
+static void released_shards_wait_and_come_back() {
+  std::string dir = test::temp_dir();
+  auto shards = test::write_shards(dir, 40, 10);  // 4 shards of 10
+  Dataset::Options opts;
+  opts.releasable = true;
+  Dataset ds(test::test_schema(), shards, opts);
+  CHECK(ds.deferred() && ds.releasable());
+  CHECK(!ds.try_release(0));  // never provided: nothing to release
+  for (size_t s = 0; s < 4; ++s) ds.provide(s);
+  std::vector<RecordView> f(3);
+  {
+    const Dataset::ShardPin held = ds.pin(1);
+    CHECK_EQ(ds.pins(1), 1);
+    ds.read(15, f.data());
+    CHECK(!ds.try_release(1));  // held: kept, still ready
+    CHECK(ds.is_mapped(1));
+    int64_t label;
+    std::memcpy(&label, f[1].data, 8);
+    CHECK_EQ(label, 15);
+  }
+  CHECK_EQ(ds.pins(1), 0);
+  CHECK(ds.try_release(1));  // no pin: unmapped, pending
+  CHECK(!ds.is_mapped(1) && !ds.try_release(1));
+  CHECK(ds.mapped_reader(2) == nullptr);  // no prefetch hints into releasable shards
+  bool refused = false;                   // a thread that is not a loader worker does not wait
+  try {
+    (void)ds.pin(1);
+  } catch (const UsageError& e) {
+    refused = std::strstr(e.what(), "shard not downloaded yet") != nullptr;
+  }
+  CHECK(refused);
+
+  // Readers in threads against a releaser that gives shards back and provides
+  // them again: every read sees its own record, nothing reads an unmapped page
+  // (ASan/TSan in CI), and a released shard is demanded by its next reader.
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> reads{0}, bad{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t)
+    readers.emplace_back([&, t] {
+      const ScopedStop bound(&stop);
+      std::vector<RecordView> g(3);
+      uint64_t x = 12345 + static_cast<uint64_t>(t);
+      while (!stop.load()) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const int64_t i = static_cast<int64_t>((x >> 33) % 40);
+        try {
+          const Dataset::Location loc = ds.locate(i);
+          const Dataset::ShardPin held = ds.pin(loc.shard);
+          ds.read(loc, g.data());
+          int64_t label;
+          std::memcpy(&label, g[1].data, 8);
+          if (label != i) ++bad;
+          ++reads;
+        } catch (const Error&) {  // stopped while waiting: the end of the test
+        }
+      }
+    });
+  int released = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  for (uint64_t k = 0; std::chrono::steady_clock::now() < until; ++k) {
+    const size_t s = k % 4;
+    if (ds.try_release(s)) {
+      ++released;
+      CHECK(!ds.is_mapped(s));
+    }
+    std::this_thread::yield();
+    for (size_t d : ds.demands()) ds.provide(d);  // the fetcher's part
+    if (k % 3 == 0)
+      for (size_t p = 0; p < 4; ++p) ds.provide(p);
+  }
+  for (size_t p = 0; p < 4; ++p) ds.provide(p);
+  stop = true;
+  for (auto& th : readers) th.join();
+  CHECK_EQ(bad.load(), 0);
+  CHECK(reads.load() > 100);
+  CHECK(released > 10);
+  for (size_t p = 0; p < 4; ++p) CHECK_EQ(ds.pins(p), 0);
+  // A dataset that is not releasable refuses try_release.
+  Dataset plain(test::test_schema(), test::write_shards(test::temp_dir(), 5, 5));
+  CHECK_THROWS(UsageError, plain.try_release(0));
+  CHECK(!plain.releasable() && plain.pins(0) == 0);
+}
+
 TEST_MAIN(round_trip(); every_byte_flip_is_caught(); truncation_and_mismatches();
           identity_is_checked_on_open(); only_regular_files_and_no_blocking();
           lazy_mapping_and_errors_naming_the_file();
           append_shard_copies_records_under_a_new_identity(); checksum_is_streamable();
-          deferred_shards_wait_for_provide())
+          deferred_shards_wait_for_provide(); released_shards_wait_and_come_back())

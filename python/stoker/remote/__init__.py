@@ -7,22 +7,43 @@ protocol in NOTE [ Shard cache protocol ] of :mod:`.cache`) while the dataset is
 The C++ dataset is opened with deferred shards (NOTE [ Deferred shards ] in
 ``csrc/format/dataset.h``): a read waits until its shard is local. :class:`RemoteDataset`'s
 fetcher thread downloads the shards that readers wait for first (a loader's workers read
-``prefetch`` batches ahead, so that is the sampler's own future order), and the rest in
-shard order in the background, ``max_inflight`` at a time. Shards stay pinned while the
-dataset is open, so ``cache_limit`` must hold the dataset; the cache itself serves readers
-that release shards as they go (:meth:`ShardCache.path`, :meth:`ShardCache.release`)
-under a smaller limit.
+``prefetch`` batches ahead, so that is the sampler's own future order), then the rest,
+``max_inflight`` at a time.
+
+NOTE [ Bounded cache ]
+
+When ``cache_limit`` holds the whole dataset, every shard is downloaded once (in the order
+the loaders reading it will need them) and stays pinned while the dataset is open. When it
+does not, the dataset is *bounded*: its C++ dataset is opened releasable (NOTE [ Released
+shards ]), and at every turn the fetcher plans which shards to keep::
+
+    wanted = shards in use: readers wait for them (demands), read them now (a pin in
+             the C++ dataset), or hold them for ds[i] and friends;
+             then each following loader's schedule (the shards the rest of its epoch
+             reads, in order: RecordProducer.shard_schedule), merged,
+             cut where their bytes would pass cache_limit
+
+No reader holds one shard while it waits for another, so the shards in use are at most
+the readers' count plus their demands, and a shard given back is soon evictable.
+
+It downloads the wanted shards in that order, and gives back every provided shard that is
+not wanted: unmapped (``try_release``, which a reader's pin refuses) and unpinned in the
+cache, so that the cache may evict it for the next ones. A loader reads a bounded dataset
+with ``shuffle=False`` or with ``shard_window``: a global shuffle reads every shard in every
+batch, which no cache smaller than the dataset can serve (the Loader says so when made).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import threading
 import time
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from .cache import RemoteError, ShardCache, default_cache_dir
 from .transport import PermanentError, Source, TransientError, is_url, open_source
@@ -100,14 +121,65 @@ class RemoteDataset:
         self._fetcher: Optional[_Fetcher] = None
         self._core: Any = None
 
-    def check_fits(self) -> None:
-        """Raises ValueError if the dataset is larger than ``cache_limit``: a dataset keeps
-        the shards it has read pinned while it is open."""
-        if self.cache_limit is not None and self.total_bytes > self.cache_limit:
+    @property
+    def bounded(self) -> bool:
+        """Whether ``cache_limit`` is smaller than the dataset (NOTE [ Bounded cache ])."""
+        return self.cache_limit is not None and self.total_bytes > self.cache_limit
+
+    def check_window(self, shard_window: Optional[int], shuffle: bool) -> None:
+        """Raises ValueError if a loader with these settings cannot read this dataset
+        through its cache: a global shuffle of a bounded dataset, or a window whose largest
+        shards do not fit ``cache_limit``."""
+        if not self.bounded:
+            return
+        assert self.cache_limit is not None
+        sizes = sorted((s["bytes"] for s in self.index["shards"]), reverse=True)
+        if shuffle and shard_window is None:
+            fit, total = 0, 0
+            for b in sizes:
+                if total + b > self.cache_limit // 2:
+                    break
+                total += b
+                fit += 1
+            hint = (f"shard_window={fit} (two windows of the largest shards fit the cache)"
+                    if fit else "a larger cache_limit")
             raise ValueError(
-                f"{self.url}: the dataset ({self.total_bytes} bytes) is larger than "
-                f"cache_limit ({self.cache_limit} bytes); an open dataset keeps the shards "
-                "it has read pinned, so the cache must hold them all")
+                f"{self.url}: the dataset ({self.total_bytes} bytes) is larger than cache_limit "
+                f"({self.cache_limit} bytes), and shuffle=True without shard_window reads "
+                f"every shard in every batch; shuffle a window of shards at a time with {hint}, "
+                "or read it with shuffle=False")
+        need = sum(sizes[: shard_window or 1])
+        if need > self.cache_limit:
+            raise ValueError(
+                f"{self.url}: shard_window={shard_window} may need {need} bytes of shards at "
+                f"once (its largest shards), more than cache_limit ({self.cache_limit} bytes); "
+                "use a smaller shard_window or a larger cache_limit")
+
+    def follow(self, schedule: Callable[[int], Sequence[int]]) -> None:
+        """Downloads ahead of ``schedule(max_shards)``, the shards a reader (a loader's live
+        iterator) will read next, in order, for as long as the callable is alive (held
+        weakly: a bound method of the loader)."""
+        self.serve_here()
+        fetcher = self._fetcher
+        if fetcher is not None:
+            fetcher.follow(schedule)
+
+    @contextlib.contextmanager
+    def holding(self, shards: Iterable[int]) -> Iterator[None]:
+        """Makes ``shards`` local and keeps them so (not given back: NOTE [ Bounded cache ])
+        while the block runs: for reads outside a loader."""
+        shards = [int(s) for s in shards]
+        self.serve_here()
+        fetcher = self._fetcher
+        if fetcher is None:
+            raise RuntimeError("this remote dataset is not open")
+        fetcher.hold(shards, +1)
+        try:
+            for s in shards:
+                fetcher.ensure(s)
+            yield
+        finally:
+            fetcher.hold(shards, -1)
 
     def start(self, core: Any) -> None:
         """Starts feeding ``core``, a ``_core.Dataset`` opened with deferred shards whose
@@ -174,21 +246,30 @@ class _Fetcher:
     ``csrc/format/dataset.h``).
 
     It sleeps on the core's gate event. Shards that readers wait for (``core.demands()``,
-    and :meth:`ensure`) start ahead of the background ones, with ``max_inflight`` pool
-    threads beyond those the background uses; otherwise it keeps ``max_inflight``
-    background downloads going, in shard order. Each download is
-    :meth:`ShardCache.path` in a pool thread (one download per shard per node, pinned once
-    local); when it finishes, the shard is provided to the core, or failed with the
-    :class:`RemoteError`'s message, which the reader raises in the iterating thread."""
+    and :meth:`ensure`) start ahead of the others, with ``max_inflight`` pool threads
+    beyond those the others use; otherwise it keeps ``max_inflight`` downloads going, in
+    the order the loaders it follows will read the shards (then shard order). Each
+    download is :meth:`ShardCache.path` in a pool thread (one download per shard per node,
+    pinned once local); when it finishes, the shard is provided to the core, or failed
+    with the :class:`RemoteError`'s message, which the reader raises in the iterating
+    thread. A bounded dataset's fetcher also gives shards back (NOTE [ Bounded cache ])."""
+
+    # How often a fetcher that follows loaders looks at their schedules again.
+    TURN = 0.05
 
     def __init__(self, remote: RemoteDataset, core: Any):
         self.remote, self.cache, self.core = remote, remote.cache, core
         self.n = len(remote.cache)
+        self.bounded = remote.bounded
+        self.sizes = [int(s["bytes"]) for s in remote.index["shards"]]
         self.ensure_wait = 0.0
+        self.released = 0  # shards given back (bounded)
         self.pid = os.getpid()  # its threads live in this process (RemoteDataset.serve_here)
         self._mu = threading.Lock()
         self._inflight: Dict[int, Future] = {}
         self._settled: Dict[int, Optional[BaseException]] = {}  # shard -> its error or None
+        self._holds: Dict[int, int] = {}  # shard -> holds for reads outside loaders
+        self._followers: List[Any] = []  # weak references to schedule callables
         self._closed = False
         # Shards already in the cache (a warm cache, another rank's downloads) are pinned
         # and provided now: a few system calls each, so that no read waits for them.
@@ -201,6 +282,22 @@ class _Fetcher:
                                         thread_name_prefix="stoker-fetch")
         self._thread = threading.Thread(target=self._run, name="stoker-fetcher", daemon=True)
         self._thread.start()
+
+    def follow(self, schedule: Callable[[int], Sequence[int]]) -> None:
+        ref = weakref.WeakMethod(schedule) if hasattr(schedule, "__self__") \
+            else weakref.ref(schedule)
+        with self._mu:
+            self._followers.append(ref)
+        self.core.gate_notify()
+
+    def hold(self, shards: Sequence[int], delta: int) -> None:
+        with self._mu:
+            for s in shards:
+                n = self._holds.get(s, 0) + delta
+                if n > 0:
+                    self._holds[s] = n
+                else:
+                    self._holds.pop(s, None)
 
     def _start(self, s: int) -> Optional[Future]:
         """The download of ``s``, started if it is not under way (None once settled)."""
@@ -234,27 +331,111 @@ class _Fetcher:
             self.core.fail(s, why)
         self.core.gate_notify()  # the fetcher may start the next one
 
+    def _schedule(self, max_shards: int) -> List[int]:
+        """The followed loaders' schedules, merged turn by turn (each one's next shard,
+        then each one's second...), without repeats."""
+        lists = []
+        with self._mu:
+            refs = list(self._followers)
+        alive = []
+        for ref in refs:
+            fn = ref()
+            if fn is None:
+                continue
+            alive.append(ref)
+            try:
+                lists.append(list(fn(max_shards)))
+            except Exception:  # a loader being torn down: no schedule this turn
+                continue
+        with self._mu:
+            self._followers = [r for r in self._followers if r in alive or r not in refs]
+        out: List[int] = []
+        seen = set()
+        for k in range(max(map(len, lists), default=0)):
+            for lst in lists:
+                if k < len(lst) and lst[k] not in seen:
+                    seen.add(lst[k])
+                    out.append(lst[k])
+        return out
+
+    def _busy(self) -> int:
+        with self._mu:
+            return len(self._inflight)
+
+    def _turn_unbounded(self, background: Iterator[int]) -> None:
+        for s in self.core.demands():
+            self._start(s)
+        order = self._schedule(self.n)
+        for s in order:
+            if self._busy() >= self.remote.max_inflight:
+                return
+            self._start(s)
+        while self._busy() < self.remote.max_inflight:
+            s = next(background, None)
+            if s is None:
+                break
+            self._start(s)
+
+    def _turn_bounded(self) -> None:
+        """NOTE [ Bounded cache ]: plan the shards to keep, give back the rest, download."""
+        limit = self.remote.cache_limit
+        assert limit is not None
+        demands = self.core.demands()
+        with self._mu:
+            held = list(self._holds)
+            provided = [s for s, e in self._settled.items() if e is None]
+        # In use now: shards readers wait for, or hold (a pin: being read), or that
+        # reads outside loaders hold. They stay whatever the schedule says, and come
+        # first: the schedule starts at the consumer, and workers read ahead of it.
+        reading = [s for s in provided if self.core.pins(s) > 0]
+        must = set(demands) | set(held) | set(reading)
+        wanted: List[int] = []
+        seen = set()
+        total = 0
+        for s in [*demands, *reading, *held, *self._schedule(self.n)]:
+            if s in seen:
+                continue
+            if s not in must and total + self.sizes[s] > limit:
+                break  # in order: what comes later waits for room
+            seen.add(s)
+            wanted.append(s)
+            total += self.sizes[s]
+        for s in provided:
+            if s in seen:
+                continue
+            with self._mu:  # a hold() now waits, then finds the shard settled or not
+                if s in self._holds or not self.core.try_release(s):  # (a reader's pin)
+                    continue
+                del self._settled[s]
+                self.released += 1
+            self.cache.release(s)
+        for s in demands:
+            self._start(s)
+        for s in wanted:
+            if self._busy() >= self.remote.max_inflight:
+                break
+            self._start(s)
+
     def _run(self) -> None:
         background = iter(range(self.n))
         while True:
             seen = self.core.gate_prepare()  # before looking: a change after it wakes us
             with self._mu:
-                if self._closed or len(self._settled) >= self.n:
-                    return  # closed, or every shard local or failed
-            for s in self.core.demands():
-                self._start(s)
-            while True:
-                with self._mu:
-                    busy = len(self._inflight)
-                if busy >= self.remote.max_inflight:
-                    break
-                s = next(background, None)
-                if s is None:
-                    break
-                self._start(s)
-            # Woken by a demand, a settled download or close(); the timeout only bounds
-            # a missed wake-up.
-            self.core.gate_wait(seen, 5.0)
+                if self._closed:
+                    return
+                if not self.bounded and len(self._settled) >= self.n:
+                    return  # every shard local or failed
+                following = bool(self._followers)
+            try:
+                if self.bounded:
+                    self._turn_bounded()
+                else:
+                    self._turn_unbounded(background)
+            except RemoteError:  # closed meanwhile
+                pass
+            # Woken by a demand, a settled download or close(); a fetcher that follows
+            # loaders also looks again every TURN, as they move on.
+            self.core.gate_wait(seen, self.TURN if following or self.bounded else 5.0)
 
     def ensure(self, s: int) -> None:
         t0 = time.monotonic()

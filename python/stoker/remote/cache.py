@@ -12,7 +12,9 @@ NOTE [ Shard cache protocol ]
 
 - A download goes to ``tmp/``, is checked against the size and checksum of ``index.json``
   (low 32 bits of XXH3-64 over the whole file, computed as the bytes arrive), and only
-  then renamed into ``objects/`` (flushed first with ``durable=True``). A file in
+  then renamed into ``objects/`` (flushed first with ``durable=True``) and pinned by its
+  downloader, both under ``evict.lock``, so that no other download's room-making can evict
+  it in between. A file in
   ``objects/`` is therefore always complete; a killed download leaves a ``.part`` file
   that nobody reads and that the next space scan deletes (its writer's flock is gone).
 - Per shard, the first process to take ``locks/<key>.lock`` downloads; the others wait on
@@ -401,24 +403,51 @@ class ShardCache:
             t0 = time.monotonic()
             try:
                 self._download(s, part_fd)
-                os.rename(part, self._object(s))
             except BaseException:
                 try:
                     os.unlink(part)
                 except FileNotFoundError:
                     pass
-                raise
-            finally:
                 _close_locked(part_fd)
+                raise
             with self._mu:
                 self._stats["download_seconds"] += time.monotonic() - t0
-            if not self._pin(s):
+            if not self._publish(s, part, part_fd):
                 raise RemoteError(f"{self.url(s.index)}: evicted right after its download; "
                                   "cache_limit is too small for the shards in use")
             with self._mu:
                 s.fresh = not s.demanded and s.refs == 0
         finally:
             _close_locked(lock_fd)  # releases the download lock
+
+    def _publish(self, s: _Shard, part: str, part_fd: int) -> bool:
+        """Renames a finished download into ``objects/`` and pins it, under the eviction
+        lock: eviction runs only under it, so no other download's room-making can take
+        the object between its publication and its pin. Closes ``part_fd``."""
+        evict_fd = _open_locked(os.path.join(self.cache_dir, "evict.lock"),
+                                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        try:
+            try:
+                _flock(evict_fd, fcntl.LOCK_EX, self.timeout, "the cache's eviction lock")
+            except TimeoutError as e:
+                _close_locked(part_fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(part)
+                raise RemoteError(f"{self.url(s.index)}: {e}") from None
+            try:
+                try:
+                    os.rename(part, self._object(s))
+                except BaseException:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(part)
+                    raise
+                finally:
+                    _close_locked(part_fd)  # its exclusive lock would refuse our pin
+                return self._pin(s)
+            finally:
+                fcntl.flock(evict_fd, fcntl.LOCK_UN)
+        finally:
+            _close_locked(evict_fd)
 
     def _download(self, s: _Shard, fd: int) -> None:
         from .. import _core
