@@ -5,6 +5,7 @@ server that cuts bodies short. Each is started by its user and stopped when done
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -76,6 +77,8 @@ http {{
         location / {{ limit_rate $test_rate; }}
         location /err500/ {{ return 500; }}
         location /err503/ {{ return 503; }}
+        # the same files from a server that ignores Range and always sends them whole
+        location /norange/ {{ alias {root}/; max_ranges 0; }}
     }}
 }}
 """
@@ -159,10 +162,12 @@ class S3Server:
 class TruncatingServer:
     """Answers every GET with the file under ``root`` and its full Content-Length, but
     sends only the first ``keep`` bytes of files whose name contains ``cut`` before closing
-    the connection: a body cut short, as a dropped connection leaves it."""
+    the connection: a body cut short, as a dropped connection leaves it. With ``ranges``,
+    a ``Range: bytes=a-b`` request is answered 206 with that range (cut the same way);
+    otherwise Range is ignored."""
 
-    def __init__(self, root: str, cut: str, keep: int):
-        self.root, self.cut, self.keep = root, cut, keep
+    def __init__(self, root: str, cut: str, keep: int, ranges: bool = False):
+        self.root, self.cut, self.keep, self.ranges = root, cut, keep, ranges
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -206,9 +211,16 @@ class TruncatingServer:
             return
         with open(local, "rb") as f:
             body = f.read()
+        status, extra = b"200 OK", b""
+        asked = re.search(rb"\r\nrange: *bytes=(\d+)-(\d+)\r\n", data, re.IGNORECASE)
+        if self.ranges and asked:
+            a, b = int(asked.group(1)), min(int(asked.group(2)), len(body) - 1)
+            status, extra = b"206 Partial Content", b"Content-Range: bytes %d-%d/%d\r\n" % (
+                a, b, len(body))
+            body = body[a:b + 1]
         send = body[: self.keep] if self.cut in path else body
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-                     % len(body) + send)
+        conn.sendall(b"HTTP/1.1 %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n"
+                     % (status, extra, len(body)) + send)
 
     def stop(self) -> None:
         self._stop = True

@@ -8,6 +8,7 @@
 #include "format/mapped_file.h"
 #include "format/read_benchmark.h"
 #include "format/shard_reader.h"
+#include "format/shard_table.h"
 #include "format/shard_writer.h"
 
 namespace py = pybind11;
@@ -40,6 +41,15 @@ Schema schema_from_py(const py::list& fields, uint64_t hash) {
     s.fields.push_back(std::move(f));
   }
   return s;
+}
+
+// A shard's identity as index.json gives it: (dataset_id_hex, ordinal, header_checksum,
+// table_checksum), or None for format version 1.
+std::optional<ShardIdentity> identity_from_py(const py::handle& h) {
+  if (h.is_none()) return std::nullopt;
+  auto id = h.cast<std::tuple<std::string, uint64_t, uint32_t, uint32_t>>();
+  return ShardIdentity{DatasetId::from_hex(std::get<0>(id)), std::get<1>(id), std::get<2>(id),
+                       std::get<3>(id)};
 }
 
 py::buffer_info request_contiguous(const py::buffer& b) {
@@ -89,11 +99,7 @@ void register_format(py::module_& m) {
                             "shard entries are (path, num_records, bytes[, identity])");
                ShardInfo info{t[0].cast<std::string>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
                               std::nullopt};
-               if (t.size() == 4 && !t[3].is_none()) {
-                 auto id = t[3].cast<std::tuple<std::string, uint64_t, uint32_t, uint32_t>>();
-                 info.identity = ShardIdentity{DatasetId::from_hex(std::get<0>(id)),
-                                               std::get<1>(id), std::get<2>(id), std::get<3>(id)};
-               }
+               if (t.size() == 4) info.identity = identity_from_py(t[3]);
                infos.push_back(std::move(info));
              }
              Dataset::Options opts;
@@ -244,6 +250,56 @@ void register_format(py::module_& m) {
             return py::make_tuple(file_checksum, bad);
           },
           py::arg("shard"));
+
+  py::class_<ShardTable>(m, "ShardTable",
+                         "A shard's validated record table, parsed from bytes fetched by range "
+                         "(parse_shard_table).")
+      .def_property_readonly("path", &ShardTable::path)
+      .def_property_readonly("num_records", &ShardTable::num_records)
+      .def_property_readonly("num_fields", &ShardTable::num_fields)
+      .def_property_readonly("version", &ShardTable::version)
+      .def_property_readonly("file_size", &ShardTable::file_size)
+      .def_property_readonly("table_offset", &ShardTable::table_offset)
+      .def(
+          "entry",
+          [](const ShardTable& t, int64_t i) {
+            const format::RecordEntry& e = t.entry(i);
+            return py::make_tuple(e.offset, e.length, e.sum);
+          },
+          py::arg("record"), "(offset, length, checksum) of record `record`.")
+      .def(
+          "verify",
+          [](const ShardTable& t, int64_t i, const py::buffer& data) {
+            py::buffer_info info = request_contiguous(data);
+            py::gil_scoped_release nogil;
+            verify_record_bytes(t, i, static_cast<const uint8_t*>(info.ptr),
+                                static_cast<size_t>(info.size * info.itemsize));
+          },
+          py::arg("record"), py::arg("data"),
+          "Checks record `record`'s bytes (length, checksum); DataError naming the shard and the "
+          "record otherwise.");
+  m.def(
+      "parse_shard_table",
+      [](const std::string& path, const py::buffer& head, const py::buffer& tail,
+         uint64_t file_size, uint64_t schema_hash, int64_t num_records,
+         const py::object& identity) {
+        py::buffer_info h = request_contiguous(head), t = request_contiguous(tail);
+        ShardExpectation expect{schema_hash, num_records, static_cast<int64_t>(file_size),
+                                identity_from_py(identity)};
+        py::gil_scoped_release nogil;
+        return parse_shard_table(path, static_cast<const uint8_t*>(h.ptr),
+                                 static_cast<size_t>(h.size * h.itemsize),
+                                 static_cast<const uint8_t*>(t.ptr),
+                                 static_cast<size_t>(t.size * t.itemsize), file_size, expect);
+      },
+      py::arg("path"), py::arg("head"), py::arg("tail"), py::arg("file_size"),
+      py::arg("schema_hash"), py::arg("num_records") = -1, py::arg("identity") = py::none(),
+      "A shard's record table from its first 64 bytes (`head`) and its last bytes (`tail`: "
+      "shard_tail_bytes(num_records) of them), checked as opening the shard file checks it "
+      "against index.json: `file_size` is its size there, identity as for Dataset's shards. "
+      "DataError naming `path` (the shard's URL) on a mismatch.");
+  m.def("shard_tail_bytes", &shard_tail_bytes, py::arg("num_records"),
+        "Bytes at the end of a shard of `num_records` records that hold its table and footer.");
 
   py::class_<ShardWriter>(m, "ShardFileWriter")
       .def(py::init([](std::string path, uint64_t schema_hash, uint32_t num_fields,

@@ -9,6 +9,7 @@
 
 #include "common/checksum.h"
 #include "common/error.h"
+#include "format/detail/shard_checks.h"
 
 namespace stoker {
 
@@ -79,76 +80,14 @@ ShardProbe probe_shard(const std::string& path, const ShardExpectation& expect, 
   ShardProbe p;
   p.stamp = stamp_of(st);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (expect.bytes >= 0 && static_cast<int64_t>(size) != expect.bytes)
-    STOKER_THROW(DataError, path, ": shard is ", size, " bytes but index.json says ", expect.bytes,
-                 " (truncated or replaced file)");
-  if (size < sizeof(ShardHeader) + sizeof(ShardFooter))
-    STOKER_THROW(DataError, path, ": file of ", size, " bytes is too short to be a shard");
+  detail::check_shard_size(path, size, expect);
   if (!read_exact(fd.fd, &p.header, sizeof p.header, 0) ||
       !read_exact(fd.fd, &p.footer, sizeof p.footer,
                   static_cast<off_t>(size - sizeof(ShardFooter))))
     STOKER_THROW(DataError, path, ": cannot read shard header and footer: ",
                  errno ? std::strerror(errno) : "file shorter than its size");
-
-  const ShardHeader& h = p.header;
-  if (std::memcmp(h.magic, format::kShardMagic, 8) != 0)
-    STOKER_THROW(DataError, path, ": not a stoker shard (bad magic)");
-  if (checksum32(&h, offsetof(ShardHeader, header_sum)) != h.header_sum)
-    STOKER_THROW(DataError, path, ": header checksum mismatch (corrupt header)");
-  if (h.version < format::kMinFormatVersion || h.version > format::kFormatVersion)
-    STOKER_THROW(DataError, path, ": shard format version ", h.version,
-                 " is not supported (this stoker reads versions ", format::kMinFormatVersion,
-                 " to ", format::kFormatVersion, ")");
-  if (h.header_size != sizeof(ShardHeader))
-    STOKER_THROW(DataError, path, ": unexpected header size ", h.header_size);
-  if (h.flags != 0 || h.reserved != 0)
-    STOKER_THROW(DataError, path, ": unknown header flags ", h.flags,
-                 " (written by a newer stoker?)");
-  if (h.schema_hash != expect.schema_hash)
-    STOKER_THROW(DataError, path,
-                 ": schema hash does not match index.json "
-                 "(shard from another dataset?)");
-  if (expect.identity) {
-    const ShardIdentity& want = *expect.identity;
-    if (h.version < 2)
-      STOKER_THROW(DataError, path,
-                   ": a version-1 shard (no dataset id) in a version-2 "
-                   "dataset: it belongs to another dataset");
-    DatasetId got;
-    std::memcpy(got.bytes.data(), h.dataset_id, 16);
-    if (got != want.dataset_id)
-      STOKER_THROW(DataError, path,
-                   ": belongs to another dataset or another write of this "
-                   "one: its dataset id is ",
-                   got.hex(), ", index.json's is ", want.dataset_id.hex(),
-                   " (foreign or stale shard)");
-    if (h.ordinal != want.ordinal)
-      STOKER_THROW(DataError, path, ": is shard ", h.ordinal,
-                   " of its dataset but index.json "
-                   "lists it as shard ",
-                   want.ordinal, " (shards swapped or reordered)");
-    if (h.header_sum != want.header_sum)
-      STOKER_THROW(DataError, path, ": header checksum ", h.header_sum,
-                   " differs from index.json's ", want.header_sum);
-  }
-
-  const ShardFooter& f = p.footer;
-  if (std::memcmp(f.magic, format::kFooterMagic, 8) != 0)
-    STOKER_THROW(DataError, path, ": bad footer magic (truncated or unfinished shard)");
-  if (checksum32(&f, offsetof(ShardFooter, footer_sum)) != f.footer_sum)
-    STOKER_THROW(DataError, path, ": footer checksum mismatch (corrupt footer)");
-  const uint64_t table_end = size - sizeof(ShardFooter);
-  if (f.table_offset < sizeof(ShardHeader) || f.table_offset > table_end ||
-      f.num_records > (table_end - f.table_offset) / sizeof(RecordEntry) ||
-      f.table_offset + f.num_records * sizeof(RecordEntry) != table_end)
-    STOKER_THROW(DataError, path, ": record table out of bounds (corrupt footer)");
-  if (expect.num_records >= 0 && static_cast<int64_t>(f.num_records) != expect.num_records)
-    STOKER_THROW(DataError, path, ": shard holds ", f.num_records, " records but index.json says ",
-                 expect.num_records);
-  if (expect.identity && f.table_sum != expect.identity->table_sum)
-    STOKER_THROW(DataError, path, ": record table checksum ", f.table_sum,
-                 " differs from index.json's ", expect.identity->table_sum,
-                 " (stale or rewritten shard)");
+  detail::check_shard_header(path, p.header, expect);
+  detail::check_shard_footer(path, p.footer, size, expect);
   if (fd_out) {
     *fd_out = fd.fd;
     fd.fd = -1;
@@ -177,21 +116,12 @@ ShardReader::ShardReader(std::string path, const ShardExpectation& expect)
   table_sum_ = p.footer.table_sum;
   num_records_ = static_cast<int64_t>(p.footer.num_records);
   table_ = reinterpret_cast<const RecordEntry*>(base_ + table_offset_);
-  if (checksum32(table_, static_cast<size_t>(num_records_) * sizeof(RecordEntry)) != table_sum_) {
+  if (!detail::table_sum_matches(table_, p.footer.num_records, table_sum_)) {
     if (changed_on_disk()) throw_changed(-1, "record table checksum mismatch");
-    STOKER_THROW(DataError, path_, ": record table checksum mismatch (corrupt table)");
+    detail::throw_table_sum_mismatch(path_);
   }
-  // Records are back to back from the header to the table: check that exactly.
-  uint64_t next = sizeof(ShardHeader);
-  for (int64_t i = 0; i < num_records_; ++i) {
-    RecordEntry e;
-    std::memcpy(&e, table_ + i, sizeof e);
-    if (e.offset != next || e.length > table_offset_ - e.offset || e.length < 4ull * num_fields_)
-      STOKER_THROW(DataError, path_, ": record ", i, ": table entry out of bounds");
-    next += e.length;
-  }
-  if (next != table_offset_)
-    STOKER_THROW(DataError, path_, ": records do not fill the space before the table");
+  detail::check_table_entries(path_, base_ + table_offset_, p.footer.num_records, table_offset_,
+                              num_fields_);
 }
 
 RecordView ShardReader::record_unchecked(int64_t i) const {

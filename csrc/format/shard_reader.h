@@ -13,6 +13,7 @@
 #include <string>
 
 #include "format/mapped_file.h"
+#include "format/shard_expectation.h"
 #include "format/shard_format.h"
 #include "format/shard_identity.h"
 
@@ -22,16 +23,6 @@ namespace stoker {
 struct RecordView {
   const uint8_t* data = nullptr;
   size_t size = 0;
-};
-
-/// What index.json says about a shard; each part that is set must match.
-struct ShardExpectation {
-  uint64_t schema_hash = 0;
-  int64_t num_records = -1;  ///< -1: any
-  int64_t bytes = -1;        ///< file size, -1: any
-  /// Format v2: dataset id, ordinal, header and table checksums. Unset for
-  /// version-1 datasets, whose shards carry no identity.
-  std::optional<ShardIdentity> identity;
 };
 
 /// The file a shard was when it was opened, to tell later whether it changed.
