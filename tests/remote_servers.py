@@ -234,16 +234,33 @@ class GatedServer:
     ``allow`` until :meth:`open_gate` (at most ``hold`` seconds): shards that are not there
     yet, for the tests of what may and may not wait for them."""
 
-    def __init__(self, root: str, allow: tuple = (), hold: float = 60.0):
+    def __init__(self, root: str, allow: tuple = (), hold: float = 60.0,
+                 ranges: bool = False):
+        """``ranges``: answer ``Range`` requests (206) at once, gate or not; only whole
+        shards are held back (for records fetched by range ahead of their shard)."""
         import functools
         import http.server
+        import re
 
         gate = self.gate = threading.Event()
         self.requested: list = []
+        self.range_requests: list = []
 
         class Handler(http.server.SimpleHTTPRequestHandler):
             def do_GET(handler):  # noqa: N805 (the handler's self)
                 path = handler.path
+                m = re.fullmatch(r"bytes=(\d+)-(\d+)", handler.headers.get("Range") or "")
+                if ranges and m and path.endswith(".stk"):
+                    self.range_requests.append((path, int(m[1]), int(m[2])))
+                    with open(handler.translate_path(path), "rb") as f:
+                        data = f.read()
+                    a, b = int(m[1]), min(int(m[2]), len(data) - 1)
+                    handler.send_response(206)
+                    handler.send_header("Content-Range", f"bytes {a}-{b}/{len(data)}")
+                    handler.send_header("Content-Length", str(b - a + 1))
+                    handler.end_headers()
+                    handler.wfile.write(data[a:b + 1])
+                    return
                 if path.endswith(".stk"):
                     self.requested.append(path)
                     if not any(a in path for a in allow):

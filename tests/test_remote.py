@@ -586,6 +586,62 @@ def test_open_returns_before_the_shards_and_a_batch_waits_only_for_its_own(local
         server.stop()
 
 
+def test_first_batches_come_by_range_while_their_shards_download(local_ds, tmp_path):
+    """NOTE [ Records by range ]: a cold, shuffled epoch's first batch reads every shard.
+    With every whole-shard download held back by the server, its records come by range
+    requests instead (the shards' tables, then the records), bit for bit the local batch;
+    the shards then arrive and the rest of the epoch reads them."""
+    www, local = local_ds
+    server = GatedServer(str(www), ranges=True)
+    try:
+        ds = stoker.Dataset(f"{server.url}/ds", cache_dir=tmp_path / "c")
+        loader = stoker.Loader(ds, batch_size=16, shuffle=True, seed=3, num_threads=2,
+                               prefetch=1)
+        ref = list(stoker.Loader(local, batch_size=16, shuffle=True, seed=3))
+        it = iter(loader)
+        first = next(it)  # every whole shard is still held back
+        assert not server.gate.is_set()
+        for k in first:
+            assert torch.equal(first[k], ref[0][k]), k
+        st = loader.stats()["network"]
+        assert st["range_records"] >= 16 and st["range_bytes"] > 0
+        assert st["downloads"] == 0  # no shard is local yet
+        shards_read = {p.rsplit("/", 1)[-1] for p, _, _ in server.range_requests}
+        assert len(shards_read) > 1  # a shuffled batch spans shards
+        server.open_gate()
+        rest = [next(it)] + list(it)
+        assert len(rest) + 1 == len(ref)
+        for g, w in zip(rest, ref[1:]):
+            for k in g:
+                assert torch.equal(g[k], w[k]), k
+        assert ds.remote.stats()["downloads"] == len(local.shards)
+        assert ds._core.buffered_records == (0, 0)  # dropped once their shards came
+    finally:
+        server.stop()
+
+
+def test_a_server_without_ranges_serves_whole_shards(local_ds, tmp_path):
+    """Range requests answered with errors: the records' shards are declined and their
+    readers wait for the whole shards; the epoch is still exact."""
+    www, local = local_ds
+    server = GatedServer(str(www), ranges=False)  # gated whole files; ranges gated too
+    server.open_gate()
+    try:
+        ds = stoker.Dataset(f"{server.url}/ds", cache_dir=tmp_path / "c")
+        ds.remote._fetcher.cache.source.ignored_range_limit = 0  # a 200: "no ranges"
+        got, _ = epoch(ds, 7, 0)
+        want, _ = epoch(local, 7, 0)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            for k in g:
+                assert torch.equal(g[k], w[k]), k
+        assert ds.remote.stats()["downloads"] == len(local.shards)
+        st = ds.remote.stats()
+        assert ds.remote._fetcher._declined and st["range_records"] == 0
+    finally:
+        server.stop()
+
+
 def test_wrong_content_is_never_cached(local_ds, nginx, tmp_path):
     www, local = local_ds
     bad = www / "bad"

@@ -89,7 +89,7 @@ void register_format(py::module_& m) {
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
       .def(py::init([](const py::list& fields, uint64_t schema_hash, const py::list& shards,
                        bool probe_on_open, bool map_on_open, int lease_fd, bool deferred,
-                       bool releasable) {
+                       bool releasable, bool record_ranges) {
              Schema schema = schema_from_py(fields, schema_hash);
              std::vector<ShardInfo> infos;
              infos.reserve(shards.size());
@@ -107,6 +107,7 @@ void register_format(py::module_& m) {
              opts.map_on_open = map_on_open;
              opts.deferred = deferred;
              opts.releasable = releasable;
+             opts.record_ranges = record_ranges;
              std::shared_ptr<Dataset> ds;
              {
                py::gil_scoped_release nogil;
@@ -119,12 +120,14 @@ void register_format(py::module_& m) {
            py::arg("fields"), py::arg("schema_hash"), py::arg("shards"),
            py::arg("probe_on_open") = true, py::arg("map_on_open") = false,
            py::arg("lease_fd") = -1, py::arg("deferred") = false, py::arg("releasable") = false,
+           py::arg("record_ranges") = false,
            "Shards are (path, num_records, bytes, identity) with identity (dataset_id_hex, "
            "ordinal, header_checksum, table_checksum) or None (format version 1). On success "
            "the dataset owns lease_fd and closes it when destroyed. deferred: the shard files "
            "are not there yet; each is read after provide() (NOTE [ Deferred shards ] in "
            "csrc/format/dataset.h). releasable: deferred, and try_release() gives shards back "
-           "(NOTE [ Released shards ]).")
+           "(NOTE [ Released shards ]). record_ranges: deferred, and readers may have records "
+           "fetched by range before their shard (NOTE [ Records by range ]).")
       .def_property_readonly("deferred", &Dataset::deferred)
       .def_property_readonly("releasable", &Dataset::releasable)
       .def("try_release", &Dataset::try_release, py::arg("shard"),
@@ -132,6 +135,33 @@ void register_format(py::module_& m) {
            "Releasable datasets: unmaps shard `shard` and makes it pending again unless a reader "
            "holds it; whether it did.")
       .def("pins", &Dataset::pins, py::arg("shard"), "Readers holding shard `shard` now.")
+      .def_property_readonly("record_ranges", &Dataset::record_ranges)
+      .def("take_record_demands", &Dataset::take_record_demands,
+           "Records readers wait for, as (shard, record) pairs; taken.")
+      .def(
+          "provide_table",
+          [](Dataset& d, size_t s, const std::string& url, const py::bytes& head,
+             const py::bytes& tail) {
+            const std::string_view h = head, t = tail;
+            d.provide_table(s, url, reinterpret_cast<const uint8_t*>(h.data()), h.size(),
+                            reinterpret_cast<const uint8_t*>(t.data()), t.size());
+          },
+          py::arg("shard"), py::arg("url"), py::arg("head"), py::arg("tail"),
+          "The header and the tail (record table and footer) of shard `shard`, fetched by "
+          "range; DataError naming `url` if they do not match index.json.")
+      .def(
+          "provide_record",
+          [](Dataset& d, size_t s, int64_t r, const py::bytes& data) {
+            const std::string_view v = data;
+            d.provide_record(s, r, reinterpret_cast<const uint8_t*>(v.data()), v.size());
+          },
+          py::arg("shard"), py::arg("record"), py::arg("data"),
+          "Bytes of one record fetched by range, for the readers waiting for it; DataError "
+          "if they do not match the table.")
+      .def("no_ranges", &Dataset::no_ranges, py::arg("shard"),
+           "Shard `shard` is not served by range: its readers wait for the whole shard.")
+      .def_property_readonly("buffered_records", &Dataset::buffered_records,
+                             "(records, bytes) held for readers, fetched by range.")
       .def("provide", &Dataset::provide, py::arg("shard"),
            "Deferred shards: shard `shard` is local now; readers waiting for it go on.")
       .def("fail", &Dataset::fail, py::arg("shard"), py::arg("why"),

@@ -43,6 +43,10 @@ Dataset::Dataset(Schema schema, std::vector<ShardInfo> shards, Options opts)
       STOKER_THROW(DataError, infos_[s].path, ": is the same file as shard ", it->second, " (",
                    infos_[it->second].path, "): a shard listed twice");
   };
+  if (opts.record_ranges) {
+    opts.deferred = true;
+    partial_.resize(infos_.size());
+  }
   if (opts.releasable) {
     opts.deferred = true;
     pins_.reset(new std::atomic<int32_t>[infos_.size()]);
@@ -126,6 +130,148 @@ Dataset::ShardPin Dataset::pin(size_t s) const {
   }
 }
 
+Dataset::ShardPin Dataset::pin_record(Location loc) const {
+  const size_t s = loc.shard;
+  if (partial_.empty() || s >= infos_.size()) return pin(s);
+  std::optional<std::chrono::steady_clock::time_point> t0;  // a wait, counted
+  auto count = [&] {
+    if (t0)
+      gate_wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - *t0)
+                                  .count(),
+                              std::memory_order_relaxed);
+    t0.reset();
+  };
+  bool asked = false;
+  for (;;) {
+    const uint32_t v = gate_[s].load(std::memory_order_acquire);
+    if (v == kReady || v == kFailed) break;  // the shard (or its error): pin() below
+    {
+      std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+      const Partial& p = partial_[s];
+      if (p.declined) break;
+      auto it = p.records.find(loc.record);
+      if (it != p.records.end()) {
+        count();
+        ShardPin held;
+        held.ds_ = this;
+        held.s_ = s;
+        held.record_ = it->second;
+        return held;
+      }
+    }
+    if (!stop_bound()) break;  // not a loader worker: pin() refuses it by name
+    if (!asked) {
+      asked = true;
+      t0 = std::chrono::steady_clock::now();
+      {
+        std::lock_guard<std::mutex> lock(record_mu_);
+        record_demands_.emplace_back(s, loc.record);
+      }
+      uint32_t pending = kPending;  // the whole shard too
+      gate_[s].compare_exchange_strong(pending, kDemanded, std::memory_order_acq_rel);
+      gate_event_.notify();
+    }
+    if (stop_requested()) {
+      count();
+      STOKER_THROW(Error, infos_[s].path, ": stopped while waiting for the download");
+    }
+    const ScopedActivity fetching(Activity::kFetching);
+    // Short slices: provide_record() wakes the word, but may do so between our
+    // look at the records and our sleep.
+    detail::futex_wait(gate_[s], v == kPending ? kDemanded : v, std::chrono::milliseconds(5));
+  }
+  count();
+  return pin(s);
+}
+
+void Dataset::read(const ShardPin& held, Location loc, RecordView* out) const {
+  const std::vector<uint8_t>* b = held.record_bytes();
+  if (!b) return read(loc, out);
+  try {
+    split_record(schema_, RecordView{b->data(), b->size()}, out);
+  } catch (const DataError& e) {
+    std::string url;
+    {
+      std::lock_guard<std::mutex> lock(stripes_[loc.shard % kStripes]);
+      const Partial& p = partial_[loc.shard];
+      url = p.table ? p.table->path() : infos_[loc.shard].path;
+    }
+    STOKER_THROW(DataError, url, ": record ", loc.record, ": ", e.what());
+  }
+}
+
+std::vector<std::pair<size_t, int64_t>> Dataset::take_record_demands() {
+  std::vector<std::pair<size_t, int64_t>> out;
+  {
+    std::lock_guard<std::mutex> lock(record_mu_);
+    out.swap(record_demands_);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  // Shards that came meanwhile need no ranges.
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [&](const auto& d) {
+                             return gate_[d.first].load(std::memory_order_acquire) == kReady;
+                           }),
+            out.end());
+  return out;
+}
+
+void Dataset::provide_table(size_t s, const std::string& url, const uint8_t* head, size_t head_len,
+                            const uint8_t* tail, size_t tail_len) {
+  STOKER_CHECK(!partial_.empty() && s < infos_.size(), UsageError, "provide_table: shard ", s,
+               " of a dataset without record ranges or out of range");
+  const ShardInfo& info = infos_[s];
+  STOKER_CHECK(info.bytes >= 0, UsageError, url, ": the shard's size is not known");
+  ShardTable table =
+      parse_shard_table(url, head, head_len, tail, tail_len, static_cast<uint64_t>(info.bytes),
+                        expectation(schema_, info));
+  check_field_count(schema_, url, table.num_fields());
+  std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+  partial_[s].table = std::move(table);
+}
+
+void Dataset::provide_record(size_t s, int64_t r, const uint8_t* data, size_t len) {
+  STOKER_CHECK(!partial_.empty() && s < infos_.size(), UsageError, "provide_record: shard ", s,
+               " of a dataset without record ranges or out of range");
+  auto bytes = std::make_shared<std::vector<uint8_t>>(data, data + len);
+  {
+    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+    Partial& p = partial_[s];
+    STOKER_CHECK(p.table.has_value(), UsageError, "provide_record: shard ", s,
+                 " has no table (provide_table first)");
+    verify_record_bytes(*p.table, r, bytes->data(), bytes->size());
+    if (gate_[s].load(std::memory_order_acquire) == kReady) return;  // the shard came first
+    auto [it, fresh] = p.records.emplace(r, std::move(bytes));
+    if (fresh) p.bytes += static_cast<int64_t>(len);
+  }
+  detail::futex_wake(gate_[s]);
+}
+
+void Dataset::no_ranges(size_t s) {
+  STOKER_CHECK(!partial_.empty() && s < infos_.size(), UsageError, "no_ranges: shard ", s,
+               " of a dataset without record ranges or out of range");
+  {
+    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+    Partial& p = partial_[s];
+    p.declined = true;
+    p.records.clear();
+    p.bytes = 0;
+  }
+  detail::futex_wake(gate_[s]);
+}
+
+std::pair<int64_t, int64_t> Dataset::buffered_records() const {
+  int64_t n = 0, bytes = 0;
+  for (size_t s = 0; s < partial_.size(); ++s) {
+    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+    n += static_cast<int64_t>(partial_[s].records.size());
+    bytes += partial_[s].bytes;
+  }
+  return {n, bytes};
+}
+
 void Dataset::unpin(size_t s) const noexcept { pins_[s].fetch_sub(1, std::memory_order_seq_cst); }
 
 bool Dataset::try_release(size_t s) {
@@ -204,6 +350,11 @@ void Dataset::provide(size_t s) {
       continue;
     }
     if (gate_[s].compare_exchange_weak(v, kReady, std::memory_order_acq_rel)) break;
+  }
+  if (!partial_.empty()) {  // readers read the shard now (NOTE [ Records by range ])
+    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+    partial_[s].records.clear();
+    partial_[s].bytes = 0;
   }
   detail::futex_wake(gate_[s]);
 }

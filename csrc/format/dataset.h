@@ -10,12 +10,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/detail/event_count.h"
 #include "format/schema.h"
 #include "format/shard_identity.h"
 #include "format/shard_reader.h"
+#include "format/shard_table.h"
 
 namespace stoker {
 
@@ -44,6 +47,10 @@ class Dataset {
     /// smaller than the dataset can evict them: every reader pins the shard it
     /// reads (pin()), and prefetch hints are off. Implies deferred.
     bool releasable = false;
+    /// Deferred shards may also be read record by record before they are local,
+    /// from bytes the fetcher fetches by range (NOTE [ Records by range ]).
+    /// Implies deferred.
+    bool record_ranges = false;
   };
 
   class ShardPin;
@@ -90,6 +97,12 @@ class Dataset {
   /// read() of a sample already located (a reader that locates each sample
   /// once for its prefetches and its read).
   void read(Location loc, RecordView* out) const;
+  /// What a read of the sample at `loc` needs, held: its shard (pin()), or, for
+  /// a deferred shard not local yet, the record's bytes fetched by range (NOTE
+  /// [ Records by range ]). Waits as a read of a deferred shard waits.
+  ShardPin pin_record(Location loc) const;
+  /// read() from what pin_record(loc) holds (`held` must be its result).
+  void read(const ShardPin& held, Location loc, RecordView* out) const;
 
   /// Throws DataError "<file>: changed on disk while in use" if the shard of
   /// sample `i` was cut short under its mapping (NOTE [ Shards changed under a
@@ -141,8 +154,37 @@ class Dataset {
   // pin and keeps the mapping. A reader that finds kReleasing waits on the word
   // like any pending shard.
 
+  // NOTE [ Records by range ]
+  // Before a deferred shard is local, a reader may have single records of it.
+  // pin_record() asks for (shard, record) (take_record_demands()) besides
+  // demanding the shard; the fetcher fetches the shard's header and record
+  // table by range once (provide_table(): validated as opening the file
+  // validates it), then the records' bytes (provide_record(): each checked
+  // against its table entry), and the reader reads them from a buffer it holds
+  // by a shared_ptr. Whichever comes first serves the reader: the record, or
+  // the whole shard (then the shard's buffered records are dropped). The
+  // fetcher may decline (no_ranges(): a server without ranges, a bad table):
+  // the shard's readers then wait for the whole shard. So the first batches of
+  // a cold epoch need their records, not their shards.
+
   bool deferred() const { return gate_ != nullptr; }
   bool releasable() const { return pins_ != nullptr; }
+  bool record_ranges() const { return !partial_.empty(); }
+  /// Records readers wait for, as (shard, record), each once; taken (cleared).
+  std::vector<std::pair<size_t, int64_t>> take_record_demands();
+  /// The header (`head`, the first bytes) and record table with footer (`tail`,
+  /// the last bytes) of shard `s`, fetched by range; `url` names it in errors.
+  /// DataError if they do not match index.json (then call no_ranges(s)).
+  void provide_table(size_t s, const std::string& url, const uint8_t* head, size_t head_len,
+                     const uint8_t* tail, size_t tail_len);
+  /// Bytes of record `r` of shard `s` (after provide_table): checked against the
+  /// table (DataError naming the URL and record), kept until the shard is
+  /// provided, and handed to the readers waiting for it.
+  void provide_record(size_t s, int64_t r, const uint8_t* data, size_t len);
+  /// Shard `s` is not served by range: its readers wait for the whole shard.
+  void no_ranges(size_t s);
+  /// Records held for readers now (buffered by range), and their bytes.
+  std::pair<int64_t, int64_t> buffered_records() const;
   /// Releasable datasets: unmaps shard `s` and makes it pending again, unless a
   /// reader holds it (or it is not provided): then false, and nothing changes.
   bool try_release(size_t s);
@@ -180,6 +222,19 @@ class Dataset {
   enum GateState : uint32_t { kPending, kDemanded, kReady, kFailed, kReleasing };
   friend class ShardPin;
   void unpin(size_t s) const noexcept;
+  // Sleeps a slice on shard `s`'s word `v` (stop-aware, counted in gate_wait_ns_).
+  void wait_slice(size_t s, uint32_t v, std::chrono::milliseconds slice) const;
+
+  // NOTE [ Records by range ]: per shard, guarded by stripes_[s % kStripes].
+  struct Partial {
+    std::optional<ShardTable> table;
+    bool declined = false;  // no_ranges(): wait for the whole shard
+    std::unordered_map<int64_t, std::shared_ptr<const std::vector<uint8_t>>> records;
+    int64_t bytes = 0;
+  };
+  mutable std::vector<Partial> partial_;  // empty unless record_ranges
+  mutable std::mutex record_mu_;
+  mutable std::vector<std::pair<size_t, int64_t>> record_demands_;  // guarded by record_mu_
 
   // Blocks until shard `s` is provided (NOTE [ Deferred shards ]).
   void await_shard(size_t s) const;
@@ -206,15 +261,19 @@ class Dataset {
 class Dataset::ShardPin {
  public:
   ShardPin() = default;
-  ShardPin(ShardPin&& o) noexcept : ds_(o.ds_), s_(o.s_), r_(o.r_), counted_(o.counted_) {
+  ShardPin(ShardPin&& o) noexcept
+      : ds_(o.ds_), s_(o.s_), r_(o.r_), record_(std::move(o.record_)), counted_(o.counted_) {
     o.ds_ = nullptr;
+    o.r_ = nullptr;
     o.counted_ = false;
   }
   ShardPin& operator=(ShardPin&& o) noexcept {
     if (this != &o) {
       reset();
       ds_ = o.ds_, s_ = o.s_, r_ = o.r_, counted_ = o.counted_;
+      record_ = std::move(o.record_);
       o.ds_ = nullptr;
+      o.r_ = nullptr;
       o.counted_ = false;
     }
     return *this;
@@ -223,13 +282,17 @@ class Dataset::ShardPin {
   ShardPin& operator=(const ShardPin&) = delete;
   ~ShardPin() { reset(); }
 
+  /// The shard's reader (null when this holds a record fetched by range).
   const ShardReader& reader() const { return *r_; }
+  /// The record's bytes fetched by range (NOTE [ Records by range ]), or null.
+  const std::vector<uint8_t>* record_bytes() const { return record_.get(); }
   size_t shard() const { return s_; }
   bool holds(size_t s) const { return r_ != nullptr && s_ == s; }
   void reset() noexcept {
     if (counted_) ds_->unpin(s_);
     ds_ = nullptr;
     r_ = nullptr;
+    record_.reset();
     counted_ = false;
   }
 
@@ -238,6 +301,7 @@ class Dataset::ShardPin {
   const Dataset* ds_ = nullptr;
   size_t s_ = 0;
   const ShardReader* r_ = nullptr;
+  std::shared_ptr<const std::vector<uint8_t>> record_;
   bool counted_ = false;  // a count in Dataset::pins_ to give back
 };
 

@@ -16,19 +16,20 @@ constexpr size_t kTensorAlign = 64;
 size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTensorAlign; }
 
 // Reads sample `index` verified and split into `views`, which stay valid while
-// `hold` holds its shard (NOTE [ Released shards ] in format/dataset.h); a
-// failure is that sample's error, with its file, record and field.
+// `hold` holds its shard or record (deferred shards: NOTE [ Released shards ] and
+// NOTE [ Records by range ] in format/dataset.h); a failure is that sample's
+// error, with its file, record and field.
 bool read_for_plan(const RecordSource& src, int64_t index, const std::string& field,
                    std::vector<RecordView>& views, Dataset::ShardPin& hold,
                    std::exception_ptr& first_error) {
   try {
     try {
       const Dataset::Location loc = src.ds->locate(index);
-      if (src.ds->releasable() && !hold.holds(loc.shard)) {
+      if (src.ds->deferred() && !hold.holds(loc.shard)) {
         hold.reset();  // never hold one shard while waiting for another
-        hold = src.ds->pin(loc.shard);
+        hold = src.ds->pin_record(loc);
       }
-      src.ds->read(loc, views.data());
+      src.ds->read(hold, loc, views.data());
       return true;
     } catch (...) {
       rethrow_with_context(*src.ds, index, field);

@@ -128,9 +128,9 @@ class SampleWriter {
           const int64_t alt = (index + step) % n;
           try {
             const Dataset::Location loc = ds_.locate(alt);
-            Dataset::ShardPin held;  // NOTE [ Released shards ] in format/dataset.h
-            if (ds_.releasable()) held = ds_.pin(loc.shard);
-            ds_.read(loc, views_.data());
+            Dataset::ShardPin held;  // a deferred shard (format/dataset.h)
+            if (ds_.deferred()) held = ds_.pin_record(loc);
+            ds_.read(held, loc, views_.data());
             if (!fits()) continue;
             write(pos, alt, loc, true);
             replaced = true;
@@ -154,9 +154,12 @@ class SampleWriter {
     set_activity(Activity::kReading);
     Clock::time_point t0;
     if (timed) t0 = time_each_ ? last_ : Clock::now();
-    Dataset::ShardPin held;  // NOTE [ Released shards ] in format/dataset.h
-    if (ds_.releasable()) held = ds_.pin(loc.shard);
-    ds_.read(loc, views_.data());
+    // A deferred shard (a URL's) is read under a hold: on the shard (NOTE [ Released
+    // shards ] in format/dataset.h) or on its record fetched by range (NOTE
+    // [ Records by range ]).
+    Dataset::ShardPin held;
+    if (ds_.deferred()) held = ds_.pin_record(loc);
+    ds_.read(held, loc, views_.data());
     Clock::time_point t1;
     if (timed) t1 = Clock::now();
     set_activity(Activity::kDecoding);

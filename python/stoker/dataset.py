@@ -174,8 +174,8 @@ class Dataset:
         # A cache smaller than the dataset gives shards back (NOTE [ Bounded cache ]).
         self._core = _core.Dataset(core_specs(self.fields), self._hash, shards,
                                    probe_on_open=False, map_on_open=False, deferred=True,
-                                   releasable=remote.bounded)
-        remote.start(self._core)
+                                   releasable=remote.bounded, record_ranges=True)
+        remote.start(self._core, self._hash)
         # Dropping the dataset stops its downloads and drops its pins.
         weakref.finalize(self, remote.close)
         self._opened(index)

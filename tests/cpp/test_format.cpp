@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -95,6 +96,11 @@ static void truncation_and_mismatches() {
 static void copy_file(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   std::ofstream(to, std::ios::binary | std::ios::trunc) << in.rdbuf();
+}
+
+static std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
 static bool throws_with(const std::function<void()>& f, const char* text) {
@@ -378,8 +384,80 @@ static void released_shards_wait_and_come_back() {
   CHECK(!plain.releasable() && plain.pins(0) == 0);
 }
 
+// NOTE [ Records by range ]: a reader of a shard not local yet asks for its
+// record; the bytes handed over (checked against the table) serve it; a bad
+// record is refused; the shard, once provided, serves the rest and drops the
+// buffers; a declined shard's readers wait for the whole shard.
+static void records_by_range_serve_readers_first() {
+  std::string dir = test::temp_dir();
+  auto shards = test::write_shards(dir, 20, 10);  // 2 shards of 10
+  std::vector<uint8_t> file0 = read_file(shards[0].path);
+  Dataset::Options opts;
+  opts.record_ranges = true;
+  Dataset ds(test::test_schema(), shards, opts);
+  CHECK(ds.deferred() && ds.record_ranges() && !ds.releasable());
+  const size_t tail = shard_tail_bytes(10);
+  ds.provide_table(0, "https://host/shard-0", file0.data(), 64, file0.data() + file0.size() - tail,
+                   tail);
+  const ShardTable table =
+      parse_shard_table("t", file0.data(), 64, file0.data() + file0.size() - tail, tail,
+                        file0.size(), ShardExpectation{test::test_schema().hash, 10, -1, {}});
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> label{-1};
+  std::thread reader([&] {
+    const ScopedStop bound(&stop);
+    const Dataset::Location loc = ds.locate(7);
+    const Dataset::ShardPin held = ds.pin_record(loc);
+    CHECK(held.record_bytes() != nullptr);  // served by range, the shard still pending
+    std::vector<RecordView> g(3);
+    ds.read(held, loc, g.data());
+    int64_t v;
+    std::memcpy(&v, g[1].data, 8);
+    label = v;
+  });
+  std::vector<std::pair<size_t, int64_t>> want{{0, 7}}, got;
+  for (int i = 0; i < 100000 && got.empty(); ++i) {
+    got = ds.take_record_demands();
+    std::this_thread::yield();
+  }
+  CHECK(got == want);
+  CHECK(ds.demands() == std::vector<size_t>{0});  // the whole shard is demanded too
+  const format::RecordEntry e = table.entry(7);
+  std::vector<uint8_t> bad(file0.begin() + static_cast<long>(e.offset),
+                           file0.begin() + static_cast<long>(e.offset + e.length));
+  bad[3] ^= 1;
+  CHECK_THROWS(DataError, ds.provide_record(0, 7, bad.data(), bad.size()));
+  bad[3] ^= 1;
+  ds.provide_record(0, 7, bad.data(), bad.size());
+  reader.join();
+  CHECK_EQ(label.load(), 7);
+  CHECK(ds.buffered_records().first == 1);
+  ds.provide(0);  // the shard came: buffers dropped, reads map it
+  CHECK(ds.buffered_records() == std::make_pair(int64_t{0}, int64_t{0}));
+  // Declined: the reader waits for the whole shard.
+  label = -1;
+  std::thread r2([&] {
+    const ScopedStop bound(&stop);
+    const Dataset::Location loc = ds.locate(15);
+    const Dataset::ShardPin held = ds.pin_record(loc);
+    CHECK(held.record_bytes() == nullptr);
+    std::vector<RecordView> g(3);
+    ds.read(held, loc, g.data());
+    int64_t v;
+    std::memcpy(&v, g[1].data, 8);
+    label = v;
+  });
+  for (int i = 0; i < 100000 && ds.demands().empty(); ++i) std::this_thread::yield();
+  ds.no_ranges(1);
+  CHECK_EQ(label.load(), -1);
+  ds.provide(1);
+  r2.join();
+  CHECK_EQ(label.load(), 15);
+}
+
 TEST_MAIN(round_trip(); every_byte_flip_is_caught(); truncation_and_mismatches();
           identity_is_checked_on_open(); only_regular_files_and_no_blocking();
           lazy_mapping_and_errors_naming_the_file();
           append_shard_copies_records_under_a_new_identity(); checksum_is_streamable();
-          deferred_shards_wait_for_provide(); released_shards_wait_and_come_back())
+          deferred_shards_wait_for_provide(); released_shards_wait_and_come_back();
+          records_by_range_serve_readers_first())

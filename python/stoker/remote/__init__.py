@@ -181,13 +181,15 @@ class RemoteDataset:
         finally:
             fetcher.hold(shards, -1)
 
-    def start(self, core: Any) -> None:
+    def start(self, core: Any, schema_hash: int) -> None:
         """Starts feeding ``core``, a ``_core.Dataset`` opened with deferred shards whose
-        paths are :meth:`ShardCache.object_path`: the fetcher thread (:class:`_Fetcher`)."""
+        paths are :meth:`ShardCache.object_path`: the fetcher thread (:class:`_Fetcher`).
+        ``schema_hash`` is the dataset's (it checks tables fetched by range)."""
         with self._lock:
             if self._fetcher is not None:
                 raise RuntimeError("this remote dataset is already being fetched")
             self._core = core
+            self.schema_hash = schema_hash
             self._fetcher = _Fetcher(self, core)
 
     def serve_here(self) -> None:
@@ -221,11 +223,15 @@ class RemoteDataset:
     def stats(self) -> Dict[str, Any]:
         """The cache's counters (:meth:`ShardCache.stats`), with ``network_wait_seconds``
         the time readers spent waiting for shards to download (a loader's workers, and
-        :meth:`ensure`)."""
+        :meth:`ensure`), and ``range_records``/``range_bytes`` the records (and their
+        bytes) fetched by range ahead of their shards (NOTE [ Records by range ])."""
         st = self.cache.stats()
         fetcher = self._fetcher
         if fetcher is not None:
             st["network_wait_seconds"] = fetcher.ensure_wait + fetcher.core.gate_wait_seconds
+            with fetcher._mu:
+                st["range_records"] = fetcher.range_records
+                st["range_bytes"] = fetcher.range_bytes
         return st
 
     def close(self) -> None:
@@ -264,6 +270,10 @@ class _Fetcher:
         self.sizes = [int(s["bytes"]) for s in remote.index["shards"]]
         self.ensure_wait = 0.0
         self.released = 0  # shards given back (bounded)
+        self.range_records = 0  # records fetched by range (NOTE [ Records by range ])
+        self.range_bytes = 0
+        self._tables: Dict[int, Future] = {}  # shard -> its record table, fetched by range
+        self._declined: set = set()  # shards not served by range
         self.pid = os.getpid()  # its threads live in this process (RemoteDataset.serve_here)
         self._mu = threading.Lock()
         self._inflight: Dict[int, Future] = {}
@@ -280,6 +290,9 @@ class _Fetcher:
         # demands may start beyond max_inflight: a reader never queues behind prefetches
         self._pool = ThreadPoolExecutor(2 * remote.max_inflight,
                                         thread_name_prefix="stoker-fetch")
+        # records by range: their own threads, so that they never wait behind shards
+        self._range_pool = ThreadPoolExecutor(remote.max_inflight,
+                                              thread_name_prefix="stoker-range")
         self._thread = threading.Thread(target=self._run, name="stoker-fetcher", daemon=True)
         self._thread.start()
 
@@ -358,6 +371,72 @@ class _Fetcher:
                     out.append(lst[k])
         return out
 
+    def _serve_records(self) -> None:
+        """NOTE [ Records by range ] in csrc/format/dataset.h: the records readers wait for,
+        of shards not local yet, fetched by range (per shard: its table once, then the
+        records, coalesced), while the shards themselves download. A shard whose table or
+        records cannot be had by range is declined: its readers wait for the whole shard,
+        whose download reports its own errors."""
+        if not self.core.record_ranges:
+            return
+        wanted: Dict[int, List[int]] = {}
+        for s, r in self.core.take_record_demands():
+            wanted.setdefault(s, []).append(r)
+        for s, records in wanted.items():
+            with self._mu:
+                if s in self._declined or (s in self._settled and self._settled[s] is None):
+                    continue
+                if self._closed:
+                    return
+            self._range_pool.submit(self._fetch_records, s, records)
+
+    def _table(self, s: int) -> Any:
+        from .. import _core
+        from .ranges import fetch_ranges, shard_identity
+
+        with self._mu:
+            fut = self._tables.get(s)
+            mine = fut is None
+            if mine:
+                fut = self._tables[s] = Future()
+        assert fut is not None
+        if not mine:
+            return fut.result()
+        try:
+            entry = self.remote.index["shards"][s]
+            name, size, n = entry["path"], int(entry["bytes"]), int(entry["num_records"])
+            url = self.cache.url(s)
+            head_len, tail_len = min(64, size), min(_core.shard_tail_bytes(n), size)
+            head, tail = fetch_ranges(self.cache.source, name,
+                                      [(0, head_len), (size - tail_len, tail_len)],
+                                      max_parallel=2, retries=self.cache.retries)
+            self.core.provide_table(s, url, head, tail)  # the readers' copy, checked
+            table = _core.parse_shard_table(url, head, tail, size, self.remote.schema_hash, n,
+                                            shard_identity(self.remote.index, s))
+        except BaseException as e:
+            fut.set_exception(e)
+            raise
+        fut.set_result(table)
+        return table
+
+    def _fetch_records(self, s: int, records: List[int]) -> None:
+        from .ranges import fetch_records
+
+        try:
+            table = self._table(s)
+            name = self.remote.index["shards"][s]["path"]
+            data = fetch_records(self.cache.source, name, table, records,
+                                 retries=self.cache.retries)
+            for r, d in zip(records, data):
+                self.core.provide_record(s, r, d)
+            with self._mu:
+                self.range_records += len(records)
+                self.range_bytes += sum(map(len, data))
+        except Exception:  # no ranges here (or a bad table): the whole shard serves
+            with self._mu:
+                self._declined.add(s)
+            self.core.no_ranges(s)
+
     def _busy(self) -> int:
         with self._mu:
             return len(self._inflight)
@@ -427,6 +506,7 @@ class _Fetcher:
                     return  # every shard local or failed
                 following = bool(self._followers)
             try:
+                self._serve_records()
                 if self.bounded:
                     self._turn_bounded()
                 else:
@@ -463,5 +543,6 @@ class _Fetcher:
         if self._thread is not threading.current_thread():
             self._thread.join()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._range_pool.shutdown(wait=False, cancel_futures=True)
         for s in range(self.n):  # a reader still waiting must not wait forever
             self.core.fail(s, f"{self.cache.url(s)}: the dataset was closed")
