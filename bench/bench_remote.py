@@ -1,14 +1,18 @@
 """Remote datasets and TFRecord conversion.
 
-    python bench/bench_remote.py [--samples 8000] [--repeats 3] [--records 20000]
+    python bench/bench_remote.py [--data raw|jpeg] [--samples 8000] [--repeats 3]
+                                 [--records 20000]
 
 1. An epoch (shuffled, batch 256, all cores) of a dataset served by nginx on loopback,
    read through stoker's shard cache, with the cache cold (a fresh cache directory: the
    dataset opens from index.json alone and every shard downloads, is checked and renamed
-   while the epoch reads, the shards its batches wait for first) and warm (every shard
-   found in the cache), against the same epoch from local disk (page cache), in one run.
-   Also: time to the first batch with a cold cache, and the network ceiling (plain GETs of
-   every shard, bytes discarded). Medians of --repeats runs.
+   while the epoch reads, the shards its batches wait for first, the records of the first
+   batches by range meanwhile) and warm (every shard found in the cache), against the same
+   epoch from local disk (page cache), in one run. Also: time to the first batch with a
+   cold cache, the network ceiling (plain GETs of every shard, bytes discarded), and an
+   epoch through a cache a quarter of the dataset (shard_window) against the same order
+   locally. Medians of --repeats runs. ``--data raw`` reads arrays (nothing to decode:
+   the network's worst case), ``--data jpeg`` photo-like JPEGs with RandomResizedCrop.
 2. With --transports: whole-shard GETs through stoker's clients (urllib, boto3) and
    fsspec's (aiohttp, s3fs) where installed, against nginx and moto's S3 server.
 3. TFRecord -> stoker conversion throughput (records/s) with 1 and 2 processes, against
@@ -39,8 +43,8 @@ import stoker  # noqa: E402
 from remote_servers import Nginx  # noqa: E402
 
 
-def epoch(ds, batch_size=256):
-    loader = stoker.Loader(ds, batch_size=batch_size, shuffle=True, seed=0)
+def epoch(ds, batch_size=256, **kw):
+    loader = stoker.Loader(ds, batch_size=batch_size, shuffle=True, seed=0, **kw)
     t0 = time.perf_counter()
     first = None
     n = 0
@@ -51,32 +55,61 @@ def epoch(ds, batch_size=256):
     return time.perf_counter() - t0, first, n
 
 
+def make_dataset(args, root):
+    """``--data raw``: uint8[3,64,64] arrays (the fastest local epoch, so the network shows
+    most); ``--data jpeg``: photo-like JPEGs (bench/make_jpegs.py), read with a training
+    run's RandomResizedCrop + flip, where decoding rather than reading sets the pace."""
+    rng = np.random.default_rng(0)
+    if args.data == "raw":
+        fields = {"x": stoker.ndarray("uint8", (3, 64, 64)), "label": stoker.scalar("int64")}
+        with stoker.ShardWriter(root, fields, shard_size=args.shard_size) as w:
+            for i in range(args.samples):
+                w.write({"x": rng.integers(0, 256, (3, 64, 64), dtype=np.uint8), "label": i})
+        return {}
+    import io
+
+    from make_jpegs import make_image
+    from PIL import Image
+
+    fields = {"image": stoker.image(), "label": stoker.scalar("int64")}
+    with stoker.ShardWriter(root, fields, shard_size=args.shard_size) as w:
+        for i in range(args.samples):
+            buf = io.BytesIO()
+            Image.fromarray(make_image(rng)).save(buf, format="JPEG", quality=90)
+            w.write({"image": buf.getvalue(), "label": i})
+    return {"transforms": {"image": [stoker.ops.RandomResizedCrop(args.image_size),
+                                     stoker.ops.RandomHorizontalFlip()]}}
+
+
 def bench_remote(args, work):
     www = os.path.join(work, "www")
-    fields = {"x": stoker.ndarray("uint8", (3, 64, 64)), "label": stoker.scalar("int64")}
-    rng = np.random.default_rng(0)
-    with stoker.ShardWriter(os.path.join(www, "ds"), fields, shard_size=args.shard_size) as w:
-        for i in range(args.samples):
-            w.write({"x": rng.integers(0, 256, (3, 64, 64), dtype=np.uint8), "label": i})
+    kw = make_dataset(args, os.path.join(www, "ds"))
     local = stoker.Dataset(os.path.join(www, "ds"))
     total = sum(s["bytes"] for s in local.shards)
-    print(f"dataset: {len(local)} samples, {len(local.shards)} shards, {total / 1e6:.1f} MB; "
-          f"nginx on loopback")
+    print(f"dataset ({args.data}): {len(local)} samples, {len(local.shards)} shards, "
+          f"{total / 1e6:.1f} MB; nginx on loopback")
     server = Nginx(www, os.path.join(work, "nginx"))
     url = f"{server.url}/ds"
+    # The bounded runs: a cache a quarter of the dataset, shuffled a window of shards at a
+    # time (the largest window of which two fit the cache), against the same order locally.
+    limit = total // 4
+    window = max(1, int(limit // 2 // max(s["bytes"] for s in local.shards)))
     try:
-        epoch(local)  # page cache, warm-up
+        epoch(local, **kw)  # page cache, warm-up
         shards, samples = local.shards, len(local)
         del local
-        res = {k: [] for k in ("local_open", "local", "cold_open", "cold", "warm_open", "warm",
-                               "ceiling", "first_local", "first_cold", "first_warm")}
+        names = ("local_open", "local", "cold_open", "cold", "warm_open", "warm", "ceiling",
+                 "first_local", "first_cold", "first_warm", "local_window", "bounded",
+                 "range_records")
+        res = {k: [] for k in names}
         for r in range(args.repeats):
             # each run opens its dataset anew, as the remote runs do (fresh mappings)
             t0 = time.perf_counter()
             local = stoker.Dataset(os.path.join(www, "ds"))
             opened = time.perf_counter() - t0
-            secs, first, n = epoch(local)
+            secs, first, n = epoch(local, **kw)
             assert n == samples
+            res["local_window"].append(epoch(local, shard_window=window, **kw)[0])
             del local
             res["local_open"].append(opened)
             res["local"].append(secs)
@@ -94,14 +127,22 @@ def bench_remote(args, work):
                 t0 = time.perf_counter()
                 ds = stoker.Dataset(url, cache_dir=cache)
                 opened = time.perf_counter() - t0
-                secs, first, n = epoch(ds)
+                secs, first, n = epoch(ds, **kw)
                 st = ds.remote.stats()
                 assert n == samples
                 assert st["downloads" if kind == "cold" else "cache_hits"] == len(shards)
+                if kind == "cold":
+                    res["range_records"].append(st["range_records"])
                 res[f"{kind}_open"].append(opened)
                 res[kind].append(secs)
                 res[f"first_{kind}"].append(opened + first)
+                ds.remote.close()
                 del ds
+            shutil.rmtree(cache)
+            ds = stoker.Dataset(url, cache_dir=cache, cache_limit=limit)
+            res["bounded"].append(epoch(ds, shard_window=window, **kw)[0])
+            ds.remote.close()
+            del ds
             shutil.rmtree(cache)
     finally:
         server.stop()
@@ -117,12 +158,16 @@ def bench_remote(args, work):
     gbps = total / med["ceiling"] / 1e9
     print(f"  network ceiling: plain GETs of every shard, one at a time: {ms['ceiling']:.1f} ms "
           f"({gbps:.2f} GB/s)")
+    print(f"  cold: {med['range_records']:.0f} records came by range ahead of their shards")
     local_total = med["local_open"] + med["local"]
     print(f"  ratios: warm / local (open + epoch) "
           f"{(med['warm_open'] + med['warm']) / local_total:.3f}; warm / local epoch "
           f"{med['warm'] / med['local']:.3f}; cold / local (open + epoch) "
-          f"{(med['cold_open'] + med['cold']) / local_total:.2f}; cold open / network "
-          f"ceiling {med['cold_open'] / med['ceiling']:.2f}")
+          f"{(med['cold_open'] + med['cold']) / local_total:.2f}   (targets: warm within 5%, "
+          f"cold within 1.5x)")
+    print(f"  cache_limit a quarter of the dataset ({limit / 1e6:.1f} MB), shard_window={window}:"
+          f" epoch {ms['bounded']:.1f} ms against {ms['local_window']:.1f} ms locally in the "
+          f"same order: {med['bounded'] / med['local_window']:.2f}x")
     return med
 
 
@@ -293,6 +338,9 @@ def bench_tfrecord(args, work):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--samples", type=int, default=8000)
+    p.add_argument("--data", choices=("raw", "jpeg"), default="raw")
+    p.add_argument("--image-size", type=int, default=128,
+                   help="--data jpeg: RandomResizedCrop size")
     p.add_argument("--shard-size", default="8MB")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--records", type=int, default=20000)

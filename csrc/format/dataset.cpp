@@ -161,14 +161,10 @@ Dataset::ShardPin Dataset::pin_record(Location loc) const {
       }
     }
     if (!stop_bound()) break;  // not a loader worker: pin() refuses it by name
-    if (!asked) {
+    if (!asked) {  // the record was asked for by want_records(); the shard is demanded
       asked = true;
       t0 = std::chrono::steady_clock::now();
-      {
-        std::lock_guard<std::mutex> lock(record_mu_);
-        record_demands_.emplace_back(s, loc.record);
-      }
-      uint32_t pending = kPending;  // the whole shard too
+      uint32_t pending = kPending;
       gate_[s].compare_exchange_strong(pending, kDemanded, std::memory_order_acq_rel);
       gate_event_.notify();
     }
@@ -199,6 +195,24 @@ void Dataset::read(const ShardPin& held, Location loc, RecordView* out) const {
     }
     STOKER_THROW(DataError, url, ": record ", loc.record, ": ", e.what());
   }
+}
+
+void Dataset::want_records(const int64_t* indices, size_t n) const {
+  if (partial_.empty()) return;
+  std::vector<std::pair<size_t, int64_t>> want;
+  for (size_t k = 0; k < n; ++k) {
+    if (indices[k] < 0 || indices[k] >= total_) continue;
+    const Location loc = locate(indices[k]);
+    const uint32_t v = gate_[loc.shard].load(std::memory_order_acquire);
+    if (v == kReady || v == kFailed) continue;
+    want.emplace_back(loc.shard, loc.record);
+  }
+  if (want.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(record_mu_);
+    record_demands_.insert(record_demands_.end(), want.begin(), want.end());
+  }
+  gate_event_.notify();
 }
 
 std::vector<std::pair<size_t, int64_t>> Dataset::take_record_demands() {

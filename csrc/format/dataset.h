@@ -156,20 +156,28 @@ class Dataset {
 
   // NOTE [ Records by range ]
   // Before a deferred shard is local, a reader may have single records of it.
-  // pin_record() asks for (shard, record) (take_record_demands()) besides
-  // demanding the shard; the fetcher fetches the shard's header and record
+  // The first batch of an epoch asks for its records when it is planned
+  // (want_records(), then take_record_demands()), and its readers wait in
+  // pin_record() for the record or the shard; the fetcher fetches the shard's
+  // header and record
   // table by range once (provide_table(): validated as opening the file
   // validates it), then the records' bytes (provide_record(): each checked
   // against its table entry), and the reader reads them from a buffer it holds
   // by a shared_ptr. Whichever comes first serves the reader: the record, or
   // the whole shard (then the shard's buffered records are dropped). The
   // fetcher may decline (no_ranges(): a server without ranges, a bad table):
-  // the shard's readers then wait for the whole shard. So the first batches of
-  // a cold epoch need their records, not their shards.
+  // the shard's readers then wait for the whole shard. So the first batch of a
+  // cold epoch needs its records, not its shards. (Only the first: later batches
+  // would fetch their records twice, by range and in their shards.)
 
   bool deferred() const { return gate_ != nullptr; }
   bool releasable() const { return pins_ != nullptr; }
   bool record_ranges() const { return !partial_.empty(); }
+  /// Asks for the samples `indices` by range where their shards are not local
+  /// yet (and not declined), before any reader waits for them: a batch's
+  /// planner names all its samples at once, so that the fetcher fetches them
+  /// together. Never waits; a no-op without record ranges.
+  void want_records(const int64_t* indices, size_t n) const;
   /// Records readers wait for, as (shard, record), each once; taken (cleared).
   std::vector<std::pair<size_t, int64_t>> take_record_demands();
   /// The header (`head`, the first bytes) and record table with footer (`tail`,

@@ -274,6 +274,9 @@ class _Fetcher:
         self.range_bytes = 0
         self._tables: Dict[int, Future] = {}  # shard -> its record table, fetched by range
         self._declined: set = set()  # shards not served by range
+        # shards whose records are being fetched by range: their whole download waits,
+        # so that the first batch's requests do not queue behind it
+        self._ranging: Dict[int, int] = {}
         self.pid = os.getpid()  # its threads live in this process (RemoteDataset.serve_here)
         self._mu = threading.Lock()
         self._inflight: Dict[int, Future] = {}
@@ -312,10 +315,13 @@ class _Fetcher:
                 else:
                     self._holds.pop(s, None)
 
-    def _start(self, s: int) -> Optional[Future]:
-        """The download of ``s``, started if it is not under way (None once settled)."""
+    def _start(self, s: int, now: bool = False) -> Optional[Future]:
+        """The download of ``s``, started if it is not under way (None once settled, or
+        while its records come by range, unless ``now``)."""
         with self._mu:
             if s in self._settled:
+                return None
+            if s in self._ranging and not now and s not in self._inflight:
                 return None
             fut = self._inflight.get(s)
             if fut is not None:
@@ -388,7 +394,11 @@ class _Fetcher:
                     continue
                 if self._closed:
                     return
-            self._range_pool.submit(self._fetch_records, s, records)
+                self._ranging[s] = self._ranging.get(s, 0) + 1
+            try:
+                self._range_pool.submit(self._fetch_records, s, records)
+            except RuntimeError:  # closed meanwhile
+                return
 
     def _table(self, s: int) -> Any:
         from .. import _core
@@ -436,6 +446,12 @@ class _Fetcher:
             with self._mu:
                 self._declined.add(s)
             self.core.no_ranges(s)
+        finally:
+            with self._mu:
+                n = self._ranging.pop(s) - 1
+                if n:
+                    self._ranging[s] = n
+            self.core.gate_notify()  # its whole download may start now
 
     def _busy(self) -> int:
         with self._mu:
@@ -520,7 +536,7 @@ class _Fetcher:
     def ensure(self, s: int) -> None:
         t0 = time.monotonic()
         try:
-            fut = self._start(s)
+            fut = self._start(s, now=True)
             if fut is not None:
                 fut.exception()  # waits; the callback settles it
                 self._settle(s, fut)  # (in case the callback has not run yet)
