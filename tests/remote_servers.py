@@ -236,8 +236,10 @@ class GatedServer:
 
     def __init__(self, root: str, allow: tuple = (), hold: float = 60.0,
                  ranges: bool = False):
-        """``ranges``: answer ``Range`` requests (206) at once, gate or not; only whole
-        shards are held back (for records fetched by range ahead of their shard)."""
+        """``ranges=True``: answer ``Range`` requests (206) at once, gate or not; only
+        whole shards are held back (for records fetched by range ahead of their shard).
+        ``ranges="ignore"``: answer them at once with the whole file (200), as a server
+        without range support does."""
         import functools
         import http.server
         import re
@@ -250,7 +252,10 @@ class GatedServer:
             def do_GET(handler):  # noqa: N805 (the handler's self)
                 path = handler.path
                 m = re.fullmatch(r"bytes=(\d+)-(\d+)", handler.headers.get("Range") or "")
-                if ranges and m and path.endswith(".stk"):
+                if ranges == "ignore" and m and path.endswith(".stk"):
+                    self.range_requests.append((path, int(m[1]), int(m[2])))
+                    return super().do_GET()  # the whole file, ungated
+                if ranges is True and m and path.endswith(".stk"):
                     self.range_requests.append((path, int(m[1]), int(m[2])))
                     with open(handler.translate_path(path), "rb") as f:
                         data = f.read()

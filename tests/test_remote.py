@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -621,15 +622,26 @@ def test_first_batches_come_by_range_while_their_shards_download(local_ds, tmp_p
 
 
 def test_a_server_without_ranges_serves_whole_shards(local_ds, tmp_path):
-    """Range requests answered with errors: the records' shards are declined and their
-    readers wait for the whole shards; the epoch is still exact."""
+    """A server that ignores range requests (200, the whole file): the first batch's
+    shards are declined and their readers wait for the whole shards; the epoch is still
+    exact."""
     www, local = local_ds
-    server = GatedServer(str(www), ranges=False)  # gated whole files; ranges gated too
-    server.open_gate()
+    server = GatedServer(str(www), ranges="ignore")  # whole shards held back meanwhile
     try:
         ds = stoker.Dataset(f"{server.url}/ds", cache_dir=tmp_path / "c")
         ds.remote._fetcher.cache.source.ignored_range_limit = 0  # a 200: "no ranges"
+
+        def open_once_declined():
+            deadline = time.monotonic() + 30
+            while not ds.remote._fetcher._declined and time.monotonic() < deadline:
+                time.sleep(0.01)
+            server.open_gate()
+
+        opener = threading.Thread(target=open_once_declined)
+        opener.start()
         got, _ = epoch(ds, 7, 0)
+        opener.join()
+        assert server.range_requests
         want, _ = epoch(local, 7, 0)
         assert len(got) == len(want)
         for g, w in zip(got, want):

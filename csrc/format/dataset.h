@@ -158,8 +158,9 @@ class Dataset {
   // Before a deferred shard is local, a reader may have single records of it.
   // The first batch of an epoch asks for its records when it is planned
   // (want_records(), then take_record_demands()), and its readers wait in
-  // pin_record() for the record or the shard; the fetcher fetches the shard's
-  // header and record
+  // pin_record() for the record or the shard; the fetcher (a record that its
+  // whole shard did not bring within a moment: python/stoker/remote) fetches the
+  // shard's header and record
   // table by range once (provide_table(): validated as opening the file
   // validates it), then the records' bytes (provide_record(): each checked
   // against its table entry), and the reader reads them from a buffer it holds

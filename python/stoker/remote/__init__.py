@@ -262,6 +262,13 @@ class _Fetcher:
 
     # How often a fetcher that follows loaders looks at their schedules again.
     TURN = 0.05
+    # Records by range: the largest gap between two records read in one request.
+    RANGE_GAP = 1 << 20
+    # ... and how long a record waits for its whole shard before it is fetched by range:
+    # on a fast link the shard comes first (the ranges would only compete with it, for a
+    # slower first batch on loopback: bench/RESULTS.md); on a slow one, or with large
+    # shards, the records come seconds before their shards.
+    RANGE_AFTER = 0.25
 
     def __init__(self, remote: RemoteDataset, core: Any):
         self.remote, self.cache, self.core = remote, remote.cache, core
@@ -274,9 +281,9 @@ class _Fetcher:
         self.range_bytes = 0
         self._tables: Dict[int, Future] = {}  # shard -> its record table, fetched by range
         self._declined: set = set()  # shards not served by range
-        # shards whose records are being fetched by range: their whole download waits,
-        # so that the first batch's requests do not queue behind it
-        self._ranging: Dict[int, int] = {}
+        # shard -> (when its first record was asked for, the records): waiting RANGE_AFTER
+        self._range_wait: Dict[int, Any] = {}
+
         self.pid = os.getpid()  # its threads live in this process (RemoteDataset.serve_here)
         self._mu = threading.Lock()
         self._inflight: Dict[int, Future] = {}
@@ -294,7 +301,7 @@ class _Fetcher:
         self._pool = ThreadPoolExecutor(2 * remote.max_inflight,
                                         thread_name_prefix="stoker-fetch")
         # records by range: their own threads, so that they never wait behind shards
-        self._range_pool = ThreadPoolExecutor(remote.max_inflight,
+        self._range_pool = ThreadPoolExecutor(2,
                                               thread_name_prefix="stoker-range")
         self._thread = threading.Thread(target=self._run, name="stoker-fetcher", daemon=True)
         self._thread.start()
@@ -315,13 +322,10 @@ class _Fetcher:
                 else:
                     self._holds.pop(s, None)
 
-    def _start(self, s: int, now: bool = False) -> Optional[Future]:
-        """The download of ``s``, started if it is not under way (None once settled, or
-        while its records come by range, unless ``now``)."""
+    def _start(self, s: int) -> Optional[Future]:
+        """The download of ``s``, started if it is not under way (None once settled)."""
         with self._mu:
             if s in self._settled:
-                return None
-            if s in self._ranging and not now and s not in self._inflight:
                 return None
             fut = self._inflight.get(s)
             if fut is not None:
@@ -378,23 +382,28 @@ class _Fetcher:
         return out
 
     def _serve_records(self) -> None:
-        """NOTE [ Records by range ] in csrc/format/dataset.h: the records readers wait for,
-        of shards not local yet, fetched by range (per shard: its table once, then the
-        records, coalesced), while the shards themselves download. A shard whose table or
-        records cannot be had by range is declined: its readers wait for the whole shard,
-        whose download reports its own errors."""
+        """NOTE [ Records by range ] in csrc/format/dataset.h: the records an epoch's first
+        batch asks for, of shards not local yet, fetched by range (per shard: its table
+        once, then the records, coalesced) while the shards themselves download: whichever
+        comes first serves the readers (on a fast link the whole shards may; on a slow one,
+        or with large shards, the records do). A shard whose table or records cannot be had
+        by range is declined: its readers wait for the whole shard, whose download reports
+        its own errors."""
         if not self.core.record_ranges:
             return
-        wanted: Dict[int, List[int]] = {}
+        now = time.monotonic()
         for s, r in self.core.take_record_demands():
-            wanted.setdefault(s, []).append(r)
-        for s, records in wanted.items():
+            self._range_wait.setdefault(s, (now, []))[1].append(r)
+        for s, (since, records) in list(self._range_wait.items()):
             with self._mu:
-                if s in self._declined or (s in self._settled and self._settled[s] is None):
-                    continue
                 if self._closed:
                     return
-                self._ranging[s] = self._ranging.get(s, 0) + 1
+                done = s in self._declined or (s in self._settled and self._settled[s] is None)
+            if not done and now < since + self.RANGE_AFTER:
+                continue  # the whole shard may come first: ranges would only compete
+            del self._range_wait[s]
+            if done:
+                continue
             try:
                 self._range_pool.submit(self._fetch_records, s, records)
             except RuntimeError:  # closed meanwhile
@@ -435,7 +444,11 @@ class _Fetcher:
         try:
             table = self._table(s)
             name = self.remote.index["shards"][s]["path"]
+            # Gaps under RANGE_GAP are read rather than skipped: on a link where a request
+            # costs a round trip, reading 1 MiB more costs less than a second request
+            # (S3: ~30 ms at ~100 MB/s), and on loopback it is the requests that cost.
             data = fetch_records(self.cache.source, name, table, records,
+                                 max_gap=self.RANGE_GAP, max_parallel=4,
                                  retries=self.cache.retries)
             for r, d in zip(records, data):
                 self.core.provide_record(s, r, d)
@@ -446,12 +459,7 @@ class _Fetcher:
             with self._mu:
                 self._declined.add(s)
             self.core.no_ranges(s)
-        finally:
-            with self._mu:
-                n = self._ranging.pop(s) - 1
-                if n:
-                    self._ranging[s] = n
-            self.core.gate_notify()  # its whole download may start now
+
 
     def _busy(self) -> int:
         with self._mu:
@@ -530,13 +538,15 @@ class _Fetcher:
             except RemoteError:  # closed meanwhile
                 pass
             # Woken by a demand, a settled download or close(); a fetcher that follows
-            # loaders also looks again every TURN, as they move on.
-            self.core.gate_wait(seen, self.TURN if following or self.bounded else 5.0)
+            # loaders also looks again every TURN, as they move on, and so does one with
+            # records waiting for RANGE_AFTER.
+            busy = following or self.bounded or bool(self._range_wait)
+            self.core.gate_wait(seen, self.TURN if busy else 5.0)
 
     def ensure(self, s: int) -> None:
         t0 = time.monotonic()
         try:
-            fut = self._start(s, now=True)
+            fut = self._start(s)
             if fut is not None:
                 fut.exception()  # waits; the callback settles it
                 self._settle(s, fut)  # (in case the callback has not run yet)
