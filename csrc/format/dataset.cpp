@@ -161,7 +161,7 @@ Dataset::ShardPin Dataset::pin_record(Location loc) const {
       }
     }
     if (!stop_bound()) break;  // not a loader worker: pin() refuses it by name
-    if (!asked) {  // the record was asked for by want_records(); the shard is demanded
+    if (!asked) {              // the record was asked for by want_records(); the shard is demanded
       asked = true;
       t0 = std::chrono::steady_clock::now();
       uint32_t pending = kPending;
