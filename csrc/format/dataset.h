@@ -97,12 +97,19 @@ class Dataset {
   /// read() of a sample already located (a reader that locates each sample
   /// once for its prefetches and its read).
   void read(Location loc, RecordView* out) const;
+  /// read() without the record's checksum: its bytes are bounds-checked and split
+  /// (DataError on a broken structure) but may be corrupt. For batch planning,
+  /// which only sizes a batch from the field lengths; the sample writer's read
+  /// then verifies every byte it copies.
+  void read_unverified(Location loc, RecordView* out) const;
   /// What a read of the sample at `loc` needs, held: its shard (pin()), or, for
   /// a deferred shard not local yet, the record's bytes fetched by range (NOTE
   /// [ Records by range ]). Waits as a read of a deferred shard waits.
   ShardPin pin_record(Location loc) const;
-  /// read() from what pin_record(loc) holds (`held` must be its result).
-  void read(const ShardPin& held, Location loc, RecordView* out) const;
+  /// read() from what pin_record(loc) holds (`held` must be its result); with
+  /// `verify` false, read_unverified() (records fetched by range were verified
+  /// when they arrived).
+  void read(const ShardPin& held, Location loc, RecordView* out, bool verify = true) const;
 
   /// Throws DataError "<file>: changed on disk while in use" if the shard of
   /// sample `i` was cut short under its mapping (NOTE [ Shards changed under a

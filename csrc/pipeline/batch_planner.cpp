@@ -20,7 +20,7 @@ size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTens
 // NOTE [ Records by range ] in format/dataset.h); a failure is that sample's
 // error, with its file, record and field.
 bool read_for_plan(const RecordSource& src, int64_t index, const std::string& field,
-                   std::vector<RecordView>& views, Dataset::ShardPin& hold,
+                   std::vector<RecordView>& views, Dataset::ShardPin& hold, bool verify,
                    std::exception_ptr& first_error) {
   try {
     try {
@@ -29,7 +29,7 @@ bool read_for_plan(const RecordSource& src, int64_t index, const std::string& fi
         hold.reset();  // never hold one shard while waiting for another
         hold = src.ds->pin_record(loc);
       }
-      src.ds->read(hold, loc, views.data());
+      src.ds->read(hold, loc, views.data(), verify);
       return true;
     } catch (...) {
       rethrow_with_context(*src.ds, index, field);
@@ -80,7 +80,9 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
         bool have = false;
         for (int64_t p = 0; p < len; ++p) {
           const int64_t idx = b.indices[static_cast<size_t>(p)];
-          if (!read_for_plan(src, idx, spec.name, views, hold, first_error)) continue;
+          // An image header is parsed: verified first (a corrupt one is that sample's
+          // DataError, never a misleading size error).
+          if (!read_for_plan(src, idx, spec.name, views, hold, true, first_error)) continue;
           std::pair<int, int> s;
           try {
             try {
@@ -126,7 +128,11 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       std::exception_ptr first_error;
       bool have = false;
       for (int64_t p = 0; p < len; ++p) {
-        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views, hold,
+        // Only the length is used, bounded by the record's own size: no checksum here
+        // (the sample writer verifies the record, and a length that differs from the
+        // verified one is that sample's error, or under on_error="skip" a padding a
+        // little longer than needed).
+        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views, hold, false,
                            first_error))
           continue;
         have = true;

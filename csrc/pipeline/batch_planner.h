@@ -2,9 +2,11 @@
 // output tensors and their layout in one buffer. A variable-length field is
 // padded to the longest sample of the batch, and an image field without a
 // size-fixing op to the one size all its images share, so planning reads
-// those samples first, verified, through format/ (a corrupt record is that
-// sample's error, never a misleading size error; under on_error="skip" it is
-// left to the sample writer, which replaces it with a sample that fits).
+// those samples first through format/: images verified (a corrupt record is
+// that sample's error, never a misleading size error; under on_error="skip" it
+// is left to the sample writer, which replaces it with a sample that fits),
+// lengths without the checksum (bounded by the record's size; the sample
+// writer verifies every record it copies, so planning costs no second hash).
 #pragma once
 
 #include <cstddef>

@@ -404,6 +404,8 @@ static void records_by_range_serve_readers_first() {
                         file0.size(), ShardExpectation{test::test_schema().hash, 10, -1, {}});
   std::atomic<bool> stop{false};
   std::atomic<int64_t> label{-1};
+  const int64_t wanted[] = {7, 12};  // as the planner of an epoch's first batch asks
+  ds.want_records(wanted, 2);
   std::thread reader([&] {
     const ScopedStop bound(&stop);
     const Dataset::Location loc = ds.locate(7);
@@ -415,13 +417,15 @@ static void records_by_range_serve_readers_first() {
     std::memcpy(&v, g[1].data, 8);
     label = v;
   });
-  std::vector<std::pair<size_t, int64_t>> want{{0, 7}}, got;
+  std::vector<std::pair<size_t, int64_t>> want{{0, 7}, {1, 2}}, got;
   for (int i = 0; i < 100000 && got.empty(); ++i) {
     got = ds.take_record_demands();
     std::this_thread::yield();
   }
   CHECK(got == want);
-  CHECK(ds.demands() == std::vector<size_t>{0});  // the whole shard is demanded too
+  CHECK(ds.take_record_demands().empty());  // taken once
+  for (int i = 0; i < 100000 && ds.demands().empty(); ++i) std::this_thread::yield();
+  CHECK(ds.demands() == std::vector<size_t>{0});  // the waiting reader demands the shard
   const format::RecordEntry e = table.entry(7);
   std::vector<uint8_t> bad(file0.begin() + static_cast<long>(e.offset),
                            file0.begin() + static_cast<long>(e.offset + e.length));
