@@ -39,10 +39,11 @@ const char* stage_advice(const std::string& stage, bool images) {
                   : "memory bandwidth is the limit: fewer bytes per sample (a narrower dtype)";
   if (stage == "ops") return "a smaller output size, or fewer ops in the transforms";
   // Planning reads what sizes a batch: image headers when no op fixes the
-  // output size, else the lengths of variable-length fields (records verified).
+  // output size, else the lengths of variable-length fields (each record's
+  // field table, touched in memory once more).
   return images ? "images of many sizes without a fixed output size have their headers read "
                   "to plan each batch: a Resize or RandomResizedCrop fixes the size"
-                : "variable-length fields have every record read and verified to size each "
+                : "variable-length fields have every record's lengths read to size each "
                   "batch's padding: larger batches spread that cost, a fixed shape removes it";
 }
 
