@@ -161,12 +161,15 @@ Dataset::ShardPin Dataset::pin_record(Location loc) const {
       }
     }
     if (!stop_bound()) break;  // not a loader worker: pin() refuses it by name
-    if (!asked) {              // the record was asked for by want_records(); the shard is demanded
+    if (!asked) {              // the record was asked for by want_records(), if at all
       asked = true;
       t0 = std::chrono::steady_clock::now();
+    }
+    if (v == kPending) {  // demand the shard (again, if it was given back meanwhile)
       uint32_t pending = kPending;
-      gate_[s].compare_exchange_strong(pending, kDemanded, std::memory_order_acq_rel);
-      gate_event_.notify();
+      if (gate_[s].compare_exchange_strong(pending, kDemanded, std::memory_order_acq_rel))
+        gate_event_.notify();
+      continue;
     }
     if (stop_requested()) {
       count();
@@ -174,8 +177,8 @@ Dataset::ShardPin Dataset::pin_record(Location loc) const {
     }
     const ScopedActivity fetching(Activity::kFetching);
     // Short slices: provide_record() wakes the word, but may do so between our
-    // look at the records and our sleep.
-    detail::futex_wait(gate_[s], v == kPending ? kDemanded : v, std::chrono::milliseconds(5));
+    // look at the records and our sleep. (v: kDemanded or kReleasing.)
+    detail::futex_wait(gate_[s], v, std::chrono::milliseconds(5));
   }
   count();
   return pin(s);
