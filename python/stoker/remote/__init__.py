@@ -460,7 +460,6 @@ class _Fetcher:
                 self._declined.add(s)
             self.core.no_ranges(s)
 
-
     def _busy(self) -> int:
         with self._mu:
             return len(self._inflight)
