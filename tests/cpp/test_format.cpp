@@ -7,7 +7,6 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -98,20 +97,7 @@ static void copy_file(const std::string& from, const std::string& to) {
   std::ofstream(to, std::ios::binary | std::ios::trunc) << in.rdbuf();
 }
 
-static std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-static bool throws_with(const std::function<void()>& f, const char* text) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    if (std::strstr(e.what(), text)) return true;
-    std::fprintf(stderr, "unexpected message: %s\n", e.what());
-  }
-  return false;
-}
+using test::throws_with;
 
 static void identity_is_checked_on_open() {
   std::string dir = test::temp_dir();
@@ -391,12 +377,23 @@ static void released_shards_wait_and_come_back() {
 static void records_by_range_serve_readers_first() {
   std::string dir = test::temp_dir();
   auto shards = test::write_shards(dir, 20, 10);  // 2 shards of 10
-  std::vector<uint8_t> file0 = read_file(shards[0].path);
+  const std::string bytes0 = test::read_file(shards[0].path);
+  const std::vector<uint8_t> file0(bytes0.begin(), bytes0.end());
   Dataset::Options opts;
   opts.record_ranges = true;
   Dataset ds(test::test_schema(), shards, opts);
   CHECK(ds.deferred() && ds.record_ranges() && !ds.releasable());
   const size_t tail = shard_tail_bytes(10);
+  {  // a table that is not the one index.json describes is refused by the URL
+    std::vector<uint8_t> bad_tail(file0.end() - static_cast<long>(tail), file0.end());
+    bad_tail[5] ^= 1;
+    CHECK(throws_with(
+        [&] {
+          ds.provide_table(0, "https://host/shard-0", file0.data(), 64, bad_tail.data(), tail);
+        },
+        "https://host/shard-0"));
+    CHECK(throws_with([&] { ds.provide_record(0, 1, file0.data(), 4); }, "no table"));
+  }
   ds.provide_table(0, "https://host/shard-0", file0.data(), 64, file0.data() + file0.size() - tail,
                    tail);
   const ShardTable table =
@@ -459,7 +456,7 @@ static void records_by_range_serve_readers_first() {
   CHECK_EQ(label.load(), 15);
 }
 
-// A shard given back while a reader waits for it (pin() or pin_record()) is
+// A shard given back while a reader waits for it (pin_record()) is
 // demanded again by that reader: with a fetcher that provides only what is
 // demanded, every reader keeps going (a reader that waited on a shard nobody
 // had demanded would stall for good).
@@ -485,7 +482,7 @@ static void readers_demand_released_shards_again() {
         const int64_t i = static_cast<int64_t>((x >> 33) % 40);
         try {
           const Dataset::Location loc = ds.locate(i);
-          const Dataset::ShardPin held = t == 0 ? ds.pin(loc.shard) : ds.pin_record(loc);
+          const Dataset::ShardPin held = ds.pin_record(loc);
           ds.read(held, loc, g.data());
           int64_t label;
           std::memcpy(&label, g[1].data, 8);
@@ -500,10 +497,14 @@ static void readers_demand_released_shards_again() {
     (void)ds.take_record_demands();
   };
   const auto t0 = std::chrono::steady_clock::now();
-  for (uint64_t k = 0; std::chrono::steady_clock::now() < t0 + std::chrono::milliseconds(400);
-       ++k) {
-    (void)ds.try_release(k % 4);
-    fetcher_turn();
+  // Shards given back right after they are provided: a waiting reader wakes to a
+  // shard pending again, which only it can demand.
+  while (std::chrono::steady_clock::now() < t0 + std::chrono::milliseconds(400)) {
+    for (size_t d : ds.demands()) {
+      ds.provide(d);
+      (void)ds.try_release(d);
+    }
+    (void)ds.take_record_demands();
     std::this_thread::yield();
   }
   // No more releases: every reader must go on.

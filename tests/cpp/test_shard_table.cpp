@@ -20,12 +20,10 @@ using namespace stoker;
 
 namespace {
 
-const std::string kUrl = "https://host/data/gen-1/shard-00000.stk";
+using test::read_file;
+using test::throws_with;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+const std::string kUrl = "https://host/data/gen-1/shard-00000.stk";
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc)
@@ -65,22 +63,6 @@ std::string reason(const std::function<void()>& f, const std::string& path) {
     return msg;
   }
   return "";
-}
-
-bool throws_with(const std::function<void()>& f, const char* text) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    if (std::strstr(e.what(), text)) return true;
-    std::fprintf(stderr, "unexpected message: %s\n", e.what());
-    return false;
-  } catch (const UsageError& e) {
-    if (std::strstr(e.what(), text)) return true;
-    std::fprintf(stderr, "unexpected message: %s\n", e.what());
-    return false;
-  }
-  std::fprintf(stderr, "no error, expected: %s\n", text);
-  return false;
 }
 
 // The same shard as format version 1 wrote it: no dataset id, no ordinal.

@@ -4,12 +4,17 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "format/dataset.h"
 #include "format/shard_writer.h"
 
@@ -65,6 +70,30 @@ inline std::vector<ShardInfo> write_shards(const std::string& dir, int64_t n, in
                    ShardIdentity{id, static_cast<uint64_t>(s), sum.header_sum, sum.table_sum}});
   }
   return out;
+}
+
+/// The bytes of the file at `path`.
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+/// Whether `f` throws a DataError or UsageError whose message holds `text`
+/// (printing what it got otherwise).
+inline bool throws_with(const std::function<void()>& f, const char* text) {
+  try {
+    f();
+  } catch (const DataError& e) {
+    if (std::strstr(e.what(), text)) return true;
+    std::fprintf(stderr, "unexpected message: %s\n", e.what());
+    return false;
+  } catch (const UsageError& e) {
+    if (std::strstr(e.what(), text)) return true;
+    std::fprintf(stderr, "unexpected message: %s\n", e.what());
+    return false;
+  }
+  std::fprintf(stderr, "no error, expected: %s\n", text);
+  return false;
 }
 
 }  // namespace stoker::test
