@@ -52,6 +52,11 @@ std::optional<ShardIdentity> identity_from_py(const py::handle& h) {
                        std::get<3>(id)};
 }
 
+const ShardGate& gate_of(const Dataset& d) {
+  STOKER_CHECK(d.gate() != nullptr, UsageError, "the dataset is not deferred");
+  return *d.gate();
+}
+
 py::buffer_info request_contiguous(const py::buffer& b) {
   py::buffer_info info = b.request();
   STOKER_CHECK(PyBuffer_IsContiguous(reinterpret_cast<Py_buffer*>(info.view()), 'C'), UsageError,
@@ -89,17 +94,18 @@ void register_format(py::module_& m) {
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
       .def(py::init([](const py::list& fields, uint64_t schema_hash, const py::list& shards,
                        bool probe_on_open, bool map_on_open, int lease_fd, bool deferred,
-                       bool releasable, bool record_ranges) {
+                       bool releasable, bool record_ranges, bool preload) {
              Schema schema = schema_from_py(fields, schema_hash);
              std::vector<ShardInfo> infos;
              infos.reserve(shards.size());
              for (const auto& item : shards) {
                auto t = item.cast<py::tuple>();
-               STOKER_CHECK(t.size() == 3 || t.size() == 4, UsageError,
-                            "shard entries are (path, num_records, bytes[, identity])");
+               STOKER_CHECK(t.size() >= 3 && t.size() <= 5, UsageError,
+                            "shard entries are (path, num_records, bytes[, identity[, checksum]])");
                ShardInfo info{t[0].cast<std::string>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
-                              std::nullopt};
-               if (t.size() == 4) info.identity = identity_from_py(t[3]);
+                              std::nullopt, std::nullopt};
+               if (t.size() >= 4) info.identity = identity_from_py(t[3]);
+               if (t.size() == 5 && !t[4].is_none()) info.checksum = t[4].cast<uint32_t>();
                infos.push_back(std::move(info));
              }
              Dataset::Options opts;
@@ -108,6 +114,7 @@ void register_format(py::module_& m) {
              opts.deferred = deferred;
              opts.releasable = releasable;
              opts.record_ranges = record_ranges;
+             opts.preload = preload;
              std::shared_ptr<Dataset> ds;
              {
                py::gil_scoped_release nogil;
@@ -120,14 +127,16 @@ void register_format(py::module_& m) {
            py::arg("fields"), py::arg("schema_hash"), py::arg("shards"),
            py::arg("probe_on_open") = true, py::arg("map_on_open") = false,
            py::arg("lease_fd") = -1, py::arg("deferred") = false, py::arg("releasable") = false,
-           py::arg("record_ranges") = false,
-           "Shards are (path, num_records, bytes, identity) with identity (dataset_id_hex, "
-           "ordinal, header_checksum, table_checksum) or None (format version 1). On success "
+           py::arg("record_ranges") = false, py::arg("preload") = false,
+           "Shards are (path, num_records, bytes, identity[, checksum]) with identity "
+           "(dataset_id_hex, ordinal, header_checksum, table_checksum) or None (format version "
+           "1), checksum the file's from index.json or None. On success "
            "the dataset owns lease_fd and closes it when destroyed. deferred: the shard files "
            "are not there yet; each is read after provide() (NOTE [ Deferred shards ] in "
-           "csrc/format/dataset.h). releasable: deferred, and try_release() gives shards back "
+           "csrc/format/shard_gate.h). releasable: deferred, and try_release() gives shards back "
            "(NOTE [ Released shards ]). record_ranges: deferred, and readers may have records "
-           "fetched by range before their shard (NOTE [ Records by range ]).")
+           "fetched by range before their shard (NOTE [ Records by range ]). preload: every "
+           "shard is read into memory now (NOTE [ Preloaded shards ]).")
       .def_property_readonly("deferred", &Dataset::deferred)
       .def_property_readonly("releasable", &Dataset::releasable)
       .def("try_release", &Dataset::try_release, py::arg("shard"),
@@ -168,18 +177,32 @@ void register_format(py::module_& m) {
            "Deferred shards: readers of shard `shard` raise RemoteError(why).")
       .def("demands", &Dataset::demands,
            "Deferred shards: those readers wait for, neither provided nor failed.")
-      .def("gate_prepare", &Dataset::gate_prepare)
+      .def("reset", &Dataset::reset, py::arg("shard"),
+           "Deferred shards: a failed shard is pending again; its next read demands it.")
+      .def("gate_prepare", [](const Dataset& d) { return gate_of(d).prepare(); })
       .def(
           "gate_wait",
           [](const Dataset& d, uint32_t seen, double timeout) {
-            d.gate_wait(seen, std::chrono::steady_clock::now() +
-                                  std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                      std::chrono::duration<double>(timeout)));
+            gate_of(d).wait(seen, std::chrono::steady_clock::now() +
+                                      std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::duration<double>(timeout)));
           },
           py::arg("seen"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
           "Sleeps until a reader demands a shard or gate_notify(), after gate_prepare() "
           "returned `seen`, at most `timeout` seconds.")
-      .def("gate_notify", &Dataset::gate_notify)
+      .def("gate_notify", [](const Dataset& d) { gate_of(d).notify(); })
+      .def("state",
+           [](const Dataset& d, size_t s) {
+             STOKER_CHECK(s < d.num_shards(), UsageError, "shard ", s, " out of range");
+             static const char* const kNames[] = {"pending", "demanded", "ready", "failed",
+                                                  "releasing"};
+             return std::string(kNames[gate_of(d).state(s)]);
+           },
+           py::arg("shard"), "Deferred shards: the state of shard `shard` (NOTE [ Deferred "
+           "shards ] in csrc/format/shard_gate.h).")
+      .def_property_readonly("in_memory", &Dataset::in_memory,
+                             "Whether the shards were read into memory at open (preload).")
+      .def_property_readonly("memory_bytes", &Dataset::memory_bytes)
       .def_property_readonly("gate_wait_seconds", &Dataset::gate_wait_seconds,
                              "Seconds readers waited for deferred shards.")
       .def("__len__", &Dataset::size)

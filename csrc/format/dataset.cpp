@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <utility>
 
 #include "common/activity.h"
-#include "common/detail/futex.h"
+#include "common/blocking.h"
 #include "common/error.h"
 #include "common/stop_flag.h"
 
@@ -18,6 +20,12 @@ namespace {
 
 ShardExpectation expectation(const Schema& schema, const ShardInfo& info) {
   return ShardExpectation{schema.hash, info.num_records, info.bytes, info.identity};
+}
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
 }
 
 void check_field_count(const Schema& schema, const std::string& path, uint32_t n) {
@@ -43,19 +51,19 @@ Dataset::Dataset(Schema schema, std::vector<ShardInfo> shards, Options opts)
       STOKER_THROW(DataError, infos_[s].path, ": is the same file as shard ", it->second, " (",
                    infos_[it->second].path, "): a shard listed twice");
   };
-  if (opts.record_ranges) {
-    opts.deferred = true;
-    partial_.resize(infos_.size());
-  }
-  if (opts.releasable) {
-    opts.deferred = true;
-    pins_.reset(new std::atomic<int32_t>[infos_.size()]);
-    for (size_t s = 0; s < infos_.size(); ++s) pins_[s].store(0, std::memory_order_relaxed);
+  if (opts.record_ranges || opts.releasable) opts.deferred = true;
+  STOKER_CHECK(!(opts.preload && opts.deferred), UsageError,
+               "a dataset cannot be both preloaded and deferred");
+  if (opts.preload) {
+    in_memory_ = true;
+    opts.map_on_open = true;
   }
   if (opts.deferred) {
-    gate_.reset(new std::atomic<uint32_t>[infos_.size()]);
-    for (size_t s = 0; s < infos_.size(); ++s) gate_[s].store(kPending, std::memory_order_relaxed);
-    fail_.resize(infos_.size());
+    std::vector<std::string> names;
+    names.reserve(infos_.size());
+    for (const ShardInfo& info : infos_) names.push_back(info.path);
+    gate_ = std::make_unique<ShardGate>(std::move(names), opts.releasable, stripes_);
+    if (opts.record_ranges) ranges_ = std::make_unique<RecordRanges>(infos_.size(), stripes_);
     opts.map_on_open = opts.probe_on_open = false;
   }
   starts_.reserve(infos_.size());
@@ -94,12 +102,17 @@ const ShardReader& Dataset::shard(size_t s) const {
     STOKER_THROW(UsageError, "shard ", s, " out of range for a dataset of ", infos_.size());
   const ShardReader* r = readers_[s].load(std::memory_order_acquire);
   if (r) return *r;
-  if (gate_) await_shard(s);
+  if (gate_) gate_->await(s);
   const ScopedActivity opening(Activity::kOpening);  // a slow first batch says so
-  std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
+  std::lock_guard<std::mutex> lock(stripes_[s]);
   r = readers_[s].load(std::memory_order_relaxed);
   if (r) return *r;
-  auto reader = std::make_unique<ShardReader>(infos_[s].path, expectation(schema_, infos_[s]));
+  auto reader = std::make_unique<ShardReader>(infos_[s].path, expectation(schema_, infos_[s]),
+                                              in_memory_ ? ShardReader::kInMemory
+                                                         : ShardReader::kMapped);
+  if (in_memory_ && infos_[s].checksum && reader->load_checksum() != *infos_[s].checksum)
+    STOKER_THROW(DataError, infos_[s].path, ": file checksum ", hex32(reader->load_checksum()),
+                 " differs from index.json's ", hex32(*infos_[s].checksum));
   check_field_count(schema_, infos_[s].path, reader->num_fields());
   r = reader.get();
   owned_[s] = std::move(reader);
@@ -113,62 +126,51 @@ Dataset::ShardPin Dataset::pin(size_t s) const {
   ShardPin p;
   p.ds_ = this;
   p.s_ = s;
-  if (!pins_) {
+  if (!releasable()) {
     p.r_ = &shard(s);
     return p;
   }
   // NOTE [ Released shards ]: count first, then look.
   for (;;) {
-    pins_[s].fetch_add(1, std::memory_order_seq_cst);
-    if (gate_[s].load(std::memory_order_seq_cst) == kReady) {
+    if (gate_->try_enter(s)) {
       p.counted_ = true;  // given back by p, also if mapping throws
       p.r_ = &shard(s);
       return p;
     }
-    unpin(s);
-    await_shard(s);  // until provided again (or it throws: failed, stopped)
+    gate_->await(s);  // until provided again (or it throws: failed, stopped)
   }
 }
 
 Dataset::ShardPin Dataset::pin_record(Location loc) const {
   const size_t s = loc.shard;
-  if (partial_.empty() || s >= infos_.size()) return pin(s);
+  if (!ranges_ || s >= infos_.size()) return pin(s);
   std::optional<std::chrono::steady_clock::time_point> t0;  // a wait, counted
   auto count = [&] {
-    if (t0)
-      gate_wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::steady_clock::now() - *t0)
-                                  .count(),
-                              std::memory_order_relaxed);
+    if (t0) gate_->count_wait(std::chrono::steady_clock::now() - *t0);
     t0.reset();
   };
-  bool asked = false;
+  const uint32_t failed_before = gate_->failures(s);
   for (;;) {
-    const uint32_t v = gate_[s].load(std::memory_order_acquire);
-    if (v == kReady || v == kFailed) break;  // the shard (or its error): pin() below
-    {
-      std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
-      const Partial& p = partial_[s];
-      if (p.declined) break;
-      auto it = p.records.find(loc.record);
-      if (it != p.records.end()) {
-        count();
-        ShardPin held;
-        held.ds_ = this;
-        held.s_ = s;
-        held.record_ = it->second;
-        return held;
-      }
+    const uint32_t v = gate_->state(s);
+    if (v == ShardGate::kReady || v == ShardGate::kFailed) break;  // the shard (or its error)
+    if (gate_->failures(s) != failed_before) {  // failed and reset while we waited
+      count();
+      gate_->throw_failure(s);
+    }
+    const RecordRanges::Found f = ranges_->find(s, loc.record);
+    if (f.declined) break;
+    if (f.record) {
+      count();
+      ShardPin held;
+      held.ds_ = this;
+      held.s_ = s;
+      held.record_ = f.record;
+      return held;
     }
     if (!stop_bound()) break;  // not a loader worker: pin() refuses it by name
-    if (!asked) {              // the record was asked for by want_records(), if at all
-      asked = true;
-      t0 = std::chrono::steady_clock::now();
-    }
-    if (v == kPending) {  // demand the shard (again, if it was given back meanwhile)
-      uint32_t pending = kPending;
-      if (gate_[s].compare_exchange_strong(pending, kDemanded, std::memory_order_acq_rel))
-        gate_event_.notify();
+    if (!t0) t0 = std::chrono::steady_clock::now();
+    if (v == ShardGate::kPending) {  // demand the shard (again, if it was given back meanwhile)
+      gate_->demand(s);
       continue;
     }
     if (stop_requested()) {
@@ -176,9 +178,10 @@ Dataset::ShardPin Dataset::pin_record(Location loc) const {
       STOKER_THROW(Error, infos_[s].path, ": stopped while waiting for the download");
     }
     const ScopedActivity fetching(Activity::kFetching);
+    const ScopedBlocked blocked;
     // Short slices: provide_record() wakes the word, but may do so between our
     // look at the records and our sleep. (v: kDemanded or kReleasing.)
-    detail::futex_wait(gate_[s], v, std::chrono::milliseconds(5));
+    gate_->wait_word(s, v, std::chrono::milliseconds(5));
   }
   count();
   return pin(s);
@@ -190,54 +193,34 @@ void Dataset::read(const ShardPin& held, Location loc, RecordView* out, bool ver
   try {
     split_record(schema_, RecordView{b->data(), b->size()}, out);
   } catch (const DataError& e) {
-    std::string url;
-    {
-      std::lock_guard<std::mutex> lock(stripes_[loc.shard % kStripes]);
-      const Partial& p = partial_[loc.shard];
-      url = p.table ? p.table->path() : infos_[loc.shard].path;
-    }
-    STOKER_THROW(DataError, url, ": record ", loc.record, ": ", e.what());
+    STOKER_THROW(DataError, ranges_->url(loc.shard, infos_[loc.shard].path), ": record ",
+                 loc.record, ": ", e.what());
   }
 }
 
 void Dataset::want_records(const int64_t* indices, size_t n) const {
-  if (partial_.empty()) return;
+  if (!ranges_) return;
   std::vector<std::pair<size_t, int64_t>> want;
   for (size_t k = 0; k < n; ++k) {
     if (indices[k] < 0 || indices[k] >= total_) continue;
     const Location loc = locate(indices[k]);
-    const uint32_t v = gate_[loc.shard].load(std::memory_order_acquire);
-    if (v == kReady || v == kFailed) continue;
+    const uint32_t v = gate_->state(loc.shard);
+    if (v == ShardGate::kReady || v == ShardGate::kFailed) continue;
     want.emplace_back(loc.shard, loc.record);
   }
   if (want.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(record_mu_);
-    record_demands_.insert(record_demands_.end(), want.begin(), want.end());
-  }
-  gate_event_.notify();
+  ranges_->want(want);
+  gate_->notify();
 }
 
 std::vector<std::pair<size_t, int64_t>> Dataset::take_record_demands() {
-  std::vector<std::pair<size_t, int64_t>> out;
-  {
-    std::lock_guard<std::mutex> lock(record_mu_);
-    out.swap(record_demands_);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  // Shards that came meanwhile need no ranges.
-  out.erase(std::remove_if(out.begin(), out.end(),
-                           [&](const auto& d) {
-                             return gate_[d.first].load(std::memory_order_acquire) == kReady;
-                           }),
-            out.end());
-  return out;
+  if (!ranges_) return {};
+  return ranges_->take_demands([&](size_t s) { return gate_->state(s) == ShardGate::kReady; });
 }
 
 void Dataset::provide_table(size_t s, const std::string& url, const uint8_t* head, size_t head_len,
                             const uint8_t* tail, size_t tail_len) {
-  STOKER_CHECK(!partial_.empty() && s < infos_.size(), UsageError, "provide_table: shard ", s,
+  STOKER_CHECK(ranges_ && s < infos_.size(), UsageError, "provide_table: shard ", s,
                " of a dataset without record ranges or out of range");
   const ShardInfo& info = infos_[s];
   STOKER_CHECK(info.bytes >= 0, UsageError, url, ": the shard's size is not known");
@@ -245,159 +228,56 @@ void Dataset::provide_table(size_t s, const std::string& url, const uint8_t* hea
       parse_shard_table(url, head, head_len, tail, tail_len, static_cast<uint64_t>(info.bytes),
                         expectation(schema_, info));
   check_field_count(schema_, url, table.num_fields());
-  std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
-  partial_[s].table = std::move(table);
+  ranges_->provide_table(s, std::move(table));
 }
 
 void Dataset::provide_record(size_t s, int64_t r, const uint8_t* data, size_t len) {
-  STOKER_CHECK(!partial_.empty() && s < infos_.size(), UsageError, "provide_record: shard ", s,
+  STOKER_CHECK(ranges_ && s < infos_.size(), UsageError, "provide_record: shard ", s,
                " of a dataset without record ranges or out of range");
-  auto bytes = std::make_shared<std::vector<uint8_t>>(data, data + len);
-  {
-    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
-    Partial& p = partial_[s];
-    STOKER_CHECK(p.table.has_value(), UsageError, "provide_record: shard ", s,
-                 " has no table (provide_table first)");
-    verify_record_bytes(*p.table, r, bytes->data(), bytes->size());
-    if (gate_[s].load(std::memory_order_acquire) == kReady) return;  // the shard came first
-    auto [it, fresh] = p.records.emplace(r, std::move(bytes));
-    if (fresh) p.bytes += static_cast<int64_t>(len);
-  }
-  detail::futex_wake(gate_[s]);
+  if (ranges_->provide_record(s, r, data, len,
+                              [&] { return gate_->state(s) == ShardGate::kReady; }))
+    gate_->wake(s);
 }
 
 void Dataset::no_ranges(size_t s) {
-  STOKER_CHECK(!partial_.empty() && s < infos_.size(), UsageError, "no_ranges: shard ", s,
+  STOKER_CHECK(ranges_ && s < infos_.size(), UsageError, "no_ranges: shard ", s,
                " of a dataset without record ranges or out of range");
-  {
-    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
-    Partial& p = partial_[s];
-    p.declined = true;
-    p.records.clear();
-    p.bytes = 0;
-  }
-  detail::futex_wake(gate_[s]);
+  ranges_->decline(s);
+  gate_->wake(s);
 }
 
 std::pair<int64_t, int64_t> Dataset::buffered_records() const {
-  int64_t n = 0, bytes = 0;
-  for (size_t s = 0; s < partial_.size(); ++s) {
-    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
-    n += static_cast<int64_t>(partial_[s].records.size());
-    bytes += partial_[s].bytes;
-  }
-  return {n, bytes};
+  return ranges_ ? ranges_->buffered() : std::pair<int64_t, int64_t>{0, 0};
 }
-
-void Dataset::unpin(size_t s) const noexcept { pins_[s].fetch_sub(1, std::memory_order_seq_cst); }
 
 bool Dataset::try_release(size_t s) {
-  STOKER_CHECK(pins_ && s < infos_.size(), UsageError, "try_release: shard ", s,
+  STOKER_CHECK(releasable() && s < infos_.size(), UsageError, "try_release: shard ", s,
                " of a dataset that is not releasable or out of range");
-  // Under the stripe: a reader mapping the shard (shard()) or a fail() waits.
-  std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
-  uint32_t v = kReady;
-  if (!gate_[s].compare_exchange_strong(v, kReleasing, std::memory_order_seq_cst)) return false;
-  const bool held = pins_[s].load(std::memory_order_seq_cst) != 0;
-  if (!held) {
+  // Called under the shard's stripe: a reader mapping it waits.
+  return gate_->try_release(s, [&] {
     readers_[s].store(nullptr, std::memory_order_release);
     owned_[s].reset();  // unmapped: the cache may now delete the file
-  }
-  gate_[s].store(held ? kReady : kPending, std::memory_order_seq_cst);
-  detail::futex_wake(gate_[s]);
-  return !held;
-}
-
-void Dataset::await_shard(size_t s) const {
-  std::atomic<uint32_t>& g = gate_[s];
-  uint32_t v = g.load(std::memory_order_acquire);
-  if (v == kPending || v == kDemanded || v == kReleasing) {
-    if (!stop_bound())
-      STOKER_THROW(UsageError, infos_[s].path,
-                   ": shard not downloaded yet (a loader's workers wait for it; "
-                   "stoker.Dataset's own reads fetch it first)");
-    const ScopedActivity fetching(Activity::kFetching);
-    const auto t0 = std::chrono::steady_clock::now();
-    struct Count {  // the wait counts however it ends
-      std::atomic<int64_t>& ns;
-      std::chrono::steady_clock::time_point t0;
-      ~Count() {
-        ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count(),
-                     std::memory_order_relaxed);
-      }
-    } count{gate_wait_ns_, t0};
-    for (;;) {
-      v = g.load(std::memory_order_acquire);
-      if (v == kPending) {
-        if (g.compare_exchange_strong(v, kDemanded, std::memory_order_acq_rel)) {
-          gate_event_.notify();  // the fetcher starts it now
-          v = kDemanded;
-        } else {
-          continue;
-        }
-      }
-      if (v != kDemanded && v != kReleasing) break;
-      if (stop_requested())
-        STOKER_THROW(Error, infos_[s].path, ": stopped while waiting for the download");
-      // Slices, so that a stop is seen within one. (kReleasing lasts an unmap.)
-      detail::futex_wait(g, v, std::chrono::milliseconds(50));
-    }
-  }
-  if (v == kFailed) {
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
-      why = fail_[s];
-    }
-    throw FetchError(why);
-  }
+  });
 }
 
 void Dataset::provide(size_t s) {
-  STOKER_CHECK(gate_ && s < infos_.size(), UsageError, "provide: shard ", s,
-               " of a dataset that is not deferred or out of range");
-  uint32_t v = gate_[s].load(std::memory_order_acquire);
-  for (;;) {
-    if (v == kReady || v == kFailed) break;
-    if (v == kReleasing) {  // a try_release() under way ends in kPending: then provide
-      detail::futex_wait(gate_[s], kReleasing, std::chrono::milliseconds(1));
-      v = gate_[s].load(std::memory_order_acquire);
-      continue;
-    }
-    if (gate_[s].compare_exchange_weak(v, kReady, std::memory_order_acq_rel)) break;
-  }
-  if (!partial_.empty()) {  // readers read the shard now (NOTE [ Records by range ])
-    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);
-    partial_[s].records.clear();
-    partial_[s].bytes = 0;
-  }
-  detail::futex_wake(gate_[s]);
+  checked_gate(s, "provide").provide(s);
+  if (ranges_) ranges_->drop(s);  // readers read the shard now (NOTE [ Records by range ])
 }
 
-void Dataset::fail(size_t s, const std::string& why) {
-  STOKER_CHECK(gate_ && s < infos_.size(), UsageError, "fail: shard ", s,
+ShardGate& Dataset::checked_gate(size_t s, const char* what) const {
+  STOKER_CHECK(gate_ && s < infos_.size(), UsageError, what, ": shard ", s,
                " of a dataset that is not deferred or out of range");
-  {
-    std::lock_guard<std::mutex> lock(stripes_[s % kStripes]);  // readers take fail_ under it
-    uint32_t v = gate_[s].load(std::memory_order_acquire);
-    if (v == kReady || v == kFailed) return;  // provided meanwhile, or failed already
-    fail_[s] = why;
-    // (kReleasing cannot be seen here: try_release() holds this stripe while in it.)
-    while (v != kReady && v != kFailed &&
-           !gate_[s].compare_exchange_weak(v, kFailed, std::memory_order_acq_rel)) {
-    }
-  }
-  detail::futex_wake(gate_[s]);
+  return *gate_;
 }
 
-std::vector<size_t> Dataset::demands() const {
-  std::vector<size_t> out;
-  if (!gate_) return out;
+int64_t Dataset::memory_bytes() const {
+  if (!in_memory_) return 0;
+  int64_t n = 0;
   for (size_t s = 0; s < infos_.size(); ++s)
-    if (gate_[s].load(std::memory_order_acquire) == kDemanded) out.push_back(s);
-  return out;
+    if (const ShardReader* r = readers_[s].load(std::memory_order_acquire))
+      n += static_cast<int64_t>(r->file_size());
+  return n;
 }
 
 bool Dataset::is_mapped(size_t s) const {

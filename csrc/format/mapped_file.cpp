@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checksum.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -200,19 +202,49 @@ MappedFile::MappedFile(int fd, size_t size, const std::string& path) : size_(siz
   slot_ = register_range(b, b + size);
 }
 
+std::unique_ptr<MappedFile> MappedFile::load(int fd, size_t size, const std::string& path,
+                                             StreamingChecksum* sum) {
+  if (size == 0) STOKER_THROW(DataError, path, ": cannot load an empty file");
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    STOKER_THROW(DataError, path, ": cannot allocate ", size,
+                 " bytes to read it into memory: ", std::strerror(errno));
+  std::unique_ptr<MappedFile> m(new MappedFile());
+  m->base_ = static_cast<const uint8_t*>(p);
+  m->size_ = size;
+  auto* out = static_cast<uint8_t*>(p);
+  constexpr size_t kChunk = size_t{8} << 20;
+  for (size_t done = 0; done < size;) {
+    const ssize_t n = ::pread(fd, out + done, std::min(kChunk, size - done),
+                              static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      STOKER_THROW(DataError, path, ": cannot read it into memory: ",
+                   n < 0 ? std::strerror(errno) : "the file is shorter than it was");
+    if (sum) sum->update(out + done, static_cast<size_t>(n));
+    done += static_cast<size_t>(n);
+  }
+  ::mprotect(p, size, PROT_READ);
+  return m;
+}
+
 MappedFile::~MappedFile() {
   if (!base_) return;
   // Deregister first: once unmapped, the range may be reused by any mapping.
-  release_range(static_cast<Slot*>(slot_));
+  if (slot_) release_range(static_cast<Slot*>(slot_));
   ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
 bool MappedFile::faulted() const {
-  return static_cast<const Slot*>(slot_)->faults.load(std::memory_order_relaxed) != 0;
+  return slot_ && static_cast<const Slot*>(slot_)->faults.load(std::memory_order_relaxed) != 0;
 }
 
 uint64_t MappedFile::total_faults() { return g_total_faults.load(std::memory_order_relaxed); }
 
 size_t MappedFile::live_mappings() { return g_live.load(std::memory_order_relaxed); }
+
+void MappedFile::before_fork() { g_mu.lock(); }
+
+void MappedFile::after_fork() { g_mu.unlock(); }
 
 }  // namespace stoker

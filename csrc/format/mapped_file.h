@@ -37,9 +37,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace stoker {
+
+class StreamingChecksum;
 
 class MappedFile {
  public:
@@ -47,6 +50,12 @@ class MappedFile {
   /// afterwards. Throws DataError naming `path`; running out of mappings names
   /// vm.max_map_count.
   MappedFile(int fd, size_t size, const std::string& path);
+  /// Reads the first `size` bytes (> 0) of `fd` into anonymous shared memory
+  /// instead (read-only once filled): the file is never touched again, and a
+  /// forked child shares the pages. Feeds the bytes to `sum` if given.
+  /// DataError naming `path` if they cannot be read.
+  static std::unique_ptr<MappedFile> load(int fd, size_t size, const std::string& path,
+                                          StreamingChecksum* sum);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -55,8 +64,11 @@ class MappedFile {
   size_t size() const { return size_; }
 
   /// True once a read of this mapping touched a page the file no longer has
-  /// (truncated while mapped): from then on those pages read as zeros.
+  /// (truncated while mapped): from then on those pages read as zeros. Never
+  /// for a copy in memory (load()).
   bool faulted() const;
+  /// Whether this is a copy in memory (load()).
+  bool in_memory() const { return slot_ == nullptr; }
 
   /// Faults absorbed in this process so far, over all mappings: 0 on the normal
   /// path, so checking it costs one relaxed load.
@@ -64,7 +76,14 @@ class MappedFile {
   /// Live mappings of this kind in the process.
   static size_t live_mappings();
 
+  /// The fork handler's (NOTE [ Locks across fork ] in detail/fork_locks.h):
+  /// holds the registry of mappings across a fork, so that the child never
+  /// inherits it locked.
+  static void before_fork();
+  static void after_fork();
+
  private:
+  MappedFile() = default;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   void* slot_ = nullptr;  // the registry entry (detail in mapped_file.cpp)

@@ -100,7 +100,7 @@ ShardReader::ShardReader(std::string path, uint64_t expected_schema_hash, int64_
     : ShardReader(std::move(path),
                   ShardExpectation{expected_schema_hash, expected_records, expected_bytes, {}}) {}
 
-ShardReader::ShardReader(std::string path, const ShardExpectation& expect)
+ShardReader::ShardReader(std::string path, const ShardExpectation& expect, Source source)
     : path_(std::move(path)) {
   int raw_fd = -1;
   ShardProbe p = probe_shard(path_, expect, &raw_fd);
@@ -108,7 +108,13 @@ ShardReader::ShardReader(std::string path, const ShardExpectation& expect)
   header_ = p.header;
   stamp_ = p.stamp;
   size_ = static_cast<size_t>(p.stamp.size);
-  map_ = std::make_unique<MappedFile>(fd.fd, size_, path_);
+  if (source == kInMemory) {
+    StreamingChecksum sum;
+    map_ = MappedFile::load(fd.fd, size_, path_, &sum);
+    load_sum_ = sum.digest();
+  } else {
+    map_ = std::make_unique<MappedFile>(fd.fd, size_, path_);
+  }
   base_ = map_->data();
   num_fields_ = p.header.num_fields;
   version_ = p.header.version;
@@ -180,6 +186,7 @@ bool ShardReader::header_changed() const {
 
 bool ShardReader::changed_on_disk() const {
   if (faulted() || header_changed()) return true;
+  if (in_memory()) return false;  // the copy is what was read, whatever the file became
   struct stat st;
   if (::stat(path_.c_str(), &st) != 0) return true;  // removed or renamed away
   return stamp_of(st) != stamp_;

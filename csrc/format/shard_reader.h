@@ -56,11 +56,23 @@ struct ShardProbe {
 ShardProbe probe_shard(const std::string& path, const ShardExpectation& expect,
                        int* fd_out = nullptr);
 
+// NOTE [ Preloaded shards ]
+// A shard read kInMemory is copied once into anonymous shared memory
+// (MappedFile::load) instead of being mapped: for datasets small enough to
+// hold, or on a filesystem too slow to map (a network mount), read whole at
+// open (stoker.Dataset(..., preload=True)). Everything else is the same: the
+// record table is validated, every read verifies its record's checksum, and
+// the file's checksum is computed as it is read (load_checksum(), checked
+// against index.json by the Dataset). The copy never changes, so the checks
+// for a file changed under its mapping are off; a forked child shares the
+// pages (MAP_SHARED), and no page of it is ever copied.
 class ShardReader {
  public:
-  /// Probes `path` (see probe_shard), maps it and validates the record table.
-  /// Throws DataError naming the file and the reason.
-  ShardReader(std::string path, const ShardExpectation& expect);
+  enum Source { kMapped, kInMemory };
+  /// Probes `path` (see probe_shard), maps it (or reads it into memory:
+  /// NOTE [ Preloaded shards ]) and validates the record table. Throws
+  /// DataError naming the file and the reason.
+  ShardReader(std::string path, const ShardExpectation& expect, Source source = kMapped);
   /// Shorthand without identity: schema hash, record count and size (-1: any).
   ShardReader(std::string path, uint64_t expected_schema_hash, int64_t expected_records,
               int64_t expected_bytes);
@@ -76,6 +88,10 @@ class ShardReader {
   uint32_t table_sum() const { return table_sum_; }
   /// The file as it was when opened.
   const FileStamp& stamp() const { return stamp_; }
+  /// Whether the shard was read into memory (kInMemory).
+  bool in_memory() const { return map_->in_memory(); }
+  /// kInMemory: checksum32 of the whole file, computed as it was read.
+  uint32_t load_checksum() const { return load_sum_; }
 
   /// Record `i` after checking its checksum and that the shard's header is still
   /// the one opened. DataError naming file and record on a mismatch: "changed on
@@ -133,6 +149,7 @@ class ShardReader {
   format::ShardHeader header_{};
   FileStamp stamp_;
   const format::RecordEntry* table_ = nullptr;
+  uint32_t load_sum_ = 0;
 };
 
 }  // namespace stoker

@@ -54,16 +54,14 @@ import warnings
 from typing import List, Optional, Tuple
 
 from . import _core
+from ._index import GENERATION_PREFIX, INDEX_NAME, LEASE_NAME
 
-INDEX_NAME = "index.json"
 LOCK_NAME = "writer.lock"
-LEASE_NAME = "readers.lock"
-GENERATION_PREFIX = "gen-"
 # index.json is read whole; anything this large is not an index (and a path to
 # /dev/zero or the like never gets this far: only regular files are read).
 MAX_INDEX_BYTES = 256 * 2**20
 
-_GENERATION_RE = re.compile(r"gen-[0-9a-f]{32}")
+_GENERATION_RE = re.compile(re.escape(GENERATION_PREFIX) + r"[0-9a-f]{32}")
 _V1_SHARD_RE = re.compile(r"shard-\d+\.stk(\.tmp)?")
 # flock errors that mean "this filesystem has no locks", not "someone holds it"
 _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
@@ -71,10 +69,6 @@ _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 class WriterLockError(BlockingIOError):
     """Another :class:`stoker.ShardWriter` is writing the same dataset directory."""
-
-
-def generation_name(dataset_id: str) -> str:
-    return GENERATION_PREFIX + dataset_id
 
 
 def is_generation_name(name: str) -> bool:

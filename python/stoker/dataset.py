@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import posixpath
-import re
 import time
 import warnings
 import weakref
@@ -14,25 +11,14 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _core
 from . import _generations as gen
-from .fields import Field, core_specs, schema_hash
-from .writer import FORMAT_NAME, INDEX_NAME, READABLE_VERSIONS
+from ._index import INDEX_NAME, parse_index, shard_identity
+from .fields import Field, core_specs
 
 __all__ = ["Dataset"]
 
 # Opening starts over from index.json when a write replaced it meanwhile; this many
 # times in a row means a writer rewrites faster than a dataset can be opened.
 _OPEN_ATTEMPTS = 100
-_V1_NAME = re.compile(r"shard-(\d+)\.stk")
-_ID = re.compile(r"[0-9a-f]{32}")
-
-
-def _is_count(v: Any) -> bool:
-    """A non-negative integer that fits the format's 64-bit fields (not a bool)."""
-    return type(v) is int and 0 <= v < 2**63
-
-
-def _is_sum(v: Any) -> bool:
-    return type(v) is int and 0 <= v < 2**32
 
 
 class Dataset:
@@ -126,14 +112,8 @@ class Dataset:
                     continue
                 if not isinstance(lease, int):
                     lease = -1  # opening the shards says what is missing, by name
-            shards = []
-            for i, s in enumerate(index["shards"]):
-                identity = None
-                if index["version"] >= 2:
-                    identity = (index["dataset_id"], i, s["header_checksum"],
-                                s["table_checksum"])
-                shards.append((os.path.join(self.path, s["path"]), s["num_records"], s["bytes"],
-                               identity))
+            shards = [(os.path.join(self.path, s["path"]), s["num_records"], s["bytes"],
+                       shard_identity(index, i)) for i, s in enumerate(index["shards"])]
             try:
                 # Version 1 carries no generations: its shards are mapped now, so that an
                 # overwrite removing them later cannot take them from under this dataset.
@@ -165,12 +145,8 @@ class Dataset:
         self.path = remote.url
         self.index_path = f"{remote.url}/{INDEX_NAME}"
         index = self._parse_index(remote.index_bytes)
-        shards = []
-        for i, s in enumerate(index["shards"]):
-            identity = None
-            if index["version"] >= 2:
-                identity = (index["dataset_id"], i, s["header_checksum"], s["table_checksum"])
-            shards.append((remote.cache.object_path(i), s["num_records"], s["bytes"], identity))
+        shards = [(remote.cache.object_path(i), s["num_records"], s["bytes"],
+                   shard_identity(index, i)) for i, s in enumerate(index["shards"])]
         # A cache smaller than the dataset gives shards back (NOTE [ Bounded cache ]).
         self._core = _core.Dataset(core_specs(self.fields), self._hash, shards,
                                    probe_on_open=False, map_on_open=False, deferred=True,
@@ -193,86 +169,13 @@ class Dataset:
                 UserWarning, stacklevel=4)
 
     def _parse_index(self, raw: bytes) -> Dict[str, Any]:
-        index_path = self.index_path
-
-        def bad(reason: str) -> _core.DataError:
-            return _core.DataError(f"{index_path}: {reason}")
-
-        try:
-            index = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise bad(f"invalid JSON ({e})") from None
-        if not isinstance(index, dict) or index.get("format") != FORMAT_NAME:
-            raise bad("not a stoker index (missing 'format': 'stoker')")
-        version = index.get("version")
-        if type(version) is not int or version not in READABLE_VERSIONS:
-            raise bad(f"format version {version!r} is not supported (this stoker reads "
-                      f"versions {', '.join(map(str, READABLE_VERSIONS))})")
-        schema = index.get("schema")
-        if not isinstance(schema, list) or not schema:
-            raise bad("missing or empty 'schema'")
-        fields: Dict[str, Field] = {}
-        for spec in schema:
-            try:
-                name = spec["name"]
-                if not isinstance(name, str) or not name or name in fields:
-                    raise ValueError(f"bad or repeated field name {name!r}")
-                fields[name] = Field.from_spec(spec)
-            except (KeyError, TypeError, ValueError) as e:
-                raise bad(f"bad field in schema {spec!r}: {e}") from None
-        self.fields: Dict[str, Field] = fields
-        self._hash = schema_hash(fields)
-        if index.get("schema_hash") != f"{self._hash:016x}":
-            raise bad("schema_hash does not match the schema (edited index?)")
-        self.version: int = version
-        self.dataset_id: Optional[str] = None
-        self.generation: Optional[str] = None
-        if version >= 2:
-            dataset_id = index.get("dataset_id")
-            if not isinstance(dataset_id, str) or not _ID.fullmatch(dataset_id):
-                raise bad(f"dataset_id {dataset_id!r} is not 32 lowercase hex digits")
-            self.dataset_id = dataset_id
-            self.generation = gen.generation_name(dataset_id)
-        shards = index.get("shards")
-        if not isinstance(shards, list):
-            raise bad("missing 'shards' list")
-        total = 0
-        seen: Dict[str, int] = {}
-        for i, s in enumerate(shards):
-            ok = (isinstance(s, dict) and isinstance(s.get("path"), str) and s["path"]
-                  and _is_count(s.get("num_records")) and _is_count(s.get("bytes")))
-            if ok and version >= 2:  # every checksum is required from version 2 on
-                ok = all(_is_sum(s.get(k)) for k in ("checksum", "header_checksum",
-                                                      "table_checksum"))
-            elif ok:
-                ok = s.get("checksum") is None or _is_sum(s["checksum"])
-            if not ok:
-                raise bad(f"shard entry {i} is malformed: {s!r}")
-            p = s["path"]
-            parts = p.replace("\\", "/").split("/")
-            if os.path.isabs(p) or ".." in parts:
-                raise bad(f"shard entry {i}: path {p!r} must be relative to the dataset")
-            if version >= 2:
-                # A generation's shards, and nothing else: a later write removes whole
-                # generations, which must never hold another dataset's files.
-                if len(parts) != 2 or parts[0] != self.generation or parts[1] in (
-                        "", ".", gen.LEASE_NAME):
-                    raise bad(f"shard entry {i}: path {p!r} is not a shard of generation "
-                              f"{self.generation}/ (the dataset_id's)")
-            else:
-                m = _V1_NAME.fullmatch(p)
-                if m and int(m.group(1)) != i:
-                    raise bad(f"shard entry {i}: {p!r} is out of order (shard files are "
-                              "listed in the order they were written)")
-            key = posixpath.normpath(p.replace("\\", "/"))
-            if key in seen:
-                raise bad(f"shard entries {seen[key]} and {i} are the same file {p!r}")
-            seen[key] = i
-            total += s["num_records"]
-        if index.get("num_records") != total:
-            raise bad(f"num_records {index.get('num_records')!r} differs from the shards' "
-                      f"total {total}")
-        return index
+        ix = parse_index(raw, self.index_path)
+        self.fields: Dict[str, Field] = ix.fields
+        self._hash = ix.schema_hash
+        self.version: int = ix.version
+        self.dataset_id: Optional[str] = ix.dataset_id
+        self.generation: Optional[str] = ix.generation
+        return ix.raw
 
     def __len__(self) -> int:
         return len(self._core)

@@ -366,7 +366,7 @@ class Loader:
         if max_memory is None:
             max_memory = _default_max_memory()
         elif isinstance(max_memory, str):
-            from .writer import parse_size
+            from ._index import parse_size
 
             max_memory = parse_size(max_memory)
         self.max_memory = _check_int("max_memory", max_memory, 1, 2**63 - 1,

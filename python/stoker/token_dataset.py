@@ -28,7 +28,7 @@ import numpy as np
 from . import _core
 from .dataset import Dataset
 from .fields import NDArray, Tokens
-from .writer import INDEX_NAME
+from ._index import INDEX_NAME
 
 __all__ = ["TokenDataset", "PACKING_MODES", "TOKEN_DTYPES"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import struct
 import warnings
 import weakref
@@ -13,34 +12,14 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Type, Union
 
 from . import _core
 from . import _generations as gen
-from ._generations import INDEX_NAME, WriterLockError
+from ._generations import WriterLockError
+from ._index import (FORMAT_NAME, FORMAT_VERSION, INDEX_NAME, READABLE_VERSIONS,
+                     generation_name, parse_size)
 from .fields import Field, check_schema, schema_hash, schema_json
 
+# The format's constants and parse_size live in ._index; importable from here as before.
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "INDEX_NAME", "READABLE_VERSIONS", "ShardWriter",
-           "WriterLockError"]
-
-FORMAT_NAME = "stoker"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-
-_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9,
-          "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-
-
-def parse_size(size: Union[int, str]) -> int:
-    """``256MB`` -> 256_000_000, ``64MiB`` -> 67_108_864, ints pass through."""
-    if isinstance(size, bool):
-        raise ValueError(f"invalid size {size!r}")
-    if isinstance(size, int):
-        value = size
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(size))
-        if not m or m.group(2).upper() not in _UNITS:
-            raise ValueError(f"invalid size {size!r}; use e.g. 256MB, 1GiB or a byte count")
-        value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-    if value <= 0:
-        raise ValueError(f"size must be positive, got {size!r}")
-    return value
+           "WriterLockError", "parse_size"]
 
 
 class _WriteState:
@@ -105,8 +84,8 @@ def _read_existing(index_path: str) -> Tuple[Optional[Set[str]], Set[str]]:
             return set(), {p for p in shards if "/" not in p}
         dataset_id = index.get("dataset_id")
         if isinstance(dataset_id, str) and gen.is_generation_name(
-                gen.generation_name(dataset_id)):
-            return {gen.generation_name(dataset_id)}, set()
+                generation_name(dataset_id)):
+            return {generation_name(dataset_id)}, set()
     except (OSError, ValueError, AttributeError, TypeError, KeyError, _core.DataError):
         pass
     return None, set()
@@ -175,7 +154,7 @@ class ShardWriter:
             gen.clean(self.path, keep=self._replaced, keep_files=self._replaced_v1,
                       locks=state.lock.enforced)
             self.dataset_id = os.urandom(16).hex()
-            self.generation = gen.generation_name(self.dataset_id)
+            self.generation = generation_name(self.dataset_id)
             state.generation_dir = os.path.join(self.path, self.generation)
             os.mkdir(state.generation_dir)
             gen.create_lease_file(state.generation_dir)

@@ -178,7 +178,8 @@ static void append_shard_copies_records_under_a_new_identity() {
   ShardSummary sum = w.finish();
   CHECK_EQ(sum.num_records, 25);
   Dataset ds(test::test_schema(), {ShardInfo{out, 25, static_cast<int64_t>(sum.bytes),
-                                             ShardIdentity{id, 0, sum.header_sum, sum.table_sum}}});
+                                             ShardIdentity{id, 0, sum.header_sum, sum.table_sum},
+                                             std::nullopt}});
   std::vector<RecordView> f(3);
   for (int64_t i = 0; i < 25; ++i) {
     ds.read(i, f.data());
@@ -247,9 +248,9 @@ static void deferred_shards_wait_for_provide() {
     });
   };
   // Provided: the waiting reader goes on with the file now in place.
-  uint32_t seen = ds.gate_prepare();
+  uint32_t seen = ds.gate()->prepare();
   std::thread t = reader(15);
-  ds.gate_wait(seen, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  ds.gate()->wait(seen, std::chrono::steady_clock::now() + std::chrono::seconds(10));
   for (int i = 0; i < 1000 && ds.demands().empty(); ++i) std::this_thread::yield();
   CHECK(ds.demands() == std::vector<size_t>{1});
   CHECK_EQ(outcome.load(), 0);
@@ -267,8 +268,17 @@ static void deferred_shards_wait_for_provide() {
   t.join();
   CHECK_EQ(outcome.load(), 2);
   CHECK_THROWS(FetchError, ds.read(21, f.data()));
-  ds.provide(2);  // too late: failed stays failed
+  ds.provide(2);  // too late: failed stays failed until reset
   CHECK_THROWS(FetchError, ds.read(21, f.data()));
+  // Reset: the next read demands the shard again, and reads it once provided.
+  CHECK(ds.reset(2) && !ds.reset(2));
+  outcome = 0;
+  t = reader(25);
+  for (int i = 0; i < 100000 && ds.demands().empty(); ++i) std::this_thread::yield();
+  CHECK(ds.demands() == std::vector<size_t>{2});
+  ds.provide(2);
+  t.join();
+  CHECK_EQ(outcome.load(), 1);
   // Stopped: a reader waiting for a shard nobody provides gives up within a slice.
   outcome = 0;
   t = reader(5);
@@ -323,6 +333,7 @@ static void released_shards_wait_and_come_back() {
   // (ASan/TSan in CI), and a released shard is demanded by its next reader.
   std::atomic<bool> stop{false};
   std::atomic<int64_t> reads{0}, bad{0};
+  test::UnexpectedErrors unexpected;
   std::vector<std::thread> readers;
   for (int t = 0; t < 3; ++t)
     readers.emplace_back([&, t] {
@@ -340,7 +351,8 @@ static void released_shards_wait_and_come_back() {
           std::memcpy(&label, g[1].data, 8);
           if (label != i) ++bad;
           ++reads;
-        } catch (const Error&) {  // stopped while waiting: the end of the test
+        } catch (const Error& e) {
+          unexpected.check(e, stop);  // only "stopped while waiting", once stopped
         }
       }
     });
@@ -361,6 +373,7 @@ static void released_shards_wait_and_come_back() {
   stop = true;
   for (auto& th : readers) th.join();
   CHECK_EQ(bad.load(), 0);
+  CHECK_EQ(unexpected.count(), 0);
   CHECK(reads.load() > 100);
   CHECK(released > 10);
   for (size_t p = 0; p < 4; ++p) CHECK_EQ(ds.pins(p), 0);
@@ -471,6 +484,7 @@ static void readers_demand_released_shards_again() {
   std::atomic<bool> stop{false};
   std::atomic<int64_t> reads[kReaders] = {};
   std::atomic<int64_t> bad{0};
+  test::UnexpectedErrors unexpected;
   std::vector<std::thread> readers;
   for (int t = 0; t < kReaders; ++t)
     readers.emplace_back([&, t] {
@@ -488,7 +502,8 @@ static void readers_demand_released_shards_again() {
           std::memcpy(&label, g[1].data, 8);
           if (label != i) ++bad;
           ++reads[t];
-        } catch (const Error&) {
+        } catch (const Error& e) {
+          unexpected.check(e, stop);
         }
       }
     });
@@ -519,6 +534,7 @@ static void readers_demand_released_shards_again() {
   stop = true;
   for (auto& th : readers) th.join();
   CHECK_EQ(bad.load(), 0);
+  CHECK_EQ(unexpected.count(), 0);
 }
 
 TEST_MAIN(round_trip(); every_byte_flip_is_caught(); truncation_and_mismatches();

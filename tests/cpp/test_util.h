@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -67,7 +68,8 @@ inline std::vector<ShardInfo> write_shards(const std::string& dir, int64_t n, in
     }
     ShardSummary sum = w.finish();
     out.push_back({path, sum.num_records, static_cast<int64_t>(sum.bytes),
-                   ShardIdentity{id, static_cast<uint64_t>(s), sum.header_sum, sum.table_sum}});
+                   ShardIdentity{id, static_cast<uint64_t>(s), sum.header_sum, sum.table_sum},
+                   std::nullopt});
   }
   return out;
 }
@@ -95,5 +97,21 @@ inline bool throws_with(const std::function<void()>& f, const char* text) {
   std::fprintf(stderr, "no error, expected: %s\n", text);
   return false;
 }
+
+/// Errors that reader threads of a concurrency test did not expect: the only
+/// expected one is "stopped while waiting" once the test has set its stop flag.
+/// Counted (and the first printed) instead of swallowed, so a race that throws
+/// fails the test.
+class UnexpectedErrors {
+ public:
+  void check(const std::exception& e, const std::atomic<bool>& stop) {
+    if (stop.load() && std::strstr(e.what(), "stopped while waiting") != nullptr) return;
+    if (count_.fetch_add(1) == 0) std::fprintf(stderr, "unexpected error: %s\n", e.what());
+  }
+  int count() const { return count_.load(); }
+
+ private:
+  std::atomic<int> count_{0};
+};
 
 }  // namespace stoker::test

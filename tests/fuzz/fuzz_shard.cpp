@@ -146,7 +146,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     Dataset::Options opts;
     opts.probe_on_open = (size & 1) != 0;
-    Dataset ds(schema, {ShardInfo{path, -1, static_cast<int64_t>(size), own}}, opts);
+    Dataset ds(schema, {ShardInfo{path, -1, static_cast<int64_t>(size), own, std::nullopt}}, opts);
     std::vector<RecordView> views(schema.fields.size());
     for (int64_t i = 0; i < ds.size(); ++i) {
       try {
