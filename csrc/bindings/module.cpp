@@ -17,6 +17,7 @@ void register_decode(py::module_& m);
 void register_cuda(py::module_& m);
 void register_checksum(py::module_& m);
 void register_tokens(py::module_& m);
+void register_fetch_plan(py::module_& m);
 }  // namespace stoker::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -42,7 +43,7 @@ PYBIND11_MODULE(_core, m) {
       // The Python layer's own exception type (an OSError), so that one except
       // clause catches a failed download wherever it surfaces.
       try {
-        py::object type = py::module_::import("stoker.remote.cache").attr("RemoteError");
+        py::object type = py::module_::import("stoker.remote").attr("RemoteError");
         PyErr_SetString(type.ptr(), e.what());
       } catch (const py::error_already_set&) {
         PyErr_SetString(error.ptr(), e.what());
@@ -71,4 +72,5 @@ PYBIND11_MODULE(_core, m) {
   stoker::bindings::register_cuda(m);
   stoker::bindings::register_checksum(m);
   stoker::bindings::register_tokens(m);
+  stoker::bindings::register_fetch_plan(m);
 }

@@ -150,6 +150,13 @@ void WorkerPool::set_active(int n) {
   parked_.notify();
 }
 
+void WorkerPool::blocked() noexcept {
+  blocked_.fetch_add(1, std::memory_order_seq_cst);
+  parked_.notify();  // a parked worker takes the turn
+}
+
+void WorkerPool::unblocked() noexcept { blocked_.fetch_sub(1, std::memory_order_seq_cst); }
+
 void WorkerPool::worker_loop(int id) {
   use_batch_scheduling();  // before the name: a named worker is already SCHED_BATCH
   char name[16];
@@ -158,11 +165,13 @@ void WorkerPool::worker_loop(int id) {
 
   std::atomic<uint8_t>& activity = activity_[static_cast<size_t>(id)];
   bind_activity(&activity);
+  bind_blocking(this);
   set_activity(Activity::kIdle);
   struct Unbind {  // on every way out of the loop
     std::atomic<uint8_t>& a;
     ~Unbind() {
       bind_activity(nullptr);
+      bind_blocking(nullptr);
       a.store(static_cast<uint8_t>(Activity::kCount), std::memory_order_relaxed);
     }
   } unbind{activity};
@@ -181,18 +190,25 @@ void WorkerPool::worker_loop(int id) {
       if (streams.empty()) idle_since = Clock::now();  // the linger starts now
     }
     bool worked = false;
-    const bool active = id < active_.load(std::memory_order_seq_cst);
+    // Workers waiting for downloads lend their turns to parked ones.
+    const bool active = id < active_.load(std::memory_order_seq_cst) +
+                                 blocked_.load(std::memory_order_seq_cst);
     if (active) {
       for (const auto& s : streams) {  // the oldest stream first: usually the training loop's
         Stream::Unit u;
         const auto t0 = Clock::now();
         const ScopedStop stop(s->stop_flag());  // waits below give up when it stops
         if (!s->claim(u, ctx)) continue;
+        (void)take_blocked_ns();
         s->run(u, ctx);
         stats_->add(ctx.times);
         ctx.times = StageTimes{};
         const auto t1 = Clock::now();
-        stats_->worker_busy_ns.fetch_add(ns_between(t0, t1), std::memory_order_relaxed);
+        // A wait for a download is waiting, not work (NOTE [ Autotuning ]).
+        const int64_t waited = take_blocked_ns();
+        stats_->worker_busy_ns.fetch_add(std::max<int64_t>(0, ns_between(t0, t1) - waited),
+                                         std::memory_order_relaxed);
+        stats_->worker_idle_ns.fetch_add(waited, std::memory_order_relaxed);
         worked = true;
         break;
       }

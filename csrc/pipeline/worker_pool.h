@@ -23,13 +23,14 @@
 #include <vector>
 
 #include "common/activity.h"
+#include "common/blocking.h"
 #include "common/detail/event_count.h"
 #include "pipeline/loader_stats.h"
 #include "pipeline/stream.h"
 
 namespace stoker {
 
-class WorkerPool {
+class WorkerPool final : private BlockingListener {
  public:
   /// @param threads worker threads at most
   /// @param linger how long workers stay parked once no stream is open
@@ -65,6 +66,11 @@ class WorkerPool {
   std::array<int, static_cast<size_t>(Activity::kCount)> activities() const;
 
  private:
+  // A worker waits for a download (common/blocking.h): a parked worker may
+  // take its turn meanwhile, so a tuner that parked every worker but one
+  // never leaves a stream waiting on the network with nobody reading.
+  void blocked() noexcept override;
+  void unblocked() noexcept override;
   void ensure_running();  // with mu_
   void join_all();        // ends and joins the workers; with stop_mu_ or in the destructor
   void worker_loop(int id);
@@ -76,6 +82,7 @@ class WorkerPool {
   std::shared_ptr<detail::EventCount> signal_;
   detail::EventCount parked_;  // wakes workers beyond active_ (set_active, stop)
   std::atomic<int> active_;
+  std::atomic<int> blocked_{0};  // workers waiting for downloads (they lend their turn)
   std::atomic<int> live_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> version_{0};  // bumped when streams_ changes

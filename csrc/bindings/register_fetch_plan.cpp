@@ -1,0 +1,72 @@
+// Bindings of sampler/fetch_plan.h: what a remote dataset's fetcher asks each turn.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "pipeline/loader_core.h"
+#include "pipeline/record_producer.h"
+#include "sampler/fetch_plan.h"
+
+namespace py = pybind11;
+
+namespace stoker::bindings {
+
+void register_fetch_plan(py::module_& m) {
+  py::class_<FetchPlan, std::shared_ptr<FetchPlan>>(
+      m, "FetchPlan", "NOTE [ Fetch plan ] in csrc/sampler/fetch_plan.h.")
+      .def(py::init<std::shared_ptr<Dataset>, std::vector<int64_t>>(), py::arg("dataset"),
+           py::arg("shard_bytes"))
+      .def(
+          "follow",
+          [](FetchPlan& p, const std::shared_ptr<LoaderCore>& core,
+             const std::shared_ptr<const RecordProducer>& producer, int64_t world_size) {
+            // Held weakly: a dropped loader stops being followed at the next turn.
+            std::weak_ptr<LoaderCore> weak = core;
+            FetchPlan::Follower f;
+            f.position = [weak]() -> std::optional<ReadPosition> {
+              std::shared_ptr<LoaderCore> c = weak.lock();
+              if (!c) return std::nullopt;
+              const LoaderState st = c->state();
+              return ReadPosition{st.epoch, st.offset, st.world_size};
+            };
+            f.order = [producer](uint64_t epoch, int64_t world) {
+              EpochKey key;
+              key.epoch = epoch;
+              key.world_size = world;  // rank 0: the schedule is the whole job's
+              return producer->epoch_order(key);
+            };
+            f.world_size = world_size;
+            p.follow(reinterpret_cast<uintptr_t>(core.get()), std::move(f));
+          },
+          py::arg("core"), py::arg("producer"), py::arg("world_size"),
+          "Follows a loader (its core and record producer) for as long as it lives.")
+      .def_property_readonly("followers", &FetchPlan::followers)
+      .def(
+          "turn",
+          [](FetchPlan& p, int64_t budget, std::vector<size_t> holds, std::vector<size_t> inflight,
+             size_t max_fetch) {
+            FetchPlan::Options o;
+            o.budget = budget;
+            o.holds = std::move(holds);
+            o.inflight = std::move(inflight);
+            o.max_fetch = max_fetch;
+            FetchPlan::Turn t;
+            {
+              py::gil_scoped_release nogil;
+              t = p.turn(o);
+            }
+            py::dict d;
+            d["fetch"] = t.fetch;
+            d["urgent"] = t.urgent;
+            d["released"] = t.released;
+            d["must_bytes"] = t.must_bytes;
+            d["wanted_bytes"] = t.wanted_bytes;
+            d["held_bytes"] = t.held_bytes;
+            d["following"] = t.following;
+            return d;
+          },
+          py::arg("budget"), py::arg("holds"), py::arg("inflight"), py::arg("max_fetch"),
+          "One turn: {fetch, urgent, released, must_bytes, wanted_bytes, held_bytes, "
+          "following}; budget < 0: none.");
+}
+
+}  // namespace stoker::bindings
