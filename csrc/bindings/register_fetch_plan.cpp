@@ -18,7 +18,7 @@ void register_fetch_plan(py::module_& m) {
       .def(
           "follow",
           [](FetchPlan& p, const std::shared_ptr<LoaderCore>& core,
-             const std::shared_ptr<const RecordProducer>& producer, int64_t world_size) {
+             const std::shared_ptr<RecordProducer>& producer, int64_t world_size) {
             // Held weakly: a dropped loader stops being followed at the next turn.
             std::weak_ptr<LoaderCore> weak = core;
             FetchPlan::Follower f;

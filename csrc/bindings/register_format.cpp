@@ -177,6 +177,22 @@ void register_format(py::module_& m) {
            "Deferred shards: readers of shard `shard` raise RemoteError(why).")
       .def("demands", &Dataset::demands,
            "Deferred shards: those readers wait for, neither provided nor failed.")
+      .def(
+          "hold",
+          [](const Dataset& d, size_t s) {
+            STOKER_CHECK(s < d.num_shards(), UsageError, "shard ", s, " out of range");
+            if (d.releasable()) gate_of(d).hold(s);
+          },
+          py::arg("shard"),
+          "Releasable datasets: shard `shard` is not given back until unhold() (a read "
+          "outside a loader makes it local, then reads it).")
+      .def(
+          "unhold",
+          [](const Dataset& d, size_t s) {
+            STOKER_CHECK(s < d.num_shards(), UsageError, "shard ", s, " out of range");
+            if (d.releasable()) gate_of(d).leave(s);
+          },
+          py::arg("shard"))
       .def("reset", &Dataset::reset, py::arg("shard"),
            "Deferred shards: a failed shard is pending again; its next read demands it.")
       .def("gate_prepare", [](const Dataset& d) { return gate_of(d).prepare(); })

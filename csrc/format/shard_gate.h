@@ -104,6 +104,12 @@ class ShardGate final : public detail::ForkClient {
   /// back with leave()), false with the count given back.
   bool try_enter(size_t s) const;
   void leave(size_t s) const noexcept { pins_[s].fetch_sub(1, std::memory_order_seq_cst); }
+  /// Releasable gates: a pin taken before the shard is here (a read outside a
+  /// loader, which first makes the shard local, then reads it): try_release()
+  /// passes the shard over from now on. Given back with leave().
+  void hold(size_t s) const {
+    if (pins_) pins_[s].fetch_add(1, std::memory_order_seq_cst);
+  }
   /// Sleeps at most `slice` while shard `s`'s word is `v`.
   void wait_word(size_t s, uint32_t v, std::chrono::milliseconds slice) const;
   /// Wakes readers sleeping on shard `s`'s word (something they wait for came).

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/stop_flag.h"
 #include "pipeline/sample_writer.h"
 
 namespace stoker {
@@ -17,7 +18,7 @@ size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTens
 
 // Reads sample `index` verified and split into `views`, which stay valid while
 // `hold` holds its shard or record (deferred shards: NOTE [ Released shards ] and
-// NOTE [ Records by range ] in format/dataset.h); a failure is that sample's
+// NOTE [ Records by range ] in format/record_ranges.h); a failure is that sample's
 // error, with its file, record and field.
 bool read_for_plan(const RecordSource& src, int64_t index, const std::string& field,
                    std::vector<RecordView>& views, Dataset::ShardPin& hold, bool verify,
@@ -34,13 +35,28 @@ bool read_for_plan(const RecordSource& src, int64_t index, const std::string& fi
     } catch (...) {
       rethrow_with_context(*src.ds, index, field);
     }
-  } catch (const FetchError&) {  // a download failed: not a bad sample to skip
-    throw;
   } catch (...) {
+    // on_error="skip" passes over a failed download too (its shard is fetched again
+    // on a later demand: NOTE [ Deferred shards ] in format/shard_gate.h).
     if (!src.skip_errors) throw;
     if (!first_error) first_error = std::current_exception();
     return false;
   }
+}
+
+// on_error="skip": reads into `views` the sample that the sample writer puts in
+// place of the unreadable sample `index` (the next readable one in dataset
+// order), so that a batch is sized by what it will hold even when none of its
+// own samples can be read (a whole batch inside a shard whose download failed).
+// False if there is none, or the worker's stream stopped.
+bool read_replacement(const RecordSource& src, int64_t index, const std::string& field,
+                      std::vector<RecordView>& views, Dataset::ShardPin& hold, bool verify) {
+  const int64_t n = src.ds->size();
+  for (int64_t step = 1; step < n && !stop_requested(); ++step) {
+    std::exception_ptr ignored;
+    if (read_for_plan(src, (index + step) % n, field, views, hold, verify, ignored)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -82,7 +98,9 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
           const int64_t idx = b.indices[static_cast<size_t>(p)];
           // An image header is parsed: verified first (a corrupt one is that sample's
           // DataError, never a misleading size error).
-          if (!read_for_plan(src, idx, spec.name, views, hold, true, first_error)) continue;
+          if (!read_for_plan(src, idx, spec.name, views, hold, true, first_error) &&
+              !read_replacement(src, idx, spec.name, views, hold, true))
+            continue;
           std::pair<int, int> s;
           try {
             try {
@@ -132,8 +150,9 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
         // (the sample writer verifies the record, and a length that differs from the
         // verified one is that sample's error, or under on_error="skip" a padding a
         // little longer than needed).
-        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views, hold, false,
-                           first_error))
+        const int64_t idx = b.indices[static_cast<size_t>(p)];
+        if (!read_for_plan(src, idx, spec.name, views, hold, false, first_error) &&
+            !read_replacement(src, idx, spec.name, views, hold, false))
           continue;
         have = true;
         max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(views[f].size / row));

@@ -115,9 +115,9 @@ class SampleWriter {
       }
       try {
         write(pos, index, at(pos), time_each_ || (pos - lo) % kTimedEvery == 0);
-      } catch (const FetchError&) {  // a download failed: not a bad sample to skip
-        throw;
       } catch (...) {
+        // A failed download is skipped too: its shard is fetched again on a later
+        // demand (NOTE [ Deferred shards ] in format/shard_gate.h).
         if (!src_.skip_errors) throw;
         // on_error="skip": the next valid sample in dataset order takes its
         // place, so the replacement is the same whatever thread does it.
@@ -134,8 +134,6 @@ class SampleWriter {
             if (!fits()) continue;
             write(pos, alt, loc, true);
             replaced = true;
-          } catch (const FetchError&) {
-            throw;
           } catch (...) {
           }
         }
@@ -155,7 +153,7 @@ class SampleWriter {
     Clock::time_point t0;
     if (timed) t0 = time_each_ ? last_ : Clock::now();
     // A deferred shard (a URL's) is read under a hold: on the shard (NOTE [ Released
-    // shards ] in format/dataset.h) or on its record fetched by range (NOTE
+    // shards ] in format/shard_gate.h) or on its record fetched by range (NOTE
     // [ Records by range ]).
     Dataset::ShardPin held;
     if (ds_.deferred()) held = ds_.pin_record(loc);

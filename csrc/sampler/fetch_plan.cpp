@@ -151,16 +151,20 @@ FetchPlan::Turn FetchPlan::turn(const Options& opts) {
         walk(s, false);
     }
   }
-  // Give back what was not walked.
-  for (size_t s : provided) {
-    if (limited && !(mark_[s] & kWalked) && ds_->try_release(s)) {
-      t.released.push_back(s);
-      continue;
-    }
-    t.held_bytes += bytes_[s];
-  }
+  // Over the budget (with what is to be fetched): give back what was not
+  // walked, until under it.
+  for (size_t s : provided) t.held_bytes += bytes_[s];
   for (size_t s : opts.inflight)
     if (s < n) t.held_bytes += bytes_[s];
+  int64_t coming = 0;
+  for (size_t s : t.fetch) coming += bytes_[s];
+  for (size_t s : provided) {
+    if (!limited || t.held_bytes + coming <= opts.budget) break;
+    if (!(mark_[s] & kWalked) && ds_->try_release(s)) {
+      t.released.push_back(s);
+      t.held_bytes -= bytes_[s];
+    }
+  }
   for (size_t s : touched_) mark_[s] = 0;
   touched_.clear();
   return t;

@@ -18,8 +18,11 @@
 //      downloaded whole, ahead of need).
 //
 // Shards walked and not local are the ones to fetch (those in step 1 first:
-// they start beyond the fetcher's in-flight limit); provided shards not walked
-// are given back (ShardGate::try_release) when there is a budget. A turn costs
+// they start beyond the fetcher's in-flight limit). While the shards provided
+// and in flight take more than the budget, provided shards not walked are
+// given back (ShardGate::try_release); under it, nothing is (a dataset that
+// fits keeps every shard it has, and one that shares a directory gives back
+// as its share shrinks). A turn costs
 // O(shards within the budget + demands + provided): the epoch order of each
 // follower is built once per epoch (O(shards), at the epoch's first turn) and
 // then only read from the follower's position on; without a budget the walk

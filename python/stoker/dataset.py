@@ -50,35 +50,57 @@ class Dataset:
         check_shards: check every shard when opening (default). ``False`` defers each
             shard's checks to its first use (faster to open on a slow filesystem; errors
             then come from the read that first touches the shard).
+        preload: ``True`` reads every shard into memory now (each file's checksum checked
+            as it is read), so reads never touch the files again: for small datasets, and
+            for datasets on a slow network filesystem. The memory is shared by every
+            loader of the process and by forked children (no copy); every read still
+            verifies its record. ``"auto"``: when the shards take at most a quarter of the
+            memory available (at most 16 GiB). ``Loader.stats()["tier"]`` says which tier
+            served the reads (``"memory"``, ``"mmap"`` or ``"remote"``). A URL's dataset
+            is downloaded whole first, then read into memory.
+
+    Remote datasets (a URL) also take ``cache_dir``, ``cache_limit`` (the cache
+    directory's budget is the smallest cache_limit of the datasets using it),
+    ``storage_options``, ``retry`` (:class:`stoker.remote.Retry`: how often and how long a
+    download is tried) and ``stall_timeout`` (seconds a transfer may receive nothing
+    before it is retried; default 30): see ``docs/sources.md``.
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *, check_shards: bool = True,
                  cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
                  cache_limit: Optional[Union[int, str]] = None,
-                 storage_options: Optional[Dict[str, Any]] = None):
+                 storage_options: Optional[Dict[str, Any]] = None,
+                 preload: Union[bool, str] = False, retry: Any = None,
+                 stall_timeout: Optional[float] = None):
         # A URL (s3://, https://, any fsspec URL): shards come through a local cache
         # (stoker.remote); ``self.remote`` holds it, its stats and the pins.
         from .remote import is_url
 
+        if preload not in (True, False, "auto"):
+            raise ValueError(f"preload must be True, False or 'auto', got {preload!r}")
         self.remote = None
+        self._preload = preload
         if is_url(path):
             from .remote import RemoteDataset
 
             self.url = path
             self._remote_args = {"cache_dir": cache_dir, "cache_limit": cache_limit,
-                                 "storage_options": storage_options}
+                                 "storage_options": storage_options, "preload": preload,
+                                 "retry": retry, "stall_timeout": stall_timeout}
+            extra = {} if stall_timeout is None else {"stall_timeout": stall_timeout}
             self.remote = RemoteDataset(os.fspath(path), cache_dir=cache_dir,
                                         cache_limit=cache_limit,
-                                        storage_options=storage_options)
+                                        storage_options=storage_options, retry=retry, **extra)
             try:
                 self._open_remote()
             except BaseException:
                 self.remote.close()
                 raise
             return
-        if cache_dir is not None or cache_limit is not None or storage_options is not None:
-            raise ValueError("cache_dir, cache_limit and storage_options apply to remote "
-                             "datasets (s3://, https://, ... URLs)")
+        if cache_dir is not None or cache_limit is not None or storage_options is not None \
+                or retry is not None or stall_timeout is not None:
+            raise ValueError("cache_dir, cache_limit, storage_options, retry and stall_timeout "
+                             "apply to remote datasets (s3://, https://, ... URLs)")
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such dataset directory or index file")
@@ -113,14 +135,16 @@ class Dataset:
                 if not isinstance(lease, int):
                     lease = -1  # opening the shards says what is missing, by name
             shards = [(os.path.join(self.path, s["path"]), s["num_records"], s["bytes"],
-                       shard_identity(index, i)) for i, s in enumerate(index["shards"])]
+                       shard_identity(index, i), s.get("checksum"))
+                      for i, s in enumerate(index["shards"])]
             try:
                 # Version 1 carries no generations: its shards are mapped now, so that an
                 # overwrite removing them later cannot take them from under this dataset.
+                preload = _wants_preload(self._preload, index)
                 self._core = _core.Dataset(core_specs(self.fields), self._hash, shards,
                                            probe_on_open=check_shards,
                                            map_on_open=index["version"] == 1 and check_shards,
-                                           lease_fd=lease)
+                                           lease_fd=lease, preload=preload)
             except _core.DataError:
                 if lease >= 0:
                     os.close(lease)
@@ -139,22 +163,49 @@ class Dataset:
 
     def _open_remote(self) -> None:
         """Opens a URL's dataset from its index.json alone: the shards download while it
-        is read (:mod:`stoker.remote`, NOTE [ Deferred shards ] in csrc/format/dataset.h)."""
+        is read (:mod:`stoker.remote`, NOTE [ Deferred shards ] in
+        csrc/format/shard_gate.h). Preloaded, every shard is downloaded now, read into
+        memory, and given back to the cache."""
         remote = self.remote
         assert remote is not None  # set by __init__ for a URL
         self.path = remote.url
         self.index_path = f"{remote.url}/{INDEX_NAME}"
-        index = self._parse_index(remote.index_bytes)
-        shards = [(remote.cache.object_path(i), s["num_records"], s["bytes"],
-                   shard_identity(index, i)) for i, s in enumerate(index["shards"])]
-        # A cache smaller than the dataset gives shards back (NOTE [ Bounded cache ]).
-        self._core = _core.Dataset(core_specs(self.fields), self._hash, shards,
-                                   probe_on_open=False, map_on_open=False, deferred=True,
-                                   releasable=remote.bounded, record_ranges=True)
-        remote.start(self._core, self._hash)
-        # Dropping the dataset stops its downloads and drops its pins.
-        weakref.finalize(self, remote.close)
+        ix = remote.parsed
+        self.fields, self._hash, self.version = ix.fields, ix.schema_hash, ix.version
+        self.dataset_id, self.generation = ix.dataset_id, ix.generation
+        index = ix.raw
+        specs = core_specs(self.fields)
+        if _wants_preload(self._preload, index):
+            paths = remote.fetch_all()
+            try:
+                shards = [(p, s["num_records"], s["bytes"], shard_identity(index, i),
+                           s.get("checksum")) for i, (p, s) in enumerate(zip(paths,
+                                                                               index["shards"]))]
+                self._core = _core.Dataset(specs, self._hash, shards, probe_on_open=True,
+                                           preload=True)
+            finally:
+                remote.release_all()  # the bytes are in memory now
+            remote.close()  # nothing more to fetch
+        else:
+            shards = [(remote.cache.object_path(i), s["num_records"], s["bytes"],
+                       shard_identity(index, i)) for i, s in enumerate(index["shards"])]
+            # Every shard may be given back: the cache directory's budget is shared
+            # (NOTE [ Bounded cache ] in stoker/remote/dataset.py).
+            self._core = _core.Dataset(specs, self._hash, shards, probe_on_open=False,
+                                       map_on_open=False, deferred=True, releasable=True,
+                                       record_ranges=True)
+            remote.start(self._core, self._hash)
+            # Dropping the dataset stops its downloads and drops its pins.
+            weakref.finalize(self, remote.close)
         self._opened(index)
+
+    @property
+    def tier(self) -> str:
+        """Where reads are served from: ``"memory"`` (read whole at open: ``preload``),
+        ``"remote"`` (shards downloading into a local cache) or ``"mmap"``."""
+        if self._core.in_memory:
+            return "memory"
+        return "remote" if self._core.deferred else "mmap"
 
     def _opened(self, index: Dict[str, Any]) -> None:
         self._index = index
@@ -192,7 +243,7 @@ class Dataset:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"index out of range for a dataset of {n} samples")
-        if self.remote is not None:
+        if self._core.deferred:
             with self.remote.holding([self._core.locate(i)[0]]):
                 payloads = self._core.read(i)
         else:
@@ -216,7 +267,7 @@ class Dataset:
         if not 0 <= i < len(self._shards):
             raise IndexError(f"shard {i} out of range for a dataset of {len(self._shards)} "
                              "shards")
-        if self.remote is not None:
+        if self._core.deferred:
             with self.remote.holding([i]):
                 self._core.open_shard(i)
         else:
@@ -237,7 +288,7 @@ class Dataset:
         bad = []
         nbytes = 0
         for s, entry in enumerate(self._shards):
-            with (self.remote.holding([s]) if self.remote is not None
+            with (self.remote.holding([s]) if self._core.deferred
                   else contextlib.nullcontext()):
                 crc, bad_records = self._core.verify_shard(s)
             path = self._core.shard_path(s)
@@ -266,11 +317,37 @@ class Dataset:
         # rewritten in between is an error, not a mix.
         if self.remote is not None:
             return (_reopen, (self.url, self._identity(), self._remote_args))
-        return (_reopen, (self.index_path, self._identity()))
+        return (_reopen, (self.index_path, self._identity(),
+                          {"preload": self._preload} if self._preload else None))
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}: {f!r}" for n, f in self.fields.items())
         return f"stoker.Dataset({self.path!r}, {len(self)} samples, {{{fields}}})"
+
+
+def _wants_preload(preload: Union[bool, str], index: Dict[str, Any]) -> bool:
+    """Whether to read the dataset into memory at open: always with ``preload=True``;
+    with ``"auto"``, when its shards take at most :func:`preload_auto_limit` bytes."""
+    if preload == "auto":
+        return sum(s["bytes"] for s in index["shards"]) <= preload_auto_limit()
+    return bool(preload)
+
+
+def preload_auto_limit() -> int:
+    """The size up to which ``preload="auto"`` reads a dataset into memory: a quarter of
+    the memory available now (``MemAvailable``), at most 16 GiB."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if avail is None:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return min(avail // 4, 16 * 2**30)
 
 
 def _reopen(path: str, identity: Dict[str, Any],

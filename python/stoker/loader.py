@@ -578,27 +578,15 @@ class Loader:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
-        remote = getattr(self.dataset, "remote", None)
-        if remote is not None:
-            remote.serve_here()  # a dataset opened before a fork: this process fetches too
-            if not self._tokens and self._following is not remote._fetcher:
-                # downloads go ahead of this loader's own order (NOTE [ Bounded cache ])
-                remote.follow(self._shard_schedule)
-                self._following = remote._fetcher
         rank, world = self._world()
+        remote = getattr(self.dataset, "remote", None)
+        if remote is not None and not self._tokens and self.dataset._core.deferred:
+            # Downloads go ahead of this loader's own order (NOTE [ Fetch plan ] in
+            # csrc/sampler/fetch_plan.h); a dataset opened before a fork starts this
+            # process's fetcher here.
+            self._following = remote.follow(self._core, self._producer, world,
+                                            self.shard_window)
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
-
-    def _shard_schedule(self, max_shards: int) -> List[int]:
-        """The shards this loader reads next, in order (a remote dataset's fetcher follows
-        it): the rest of the current epoch, then the start of the next one."""
-        epoch, position, world = self._core.state()
-        world = world or self._world()[1]
-        out = list(self._producer.shard_schedule(epoch, world, position, max_shards))
-        if len(out) < max_shards:
-            more = self._producer.shard_schedule(epoch + 1, world, 0, max_shards)
-            seen = set(out)
-            out += [s for s in more if s not in seen][: max_shards - len(out)]
-        return out
 
     # -- resume ---------------------------------------------------------------
 
@@ -740,6 +728,10 @@ class Loader:
             s["unused_tokens"] = self._producer.unused_tokens
         if getattr(self.dataset, "remote", None) is not None:  # a dataset read from a URL
             s["network"] = self.dataset.remote.stats()
+        tier = getattr(self.dataset, "tier", None)
+        if tier is None and self._tokens:
+            tier = getattr(getattr(self.dataset, "dataset", None), "tier", "mmap")
+        s["tier"] = tier or "mmap"  # where reads were served from: memory, mmap or remote
         return s
 
     def _report_skipped(self) -> None:

@@ -9,6 +9,8 @@ NOTE [ Shard cache protocol ]
       locks/<key>.lock         one download at a time per shard (flock, exclusive)
       tmp/<key>.<pid>.<n>.<size>.part   downloads in progress (flock'd by their writer)
       evict.lock               space accounting and eviction, one process at a time
+      holders/<pid>.<n>.json   the datasets using the directory (NOTE [ Cache budget ] in
+                               :mod:`.space`)
 
 - A download goes to ``tmp/``, is checked against the size and checksum of ``index.json``
   (low 32 bits of XXH3-64 over the whole file, computed as the bytes arrive), and only
@@ -24,10 +26,18 @@ NOTE [ Shard cache protocol ]
   unlinking, so a pinned shard is never removed. A pin checks that the file it locked is
   still linked; if eviction won the race, the shard is fetched again.
 - Space: before a download, under ``evict.lock``, the objects plus the sizes announced by
-  the ``.part`` names must fit ``cache_limit``; otherwise unpinned objects are evicted.
+  the ``.part`` names must fit the directory's budget (the smallest ``cache_limit`` of the
+  datasets using it: NOTE [ Cache budget ]); otherwise unpinned objects are evicted.
   Shards this cache prefetched and has not handed out yet are evicted only for a shard a
-  reader is waiting for. If pinned shards leave no room, the download waits (up to
-  ``timeout``) and then fails naming the limit.
+  reader is waiting for. If pinned shards leave no room, the download waits for the other
+  holders to give back what is beyond their share, and fails with the numbers when their
+  needs together exceed the budget (or after ``timeout``).
+- Every descriptor that carries a lock (pins included) is closed in a forked child
+  (NOTE [ Locks across fork ] in :mod:`.space`); a cache inherited by a child is closed
+  there (its owner opens a new one: RemoteDataset.serve_here).
+- ``close()`` cancels the downloads in flight (their sockets are shut down), waits for
+  them at most :attr:`ShardCache.CLOSE_WAIT` seconds, and leaves no pin and no ``.part``
+  file of its own behind.
 
 Prefetching follows the order it is given (the loader's own future order), with at most
 ``max_inflight`` downloads at a time.
@@ -36,65 +46,35 @@ Prefetching follows the order it is given (the loader's own future order), with 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import itertools
 import os
-import random
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+import weakref
+from concurrent.futures import Future
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from .transport import PermanentError, Source, TransientError
+from ._threads import DaemonPool
+from .retry import Cancelled, CancelToken, Retry
+from .space import CacheDirectory, Holder, close_locked, flock, open_locked
+from .transport import PermanentError, RemoteError, Source, TransientError
 
 __all__ = ["ShardCache", "RemoteError", "default_cache_dir"]
 
 _SEQ = itertools.count()
-
-# Exclusive flocks this process holds for a while: download locks, the .part files being
-# written, the eviction lock. A fork copies their descriptors into the child, and a flock
-# lasts while any copy is open: the child would hold the lock for as long as it lives
-# (another process, the parent itself or the child waiting on it forever). Such files are
-# opened and closed under _FD_LOCK, which a fork also takes, so the child knows exactly
-# which of its descriptors are those copies, and closes them at once.
-_HELD_LOCK_FDS: set = set()
-_FD_LOCK = threading.Lock()
+_CACHES: "weakref.WeakSet[ShardCache]" = weakref.WeakSet()
 
 
-def _open_locked(path: str, flags: int) -> int:
-    """os.open for a file this process will hold an exclusive flock on."""
-    with _FD_LOCK:
-        fd = os.open(path, flags, 0o644)
-        _HELD_LOCK_FDS.add(fd)
-        return fd
+def _forked() -> None:
+    for cache in list(_CACHES):
+        cache._inherited()
 
 
-def _close_locked(fd: int) -> None:
-    with _FD_LOCK:
-        _HELD_LOCK_FDS.discard(fd)
-        os.close(fd)
-
-
-def _close_inherited_locks() -> None:
-    for fd in list(_HELD_LOCK_FDS):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    _HELD_LOCK_FDS.clear()
-    _FD_LOCK.release()  # taken by the fork (before=)
-
-
-os.register_at_fork(before=_FD_LOCK.acquire, after_in_parent=_FD_LOCK.release,
-                    after_in_child=_close_inherited_locks)
-
-
-class RemoteError(OSError):
-    """A remote object could not be fetched; the message names its URL and the reason."""
+os.register_at_fork(after_in_child=_forked)
 
 
 def default_cache_dir() -> str:
@@ -104,26 +84,6 @@ def default_cache_dir() -> str:
         return env
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "stoker")
-
-
-def _flock(fd: int, op: int, timeout: float, what: str) -> None:
-    """flock with a deadline (polls a non-blocking lock)."""
-    try:
-        fcntl.flock(fd, op | fcntl.LOCK_NB)
-        return
-    except BlockingIOError:
-        pass
-    deadline = time.monotonic() + timeout
-    delay = 0.002
-    while True:
-        try:
-            fcntl.flock(fd, op | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"waited {timeout:.0f} s for {what}") from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
 
 
 class _Shard:
@@ -156,32 +116,41 @@ class ShardCache:
         source: where the shards are (:func:`stoker.remote.transport.open_source`).
         shards: the ``index.json`` shard entries (``path``, ``bytes``, ``checksum``).
         cache_dir: the local directory; share it between the processes of a node.
-        cache_limit: bytes the cache may hold (None: no limit).
+        cache_limit: bytes this dataset allows the directory to hold (None: no limit of
+            its own); the directory's budget is the smallest of its users' (NOTE
+            [ Cache budget ]).
         max_inflight: downloads at a time.
-        retries: attempts after the first, with exponential backoff from ``backoff`` s.
+        retries, backoff: shorthands for ``retry``'s fields.
+        retry: the retry budget (:class:`stoker.remote.Retry`).
         timeout: seconds to wait for another process's download or for room in the cache.
         durable: flush each download to disk before publishing it (costs ~30% of a cold
             fetch here); without it, a power failure right after a download can leave a
             short file, which the size check at every pin refetches, or a torn one, which
             the per-record checksums report by shard and record.
+        url: the dataset's URL, for the directory's record of its users.
     """
 
+    #: Seconds close() waits for downloads in flight to end once cancelled.
+    CLOSE_WAIT = 1.0
+
     def __init__(self, source: Source, shards: Sequence[Dict[str, Any]], cache_dir: str, *,
-                 cache_limit: Optional[int] = None, max_inflight: int = 4, retries: int = 4,
-                 backoff: float = 0.25, timeout: float = 600.0, durable: bool = False):
+                 cache_limit: Optional[int] = None, max_inflight: int = 4,
+                 retries: Optional[int] = None, backoff: Optional[float] = None,
+                 timeout: float = 600.0, durable: bool = False, retry: Optional[Retry] = None,
+                 url: Optional[str] = None):
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
         self.source = source
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.cache_limit = cache_limit
-        self.retries, self.backoff, self.timeout = retries, backoff, timeout
+        self.retry = Retry.of(retry).replace(retries=retries, backoff=backoff)
+        self.timeout = timeout
         self.durable = durable
-        for sub in ("objects", "locks", "tmp"):
-            os.makedirs(os.path.join(self.cache_dir, sub), exist_ok=True)
+        self.directory = CacheDirectory(self.cache_dir)
         self._shards: List[_Shard] = []
         for i, s in enumerate(shards):
-            url = source.object_url(s["path"])
-            h = hashlib.sha1(url.encode()).hexdigest()[:20]
+            url_i = source.object_url(s["path"])
+            h = hashlib.sha1(url_i.encode()).hexdigest()[:20]
             crc = s.get("checksum")
             key = f"{h}-{'x' if crc is None else f'{crc:08x}'}-{s['bytes']}"
             self._shards.append(_Shard(i, s["path"], int(s["bytes"]), crc, key))
@@ -195,11 +164,33 @@ class ShardCache:
                                  f"shard ({big} bytes)")
         self._mu = threading.Lock()
         self._space = threading.Condition(self._mu)
-        self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix="stoker-fetch")
+        self.cancel = CancelToken()
+        self._pool = DaemonPool(max_inflight, "stoker-prefetch")
+        self._parts: set = set()  # .part files this cache is writing
+        self._held = 0  # bytes pinned
         self._closed = False
+        self._pid = os.getpid()
         self._stats = {"downloads": 0, "bytes_downloaded": 0, "cache_hits": 0,
                        "shared_hits": 0, "retries": 0, "evictions": 0,
                        "network_wait_seconds": 0.0, "download_seconds": 0.0}
+        self.holder = Holder(self.directory, url or source.url, cache_limit)
+        _CACHES.add(self)
+
+    @property
+    def retries(self) -> int:
+        return self.retry.retries
+
+    @retries.setter
+    def retries(self, value: int) -> None:
+        self.retry = self.retry.replace(retries=value)
+
+    @property
+    def backoff(self) -> float:
+        return self.retry.backoff
+
+    @backoff.setter
+    def backoff(self, value: float) -> None:
+        self.retry = self.retry.replace(backoff=value)
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -223,6 +214,9 @@ class ShardCache:
 
     def url(self, shard: int) -> str:
         return self.source.object_url(self._shards[shard].name)
+
+    def size(self, shard: int) -> int:
+        return self._shards[shard].size
 
     def __len__(self) -> int:
         return len(self._shards)
@@ -293,6 +287,11 @@ class ShardCache:
             s.fresh = False
         return True
 
+    def pinned(self, shard: int) -> int:
+        """Pins of ``shard`` handed out by :meth:`path` and not released."""
+        with self._mu:
+            return self._shards[shard].refs
+
     def release(self, shard: int) -> None:
         """Gives back one pin of ``shard``; with none left it may be evicted."""
         s = self._shards[shard]
@@ -301,10 +300,11 @@ class ShardCache:
                 raise ValueError(f"shard {shard} is not pinned")
             s.refs -= 1
             if s.refs == 0 and s.fd is not None:
-                os.close(s.fd)
-                s.fd = None
+                self._unpin_locked(s)
                 s.demanded = False
                 self._space.notify_all()
+            held = self._held
+        self.holder.update(held=held)
 
     def stats(self) -> Dict[str, Any]:
         """``downloads``, ``bytes_downloaded``, ``cache_hits`` (shards found local),
@@ -315,19 +315,40 @@ class ShardCache:
             return dict(self._stats)
 
     def close(self) -> None:
-        """Stops prefetching and drops every pin."""
+        """Cancels the downloads in flight (waiting for them at most :attr:`CLOSE_WAIT`
+        seconds) and drops every pin: afterwards the directory holds no pin and no
+        ``.part`` file of this cache."""
+        if os.getpid() != self._pid:
+            return  # inherited by a fork: not ours to close (_inherited)
         with self._mu:
             if self._closed:
                 return
             self._closed = True
             self._space.notify_all()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.cancel.cancel()
+        self._pool.shutdown()
+        self._pool.join(self.CLOSE_WAIT)
         with self._mu:
             for s in self._shards:
                 if s.fd is not None:
-                    os.close(s.fd)
-                    s.fd = None
+                    self._unpin_locked(s)
                 s.refs = 0
+            parts, self._parts = list(self._parts), set()
+        for part in parts:  # a download that did not end in time: its file goes anyway
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
+        self.holder.close()
+
+    def _inherited(self) -> None:
+        """In a forked child: the parent's pins and locks were closed with their
+        descriptors (:mod:`.space`); this cache is closed here, without touching them."""
+        self._mu = threading.Lock()
+        self._space = threading.Condition(self._mu)
+        for s in self._shards:
+            s.fd, s.refs, s.future = None, 0, None
+        self._parts = set()
+        self._held = 0
+        self._closed = True
 
     def __enter__(self) -> "ShardCache":
         return self
@@ -343,54 +364,65 @@ class ShardCache:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _unpin_locked(self, s: _Shard) -> None:
+        assert s.fd is not None
+        close_locked(s.fd)
+        s.fd = None
+        self._held -= s.size
+
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError("the shard cache is closed")
+            raise RemoteError(f"{self.source.url}: the shard cache is closed")
 
     def _pin(self, s: _Shard) -> bool:
         """Takes a shared lock on the object; False if it is not there (or was evicted
         between open and lock)."""
         path = self._object(s)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_locked(path, os.O_RDONLY)
         except FileNotFoundError:
             return False
         try:
-            _flock(fd, fcntl.LOCK_SH, self.timeout, f"a lock on {path}")
+            flock(fd, fcntl.LOCK_SH, self.timeout, f"a lock on {path}", self.cancel)
             st = os.fstat(fd)
             try:
                 linked = os.stat(path).st_ino == st.st_ino
             except FileNotFoundError:
                 linked = False
             if not linked or st.st_size != s.size:
-                os.close(fd)
+                close_locked(fd)
                 return False
             os.utime(fd)  # the eviction order: least recently pinned first
         except BaseException:
-            os.close(fd)
+            close_locked(fd)
             raise
         with self._mu:
-            if s.fd is None:
+            if s.fd is None and not self._closed:
                 s.fd = fd
+                self._held += s.size
+                held = self._held
             else:
-                os.close(fd)
+                close_locked(fd)
+                if self._closed:
+                    raise Cancelled()
+                return True
+        self.holder.update(held=held)
         return True
 
     def _fetch(self, s: _Shard) -> None:
         """Makes ``s`` local and pinned (the body of prefetch and of path's own fetch)."""
-        if self._closed:
-            return
+        self.cancel.check()
         if self._pin(s):
             with self._mu:
                 self._stats["cache_hits"] += 1
                 s.fresh = not s.demanded and s.refs == 0
             return
         lock_path = os.path.join(self.cache_dir, "locks", s.key + ".lock")
-        lock_fd = _open_locked(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        lock_fd = open_locked(lock_path, os.O_RDWR | os.O_CREAT)
         try:
             try:
-                _flock(lock_fd, fcntl.LOCK_EX, self.timeout,
-                       f"another process's download of {self.url(s.index)}")
+                flock(lock_fd, fcntl.LOCK_EX, self.timeout,
+                      f"another process's download of {self.url(s.index)}", self.cancel)
             except TimeoutError as e:
                 raise RemoteError(f"{self.url(s.index)}: {e}") from None
             if self._pin(s):  # another process fetched it while we waited
@@ -404,11 +436,11 @@ class ShardCache:
             try:
                 self._download(s, part_fd)
             except BaseException:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(part)
-                except FileNotFoundError:
-                    pass
-                _close_locked(part_fd)
+                with self._mu:
+                    self._parts.discard(part)
+                close_locked(part_fd)
                 raise
             with self._mu:
                 self._stats["download_seconds"] += time.monotonic() - t0
@@ -418,22 +450,27 @@ class ShardCache:
             with self._mu:
                 s.fresh = not s.demanded and s.refs == 0
         finally:
-            _close_locked(lock_fd)  # releases the download lock
+            close_locked(lock_fd)  # releases the download lock
 
     def _publish(self, s: _Shard, part: str, part_fd: int) -> bool:
         """Renames a finished download into ``objects/`` and pins it, under the eviction
         lock: eviction runs only under it, so no other download's room-making can take
         the object between its publication and its pin. Closes ``part_fd``."""
-        evict_fd = _open_locked(os.path.join(self.cache_dir, "evict.lock"),
-                                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        evict_fd = open_locked(os.path.join(self.cache_dir, "evict.lock"),
+                               os.O_RDWR | os.O_CREAT)
         try:
             try:
-                _flock(evict_fd, fcntl.LOCK_EX, self.timeout, "the cache's eviction lock")
-            except TimeoutError as e:
-                _close_locked(part_fd)
+                flock(evict_fd, fcntl.LOCK_EX, self.timeout, "the cache's eviction lock",
+                      self.cancel)
+            except BaseException as e:
+                close_locked(part_fd)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(part)
-                raise RemoteError(f"{self.url(s.index)}: {e}") from None
+                with self._mu:
+                    self._parts.discard(part)
+                if isinstance(e, TimeoutError):
+                    raise RemoteError(f"{self.url(s.index)}: {e}") from None
+                raise
             try:
                 try:
                     os.rename(part, self._object(s))
@@ -442,33 +479,29 @@ class ShardCache:
                         os.unlink(part)
                     raise
                 finally:
-                    _close_locked(part_fd)  # its exclusive lock would refuse our pin
+                    with self._mu:
+                        self._parts.discard(part)
+                    close_locked(part_fd)  # its exclusive lock would refuse our pin
                 return self._pin(s)
             finally:
                 fcntl.flock(evict_fd, fcntl.LOCK_UN)
         finally:
-            _close_locked(evict_fd)
+            close_locked(evict_fd)
 
     def _download(self, s: _Shard, fd: int) -> None:
         from .. import _core
 
         url = self.url(s.index)
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                with self._mu:
-                    self._stats["retries"] += 1
-                delay = self.backoff * (2 ** (attempt - 1))
-                time.sleep(delay * (0.5 + random.random() / 2))
-                if self._closed:
-                    raise RemoteError(f"{url}: cache closed during the download")
+
+        def attempt() -> None:
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             digest = _core.Checksum32()
             n = 0
 
-            def sink(chunk: bytes, digest=digest) -> None:
+            def sink(chunk: bytes) -> None:
                 nonlocal n
+                self.cancel.check()
                 digest.update(chunk)
                 view = memoryview(chunk)
                 while view:
@@ -479,103 +512,81 @@ class ShardCache:
                                          "gives")
 
             try:
-                self.source.stream(s.name, sink)
-            except TransientError as e:
-                last = str(e)
-                continue
-            except PermanentError as e:
-                raise RemoteError(f"{url}: {e}") from None
+                self.source.stream(s.name, sink, cancel=self.cancel)
             finally:
                 with self._mu:
                     self._stats["bytes_downloaded"] += n
             if n != s.size:
-                last = f"got {n} bytes, index.json gives {s.size}"
-                continue
+                raise TransientError(f"got {n} bytes, index.json gives {s.size}")
             got = digest.digest()
             if s.checksum is not None and got != s.checksum:
-                last = (f"checksum {got:08x} differs from index.json's {s.checksum:08x}")
-                continue
-            if self.durable:
-                os.fdatasync(fd)
+                # The whole body came: the server has other bytes than index.json says.
+                raise PermanentError(f"checksum {got:08x} differs from index.json's "
+                                     f"{s.checksum:08x} (the whole file came: the server has "
+                                     "other bytes, so it is not tried again)")
+
+        def counted() -> None:
             with self._mu:
-                self._stats["downloads"] += 1
-            return
-        raise RemoteError(f"{url}: {last} (after {self.retries + 1} attempts)")
+                self._stats["retries"] += 1
+
+        self.retry.run(attempt, url, transient=TransientError, permanent=PermanentError,
+                       error=RemoteError, cancel=self.cancel, on_retry=counted)
+        if self.durable:
+            os.fdatasync(fd)
+        with self._mu:
+            self._stats["downloads"] += 1
 
     def _reserve(self, s: _Shard):
-        """Room for ``s`` under cache_limit; returns (fd, path) of its locked .part file."""
+        """Room for ``s`` under the directory's budget; returns (fd, path) of its locked
+        .part file."""
         tmp_dir = os.path.join(self.cache_dir, "tmp")
         part = os.path.join(tmp_dir, f"{s.key}.{os.getpid()}.{next(_SEQ)}.{s.size}.part")
-        evict_fd = _open_locked(os.path.join(self.cache_dir, "evict.lock"),
-                                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        evict_fd = open_locked(os.path.join(self.cache_dir, "evict.lock"),
+                               os.O_RDWR | os.O_CREAT)
         deadline = time.monotonic() + self.timeout
+        stuck_since: Optional[float] = None
         try:
             while True:
-                _flock(evict_fd, fcntl.LOCK_EX, self.timeout, "the cache's eviction lock")
+                flock(evict_fd, fcntl.LOCK_EX, self.timeout, "the cache's eviction lock",
+                      self.cancel)
                 try:
                     if self._make_room(s):
-                        fd = _open_locked(part, os.O_RDWR | os.O_CREAT | os.O_EXCL |
-                                          os.O_CLOEXEC)  # _fetch closes it
+                        fd = open_locked(part, os.O_RDWR | os.O_CREAT | os.O_EXCL)
                         fcntl.flock(fd, fcntl.LOCK_EX)
+                        with self._mu:
+                            self._parts.add(part)
+                        self.holder.update(starved=False)
                         return fd, part
                 finally:
                     fcntl.flock(evict_fd, fcntl.LOCK_UN)
+                self.holder.update(starved=True)  # the others give back beyond their share
+                now = time.monotonic()
+                holders = self.directory.holders()
+                if self.directory.infeasible(holders):
+                    stuck_since = stuck_since or now
+                else:
+                    stuck_since = None
+                if (stuck_since is not None and now - stuck_since > self.directory.GRACE) or \
+                        now > deadline:
+                    self.holder.update(starved=False)
+                    raise self.directory.no_room(
+                        self.url(s.index), s.size,
+                        waited=None if stuck_since is not None else self.timeout)
                 with self._mu:
                     if self._closed:
-                        raise RemoteError(f"{self.url(s.index)}: cache closed")
-                    if time.monotonic() > deadline:
-                        raise RemoteError(
-                            f"{self.url(s.index)}: no room in the cache ({self.cache_dir}, "
-                            f"cache_limit {self.cache_limit} bytes) for {s.size} bytes: the "
-                            f"rest is held by readers; raise cache_limit")
+                        raise Cancelled()
                     self._space.wait(0.05)
         finally:
-            _close_locked(evict_fd)
+            close_locked(evict_fd)
 
     def _make_room(self, s: _Shard) -> bool:
-        """Under the eviction lock: True once ``s`` fits, evicting what may go. Deletes the
-        ``.part`` files of killed downloads on the way."""
-        used = 0
-        tmp_dir = os.path.join(self.cache_dir, "tmp")
-        with os.scandir(tmp_dir) as entries:
-            parts = [e for e in entries if e.name.endswith(".part")]
-        for e in parts:
-            try:
-                fd = os.open(e.path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue  # published (renamed into objects/) since the listing
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    pass  # a download in flight: its size counts below
-                else:
-                    # Unlocked: either its writer was killed, or it finished and renamed
-                    # the file between our open and our lock (then the name is gone).
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(e.path)
-                    continue
-            finally:
-                os.close(fd)
-            try:
-                used += int(e.name.rsplit(".", 2)[-2])
-            except ValueError:
-                with contextlib.suppress(FileNotFoundError):
-                    used += e.stat().st_size
-        if self.cache_limit is None:
+        """Under the eviction lock: True once ``s`` fits the directory's budget, evicting
+        what may go. Deletes the ``.part`` files of killed downloads on the way."""
+        used, objects = self.directory.scan()
+        budget = self.directory.budget()
+        if budget is None:
             return True
-        objects = []
-        obj_dir = os.path.join(self.cache_dir, "objects")
-        with os.scandir(obj_dir) as listing:
-            entries = list(listing)
-        for e in entries:
-            try:
-                st = e.stat()
-            except FileNotFoundError:
-                continue
-            used += st.st_size
-            objects.append((st.st_mtime, e.path, st.st_size))
-        need = used + s.size - self.cache_limit
+        need = used + s.size - budget
         if need <= 0:
             return True
         with self._mu:
@@ -591,24 +602,10 @@ class ShardCache:
                         # prefetched, not handed out yet: only a waiting reader may take it
                         if not (x.fresh and demanded):
                             continue
-                        os.close(x.fd)
-                        x.fd, x.fresh = None, False
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue  # pinned by another process
-            try:
-                os.unlink(path)
-            except OSError as e:
-                if e.errno != errno.ENOENT:
-                    raise
-            finally:
-                os.close(fd)
+                        self._unpin_locked(x)
+                        x.fresh = False
+            if not self.directory.try_evict(path):
+                continue  # pinned by another holder
             with self._mu:
                 self._stats["evictions"] += 1
             need -= size

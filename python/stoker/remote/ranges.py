@@ -1,6 +1,7 @@
 """Records of a remote shard by byte range, without downloading the shard.
 
-The building blocks of first-batch range reads (the loader does not use them yet): a
+The building blocks of first-batch range reads (NOTE [ Records by range ] in
+``csrc/format/record_ranges.h``; the fetcher serves them with these): a
 shard's record table from two small range requests (its 64-byte header and its tail: the
 record table and the footer), validated in C++ exactly as opening the shard file validates
 it (``_core.parse_shard_table``: checksums, version, schema hash, the version-2 identity
@@ -15,8 +16,9 @@ requests issued in parallel, every record verified against the table before it i
                               shard_identity(index, s))
     records = fetch_records(source, entry["path"], table, [3, 17, 18, 19])
 
-Retries follow the shard cache's policy (:func:`stoker.remote.fetch_bytes`): connection
-errors, timeouts, 5xx/429 answers and short bodies are retried with exponential backoff;
+Retries follow the remote dataset's :class:`.retry.Retry` (``retry=``, or ``retries`` and
+``backoff``): connection errors, stalls, 5xx/429 answers and short bodies are retried with
+exponential backoff;
 404/403, a range past the object's end or a server that ignores ranges for a large object
 fail at once; either way :class:`RemoteError` names the URL, the byte range and the reason.
 Bytes that arrive whole but fail their checks (the table's, a record's checksum) are a
@@ -27,13 +29,12 @@ is: the transfer itself was complete.
 from __future__ import annotations
 
 import bisect
-import random
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .cache import RemoteError
-from .transport import PermanentError, Source, TransientError, _check_range
+from .._index import shard_identity
+from ._threads import DaemonPool
+from .retry import CancelToken, Retry
+from .transport import PermanentError, RemoteError, Source, TransientError, _check_range
 
 __all__ = ["fetch_range", "fetch_ranges", "coalesce", "fetch_shard_table", "fetch_records",
            "shard_identity"]
@@ -51,27 +52,24 @@ def _describe(start: int, length: int) -> str:
     return f"bytes {start}-{start + length - 1}"
 
 
-def fetch_range(source: Source, name: str, start: int, length: int, *, retries: int = 4,
-                backoff: float = 0.25) -> bytes:
-    """Exactly ``length`` bytes of object ``name`` from byte ``start``, with the shard
-    cache's retry policy. Raises :class:`RemoteError` naming the URL, the byte range, the
-    reason and, after retries, the number of attempts."""
+def _policy(retry: Optional[Retry], retries: Optional[int], backoff: Optional[float]) -> Retry:
+    return Retry.of(retry).replace(retries=retries, backoff=backoff)
+
+
+def fetch_range(source: Source, name: str, start: int, length: int, *,
+                retries: Optional[int] = None, backoff: Optional[float] = None,
+                retry: Optional[Retry] = None, cancel: Optional[CancelToken] = None) -> bytes:
+    """Exactly ``length`` bytes of object ``name`` from byte ``start``, under ``retry``
+    (``retries`` and ``backoff`` override its fields). Raises :class:`RemoteError` naming
+    the URL, the byte range, the reason and, after retries, the number of attempts;
+    :class:`.retry.Cancelled` once ``cancel`` is cancelled."""
     _check_range(start, length)
     if length == 0:
         return b""
-    last = ""
-    for attempt in range(retries + 1):
-        if attempt:
-            time.sleep(backoff * (2 ** (attempt - 1)) * (0.5 + random.random() / 2))
-        try:
-            return source.read_range(name, start, length)
-        except TransientError as e:
-            last = str(e)
-        except PermanentError as e:
-            raise RemoteError(f"{source.object_url(name)} ({_describe(start, length)}): "
-                              f"{e}") from None
-    raise RemoteError(f"{source.object_url(name)} ({_describe(start, length)}): {last} "
-                      f"(after {retries + 1} attempts)")
+    return _policy(retry, retries, backoff).run(
+        lambda: source.read_range(name, start, length, cancel=cancel),
+        f"{source.object_url(name)} ({_describe(start, length)})", transient=TransientError,
+        permanent=PermanentError, error=RemoteError, cancel=cancel)
 
 
 def coalesce(ranges: Sequence[Tuple[int, int]], *, max_gap: int = DEFAULT_MAX_GAP,
@@ -97,8 +95,9 @@ def coalesce(ranges: Sequence[Tuple[int, int]], *, max_gap: int = DEFAULT_MAX_GA
 
 def fetch_ranges(source: Source, name: str, ranges: Sequence[Tuple[int, int]], *,
                  max_gap: int = DEFAULT_MAX_GAP, max_parallel: int = 8,
-                 max_request: int = DEFAULT_MAX_REQUEST, retries: int = 4,
-                 backoff: float = 0.25) -> List[bytes]:
+                 max_request: int = DEFAULT_MAX_REQUEST, retries: Optional[int] = None,
+                 backoff: Optional[float] = None, retry: Optional[Retry] = None,
+                 cancel: Optional[CancelToken] = None) -> List[bytes]:
     """The bytes of each (start, length) range of object ``name``, in the given order.
 
     Nearby ranges are read in one request (:func:`coalesce`), requests run on up to
@@ -112,19 +111,20 @@ def fetch_ranges(source: Source, name: str, ranges: Sequence[Tuple[int, int]], *
         raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
     spans = coalesce(ranges, max_gap=max_gap, max_request=max_request)
 
+    policy = _policy(retry, retries, backoff)
+
     def get(span: Tuple[int, int]) -> bytes:
-        return fetch_range(source, name, span[0], span[1], retries=retries, backoff=backoff)
+        return fetch_range(source, name, span[0], span[1], retry=policy, cancel=cancel)
 
     if len(spans) <= 1 or max_parallel == 1:
         bodies = [get(span) for span in spans]
     else:
-        pool = ThreadPoolExecutor(min(max_parallel, len(spans)),
-                                  thread_name_prefix="stoker-range")
+        pool = DaemonPool(min(max_parallel, len(spans)), "stoker-range")
         try:
             futures = [pool.submit(get, span) for span in spans]
             bodies = [f.result() for f in futures]  # in byte order: the first error wins
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown()
     starts = [span[0] for span in spans]
     out: List[bytes] = []
     for s, n in ranges:
@@ -139,20 +139,11 @@ def fetch_ranges(source: Source, name: str, ranges: Sequence[Tuple[int, int]], *
     return out
 
 
-def shard_identity(index: Dict[str, Any], shard: int) -> Optional[Tuple[str, int, int, int]]:
-    """Shard ``shard``'s identity as ``index.json`` (a parsed dict) gives it, in the form
-    :func:`fetch_shard_table` and ``_core.Dataset`` take: (dataset id, ordinal, header
-    checksum, table checksum), or None for a format-version-1 dataset."""
-    if index.get("version", 1) < 2:
-        return None
-    s = index["shards"][shard]
-    return (index["dataset_id"], shard, s["header_checksum"], s["table_checksum"])
-
-
 def fetch_shard_table(source: Source, shard_name: str, index_entry: Dict[str, Any],
                       schema_hash: int, identity: Optional[Tuple[str, int, int, int]] = None,
-                      *, max_gap: int = DEFAULT_MAX_GAP, retries: int = 4,
-                      backoff: float = 0.25) -> Any:
+                      *, max_gap: int = DEFAULT_MAX_GAP, retries: Optional[int] = None,
+                      backoff: Optional[float] = None, retry: Optional[Retry] = None,
+                      cancel: Optional[CancelToken] = None) -> Any:
     """The record table of shard ``shard_name`` (a ``_core.ShardTable``) from its header
     and its tail, read by range: two requests, or one when the shard is small enough for
     the gap between them to be under ``max_gap``.
@@ -168,15 +159,16 @@ def fetch_shard_table(source: Source, shard_name: str, index_entry: Dict[str, An
     tail_len = min(_core.shard_tail_bytes(n), size)
     head, tail = fetch_ranges(source, shard_name, [(0, head_len), (size - tail_len, tail_len)],
                               max_gap=max_gap, max_parallel=2, retries=retries,
-                              backoff=backoff)
+                              backoff=backoff, retry=retry, cancel=cancel)
     return _core.parse_shard_table(source.object_url(shard_name), head, tail, size, schema_hash,
                                    n, identity)
 
 
 def fetch_records(source: Source, shard_name: str, table: Any, records: Sequence[int], *,
                   max_gap: int = DEFAULT_MAX_GAP, max_parallel: int = 8,
-                  max_request: int = DEFAULT_MAX_REQUEST, retries: int = 4,
-                  backoff: float = 0.25) -> List[bytes]:
+                  max_request: int = DEFAULT_MAX_REQUEST, retries: Optional[int] = None,
+                  backoff: Optional[float] = None, retry: Optional[Retry] = None,
+                  cancel: Optional[CancelToken] = None) -> List[bytes]:
     """The bytes of ``records`` (record numbers within the shard, any order, repeats
     allowed) of shard ``shard_name``, whose ``table`` :func:`fetch_shard_table` gave, in
     the given order. Read as :func:`fetch_ranges` reads; every record is verified against
@@ -187,7 +179,8 @@ def fetch_records(source: Source, shard_name: str, table: Any, records: Sequence
         offset, length, _ = table.entry(int(r))
         ranges.append((offset, length))
     out = fetch_ranges(source, shard_name, ranges, max_gap=max_gap, max_parallel=max_parallel,
-                       max_request=max_request, retries=retries, backoff=backoff)
+                       max_request=max_request, retries=retries, backoff=backoff, retry=retry,
+                       cancel=cancel)
     for r, data in zip(records, out):
         table.verify(int(r), data)
     return out

@@ -3,8 +3,12 @@
 A :class:`Source` streams one object (a shard, ``index.json``) into a callback, raising
 :class:`TransientError` for what a retry may fix (connection errors, timeouts, 5xx and 429
 answers, a body shorter than announced) and :class:`PermanentError` for what it will not
-(404, 403, no credentials). Retries and backoff are the caller's (:mod:`.cache`), so every
-transport retries the same way.
+(404, 403, no credentials). Retries and backoff are the caller's (:class:`.retry.Retry`),
+so every transport retries the same way. A transfer that receives nothing for the stall
+timeout is a :class:`TransientError` saying how many bytes had arrived; a transfer whose
+:class:`.retry.CancelToken` is cancelled ends at once with :class:`.retry.Cancelled` (its
+socket is shut down, whatever it was waiting for: S3 once the answer's headers are in,
+fsspec between chunks).
 
 :meth:`Source.read_range` reads exactly the bytes of one byte range (HTTP ``Range``, S3
 ``GetObject(Range=...)``, fsspec ``cat_file``), with the same error classes; a range that
@@ -12,7 +16,8 @@ reaches past the object's end is a :class:`PermanentError`, as is a server that 
 ranges for an object larger than :attr:`HttpSource.ignored_range_limit` (a smaller one is
 read whole and sliced). :mod:`.ranges` adds retries and coalescing.
 
-HTTP(S) uses the standard library (one request per object, ``Range`` for resumption);
+HTTP(S) uses the standard library's ``http.client`` (one connection per request, redirects
+followed, ``Range`` for resumption);
 S3 uses boto3 (credentials, region and ``AWS_ENDPOINT_URL`` as boto3 finds them, or
 ``storage_options={"endpoint_url": ...}``); other schemes go through fsspec. The plain
 clients were picked over fsspec's HTTP and S3 backends (aiohttp, s3fs): they are
@@ -25,14 +30,18 @@ from __future__ import annotations
 import http.client
 import re
 import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Callable, Dict, Optional
 
-__all__ = ["Source", "TransientError", "PermanentError", "open_source", "is_url"]
+from .retry import Cancelled, CancelToken
+
+__all__ = ["Source", "TransientError", "PermanentError", "RemoteError", "open_source", "is_url"]
 
 CHUNK = 1 << 20
+
+
+class RemoteError(OSError):
+    """A remote object could not be fetched; the message names its URL and the reason."""
 
 
 class TransientError(Exception):
@@ -61,17 +70,21 @@ class Source:
     def object_url(self, name: str) -> str:
         return f"{self.url}/{name}"
 
-    def stream(self, name: str, sink: Callable[[bytes], None], offset: int = 0) -> int:
+    def stream(self, name: str, sink: Callable[[bytes], None], offset: int = 0,
+               cancel: Optional[CancelToken] = None) -> int:
         """Calls ``sink`` with consecutive chunks of object ``name`` from byte ``offset``;
-        returns the object's total size as the server announced it (-1 if unknown)."""
+        returns the object's total size as the server announced it (-1 if unknown).
+        ``cancel``: a :class:`CancelToken` whose cancel() ends the transfer at once with
+        :class:`Cancelled`."""
         raise NotImplementedError
 
-    def read(self, name: str) -> bytes:
+    def read(self, name: str, cancel: Optional[CancelToken] = None) -> bytes:
         parts: list = []
-        self.stream(name, parts.append)
+        self.stream(name, parts.append, cancel=cancel)
         return b"".join(parts)
 
-    def read_range(self, name: str, start: int, length: int) -> bytes:
+    def read_range(self, name: str, start: int, length: int,
+                   cancel: Optional[CancelToken] = None) -> bytes:
         """Exactly ``length`` bytes of object ``name`` from byte ``start`` (no request for
         ``length == 0``). A shorter body is a :class:`TransientError`; a range past the
         object's end, and a server that cannot serve ranges, a :class:`PermanentError`."""
@@ -131,87 +144,170 @@ def _read_exact(read: Callable[[int], bytes], n: int) -> bytes:
 
 
 class HttpSource(Source):
+    """HTTP(S) with the standard library's ``http.client``: one connection per request,
+    redirects followed, the socket registered with the caller's :class:`CancelToken`
+    from the moment it connects (so ``close()`` ends a transfer at once, whatever it is
+    waiting for), and ``stall_timeout`` seconds at most without a byte."""
+
     #: Largest object read whole and sliced when a server answers a range request with
     #: the whole object (200): beyond it, :meth:`read_range` refuses such a server.
     ignored_range_limit = 1 << 20
+    #: Redirects followed per request.
+    max_redirects = 5
 
-    def __init__(self, url: str, timeout: float = 60.0, headers: Optional[Dict[str, str]] = None):
+    def __init__(self, url: str, timeout: float = 30.0, headers: Optional[Dict[str, str]] = None):
         super().__init__(url)
-        self.timeout = timeout
+        self.timeout = timeout  # the stall timeout: connect, and every read
         self.headers = dict(headers or {})
 
-    def stream(self, name, sink, offset=0):
-        url = self.object_url(name)
+    def _get(self, url: str, headers: Dict[str, str], cancel: Optional[CancelToken]):
+        """(connection, response) of a GET, after redirects; the caller closes the
+        connection. Raises TransientError / PermanentError."""
+        for _ in range(self.max_redirects + 1):
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise PermanentError(f"not an http(s) URL: {url!r}")
+            cls = http.client.HTTPSConnection if parts.scheme == "https" else \
+                http.client.HTTPConnection
+            conn = cls(parts.hostname, parts.port, timeout=self.timeout)
+            closer = None
+            try:
+                if cancel is not None:
+                    cancel.check()
+                conn.connect()
+                if cancel is not None:
+                    closer = cancel.on_cancel(lambda c=conn: _shutdown(c.sock))
+                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                conn.request("GET", target, headers=headers)
+                resp = conn.getresponse()
+            except BaseException as e:
+                conn.close()
+                if closer is not None:
+                    closer()
+                if cancel is not None and cancel.cancelled:
+                    raise Cancelled() from None
+                if isinstance(e, _HTTP_ERRORS):
+                    raise _http_error(e) from None
+                raise
+            if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
+                url = urllib.parse.urljoin(url, resp.getheader("Location"))
+                conn.close()
+                if closer is not None:
+                    closer()
+                continue
+            if resp.status >= 400:
+                reason = resp.reason
+                conn.close()
+                if closer is not None:
+                    closer()
+                raise _status_error(resp.status, reason, resp.headers)
+            return conn, resp, closer
+        raise PermanentError(f"more than {self.max_redirects} redirects")
+
+    def stream(self, name, sink, offset=0, cancel=None):
         headers = dict(self.headers)
         if offset:
             headers["Range"] = f"bytes={offset}-"
-        req = urllib.request.Request(url, headers=headers)
+        conn, resp, closer = self._get(self.object_url(name), headers, cancel)
+        got = 0
+        expect = -1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                status = resp.status
-                if offset and status != 206:
-                    raise TransientError(f"asked for bytes from {offset}, got status {status}")
-                length = resp.headers.get("Content-Length")
-                expect = int(length) if length is not None else -1
-                got = 0
-                while True:
-                    chunk = resp.read1(CHUNK)  # what has arrived: progress is visible
-                    if not chunk:
-                        break
-                    got += len(chunk)
-                    sink(chunk)
-                if expect >= 0 and got != expect:
-                    raise TransientError(f"body ended after {got} of {expect} bytes")
-                return offset + expect if expect >= 0 else -1
+            if offset and resp.status != 206:
+                raise TransientError(f"asked for bytes from {offset}, got status {resp.status}")
+            length = resp.getheader("Content-Length")
+            expect = int(length) if length is not None and length.isdigit() else -1
+            while True:
+                chunk = resp.read1(CHUNK)  # what has arrived: progress is visible
+                if not chunk:
+                    break
+                got += len(chunk)
+                sink(chunk)
+            if expect >= 0 and got != expect:
+                raise TransientError(f"body ended after {got} of {expect} bytes")
+            return offset + expect if expect >= 0 else -1
         except _HTTP_ERRORS as e:
+            if cancel is not None and cancel.cancelled:
+                raise Cancelled() from None
+            if isinstance(e, (socket.timeout, TimeoutError)):
+                of = f" of {expect}" if expect >= 0 else ""
+                raise TransientError(f"stalled: no data for {self.timeout:g} s after {got}{of} "
+                                     "bytes") from None
             raise _http_error(e) from None
+        finally:
+            conn.close()
+            if closer is not None:
+                closer()
 
-    def read_range(self, name: str, start: int, length: int) -> bytes:
+    def read_range(self, name: str, start: int, length: int, cancel=None) -> bytes:
         _check_range(start, length)
         if length == 0:
             return b""
         end = start + length - 1
         headers = dict(self.headers)
         headers["Range"] = f"bytes={start}-{end}"
-        req = urllib.request.Request(self.object_url(name), headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                if resp.status == 206:
-                    _check_content_range(resp.headers.get("Content-Range"), start, end)
-                    return _read_exact(resp.read1, length)
-                if resp.status == 200:  # the range was ignored
-                    cl = resp.headers.get("Content-Length")
-                    size = int(cl) if cl is not None and cl.isdigit() else -1
-                    _whole_as_range(size, self.ignored_range_limit, start, end)
-                    return _read_exact(resp.read1, size)[start:end + 1]
-                raise TransientError(f"asked for bytes {start}-{end}, got status {resp.status}")
-        except urllib.error.HTTPError as e:
-            if e.code == 416:
-                total = (e.headers.get("Content-Range") or "").rpartition("/")[2]
-                e.close()
+            conn, resp, closer = self._get(self.object_url(name), headers, cancel)
+        except PermanentError as e:
+            if getattr(e, "status", None) == 416:
+                total = (getattr(e, "headers", None) or {}).get("Content-Range") or ""
+                total = total.rpartition("/")[2]
                 known = f" ({total} bytes)" if total.isdigit() else ""
                 raise PermanentError(f"bytes {start}-{end} are past the end of the object"
                                      f"{known} (HTTP 416)") from None
-            raise _http_error(e) from None
+            raise
+        try:
+            if resp.status == 206:
+                _check_content_range(resp.getheader("Content-Range"), start, end)
+                return _read_exact(resp.read1, length)
+            if resp.status == 200:  # the range was ignored
+                cl = resp.getheader("Content-Length")
+                size = int(cl) if cl is not None and cl.isdigit() else -1
+                _whole_as_range(size, self.ignored_range_limit, start, end)
+                return _read_exact(resp.read1, size)[start:end + 1]
+            raise TransientError(f"asked for bytes {start}-{end}, got status {resp.status}")
         except _HTTP_ERRORS as e:
+            if cancel is not None and cancel.cancelled:
+                raise Cancelled() from None
+            if isinstance(e, (socket.timeout, TimeoutError)):
+                raise TransientError(f"stalled: no data for {self.timeout:g} s") from None
             raise _http_error(e) from None
+        finally:
+            conn.close()
+            if closer is not None:
+                closer()
 
 
-_HTTP_ERRORS = (urllib.error.URLError, http.client.HTTPException, socket.timeout,
-                ConnectionError, TimeoutError)
+_HTTP_ERRORS = (http.client.HTTPException, socket.timeout, ConnectionError, TimeoutError,
+                OSError)
+
+
+def _shutdown(sock: Any) -> None:
+    """Ends every read and write on ``sock`` now (a thread blocked in ``recv`` returns);
+    the owner closes it."""
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _status_error(code: int, reason: str, headers: Any = None) -> Exception:
+    msg = f"HTTP {code} {reason}".rstrip()
+    err: Exception = TransientError(msg) if code in (408, 425, 429) or code >= 500 else \
+        PermanentError(msg)
+    err.status = code  # type: ignore[attr-defined]
+    err.headers = headers  # type: ignore[attr-defined]
+    return err
 
 
 def _http_error(e: BaseException) -> Exception:
     """The TransientError or PermanentError for a failed HTTP request."""
-    if isinstance(e, urllib.error.HTTPError):
-        msg = f"HTTP {e.code} {e.reason}"
-        e.close()
-        if e.code in (408, 425, 429) or e.code >= 500:
-            return TransientError(msg)
-        return PermanentError(msg)
     if isinstance(e, http.client.IncompleteRead):
         return TransientError(f"body ended early ({len(e.partial)} bytes in the last read)")
-    reason = getattr(e, "reason", e)
+    if isinstance(e, (socket.timeout, TimeoutError)):
+        return TransientError("stalled: no answer within the stall timeout")
+    reason = getattr(e, "reason", None) or e
     return TransientError(f"{type(e).__name__}: {reason}")
 
 
@@ -221,7 +317,7 @@ class S3Source(Source):
                   "InvalidRange", "416"}
     ignored_range_limit = HttpSource.ignored_range_limit
 
-    def __init__(self, url: str, timeout: float = 60.0,
+    def __init__(self, url: str, timeout: float = 30.0,
                  storage_options: Optional[Dict[str, Any]] = None):
         super().__init__(url)
         try:
@@ -243,27 +339,43 @@ class S3Source(Source):
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
-    def stream(self, name, sink, offset=0):
+    def stream(self, name, sink, offset=0, cancel=None):
         from botocore.exceptions import BotoCoreError, ClientError
 
         kw = {"Range": f"bytes={offset}-"} if offset else {}
+        got, expect, closer = 0, -1, None
         try:
+            if cancel is not None:
+                cancel.check()
             resp = self._client.get_object(Bucket=self.bucket, Key=self._key(name), **kw)
+            body = resp["Body"]
+            if cancel is not None:
+                closer = cancel.on_cancel(lambda: _shutdown(_body_socket(body)))
             expect = resp.get("ContentLength", -1)
-            got = 0
-            for chunk in resp["Body"].iter_chunks(CHUNK):
+            for chunk in body.iter_chunks(CHUNK):
                 got += len(chunk)
                 sink(chunk)
             if expect >= 0 and got != expect:
                 raise TransientError(f"body ended after {got} of {expect} bytes")
             return offset + expect if expect >= 0 else -1
-        except (BotoCoreError, ClientError, ConnectionError, TimeoutError, socket.timeout) as e:
+        except (BotoCoreError, ClientError, OSError) as e:
+            if cancel is not None and cancel.cancelled:
+                raise Cancelled() from None
+            if isinstance(e, (socket.timeout, TimeoutError)) or "timed out" in str(e).lower():
+                of = f" of {expect}" if expect >= 0 else ""
+                raise TransientError(f"stalled: no data within the stall timeout after {got}"
+                                     f"{of} bytes") from None
             raise self._error(e) from None
+        finally:
+            if closer is not None:
+                closer()
 
-    def read_range(self, name: str, start: int, length: int) -> bytes:
+    def read_range(self, name: str, start: int, length: int, cancel=None) -> bytes:
         from botocore.exceptions import BotoCoreError, ClientError
 
         _check_range(start, length)
+        if cancel is not None:
+            cancel.check()
         if length == 0:
             return b""
         end = start + length - 1
@@ -286,7 +398,9 @@ class S3Source(Source):
                 raise PermanentError(f"bytes {start}-{end} are past the end of the object "
                                      f"(S3 {code})") from None
             raise self._error(e) from None
-        except (BotoCoreError, ConnectionError, TimeoutError, socket.timeout) as e:
+        except (BotoCoreError, OSError) as e:
+            if cancel is not None and cancel.cancelled:
+                raise Cancelled() from None
             raise self._error(e) from None
 
     def _error(self, e: BaseException) -> Exception:
@@ -314,13 +428,15 @@ class FsspecSource(Source):
                               "the scheme's backend)") from None
         self._fs, self._root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
 
-    def stream(self, name, sink, offset=0):
+    def stream(self, name, sink, offset=0, cancel=None):
         path = f"{self._root}/{name}"
         try:
             with self._fs.open(path, "rb") as f:
                 if offset:
                     f.seek(offset)
                 while True:
+                    if cancel is not None:
+                        cancel.check()  # between chunks: fsspec has no way in
                     chunk = f.read(CHUNK)
                     if not chunk:
                         return -1
@@ -328,10 +444,12 @@ class FsspecSource(Source):
         except (OSError, TimeoutError) as e:
             raise _fsspec_error(e) from None
 
-    def read_range(self, name: str, start: int, length: int) -> bytes:
+    def read_range(self, name: str, start: int, length: int, cancel=None) -> bytes:
         _check_range(start, length)
         if length == 0:
             return b""
+        if cancel is not None:
+            cancel.check()
         path = f"{self._root}/{name}"
         end = start + length - 1
         try:
@@ -356,9 +474,21 @@ def _fsspec_error(e: BaseException) -> Exception:
     return TransientError(f"{type(e).__name__}: {e}")
 
 
-def open_source(url: str, *, timeout: float = 60.0,
+def _body_socket(body: Any) -> Any:
+    """The socket under a botocore StreamingBody (urllib3 2), or None."""
+    raw = getattr(body, "_raw_stream", None)
+    conn = getattr(raw, "connection", None) if raw is not None else None
+    sock = getattr(conn, "sock", None)
+    if sock is None:
+        fp = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
+        sock = getattr(fp, "_sock", None)
+    return sock
+
+
+def open_source(url: str, *, timeout: float = 30.0,
                 storage_options: Optional[Dict[str, Any]] = None) -> Source:
-    """The :class:`Source` for ``url``'s scheme."""
+    """The :class:`Source` for ``url``'s scheme; ``timeout``: seconds without progress
+    before a transfer counts as stalled (connect, and every read)."""
     scheme = url.split("://", 1)[0].lower()
     if scheme in ("http", "https"):
         return HttpSource(url, timeout=timeout,
