@@ -87,13 +87,13 @@ http {{
 class Nginx:
     """nginx serving ``root`` on a loopback port; ``url`` is its base URL."""
 
-    def __init__(self, root: str, workdir: str):
+    def __init__(self, root: str, workdir: str, port: Optional[int] = None):
         binary = nginx_binary()
         if binary is None:
             raise FileNotFoundError("nginx is not installed (apt-get install nginx)")
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
-        self.port = free_port()
+        self.port = port or free_port()
         conf = os.path.join(workdir, "nginx.conf")
         with open(conf, "w") as f:
             f.write(NGINX_CONF.format(d=workdir, port=self.port, root=os.path.abspath(root)))
@@ -120,6 +120,13 @@ class Nginx:
 
     def stop(self) -> None:
         _stop(self.proc, signal.SIGQUIT)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+    def kill(self) -> None:
+        """Dies at once (SIGKILL): connections in flight end mid-body."""
+        self.proc.kill()
+        self.proc.wait(10)
         if self.proc.stderr is not None:
             self.proc.stderr.close()
 
@@ -164,10 +171,15 @@ class TruncatingServer:
     sends only the first ``keep`` bytes of files whose name contains ``cut`` before closing
     the connection: a body cut short, as a dropped connection leaves it. With ``ranges``,
     a ``Range: bytes=a-b`` request is answered 206 with that range (cut the same way);
-    otherwise Range is ignored."""
+    otherwise Range is ignored. With ``hang``, the connection stays open after the kept
+    bytes, sending nothing more (a stalled server) until :meth:`stop`. Each connection is
+    served by its own thread."""
 
-    def __init__(self, root: str, cut: str, keep: int, ranges: bool = False):
+    def __init__(self, root: str, cut: str, keep: int, ranges: bool = False,
+                 hang: bool = False):
         self.root, self.cut, self.keep, self.ranges = root, cut, keep, ranges
+        self.hang = hang
+        self._released = threading.Event()
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -188,11 +200,15 @@ class TruncatingServer:
                 continue
             except OSError:
                 return
-            with conn:
-                try:
-                    self._answer(conn)
-                except OSError:
-                    pass
+            threading.Thread(target=self._serve_one, args=(conn,), daemon=True,
+                             name="truncating-conn").start()
+
+    def _serve_one(self, conn) -> None:
+        with conn:
+            try:
+                self._answer(conn)
+            except OSError:
+                pass
 
     def _answer(self, conn) -> None:
         conn.settimeout(5)
@@ -221,8 +237,11 @@ class TruncatingServer:
         send = body[: self.keep] if self.cut in path else body
         conn.sendall(b"HTTP/1.1 %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n"
                      % (status, extra, len(body)) + send)
+        if self.hang and self.cut in path:
+            self._released.wait(600)
 
     def stop(self) -> None:
+        self._released.set()
         self._stop = True
         self._thread.join(5)
         self.sock.close()
@@ -288,6 +307,55 @@ class GatedServer:
 
     def stop(self) -> None:
         self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
+class FlakyServer:
+    """Serves the files under ``root`` over HTTP (the standard library's threading server),
+    answering 503 to every GET of a path containing ``fail`` while :attr:`failing` is set:
+    an object store throttling one shard, until :meth:`recover`. Counts the requests per
+    path (``requests``)."""
+
+    def __init__(self, root: str, fail: str):
+        import collections
+        import functools
+        import http.server
+
+        self.failing = threading.Event()
+        self.failing.set()
+        self.requests: "collections.Counter[str]" = collections.Counter()
+        server = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(handler):  # noqa: N805 (the handler's self)
+                server.requests[handler.path] += 1
+                if fail in handler.path and server.failing.is_set():
+                    handler.send_response(503)
+                    handler.send_header("Content-Length", "0")
+                    handler.end_headers()
+                    return
+                super().do_GET()
+
+            def log_message(handler, *args):  # noqa: N805
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=root))
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="flaky-server",
+                                        daemon=True)
+        self._thread.start()
+
+    def count(self, part: str) -> int:
+        return sum(n for p, n in list(self.requests.items()) if part in p)
+
+    def recover(self) -> None:
+        self.failing.clear()
+
+    def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(5)

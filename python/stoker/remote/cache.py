@@ -570,7 +570,7 @@ class ShardCache:
                         now > deadline:
                     self.holder.update(starved=False)
                     raise self.directory.no_room(
-                        self.url(s.index), s.size,
+                        self.url(s.index), s.size, self.holder,
                         waited=None if stuck_since is not None else self.timeout)
                 with self._mu:
                     if self._closed:

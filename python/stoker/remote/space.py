@@ -291,7 +291,7 @@ class CacheDirectory:
         return budget is not None and sum(max(int(h.get("need", 0)), int(h.get("must", 0)))
                                           for h in holders if h.get("managed")) > budget
 
-    def no_room(self, what: str, size: int, waited: Optional[float] = None,
+    def no_room(self, what: str, size: int, mine: Holder, waited: Optional[float] = None,
                 holders: Optional[List[Dict[str, Any]]] = None) -> NoRoomError:
         """The error for a download of ``size`` bytes that found no room (after ``waited``
         seconds, or because the needs exceed the budget), with the numbers of NOTE
@@ -304,6 +304,8 @@ class CacheDirectory:
             need = max(int(h.get("need", 0)), int(h.get("must", 0)))
             # Pins of a cache no fetcher manages are never given back.
             total += need if h.get("managed") else int(h.get("held", 0))
+            if h.get("file") == os.path.basename(mine.path) and not h.get("managed"):
+                total += size  # this download, for a cache no fetcher manages
             lines.append(f"  pid {h.get('pid')} {h.get('url')}: pins "
                          f"{format_bytes(int(h.get('held', 0)))}, needs {format_bytes(need)} "
                          f"(cache_limit {format_bytes(h.get('limit'))})")
@@ -313,7 +315,7 @@ class CacheDirectory:
             f"{what}: {why} in the cache directory {self.path} for {size} bytes: its budget "
             f"is {format_bytes(budget)} (the smallest cache_limit of the {len(recs)} "
             "dataset(s) using it); held by:\n" + "\n".join(lines) +
-            f"\na budget of at least {format_bytes(total + size)} would work: raise "
+            f"\na budget of at least {format_bytes(max(total, size))} would work: raise "
             "cache_limit (for every dataset on this directory), use smaller shard windows, "
             "or give datasets their own cache_dir")
 

@@ -27,6 +27,7 @@ synchronous, need no dependency for HTTP, and were as fast or faster on loopback
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
 import socket
@@ -176,7 +177,9 @@ class HttpSource(Source):
                     cancel.check()
                 conn.connect()
                 if cancel is not None:
-                    closer = cancel.on_cancel(lambda c=conn: _shutdown(c.sock))
+                    # The socket itself: a response that closes its connection takes the
+                    # socket over (conn.sock becomes None), still to be shut down.
+                    closer = cancel.on_cancel(lambda sock=conn.sock: _shutdown(sock))
                 target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 conn.request("GET", target, headers=headers)
                 resp = conn.getresponse()
@@ -191,15 +194,11 @@ class HttpSource(Source):
                 raise
             if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
                 url = urllib.parse.urljoin(url, resp.getheader("Location"))
-                conn.close()
-                if closer is not None:
-                    closer()
+                _close(conn, resp, closer)
                 continue
             if resp.status >= 400:
                 reason = resp.reason
-                conn.close()
-                if closer is not None:
-                    closer()
+                _close(conn, resp, closer)
                 raise _status_error(resp.status, reason, resp.headers)
             return conn, resp, closer
         raise PermanentError(f"more than {self.max_redirects} redirects")
@@ -234,9 +233,7 @@ class HttpSource(Source):
                                      "bytes") from None
             raise _http_error(e) from None
         finally:
-            conn.close()
-            if closer is not None:
-                closer()
+            _close(conn, resp, closer)
 
     def read_range(self, name: str, start: int, length: int, cancel=None) -> bytes:
         _check_range(start, length)
@@ -272,13 +269,22 @@ class HttpSource(Source):
                 raise TransientError(f"stalled: no data for {self.timeout:g} s") from None
             raise _http_error(e) from None
         finally:
-            conn.close()
-            if closer is not None:
-                closer()
+            _close(conn, resp, closer)
 
 
 _HTTP_ERRORS = (http.client.HTTPException, socket.timeout, ConnectionError, TimeoutError,
                 OSError)
+
+
+def _close(conn: Any, resp: Any, closer: Optional[Callable[[], None]]) -> None:
+    """Closes a response and its connection now (the socket with them: a response left
+    to the garbage collector would keep it open until then)."""
+    try:
+        resp.close()
+    finally:
+        conn.close()
+        if closer is not None:
+            closer()
 
 
 def _shutdown(sock: Any) -> None:
@@ -343,7 +349,7 @@ class S3Source(Source):
         from botocore.exceptions import BotoCoreError, ClientError
 
         kw = {"Range": f"bytes={offset}-"} if offset else {}
-        got, expect, closer = 0, -1, None
+        got, expect, closer, body = 0, -1, None, None
         try:
             if cancel is not None:
                 cancel.check()
@@ -367,6 +373,9 @@ class S3Source(Source):
                                      f"{of} bytes") from None
             raise self._error(e) from None
         finally:
+            if body is not None:
+                with contextlib.suppress(Exception):
+                    body.close()
             if closer is not None:
                 closer()
 

@@ -1,0 +1,213 @@
+"""Remote datasets that share a cache directory (NOTE [ Cache budget ] in
+stoker/remote/space.py): a train and a validation set, ranks with different schedules,
+and the error when their windows cannot all fit. Real nginx on loopback, slowed so that
+downloads overlap."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import stoker
+from remote_servers import Nginx, nginx_binary
+from stoker.remote import RemoteError
+
+REC = 4096  # bytes of each record's payload: shards of 16 records, ~64 KB
+PER_SHARD = 16
+RATE = "4000000"  # bytes/s per download (nginx limit_rate)
+
+
+def write(path, n, offset):
+    fields = {"x": stoker.ndarray("uint8", (REC,)), "label": stoker.scalar("int64")}
+    with stoker.ShardWriter(path, fields, shard_size=PER_SHARD * (REC + 40)) as w:
+        for i in range(n):
+            w.write({"x": np.full(REC, (offset + i) % 251, np.uint8), "label": offset + i})
+
+
+@pytest.fixture(scope="module")
+def www(tmp_path_factory):
+    root = tmp_path_factory.mktemp("www")
+    write(root / "train", 24 * PER_SHARD, 0)
+    write(root / "val", 16 * PER_SHARD, 10**6)
+    return root
+
+
+@pytest.fixture(scope="module")
+def nginx(www, tmp_path_factory):
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (apt-get install nginx)")
+    server = Nginx(str(www), str(tmp_path_factory.mktemp("nginx")))
+    yield server
+    server.stop()
+
+
+def shard_bytes(www, name):
+    return max(s["bytes"] for s in stoker.Dataset(www / name).shards)
+
+
+def open_remote(nginx, name, cache, limit):
+    return stoker.Dataset(f"{nginx.url}/{name}", cache_dir=cache, cache_limit=limit,
+                          storage_options={"headers": {"X-Test-Rate": RATE}})
+
+
+def run_epochs(ds, window, epochs=2, seed=0, out=None):
+    """Labels of ``epochs`` epochs, each checked against its record's payload."""
+    loader = stoker.Loader(ds, batch_size=8, shuffle=True, shard_window=window, seed=seed,
+                           num_threads=2)
+    labels = []
+    for e in range(epochs):
+        loader.set_epoch(e)
+        for b in loader:
+            x, y = b["x"].numpy(), b["label"].numpy()
+            assert (x[:, 0] == y % 251).all() and (x[:, -1] == y % 251).all()
+            labels.extend(int(v) for v in y)
+    if out is not None:
+        out.append(labels)
+    return labels
+
+
+def in_threads(*jobs, timeout=120):
+    """Runs each (fn, args) in its own thread; returns their results or raises the first
+    error; a thread still running after ``timeout`` s fails the test."""
+    results, errors = [None] * len(jobs), [None] * len(jobs)
+
+    def run(k, fn, args):
+        try:
+            results[k] = fn(*args)
+        except BaseException as e:  # re-raised below, in the test's thread
+            errors[k] = e
+
+    threads = [threading.Thread(target=run, args=(k, fn, args), daemon=True)
+               for k, (fn, args) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), f"still running after {timeout} s"
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+def test_train_and_val_share_one_budget(www, nginx, tmp_path):
+    """A bounded train set and a bounded val set in one directory whose cache_limit is just
+    above the sum of their windows: both finish two epochs, at the same time, and the
+    directory never holds more than the budget."""
+    size = shard_bytes(www, "train")
+    window = 2
+    limit = 2 * window * size + size // 2
+    cache = tmp_path / "cache"
+    alone = {}
+    for name in ("train", "val"):  # each alone, for the times printed below
+        t0 = time.monotonic()
+        ds = open_remote(nginx, name, tmp_path / f"alone-{name}", limit)
+        run_epochs(ds, window)
+        ds.remote.close()
+        alone[name] = time.monotonic() - t0
+    train = open_remote(nginx, "train", cache, limit)
+    val = open_remote(nginx, "val", cache, limit)
+    assert train.remote.cache.directory.budget() == limit
+    peak = [0]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            used, _ = train.remote.cache.directory.scan()
+            peak[0] = max(peak[0], used)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    t0 = time.monotonic()
+    try:
+        got_train, got_val = in_threads((run_epochs, (train, window)), (run_epochs, (val, window)))
+    finally:
+        stop.set()
+        watcher.join()
+    both = time.monotonic() - t0
+    assert sorted(got_train) == sorted(2 * list(range(24 * PER_SHARD)))
+    assert sorted(got_val) == sorted(2 * list(range(10**6, 10**6 + 16 * PER_SHARD)))
+    assert peak[0] <= limit
+    for ds in (train, val):
+        st = ds.remote.stats()
+        assert st["released"] > 0 and st["evictions"] + st["released"] > 0
+    print(f"\nalone: train {alone['train']:.2f} s, val {alone['val']:.2f} s; "
+          f"together: {both:.2f} s")
+    train.remote.close()
+    val.remote.close()
+    assert os.listdir(cache / "tmp") == [] and os.listdir(cache / "holders") == []
+
+
+RANK = textwrap.dedent("""
+    import json, sys
+    import stoker
+    url, cache, limit, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    ds = stoker.Dataset(url, cache_dir=cache, cache_limit=limit,
+                        storage_options={"headers": {"X-Test-Rate": sys.argv[5]}})
+    loader = stoker.Loader(ds, batch_size=8, shuffle=True, shard_window=2, seed=seed,
+                           num_threads=2)
+    labels = []
+    for e in range(2):
+        loader.set_epoch(e)
+        for b in loader:
+            assert (b["x"][:, 0].numpy() == b["label"].numpy() % 251).all()
+            labels += [int(v) for v in b["label"]]
+    print(json.dumps({"labels": labels, **ds.remote.stats()}))
+""")
+
+
+def test_three_processes_with_different_schedules(www, nginx, tmp_path):
+    """Three processes (ranks, or three jobs) read one bounded dataset through one
+    directory, each in its own order (another seed): all finish, every epoch whole."""
+    size = shard_bytes(www, "train")
+    limit = 3 * 2 * size + size // 2
+    cache = str(tmp_path / "cache")
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, f"{nginx.url}/train", cache,
+                               str(limit), str(seed), RATE], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for seed in range(3)]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            assert p.returncode == 0, err
+            outs.append(json.loads(out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    want = sorted(2 * list(range(24 * PER_SHARD)))
+    for o in outs:
+        assert sorted(o["labels"]) == want
+    assert len({tuple(o["labels"]) for o in outs}) == 3  # three different orders
+    assert sum(o["shared_hits"] + o["cache_hits"] for o in outs) > 0  # they shared
+    assert os.listdir(os.path.join(cache, "holders")) == []
+
+
+def test_windows_that_cannot_fit_together_are_named(www, nginx, tmp_path):
+    """Each dataset's window fits the budget alone, but not both at once: the waiting
+    download fails after a grace period, naming the directory, the budget, what each
+    dataset pins and needs, and the smallest budget that would work."""
+    size = shard_bytes(www, "train")
+    window = 3
+    limit = 4 * size
+    cache = tmp_path / "cache"
+    train = open_remote(nginx, "train", cache, limit)
+    val = open_remote(nginx, "val", cache, limit)
+    with pytest.raises(RemoteError) as e:
+        in_threads((run_epochs, (train, window)), (run_epochs, (val, window)), timeout=90)
+    msg = str(e.value)
+    assert f"in the cache directory {cache}" in msg
+    assert f"its budget is {limit / 1e3:.1f} KB ({limit} bytes)" in msg
+    for name in ("train", "val"):
+        assert f"{nginx.url}/{name}: pins " in msg
+    need = train.remote.window_need(window) + val.remote.window_need(window)
+    assert f"a budget of at least {need / 1e3:.1f} KB ({need} bytes) would work" in msg
+    train.remote.close()
+    val.remote.close()
