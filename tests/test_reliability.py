@@ -293,3 +293,89 @@ def test_readers_never_see_an_error_or_a_mix_during_rewrites(tmp_path):
             "opens": [r["opens"] for r in report["readers"]],
             "generations_seen": [len(r["tags"]) for r in report["readers"]],
             "errors": sum(len(r["errors"]) for r in report["readers"])}))
+
+
+# -- token files and writer start-up as safe as shards --------------------------------------
+
+TRUNCATE_UNDER_LOADER = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import stoker
+    path = sys.argv[1]
+    np.arange(1 << 22, dtype=np.uint16).tofile(path)    # 8 MiB: train.bin
+    ds = stoker.TokenDataset(path, dtype="uint16")
+    loader = stoker.Loader(ds, batch_size=8, seq_len=1024, shuffle=True, seed=0,
+                           num_threads=2)
+    it = iter(loader)
+    next(it)
+    os.truncate(path, 4096)     # prepare.py rewriting train.bin in place, say
+    try:
+        for _ in it:
+            pass
+    except stoker.DataError as e:
+        print("DataError:", e)
+        sys.exit(0)
+    print("no error")
+    sys.exit(1)
+""")
+
+
+def test_a_token_file_cut_short_under_a_loader_is_a_data_error(tmp_path):
+    """A flat token file truncated under a token loader gives a DataError naming the
+    file (its pages read as zeros), never SIGBUS."""
+    r = subprocess.run([sys.executable, "-c", TRUNCATE_UNDER_LOADER, str(tmp_path / "train.bin")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert f"DataError: {tmp_path / 'train.bin'}: changed on disk while in use" in r.stdout
+
+
+def test_a_token_state_refuses_another_file_and_world_size_zero(tmp_path):
+    import numpy as np
+
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    np.arange(50_000, dtype=np.uint16).tofile(a)
+    (np.arange(50_000, dtype=np.uint16) ^ 7).tofile(b)        # same token count
+    state = stoker.Loader(stoker.TokenDataset(str(a), dtype="uint16"), batch_size=4,
+                          seq_len=64, seed=0).state_dict()
+    same = stoker.Loader(stoker.TokenDataset(str(a), dtype="uint16"), batch_size=4,
+                         seq_len=64, seed=0)
+    same.load_state_dict(state)
+    other = stoker.Loader(stoker.TokenDataset(str(b), dtype="uint16"), batch_size=4,
+                          seq_len=64, seed=0)
+    with pytest.raises(ValueError, match="cannot resume: the state is for another dataset "
+                                         r"\(files"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="world_size must be a positive int, got 0"):
+        same.load_state_dict(dict(state, world_size=0))
+
+
+START_FULL = textwrap.dedent("""
+    import os, resource, signal, sys
+    import stoker
+    path = sys.argv[1]
+    fields = {"x": stoker.scalar("int64")}
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # writes past the limit fail (EFBIG)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+    try:
+        stoker.ShardWriter(path, fields)
+    except OSError as e:
+        print("failed:", e)
+    else:
+        sys.exit("no error at start")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    with stoker.ShardWriter(path, fields, overwrite=True) as w:   # the lock was released
+        w.write({"x": 1})
+    print("written", len(stoker.Dataset(path)))
+""")
+
+
+def test_a_writer_that_fails_at_start_releases_its_lock(tmp_path):
+    """A ShardWriter whose first write fails (a full disk: here a file size limit of 0)
+    names the path and releases the writer lock: the next writer, in this process or
+    another, is not told that another one is writing."""
+    out = tmp_path / "d"
+    r = subprocess.run([sys.executable, "-c", START_FULL, str(out)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"failed: [Errno 27] {out}/writer.lock: cannot write the writer lock file" in r.stdout
+    assert "written 1" in r.stdout

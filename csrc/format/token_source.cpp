@@ -49,6 +49,15 @@ TokenSpan MappedTokenSource::doc(int64_t d) const {
   return {files_[f].data() + static_cast<size_t>(first) * dtype_size(dtype_), doc_length(d)};
 }
 
+void MappedTokenSource::check_files() const {
+  for (const detail::MappedFile& f : files_)
+    if (f.faulted())
+      STOKER_THROW(DataError, f.path(),
+                   ": changed on disk while in use (the file was cut short under the reader: "
+                   "pages of it read as zeros). Token files must be replaced by writing a new "
+                   "file and renaming it over, never rewritten in place");
+}
+
 std::string MappedTokenSource::where(int64_t d) const {
   const size_t f = file_of(d);
   const int64_t first = doc_start(d) - file_first_token_[f];

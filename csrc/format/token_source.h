@@ -52,6 +52,11 @@ class TokenSource {
   virtual TokenSpan doc(int64_t d) const = 0;
   /// Where document d lives, for messages ("train.bin: tokens 0..1023", "x.stk: record 4").
   virtual std::string where(int64_t d) const = 0;
+  /// Throws DataError "<file>: changed on disk while in use" if a file was cut
+  /// short under its mapping since it was opened, so that tokens copied out of
+  /// it (zeros where pages vanished) are not trusted. One relaxed load while no
+  /// mapping ever faulted: readers call it after copying tokens.
+  virtual void check_intact() const {}
   /// Short description for repr and errors.
   virtual std::string describe() const = 0;
 
@@ -66,6 +71,9 @@ class MappedTokenSource : public TokenSource {
   TokenSpan doc(int64_t d) const override;
   std::string where(int64_t d) const override;
   std::string describe() const override { return description_; }
+  void check_intact() const override {
+    if (MappedFile::total_faults() != 0) check_files();
+  }
 
  protected:
   /// Adds a file whose tokens (all of them, dtype_) form documents of the given lengths.
@@ -74,6 +82,7 @@ class MappedTokenSource : public TokenSource {
 
  private:
   size_t file_of(int64_t d) const;
+  void check_files() const;
   std::vector<detail::MappedFile> files_;
   std::vector<int64_t> file_first_doc_;    ///< first document of each file
   std::vector<int64_t> file_first_token_;  ///< global offset of each file's first token

@@ -109,6 +109,9 @@ void TokenProducer::Work::run(int u, uint8_t* base, WorkerContext& ctx) {
     else
       run_pieces(r, base, read);
   }
+  // The tokens copied came from a file that may have been cut short under its
+  // mapping meanwhile (NOTE [ Shards changed under a reader ]): then zeros.
+  p->src_->check_intact();
   if (u == 0 && packed) {
     std::memcpy(base + off_max, &max_seqlen, sizeof max_seqlen);
     const int32_t zero = 0;

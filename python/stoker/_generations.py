@@ -187,8 +187,15 @@ class WriterLock:
         self.fd = fd
         info = (f"pid {os.getpid()} on host {socket.gethostname()}, {what} started "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n").encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info, 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info, 0)
+        except OSError as e:
+            # A full disk (or a file size limit) right here: no writer may be left
+            # holding the lock (every later writer would be told another one writes).
+            self.release()
+            raise OSError(e.errno, f"{self.path}: cannot write the writer lock file: "
+                                   f"{e.strerror}") from None
 
     def release(self) -> None:
         if self.fd is None:

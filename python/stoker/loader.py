@@ -595,6 +595,9 @@ class Loader:
             ds = self.dataset
             ident = {"epoch_samples": self._producer.epoch_samples(),
                      "num_tokens": ds.num_tokens, "num_docs": ds.num_docs}
+            files = ds.fingerprint() if hasattr(ds, "fingerprint") else None
+            if files is not None:
+                ident["files"] = files  # [size, sampled checksum] per token file
             dataset_id = getattr(getattr(ds, "dataset", None), "dataset_id", None)
         else:
             ident = {"num_records": len(self.dataset),
@@ -645,8 +648,8 @@ class Loader:
         if not isinstance(theirs, Mapping):
             raise ValueError("cannot resume: the state names no dataset")
         for key, value in mine.items():
-            if key == "dataset_id" and key not in theirs:
-                continue  # a state saved before datasets had ids
+            if key in ("dataset_id", "files") and key not in theirs:
+                continue  # a state saved before datasets (token files) had ids
             if theirs.get(key) != value:
                 raise ValueError(f"cannot resume: the state is for another dataset ({key} "
                                  f"{theirs.get(key)!r}, this loader's dataset has {value!r})")
@@ -656,8 +659,10 @@ class Loader:
         if position > epoch_samples:
             raise ValueError(f"cannot resume: position {position} is past the epoch's "
                              f"{epoch_samples} samples")
-        world = state.get("world_size", 0)
-        world = 0 if world is None else _check_int("state's world_size", world, 0)
+        world = state.get("world_size")
+        # A state always records the job's world size (>= 1); only one saved before it
+        # did has none.
+        world = 0 if world is None else _check_int("state's world_size", world, 1)
         self._core.load_state(epoch, position, world)
 
     # -- threads --------------------------------------------------------------

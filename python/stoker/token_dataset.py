@@ -157,7 +157,7 @@ class TokenDataset:
                         f"and cache_limit ({ds.remote.cache_limit} bytes) is smaller than "
                         f"the dataset ({ds.remote.total_bytes} bytes); open it with a "
                         "cache_limit that holds it (or none)")
-                ds.remote.ensure(range(len(ds.shards)))
+                ds.remote.keep(range(len(ds.shards)))
             self._source = _core.open_record_tokens(ds._core, self.field, prompt_field)
             if vocab_size is None:
                 vocab_size = meta.get("vocab_size")
@@ -198,6 +198,7 @@ class TokenDataset:
                                  f"{np.dtype(dtype).name}")
         self.dtype: str = self._source.dtype
         self.vocab_size = None if vocab_size is None else _int_arg("vocab_size", vocab_size, 1)
+        self._fingerprint: Optional[List[List[int]]] = None
 
     # -- contents ------------------------------------------------------------
 
@@ -237,6 +238,21 @@ class TokenDataset:
 
     # -- identity ------------------------------------------------------------
 
+    def fingerprint(self) -> Optional[List[List[int]]]:
+        """What identifies the token files (flat or Megatron): per file, its size and a
+        checksum of up to 16 blocks of 4 KiB spread over it (the first and the last
+        included), so that a loader state refuses another file with the same token count
+        (a re-tokenized corpus, a regenerated train.bin). None for a stoker dataset, whose
+        id says it."""
+        if self.kind == "stoker":
+            return None
+        if self._fingerprint is None:
+            files = []
+            for p in self.paths:
+                files += [p + ".bin", p + ".idx"] if self.kind == "megatron" else [p]
+            self._fingerprint = [_file_fingerprint(f) for f in files]
+        return self._fingerprint
+
     def __reduce__(self):
         args = (self.paths if len(self.paths) > 1 else self.paths[0],
                 self.dtype if self.kind == "flat" else None)
@@ -250,6 +266,20 @@ class TokenDataset:
         what = self.paths[0] if not more else f"{self.paths[0]} (+{more})"
         return (f"stoker.TokenDataset({what!r}, {self.kind}, {self.dtype}, "
                 f"{self.num_docs} documents, {self.num_tokens} tokens)")
+
+
+def _file_fingerprint(path: str, blocks: int = 16, block: int = 4096) -> List[int]:
+    """[size, checksum of up to ``blocks`` blocks of ``block`` bytes spread evenly over
+    the file]."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        step = max(block, (size - block) // max(1, blocks - 1)) if size > block else block
+        parts = [os.pread(fd, block, off) for off in range(0, max(1, size - block + 1), step)]
+        parts.append(os.pread(fd, block, max(0, size - block)))
+    finally:
+        os.close(fd)
+    return [size, int(_core.checksum32(b"".join(parts)))]
 
 
 def _rebuild(args, kwargs) -> TokenDataset:

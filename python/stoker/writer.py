@@ -144,7 +144,11 @@ class ShardWriter:
             raise OSError(e.errno, f"{self.path}: cannot create the output directory: "
                           f"{e.strerror}") from e
         state = _WriteState(self.path, created)
-        state.lock = gen.WriterLock(self.path)
+        try:
+            state.lock = gen.WriterLock(self.path)
+        except BaseException:
+            state.discard()  # a directory it made goes again
+            raise
         try:
             if os.path.lexists(self._index_path) and not overwrite:
                 raise FileExistsError(f"{self.path}: already holds a dataset (index.json); "
@@ -158,6 +162,11 @@ class ShardWriter:
             state.generation_dir = os.path.join(self.path, self.generation)
             os.mkdir(state.generation_dir)
             gen.create_lease_file(state.generation_dir)
+        except OSError as e:
+            state.discard()  # releases the writer lock
+            if e.filename is not None or (e.strerror and self.path in e.strerror):
+                raise
+            raise OSError(e.errno, f"{self.path}: cannot start writing: {e.strerror}") from e
         except BaseException:
             state.discard()
             raise

@@ -1,13 +1,11 @@
 #include "format/detail/mapped_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <utility>
 
 #include "common/error.h"
 
@@ -26,39 +24,14 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     ::close(fd);
     STOKER_THROW(DataError, path, ": not a regular file");
   }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    int err = errno;
+  const size_t size = static_cast<size_t>(st.st_size);
+  try {
+    if (size > 0) map_ = std::make_unique<stoker::MappedFile>(fd, size, path);
+  } catch (...) {
     ::close(fd);
-    if (p == MAP_FAILED) STOKER_THROW(DataError, path, ": mmap failed: ", std::strerror(err));
-    data_ = static_cast<const uint8_t*>(p);
-  } else {
-    ::close(fd);
+    throw;
   }
-}
-
-MappedFile::~MappedFile() { release(); }
-
-MappedFile::MappedFile(MappedFile&& o) noexcept
-    : path_(std::move(o.path_)),
-      data_(std::exchange(o.data_, nullptr)),
-      size_(std::exchange(o.size_, 0)) {}
-
-MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
-  if (this != &o) {
-    release();
-    path_ = std::move(o.path_);
-    data_ = std::exchange(o.data_, nullptr);
-    size_ = std::exchange(o.size_, 0);
-  }
-  return *this;
-}
-
-void MappedFile::release() noexcept {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-  data_ = nullptr;
-  size_ = 0;
+  ::close(fd);
 }
 
 }  // namespace stoker::detail

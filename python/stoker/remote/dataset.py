@@ -238,6 +238,21 @@ class RemoteDataset:
         self._lock = threading.Lock()
         self._fetcher = None  # the parent's: its threads are not here
 
+    def keep(self, shards: Iterable[int]) -> None:
+        """Makes ``shards`` local and keeps them so for as long as the dataset is open
+        (never given back): for readers outside the loaders that read any shard at any
+        time (a TokenDataset's documents). Raises :class:`RemoteError`."""
+        shards = [int(s) for s in shards]
+        self.serve_here()
+        fetcher = self._fetcher
+        if fetcher is None:
+            raise RemoteError(f"{self.url}: this remote dataset is not open")
+        fetcher.hold(shards, +1)
+        for s in shards:
+            self._core.hold(s)
+        for s in shards:
+            fetcher.ensure(s)
+
     def ensure(self, shards: Iterable[int]) -> None:
         """Makes ``shards`` local now, in the calling thread, for reads outside a loader
         (``ds[i]``, :meth:`stoker.Dataset.verify`). Raises :class:`RemoteError`."""
