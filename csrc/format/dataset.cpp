@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <chrono>
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "common/activity.h"
@@ -66,6 +69,7 @@ Dataset::Dataset(Schema schema, std::vector<ShardInfo> shards, Options opts)
     if (opts.record_ranges) ranges_ = std::make_unique<RecordRanges>(infos_.size(), stripes_);
     opts.map_on_open = opts.probe_on_open = false;
   }
+  if (in_memory_) load_all();
   starts_.reserve(infos_.size());
   for (size_t s = 0; s < infos_.size(); ++s) {
     ShardInfo& info = infos_[s];
@@ -86,6 +90,32 @@ Dataset::Dataset(Schema schema, std::vector<ShardInfo> shards, Options opts)
     starts_.push_back(total_);
     total_ += info.num_records;
   }
+}
+
+void Dataset::load_all() {
+  // NOTE [ Preloaded shards ] in shard_reader.h: several files read at once, as
+  // a disk (or a network filesystem) serves parallel reads faster than one
+  // stream; the first error in shard order is the one reported.
+  const size_t n = infos_.size();
+  const size_t threads =
+      std::min<size_t>(n, std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8));
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(n);
+  auto work = [&] {
+    for (size_t s; (s = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      try {
+        (void)shard(s);
+      } catch (...) {
+        errors[s] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 Dataset::~Dataset() {

@@ -197,6 +197,8 @@ class Dataset {
   friend class ShardPin;
   void unpin(size_t s) const noexcept { gate_->leave(s); }
   ShardGate& checked_gate(size_t s, const char* what) const;
+  // Options::preload: every shard read into memory now, several at a time.
+  void load_all();
 
   Schema schema_;
   std::vector<ShardInfo> infos_;

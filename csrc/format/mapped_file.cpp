@@ -1,5 +1,6 @@
 #include "format/mapped_file.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/checksum.h"
@@ -213,17 +215,36 @@ std::unique_ptr<MappedFile> MappedFile::load(int fd, size_t size, const std::str
   m->base_ = static_cast<const uint8_t*>(p);
   m->size_ = size;
   auto* out = static_cast<uint8_t*>(p);
-  constexpr size_t kChunk = size_t{8} << 20;
-  for (size_t done = 0; done < size;) {
-    const ssize_t n = ::pread(fd, out + done, std::min(kChunk, size - done),
-                              static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // larger readahead: read once, in order
+  // A large file is read in a few parts at once: a disk, or a network filesystem,
+  // serves parallel reads faster than one stream.
+  constexpr size_t kPart = size_t{32} << 20;
+  const size_t parts = std::clamp<size_t>(size / kPart, 1, 4);
+  const size_t step = (size + parts - 1) / parts;
+  std::vector<int> errs(parts, 0);
+  auto read_part = [&](size_t k) {
+    constexpr size_t kChunk = size_t{8} << 20;
+    const size_t end = std::min(size, (k + 1) * step);
+    for (size_t done = k * step; done < end;) {
+      const ssize_t n = ::pread(fd, out + done, std::min(kChunk, end - done),
+                                static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        errs[k] = n < 0 ? errno : -1;
+        return;
+      }
+      done += static_cast<size_t>(n);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < parts; ++k) pool.emplace_back(read_part, k);
+  read_part(0);
+  for (std::thread& t : pool) t.join();
+  for (int e : errs)
+    if (e != 0)
       STOKER_THROW(DataError, path, ": cannot read it into memory: ",
-                   n < 0 ? std::strerror(errno) : "the file is shorter than it was");
-    if (sum) sum->update(out + done, static_cast<size_t>(n));
-    done += static_cast<size_t>(n);
-  }
+                   e > 0 ? std::strerror(e) : "the file is shorter than it was");
+  if (sum) sum->update(out, size);
   ::mprotect(p, size, PROT_READ);
   return m;
 }

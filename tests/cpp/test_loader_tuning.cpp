@@ -4,6 +4,7 @@
 // move, and a slow first batch is reported. Run under TSan in CI: the tuner's
 // moves race the workers on purpose.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "check.h"
+#include "common/blocking.h"
 #include "pipeline/loader_core.h"
 
 using namespace stoker;
@@ -21,12 +23,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// While `on`, unit 0 of a batch waits as a read of a shard still downloading
+// waits (ScopedBlocked), until the batch's other units have run or 10 s pass.
+struct Download {
+  std::atomic<bool> on{false};
+  std::atomic<int> others{0};
+  std::atomic<bool> lent{false};  // the others ran while unit 0 waited
+};
+
 // Batch k of epoch e: int64 values e * 1'000'000 + global sample index, one
 // unit per sample; unit work can be slowed for the first batch.
 class Counting final : public BatchProducer {
  public:
-  Counting(int64_t n, int64_t batch, std::chrono::milliseconds first_unit_delay = 0ms)
-      : n_(n), batch_(batch), delay_(first_unit_delay) {}
+  Counting(int64_t n, int64_t batch, std::chrono::milliseconds first_unit_delay = 0ms,
+           Download* download = nullptr)
+      : n_(n), batch_(batch), delay_(first_unit_delay), download_(download) {}
 
   int64_t num_batches(int64_t, int64_t) const override { return (n_ + batch_ - 1) / batch_; }
   int64_t epoch_samples() const override { return n_; }
@@ -51,8 +62,20 @@ class Counting final : public BatchProducer {
     int64_t first = 0;
     uint64_t epoch = 0;
     std::chrono::milliseconds delay{0};
+    Download* download = nullptr;
     void run(int u, uint8_t* base, WorkerContext& ctx) override {
       if (delay.count() > 0) std::this_thread::sleep_for(delay);
+      if (download && download->on.load()) {
+        if (u != 0) {
+          ++download->others;
+        } else {
+          const ScopedBlocked waiting;
+          const auto until = Clock::now() + 10s;
+          while (download->others.load() < units - 1 && Clock::now() < until)
+            std::this_thread::sleep_for(1ms);
+          download->lent = download->others.load() >= units - 1;
+        }
+      }
       const int64_t v = static_cast<int64_t>(epoch) * 1'000'000 + first + u;
       std::memcpy(base + static_cast<size_t>(u) * 8, &v, 8);
       ctx.times.decode_ns += 1000;
@@ -65,6 +88,7 @@ class Counting final : public BatchProducer {
     const int64_t len = std::min(batch_, n_ - w->first);
     w->epoch = p.epoch;
     w->delay = k == 0 && p.epoch == 0 ? delay_ : 0ms;
+    w->download = download_;
     w->tensors.push_back(TensorDesc{"x", DType::kInt64, {len}, 0, static_cast<size_t>(len) * 8});
     w->bytes = static_cast<size_t>(len) * 8;
     w->units = static_cast<int>(len);
@@ -75,6 +99,7 @@ class Counting final : public BatchProducer {
  private:
   int64_t n_, batch_;
   std::chrono::milliseconds delay_;
+  Download* download_;
 };
 
 std::vector<int64_t> values(const DeliveredBatch& b) {
@@ -121,7 +146,8 @@ void consumer_bound_loop_is_tuned_down_within_the_memory_limit() {
   o.auto_threads = o.auto_prefetch = true;
   o.max_memory = 3 * batch * 8 + 10;  // three batches
   o.linger = 20ms;
-  auto core = LoaderCore::create(std::make_shared<Counting>(n, batch), o);
+  Download download;
+  auto core = LoaderCore::create(std::make_shared<Counting>(n, batch, 0ms, &download), o);
   CHECK_EQ(core->stats().num_threads, 4);
   std::vector<LogMessage> msgs;
   const auto t0 = Clock::now();
@@ -136,6 +162,19 @@ void consumer_bound_loop_is_tuned_down_within_the_memory_limit() {
   for (size_t d = 4; d < s.depth_hist.size(); ++d) CHECK_EQ(s.depth_hist[d], 0);
   CHECK_EQ(s.bottleneck, std::string("consumer"));
   CHECK(has_message(msgs, "autotuning settled on num_threads=1 (of 4 cores", 20));
+  // One active worker, and a unit that waits for a download (common/blocking.h):
+  // a parked worker takes its turn, so the batch's other units run meanwhile.
+  download.on = true;
+  const double busy_before = core->stats().worker_busy_seconds;
+  core->set_epoch(5000);
+  auto it = core->iter(0, 1);
+  DeliveredBatch b;
+  auto st = it->next(b, Clock::now() + 30s);
+  CHECK(st == LoaderCore::Iterator::Status::kBatch);
+  CHECK(download.lent.load());
+  // ... and the wait counts as waiting, not as work.
+  CHECK(core->stats().worker_busy_seconds - busy_before < 5.0);
+  download.on = false;
   core->close();
 }
 
