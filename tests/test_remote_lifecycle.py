@@ -5,7 +5,6 @@ and ds[i] together on a bounded dataset. Everything that could hang runs in a su
 under a timeout, or in threads joined with a deadline."""
 
 import fcntl
-import json
 import os
 import subprocess
 import sys

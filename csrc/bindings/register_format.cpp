@@ -207,15 +207,17 @@ void register_format(py::module_& m) {
           "Sleeps until a reader demands a shard or gate_notify(), after gate_prepare() "
           "returned `seen`, at most `timeout` seconds.")
       .def("gate_notify", [](const Dataset& d) { gate_of(d).notify(); })
-      .def("state",
-           [](const Dataset& d, size_t s) {
-             STOKER_CHECK(s < d.num_shards(), UsageError, "shard ", s, " out of range");
-             static const char* const kNames[] = {"pending", "demanded", "ready", "failed",
-                                                  "releasing"};
-             return std::string(kNames[gate_of(d).state(s)]);
-           },
-           py::arg("shard"), "Deferred shards: the state of shard `shard` (NOTE [ Deferred "
-           "shards ] in csrc/format/shard_gate.h).")
+      .def(
+          "state",
+          [](const Dataset& d, size_t s) {
+            STOKER_CHECK(s < d.num_shards(), UsageError, "shard ", s, " out of range");
+            static const char* const kNames[] = {"pending", "demanded", "ready", "failed",
+                                                 "releasing"};
+            return std::string(kNames[gate_of(d).state(s)]);
+          },
+          py::arg("shard"),
+          "Deferred shards: the state of shard `shard` (NOTE [ Deferred "
+          "shards ] in csrc/format/shard_gate.h).")
       .def_property_readonly("in_memory", &Dataset::in_memory,
                              "Whether the shards were read into memory at open (preload).")
       .def_property_readonly("memory_bytes", &Dataset::memory_bytes)

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <exception>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <map>
 #include <thread>
@@ -137,9 +137,9 @@ const ShardReader& Dataset::shard(size_t s) const {
   std::lock_guard<std::mutex> lock(stripes_[s]);
   r = readers_[s].load(std::memory_order_relaxed);
   if (r) return *r;
-  auto reader = std::make_unique<ShardReader>(infos_[s].path, expectation(schema_, infos_[s]),
-                                              in_memory_ ? ShardReader::kInMemory
-                                                         : ShardReader::kMapped);
+  auto reader =
+      std::make_unique<ShardReader>(infos_[s].path, expectation(schema_, infos_[s]),
+                                    in_memory_ ? ShardReader::kInMemory : ShardReader::kMapped);
   if (in_memory_ && infos_[s].checksum && reader->load_checksum() != *infos_[s].checksum)
     STOKER_THROW(DataError, infos_[s].path, ": file checksum ", hex32(reader->load_checksum()),
                  " differs from index.json's ", hex32(*infos_[s].checksum));

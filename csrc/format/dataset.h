@@ -182,9 +182,7 @@ class Dataset {
   /// Readers' pins of shard `s` now (0 unless releasable).
   int pins(size_t s) const { return gate_ && s < infos_.size() ? gate_->pins(s) : 0; }
   /// Shards readers wait for, in the order they first asked.
-  std::vector<size_t> demands() const {
-    return gate_ ? gate_->demands() : std::vector<size_t>{};
-  }
+  std::vector<size_t> demands() const { return gate_ ? gate_->demands() : std::vector<size_t>{}; }
   /// Seconds readers have spent waiting for shards to be provided.
   double gate_wait_seconds() const { return gate_ ? gate_->wait_seconds() : 0.0; }
 

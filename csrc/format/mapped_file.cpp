@@ -226,8 +226,8 @@ std::unique_ptr<MappedFile> MappedFile::load(int fd, size_t size, const std::str
     constexpr size_t kChunk = size_t{8} << 20;
     const size_t end = std::min(size, (k + 1) * step);
     for (size_t done = k * step; done < end;) {
-      const ssize_t n = ::pread(fd, out + done, std::min(kChunk, end - done),
-                                static_cast<off_t>(done));
+      const ssize_t n =
+          ::pread(fd, out + done, std::min(kChunk, end - done), static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         errs[k] = n < 0 ? errno : -1;

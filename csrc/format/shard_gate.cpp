@@ -11,8 +11,7 @@
 
 namespace stoker {
 
-ShardGate::ShardGate(std::vector<std::string> names, bool releasable,
-                     detail::StripedMutex& stripes)
+ShardGate::ShardGate(std::vector<std::string> names, bool releasable, detail::StripedMutex& stripes)
     : names_(std::move(names)),
       stripes_(stripes),
       word_(new std::atomic<uint32_t>[names_.size()]),

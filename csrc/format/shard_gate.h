@@ -139,9 +139,7 @@ class ShardGate final : public detail::ForkClient {
   /// did; false, changing nothing, for a shard not provided or pinned.
   bool try_release(size_t s, const std::function<void()>& unmap);
   /// Readers' pins of shard `s` now (0 unless releasable).
-  int pins(size_t s) const {
-    return pins_ ? pins_[s].load(std::memory_order_acquire) : 0;
-  }
+  int pins(size_t s) const { return pins_ ? pins_[s].load(std::memory_order_acquire) : 0; }
   /// Shards readers wait for, in the order they first asked.
   std::vector<size_t> demands() const;
   /// Shards provided now, in no particular order. O(provided).

@@ -191,8 +191,8 @@ void WorkerPool::worker_loop(int id) {
     }
     bool worked = false;
     // Workers waiting for downloads lend their turns to parked ones.
-    const bool active = id < active_.load(std::memory_order_seq_cst) +
-                                 blocked_.load(std::memory_order_seq_cst);
+    const bool active =
+        id < active_.load(std::memory_order_seq_cst) + blocked_.load(std::memory_order_seq_cst);
     if (active) {
       for (const auto& s : streams) {  // the oldest stream first: usually the training loop's
         Stream::Unit u;

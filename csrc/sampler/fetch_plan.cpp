@@ -17,7 +17,8 @@ FetchPlan::FetchPlan(std::shared_ptr<Dataset> ds, std::vector<int64_t> shard_byt
   STOKER_CHECK(ds_ && ds_->deferred(), UsageError, "a fetch plan needs a deferred dataset");
   STOKER_CHECK(bytes_.size() == ds_->num_shards(), UsageError, "fetch plan: ", bytes_.size(),
                " shard sizes for ", ds_->num_shards(), " shards");
-  if (!bytes_.empty()) min_bytes_ = std::max<int64_t>(1, *std::min_element(bytes_.begin(), bytes_.end()));
+  if (!bytes_.empty())
+    min_bytes_ = std::max<int64_t>(1, *std::min_element(bytes_.begin(), bytes_.end()));
   mark_.assign(bytes_.size(), 0);
 }
 
@@ -58,8 +59,7 @@ const EpochOrder& FetchPlan::order_of(Followed& f, std::optional<EpochOrder>& sl
 std::optional<std::vector<size_t>> FetchPlan::schedule(Followed& f, size_t max) {
   std::optional<ReadPosition> at = f.f.position();
   if (!at) return std::nullopt;
-  const int64_t world =
-      at->world_size > 0 ? at->world_size : std::max<int64_t>(1, f.f.world_size);
+  const int64_t world = at->world_size > 0 ? at->world_size : std::max<int64_t>(1, f.f.world_size);
   // The next epoch's order becomes this one's when the reader gets there.
   if (f.next && f.next_epoch == at->epoch && f.next_world == world &&
       !(f.now && f.now_epoch == at->epoch && f.now_world == world)) {
@@ -109,10 +109,9 @@ FetchPlan::Turn FetchPlan::turn(const Options& opts) {
     if (gate.pins(s) > 0) walk(s, true);
   t.urgent = t.fetch.size();
   // 2. The followers' schedules, merged turn by turn, within the budget.
-  const size_t max_shards =
-      limited ? static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(n),
-                                                      opts.budget / min_bytes_ + 1))
-              : n;
+  const size_t max_shards = limited ? static_cast<size_t>(std::min<int64_t>(
+                                          static_cast<int64_t>(n), opts.budget / min_bytes_ + 1))
+                                    : n;
   std::vector<std::vector<size_t>> lists;
   for (auto it = followers_.begin(); it != followers_.end();) {
     std::optional<std::vector<size_t>> l = schedule(*it, max_shards);

@@ -12,7 +12,7 @@ import operator
 import os
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed

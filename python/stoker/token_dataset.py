@@ -26,9 +26,9 @@ from typing import Any, List, Optional, Sequence, Union
 import numpy as np
 
 from . import _core
+from ._index import INDEX_NAME
 from .dataset import Dataset
 from .fields import NDArray, Tokens
-from ._index import INDEX_NAME
 
 __all__ = ["TokenDataset", "PACKING_MODES", "TOKEN_DTYPES"]
 

@@ -13,8 +13,14 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Type, Union
 from . import _core
 from . import _generations as gen
 from ._generations import WriterLockError
-from ._index import (FORMAT_NAME, FORMAT_VERSION, INDEX_NAME, READABLE_VERSIONS,
-                     generation_name, parse_size)
+from ._index import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    READABLE_VERSIONS,
+    generation_name,
+    parse_size,
+)
 from .fields import Field, check_schema, schema_hash, schema_json
 
 # The format's constants and parse_size live in ._index; importable from here as before.

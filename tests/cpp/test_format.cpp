@@ -177,9 +177,9 @@ static void append_shard_copies_records_under_a_new_identity() {
   for (const auto& p : parts) w.append_shard(ShardReader(p.path, test::test_schema().hash, -1, -1));
   ShardSummary sum = w.finish();
   CHECK_EQ(sum.num_records, 25);
-  Dataset ds(test::test_schema(), {ShardInfo{out, 25, static_cast<int64_t>(sum.bytes),
-                                             ShardIdentity{id, 0, sum.header_sum, sum.table_sum},
-                                             std::nullopt}});
+  Dataset ds(test::test_schema(),
+             {ShardInfo{out, 25, static_cast<int64_t>(sum.bytes),
+                        ShardIdentity{id, 0, sum.header_sum, sum.table_sum}, std::nullopt}});
   std::vector<RecordView> f(3);
   for (int64_t i = 0; i < 25; ++i) {
     ds.read(i, f.data());

@@ -250,5 +250,6 @@ static void fork_while_mapping_never_hangs_the_child() {
   CHECK_EQ(unexpected.count(), 0);
 }
 
-TEST_MAIN(failures_reach_waiters_through_a_reset(); fetch_plan_keeps_what_is_in_use_and_the_window();
+TEST_MAIN(failures_reach_waiters_through_a_reset();
+          fetch_plan_keeps_what_is_in_use_and_the_window();
           fork_while_mapping_never_hangs_the_child())

@@ -243,8 +243,8 @@ static void lengths_with_two_variable_fields() {
   }
   ShardSummary sum = w.finish();
   auto ds = std::make_shared<Dataset>(
-      schema, std::vector<ShardInfo>{
-                  {path, sum.num_records, static_cast<int64_t>(sum.bytes), std::nullopt, std::nullopt}});
+      schema, std::vector<ShardInfo>{{path, sum.num_records, static_cast<int64_t>(sum.bytes),
+                                      std::nullopt, std::nullopt}});
   RecordTokenSource src(ds, "t");
   for (int64_t d = 0; d < 9; ++d) {
     CHECK_EQ(src.doc_length(d), d);

@@ -40,9 +40,8 @@ void after(bool child) {
 
 void install() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    ::pthread_atfork(&prepare, [] { after(false); }, [] { after(true); });
-  });
+  std::call_once(once,
+                 [] { ::pthread_atfork(&prepare, [] { after(false); }, [] { after(true); }); });
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ import collections
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Tuple
 
 from .retry import Cancelled
 
