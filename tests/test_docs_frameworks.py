@@ -25,6 +25,7 @@ def recipe(title):
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     write_dataset(tmp_path / "data" / "train", 40, shard_size="1KB")
+    write_dataset(tmp_path / "data" / "val", 23, shard_size="1KB")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -70,7 +71,14 @@ def test_torchrun_recipe(workdir):
 
 def test_lightning_recipe(workdir):
     pytest.importorskip("lightning", reason="the test extra installs lightning")
-    _run([sys.executable, _script(workdir, "PyTorch Lightning")], workdir)
+    # the validation loader ran on both ranks: val_loss was logged (in fit and validate)
+    footer = ("\n    import json\n    json.dump({'val_loss': float(trainer.callback_metrics"
+              "['val_loss']), 'world': trainer.world_size}, "
+              "open(f'out.{trainer.global_rank}.json', 'w'))\n")
+    _run([sys.executable, _script(workdir, "PyTorch Lightning", footer)], workdir)
+    for rank in range(2):
+        out = json.loads((workdir / f"out.{rank}.json").read_text())
+        assert out["world"] == 2 and out["val_loss"] > 0
 
 
 def test_accelerate_recipe(workdir):

@@ -50,7 +50,45 @@ def ds(tmp_path_factory):
 
 
 def _by_epoch(seen, epochs):
-    return [[labels for e, labels in seen if e == epoch] for epoch in range(epochs)]
+    return [[x[-1] for x in seen if x[0] == epoch] for epoch in range(epochs)]
+
+
+def _train(seen):
+    return [x for x in seen if isinstance(x[0], int)]
+
+
+def _eval_runs(seen, kind):
+    """The batches of each evaluation run of `kind` ("sanity", "val", "test", "predict")."""
+    runs = {}
+    for x in seen:
+        if x[0] == kind:
+            runs.setdefault(x[1], []).append(x[2])
+    return list(runs.values())
+
+
+def _batches(labels, size):
+    return [labels[i:i + size] for i in range(0, len(labels), size)]
+
+
+# -- the names frameworks probe ----------------------------------------------------------
+
+def test_names_frameworks_probe_answer_without_raising(ds):
+    """Lightning, accelerate and transformers read DataLoader attributes by name; each one
+    answers as a DataLoader without worker processes would (batch_sampler None: stoker
+    batches in C++), and Lightning's own helpers run on a stoker loader."""
+    from lightning.fabric.utilities.data import _set_sampler_epoch, has_iterable_dataset
+    from lightning.pytorch.utilities.data import _is_dataloader_shuffled
+
+    loader = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
+    assert loader.batch_sampler is None and loader.collate_fn is None
+    assert loader.num_workers == 0 and loader.worker_init_fn is None
+    assert loader.dataset is ds and loader.batch_size == 4 and loader.drop_last is False
+    assert not _is_dataloader_shuffled(loader)  # what crashed every validation loader
+    assert not has_iterable_dataset(loader)
+    _set_sampler_epoch(loader, 4)
+    assert loader.epoch == 4
+    loader.worker_init_fn = print  # Lightning assigns it under PL_SEED_WORKERS=1
+    assert epoch_labels(loader) == _order(ds, 4)
 
 
 # -- Lightning -------------------------------------------------------------------------
@@ -72,6 +110,27 @@ def test_lightning_single_process_epochs_and_checkpoint_resume(ds, tmp_path):
         assert seen == full["seen"], f"resumed at step {step}"
 
 
+def test_lightning_validation_test_and_predict_loaders(ds, tmp_path):
+    """A stoker loader for every kind Lightning takes: the sanity check, validation twice
+    an epoch with limit_val_batches, then trainer.validate, trainer.test and
+    trainer.predict. Each evaluation run reads its loader from the start."""
+    evalset = write_dataset(tmp_path / "eval", 23, shard_size="1KB")
+    out = str(tmp_path / "run")
+    _run([sys.executable, os.path.join(HERE, "lightning_train.py"), ds.path, out,
+          "--max-epochs", "2", "--val", evalset.path, "--val-check-interval", "0.5",
+          "--limit-val-batches", "3", "--evaluate"])
+    seen = _results(out, 1)[0]["seen"]
+    assert _by_epoch(seen, 2) == [_order(ds, e) for e in range(2)]
+    whole = _batches(list(range(23)), 5)
+    assert _eval_runs(seen, "sanity") == [whole[:2]]
+    assert _eval_runs(seen, "val") == [whole[:3]] * 5  # 2 per epoch, then validate()
+    assert _eval_runs(seen, "test") == [whole]
+    assert _eval_runs(seen, "predict") == [whole]
+    # validation ran mid-epoch: after the 5th of each epoch's 10 batches
+    kinds = [x[0] for x in seen if x[0] != "sanity"]
+    assert kinds[:8] == [0] * 5 + ["val"] * 3 and kinds[8:16] == [0] * 5 + ["val"] * 3
+
+
 def test_lightning_reloaded_loaders_follow_the_epoch(ds, tmp_path):
     out = str(tmp_path / "run")
     _run([sys.executable, os.path.join(HERE, "lightning_train.py"), ds.path, out,
@@ -80,26 +139,38 @@ def test_lightning_reloaded_loaders_follow_the_epoch(ds, tmp_path):
     assert _by_epoch(seen, 3) == [_order(ds, e) for e in range(3)]
 
 
-def test_lightning_ddp_two_processes_shard_and_resume(ds, tmp_path):
+def test_lightning_ddp_two_processes_shard_evaluate_and_resume(ds, tmp_path):
     """The loader is made before Lightning starts the process group; each rank must get
-    its own share, every epoch the order of that stoker epoch, and a mid-epoch checkpoint
-    (saved by rank 0, loaded on both ranks) must resume exactly."""
+    its own share, every epoch the order of that stoker epoch; validation, test and
+    predict loaders (even_batches=False) cover their set exactly once across the ranks;
+    and a mid-epoch checkpoint (saved by rank 0, loaded on both ranks) of a run with a
+    validation loader must resume exactly."""
+    evalset = write_dataset(tmp_path / "eval", 23, shard_size="1KB")
     script = os.path.join(HERE, "lightning_train.py")
     out = str(tmp_path / "ddp")
-    _run([sys.executable, script, ds.path, out, "--devices", "2", "--max-epochs", "2"])
+    val = ["--val", evalset.path]
+    _run([sys.executable, script, ds.path, out, "--devices", "2", "--max-epochs", "2", *val,
+          "--evaluate"])
     res = _results(out, 2)
     assert {r["world"] for r in res} == {2}
     for r in res:
         assert _by_epoch(r["seen"], 2) == [_order(ds, e, r["rank"], 2) for e in range(2)]
     ranks = [sum(_by_epoch(r["seen"], 2)[0], []) for r in res]
     assert not set(ranks[0]) & set(ranks[1]) and len(ranks[0]) == len(ranks[1]) == 20
+    for kind, runs in (("val", 3), ("test", 1), ("predict", 1)):  # 2 in fit, validate()
+        per_rank = [_eval_runs(r["seen"], kind) for r in res]
+        assert len(per_rank[0]) == len(per_rank[1]) == runs
+        for a, b in zip(*per_rank):
+            assert len(a) == len(b) == 3  # ceil(23 / 2 / 5) batches on each rank
+            assert sorted(sum(a + b, [])) == list(range(23))  # every sample once
     ck = str(tmp_path / "ck")
     _run([sys.executable, script, ds.path, out + "-a", "--devices", "2", "--max-steps", "2",
-          "--ckpt-dir", ck, "--every-n-steps", "2"])
+          "--ckpt-dir", ck, "--every-n-steps", "2", *val])
     _run([sys.executable, script, ds.path, out + "-b", "--devices", "2", "--max-epochs", "2",
-          "--resume", os.path.join(ck, "step=2.ckpt")])
+          "--resume", os.path.join(ck, "step=2.ckpt"), *val])
     for a, b, full in zip(_results(out + "-a", 2), _results(out + "-b", 2), res):
-        assert a["seen"] + b["seen"] == full["seen"]
+        assert _train(a["seen"]) + _train(b["seen"]) == _train(full["seen"])
+        assert _eval_runs(b["seen"], "val") == _eval_runs(full["seen"], "val")[:2]
 
 
 # -- accelerate ------------------------------------------------------------------------------

@@ -537,12 +537,22 @@ class Loader:
             return max(0, -(-(n - rank) // world))
         return -(-n // world)
 
-    @property
-    def batch_sampler(self) -> Any:
-        raise AttributeError(
-            "stoker.Loader has no batch_sampler: it samples and batches in C++. To skip the "
-            "first n batches of an epoch (what accelerate's skip_first_batches does), use "
-            "loader.skip(n), which resumes there without reading them")
+    # DataLoader's attributes that frameworks read by name (Lightning's
+    # _is_dataloader_shuffled reads batch_sampler directly once `sampler` exists; accelerate
+    # and transformers use getattr): answered as a DataLoader without worker processes or a
+    # collate function would answer them, never by raising. stoker samples and batches in
+    # C++, so there is no batch sampler to iterate; `sampler` is the set_epoch hook.
+    batch_sampler: Any = None
+    collate_fn: Any = None
+    # Lightning assigns it under PL_SEED_WORKERS=1; stoker's workers run no Python, and
+    # their randomness is keyed by (seed, epoch, sample) already.
+    worker_init_fn: Any = None
+    num_workers = 0  # no worker processes: the workers are C++ threads (num_threads)
+    timeout = 0
+    multiprocessing_context: Any = None
+    generator: Any = None
+    prefetch_factor: Any = None
+    persistent_workers = False
 
     def skip(self, num_batches: int) -> "Loader":
         """The next iterator starts at batch ``num_batches`` of its epoch (the one
