@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import stoker
@@ -17,10 +18,10 @@ pytest.importorskip("lightning", reason="the test extra installs lightning")
 pytest.importorskip("accelerate", reason="the test extra installs accelerate")
 
 
-def _run(args, timeout=240):
+def _run(args, timeout=240, returncode=0):
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
     p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode == returncode, p.stdout[-3000:] + p.stderr[-3000:]
     return p
 
 
@@ -191,6 +192,69 @@ def test_accelerate_under_torchrun(ds, tmp_path):
     for r in res:
         assert sorted(r["eval"]) == [10 * i for i in range(101)]
     assert res[0]["eval_batches"] == res[1]["eval_batches"] == 6
+
+
+def test_accelerate_skip_first_batches_is_loader_skip(ds):
+    """accelerate's skip_first_batches (and Accelerator's, and the name transformers'
+    Trainer imports) take a stoker.Loader: the same loader, starting at batch n of the
+    epoch set after it, without reading the batches before."""
+    import accelerate
+    import transformers.trainer
+
+    for skip in (accelerate.skip_first_batches, accelerate.Accelerator(cpu=True).skip_first_batches,
+                 transformers.trainer.skip_first_batches):
+        loader = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
+        assert skip(loader, 3) is loader
+        loader.set_epoch(1)  # after the skip, as the Trainer does
+        assert epoch_labels(loader) == _order(ds, 1)[3:]
+        assert loader.stats()["batches"] == 7  # the 3 skipped were never read
+        assert epoch_labels(loader) == _order(ds, 2)  # the next epoch whole
+    # anything else still goes to accelerate's own function
+    import torch
+
+    plain = torch.utils.data.DataLoader(list(range(10)), batch_size=2)
+    assert [b.tolist() for b in accelerate.skip_first_batches(plain, 3)] == [[6, 7], [8, 9]]
+
+
+def test_skip_first_batches_whatever_the_import_order(ds):
+    """`import stoker` before or after accelerate and transformers: every name is stoker's
+    wrapper, the user's `from accelerate import skip_first_batches` included."""
+    check = ("import stoker\n"
+             "loader = stoker.Loader(%r, batch_size=4)\n"
+             "assert skip_first_batches(loader, 9) is loader\n"
+             "assert [b['label'].tolist() for b in loader] == [[36, 37, 38, 39]]\n"
+             "import accelerate.accelerator, transformers.trainer\n"
+             "assert accelerate.accelerator.skip_first_batches is skip_first_batches\n"
+             "assert transformers.trainer.skip_first_batches is skip_first_batches\n") % ds.path
+    for first in ("import stoker\nfrom accelerate import skip_first_batches\n",
+                  "import transformers.trainer\nimport stoker\n"
+                  "from accelerate import skip_first_batches\n"):
+        _run([sys.executable, "-c", first + check])
+
+
+# -- transformers' Trainer -------------------------------------------------------------------
+
+def test_hf_trainer_resumes_a_killed_run_exactly(tmp_path):
+    """trainer.train(resume_from_checkpoint=...) over a stoker loader, no patching by the
+    user: a run killed after its checkpoint at step 13 (epoch 1, gradient accumulation
+    2) resumes with exactly the batches the uninterrupted run had from there."""
+    pytest.importorskip("transformers", reason="the test extra installs transformers")
+    import numpy as np
+
+    tokens = tmp_path / "tokens.bin"
+    np.random.default_rng(0).integers(0, 64, 645).astype(np.uint16).tofile(tokens)
+    script = os.path.join(HERE, "hf_trainer.py")
+    full, first, rest = (str(tmp_path / f"{n}.json") for n in ("full", "first", "rest"))
+    _run([sys.executable, script, tokens, tmp_path / "full", full])
+    _run([sys.executable, script, tokens, tmp_path / "run", first, "--save-steps", "13",
+          "--kill-at", "15"], returncode=-9)
+    _run([sys.executable, script, tokens, tmp_path / "run", rest, "--save-steps", "13",
+          "--resume", tmp_path / "run" / "checkpoint-13"])
+    full, first, rest = (json.loads(Path(f).read_text()) for f in (full, first, rest))
+    assert len(full) == 40  # 2 epochs of 20 batches (10 optimizer steps each)
+    assert first == full[:30]
+    assert rest == full[26:]  # 13 steps of 2 batches done
+    assert rest[:14] != full[6:20]  # epoch 1's rows, not epoch 0's
 
 
 # -- torchrun ---------------------------------------------------------------------------------

@@ -437,6 +437,7 @@ class Loader:
         self._pid = os.getpid()
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
+        self._skip: Optional[Tuple[int, int]] = None  # skip(n) not yet taken: (epoch, n)
         self.sampler = _EpochHook(self)
         _live_loaders.add(self)
 
@@ -556,9 +557,10 @@ class Loader:
 
     def skip(self, num_batches: int) -> "Loader":
         """The next iterator starts at batch ``num_batches`` of its epoch (the one
-        ``set_epoch`` gave, else the next), without reading the batches before it, on every
-        rank alike. Returns the loader, so it reads like accelerate's
-        ``skip_first_batches``::
+        ``set_epoch`` gave, else the next, or one ``set_epoch`` names after this call),
+        without reading the batches before it, on every rank alike. Returns the loader, so
+        it reads like accelerate's ``skip_first_batches``, which calls it for a stoker
+        loader (NOTE [ skip_first_batches ] in ``stoker/_accelerate.py``)::
 
             for batch in loader.skip(resume_step):   # this epoch, from resume_step
                 ...
@@ -566,18 +568,29 @@ class Loader:
                 ...
         """
         num_batches = _check_int("num_batches", num_batches, 0)
-        rank, world = self._world()
         epoch = self._core.epoch
+        self._resume_at(epoch, num_batches)
+        # transformers' Trainer skips first and sets the epoch after, as a DataLoader's
+        # SkipBatchSampler allows: set_epoch moves a skip not yet taken to its epoch.
+        self._skip = (epoch, num_batches)
+        return self
+
+    def _resume_at(self, epoch: int, num_batches: int) -> None:
+        rank, world = self._world()
         position = self._producer.consumed_after(epoch, rank, world, 0, num_batches)
         self._core.load_state(epoch, position, world)
-        return self
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iterator runs (its permutation and augmentations); the
         same as ``loader.sampler.set_epoch(epoch)``. Called with the epoch an iterator is
         running, it confirms it: the next iterator runs the one after. A pending resume
-        from ``load_state_dict`` is kept when it is for this epoch."""
-        self._core.set_epoch(_check_int("epoch", epoch, 0))
+        from ``load_state_dict`` is kept when it is for this epoch; a pending ``skip(n)``
+        applies to this epoch."""
+        epoch = _check_int("epoch", epoch, 0)
+        self._core.set_epoch(epoch)
+        if self._skip is not None and self._skip[0] != epoch:
+            self._resume_at(epoch, self._skip[1])
+            self._skip = (epoch, self._skip[1])
 
     @property
     def epoch(self) -> int:
@@ -596,6 +609,7 @@ class Loader:
                 remote.follow(self._shard_schedule)
                 self._following = remote._fetcher
         rank, world = self._world()
+        self._skip = None  # the iterator takes a pending skip from here
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
 
     def _shard_schedule(self, max_shards: int) -> List[int]:
@@ -681,6 +695,7 @@ class Loader:
         world = state.get("world_size", 0)
         world = 0 if world is None else _check_int("state's world_size", world, 0)
         self._core.load_state(epoch, position, world)
+        self._skip = None
 
     # -- threads --------------------------------------------------------------
 
