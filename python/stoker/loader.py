@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import operator
 import os
+import sys
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -438,6 +439,7 @@ class Loader:
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
         self._skip: Optional[Tuple[int, int]] = None  # skip(n) not yet taken: (epoch, n)
+        self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
         self.sampler = _EpochHook(self)
         _live_loaders.add(self)
 
@@ -694,8 +696,20 @@ class Loader:
                              f"{epoch_samples} samples")
         world = state.get("world_size", 0)
         world = 0 if world is None else _check_int("state's world_size", world, 0)
+        _check_lightning_resume(self, world, position, epoch_samples, sys._getframe(1))
         self._core.load_state(epoch, position, world)
         self._skip = None
+        self._loaded = tuple(self._core.state())
+
+    def _pending_resume(self) -> Optional[Tuple[int, int]]:
+        """For a resume loaded and not started yet: (the world size that saved it, the
+        batches the next iterator of this rank yields); else None. stoker.lightning
+        reconciles Lightning's batch counter with it (NOTE [ Elastic resume under
+        Lightning ] in stoker/lightning.py)."""
+        if self._loaded is None or tuple(self._core.state()) != self._loaded:
+            return None
+        rank, world = self._world()
+        return self._loaded[2], self._core.next_batches(rank, world)
 
     # -- threads --------------------------------------------------------------
 
@@ -795,6 +809,31 @@ def _upgrade_state_v1(state: Mapping[str, Any]) -> Dict[str, Any]:
     out["position"] = min(n, done * batch * world)
     out["dataset"] = {"num_records": n}
     return out
+
+
+def _check_lightning_resume(loader: Loader, saved_world: int, position: int, epoch_samples: int,
+                            caller: Any) -> None:
+    """NOTE [ Elastic resume under Lightning ] in stoker/lightning.py: Lightning loading a
+    mid-epoch state of another world size, without stoker.lightning.ElasticResume to
+    correct its batch counter, would end the epoch before the loader's rows run out."""
+    name = caller.f_globals.get("__name__", "")
+    if not (name.startswith(("lightning.pytorch.", "pytorch_lightning."))
+            and name.endswith(".combined_loader")):
+        return
+    world = loader._world()[1]
+    if saved_world in (0, world) or not 0 < position < epoch_samples:
+        return
+    lightning = sys.modules.get("stoker.lightning")
+    if lightning is not None and lightning._active > 0:
+        return
+    raise RuntimeError(
+        f"cannot resume exactly: Lightning restores a mid-epoch checkpoint saved at world size "
+        f"{saved_world} onto {world} processes, and without stoker.lightning.ElasticResume "
+        f"its batch counter (batches of the old world size) would end the epoch before the "
+        f"loader's rows run out. stoker's package adds that callback to every Trainer through "
+        f"an entry point, which this installation lacks: pass "
+        f"callbacks=[stoker.lightning.ElasticResume()] to the Trainer, or resume on "
+        f"{saved_world} processes")
 
 
 class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):

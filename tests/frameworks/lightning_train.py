@@ -8,6 +8,7 @@ of each batch it trains on, validates, tests and predicts (for tests/test_framew
 """
 
 import argparse
+import hashlib
 import json
 import os
 
@@ -54,9 +55,11 @@ class Model(L.LightningModule):
         self.layer = torch.nn.Linear(48, 1)
         self.seen = []
         self.runs = 0  # evaluation runs so far: each one's batches are told apart
+        self.rows = []  # a content hash of every row trained on
 
     def training_step(self, batch, batch_idx):
         self.seen.append([self.current_epoch, batch["label"].tolist()])
+        self.rows += [hashlib.sha1(x.numpy().tobytes()).hexdigest() for x in batch["x"]]
         return self.layer(batch["x"].float().flatten(1)).mean()
 
     def _eval(self, kind, batch):
@@ -128,4 +131,4 @@ if args.evaluate:
     trainer.predict(model)
 with open(f"{args.out}.{trainer.global_rank}", "w") as f:
     json.dump({"rank": trainer.global_rank, "world": trainer.world_size, "seen": model.seen,
-               "pid": os.getpid()}, f)
+               "rows": model.rows, "pid": os.getpid()}, f)
