@@ -321,6 +321,61 @@ def test_hf_trainer_resumes_a_killed_run_exactly(tmp_path):
     assert rest[:14] != full[6:20]  # epoch 1's rows, not epoch 0's
 
 
+@pytest.mark.parametrize("packing", [None, "document"])
+def test_hf_causal_lm_loss_is_the_intended_target(tmp_path, packing):
+    """labels="unshifted": a HuggingFace causal LM (a tiny GPT-2, random weights) given a
+    stoker batch as is, model(**batch).loss, trains on the next token of the same
+    document and nothing else: the cross-entropy computed by hand, each document run
+    through the model on its own, against the targets of labels="shifted"."""
+    pytest.importorskip("transformers", reason="the test extra installs transformers")
+    import numpy as np
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    rng = np.random.default_rng(5)
+    with stoker.ShardWriter(tmp_path / "docs", {"tokens": stoker.tokens("uint16")}) as w:
+        for _ in range(60):
+            w.write({"tokens": rng.integers(0, 64, int(rng.integers(2, 20))).astype(np.uint16)})
+    kw = dict(batch_size=4, seq_len=32, packing=packing, shuffle=True, seed=1)
+    ds = stoker.TokenDataset(tmp_path / "docs")
+    batch = next(iter(stoker.Loader(ds, labels="unshifted", **kw)))
+    targets = next(iter(stoker.Loader(ds, **kw)))["labels"]  # nanoGPT's: the next token
+    if packing is None:
+        assert set(batch) == {"input_ids", "labels"}
+        targets[:, -1] = -100  # the row's last token: its next one is not in the row
+    else:
+        assert list(batch) == ["input_ids", "labels", "position_ids", "cu_seq_lens_q",
+                               "cu_seq_lens_k", "max_length_q", "max_length_k"]
+        cu = batch["cu_seq_lens_q"]
+        assert cu.dtype == torch.int32 and torch.equal(cu, batch["cu_seq_lens_k"])
+        assert batch["max_length_q"] == batch["max_length_k"] == int(cu.diff().max())
+        assert isinstance(batch["max_length_q"], int)  # as DataCollatorWithFlattening
+    torch.manual_seed(0)
+    # use_cache=False: a forward without a KV cache (training) is what makes HF build the
+    # per-document attention mask from position_ids when flash-attention is not in use
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2,
+                                       n_head=2, use_cache=False)).eval()
+    with torch.no_grad():
+        loss = model(**batch).loss
+        # by hand: every sequence of every row through the model alone
+        losses = []
+        ids = batch["input_ids"].flatten()
+        bounds = [0, *range(32, 129, 32)] if packing is None else cu.tolist()
+        for a, b in zip(bounds, bounds[1:]):
+            logits = model(ids[a:b][None]).logits[0]
+            want = targets.flatten()[a:b]
+            keep = want != -100
+            losses.append(torch.nn.functional.cross_entropy(logits[keep], want[keep],
+                                                            reduction="none"))
+        by_hand = torch.cat(losses).mean()
+    assert len(torch.cat(losses)) > 60
+    torch.testing.assert_close(loss, by_hand, rtol=1e-5, atol=1e-6)
+    # the old mistake, shifted labels given to an HF model, trains on token t + 2
+    with torch.no_grad():
+        wrong = model(**{**batch, "labels": next(iter(stoker.Loader(ds, **kw)))["labels"]}).loss
+    assert abs(float(wrong) - float(by_hand)) > 1e-3
+
+
 # -- torchrun ---------------------------------------------------------------------------------
 
 def test_torchrun_loader_made_before_the_process_group(ds, tmp_path):

@@ -242,6 +242,10 @@ class Loader:
             ``csrc/pipeline/loader_core.h``).
         image_layout: ``"HWC"`` or ``"CHW"`` for every image field; None = each field's
             stored layout.
+        labels: token batches: ``"shifted"`` (default; ``labels[i]`` is the next token,
+            nanoGPT's x, y) or ``"unshifted"`` (HuggingFace's: ``labels`` is ``input_ids``
+            with -100 where no loss is taken, the model shifts; packed batches carry
+            ``DataCollatorWithFlattening``'s keys), docs/tokens.md.
         even_batches: without ``drop_last``, pad every rank to the same number of samples
             by wrapping around (True, as DistributedSampler). False, for evaluation: no
             sample is repeated across ranks; every rank still yields ``len(loader)``
@@ -282,6 +286,7 @@ class Loader:
         max_memory: Optional[Union[int, str]] = None,
         stall_warning: Optional[float] = _DEFAULT_STALL_WARNING,
         shard_window: Optional[int] = None,
+        labels: str = "shifted",
         **options: Any,
     ):
         token_options = {}
@@ -312,12 +317,15 @@ class Loader:
                           even_batches=even_batches, seq_len=seq_len, packing=packing,
                           token_dtype=token_dtype, max_tokens=max_tokens,
                           max_memory=max_memory, stall_warning=stall_warning,
-                          shard_window=shard_window, **token_options)
+                          shard_window=shard_window, labels=labels, **token_options)
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
             max_tokens is not None or packing is not None or bool(token_options)
         if not self._tokens and not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
+        if not self._tokens and labels != "shifted":
+            raise ValueError("labels= applies to token batches (seq_len=, packing=, "
+                             "max_tokens=)")
         if self._tokens and (transforms or image_layout is not None):
             raise ValueError("transforms and image_layout apply to image fields, not to token "
                              "batches (seq_len=, packing=, max_tokens=)")
@@ -395,7 +403,7 @@ class Loader:
             producer = _make_producer(dataset, batch_size=batch_size, shuffle=self.shuffle,
                                       seed=seed, drop_last=self.drop_last, seq_len=seq_len,
                                       packing=packing, token_dtype=token_dtype,
-                                      max_tokens=max_tokens, **token_options)
+                                      max_tokens=max_tokens, labels=labels, **token_options)
             if not isinstance(dataset, TokenDataset):
                 dataset = TokenDataset(dataset, field=token_options.get("field"))
             self.dataset = dataset
@@ -415,6 +423,10 @@ class Loader:
                 self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
                 images, self.num_threads)
         self._producer = producer
+        self.labels = labels
+        # labels="unshifted" with packing: HF's max_length_q/_k as ints, from a shape
+        # (NOTE in csrc/pipeline/token_producer.h, "Label conventions")
+        self._hf_lengths = self._tokens and labels == "unshifted" and packing is not None
 
         options = _core.LoaderOptions()
         options.num_threads = self.num_threads
@@ -846,6 +858,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._follow_dist = loader._rank is None or loader._world_size is None
         self._pid = os.getpid()
         self._stream_device = loader._stream_device
+        self._hf_lengths = loader._hf_lengths
 
     def __iter__(self) -> "_LoaderIter":
         return self
@@ -873,7 +886,10 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         if caps is None:
             self._loader._report_skipped()
             raise StopIteration
-        return {name: _tensor_from_capsule(cap) for name, cap in caps}
+        batch = {name: _tensor_from_capsule(cap) for name, cap in caps}
+        if self._hf_lengths:
+            batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
+        return batch
 
     @property
     def epoch(self) -> int:

@@ -29,7 +29,7 @@ class StokerTrainer(Trainer):
     def get_train_dataloader(self):
         return stoker.Loader(stoker.TokenDataset(args.tokens, dtype="uint16"), batch_size=2,
                              seq_len=16, shuffle=True, seed=self.args.seed, num_threads=1,
-)
+                             labels="unshifted")
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         seen.append(inputs["input_ids"].tolist())
