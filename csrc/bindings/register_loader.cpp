@@ -11,7 +11,8 @@
 #include "bindings/image_spec.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
-#include "pipeline/record_producer.h"
+#include "pipeline/window.h"
+#include "producers/record_producer.h"
 
 namespace py = pybind11;
 
@@ -94,6 +95,17 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["bottleneck_stage"] =
       s.bottleneck_stage.empty() ? py::object(py::none()) : py::object(py::str(s.bottleneck_stage));
   d["verdict"] = s.verdict;
+  d["samples_per_second"] = s.samples_per_second;
+  d["data_stall"] = s.data_stall;
+  d["copy_gbps"] = s.copy_gbps;
+  const StageSecondsPerBatch& per = s.stage_seconds_per_batch;
+  py::dict stages;
+  stages["read"] = per.read;
+  stages["decode"] = per.decode;
+  stages["ops"] = per.ops;
+  stages["plan"] = per.plan;
+  stages["copy"] = per.copy;
+  d["stage_seconds_per_batch"] = stages;
   return d;
 }
 
@@ -143,6 +155,7 @@ void register_loader(py::module_& m) {
   py::class_<Delivery, std::shared_ptr<Delivery>>(
       m, "Delivery", "How batches reach the consumer (a device copy).");
 
+  m.attr("MAX_PREFETCH") = kMaxPrefetch;  // batches in flight per stream, at most
   py::class_<LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())
       .def_readwrite("num_threads", &LoaderOptions::num_threads)

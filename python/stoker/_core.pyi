@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 __version__: str
+MAX_PREFETCH: int
 
 def build_info() -> Dict[str, Any]: ...
 

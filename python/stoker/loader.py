@@ -27,7 +27,6 @@ __all__ = ["Loader"]
 
 _STATE_VERSION = 2
 _DEFAULT_MAX_PIXELS = 100_000_000
-_MAX_PREFETCH = 1024  # batches in flight per iterator; memory is prefetch x batch bytes
 # prefetch=None: the ring's capacity, the largest window the tuner may choose (within
 # max_memory); batches copied ahead to the device (device="cuda").
 _AUTO_MAX_PREFETCH = 64
@@ -361,7 +360,7 @@ class Loader:
                                       "a positive int or None")
         if prefetch is None:
             prefetch = _AUTO_MAX_PREFETCH
-        self.prefetch = _check_int("prefetch", prefetch, 1, _MAX_PREFETCH,
+        self.prefetch = _check_int("prefetch", prefetch, 1, _core.MAX_PREFETCH,
                                    "a positive int or None")
         if max_memory is None:
             max_memory = _default_max_memory()
@@ -725,16 +724,7 @@ class Loader:
         settled), max_threads, max_memory, batch_bytes (the largest batch); live_workers,
         host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
         copy_seconds (device time), copy_gbps, device_buffers, device_bytes."""
-        s = self._core.stats()
-        run = s["run_seconds"]
-        s["samples_per_second"] = s["samples"] / run if run > 0 else 0.0
-        s["data_stall"] = min(1.0, s["wait_seconds"] / run) if run > 0 else 0.0
-        copy = s["copy_seconds"]
-        s["copy_gbps"] = s["copy_bytes"] / copy / 1e9 if copy > 0 else 0.0
-        n = s["batches"]
-        per = {k: s[k + "_seconds"] / n if n else 0.0 for k in ("read", "decode", "ops", "plan")}
-        per["copy"] = copy / s["copies"] if s["copies"] else 0.0
-        s["stage_seconds_per_batch"] = per
+        s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
         if self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens

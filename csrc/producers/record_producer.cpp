@@ -1,9 +1,9 @@
-#include "pipeline/record_producer.h"
+#include "producers/record_producer.h"
 
 #include <algorithm>
 
 #include "common/error.h"
-#include "pipeline/batch_planner.h"
+#include "producers/batch_planner.h"
 
 namespace stoker {
 
