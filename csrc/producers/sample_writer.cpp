@@ -226,7 +226,7 @@ class SampleWriter {
     uint8_t* dst = base_ + out.offset + static_cast<size_t>(pos) * plan.sample_bytes;
     const RecordView& v = views_[f];
     if (spec.kind == FieldKind::kImage) {
-      const uint64_t seed = hash_combine(b_.sample_seed_, static_cast<uint64_t>(index) * 64 + f);
+      const uint64_t seed = sample_draw_seed(b_.sample_seed_, index, src_.draw_keys[f]);
       if (image_decode_ns_ < 0) image_decode_ns_ = 0;
       src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_);
       set_activity(Activity::kDecoding);

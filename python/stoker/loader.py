@@ -403,15 +403,17 @@ class Loader:
             if remote is not None:  # a cache smaller than the dataset needs a shard order
                 remote.check_window(shard_window, self.shuffle)
             self.transforms = self._check_transforms(transforms or {})
-            images = {}
-            for name, f in dataset.fields.items():
-                if isinstance(f, Image):
-                    images[name] = (image_layout or f.layout,
-                                    _specs(self.transforms.get(name, [])), max_image_pixels)
-            producer = _core.RecordProducer(
-                dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
-                self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
-                images, self.num_threads)
+            images = {name: _core.ImageFieldSpec(image_layout or f.layout, max_image_pixels)
+                      for name, f in dataset.fields.items() if isinstance(f, Image)}
+            groups = [_core.TransformSpec([name], _specs(ops))
+                      for name, ops in self.transforms.items() if ops]
+            sampler = _core.SamplerOptions(
+                batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
+                drop_last=self.drop_last, even_batches=self.even_batches,
+                shard_window=shard_window or 0)
+            producer = _core.RecordProducer(dataset._core, _core.RecordOptions(
+                sampler=sampler, skip_errors=on_error == "skip", images=images,
+                transforms=groups, threads_hint=self.num_threads))
         self._producer = producer
 
         options = _core.LoaderOptions()
