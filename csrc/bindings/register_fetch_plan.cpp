@@ -3,7 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "pipeline/loader_core.h"
-#include "pipeline/record_producer.h"
+#include "producers/record_producer.h"
 #include "sampler/fetch_plan.h"
 
 namespace py = pybind11;

@@ -1,4 +1,4 @@
-#include "pipeline/batch_planner.h"
+#include "producers/batch_planner.h"
 
 #include <algorithm>
 #include <exception>
@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "common/stop_flag.h"
-#include "pipeline/sample_writer.h"
+#include "producers/sample_writer.h"
 
 namespace stoker {
 
