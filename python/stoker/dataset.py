@@ -7,11 +7,11 @@ import os
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _core
 from . import _generations as gen
-from ._index import INDEX_NAME, parse_index, shard_identity
+from ._index import INDEX_NAME, Index, parse_index, shard_identity
 from .fields import Field, core_specs
 
 __all__ = ["Dataset"]
@@ -87,10 +87,11 @@ class Dataset:
             self._remote_args = {"cache_dir": cache_dir, "cache_limit": cache_limit,
                                  "storage_options": storage_options, "preload": preload,
                                  "retry": retry, "stall_timeout": stall_timeout}
-            extra = {} if stall_timeout is None else {"stall_timeout": stall_timeout}
             self.remote = RemoteDataset(os.fspath(path), cache_dir=cache_dir,
                                         cache_limit=cache_limit,
-                                        storage_options=storage_options, retry=retry, **extra)
+                                        storage_options=storage_options, retry=retry,
+                                        stall_timeout=30.0 if stall_timeout is None
+                                        else stall_timeout)
             try:
                 self._open_remote()
             except BaseException:
@@ -170,11 +171,9 @@ class Dataset:
         assert remote is not None  # set by __init__ for a URL
         self.path = remote.url
         self.index_path = f"{remote.url}/{INDEX_NAME}"
-        ix = remote.parsed
-        self.fields, self._hash, self.version = ix.fields, ix.schema_hash, ix.version
-        self.dataset_id, self.generation = ix.dataset_id, ix.generation
-        index = ix.raw
+        index = self._take_index(remote.parsed)
         specs = core_specs(self.fields)
+        shards: List[Tuple[Any, ...]]
         if _wants_preload(self._preload, index):
             paths = remote.fetch_all()
             try:
@@ -199,6 +198,11 @@ class Dataset:
             weakref.finalize(self, remote.close)
         self._opened(index)
 
+    def _holding(self, shards: List[int]) -> ContextManager[None]:
+        """A remote dataset's shards made local and kept while the block runs."""
+        assert self.remote is not None  # only deferred (remote) datasets come here
+        return self.remote.holding(shards)
+
     @property
     def tier(self) -> str:
         """Where reads are served from: ``"memory"`` (read whole at open: ``preload``),
@@ -220,7 +224,9 @@ class Dataset:
                 UserWarning, stacklevel=4)
 
     def _parse_index(self, raw: bytes) -> Dict[str, Any]:
-        ix = parse_index(raw, self.index_path)
+        return self._take_index(parse_index(raw, self.index_path))
+
+    def _take_index(self, ix: Index) -> Dict[str, Any]:
         self.fields: Dict[str, Field] = ix.fields
         self._hash = ix.schema_hash
         self.version: int = ix.version
@@ -244,7 +250,7 @@ class Dataset:
         if not 0 <= i < n:
             raise IndexError(f"index out of range for a dataset of {n} samples")
         if self._core.deferred:
-            with self.remote.holding([self._core.locate(i)[0]]):
+            with self._holding([self._core.locate(i)[0]]):
                 payloads = self._core.read(i)
         else:
             payloads = self._core.read(i)
@@ -268,7 +274,7 @@ class Dataset:
             raise IndexError(f"shard {i} out of range for a dataset of {len(self._shards)} "
                              "shards")
         if self._core.deferred:
-            with self.remote.holding([i]):
+            with self._holding([i]):
                 self._core.open_shard(i)
         else:
             self._core.open_shard(i)
@@ -288,7 +294,7 @@ class Dataset:
         bad = []
         nbytes = 0
         for s, entry in enumerate(self._shards):
-            with (self.remote.holding([s]) if self._core.deferred
+            with (self._holding([s]) if self._core.deferred
                   else contextlib.nullcontext()):
                 crc, bad_records = self._core.verify_shard(s)
             path = self._core.shard_path(s)
@@ -329,7 +335,7 @@ def _wants_preload(preload: Union[bool, str], index: Dict[str, Any]) -> bool:
     """Whether to read the dataset into memory at open: always with ``preload=True``;
     with ``"auto"``, when its shards take at most :func:`preload_auto_limit` bytes."""
     if preload == "auto":
-        return sum(s["bytes"] for s in index["shards"]) <= preload_auto_limit()
+        return bool(sum(s["bytes"] for s in index["shards"]) <= preload_auto_limit())
     return bool(preload)
 
 

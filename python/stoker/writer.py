@@ -170,8 +170,8 @@ class ShardWriter:
             gen.create_lease_file(state.generation_dir)
         except OSError as e:
             state.discard()  # releases the writer lock
-            if e.filename is not None or (e.strerror and self.path in e.strerror):
-                raise
+            if e.errno is None or e.filename is not None or self.path in str(e):
+                raise  # names its path already
             raise OSError(e.errno, f"{self.path}: cannot start writing: {e.strerror}") from e
         except BaseException:
             state.discard()
