@@ -316,7 +316,7 @@ def test_slow_first_batch_says_what_the_workers_do(tmp_path, monkeypatch, caplog
     loader = stoker.Loader(ds, batch_size=3, num_threads=1, prefetch=1,
                            transforms={"image": [stoker.ops.Resize((900, 1200))]})
     batch = next(iter(loader))
-    assert batch["image"].shape == (3, 900, 1200, 3)
+    assert batch["image"].shape == (3, 3, 900, 1200)
     lines = [r.getMessage() for r in caplog.records if r.name == "stoker"]
     waiting = [m for m in lines if "first batch of epoch 0 is not ready after" in m]
     assert waiting, lines

@@ -178,7 +178,7 @@ class Loader:
                                                      stoker.ops.RandomHorizontalFlip()]})
         for epoch in range(10):
             loader.set_epoch(epoch)
-            for batch in loader:   # {"image": uint8[256, 224, 224, 3], "label": int64[256]}
+            for batch in loader:   # {"image": uint8[256, 3, 224, 224], "label": int64[256]}
                 ...
 
     Guarantees:
@@ -240,8 +240,13 @@ class Loader:
         prefetch_next_epoch: start loading the next epoch's first batches while this
             epoch's last ones are handed out (NOTE [ Next-epoch prefetch ] in
             ``csrc/pipeline/loader_core.h``).
-        image_layout: ``"HWC"`` or ``"CHW"`` for every image field; None = each field's
-            stored layout.
+        image_layout: how image fields are delivered. None (default): in PyTorch's
+            ``[N, C, H, W]`` shape; a field decoded ``"HWC"`` (``stoker.image()``'s default,
+            what libjpeg-turbo writes) comes as that memory viewed with ``channels_last``
+            strides, no copy, which channels-last training takes as is (``.contiguous()``
+            makes a plain NCHW copy); a field of ``stoker.image(layout="CHW")`` comes
+            contiguous. ``"CHW"``: decoded planar, contiguous ``[N, C, H, W]``. ``"HWC"``:
+            ``[N, H, W, C]`` (the default of stoker 0.1.0).
         labels: token batches: ``"shifted"`` (default; ``labels[i]`` is the next token,
             nanoGPT's x, y) or ``"unshifted"`` (HuggingFace's: ``labels`` is ``input_ids``
             with -100 where no loss is taken, the model shifts; packed batches carry
@@ -398,6 +403,7 @@ class Loader:
         self.image_layout = image_layout
         max_image_pixels = _check_int("max_image_pixels", max_image_pixels, 1)
 
+        self._nchw_views: Tuple[str, ...] = ()
         if self._tokens:
             self.transforms = {}
             producer = _make_producer(dataset, batch_size=batch_size, shuffle=self.shuffle,
@@ -414,10 +420,18 @@ class Loader:
                 remote.check_window(shard_window, self.shuffle)
             self.transforms = self._check_transforms(transforms or {})
             images = {}
+            nchw_views = []
             for name, f in dataset.fields.items():
                 if isinstance(f, Image):
-                    images[name] = (image_layout or f.layout,
-                                    _specs(self.transforms.get(name, [])), max_image_pixels)
+                    # decoded in the layout asked for, else the field's own; by default
+                    # delivered as NCHW in shape, an HWC decode viewed with channels_last
+                    # strides (no copy; NOTE in _LoaderIter.__next__)
+                    layout = image_layout or f.layout
+                    if image_layout is None and layout == "HWC":
+                        nchw_views.append(name)
+                    images[name] = (layout, _specs(self.transforms.get(name, [])),
+                                    max_image_pixels)
+            self._nchw_views = tuple(nchw_views)
             producer = _core.RecordProducer(
                 dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
                 self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
@@ -859,6 +873,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._pid = os.getpid()
         self._stream_device = loader._stream_device
         self._hf_lengths = loader._hf_lengths
+        self._nchw_views = loader._nchw_views
 
     def __iter__(self) -> "_LoaderIter":
         return self
@@ -887,6 +902,10 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             self._loader._report_skipped()
             raise StopIteration
         batch = {name: _tensor_from_capsule(cap) for name, cap in caps}
+        # Images decoded HWC (libjpeg-turbo's interleaved RGB) reach the loop in
+        # PyTorch's NCHW shape: the same memory, with channels_last strides.
+        for name in self._nchw_views:
+            batch[name] = batch[name].permute(0, 3, 1, 2)
         if self._hf_lengths:
             batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
         return batch
