@@ -92,6 +92,47 @@ def test_names_frameworks_probe_answer_without_raising(ds):
     assert epoch_labels(loader) == _order(ds, 4)
 
 
+# -- habits ----------------------------------------------------------------------------------
+
+def test_loader_and_dataset_as_context_managers(tmp_path):
+    from conftest import settled_thread_count, stoker_threads
+
+    with stoker.Dataset(write_dataset(tmp_path / "d", 40).path) as ds:
+        with stoker.Loader(ds, batch_size=4, num_threads=2) as loader:
+            first = epoch_labels(loader)
+            assert stoker_threads()
+        assert settled_thread_count() and not stoker_threads()  # closed: no worker left
+        assert epoch_labels(loader) == first  # a closed loader stays usable
+        kept = stoker.Loader(ds, batch_size=4)
+    assert ds.closed and "closed" in repr(ds)
+    with pytest.raises(ValueError, match="closed"):
+        ds[0]
+    with pytest.raises(ValueError, match="closed"):
+        stoker.Loader(ds, batch_size=4)
+    # a loader made before goes on over its own reference to the shards
+    assert epoch_labels(kept) == first and kept.state_dict()["dataset"]["num_records"] == 40
+
+
+def test_epoch_and_state_after_a_break(ds):
+    """After a break out of epoch 0, loader.epoch says what the loader runs next (epoch
+    1) and state_dict() what a resume continues (the rest of epoch 0), as documented."""
+    loader = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    state = loader.state_dict()
+    assert loader.epoch == 1 and (state["epoch"], state["position"]) == (0, 12)
+    resumed = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
+    resumed.load_state_dict(state)
+    assert resumed.epoch == 0 and epoch_labels(resumed) == _order(ds, 0)[3:]
+    assert epoch_labels(loader) == _order(ds, 1)
+
+
+def test_even_batches_false_with_drop_last_is_an_error(ds):
+    with pytest.raises(ValueError, match="even_batches=False does nothing with drop_last"):
+        stoker.Loader(ds, batch_size=4, drop_last=True, even_batches=False)
+
+
 # -- Lightning -------------------------------------------------------------------------
 
 def test_lightning_single_process_epochs_and_checkpoint_resume(ds, tmp_path):

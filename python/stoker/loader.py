@@ -255,7 +255,8 @@ class Loader:
             by wrapping around (True, as DistributedSampler). False, for evaluation: no
             sample is repeated across ranks; every rank still yields ``len(loader)``
             batches, so a rank's last batch may be shorter (or empty), and gathering the
-            results of all ranks gives exactly the dataset.
+            results of all ranks gives exactly the dataset. False with ``drop_last=True``
+            is an error (drop_last already repeats nothing).
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -328,6 +329,8 @@ class Loader:
             max_tokens is not None or packing is not None or bool(token_options)
         if not self._tokens and not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
+        if getattr(dataset, "closed", False):
+            raise ValueError(f"{dataset.path}: the stoker.Dataset is closed")
         if not self._tokens and labels != "shifted":
             raise ValueError("labels= applies to token batches (seq_len=, packing=, "
                              "max_tokens=)")
@@ -340,6 +343,10 @@ class Loader:
             batch_size = _check_int("batch_size", 1 if batch_size is None else batch_size, 1)
         elif batch_size is not None:
             batch_size = _check_int("batch_size", batch_size, 1)
+        if drop_last and not even_batches:
+            raise ValueError("even_batches=False does nothing with drop_last=True: drop_last "
+                             "already gives every rank the same whole batches, repeating no "
+                             "sample; pass one or the other")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused
@@ -461,6 +468,8 @@ class Loader:
         self.device = torch.device("cpu") if fake else target
         self._stream_device = target if target.type == "cuda" and not fake else None
         self._core = _core.LoaderCore(producer, options)
+        self._ident: Optional[Dict[str, Any]] = None
+        self._identity()
         self._pid = os.getpid()
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
@@ -622,7 +631,9 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iterator will run."""
+        """The epoch the next iterator will run. After a ``break`` out of epoch e this is
+        e + 1, while ``state_dict()`` still says epoch e and the samples consumed: the
+        rest of e is what a resume from that state continues; this loader starts e + 1."""
         return self._core.epoch
 
     def __iter__(self) -> "_LoaderIter":
@@ -655,6 +666,11 @@ class Loader:
     # -- resume ---------------------------------------------------------------
 
     def _identity(self) -> Dict[str, Any]:
+        if self._ident is None:  # fixed for the loader's life (the dataset may be closed)
+            self._ident = self._dataset_identity()
+        return self._ident
+
+    def _dataset_identity(self) -> Dict[str, Any]:
         if self._tokens:
             ds = self.dataset
             ident = {"epoch_samples": self._producer.epoch_samples(),
@@ -742,9 +758,16 @@ class Loader:
     def close(self) -> None:
         """Stops every worker thread of this loader now, ends its iterators, and drops a
         next-epoch prefetch. Batches already yielded stay valid, and the loader stays
-        usable: the next ``iter()`` starts its workers again."""
+        usable: the next ``iter()`` starts its workers again. ``with stoker.Loader(...)
+        as loader:`` closes it at the end of the block."""
         if os.getpid() == self._pid:
             self._core.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- pickling ---------------------------------------------------------------
 
