@@ -299,6 +299,20 @@ def test_accelerate_under_torchrun(ds, tmp_path):
     assert res[0]["eval_batches"] == res[1]["eval_batches"] == 6
 
 
+def test_accelerate_save_state_resumed_on_more_processes(ds, tmp_path):
+    """save_state after 3 batches of 1 process, load_state on 2: the two ranks train on
+    exactly the rows the first run had not, each once."""
+    script = os.path.join(HERE, "accelerate_elastic.py")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    _run([sys.executable, script, ds.path, state, out + "-one", "save", "3"])
+    _torchrun("accelerate_elastic.py", ds.path, state, out, "resume")
+    before = _results(out + "-one", 1)[0]["labels"]
+    after = [r["labels"] for r in _results(out, 2)]
+    assert before == sum(_order(ds, 0, seed=7)[:3], [])
+    assert len(after[0]) == len(after[1]) == 14
+    assert sorted(before + after[0] + after[1]) == list(range(40))
+
+
 def test_accelerate_skip_first_batches_is_loader_skip(ds):
     """accelerate's skip_first_batches (and Accelerator's, and the name transformers'
     Trainer imports) take a stoker.Loader: the same loader, starting at batch n of the
@@ -360,6 +374,18 @@ def test_hf_trainer_resumes_a_killed_run_exactly(tmp_path):
     assert first == full[:30]
     assert rest == full[26:]  # 13 steps of 2 batches done
     assert rest[:14] != full[6:20]  # epoch 1's rows, not epoch 0's
+    # The same checkpoint as 2 processes save it (one RNG file per rank), resumed by 1:
+    # the Trainer's step arithmetic means other samples there, and that is refused.
+    import shutil
+
+    two = tmp_path / "two" / "checkpoint-13"
+    shutil.copytree(tmp_path / "run" / "checkpoint-13", two)
+    for rank in range(2):
+        shutil.copy(two / "rng_state.pth", two / f"rng_state_{rank}.pth")
+    os.remove(two / "rng_state.pth")
+    p = _run([sys.executable, script, tokens, tmp_path / "two", tmp_path / "two.json",
+              "--resume", two], returncode=1)
+    assert "saved by 2 process(es) and this run has 1" in p.stderr
 
 
 @pytest.mark.parametrize("packing", [None, "document"])
