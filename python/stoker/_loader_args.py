@@ -20,7 +20,6 @@ from .fields import Field, Image
 from .ops import Op
 
 DEFAULT_MAX_PIXELS = 100_000_000
-MAX_PREFETCH = 1024  # batches in flight per iterator; memory is prefetch x batch bytes
 # prefetch=None: the ring's capacity, the largest window the tuner may choose (within
 # max_memory); batches copied ahead to the device (device="cuda").
 AUTO_MAX_PREFETCH = 64
@@ -174,7 +173,7 @@ def check_settings(num_threads: Optional[int], prefetch: Optional[int],
     threads = check_int("num_threads", default_threads() if num_threads is None else num_threads,
                         1, 4096, "a positive int or None")
     window = check_int("prefetch", AUTO_MAX_PREFETCH if prefetch is None else prefetch, 1,
-                       MAX_PREFETCH, "a positive int or None")
+                       _core.MAX_PREFETCH, "a positive int or None")
     if max_memory is None:
         max_memory = default_max_memory()
     elif isinstance(max_memory, str):
