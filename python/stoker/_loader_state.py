@@ -109,6 +109,6 @@ def check_lightning_resume(world_now: int, saved_world: int, position: int,
         f"{saved_world} onto {world_now} processes, and without stoker.lightning.ElasticResume "
         f"its batch counter (batches of the old world size) would end the epoch before the "
         f"loader's rows run out. stoker's package adds that callback to every Trainer through "
-        f"an entry point, which this installation lacks: pass "
+        f"an entry point, which this installation lacks: import stoker.lightning and pass "
         f"callbacks=[stoker.lightning.ElasticResume()] to the Trainer, or resume on "
         f"{saved_world} processes")
