@@ -127,20 +127,23 @@ class _PatchAfterExec(importlib.abc.Loader):
     def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
         _patch_loaded()
+        _uninstall()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds accelerate.data_loader through the other finders and wraps its loader; then
-    leaves sys.meta_path."""
+    """Finds accelerate.data_loader through the other finders and wraps its loader, which
+    takes the finder off sys.meta_path once the module has run (a find_spec alone, as
+    importlib.util.find_spec makes, leaves it in place)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Optional[Any]:
         if fullname != _DEFINED_IN:
             return None
-        _uninstall()
         for finder in sys.meta_path:
+            if finder is self:
+                continue
             find_spec = getattr(finder, "find_spec", None)
             spec = find_spec(fullname, path, target) if find_spec is not None else None
             if spec is not None:
