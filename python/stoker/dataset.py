@@ -206,7 +206,10 @@ class Dataset:
     @property
     def tier(self) -> str:
         """Where reads are served from: ``"memory"`` (read whole at open: ``preload``),
-        ``"remote"`` (shards downloading into a local cache) or ``"mmap"``."""
+        ``"remote"`` (shards downloading into a local cache) or ``"mmap"`` (``"closed"``
+        once closed)."""
+        if self.closed:
+            return "closed"
         if self._core.in_memory:
             return "memory"
         return "remote" if self._core.deferred else "mmap"
@@ -236,6 +239,28 @@ class Dataset:
 
     def __len__(self) -> int:
         return len(self._core)
+
+    def close(self) -> None:
+        """Lets go of what this Dataset holds: its shard mappings (unmapped once the loaders
+        made from it are done with them too) and, for a remote dataset, the fetcher and
+        its threads (close loaders of a remote dataset first: they read through it).
+        Reading the dataset afterwards raises ``ValueError``; closing twice is harmless.
+        ``with stoker.Dataset(path) as ds:`` closes it at the end of the block."""
+        if isinstance(self._core, _Closed):
+            return
+        if self.remote is not None:
+            self.remote.close()
+        self._core = _Closed(self.path)
+
+    @property
+    def closed(self) -> bool:
+        return isinstance(self._core, _Closed)
+
+    def __enter__(self) -> "Dataset":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def __getitem__(self, i: int) -> Dict[str, Any]:
         n = len(self)
@@ -328,6 +353,8 @@ class Dataset:
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}: {f!r}" for n, f in self.fields.items())
+        if self.closed:
+            return f"stoker.Dataset({self.path!r}, closed, {{{fields}}})"
         return f"stoker.Dataset({self.path!r}, {len(self)} samples, {{{fields}}})"
 
 
@@ -354,6 +381,21 @@ def preload_auto_limit() -> int:
     if avail is None:
         avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     return min(avail // 4, 16 * 2**30)
+
+
+class _Closed:
+    """A closed Dataset's ``_core``: any use says so."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def _refuse(self, *args: Any) -> Any:
+        raise ValueError(f"{self._path}: this stoker.Dataset is closed")
+
+    __len__ = _refuse
+
+    def __getattr__(self, name: str) -> Any:
+        return self._refuse()
 
 
 def _reopen(path: str, identity: Dict[str, Any],
