@@ -66,6 +66,8 @@ class Dataset:
     before it is retried; default 30): see ``docs/sources.md``.
     """
 
+    _core: Any  # the C++ dataset (_core.Dataset), or _Closed once closed
+
     def __init__(self, path: Union[str, "os.PathLike[str]"], *, check_shards: bool = True,
                  cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
                  cache_limit: Optional[Union[int, str]] = None,
