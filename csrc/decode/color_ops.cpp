@@ -1,0 +1,522 @@
+#include "decode/color_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+
+namespace stoker {
+
+// NOTE [ Fused colour passes ]
+//
+// torchvision applies each colour op to the whole image in turn: a ColorJitter
+// reads and writes every pixel four times, RandAugment's colour ops once each.
+// Here a list of steps is cut into passes; each pass reads a row, runs its
+// kernels on the row while it is in L1 (a composed 256-entry table per
+// channel, or a cross-channel kernel: saturation, hue, grayscale), writes it
+// back, and accumulates what the first step of the next pass needs:
+//
+//   brightness, saturation | contrast, hue          (ColorJitter, one order)
+//   [------ pass 1 ------]   [---- pass 2 ----]
+//                 gathers: mean of the gray  ^ uses it to build its table
+//
+// A step needing a statistic of its own input (contrast: mean of the gray;
+// equalize: histograms; autocontrast: min/max, read from the histograms) starts
+// a pass; so does sharpness, a 3x3 stencil, which keeps the two original rows
+// it still needs in a ring while it writes in place. A list that starts with
+// a statistic step gets a read-only pass first. The results are the same as
+// applying the steps one by one, since every kernel computes what the step
+// alone would.
+
+namespace {
+
+constexpr float kGrayR = 0.2989f, kGrayG = 0.587f, kGrayB = 0.114f;
+
+bool needs_stats(ColorKind k) {
+  return k == ColorKind::kContrast || k == ColorKind::kEqualize || k == ColorKind::kAutocontrast;
+}
+
+bool is_table(ColorKind k) {
+  switch (k) {
+    case ColorKind::kBrightness:
+    case ColorKind::kContrast:
+    case ColorKind::kPosterize:
+    case ColorKind::kSolarize:
+    case ColorKind::kInvert:
+    case ColorKind::kEqualize:
+    case ColorKind::kAutocontrast:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What a pass gathers over its output for the next pass.
+struct Stats {
+  bool want_gray = false;
+  bool want_hist = false;
+  int64_t gray_sum = 0;
+  uint32_t hist[3][256];
+  int64_t pixels = 0;
+};
+
+struct Pass {
+  size_t begin = 0, end = 0;  // steps [begin, end); a stats-only pass has none
+  bool read_only = false;
+  bool sharpen = false;
+  float sharp_factor = 1;
+  bool gather_gray = false;  // for the next pass
+  bool gather_hist = false;
+};
+
+// Cuts steps into passes (NOTE [ Fused colour passes ]).
+void plan_passes(const ColorStep* steps, size_t n, int channels, int width, int height,
+                 std::vector<Pass>& passes) {
+  passes.clear();
+  auto gather_for = [&](Pass& p, ColorKind next) {
+    if (next == ColorKind::kContrast) p.gather_gray = true;
+    if (next == ColorKind::kEqualize || next == ColorKind::kAutocontrast) p.gather_hist = true;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const ColorKind k = steps[i].kind;
+    if (channels == 1 &&
+        (k == ColorKind::kSaturation || k == ColorKind::kHue || k == ColorKind::kGrayscale))
+      continue;  // no-ops on one channel, as in torchvision
+    const bool sharpen = k == ColorKind::kSharpness;
+    if (sharpen && (width <= 2 || height <= 2)) continue;  // torchvision returns such images as is
+    const bool open = !passes.empty() && !passes.back().read_only;
+    const bool pass_empty =
+        open && passes.back().begin == passes.back().end && !passes.back().sharpen;
+    if (sharpen || needs_stats(k)) {
+      if (!open) {
+        if (needs_stats(k)) {  // a statistic of the untouched input
+          Pass stats;
+          stats.read_only = true;
+          gather_for(stats, k);
+          passes.push_back(stats);
+        }
+      } else if (!pass_empty) {
+        if (needs_stats(k)) gather_for(passes.back(), k);
+      }
+      if (!open || !pass_empty) {
+        Pass p;
+        p.begin = p.end = i;
+        passes.push_back(p);
+      }
+      if (sharpen) {
+        passes.back().sharpen = true;
+        passes.back().sharp_factor = steps[i].value;
+        passes.back().begin = passes.back().end = i + 1;
+        continue;
+      }
+    } else if (!open) {
+      Pass p;
+      p.begin = p.end = i;
+      passes.push_back(p);
+    }
+    passes.back().end = i + 1;
+  }
+}
+
+// Thread-local buffers of the passes.
+struct ColorScratch {
+  std::vector<Pass> passes;
+  std::vector<uint8_t> ring[2];  // sharpness: the original rows y-1 and y
+  std::vector<uint8_t> out_row;  // sharpness: the output row before the kernels
+  std::vector<float> f[3];       // cross-channel kernels: planar floats of a row
+  Stats stats;
+};
+
+ColorScratch& color_scratch() {
+  thread_local ColorScratch s;
+  return s;
+}
+
+// One kernel of a pass: a table per channel, or a cross-channel step.
+struct Kernel {
+  ColorKind kind;  // kBrightness stands for "table"
+  float value = 0;
+  uint8_t lut[3][256];
+};
+
+// x * f, clamped and truncated as `.to(torch.uint8)`.
+inline uint8_t trunc_u8(float v) {
+  v = v < 0.f ? 0.f : v > 255.f ? 255.f : v;
+  return static_cast<uint8_t>(v);
+}
+
+// The table of one step for channel c, given the statistics of its input.
+void step_table(const ColorStep& s, const Stats& st, int c, uint8_t* lut) {
+  const float f = s.value;
+  switch (s.kind) {
+    case ColorKind::kBrightness:
+      for (int x = 0; x < 256; ++x) lut[x] = trunc_u8(static_cast<float>(x) * f);
+      return;
+    case ColorKind::kContrast: {
+      const float mean =
+          static_cast<float>(static_cast<double>(st.gray_sum) / static_cast<double>(st.pixels));
+      const float g = (1.0f - f) * mean;
+      for (int x = 0; x < 256; ++x) lut[x] = trunc_u8(static_cast<float>(x) * f + g);
+      return;
+    }
+    case ColorKind::kPosterize: {
+      const int bits = static_cast<int>(f);
+      const int mask = bits >= 8 ? 0xFF : ((1 << bits) - 1) << (8 - bits);
+      for (int x = 0; x < 256; ++x) lut[x] = static_cast<uint8_t>(x & mask);
+      return;
+    }
+    case ColorKind::kSolarize:
+      for (int x = 0; x < 256; ++x)
+        lut[x] =
+            static_cast<float>(x) >= f ? static_cast<uint8_t>(255 - x) : static_cast<uint8_t>(x);
+      return;
+    case ColorKind::kInvert:
+      for (int x = 0; x < 256; ++x) lut[x] = static_cast<uint8_t>(255 - x);
+      return;
+    case ColorKind::kEqualize: {
+      // PIL's table, as torchvision's equalize_image: step = (pixels not in
+      // the last non-empty bin) // 255; lut[k] = (cdf[k-1] + step // 2) // step.
+      const uint32_t* h = st.hist[c];
+      int last = 255;
+      while (last > 0 && h[last] == 0) --last;
+      const int64_t step = (st.pixels - h[last]) / 255;
+      if (step == 0) {
+        for (int x = 0; x < 256; ++x) lut[x] = static_cast<uint8_t>(x);
+        return;
+      }
+      int64_t cdf = 0;
+      lut[0] = 0;
+      for (int x = 1; x < 256; ++x) {
+        cdf += h[x - 1];
+        lut[x] = static_cast<uint8_t>(std::min<int64_t>((cdf + step / 2) / step, 255));
+      }
+      return;
+    }
+    case ColorKind::kAutocontrast: {
+      const uint32_t* h = st.hist[c];
+      int lo = 0, hi = 255;
+      while (lo < 255 && h[lo] == 0) ++lo;
+      while (hi > 0 && h[hi] == 0) --hi;
+      if (hi <= lo) {  // a flat channel is left as is
+        for (int x = 0; x < 256; ++x) lut[x] = static_cast<uint8_t>(x);
+        return;
+      }
+      const float inv_scale = static_cast<float>(hi - lo) * (1.0f / 255.0f);
+      for (int x = 0; x < 256; ++x)
+        lut[x] = trunc_u8((static_cast<float>(x) - static_cast<float>(lo)) / inv_scale);
+      return;
+    }
+    default:
+      STOKER_THROW(UsageError, "colour step '", color_kind_name(s.kind), "' is not a table");
+  }
+}
+
+// Builds the kernels of pass p from the statistics of its input.
+void build_kernels(const Pass& p, const ColorStep* steps, int channels, const Stats& st,
+                   std::vector<Kernel>& ks) {
+  ks.clear();
+  for (size_t i = p.begin; i < p.end; ++i) {
+    const ColorStep& s = steps[i];
+    if (channels == 1 && (s.kind == ColorKind::kSaturation || s.kind == ColorKind::kHue ||
+                          s.kind == ColorKind::kGrayscale))
+      continue;
+    if (!is_table(s.kind)) {
+      Kernel k;
+      k.kind = s.kind;
+      k.value = s.value;
+      ks.push_back(k);
+      continue;
+    }
+    const bool compose = !ks.empty() && ks.back().kind == ColorKind::kBrightness;
+    if (!compose) {
+      ks.emplace_back();
+      ks.back().kind = ColorKind::kBrightness;
+    }
+    Kernel& k = ks.back();
+    uint8_t t[256];
+    for (int c = 0; c < channels; ++c) {
+      step_table(s, st, c, t);
+      if (compose) {
+        for (int x = 0; x < 256; ++x) k.lut[c][x] = t[k.lut[c][x]];
+      } else {
+        std::memcpy(k.lut[c], t, 256);
+      }
+    }
+  }
+}
+
+void run_table(const Kernel& k, uint8_t* row, int w, int channels) {
+  if (channels == 1) {
+    for (int x = 0; x < w; ++x) row[x] = k.lut[0][row[x]];
+    return;
+  }
+  const uint8_t* l0 = k.lut[0];
+  const uint8_t* l1 = k.lut[1];
+  const uint8_t* l2 = k.lut[2];
+  for (int x = 0; x < w; ++x) {
+    uint8_t* p = row + 3 * x;
+    p[0] = l0[p[0]];
+    p[1] = l1[p[1]];
+    p[2] = l2[p[2]];
+  }
+}
+
+// Planar float copies of an RGB row (the cross-channel kernels vectorise on these).
+void split_row(const uint8_t* row, int w, float* r, float* g, float* b) {
+  for (int x = 0; x < w; ++x) {
+    r[x] = row[3 * x];
+    g[x] = row[3 * x + 1];
+    b[x] = row[3 * x + 2];
+  }
+}
+
+void run_saturation(uint8_t* row, int w, float f, ColorScratch& s) {
+  float* r = s.f[0].data();
+  float* g = s.f[1].data();
+  float* b = s.f[2].data();
+  split_row(row, w, r, g, b);
+  const float keep = 1.0f - f;
+  for (int x = 0; x < w; ++x) {
+    // _blend(image, floor(gray), f): image * f + gray * (1 - f)
+    const float gray = std::floor(r[x] * kGrayR + g[x] * kGrayG + b[x] * kGrayB);
+    const float gk = gray * keep;
+    r[x] = r[x] * f + gk;
+    g[x] = g[x] * f + gk;
+    b[x] = b[x] * f + gk;
+  }
+  for (int x = 0; x < w; ++x) {
+    row[3 * x] = trunc_u8(r[x]);
+    row[3 * x + 1] = trunc_u8(g[x]);
+    row[3 * x + 2] = trunc_u8(b[x]);
+  }
+}
+
+void run_grayscale(uint8_t* row, int w) {
+  for (int x = 0; x < w; ++x) {
+    uint8_t* p = row + 3 * x;
+    const float gray = static_cast<float>(p[0]) * kGrayR + static_cast<float>(p[1]) * kGrayG +
+                       static_cast<float>(p[2]) * kGrayB;
+    const uint8_t v = static_cast<uint8_t>(gray);  // truncation, as .to(uint8)
+    p[0] = p[1] = p[2] = v;
+  }
+}
+
+// adjust_hue_image: RGB -> HSV (Pillow's formulas as torchvision writes
+// them), h += shift mod 1, HSV -> RGB, in float32, written branch-free so that
+// the loops vectorise.
+void run_hue(uint8_t* row, int w, float shift, ColorScratch& s) {
+  float* r = s.f[0].data();
+  float* g = s.f[1].data();
+  float* b = s.f[2].data();
+  split_row(row, w, r, g, b);
+  constexpr float kInv255 = 1.0f / 255.0f;
+  for (int x = 0; x < w; ++x) {
+    const float rf = r[x] * kInv255, gf = g[x] * kInv255, bf = b[x] * kInv255;
+    const float maxc = std::max(std::max(rf, gf), bf);
+    const float minc = std::min(std::min(rf, gf), bf);
+    const bool eqc = maxc == minc;
+    const float range = maxc - minc;
+    const float sat = range / (eqc ? 1.0f : maxc);
+    const float div = eqc ? 1.0f : range;
+    const float rc = (maxc - rf) / div, gc = (maxc - gf) / div, bc = (maxc - bf) / div;
+    const bool max_r = maxc == rf;
+    const bool max_g = maxc == gf;
+    float h = max_r ? bc - gc : (max_g ? (rc + 2.0f) - bc : (gc + 4.0f) - rc);
+    h = h * (1.0f / 6.0f) + 1.0f;
+    h = h - std::floor(h);  // fmod(h, 1) for h > 0, exactly
+    h = h + shift;
+    h = h - std::floor(h);  // remainder(h, 1)
+    // HSV -> RGB: the sector picks (r, g, b) among (v, p, q, t)
+    const float h6 = h * 6.0f;
+    float sector = std::floor(h6);
+    const float fr = h6 - sector;
+    sector = sector >= 6.0f ? sector - 6.0f : sector;
+    const float v = maxc;
+    const float sxf = sat * fr;
+    const float one_minus_s = 1.0f - sat;
+    const float q = std::clamp((1.0f - sxf) * v, 0.0f, 1.0f);
+    const float t = std::clamp((sxf + one_minus_s) * v, 0.0f, 1.0f);
+    const float p = std::clamp(one_minus_s * v, 0.0f, 1.0f);
+    const float ro = sector == 0.0f || sector == 5.0f ? v
+                     : sector == 1.0f                 ? q
+                     : sector == 4.0f                 ? t
+                                                      : p;
+    const float go = sector == 1.0f || sector == 2.0f ? v
+                     : sector == 0.0f                 ? t
+                     : sector == 3.0f                 ? q
+                                                      : p;
+    const float bo = sector == 3.0f || sector == 4.0f ? v
+                     : sector == 2.0f                 ? t
+                     : sector == 5.0f                 ? q
+                                                      : p;
+    // to_dtype(float -> uint8, scale=True): x * (255 + 1 - 1e-3), truncated
+    constexpr float kScale = 255.0f + 1.0f - 1e-3f;
+    r[x] = ro * kScale;
+    g[x] = go * kScale;
+    b[x] = bo * kScale;
+  }
+  for (int x = 0; x < w; ++x) {
+    row[3 * x] = static_cast<uint8_t>(r[x]);
+    row[3 * x + 1] = static_cast<uint8_t>(g[x]);
+    row[3 * x + 2] = static_cast<uint8_t>(b[x]);
+  }
+}
+
+// adjust_sharpness_image on one interior row: blend of the pixel with the
+// 3x3 [1 1 1; 1 5 1; 1 1 1] / 13 smoothing rounded to an integer (exact here:
+// S / 13 is never a tie), weight 1 - factor on the smoothing.
+void sharpen_row(const uint8_t* above, const uint8_t* mid, const uint8_t* below, int w, int ch,
+                 float factor, uint8_t* out) {
+  const int n = w * ch;
+  std::memcpy(out, mid, static_cast<size_t>(ch));  // the first and last columns are kept
+  std::memcpy(out + n - ch, mid + n - ch, static_cast<size_t>(ch));
+  const float alpha = 1.0f - factor;
+  for (int i = ch; i < n - ch; ++i) {
+    const int col = above[i] + mid[i] + below[i];
+    const int col_l = above[i - ch] + mid[i - ch] + below[i - ch];
+    const int col_r = above[i + ch] + mid[i + ch] + below[i + ch];
+    const int sum = col_l + col + col_r + 4 * mid[i];
+    const int blur = (2 * sum + 13) / 26;
+    const float c = mid[i];
+    out[i] = trunc_u8(c + alpha * (static_cast<float>(blur) - c));
+  }
+}
+
+void gather(const uint8_t* row, int w, int ch, Stats& st) {
+  if (st.want_gray) {
+    int64_t sum = 0;
+    if (ch == 1) {
+      for (int x = 0; x < w; ++x) sum += row[x];
+    } else {
+      for (int x = 0; x < w; ++x) {
+        const uint8_t* p = row + 3 * x;
+        sum += static_cast<int64_t>(std::floor(static_cast<float>(p[0]) * kGrayR +
+                                               static_cast<float>(p[1]) * kGrayG +
+                                               static_cast<float>(p[2]) * kGrayB));
+      }
+    }
+    st.gray_sum += sum;
+  }
+  if (st.want_hist) {
+    const int n = w * ch;
+    for (int i = 0; i < n; i += ch)
+      for (int c = 0; c < ch; ++c) ++st.hist[c][row[i + c]];
+  }
+}
+
+void run_kernels(const std::vector<Kernel>& ks, uint8_t* row, int w, int ch, ColorScratch& s) {
+  for (const Kernel& k : ks) {
+    switch (k.kind) {
+      case ColorKind::kBrightness:
+        run_table(k, row, w, ch);
+        break;
+      case ColorKind::kSaturation:
+        run_saturation(row, w, k.value, s);
+        break;
+      case ColorKind::kHue:
+        run_hue(row, w, k.value, s);
+        break;
+      case ColorKind::kGrayscale:
+        run_grayscale(row, w);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+const char* color_kind_name(ColorKind k) {
+  switch (k) {
+    case ColorKind::kBrightness:
+      return "brightness";
+    case ColorKind::kContrast:
+      return "contrast";
+    case ColorKind::kSaturation:
+      return "saturation";
+    case ColorKind::kHue:
+      return "hue";
+    case ColorKind::kGrayscale:
+      return "grayscale";
+    case ColorKind::kPosterize:
+      return "posterize";
+    case ColorKind::kSolarize:
+      return "solarize";
+    case ColorKind::kInvert:
+      return "invert";
+    case ColorKind::kEqualize:
+      return "equalize";
+    case ColorKind::kAutocontrast:
+      return "autocontrast";
+    case ColorKind::kSharpness:
+      return "sharpness";
+  }
+  return "?";
+}
+
+void apply_color_steps(Pixels img, const ColorStep* steps, size_t n) {
+  STOKER_CHECK(img.channels == 1 || img.channels == 3, UsageError,
+               "colour ops need 1 or 3 channels, got ", img.channels);
+  if (img.empty() || n == 0) return;
+  ColorScratch& s = color_scratch();
+  const int w = img.width, h = img.height, ch = img.channels;
+  plan_passes(steps, n, ch, w, h, s.passes);
+  const size_t row_bytes = img.row_bytes();
+  for (auto& f : s.f)
+    if (f.size() < static_cast<size_t>(w)) f.resize(w);
+  thread_local std::vector<Kernel> kernels;
+  Stats& st = s.stats;
+  Stats prev;  // the statistics gathered by the previous pass
+  for (const Pass& p : s.passes) {
+    build_kernels(p, steps, ch, prev, kernels);
+    st.want_gray = p.gather_gray;
+    st.want_hist = p.gather_hist;
+    st.gray_sum = 0;
+    st.pixels = static_cast<int64_t>(w) * h;
+    if (st.want_hist) std::memset(st.hist, 0, sizeof st.hist);
+    if (p.read_only) {
+      for (int y = 0; y < h; ++y) gather(img.row(y), w, ch, st);
+    } else if (!p.sharpen) {
+      for (int y = 0; y < h; ++y) {
+        uint8_t* row = img.row(y);
+        run_kernels(kernels, row, w, ch, s);
+        gather(row, w, ch, st);
+      }
+    } else {
+      for (auto& r : s.ring) r.resize(row_bytes);
+      s.out_row.resize(row_bytes);
+      for (int y = 0; y < h; ++y) {
+        uint8_t* row = img.row(y);
+        std::swap(s.ring[0], s.ring[1]);                // ring[0]: the original row y - 1
+        std::memcpy(s.ring[1].data(), row, row_bytes);  // ring[1]: the original row y
+        if (y == 0 || y == h - 1) {
+          // torchvision only sharpens the interior; the border keeps its values
+        } else {
+          sharpen_row(s.ring[0].data(), s.ring[1].data(), img.row(y + 1), w, ch, p.sharp_factor,
+                      s.out_row.data());
+          std::memcpy(row, s.out_row.data(), row_bytes);
+        }
+        run_kernels(kernels, row, w, ch, s);
+        gather(row, w, ch, st);
+      }
+    }
+    prev.gray_sum = st.gray_sum;
+    prev.pixels = st.pixels;
+    if (st.want_hist) std::memcpy(prev.hist, st.hist, sizeof st.hist);
+  }
+}
+
+namespace detail {
+
+int color_pass_count(const ColorStep* steps, size_t n, int channels) {
+  std::vector<Pass> passes;
+  plan_passes(steps, n, channels, 64, 64, passes);
+  return static_cast<int>(passes.size());
+}
+
+}  // namespace detail
+
+}  // namespace stoker

@@ -1,0 +1,80 @@
+#include "decode/erasing.h"
+
+#include <cmath>
+
+#include "common/error.h"
+#include "decode/detail/half.h"
+#include "decode/detail/random_draws.h"
+
+namespace stoker {
+
+std::optional<PixelRect> draw_erasing(const ErasingParams& p, int width, int height,
+                                      detail::SplitMix64& rng) {
+  if (!(rng.uniform(0, 1) < p.p)) return std::nullopt;
+  const double area = static_cast<double>(width) * height;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double erase = area * rng.uniform(p.scale_lo, p.scale_hi);
+    const double ratio = std::exp(rng.uniform(p.log_ratio_lo, p.log_ratio_hi));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(erase * ratio)));
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(erase / ratio)));
+    if (!(h < height && w < width)) continue;
+    const int top = static_cast<int>(rng.randint(0, height - h));
+    const int left = static_cast<int>(rng.randint(0, width - w));
+    return PixelRect{left, top, w, h};
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+template <typename T, typename Conv>
+void fill_rect(T* out, bool chw, int height, int width, int channels, const PixelRect& r,
+               const float* value, detail::SplitMix64* noise, Conv conv) {
+  const size_t plane = static_cast<size_t>(height) * width;
+  // Noise is drawn in the tensor's memory order.
+  for (int c = 0; c < (chw ? channels : 1); ++c)
+    for (int y = r.y; y < r.y + r.h; ++y)
+      for (int x = r.x; x < r.x + r.w; ++x)
+        for (int k = 0; k < (chw ? 1 : channels); ++k) {
+          const int ch = chw ? c : k;
+          const size_t idx = chw ? ch * plane + static_cast<size_t>(y) * width + x
+                                 : (static_cast<size_t>(y) * width + x) * channels + ch;
+          const float v = value ? value[ch] : static_cast<float>(detail::normal(*noise));
+          out[idx] = conv(v);
+        }
+}
+
+}  // namespace
+
+void erase_rect(void* out, DType dtype, bool chw, int height, int width, int channels,
+                const PixelRect& r, const float* value, detail::SplitMix64* noise) {
+  STOKER_CHECK(r.x >= 0 && r.y >= 0 && r.x + r.w <= width && r.y + r.h <= height, UsageError,
+               "erase_rect: the rectangle is outside the image");
+  STOKER_CHECK(value || noise, UsageError, "erase_rect: a value or a noise stream is needed");
+  switch (dtype) {
+    case DType::kUInt8:
+      STOKER_CHECK(value, UsageError, "RandomErasing(value='random') needs a float output");
+      fill_rect(static_cast<uint8_t*>(out), chw, height, width, channels, r, value, noise,
+                [](float v) {
+                  const float q = std::nearbyint(v);
+                  return static_cast<uint8_t>(q < 0.f ? 0.f : q > 255.f ? 255.f : q);
+                });
+      return;
+    case DType::kFloat32:
+      fill_rect(static_cast<float*>(out), chw, height, width, channels, r, value, noise,
+                [](float v) { return v; });
+      return;
+    case DType::kFloat16:
+      fill_rect(static_cast<uint16_t*>(out), chw, height, width, channels, r, value, noise,
+                [](float v) { return detail::float_to_half(v); });
+      return;
+    case DType::kBFloat16:
+      fill_rect(static_cast<uint16_t*>(out), chw, height, width, channels, r, value, noise,
+                [](float v) { return detail::float_to_bfloat16(v); });
+      return;
+    default:
+      STOKER_THROW(UsageError, "RandomErasing: unsupported output dtype ", dtype_name(dtype));
+  }
+}
+
+}  // namespace stoker
