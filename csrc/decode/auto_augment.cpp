@@ -162,22 +162,22 @@ int draw_auto_augment(const AutoAugmentParams& p, int width, int height, detail:
 bool aug_color_step(const AugOp& op, ColorStep* step) {
   switch (op.kind) {
     case AugKind::kBrightness:
-      *step = {ColorKind::kBrightness, static_cast<float>(1.0 + op.magnitude)};
+      *step = {ColorKind::kBrightness, 1.0 + op.magnitude};
       return true;
     case AugKind::kColor:
-      *step = {ColorKind::kSaturation, static_cast<float>(1.0 + op.magnitude)};
+      *step = {ColorKind::kSaturation, 1.0 + op.magnitude};
       return true;
     case AugKind::kContrast:
-      *step = {ColorKind::kContrast, static_cast<float>(1.0 + op.magnitude)};
+      *step = {ColorKind::kContrast, 1.0 + op.magnitude};
       return true;
     case AugKind::kSharpness:
-      *step = {ColorKind::kSharpness, static_cast<float>(1.0 + op.magnitude)};
+      *step = {ColorKind::kSharpness, 1.0 + op.magnitude};
       return true;
     case AugKind::kPosterize:
-      *step = {ColorKind::kPosterize, static_cast<float>(static_cast<int>(op.magnitude))};
+      *step = {ColorKind::kPosterize, static_cast<double>(static_cast<int>(op.magnitude))};
       return true;
     case AugKind::kSolarize:
-      *step = {ColorKind::kSolarize, static_cast<float>(255.0 * op.magnitude)};
+      *step = {ColorKind::kSolarize, 255.0 * op.magnitude};
       return true;
     case AugKind::kAutoContrast:
       *step = {ColorKind::kAutocontrast, 0};

@@ -66,7 +66,7 @@ struct Pass {
   size_t begin = 0, end = 0;  // steps [begin, end); a stats-only pass has none
   bool read_only = false;
   bool sharpen = false;
-  float sharp_factor = 1;
+  double sharp_factor = 1;
   bool gather_gray = false;  // for the next pass
   bool gather_hist = false;
 };
@@ -137,7 +137,7 @@ ColorScratch& color_scratch() {
 // One kernel of a pass: a table per channel, or a cross-channel step.
 struct Kernel {
   ColorKind kind;  // kBrightness stands for "table"
-  float value = 0;
+  double value = 0;
   uint8_t lut[3][256];
 };
 
@@ -149,7 +149,8 @@ inline uint8_t trunc_u8(float v) {
 
 // The table of one step for channel c, given the statistics of its input.
 void step_table(const ColorStep& s, const Stats& st, int c, uint8_t* lut) {
-  const float f = s.value;
+  const float f = static_cast<float>(s.value);
+  const float keep = static_cast<float>(1.0 - s.value);  // torch: alpha = 1.0 - ratio, in double
   switch (s.kind) {
     case ColorKind::kBrightness:
       for (int x = 0; x < 256; ++x) lut[x] = trunc_u8(static_cast<float>(x) * f);
@@ -157,12 +158,12 @@ void step_table(const ColorStep& s, const Stats& st, int c, uint8_t* lut) {
     case ColorKind::kContrast: {
       const float mean =
           static_cast<float>(static_cast<double>(st.gray_sum) / static_cast<double>(st.pixels));
-      const float g = (1.0f - f) * mean;
+      const float g = keep * mean;
       for (int x = 0; x < 256; ++x) lut[x] = trunc_u8(static_cast<float>(x) * f + g);
       return;
     }
     case ColorKind::kPosterize: {
-      const int bits = static_cast<int>(f);
+      const int bits = static_cast<int>(s.value);
       const int mask = bits >= 8 ? 0xFF : ((1 << bits) - 1) << (8 - bits);
       for (int x = 0; x < 256; ++x) lut[x] = static_cast<uint8_t>(x & mask);
       return;
@@ -272,12 +273,13 @@ void split_row(const uint8_t* row, int w, float* r, float* g, float* b) {
   }
 }
 
-void run_saturation(uint8_t* row, int w, float f, ColorScratch& s) {
+void run_saturation(uint8_t* row, int w, double factor, ColorScratch& s) {
   float* r = s.f[0].data();
   float* g = s.f[1].data();
   float* b = s.f[2].data();
   split_row(row, w, r, g, b);
-  const float keep = 1.0f - f;
+  const float f = static_cast<float>(factor);
+  const float keep = static_cast<float>(1.0 - factor);
   for (int x = 0; x < w; ++x) {
     // _blend(image, floor(gray), f): image * f + gray * (1 - f)
     const float gray = std::floor(r[x] * kGrayR + g[x] * kGrayG + b[x] * kGrayB);
@@ -306,7 +308,8 @@ void run_grayscale(uint8_t* row, int w) {
 // adjust_hue_image: RGB -> HSV (Pillow's formulas as torchvision writes
 // them), h += shift mod 1, HSV -> RGB, in float32, written branch-free so that
 // the loops vectorise.
-void run_hue(uint8_t* row, int w, float shift, ColorScratch& s) {
+void run_hue(uint8_t* row, int w, double hue_shift, ColorScratch& s) {
+  const float shift = static_cast<float>(hue_shift);
   float* r = s.f[0].data();
   float* g = s.f[1].data();
   float* b = s.f[2].data();
@@ -368,11 +371,11 @@ void run_hue(uint8_t* row, int w, float shift, ColorScratch& s) {
 // 3x3 [1 1 1; 1 5 1; 1 1 1] / 13 smoothing rounded to an integer (exact here:
 // S / 13 is never a tie), weight 1 - factor on the smoothing.
 void sharpen_row(const uint8_t* above, const uint8_t* mid, const uint8_t* below, int w, int ch,
-                 float factor, uint8_t* out) {
+                 double factor, uint8_t* out) {
   const int n = w * ch;
   std::memcpy(out, mid, static_cast<size_t>(ch));  // the first and last columns are kept
   std::memcpy(out + n - ch, mid + n - ch, static_cast<size_t>(ch));
-  const float alpha = 1.0f - factor;
+  const float alpha = static_cast<float>(1.0 - factor);
   for (int i = ch; i < n - ch; ++i) {
     const int col = above[i] + mid[i] + below[i];
     const int col_l = above[i - ch] + mid[i - ch] + below[i - ch];

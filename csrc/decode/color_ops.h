@@ -34,10 +34,12 @@ enum class ColorKind : uint8_t {
   kSharpness,     ///< value: factor >= 0 (blend with a 3x3 smoothing; the border is kept)
 };
 
-/// One colour step with its (already drawn) parameter.
+/// One colour step with its (already drawn) parameter. A double, as the
+/// Python float torchvision receives: 1 - factor is formed in double and only
+/// then rounded to float32, as torch does with a Python scalar.
 struct ColorStep {
   ColorKind kind = ColorKind::kInvert;
-  float value = 0;
+  double value = 0;
 };
 
 /// Applies `steps` in order to `img` (1 or 3 channels) in place. Uses

@@ -461,7 +461,7 @@ void test_apply_aug_ops_matches_the_pieces() {
                 Interpolation::kNearest, nullptr);
     b = tmp;
   };
-  color({{ColorKind::kBrightness, 1.3f}, {ColorKind::kContrast, 0.8f}});
+  color({{ColorKind::kBrightness, 1.0 + 0.3}, {ColorKind::kContrast, 1.0 - 0.2}});
   warp(ops[2]);
   color({{ColorKind::kPosterize, 6}});
   warp(ops[4]);  // int(-5.7) = -5 pixels
