@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "decode/detail/half.h"
 #include "decode/detail/random_draws.h"
+#include "decode/detail/rounding.h"
 
 namespace stoker {
 
@@ -90,10 +91,7 @@ void mix_images(void* data, DType dtype, bool chw, int64_t batch, int height, in
     case DType::kUInt8:
       m.batch(
           static_cast<uint8_t*>(data), batch, [](uint8_t v) { return static_cast<float>(v); },
-          [](float v) {
-            const float q = std::nearbyint(v);
-            return static_cast<uint8_t>(q < 0.f ? 0.f : q > 255.f ? 255.f : q);
-          });
+          detail::round_u8);
       return;
     case DType::kFloat32:
       m.batch(

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "decode/detail/multiversion.h"
 
 namespace stoker {
 
@@ -264,7 +265,16 @@ void run_table(const Kernel& k, uint8_t* row, int w, int channels) {
   }
 }
 
+// floor() of |x| < 2^31 in instructions SSE2 has (truncating conversions
+// and a compare): std::floor is a library call below SSE4.1, which stops the
+// loops below from vectorising in the baseline build.
+inline float floor_f(float x) {
+  const float t = static_cast<float>(static_cast<int32_t>(x));
+  return t > x ? t - 1.0f : t;
+}
+
 // Planar float copies of an RGB row (the cross-channel kernels vectorise on these).
+STOKER_MULTIVERSION
 void split_row(const uint8_t* row, int w, float* r, float* g, float* b) {
   for (int x = 0; x < w; ++x) {
     r[x] = row[3 * x];
@@ -273,21 +283,9 @@ void split_row(const uint8_t* row, int w, float* r, float* g, float* b) {
   }
 }
 
-void run_saturation(uint8_t* row, int w, double factor, ColorScratch& s) {
-  float* r = s.f[0].data();
-  float* g = s.f[1].data();
-  float* b = s.f[2].data();
-  split_row(row, w, r, g, b);
-  const float f = static_cast<float>(factor);
-  const float keep = static_cast<float>(1.0 - factor);
-  for (int x = 0; x < w; ++x) {
-    // _blend(image, floor(gray), f): image * f + gray * (1 - f)
-    const float gray = std::floor(r[x] * kGrayR + g[x] * kGrayG + b[x] * kGrayB);
-    const float gk = gray * keep;
-    r[x] = r[x] * f + gk;
-    g[x] = g[x] * f + gk;
-    b[x] = b[x] * f + gk;
-  }
+// The planar rows back, each value truncated to [0, 255] as .to(torch.uint8).
+STOKER_MULTIVERSION
+void merge_row(const float* r, const float* g, const float* b, int w, uint8_t* row) {
   for (int x = 0; x < w; ++x) {
     row[3 * x] = trunc_u8(r[x]);
     row[3 * x + 1] = trunc_u8(g[x]);
@@ -295,26 +293,45 @@ void run_saturation(uint8_t* row, int w, double factor, ColorScratch& s) {
   }
 }
 
+STOKER_MULTIVERSION
+void saturation_planar(float* r, float* g, float* b, int w, float f, float keep) {
+  for (int x = 0; x < w; ++x) {
+    // _blend(image, floor(gray), f): image * f + gray * (1 - f); gray >= 0
+    const float gray = floor_f(r[x] * kGrayR + g[x] * kGrayG + b[x] * kGrayB);
+    const float gk = gray * keep;
+    r[x] = r[x] * f + gk;
+    g[x] = g[x] * f + gk;
+    b[x] = b[x] * f + gk;
+  }
+}
+
+void run_saturation(uint8_t* row, int w, double factor, ColorScratch& s) {
+  float* r = s.f[0].data();
+  float* g = s.f[1].data();
+  float* b = s.f[2].data();
+  split_row(row, w, r, g, b);
+  saturation_planar(r, g, b, w, static_cast<float>(factor), static_cast<float>(1.0 - factor));
+  merge_row(r, g, b, w, row);
+}
+
+STOKER_MULTIVERSION
 void run_grayscale(uint8_t* row, int w) {
   for (int x = 0; x < w; ++x) {
     uint8_t* p = row + 3 * x;
     const float gray = static_cast<float>(p[0]) * kGrayR + static_cast<float>(p[1]) * kGrayG +
                        static_cast<float>(p[2]) * kGrayB;
-    const uint8_t v = static_cast<uint8_t>(gray);  // truncation, as .to(uint8)
+    const uint8_t v = static_cast<uint8_t>(static_cast<int32_t>(gray));  // .to(uint8) truncates
     p[0] = p[1] = p[2] = v;
   }
 }
 
 // adjust_hue_image: RGB -> HSV (Pillow's formulas as torchvision writes
-// them), h += shift mod 1, HSV -> RGB, in float32, written branch-free so that
-// the loops vectorise.
-void run_hue(uint8_t* row, int w, double hue_shift, ColorScratch& s) {
-  const float shift = static_cast<float>(hue_shift);
-  float* r = s.f[0].data();
-  float* g = s.f[1].data();
-  float* b = s.f[2].data();
-  split_row(row, w, r, g, b);
+// them), h += shift mod 1, HSV -> RGB, in float32, branch-free so that the
+// loop vectorises.
+STOKER_MULTIVERSION
+void hue_planar(float* r, float* g, float* b, int w, float shift) {
   constexpr float kInv255 = 1.0f / 255.0f;
+  constexpr float kScale = 255.0f + 1.0f - 1e-3f;  // to_dtype(float -> uint8, scale=True)
   for (int x = 0; x < w; ++x) {
     const float rf = r[x] * kInv255, gf = g[x] * kInv255, bf = b[x] * kInv255;
     const float maxc = std::max(std::max(rf, gf), bf);
@@ -328,48 +345,51 @@ void run_hue(uint8_t* row, int w, double hue_shift, ColorScratch& s) {
     const bool max_g = maxc == gf;
     float h = max_r ? bc - gc : (max_g ? (rc + 2.0f) - bc : (gc + 4.0f) - rc);
     h = h * (1.0f / 6.0f) + 1.0f;
-    h = h - std::floor(h);  // fmod(h, 1) for h > 0, exactly
+    h = h - floor_f(h);  // fmod(h, 1) for h > 0, exactly
     h = h + shift;
-    h = h - std::floor(h);  // remainder(h, 1)
+    h = h - floor_f(h);  // remainder(h, 1)
     // HSV -> RGB: the sector picks (r, g, b) among (v, p, q, t)
     const float h6 = h * 6.0f;
-    float sector = std::floor(h6);
+    float sector = floor_f(h6);
     const float fr = h6 - sector;
     sector = sector >= 6.0f ? sector - 6.0f : sector;
     const float v = maxc;
     const float sxf = sat * fr;
     const float one_minus_s = 1.0f - sat;
-    const float q = std::clamp((1.0f - sxf) * v, 0.0f, 1.0f);
-    const float t = std::clamp((sxf + one_minus_s) * v, 0.0f, 1.0f);
-    const float p = std::clamp(one_minus_s * v, 0.0f, 1.0f);
-    const float ro = sector == 0.0f || sector == 5.0f ? v
-                     : sector == 1.0f                 ? q
-                     : sector == 4.0f                 ? t
-                                                      : p;
-    const float go = sector == 1.0f || sector == 2.0f ? v
-                     : sector == 0.0f                 ? t
-                     : sector == 3.0f                 ? q
-                                                      : p;
-    const float bo = sector == 3.0f || sector == 4.0f ? v
-                     : sector == 2.0f                 ? t
-                     : sector == 5.0f                 ? q
-                                                      : p;
-    // to_dtype(float -> uint8, scale=True): x * (255 + 1 - 1e-3), truncated
-    constexpr float kScale = 255.0f + 1.0f - 1e-3f;
+    const float q = std::min(std::max((1.0f - sxf) * v, 0.0f), 1.0f);
+    const float t = std::min(std::max((sxf + one_minus_s) * v, 0.0f), 1.0f);
+    const float p = std::min(std::max(one_minus_s * v, 0.0f), 1.0f);
+    // Bitwise | (not ||): no branches, so the loop if-converts and vectorises.
+    const bool s0 = sector == 0.0f, s1 = sector == 1.0f, s2 = sector == 2.0f;
+    const bool s3 = sector == 3.0f, s4 = sector == 4.0f, s5 = sector == 5.0f;
+    float ro = s4 ? t : p;  // one select a statement: chained ?: stays a branch
+    ro = s1 ? q : ro;
+    ro = (s0 | s5) ? v : ro;
+    float go = s3 ? q : p;
+    go = s0 ? t : go;
+    go = (s1 | s2) ? v : go;
+    float bo = s5 ? q : p;
+    bo = s2 ? t : bo;
+    bo = (s3 | s4) ? v : bo;
     r[x] = ro * kScale;
     g[x] = go * kScale;
     b[x] = bo * kScale;
   }
-  for (int x = 0; x < w; ++x) {
-    row[3 * x] = static_cast<uint8_t>(r[x]);
-    row[3 * x + 1] = static_cast<uint8_t>(g[x]);
-    row[3 * x + 2] = static_cast<uint8_t>(b[x]);
-  }
+}
+
+void run_hue(uint8_t* row, int w, double hue_shift, ColorScratch& s) {
+  float* r = s.f[0].data();
+  float* g = s.f[1].data();
+  float* b = s.f[2].data();
+  split_row(row, w, r, g, b);
+  hue_planar(r, g, b, w, static_cast<float>(hue_shift));
+  merge_row(r, g, b, w, row);
 }
 
 // adjust_sharpness_image on one interior row: blend of the pixel with the
 // 3x3 [1 1 1; 1 5 1; 1 1 1] / 13 smoothing rounded to an integer (exact here:
 // S / 13 is never a tie), weight 1 - factor on the smoothing.
+STOKER_MULTIVERSION
 void sharpen_row(const uint8_t* above, const uint8_t* mid, const uint8_t* below, int w, int ch,
                  double factor, uint8_t* out) {
   const int n = w * ch;
@@ -381,26 +401,35 @@ void sharpen_row(const uint8_t* above, const uint8_t* mid, const uint8_t* below,
     const int col_l = above[i - ch] + mid[i - ch] + below[i - ch];
     const int col_r = above[i + ch] + mid[i + ch] + below[i + ch];
     const int sum = col_l + col + col_r + 4 * mid[i];
-    const int blur = (2 * sum + 13) / 26;
+    // round(sum / 13) without a division: sum <= 13 * 255, (2 sum + 13) / 26
+    // equals (sum * 2 + 13) * 20165 >> 19 over that range.
+    const int blur = ((2 * sum + 13) * 20165) >> 19;
     const float c = mid[i];
     out[i] = trunc_u8(c + alpha * (static_cast<float>(blur) - c));
   }
 }
 
+STOKER_MULTIVERSION
+int32_t gray_sum_row(const uint8_t* row, int w) {
+  int32_t sum = 0;  // w * 255 fits
+  for (int x = 0; x < w; ++x) {
+    const uint8_t* p = row + 3 * x;
+    const float gray = static_cast<float>(p[0]) * kGrayR + static_cast<float>(p[1]) * kGrayG +
+                       static_cast<float>(p[2]) * kGrayB;
+    sum += static_cast<int32_t>(gray);  // floor: gray >= 0
+  }
+  return sum;
+}
+
 void gather(const uint8_t* row, int w, int ch, Stats& st) {
   if (st.want_gray) {
-    int64_t sum = 0;
     if (ch == 1) {
+      int64_t sum = 0;
       for (int x = 0; x < w; ++x) sum += row[x];
+      st.gray_sum += sum;
     } else {
-      for (int x = 0; x < w; ++x) {
-        const uint8_t* p = row + 3 * x;
-        sum += static_cast<int64_t>(std::floor(static_cast<float>(p[0]) * kGrayR +
-                                               static_cast<float>(p[1]) * kGrayG +
-                                               static_cast<float>(p[2]) * kGrayB));
-      }
+      st.gray_sum += gray_sum_row(row, w);
     }
-    st.gray_sum += sum;
   }
   if (st.want_hist) {
     const int n = w * ch;

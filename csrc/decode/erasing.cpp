@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "decode/detail/half.h"
 #include "decode/detail/random_draws.h"
+#include "decode/detail/rounding.h"
 
 namespace stoker {
 
@@ -55,10 +56,7 @@ void erase_rect(void* out, DType dtype, bool chw, int height, int width, int cha
     case DType::kUInt8:
       STOKER_CHECK(value, UsageError, "RandomErasing(value='random') needs a float output");
       fill_rect(static_cast<uint8_t*>(out), chw, height, width, channels, r, value, noise,
-                [](float v) {
-                  const float q = std::nearbyint(v);
-                  return static_cast<uint8_t>(q < 0.f ? 0.f : q > 255.f ? 255.f : q);
-                });
+                detail::round_u8);
       return;
     case DType::kFloat32:
       fill_rect(static_cast<float*>(out), chw, height, width, channels, r, value, noise,

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "decode/detail/multiversion.h"
+#include "decode/detail/rounding.h"
 #include "decode/padding.h"
 
 namespace stoker {
@@ -37,6 +38,12 @@ void horizontal(const float* padded, int n, int ch, const float* k, int size, fl
 STOKER_MULTIVERSION
 void vertical_add(const float* row, float wt, int n, float* acc) {
   for (int i = 0; i < n; ++i) acc[i] += wt * row[i];
+}
+
+// Rounded half to even; the weights sum to 1, so values stay in [0, 255].
+STOKER_MULTIVERSION
+void store_row(const float* acc, int n, uint8_t* out) {
+  for (int i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(detail::round_even(acc[i]));
 }
 
 }  // namespace
@@ -122,11 +129,7 @@ void gaussian_blur(Pixels img, int kx, int ky, float sx, float sy) {
                                  : all.data() + static_cast<size_t>(r) * n;
       vertical_add(row, kyp[t], n, s.acc.data());
     }
-    uint8_t* out = img.row(y);
-    for (int i = 0; i < n; ++i) {
-      const float v = std::nearbyint(s.acc[i]);
-      out[i] = static_cast<uint8_t>(v < 0.f ? 0.f : v > 255.f ? 255.f : v);
-    }
+    store_row(s.acc.data(), n, img.row(y));
   }
 }
 

@@ -4,26 +4,38 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "decode/detail/rounding.h"
 
 namespace stoker {
 
 namespace {
 
-inline uint8_t round_u8(float v) {
-  v = std::nearbyint(v);  // half to even, as torch.round
-  return static_cast<uint8_t>(v < 0.f ? 0.f : v > 255.f ? 255.f : v);
+// nearbyint(x) (half to even) as an index into [0, n), or -1 outside; the
+// range test first keeps NaN and huge values away from the conversion.
+inline int nearest_index(double x, int n) {
+  if (!(x > -1.0 && x < n)) return -1;
+  const int i = detail::round_even(x);
+  return i >= 0 && i < n ? i : -1;
 }
 
-// The source point of output pixel (j, i), as a pixel index (centre at .0).
-struct Sampler {
-  const Transform2D& t;
+// The source point of output pixel (j, i), as a pixel index (centre at .0):
+// for an affine map, x = x0 + j * dx along a row.
+struct Row {
+  double x0, dx, y0, dy, z0, dz;
   bool affine;
-  inline void at(double j, double i, double* x, double* y) const {
-    const double px = j + 0.5, py = i + 0.5;
-    double sx = t[0] * px + t[1] * py + t[2];
-    double sy = t[3] * px + t[4] * py + t[5];
+  Row(const Transform2D& t, int i) {
+    const double py = i + 0.5;
+    // column j: px = j + 0.5
+    x0 = t[0] * 0.5 + t[1] * py + t[2];
+    y0 = t[3] * 0.5 + t[4] * py + t[5];
+    z0 = t[6] * 0.5 + t[7] * py + t[8];
+    dx = t[0], dy = t[3], dz = t[6];
+    affine = t.is_affine();
+  }
+  inline void at(int j, double* x, double* y) const {
+    double sx = x0 + dx * j, sy = y0 + dy * j;
     if (!affine) {
-      const double z = t[6] * px + t[7] * py + t[8];
+      const double z = z0 + dz * j;
       sx /= z;
       sy /= z;
     }
@@ -33,58 +45,56 @@ struct Sampler {
 };
 
 template <int C>
-void warp_nearest(const Pixels& src, const Pixels& dst, const Sampler& s, const Fill* fill) {
+void warp_nearest(const Pixels& src, const Pixels& dst, const Transform2D& t, const Fill* fill) {
   uint8_t outside[C];
   for (int c = 0; c < C; ++c) outside[c] = fill ? fill->v[c] : 0;
   for (int i = 0; i < dst.height; ++i) {
+    const Row row(t, i);
     uint8_t* out = dst.row(i);
     for (int j = 0; j < dst.width; ++j, out += C) {
       double fx, fy;
-      s.at(j, i, &fx, &fy);
-      const double rx = std::nearbyint(fx), ry = std::nearbyint(fy);
-      if (rx >= 0 && rx < src.width && ry >= 0 && ry < src.height) {
-        const uint8_t* p = src.row(static_cast<int>(ry)) + static_cast<size_t>(rx) * C;
-        for (int c = 0; c < C; ++c) out[c] = p[c];
-      } else {
-        for (int c = 0; c < C; ++c) out[c] = outside[c];
-      }
+      row.at(j, &fx, &fy);
+      const int x = nearest_index(fx, src.width), y = nearest_index(fy, src.height);
+      const uint8_t* p = (x | y) >= 0 ? src.row(y) + static_cast<size_t>(x) * C : outside;
+      for (int c = 0; c < C; ++c) out[c] = p[c];
     }
   }
 }
 
 template <int C>
-void warp_bilinear(const Pixels& src, const Pixels& dst, const Sampler& s, const Fill* fill) {
+void warp_bilinear(const Pixels& src, const Pixels& dst, const Transform2D& t, const Fill* fill) {
   const int w = src.width, h = src.height;
+  float fv[C];
+  for (int c = 0; c < C; ++c) fv[c] = fill ? fill->v[c] : 0.0f;
   for (int i = 0; i < dst.height; ++i) {
+    const Row row(t, i);
     uint8_t* out = dst.row(i);
     for (int j = 0; j < dst.width; ++j, out += C) {
       double fx, fy;
-      s.at(j, i, &fx, &fy);
-      const double x0d = std::floor(fx), y0d = std::floor(fy);
-      if (x0d < -1 || y0d < -1 || x0d >= w || y0d >= h) {  // no tap inside
-        for (int c = 0; c < C; ++c) out[c] = fill ? fill->v[c] : 0;
+      row.at(j, &fx, &fy);
+      if (!(fx > -1.0 && fx < w && fy > -1.0 && fy < h)) {  // no tap inside (NaN too)
+        for (int c = 0; c < C; ++c) out[c] = static_cast<uint8_t>(fv[c]);
         continue;
       }
-      const int x0 = static_cast<int>(x0d), y0 = static_cast<int>(y0d);
-      const float ax = static_cast<float>(fx - x0d), ay = static_cast<float>(fy - y0d);
-      const float wts[4] = {(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay};
-      const int xs[4] = {x0, x0 + 1, x0, x0 + 1};
-      const int ys[4] = {y0, y0, y0 + 1, y0 + 1};
-      float acc[C] = {};
-      float m = 0;
-      for (int k = 0; k < 4; ++k) {
-        if (xs[k] < 0 || xs[k] >= w || ys[k] < 0 || ys[k] >= h) continue;
-        const uint8_t* p = src.row(ys[k]) + static_cast<size_t>(xs[k]) * C;
-        for (int c = 0; c < C; ++c) acc[c] += wts[k] * static_cast<float>(p[c]);
-        m += wts[k];
-      }
+      // floor, for x > -1: truncation, one lower when x < 0
+      const int x0 = static_cast<int>(fx) - (fx < 0), y0 = static_cast<int>(fy) - (fy < 0);
+      const float ax = static_cast<float>(fx - x0), ay = static_cast<float>(fy - y0);
+      const float bx = 1.0f - ax, by = 1.0f - ay;
+      // Taps outside count as 0 (weight and value): clamp their index, zero their weight.
+      const bool in_x0 = x0 >= 0, in_x1 = x0 + 1 < w, in_y0 = y0 >= 0, in_y1 = y0 + 1 < h;
+      const float w00 = in_x0 && in_y0 ? bx * by : 0.0f;
+      const float w01 = in_x1 && in_y0 ? ax * by : 0.0f;
+      const float w10 = in_x0 && in_y1 ? bx * ay : 0.0f;
+      const float w11 = in_x1 && in_y1 ? ax * ay : 0.0f;
+      const uint8_t* r0 = src.row(in_y0 ? y0 : y0 + 1);
+      const uint8_t* r1 = src.row(in_y1 ? y0 + 1 : y0);
+      const size_t c0 = static_cast<size_t>(in_x0 ? x0 : x0 + 1) * C;
+      const size_t c1 = static_cast<size_t>(in_x1 ? x0 + 1 : x0) * C;
+      const float m = ((w00 + w01) + w10) + w11;
       for (int c = 0; c < C; ++c) {
-        float v = acc[c];
-        if (fill) {
-          const float f = fill->v[c];
-          v = (v - f) * m + f;
-        }
-        out[c] = round_u8(v);
+        float v = ((w00 * r0[c0 + c] + w01 * r0[c1 + c]) + w10 * r1[c0 + c]) + w11 * r1[c1 + c];
+        if (fill) v = (v - fv[c]) * m + fv[c];
+        out[c] = detail::round_u8(v);
       }
     }
   }
@@ -105,17 +115,16 @@ void warp_pixels(const Pixels& src, const Pixels& dst, const Transform2D& inv, I
     }
     return;
   }
-  const Sampler s{inv, inv.is_affine()};
   if (interp == Interpolation::kNearest) {
     if (src.channels == 1)
-      warp_nearest<1>(src, dst, s, fill);
+      warp_nearest<1>(src, dst, inv, fill);
     else
-      warp_nearest<3>(src, dst, s, fill);
+      warp_nearest<3>(src, dst, inv, fill);
   } else {
     if (src.channels == 1)
-      warp_bilinear<1>(src, dst, s, fill);
+      warp_bilinear<1>(src, dst, inv, fill);
     else
-      warp_bilinear<3>(src, dst, s, fill);
+      warp_bilinear<3>(src, dst, inv, fill);
   }
 }
 
