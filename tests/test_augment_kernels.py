@@ -17,11 +17,10 @@ Tolerances, and why:
 
 import math
 
+import augment_reference as ref
 import numpy as np
 import pytest
 from stoker import _core
-
-import augment_reference as ref
 
 
 def photo(h, w, c=3, seed=0):
@@ -208,7 +207,8 @@ def test_windows_match_numpy_pad(mode, x0, y0, ow, oh):
     if mode == "constant":  # a fill per channel
         h, w = img.shape[:2]
         outside = np.ones((oh, ow), bool)
-        ys, xs = slice(max(0, -y0), max(0, min(oh, h - y0))), slice(max(0, -x0), max(0, min(ow, w - x0)))
+        ys = slice(max(0, -y0), max(0, min(oh, h - y0)))
+        xs = slice(max(0, -x0), max(0, min(ow, w - x0)))
         outside[ys, xs] = False
         want[outside] = [7, 8, 9]
     np.testing.assert_array_equal(got, want)
@@ -234,7 +234,8 @@ def test_erasing_writes_value_or_noise_into_the_rectangle():
 def test_erasing_draw_follows_torchvisions_rule():
     areas, ratios, hits = [], [], 0
     for seed in range(3000):
-        r = _core.augment_draw_erasing(0.5, (0.02, 0.33), (math.log(0.3), math.log(3.3)), 80, 60, seed)
+        log_ratio = (math.log(0.3), math.log(3.3))
+        r = _core.augment_draw_erasing(0.5, (0.02, 0.33), log_ratio, 80, 60, seed)
         if r is None:
             continue
         hits += 1
@@ -250,14 +251,14 @@ def test_erasing_draw_follows_torchvisions_rule():
 
 # --- targets --------------------------------------------------------------------------------
 
+_TILT = ref.forward_affine_matrix((50, 40), 25.0, (3, -2), 1.1, (4.0, 0.0)).ravel()
+_TURN = ref.forward_affine_matrix((60, 50), -90, (0, 0), 1.0, (0.0, 0.0)).ravel()
 GEOMETRIES = [
     [("crop", 10, 5, 60, 40), ("hflip",), ("resize", 120, 30)],
     [("resize", 64, 32), ("pad", 0, 16, 0, 16)],  # a letterbox
     [("pad", 4, 4, 4, 4), ("crop", 3, 9, 32, 32), ("vflip",)],
-    [("warp", *ref.forward_affine_matrix((50, 40), 25.0, (3, -2), 1.1, (4.0, 0.0)).ravel(), 100, 80),
-     ("hflip",)],
-    [("crop", -10, -10, 120, 100), ("warp", *ref.forward_affine_matrix((60, 50), -90, (0, 0), 1.0,
-                                                                       (0.0, 0.0)).ravel(), 100, 120)],
+    [("warp", *_TILT, 100, 80), ("hflip",)],
+    [("crop", -10, -10, 120, 100), ("warp", *_TURN, 100, 120)],
 ]
 
 
@@ -398,8 +399,11 @@ def test_mixup_and_cutmix_match_torchvision(dtype, chw):
         lam = info["lam"]
         rolled = np.roll(x, 1, axis=0)
         if kind == "mixup":
-            want = x.astype(np.float32) * np.float32(lam) + rolled.astype(np.float32) * np.float32(1 - lam)
-            want = np.clip(np.rint(want), 0, 255).astype(np.uint8) if dtype == np.uint8 else want.astype(dtype)
+            f32 = np.float32
+            want = x.astype(f32) * f32(lam) + rolled.astype(f32) * f32(1 - lam)
+            if dtype == np.uint8:
+                want = np.clip(np.rint(want), 0, 255)
+            want = want.astype(dtype)
             tol = 0 if dtype == np.uint8 else 1e-3 if dtype == np.float16 else 1e-6
             np.testing.assert_allclose(imgs.astype(np.float32), want.astype(np.float32), atol=tol)
         else:

@@ -19,13 +19,17 @@ from ._core import CudaError, DataError, DecodeError, Error
 from .dataset import Dataset
 from .fields import (
     Blob,
+    Boxes,
     Field,
     Image,
+    KeyPoints,
     NDArray,
     Scalar,
     Tokens,
     blob,
+    boxes,
     image,
+    keypoints,
     ndarray,
     scalar,
     tokens,
@@ -38,6 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Blob",
+    "Boxes",
     "CudaError",
     "DataError",
     "Dataset",
@@ -45,6 +50,7 @@ __all__ = [
     "Error",
     "Field",
     "Image",
+    "KeyPoints",
     "Loader",
     "NDArray",
     "Scalar",
@@ -53,7 +59,9 @@ __all__ = [
     "Tokens",
     "WriterLockError",
     "blob",
+    "boxes",
     "image",
+    "keypoints",
     "ndarray",
     "ops",
     "scalar",
