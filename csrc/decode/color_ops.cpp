@@ -127,6 +127,7 @@ struct ColorScratch {
   std::vector<uint8_t> ring[2];  // sharpness: the original rows y-1 and y
   std::vector<uint8_t> out_row;  // sharpness: the output row before the kernels
   std::vector<float> f[3];       // cross-channel kernels: planar floats of a row
+  std::vector<uint8_t> bytes;    // and their planar bytes
   Stats stats;
 };
 
@@ -273,23 +274,38 @@ inline float floor_f(float x) {
   return t > x ? t - 1.0f : t;
 }
 
-// Planar float copies of an RGB row (the cross-channel kernels vectorise on these).
+// Planar float copies of an RGB row (the cross-channel kernels vectorise on
+// these): the bytes are de-interleaved first, then widened in contiguous
+// loops (a stride-3 load straight into floats does not vectorise well).
 STOKER_MULTIVERSION
-void split_row(const uint8_t* row, int w, float* r, float* g, float* b) {
+void split_row(const uint8_t* row, int w, float* r, float* g, float* b, uint8_t* tmp) {
+  uint8_t* t0 = tmp;
+  uint8_t* t1 = tmp + w;
+  uint8_t* t2 = tmp + 2 * w;
   for (int x = 0; x < w; ++x) {
-    r[x] = row[3 * x];
-    g[x] = row[3 * x + 1];
-    b[x] = row[3 * x + 2];
+    t0[x] = row[3 * x];
+    t1[x] = row[3 * x + 1];
+    t2[x] = row[3 * x + 2];
   }
+  for (int x = 0; x < w; ++x) r[x] = t0[x];
+  for (int x = 0; x < w; ++x) g[x] = t1[x];
+  for (int x = 0; x < w; ++x) b[x] = t2[x];
 }
 
-// The planar rows back, each value truncated to [0, 255] as .to(torch.uint8).
+// The planar rows back, each value truncated to [0, 255] as .to(torch.uint8):
+// narrowed in contiguous loops, then interleaved.
 STOKER_MULTIVERSION
-void merge_row(const float* r, const float* g, const float* b, int w, uint8_t* row) {
+void merge_row(const float* r, const float* g, const float* b, int w, uint8_t* row, uint8_t* tmp) {
+  uint8_t* t0 = tmp;
+  uint8_t* t1 = tmp + w;
+  uint8_t* t2 = tmp + 2 * w;
+  for (int x = 0; x < w; ++x) t0[x] = trunc_u8(r[x]);
+  for (int x = 0; x < w; ++x) t1[x] = trunc_u8(g[x]);
+  for (int x = 0; x < w; ++x) t2[x] = trunc_u8(b[x]);
   for (int x = 0; x < w; ++x) {
-    row[3 * x] = trunc_u8(r[x]);
-    row[3 * x + 1] = trunc_u8(g[x]);
-    row[3 * x + 2] = trunc_u8(b[x]);
+    row[3 * x] = t0[x];
+    row[3 * x + 1] = t1[x];
+    row[3 * x + 2] = t2[x];
   }
 }
 
@@ -309,9 +325,9 @@ void run_saturation(uint8_t* row, int w, double factor, ColorScratch& s) {
   float* r = s.f[0].data();
   float* g = s.f[1].data();
   float* b = s.f[2].data();
-  split_row(row, w, r, g, b);
+  split_row(row, w, r, g, b, s.bytes.data());
   saturation_planar(r, g, b, w, static_cast<float>(factor), static_cast<float>(1.0 - factor));
-  merge_row(r, g, b, w, row);
+  merge_row(r, g, b, w, row, s.bytes.data());
 }
 
 STOKER_MULTIVERSION
@@ -381,9 +397,9 @@ void run_hue(uint8_t* row, int w, double hue_shift, ColorScratch& s) {
   float* r = s.f[0].data();
   float* g = s.f[1].data();
   float* b = s.f[2].data();
-  split_row(row, w, r, g, b);
+  split_row(row, w, r, g, b, s.bytes.data());
   hue_planar(r, g, b, w, static_cast<float>(hue_shift));
-  merge_row(r, g, b, w, row);
+  merge_row(r, g, b, w, row, s.bytes.data());
 }
 
 // adjust_sharpness_image on one interior row: blend of the pixel with the
@@ -499,6 +515,7 @@ void apply_color_steps(Pixels img, const ColorStep* steps, size_t n) {
   const size_t row_bytes = img.row_bytes();
   for (auto& f : s.f)
     if (f.size() < static_cast<size_t>(w)) f.resize(w);
+  if (s.bytes.size() < static_cast<size_t>(w) * 3) s.bytes.resize(static_cast<size_t>(w) * 3);
   thread_local std::vector<Kernel> kernels;
   Stats& st = s.stats;
   Stats prev;  // the statistics gathered by the previous pass
