@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "decode/augment_pipeline.h"
 #include "decode/auto_augment.h"
 #include "decode/batch_mix.h"
 #include "decode/color_ops.h"
@@ -107,6 +108,144 @@ TargetGeometry geometry_of(int in_w, int in_h, const std::vector<py::tuple>& ops
     }
   }
   return g;
+}
+
+// --- groups: ops as dicts {"op": name, ...} (test-only spelling) ---------------------------
+
+template <typename T>
+T get(const py::dict& d, const char* key, T dflt) {
+  return d.contains(key) ? d[key].cast<T>() : dflt;
+}
+
+std::optional<std::array<double, 2>> range_of(const py::dict& d, const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  const auto v = d[key].cast<std::vector<double>>();
+  STOKER_CHECK(v.size() == 2, UsageError, key, ": a pair");
+  return std::array<double, 2>{v[0], v[1]};
+}
+
+aug::FillSpec fill_spec(const py::dict& d, aug::FillSpec dflt) {
+  aug::FillSpec f = dflt;
+  if (d.contains("fill")) {
+    if (d["fill"].is_none())
+      f.image.reset();
+    else
+      f.image = fill_of(d["fill"].cast<std::vector<int>>());
+  }
+  f.mask = static_cast<uint8_t>(get<int>(d, "mask_fill", f.mask));
+  return f;
+}
+
+AugmentOp op_of(const py::dict& d) {
+  const std::string op = d["op"].cast<std::string>();
+  auto size = [&](const char* key) {
+    const auto v = d[key].cast<std::vector<int>>();
+    return std::make_pair(v[0], v.size() > 1 ? v[1] : v[0]);
+  };
+  if (op == "RandomResizedCrop") {
+    const auto [h, w] = size("size");
+    return ops::RandomResizedCrop{h, w, 0.08, 1.0, std::log(3.0 / 4), std::log(4.0 / 3)};
+  }
+  if (op == "RandomHorizontalFlip") return ops::HorizontalFlip{get<double>(d, "p", 0.5)};
+  if (op == "CenterCrop") {
+    const auto [h, w] = size("size");
+    return ops::CenterCrop{h, w};
+  }
+  if (op == "Resize") {
+    const auto [h, w] = size("size");
+    return ops::Resize{false, 0, h, w};
+  }
+  if (op == "Normalize") {
+    ops::Normalize n;
+    const auto mean = d["mean"].cast<std::vector<double>>();
+    const auto stdv = d["std"].cast<std::vector<double>>();
+    for (int c = 0; c < 3; ++c) n.mean[c] = mean[c], n.stddev[c] = stdv[c];
+    return n;
+  }
+  if (op == "RandomCrop") {
+    aug::RandomCrop c;
+    std::tie(c.h, c.w) = size("size");
+    if (d.contains("padding")) {
+      const auto p = d["padding"].cast<std::vector<int>>();
+      c.pad_left = p[0], c.pad_top = p[1], c.pad_right = p[2], c.pad_bottom = p[3];
+    }
+    c.pad_if_needed = get<bool>(d, "pad_if_needed", false);
+    c.mode = pad_mode_from_name(get<std::string>(d, "padding_mode", "constant").c_str());
+    c.fill = fill_spec(d, c.fill);
+    return c;
+  }
+  if (op == "Pad") {
+    aug::Pad p;
+    const auto v = d["padding"].cast<std::vector<int>>();
+    p.left = v[0], p.top = v[1], p.right = v[2], p.bottom = v[3];
+    p.mode = pad_mode_from_name(get<std::string>(d, "padding_mode", "constant").c_str());
+    p.fill = fill_spec(d, p.fill);
+    return p;
+  }
+  if (op == "Letterbox") {
+    aug::Letterbox l;
+    std::tie(l.h, l.w) = size("size");
+    l.fill = fill_spec(d, l.fill);
+    return l;
+  }
+  if (op == "RandomVerticalFlip") return aug::VerticalFlip{get<double>(d, "p", 0.5)};
+  if (op == "RandomRotation") {
+    aug::RandomRotation r;
+    const auto deg = *range_of(d, "degrees");
+    r.lo = deg[0], r.hi = deg[1];
+    r.interpolation = interpolation(get<std::string>(d, "interpolation", "nearest"));
+    r.expand = get<bool>(d, "expand", false);
+    r.fill = fill_spec(d, r.fill);
+    return r;
+  }
+  if (op == "RandomAffine") {
+    aug::RandomAffine a;
+    const auto deg = *range_of(d, "degrees");
+    a.deg_lo = deg[0], a.deg_hi = deg[1];
+    a.translate = range_of(d, "translate");
+    a.scale = range_of(d, "scale");
+    if (auto sh = range_of(d, "shear")) a.shear = std::array<double, 4>{(*sh)[0], (*sh)[1], 0, 0};
+    a.interpolation = interpolation(get<std::string>(d, "interpolation", "nearest"));
+    a.fill = fill_spec(d, a.fill);
+    return a;
+  }
+  if (op == "RandomPerspective") {
+    aug::RandomPerspective q;
+    q.distortion = get<double>(d, "distortion_scale", 0.5);
+    q.p = get<double>(d, "p", 0.5);
+    q.interpolation = interpolation(get<std::string>(d, "interpolation", "bilinear"));
+    q.fill = fill_spec(d, q.fill);
+    return q;
+  }
+  if (op == "ColorJitter") {
+    aug::ColorJitter j;
+    j.brightness = range_of(d, "brightness");
+    j.contrast = range_of(d, "contrast");
+    j.saturation = range_of(d, "saturation");
+    j.hue = range_of(d, "hue");
+    return j;
+  }
+  if (op == "RandomGrayscale") return aug::RandomGrayscale{get<double>(d, "p", 0.1)};
+  if (op == "GaussianBlur") {
+    aug::GaussianBlur g;
+    std::tie(g.ky, g.kx) = size("kernel_size");
+    const auto sg = *range_of(d, "sigma");
+    g.sigma_lo = sg[0], g.sigma_hi = sg[1];
+    return g;
+  }
+  if (op == "RandAugment") {
+    aug::AutoAugment a;
+    a.params.num_ops = get<int>(d, "num_ops", 2);
+    a.params.magnitude = get<int>(d, "magnitude", 9);
+    return a;
+  }
+  if (op == "RandomErasing") {
+    aug::RandomErasing e;
+    e.params.p = get<double>(d, "p", 0.5);
+    e.random_value = get<bool>(d, "random", false);
+    return e;
+  }
+  STOKER_THROW(UsageError, "unknown op '", op, "'");
 }
 
 }  // namespace
@@ -346,6 +485,90 @@ void register_augment(py::module_& m) {
       py::arg("images"), py::arg("labels"), py::arg("num_classes"), py::arg("mixup"),
       py::arg("cutmix"), py::arg("switch_prob") = 0.5, py::arg("chw") = false, py::arg("seed") = 0,
       "Mixes `images` in place; (soft labels, draw). mixup/cutmix: (alpha, p, label_smoothing).");
+  m.def(
+      "augment_group",
+      [](const py::bytes& image, const std::optional<py::bytes>& mask,
+         const std::optional<F32Array>& boxes, const std::string& fmt, bool normalized,
+         const std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>&
+             classes,
+         const std::vector<py::dict>& op_dicts, uint64_t seed, double min_area,
+         double min_visibility) {
+        GroupSpec spec;
+        auto add = [&](GroupMember::Kind k, const char* name) {
+          GroupMember g;
+          g.kind = k;
+          g.name = name;
+          spec.members.push_back(g);
+        };
+        add(GroupMember::Kind::kImage, "image");
+        if (mask) add(GroupMember::Kind::kMask, "mask");
+        if (boxes) {
+          add(GroupMember::Kind::kBoxes, "boxes");
+          spec.members.back().format = box_format_from_name(fmt);
+          spec.members.back().normalized = normalized;
+        }
+        if (classes) {
+          add(GroupMember::Kind::kRows, "classes");
+          spec.members.back().row_bytes = 8;
+        }
+        for (const py::dict& d : op_dicts) spec.ops.push_back(op_of(d));
+        spec.filter.min_area = min_area;
+        spec.filter.min_visibility = min_visibility;
+        spec.filter.min_size = 0;
+        const AugmentPipeline pipe(spec);
+        const std::string_view img = image;
+        const auto [h, w] =
+            pipe.output_size(reinterpret_cast<const uint8_t*>(img.data()), img.size());
+        py::array out_img = pipe.out_dtype() == DType::kFloat32
+                                ? py::array(py::array_t<float>({h, w, 3}))
+                                : py::array(py::array_t<uint8_t>({h, w, 3}));
+        std::vector<MemberIO> io;
+        io.push_back(
+            {reinterpret_cast<const uint8_t*>(img.data()), img.size(), out_img.mutable_data()});
+        py::array_t<uint8_t> out_mask({h, w});
+        std::string_view mk;
+        if (mask) {
+          mk = *mask;
+          io.push_back(
+              {reinterpret_cast<const uint8_t*>(mk.data()), mk.size(), out_mask.mutable_data()});
+        }
+        std::vector<float> bout;
+        if (boxes) {
+          bout.resize(static_cast<size_t>(boxes->size()));
+          io.push_back({reinterpret_cast<const uint8_t*>(boxes->data()),
+                        static_cast<size_t>(boxes->size()) * 4, bout.data()});
+        }
+        std::vector<int64_t> cout;
+        if (classes) {
+          cout.resize(static_cast<size_t>(classes->size()));
+          io.push_back({reinterpret_cast<const uint8_t*>(classes->data()),
+                        static_cast<size_t>(classes->size()) * 8, cout.data()});
+        }
+        {
+          py::gil_scoped_release nogil;
+          pipe.run(io.data(), seed, h, w);
+        }
+        py::dict r;
+        r["image"] = out_img;
+        if (mask) r["mask"] = out_mask;
+        size_t k = 1 + (mask ? 1 : 0);
+        if (boxes) {
+          const int64_t n = io[k++].out_rows;
+          py::array_t<float> b({static_cast<py::ssize_t>(n), py::ssize_t{4}});
+          std::memcpy(b.mutable_data(), bout.data(), static_cast<size_t>(n) * 16);
+          r["boxes"] = b;
+        }
+        if (classes) {
+          const int64_t n = io[k++].out_rows;
+          r["classes"] = py::array_t<int64_t>(n, cout.data());
+        }
+        return r;
+      },
+      py::arg("image"), py::arg("mask") = py::none(), py::arg("boxes") = py::none(),
+      py::arg("format") = "xyxy", py::arg("normalized") = false, py::arg("classes") = py::none(),
+      py::arg("ops") = std::vector<py::dict>{}, py::arg("seed") = 0, py::arg("min_area") = 0.0,
+      py::arg("min_visibility") = 0.0,
+      "One sample through a transform group (ops as dicts); {image, mask, boxes, classes}.");
 }
 
 }  // namespace stoker::bindings
