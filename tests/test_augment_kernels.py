@@ -422,3 +422,21 @@ def test_mix_refuses_labels_out_of_range():
     with pytest.raises(Exception, match="label 5 of row 1 is outside"):
         _core.augment_mix(np.zeros((2, 4, 4, 3), np.float32), np.array([0, 5]), 5,
                           (1.0, 1.0, 0.0), None)
+
+
+# --- HSV jitter (YOLO) --------------------------------------------------------------------
+
+@pytest.mark.parametrize("gains", [(1.0, 1.0, 1.0), (1.012, 0.55, 1.3), (0.985, 1.6, 0.7)])
+def test_hsv_jitter_matches_ultralytics_with_opencv(gains):
+    """ultralytics' augment_hsv: tables in OpenCV's 8-bit HSV. RGB -> HSV is OpenCV's exact
+    integer conversion; HSV -> RGB is float32 and OpenCV's rounding of it differs between
+    its versions and code paths: 1 level on < 15% of values against cv2 5."""
+    cv2 = pytest.importorskip("cv2")
+    img = photo(37, 53, 3, seed=3)
+    got = _core.augment_hsv(img, *gains)
+    hue, sat, val = cv2.split(cv2.cvtColor(img, cv2.COLOR_RGB2HSV))
+    x = np.arange(0, 256, dtype=np.float64)
+    luts = (((x * gains[0]) % 180).astype(np.uint8), np.clip(x * gains[1], 0, 255).astype(np.uint8),
+            np.clip(x * gains[2], 0, 255).astype(np.uint8))
+    hsv = cv2.merge([cv2.LUT(c, lut) for c, lut in zip((hue, sat, val), luts)])
+    assert_close(got, cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB), 1, 0.15)

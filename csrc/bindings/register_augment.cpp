@@ -18,6 +18,7 @@
 #include "decode/color_ops.h"
 #include "decode/erasing.h"
 #include "decode/gaussian_blur.h"
+#include "decode/hsv_jitter.h"
 #include "decode/padding.h"
 #include "decode/target_geometry.h"
 #include "decode/warp.h"
@@ -226,6 +227,9 @@ AugmentOp op_of(const py::dict& d) {
     return j;
   }
   if (op == "RandomGrayscale") return aug::RandomGrayscale{get<double>(d, "p", 0.1)};
+  if (op == "HSVJitter")
+    return aug::HsvJitter{get<double>(d, "h", 0.015), get<double>(d, "s", 0.7),
+                          get<double>(d, "v", 0.4)};
   if (op == "GaussianBlur") {
     aug::GaussianBlur g;
     std::tie(g.ky, g.kx) = size("kernel_size");
@@ -263,6 +267,16 @@ void register_augment(py::module_& m) {
       },
       py::arg("image"), py::arg("steps"),
       "Colour steps [(name, value), ...] applied fused to a copy of a uint8 image.");
+  m.def(
+      "augment_hsv",
+      [](const U8Array& img, double h, double s, double v) {
+        Image out = image_copy(img);
+        py::gil_scoped_release nogil;
+        apply_hsv_gains(out.px, HsvGains{h, s, v});
+        return out.arr;
+      },
+      py::arg("image"), py::arg("h"), py::arg("s"), py::arg("v"),
+      "ultralytics' HSV tables with the gains (h, s, v) on a copy of an RGB image.");
   m.def(
       "augment_blur",
       [](const U8Array& img, int kx, int ky, float sx, float sy) {

@@ -24,6 +24,7 @@ struct Name {
   const char* operator()(const aug::RandomPerspective&) const { return "RandomPerspective"; }
   const char* operator()(const aug::ColorJitter&) const { return "ColorJitter"; }
   const char* operator()(const aug::RandomGrayscale&) const { return "RandomGrayscale"; }
+  const char* operator()(const aug::HsvJitter&) const { return "HSVJitter"; }
   const char* operator()(const aug::GaussianBlur&) const { return "GaussianBlur"; }
   const char* operator()(const aug::AutoAugment& o) const {
     switch (o.params.policy) {
@@ -60,7 +61,7 @@ OpRole augment_op_role(const AugmentOp& op) {
     return OpRole::kOutput;
   if (std::holds_alternative<aug::ColorJitter>(op) ||
       std::holds_alternative<aug::RandomGrayscale>(op) ||
-      std::holds_alternative<aug::GaussianBlur>(op))
+      std::holds_alternative<aug::HsvJitter>(op) || std::holds_alternative<aug::GaussianBlur>(op))
     return OpRole::kColor;
   return OpRole::kGeometry;  // AutoAugment too: it shears, translates and rotates
 }
@@ -110,6 +111,9 @@ void check_augment_ops(const std::vector<AugmentOp>& list) {
       if (j->hue)
         STOKER_CHECK((*j->hue)[0] >= -0.5 && (*j->hue)[0] <= (*j->hue)[1] && (*j->hue)[1] <= 0.5,
                      UsageError, name, ": hue needs -0.5 <= lo <= hi <= 0.5");
+    } else if (const auto* hj = std::get_if<aug::HsvJitter>(&op)) {
+      STOKER_CHECK(hj->h >= 0 && hj->h <= 1 && hj->s >= 0 && hj->s <= 1 && hj->v >= 0 && hj->v <= 1,
+                   UsageError, name, ": gains must be in [0, 1]");
     } else if (const auto* gs = std::get_if<aug::RandomGrayscale>(&op)) {
       STOKER_CHECK(probability(gs->p), UsageError, name, ": p must be in [0, 1]");
     } else if (const auto* v = std::get_if<aug::VerticalFlip>(&op)) {

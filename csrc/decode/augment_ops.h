@@ -98,6 +98,11 @@ struct RandomGrayscale {
   double p = 0.1;
 };
 
+/// HSVJitter: ultralytics' augment_hsv (hsv_jitter.h), YOLO's colour jitter.
+struct HsvJitter {
+  double h = 0.015, s = 0.7, v = 0.4;
+};
+
 /// GaussianBlur(kernel_size, sigma=(0.1, 2.0)): one sigma drawn for both axes.
 struct GaussianBlur {
   int kx = 3, ky = 3;
@@ -122,7 +127,8 @@ using AugmentOp =
     std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::HorizontalFlip,
                  ops::Normalize, aug::RandomCrop, aug::Pad, aug::Letterbox, aug::VerticalFlip,
                  aug::RandomRotation, aug::RandomAffine, aug::RandomPerspective, aug::ColorJitter,
-                 aug::RandomGrayscale, aug::GaussianBlur, aug::AutoAugment, aug::RandomErasing>;
+                 aug::RandomGrayscale, aug::HsvJitter, aug::GaussianBlur, aug::AutoAugment,
+                 aug::RandomErasing>;
 
 /// The op's name as stoker.ops spells it ("RandomCrop", ...), for messages.
 const char* augment_op_name(const AugmentOp& op);

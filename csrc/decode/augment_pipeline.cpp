@@ -13,6 +13,7 @@
 #include "decode/detail/random_draws.h"
 #include "decode/detail/rng.h"
 #include "decode/gaussian_blur.h"
+#include "decode/hsv_jitter.h"
 #include "decode/image_pipeline.h"
 #include "decode/jpeg_decoder.h"
 #include "decode/png_decoder.h"
@@ -300,6 +301,12 @@ struct Step {
   }
   void operator()(const aug::RandomGrayscale& o) {
     if (rng.uniform(0, 1) < o.p) pending.push_back({ColorKind::kGrayscale, 0});
+  }
+  void operator()(const aug::HsvJitter& o) {
+    const HsvGains g = draw_hsv_gains(o.h, o.s, o.v, rng);
+    flush();
+    flatten(ops, c, Fill{}, a);
+    apply_hsv_gains(pixels_of(c), g);
   }
   void operator()(const aug::GaussianBlur& o) {
     const double sigma = rng.uniform(o.sigma_lo, o.sigma_hi);
