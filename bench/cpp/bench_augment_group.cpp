@@ -6,7 +6,9 @@
 // Build: cmake -S . -B build/bench -G Ninja -DCMAKE_BUILD_TYPE=Release
 //          -DSTOKER_BUILD_PYTHON=OFF -DSTOKER_BUILD_BENCH=ON && cmake --build build/bench
 // Run:   python bench/make_jpegs.py /tmp/jpegs --n 300
-//        build/bench/bench_augment_group /tmp/jpegs [rounds]
+//        build/bench/bench_augment_group /tmp/jpegs [rounds [only]]
+// `only` runs one row (0-based), for a profiler (valgrind --tool=callgrind
+// counts instructions, which a loaded machine does not change).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -73,6 +75,7 @@ int main(int argc, char** argv) {
   }
   const auto files = read_jpegs(argv[1]);
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  const int only = argc > 3 ? std::atoi(argv[3]) : -1;
   if (files.empty()) {
     std::fprintf(stderr, "no .jpg files in %s\n", argv[1]);
     return 2;
@@ -125,7 +128,9 @@ int main(int argc, char** argv) {
               {"Letterbox(640)", &letterbox_only, false, {}},
               {"YOLO-style (Letterbox(640) + ColorJitter + flip, boxes)", &yolo, true, {}}};
   for (int r = 0; r < rounds; ++r)  // interleaved rounds: load on the machine hits all alike
-    for (auto& row : rows) row.t.push_back(per_image(*row.pipe, files, row.boxes));
+    for (int k = 0; k < 5; ++k)
+      rows[k].t.push_back(only < 0 || only == k ? per_image(*rows[k].pipe, files, rows[k].boxes)
+                                                : 1.0);
   std::printf("%zu JPEGs, one thread, microseconds per image (median of %d rounds)\n", files.size(),
               rounds);
   for (auto& row : rows) {

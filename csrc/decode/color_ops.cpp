@@ -141,6 +141,7 @@ struct Kernel {
   ColorKind kind;  // kBrightness stands for "table"
   double value = 0;
   uint8_t lut[3][256];
+  bool same = false;  // the three tables are equal
 };
 
 // x * f, clamped and truncated as `.to(torch.uint8)`.
@@ -248,11 +249,17 @@ void build_kernels(const Pass& p, const ColorStep* steps, int channels, const St
       }
     }
   }
+  for (Kernel& k : ks)
+    if (k.kind == ColorKind::kBrightness && channels == 3)
+      k.same =
+          std::memcmp(k.lut[0], k.lut[1], 256) == 0 && std::memcmp(k.lut[0], k.lut[2], 256) == 0;
 }
 
 void run_table(const Kernel& k, uint8_t* row, int w, int channels) {
-  if (channels == 1) {
-    for (int x = 0; x < w; ++x) row[x] = k.lut[0][row[x]];
+  if (channels == 1 || k.same) {  // one table for every byte
+    const uint8_t* l = k.lut[0];
+    const int n = w * channels;
+    for (int i = 0; i < n; ++i) row[i] = l[row[i]];
     return;
   }
   const uint8_t* l0 = k.lut[0];
@@ -448,9 +455,18 @@ void gather(const uint8_t* row, int w, int ch, Stats& st) {
     }
   }
   if (st.want_hist) {
-    const int n = w * ch;
-    for (int i = 0; i < n; i += ch)
-      for (int c = 0; c < ch; ++c) ++st.hist[c][row[i + c]];
+    if (ch == 1) {
+      for (int x = 0; x < w; ++x) ++st.hist[0][row[x]];
+    } else {
+      uint32_t* h0 = st.hist[0];
+      uint32_t* h1 = st.hist[1];
+      uint32_t* h2 = st.hist[2];
+      for (int x = 0; x < w; ++x) {
+        ++h0[row[3 * x]];
+        ++h1[row[3 * x + 1]];
+        ++h2[row[3 * x + 2]];
+      }
+    }
   }
 }
 

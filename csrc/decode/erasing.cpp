@@ -32,17 +32,27 @@ template <typename T, typename Conv>
 void fill_rect(T* out, bool chw, int height, int width, int channels, const PixelRect& r,
                const float* value, detail::SplitMix64* noise, Conv conv) {
   const size_t plane = static_cast<size_t>(height) * width;
-  // Noise is drawn in the tensor's memory order.
-  for (int c = 0; c < (chw ? channels : 1); ++c)
-    for (int y = r.y; y < r.y + r.h; ++y)
-      for (int x = r.x; x < r.x + r.w; ++x)
-        for (int k = 0; k < (chw ? 1 : channels); ++k) {
-          const int ch = chw ? c : k;
-          const size_t idx = chw ? ch * plane + static_cast<size_t>(y) * width + x
-                                 : (static_cast<size_t>(y) * width + x) * channels + ch;
-          const float v = value ? value[ch] : static_cast<float>(detail::normal(*noise));
-          out[idx] = conv(v);
-        }
+  const detail::NormalZiggurat& normal = detail::normal_ziggurat();
+  // The rectangle as contiguous runs of the tensor: a row of one channel
+  // (CHW) or a row of interleaved pixels (HWC). Noise is drawn in memory order.
+  const int runs_per_row = chw ? channels : 1;
+  const int run = chw ? r.w : r.w * channels;
+  for (int c = 0; c < runs_per_row; ++c)
+    for (int y = r.y; y < r.y + r.h; ++y) {
+      T* dst = chw ? out + c * plane + static_cast<size_t>(y) * width + r.x
+                   : out + (static_cast<size_t>(y) * width + r.x) * channels;
+      if (!value) {
+        for (int i = 0; i < run; ++i) dst[i] = conv(static_cast<float>(normal(*noise)));
+      } else if (chw) {
+        const T v = conv(value[c]);
+        for (int i = 0; i < run; ++i) dst[i] = v;
+      } else {
+        T v[3];
+        for (int k = 0; k < channels; ++k) v[k] = conv(value[k]);
+        for (int i = 0; i < run; i += channels)
+          for (int k = 0; k < channels; ++k) dst[i + k] = v[k];
+      }
+    }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "decode/warp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -48,13 +49,48 @@ template <int C>
 void warp_nearest(const Pixels& src, const Pixels& dst, const Transform2D& t, const Fill* fill) {
   uint8_t outside[C];
   for (int c = 0; c < C; ++c) outside[c] = fill ? fill->v[c] : 0;
+  const int w = src.width, h = src.height;
   for (int i = 0; i < dst.height; ++i) {
     const Row row(t, i);
     uint8_t* out = dst.row(i);
-    for (int j = 0; j < dst.width; ++j, out += C) {
+    int j = 0;
+    if (row.affine) {
+      // The span of the row whose samples are inside (with a pixel of margin
+      // left to the checked loop): no tests per pixel in it.
+      double lo = 0, hi = dst.width;
+      auto clip = [&](double a0, double da, double n) {  // a0 + j da in [0.5, n - 1.5]
+        if (da == 0) {
+          if (!(a0 >= 0.5 && a0 <= n - 1.5)) hi = lo;
+          return;
+        }
+        double j0 = (0.5 - a0) / da, j1 = (n - 1.5 - a0) / da;
+        if (j0 > j1) std::swap(j0, j1);
+        lo = std::max(lo, std::ceil(j0));
+        hi = std::min(hi, std::floor(j1) + 1);
+      };
+      clip(row.x0 - 0.5, row.dx, w);
+      clip(row.y0 - 0.5, row.dy, h);
+      lo = std::min(lo, static_cast<double>(dst.width));  // a span outside the row is empty
+      hi = std::clamp(hi, lo, static_cast<double>(dst.width));
+      const int j_lo = static_cast<int>(lo), j_hi = static_cast<int>(hi);
+      for (; j < j_lo; ++j, out += C) {
+        double fx, fy;
+        row.at(j, &fx, &fy);
+        const int x = nearest_index(fx, w), y = nearest_index(fy, h);
+        const uint8_t* p = (x | y) >= 0 ? src.row(y) + static_cast<size_t>(x) * C : outside;
+        for (int c = 0; c < C; ++c) out[c] = p[c];
+      }
+      for (; j < j_hi; ++j, out += C) {
+        const int x = detail::round_even(row.x0 - 0.5 + row.dx * j);
+        const int y = detail::round_even(row.y0 - 0.5 + row.dy * j);
+        const uint8_t* p = src.row(y) + static_cast<size_t>(x) * C;
+        for (int c = 0; c < C; ++c) out[c] = p[c];
+      }
+    }
+    for (; j < dst.width; ++j, out += C) {
       double fx, fy;
       row.at(j, &fx, &fy);
-      const int x = nearest_index(fx, src.width), y = nearest_index(fy, src.height);
+      const int x = nearest_index(fx, w), y = nearest_index(fy, h);
       const uint8_t* p = (x | y) >= 0 ? src.row(y) + static_cast<size_t>(x) * C : outside;
       for (int c = 0; c < C; ++c) out[c] = p[c];
     }

@@ -480,6 +480,24 @@ void test_apply_aug_ops_matches_the_pieces() {
 
 void test_distributions() {
   detail::SplitMix64 rng(5);
+  // The ziggurat's normals: moments, and the mass beyond 2 and in the tail
+  // past its last layer (r = 3.44).
+  {
+    const detail::NormalZiggurat& z = detail::normal_ziggurat();
+    const int n = 400000;
+    double m1 = 0, m2 = 0, m4 = 0;
+    int beyond2 = 0, tail = 0;
+    for (int i = 0; i < n; ++i) {
+      const double x = z(rng);
+      m1 += x, m2 += x * x, m4 += x * x * x * x;
+      beyond2 += std::abs(x) > 2;
+      tail += std::abs(x) > 3.442619855899;
+    }
+    m1 /= n, m2 /= n, m4 /= n;
+    CHECK(std::abs(m1) < 0.01 && std::abs(m2 - 1) < 0.01 && std::abs(m4 - 3) < 0.06);
+    CHECK(std::abs(beyond2 / double(n) - 0.0455) < 0.002);
+    CHECK(std::abs(tail / double(n) - 0.000576) < 0.00015);
+  }
   const int n = 20000;
   for (double a : {0.2, 0.8, 1.0, 3.0}) {
     double m = 0, m2 = 0;
