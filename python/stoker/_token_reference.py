@@ -1,6 +1,6 @@
 """A slow, plain-Python statement of what every token batch holds.
 
-The C++ producer (``csrc/pipeline/token_producer.h``) is checked against this module in
+The C++ producer (``csrc/producers/token_producer.h``) is checked against this module in
 the tests: for the same documents and options, batch k of (epoch, rank, world_size,
 offset) must be equal, array for array. It is written for clarity, not speed: windows
 are slices of the concatenated stream, packing is a loop over documents, budgets a

@@ -28,7 +28,6 @@ __all__ = ["Loader"]
 
 _STATE_VERSION = 2
 _DEFAULT_MAX_PIXELS = 100_000_000
-_MAX_PREFETCH = 1024  # batches in flight per iterator; memory is prefetch x batch bytes
 # prefetch=None: the ring's capacity, the largest window the tuner may choose (within
 # max_memory); batches copied ahead to the device (device="cuda").
 _AUTO_MAX_PREFETCH = 64
@@ -370,7 +369,7 @@ class Loader:
                                       "a positive int or None")
         if prefetch is None:
             prefetch = _AUTO_MAX_PREFETCH
-        self.prefetch = _check_int("prefetch", prefetch, 1, _MAX_PREFETCH,
+        self.prefetch = _check_int("prefetch", prefetch, 1, _core.MAX_PREFETCH,
                                    "a positive int or None")
         if max_memory is None:
             max_memory = _default_max_memory()
@@ -413,15 +412,17 @@ class Loader:
             if remote is not None:  # a cache smaller than the dataset needs a shard order
                 remote.check_window(shard_window, self.shuffle)
             self.transforms = self._check_transforms(transforms or {})
-            images = {}
-            for name, f in dataset.fields.items():
-                if isinstance(f, Image):
-                    images[name] = (image_layout or f.layout,
-                                    _specs(self.transforms.get(name, [])), max_image_pixels)
-            producer = _core.RecordProducer(
-                dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
-                self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
-                images, self.num_threads)
+            images = {name: _core.ImageFieldSpec(image_layout or f.layout, max_image_pixels)
+                      for name, f in dataset.fields.items() if isinstance(f, Image)}
+            groups = [_core.TransformSpec([name], _specs(ops))
+                      for name, ops in self.transforms.items() if ops]
+            sampler = _core.SamplerOptions(
+                batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
+                drop_last=self.drop_last, even_batches=self.even_batches,
+                shard_window=shard_window or 0)
+            producer = _core.RecordProducer(dataset._core, _core.RecordOptions(
+                sampler=sampler, skip_errors=on_error == "skip", images=images,
+                transforms=groups, threads_hint=self.num_threads))
         self._producer = producer
         self.labels = labels
         # labels="unshifted" with packing: HF's max_length_q/_k as ints, from a shape
@@ -776,16 +777,7 @@ class Loader:
         settled), max_threads, max_memory, batch_bytes (the largest batch); live_workers,
         host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
         copy_seconds (device time), copy_gbps, device_buffers, device_bytes."""
-        s = self._core.stats()
-        run = s["run_seconds"]
-        s["samples_per_second"] = s["samples"] / run if run > 0 else 0.0
-        s["data_stall"] = min(1.0, s["wait_seconds"] / run) if run > 0 else 0.0
-        copy = s["copy_seconds"]
-        s["copy_gbps"] = s["copy_bytes"] / copy / 1e9 if copy > 0 else 0.0
-        n = s["batches"]
-        per = {k: s[k + "_seconds"] / n if n else 0.0 for k in ("read", "decode", "ops", "plan")}
-        per["copy"] = copy / s["copies"] if s["copies"] else 0.0
-        s["stage_seconds_per_batch"] = per
+        s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
         if self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens

@@ -1,10 +1,11 @@
-#include "pipeline/token_producer.h"
+#include "producers/token_producer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "decode/token_copy.h"
 #include "sampler/epoch_split.h"
@@ -116,9 +117,7 @@ void TokenProducer::Work::run(int u, uint8_t* base, WorkerContext& ctx) {
   }
   bytes_read.fetch_add(read, std::memory_order_relaxed);
   ctx.times.bytes += read;
-  ctx.times.decode_ns +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
+  ctx.times.decode_ns += ns_since(t0);
 }
 
 void TokenProducer::Work::run_window(int64_t r, uint8_t* base, int64_t& read) const {
