@@ -80,8 +80,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no .jpg files in %s\n", argv[1]);
     return 2;
   }
-  const double lr = std::log(3.0 / 4), hr = std::log(4.0 / 3);
-  const ops::RandomResizedCrop rrc{224, 224, 0.08, 1.0, lr, hr};
+  const ops::RandomResizedCrop rrc{224, 224, 0.08, 1.0, 3.0 / 4, 4.0 / 3};
   ops::Normalize norm;
   const double mean[3] = {0.485, 0.456, 0.406}, stdv[3] = {0.229, 0.224, 0.225};
   for (int k = 0; k < 3; ++k) norm.mean[k] = mean[k], norm.stddev[k] = stdv[k];
@@ -110,10 +109,10 @@ int main(int argc, char** argv) {
   yolo_spec.members[1].format = BoxFormat::kCXCYWH;
   yolo_spec.members[1].normalized = true;
   yolo_spec.members[2].row_bytes = 8;
-  yolo_spec.ops = {lb, jitter, ops::HorizontalFlip{0.5}};
-  const AugmentPipeline rrc_flip = image_only({rrc, ops::HorizontalFlip{0.5}});
-  const AugmentPipeline timm = image_only({rrc, ops::HorizontalFlip{0.5}, ra, norm, erase});
-  const AugmentPipeline rrc_flip_norm = image_only({rrc, ops::HorizontalFlip{0.5}, norm});
+  yolo_spec.ops = {lb, jitter, ops::RandomHorizontalFlip{0.5}};
+  const AugmentPipeline rrc_flip = image_only({rrc, ops::RandomHorizontalFlip{0.5}});
+  const AugmentPipeline timm = image_only({rrc, ops::RandomHorizontalFlip{0.5}, ra, norm, erase});
+  const AugmentPipeline rrc_flip_norm = image_only({rrc, ops::RandomHorizontalFlip{0.5}, norm});
   const AugmentPipeline yolo(yolo_spec);
   const AugmentPipeline letterbox_only = image_only({lb});
 

@@ -145,16 +145,16 @@ AugmentOp op_of(const py::dict& d) {
   };
   if (op == "RandomResizedCrop") {
     const auto [h, w] = size("size");
-    return ops::RandomResizedCrop{h, w, 0.08, 1.0, std::log(3.0 / 4), std::log(4.0 / 3)};
+    return ops::RandomResizedCrop{h, w, 0.08, 1.0, 3.0 / 4, 4.0 / 3};
   }
-  if (op == "RandomHorizontalFlip") return ops::HorizontalFlip{get<double>(d, "p", 0.5)};
+  if (op == "RandomHorizontalFlip") return ops::RandomHorizontalFlip{get<double>(d, "p", 0.5)};
   if (op == "CenterCrop") {
     const auto [h, w] = size("size");
     return ops::CenterCrop{h, w};
   }
   if (op == "Resize") {
     const auto [h, w] = size("size");
-    return ops::Resize{false, 0, h, w};
+    return ops::Resize{h, w, 0};
   }
   if (op == "Normalize") {
     ops::Normalize n;

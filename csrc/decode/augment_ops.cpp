@@ -13,7 +13,7 @@ struct Name {
   const char* operator()(const ops::RandomResizedCrop&) const { return "RandomResizedCrop"; }
   const char* operator()(const ops::Resize&) const { return "Resize"; }
   const char* operator()(const ops::CenterCrop&) const { return "CenterCrop"; }
-  const char* operator()(const ops::HorizontalFlip&) const { return "RandomHorizontalFlip"; }
+  const char* operator()(const ops::RandomHorizontalFlip&) const { return "RandomHorizontalFlip"; }
   const char* operator()(const ops::Normalize&) const { return "Normalize"; }
   const char* operator()(const aug::RandomCrop&) const { return "RandomCrop"; }
   const char* operator()(const aug::Pad&) const { return "Pad"; }
@@ -44,7 +44,7 @@ bool probability(double p) { return p >= 0 && p <= 1; }
 // The (h, w) an op fixes whatever its input, or nullopt.
 std::optional<std::pair<int, int>> fixes(const AugmentOp& op) {
   if (const auto* r = std::get_if<ops::Resize>(&op))
-    return r->shorter ? std::nullopt : std::optional<std::pair<int, int>>({r->h, r->w});
+    return r->shorter > 0 ? std::nullopt : std::optional<std::pair<int, int>>({r->h, r->w});
   if (const auto* c = std::get_if<ops::RandomResizedCrop>(&op)) return std::make_pair(c->h, c->w);
   if (const auto* c = std::get_if<ops::CenterCrop>(&op)) return std::make_pair(c->h, c->w);
   if (const auto* c = std::get_if<aug::RandomCrop>(&op)) return std::make_pair(c->h, c->w);
@@ -148,12 +148,7 @@ void check_augment_ops(const std::vector<AugmentOp>& list) {
 }
 
 std::optional<std::pair<int, int>> augment_size_after(const AugmentOp& op, std::pair<int, int> hw) {
-  if (const auto* r = std::get_if<ops::Resize>(&op)) {
-    if (!r->shorter) return std::make_pair(r->h, r->w);
-    int h, w;
-    shorter_side_size(hw.first, hw.second, r->size, &h, &w);
-    return std::make_pair(h, w);
-  }
+  if (const auto* r = std::get_if<ops::Resize>(&op)) return r->size_after(hw);
   if (auto f = fixes(op)) return f;
   if (const auto* p = std::get_if<aug::Pad>(&op))
     return std::make_pair(hw.first + p->top + p->bottom, hw.second + p->left + p->right);

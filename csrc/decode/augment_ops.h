@@ -124,7 +124,7 @@ struct RandomErasing {
 }  // namespace aug
 
 using AugmentOp =
-    std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::HorizontalFlip,
+    std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::RandomHorizontalFlip,
                  ops::Normalize, aug::RandomCrop, aug::Pad, aug::Letterbox, aug::VerticalFlip,
                  aug::RandomRotation, aug::RandomAffine, aug::RandomPerspective, aug::ColorJitter,
                  aug::RandomGrayscale, aug::HsvJitter, aug::GaussianBlur, aug::AutoAugment,

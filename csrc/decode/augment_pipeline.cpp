@@ -155,7 +155,7 @@ struct Step {
   void operator()(const ops::RandomResizedCrop& o) {
     flush();
     const PixelRect r = random_resized_crop_rect(c.view.w, c.view.h, o.scale_lo, o.scale_hi,
-                                                 o.log_ratio_lo, o.log_ratio_hi, rng);
+                                                 std::log(o.ratio_lo), std::log(o.ratio_hi), rng);
     CanvasOps::crop(c, r);
     geo.crop(r.x, r.y, r.w, r.h);
     ops.resize(c, o.w, o.h);
@@ -163,8 +163,7 @@ struct Step {
   }
   void operator()(const ops::Resize& o) {
     flush();
-    int h = o.h, w = o.w;
-    if (o.shorter) shorter_side_size(c.view.h, c.view.w, o.size, &h, &w);
+    const auto [h, w] = o.size_after({c.view.h, c.view.w});
     ops.resize(c, w, h);
     geo.resize(w, h);
   }
@@ -174,7 +173,7 @@ struct Step {
     CanvasOps::crop(c, r);
     geo.crop(r.x, r.y, r.w, r.h);
   }
-  void operator()(const ops::HorizontalFlip& o) {
+  void operator()(const ops::RandomHorizontalFlip& o) {
     if (rng.uniform(0, 1) < o.p) {  // always drawn, as the classic path
       flush();
       c.flip = !c.flip;
@@ -438,7 +437,7 @@ AugmentPipeline::AugmentPipeline(GroupSpec spec) : spec_(std::move(spec)) {
       fixed = f;
     else if (fixed)
       fixed = augment_size_after(op, *fixed);  // nullopt after Resize(int) or expand=True
-    if (const auto* r = std::get_if<ops::Resize>(&op); r && r->shorter) fixed.reset();
+    if (const auto* r = std::get_if<ops::Resize>(&op); r && r->shorter > 0) fixed.reset();
   }
   fixed_ = fixed;
 }

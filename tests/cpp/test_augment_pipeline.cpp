@@ -174,8 +174,8 @@ void check_aligned(const Outputs& o, int w, int h, const char* what) {
 
 void test_targets_follow_classic_ops() {
   const std::vector<AugmentOp> ops = {
-      ops::RandomResizedCrop{48, 48, 0.5, 1.0, std::log(3.0 / 4), std::log(4.0 / 3)},
-      ops::HorizontalFlip{0.5}};
+      ops::RandomResizedCrop{48, 48, 0.5, 1.0, 3.0 / 4, 4.0 / 3},
+      ops::RandomHorizontalFlip{0.5}};
   int flipped = 0;
   for (uint64_t seed = 0; seed < 40; ++seed) {
     const Outputs o = run_group(ops, seed);
@@ -197,7 +197,7 @@ void test_targets_follow_new_geometry() {
       {affine()},
       {perspective(0.3, 1.0)},
       {vflip(1.0), ops::CenterCrop{60, 90}},
-      {rotation(10, 20, true, Interpolation::kBilinear), ops::Resize{false, 0, 80, 80}},
+      {rotation(10, 20, true, Interpolation::kBilinear), ops::Resize{80, 80, 0}},
   };
   for (const auto& ops : lists)
     for (uint64_t seed = 0; seed < 10; ++seed) {
@@ -228,15 +228,15 @@ void test_rows_drop_with_their_boxes() {
   CHECK_EQ(o.classes[0], 7);
   // The image alone gets the same pixels: targets do not change the draws.
   const std::vector<AugmentOp> ops = {
-      ops::RandomResizedCrop{32, 40, 0.3, 1.0, -0.3, 0.3}, ops::HorizontalFlip{0.5},
+      ops::RandomResizedCrop{32, 40, 0.3, 1.0, 0.75, 1.35}, ops::RandomHorizontalFlip{0.5},
       aug::ColorJitter{std::array<double, 2>{0.6, 1.4}, std::array<double, 2>{0.6, 1.4},
                        std::array<double, 2>{0.6, 1.4}, std::array<double, 2>{-0.1, 0.1}},
       rotation(-20, 20)};
   for (uint64_t seed = 0; seed < 5; ++seed)
     CHECK(run_group(ops, seed).image == run_group(ops, seed, false).image);
   // Colour ops leave masks alone (the jitter last: the geometry's draws are the same).
-  const std::vector<AugmentOp> geo = {ops::RandomResizedCrop{32, 40, 0.3, 1.0, -0.3, 0.3},
-                                      ops::HorizontalFlip{0.5}, rotation(-20, 20)};
+  const std::vector<AugmentOp> geo = {ops::RandomResizedCrop{32, 40, 0.3, 1.0, 0.75, 1.35},
+                                      ops::RandomHorizontalFlip{0.5}, rotation(-20, 20)};
   std::vector<AugmentOp> jittered = geo;
   jittered.push_back(ops[2]);
   for (uint64_t seed = 0; seed < 5; ++seed) {
@@ -248,15 +248,14 @@ void test_rows_drop_with_their_boxes() {
 
 void test_classic_ops_keep_their_bytes() {
   // The classic list through a group gives what the classic path gives.
-  const std::vector<OpSpec> specs = {{"random_resized_crop", {40, 48, 0.2, 1.0, -0.3, 0.3}},
-                                     {"random_horizontal_flip", {0.5}},
-                                     {"normalize", {0.5, 0.4, 0.3, 0.2, 0.25, 0.3, 0}}};
-  ImageFieldSpec is;
-  is.ops = specs;
-  const ImagePipeline classic(is);
+  ops::Normalize norm;
+  norm.mean = {0.5, 0.4, 0.3};
+  norm.stddev = {0.2, 0.25, 0.3};
+  const std::vector<ImageOp> classic_ops = {ops::RandomResizedCrop{40, 48, 0.2, 1.0, 0.74, 1.35},
+                                            ops::RandomHorizontalFlip{0.5}, norm};
+  const ImagePipeline classic(ImageFieldSpec{}, classic_ops);
   std::vector<AugmentOp> ops;
-  for (const ImageOp& op : parse_image_ops(specs))
-    std::visit([&](auto o) { ops.push_back(o); }, op);
+  for (const ImageOp& op : classic_ops) std::visit([&](auto o) { ops.push_back(o); }, op);
   GroupSpec gs;
   gs.members.push_back(member(GroupMember::Kind::kImage, "image"));
   gs.ops = ops;
