@@ -173,9 +173,8 @@ void check_aligned(const Outputs& o, int w, int h, const char* what) {
 }
 
 void test_targets_follow_classic_ops() {
-  const std::vector<AugmentOp> ops = {
-      ops::RandomResizedCrop{48, 48, 0.5, 1.0, 3.0 / 4, 4.0 / 3},
-      ops::RandomHorizontalFlip{0.5}};
+  const std::vector<AugmentOp> ops = {ops::RandomResizedCrop{48, 48, 0.5, 1.0, 3.0 / 4, 4.0 / 3},
+                                      ops::RandomHorizontalFlip{0.5}};
   int flipped = 0;
   for (uint64_t seed = 0; seed < 40; ++seed) {
     const Outputs o = run_group(ops, seed);
