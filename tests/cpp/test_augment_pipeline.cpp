@@ -250,11 +250,10 @@ void test_classic_ops_keep_their_bytes() {
   ops::Normalize norm;
   norm.mean = {0.5, 0.4, 0.3};
   norm.stddev = {0.2, 0.25, 0.3};
-  const std::vector<ImageOp> classic_ops = {ops::RandomResizedCrop{40, 48, 0.2, 1.0, 0.74, 1.35},
-                                            ops::RandomHorizontalFlip{0.5}, norm};
-  const ImagePipeline classic(ImageFieldSpec{}, classic_ops);
-  std::vector<AugmentOp> ops;
-  for (const ImageOp& op : classic_ops) std::visit([&](auto o) { ops.push_back(o); }, op);
+  const ops::RandomResizedCrop rrc{40, 48, 0.2, 1.0, 0.74, 1.35};
+  const ops::RandomHorizontalFlip flip{0.5};
+  const ImagePipeline classic(ImageFieldSpec{}, {rrc, flip, norm});
+  const std::vector<AugmentOp> ops = {rrc, flip, norm};
   GroupSpec gs;
   gs.members.push_back(member(GroupMember::Kind::kImage, "image"));
   gs.ops = ops;
