@@ -144,3 +144,21 @@ def test_timm_recipe_resumes_exactly(jpegs):
     assert len(resumed) == len(rest) == 4
     for a, b in zip(rest, resumed):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "symmetric"])
+def test_pad_and_random_crop_match_numpy_pad(mode):
+    img = photo(20, 24)
+    got = decode(img, [ops.Pad((3, 1, 4, 2), fill=(9, 8, 7), padding_mode=mode)])
+    want = ref.pad_window(img, -3, -1, 31, 23, mode)
+    if mode == "constant":
+        want[:1], want[-2:], want[:, :3], want[:, -4:] = ([9, 8, 7],) * 4
+    np.testing.assert_array_equal(got, want)
+    # RandomCrop(size, padding): a window of the padded image, the same for the same seed
+    padded = ref.pad_window(img, -4, -4, 32, 28, mode)
+    for seed in range(5):
+        out = decode(img, [ops.RandomCrop((20, 24), padding=4, padding_mode=mode)], seed=seed)
+        assert any(np.array_equal(padded[y:y + 20, x:x + 24], out)
+                   for y in range(9) for x in range(9))
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        ops.Pad(2, padding_mode="wrap")

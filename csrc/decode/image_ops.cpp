@@ -154,8 +154,12 @@ std::optional<std::pair<int, int>> fixed_output_size(const std::vector<ImageOp>&
   for (const ImageOp& op : list)
     std::visit(
         [&](const auto& o) {
+          // An op that fixes the size sets it; one that changes it (Pad, Resize(int))
+          // keeps it fixed when its input size is.
           if constexpr (requires { o.size_after(std::pair<int, int>{}); })
-            fixed = o.fixes_size() ? std::optional(o.size_after({0, 0})) : std::nullopt;
+            fixed = o.fixes_size() ? std::optional(o.size_after({0, 0}))
+                    : fixed        ? std::optional(o.size_after(*fixed))
+                                   : std::nullopt;
         },
         op);
   return fixed;

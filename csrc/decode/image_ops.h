@@ -271,6 +271,56 @@ struct RandomErasing {
   void erase(void* out, DType dtype, bool chw, int h, int w, detail::SplitMix64& rng) const;
 };
 
+/// RandomCrop(size, padding, pad_if_needed, fill, padding_mode): torchvision's;
+/// padding_mode 0 constant (fill), 1 edge, 2 reflect, 3 symmetric.
+struct RandomCrop {
+  static constexpr const char* kKind = "random_crop";
+  static constexpr const char* kName = "RandomCrop";
+  int h = 0, w = 0;
+  int pad_left = 0, pad_top = 0, pad_right = 0, pad_bottom = 0;
+  int pad_if_needed = 0;
+  std::array<double, 3> fill = {0, 0, 0};
+  int padding_mode = 0;
+  static constexpr auto params() {
+    using T = RandomCrop;
+    return std::tuple{Param{"h", &T::h, kPositiveWhole},
+                      Param{"w", &T::w, kPositiveWhole},
+                      Param{"pad_left", &T::pad_left, kWholeOrZero},
+                      Param{"pad_top", &T::pad_top, kWholeOrZero},
+                      Param{"pad_right", &T::pad_right, kWholeOrZero},
+                      Param{"pad_bottom", &T::pad_bottom, kWholeOrZero},
+                      Param{"pad_if_needed", &T::pad_if_needed, "0 or 1"},
+                      Param{"fill", &T::fill, kRgb},
+                      Param{"padding_mode", &T::padding_mode, "0 to 3"}};
+  }
+  void check() const;
+  std::pair<int, int> size_after(std::pair<int, int>) const { return {h, w}; }
+  bool fixes_size() const { return true; }
+  void apply(OpContext& ctx) const;
+};
+
+/// Pad(padding, fill, padding_mode): torchvision's; modes as RandomCrop's.
+struct Pad {
+  static constexpr const char* kKind = "pad";
+  static constexpr const char* kName = "Pad";
+  int left = 0, top = 0, right = 0, bottom = 0;
+  std::array<double, 3> fill = {0, 0, 0};
+  int padding_mode = 0;
+  static constexpr auto params() {
+    using T = Pad;
+    return std::tuple{
+        Param{"left", &T::left, kWholeOrZero},   Param{"top", &T::top, kWholeOrZero},
+        Param{"right", &T::right, kWholeOrZero}, Param{"bottom", &T::bottom, kWholeOrZero},
+        Param{"fill", &T::fill, kRgb},           Param{"padding_mode", &T::padding_mode, "0 to 3"}};
+  }
+  void check() const;
+  std::pair<int, int> size_after(std::pair<int, int> hw) const {
+    return {hw.first + top + bottom, hw.second + left + right};
+  }
+  bool fixes_size() const { return false; }
+  void apply(OpContext& ctx) const;
+};
+
 }  // namespace ops
 
 /// Every image op, in no particular order.
@@ -278,7 +328,7 @@ using ImageOp =
     std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::RandomHorizontalFlip,
                  ops::Normalize, ops::ColorJitter, ops::RandomGrayscale, ops::GaussianBlur,
                  ops::HSVJitter, ops::RandAugment, ops::TrivialAugmentWide, ops::AutoAugment,
-                 ops::RandomErasing>;
+                 ops::RandomErasing, ops::RandomCrop, ops::Pad>;
 
 /// Checks every op (UsageError naming the op and the reason) and the list: an
 /// op that must come last (Normalize) is last, but for ops on the output

@@ -12,6 +12,7 @@
 #include "decode/hsv_jitter.h"
 #include "decode/image_ops.h"
 #include "decode/op_context.h"
+#include "decode/padding.h"
 
 namespace stoker::ops {
 
@@ -170,6 +171,66 @@ void RandomErasing::erase(void* out, DType dtype, bool chw, int h, int w,
   const float v[3] = {static_cast<float>(value[0]), static_cast<float>(value[1]),
                       static_cast<float>(value[2])};
   erase_rect(out, dtype, chw, h, w, 3, *r, random ? nullptr : v, &rng);
+}
+
+// ---- RandomCrop, Pad ---------------------------------------------------------------
+
+namespace {
+
+void check_fill(const char* op, const std::array<double, 3>& fill, int mode) {
+  for (double v : fill)
+    STOKER_CHECK(v >= 0 && v <= 255, UsageError, op, ": fill must be 3 values in [0, 255]");
+  STOKER_CHECK(mode >= 0 && mode <= 3, UsageError, op,
+               ": padding_mode must be constant, edge, reflect or symmetric");
+}
+
+Fill fill_of(const std::array<double, 3>& f) {
+  Fill out;
+  for (int c = 0; c < 3; ++c) out.v[c] = static_cast<uint8_t>(std::nearbyint(f[c]));
+  return out;
+}
+
+}  // namespace
+
+void RandomCrop::check() const {
+  STOKER_CHECK(h > 0 && w > 0 && pad_left >= 0 && pad_top >= 0 && pad_right >= 0 && pad_bottom >= 0,
+               UsageError, kName, ": size must be positive and padding non-negative");
+  STOKER_CHECK(pad_if_needed == 0 || pad_if_needed == 1, UsageError, kName,
+               ": pad_if_needed must be 0 or 1");
+  check_fill(kName, fill, padding_mode);
+}
+
+void RandomCrop::apply(OpContext& ctx) const {
+  int pl = pad_left, pt = pad_top, pr = pad_right, pb = pad_bottom;
+  int ph = ctx.height() + pt + pb, pw = ctx.width() + pl + pr;
+  if (pad_if_needed) {  // torchvision pads both sides by the shortfall
+    if (ph < h) {
+      const int d = h - ph;
+      pt += d, pb += d, ph += 2 * d;
+    }
+    if (pw < w) {
+      const int d = w - pw;
+      pl += d, pr += d, pw += 2 * d;
+    }
+  }
+  if (ph < h || pw < w)
+    STOKER_THROW(DataError, kName, ": crop size ", h, "x", w, " is larger than the ",
+                 pl || pt || pr || pb ? "padded " : "", "image (", ph, "x", pw,
+                 "); pass pad_if_needed=True");
+  const int top = ph > h ? static_cast<int>(ctx.rng().randint(0, ph - h)) : 0;
+  const int left = pw > w ? static_cast<int>(ctx.rng().randint(0, pw - w)) : 0;
+  ctx.window({left - pl, top - pt, w, h}, static_cast<PadMode>(padding_mode), fill_of(fill));
+}
+
+void Pad::check() const {
+  STOKER_CHECK(left >= 0 && top >= 0 && right >= 0 && bottom >= 0, UsageError, kName,
+               ": padding must be non-negative");
+  check_fill(kName, fill, padding_mode);
+}
+
+void Pad::apply(OpContext& ctx) const {
+  ctx.window({-left, -top, ctx.width() + left + right, ctx.height() + top + bottom},
+             static_cast<PadMode>(padding_mode), fill_of(fill));
 }
 
 }  // namespace stoker::ops

@@ -13,6 +13,7 @@
 #include "decode/geometry.h"
 #include "decode/image_info.h"
 #include "decode/image_ops.h"
+#include "decode/padding.h"
 
 namespace stoker {
 
@@ -49,6 +50,22 @@ class OpContext {
   }
   /// The output is normalised (written as floats) by `n`.
   void normalize(const ops::Normalize& n) { normalize_ = &n; }
+  /// Keeps the rectangle `r` (which may reach past the edges), what lies
+  /// outside the image filled by `mode` (padding.h) and `fill`.
+  void window(const PixelRect& r, PadMode mode, const Fill& fill) {
+    const bool inside = r.x >= 0 && r.y >= 0 && r.x + r.w <= width() && r.y + r.h <= height();
+    const bool zeros =
+        mode == PadMode::kConstant && fill.v[0] == 0 && fill.v[1] == 0 && fill.v[2] == 0;
+    if (inside || zeros) {
+      crop(r);  // lazy: zeros past the edges
+      return;
+    }
+    const Pixels src = pixels();
+    const Pixels out = canvas_spare(canvas_, r.w, r.h);
+    copy_window(src, r.x, r.y, out, mode, fill);
+    adopt_pixels(canvas_, out);
+    geometry_.crop(r.x, r.y, r.w, r.h);
+  }
   /// The image as plain pixels, to change in place (colour ops, blur,
   /// auto-augment): they do not move it, so the geometry stays.
   Pixels pixels() { return canvas_pixels(pixels_, canvas_); }

@@ -28,7 +28,8 @@ from . import _core
 
 __all__ = ["Op", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip",
            "Normalize", "ColorJitter", "RandomGrayscale", "GaussianBlur", "HSVJitter",
-           "RandAugment", "TrivialAugmentWide", "AutoAugment", "RandomErasing"]
+           "RandAugment", "TrivialAugmentWide", "AutoAugment", "RandomErasing", "RandomCrop",
+           "Pad"]
 
 _Size = Union[int, Sequence[int]]
 
@@ -466,6 +467,90 @@ class RandomErasing(Op):
             return [self.p, self.scale, self.ratio, (0.0, 0.0, 0.0), 1]
         v = self.value if isinstance(self.value, tuple) else (self.value,) * 3
         return [self.p, self.scale, self.ratio, v, 0]
+
+
+_PAD_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def _padding(padding: Any, what: str) -> Tuple[int, int, int, int]:
+    """torchvision's padding: an int (all sides), (left/right, top/bottom) or
+    (left, top, right, bottom); as (left, top, right, bottom)."""
+    if isinstance(padding, bool):
+        raise ValueError(f"{what}: padding must be an int or a sequence of 2 or 4, got {padding!r}")
+    if isinstance(padding, int):
+        return (padding,) * 4
+    p = tuple(padding)
+    if len(p) == 1:
+        return (p[0],) * 4
+    if len(p) == 2:
+        return (p[0], p[1], p[0], p[1])
+    if len(p) == 4:
+        return p  # type: ignore[return-value]
+    raise ValueError(f"{what}: padding must be an int or a sequence of 2 or 4, got {padding!r}")
+
+
+def _fill(fill: Any) -> Tuple[float, float, float]:
+    if isinstance(fill, (int, float)) and not isinstance(fill, bool):
+        return (float(fill),) * 3
+    return _floats(fill)
+
+
+def _pad_mode(mode: str, what: str) -> int:
+    if mode not in _PAD_MODES:
+        raise ValueError(f"{what}: padding_mode must be one of {', '.join(_PAD_MODES)}, "
+                         f"got {mode!r}")
+    return _PAD_MODES.index(mode)
+
+
+class RandomCrop(Op):
+    """torchvision's RandomCrop: a ``size`` crop at a uniform position, after ``padding``
+    (an int, (left/right, top/bottom) or (left, top, right, bottom)); ``pad_if_needed``
+    pads both sides of a dimension smaller than the crop; ``fill`` and ``padding_mode``
+    (``"constant"``, ``"edge"``, ``"reflect"``, ``"symmetric"``) as torchvision's.
+
+    Example::
+
+        stoker.ops.RandomCrop(32, padding=4)           # the CIFAR recipe
+    """
+
+    kind = "random_crop"
+    num_args = 9
+
+    def __init__(self, size: _Size, padding: Any = 0, pad_if_needed: bool = False,
+                 fill: Any = 0, padding_mode: str = "constant"):
+        self.size = _pair(size, "RandomCrop")
+        self.padding = _padding(padding if padding is not None else 0, "RandomCrop")
+        self.pad_if_needed = bool(pad_if_needed)
+        self.fill = _fill(fill)
+        self.padding_mode = padding_mode
+        self._mode = _pad_mode(padding_mode, "RandomCrop")
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [*self.size, *self.padding, int(self.pad_if_needed), self.fill, self._mode]
+
+
+class Pad(Op):
+    """torchvision's Pad: ``padding`` (an int, (left/right, top/bottom) or (left, top,
+    right, bottom)) filled with ``fill`` or by ``padding_mode``.
+
+    Example::
+
+        stoker.ops.Pad(4, padding_mode="reflect")
+    """
+
+    kind = "pad"
+    num_args = 6
+
+    def __init__(self, padding: Any, fill: Any = 0, padding_mode: str = "constant"):
+        self.padding = _padding(padding, "Pad")
+        self.fill = _fill(fill)
+        self.padding_mode = padding_mode
+        self._mode = _pad_mode(padding_mode, "Pad")
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [*self.padding, self.fill, self._mode]
 
 
 def _specs(ops: Union[Op, Sequence[Op]]) -> List[_core.ImageOp]:

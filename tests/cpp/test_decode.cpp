@@ -391,7 +391,10 @@ void test_op_validation() {
                 ops::Normalize{{0, 0, 0}, {1, 1, 1}, DType::kFloat16}});
   CHECK(p.out_dtype() == DType::kFloat16);
   CHECK(p.fixed_size() == std::make_pair(24, 32));
-  CHECK(!pipeline({ops::CenterCrop{4, 4}, ops::Resize{0, 0, 8}}).fixed_size());
+  // A size-changing op after a fixed size keeps it fixed (its input size is known).
+  CHECK(pipeline({ops::CenterCrop{4, 6}, ops::Resize{0, 0, 8}}).fixed_size() ==
+        std::make_pair(8, 12));
+  CHECK(!pipeline({ops::Resize{0, 0, 8}}).fixed_size());
   CHECK(pipeline({ops::Resize{0, 0, 8}, ops::CenterCrop{4, 6}}).fixed_size() ==
         std::make_pair(4, 6));
   CHECK(!ImagePipeline({}).fixed_size());
