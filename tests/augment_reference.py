@@ -184,16 +184,21 @@ def gaussian_blur(img, kx, ky, sx, sy):
 
 # --- geometry -----------------------------------------------------------------------------
 
-def inverse_affine_matrix(center, angle, translate, scale, shear):
-    """torchvision's _get_inverse_affine_matrix (inverted=True): 6 numbers."""
+def _rss(angle, shear):
+    """torchvision's rotate-scale-shear terms (a, b, c, d) of _get_inverse_affine_matrix."""
     rot = math.radians(angle)
     sx, sy = math.radians(shear[0]), math.radians(shear[1])
-    cx, cy = center
-    tx, ty = translate
     a = math.cos(rot - sy) / math.cos(sy)
     b = -(a * math.tan(sx) + math.sin(rot))
     c = math.sin(rot - sy) / math.cos(sy)
     d = math.cos(rot) - c * math.tan(sx)
+    return a, b, c, d
+
+
+def inverse_affine_matrix(center, angle, translate, scale, shear):
+    """torchvision's _get_inverse_affine_matrix (inverted=True): 6 numbers."""
+    a, b, c, d = _rss(angle, shear)
+    (cx, cy), (tx, ty) = center, translate
     m = [d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0]
     m[2] += cx - m[0] * (cx + tx) - m[1] * (cy + ty)
     m[5] += cy - m[3] * (cx + tx) - m[4] * (cy + ty)
@@ -202,14 +207,8 @@ def inverse_affine_matrix(center, angle, translate, scale, shear):
 
 def forward_affine_matrix(center, angle, translate, scale, shear):
     """The same with inverted=False: the map boxes go through (3x3)."""
-    rot = math.radians(angle)
-    sx, sy = math.radians(shear[0]), math.radians(shear[1])
-    cx, cy = center
-    tx, ty = translate
-    a = math.cos(rot - sy) / math.cos(sy)
-    b = -(a * math.tan(sx) + math.sin(rot))
-    c = math.sin(rot - sy) / math.cos(sy)
-    d = math.cos(rot) - c * math.tan(sx)
+    a, b, c, d = _rss(angle, shear)
+    (cx, cy), (tx, ty) = center, translate
     m = [a * scale, b * scale, 0.0, c * scale, d * scale, 0.0]
     m[2] += cx + tx - m[0] * cx - m[1] * cy
     m[5] += cy + ty - m[3] * cx - m[4] * cy

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "decode/canvas.h"
+#include "decode/canvas_pixels.h"
 #include "decode/codecs.h"
 #include "decode/color_ops.h"
 #include "decode/crop_params.h"
@@ -44,7 +45,6 @@ namespace {
 
 // Per-thread buffers of the group path, beside the canvas's own (Scratch).
 struct AugScratch {
-  std::vector<uint8_t> buf[2];  // flattened canvases, alternating
   std::vector<uint8_t> mask_rgb;
   std::vector<uint8_t> mask;
   JpegDecoder jpeg;
@@ -59,54 +59,18 @@ AugScratch& aug_scratch() {
 
 using Rng = detail::SplitMix64;
 
-// Makes the canvas plain packed RGB pixels of its view (flip applied, pixels
-// past the source's edges from `fill`), in the buffer of `a` it does not read.
-void flatten(CanvasOps& ops, Canvas& c, const Fill& fill, AugScratch& a) {
-  ops.ensure_pixels(c);
-  const bool whole = c.view == PixelRect{0, 0, c.src_w, c.src_h};
-  if (whole && !c.flip && c.pix.stride == static_cast<size_t>(c.src_w) * 3) return;
-  std::vector<uint8_t>& dst = a.buf[0].data() == c.pix.data ? a.buf[1] : a.buf[0];
-  const int w = c.view.w, h = c.view.h;
-  dst.resize(static_cast<size_t>(w) * h * 3);
-  const Pixels src{const_cast<uint8_t*>(c.pix.data), c.src_w, c.src_h, 3, c.pix.stride};
-  const Pixels out = packed_pixels(dst.data(), w, h, 3);
-  copy_window(src, c.view.x, c.view.y, out, PadMode::kConstant, fill);
-  if (c.flip)
-    for (int y = 0; y < h; ++y) {
-      uint8_t* row = out.row(y);
-      for (int i = 0, j = w - 1; i < j; ++i, --j)
-        for (int k = 0; k < 3; ++k) std::swap(row[3 * i + k], row[3 * j + k]);
-    }
-  c.have_pixels = true;
-  c.pending = false;
-  c.flip = false;
-  c.pix = {dst.data(), w, h, static_cast<size_t>(w) * 3};
-  c.src_w = w;
-  c.src_h = h;
-  c.view = {0, 0, w, h};
+// The canvas as plain pixels (canvas_pixels.h), and the other buffer to resample into.
+void flatten(CanvasOps& ops, Canvas& c, const Fill& fill, AugScratch&) {
+  canvas_pixels(ops, c, fill);
 }
 
-// The canvas's pixels as a mutable view (after flatten).
 Pixels pixels_of(const Canvas& c) {
   return {const_cast<uint8_t*>(c.pix.data), c.src_w, c.src_h, 3, c.pix.stride};
 }
 
-// The other flatten buffer, sized for (w x h), as the target of a resampling.
-Pixels other_buffer(const Canvas& c, AugScratch& a, int w, int h) {
-  std::vector<uint8_t>& dst = a.buf[0].data() == c.pix.data ? a.buf[1] : a.buf[0];
-  dst.resize(static_cast<size_t>(w) * h * 3);
-  return packed_pixels(dst.data(), w, h, 3);
-}
+Pixels other_buffer(const Canvas& c, AugScratch&, int w, int h) { return canvas_spare(c, w, h); }
 
-void adopt(Canvas& c, const Pixels& p) {
-  c.have_pixels = true;
-  c.pending = false;
-  c.flip = false;
-  c.pix = {p.data, p.width, p.height, p.stride};
-  c.src_w = p.width;
-  c.src_h = p.height;
-  c.view = {0, 0, p.width, p.height};
-}
+void adopt(Canvas& c, const Pixels& p) { adopt_pixels(c, p); }
 
 bool is_zero(const Fill& f) { return f.v[0] == 0 && f.v[1] == 0 && f.v[2] == 0; }
 
