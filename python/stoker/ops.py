@@ -485,11 +485,12 @@ def _padding(padding: Any, what: str) -> Tuple[int, int, int, int]:
     if len(p) == 2:
         return (p[0], p[1], p[0], p[1])
     if len(p) == 4:
-        return p  # type: ignore[return-value]
+        return (p[0], p[1], p[2], p[3])
     raise ValueError(f"{what}: padding must be an int or a sequence of 2 or 4, got {padding!r}")
 
 
-def _fill(fill: Any) -> Tuple[float, float, float]:
+def _fill(fill: Any) -> Any:
+    """A number for every channel, or one per channel (the C++ op checks the count)."""
     if isinstance(fill, (int, float)) and not isinstance(fill, bool):
         return (float(fill),) * 3
     return _floats(fill)
