@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import stoker
 from conftest import epoch_labels, write_dataset
-from stoker._token_reference import Permutation, hash_combine
+from _token_reference import Permutation, hash_combine
 
 SEED = 3
 
