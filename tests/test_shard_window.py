@@ -12,8 +12,8 @@ import pickle
 import numpy as np
 import pytest
 import stoker
-from conftest import epoch_labels, write_dataset
 from _token_reference import Permutation, hash_combine
+from conftest import epoch_labels, write_dataset
 
 SEED = 3
 

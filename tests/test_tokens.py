@@ -12,9 +12,9 @@ import struct
 import numpy as np
 import pytest
 import stoker
+from _token_reference import Permutation, Reference, Split
 from stoker import _core
 from stoker import token_dataset as td
-from _token_reference import Permutation, Reference, Split
 
 _MEGATRON_CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6,
                    "float32": 7, "uint16": 8}

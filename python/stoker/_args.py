@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import List
 
-__all__ = ["add_overwrite", "add_quiet", "add_shard_size", "add_workers", "int_list",
-           "nonneg_int", "positive_float", "positive_int", "size"]
+__all__ = ["add_overwrite", "add_out", "add_quiet", "add_shard_size", "add_workers",
+           "check_dataset", "int_list", "nonneg_int", "positive_float", "positive_int", "size",
+           "utf8_path"]
 
 
 def _int(text: str) -> int:
@@ -82,6 +83,10 @@ def add_workers(p: argparse.ArgumentParser) -> None:
                         "this process may use)")
 
 
+def add_out(p: argparse.ArgumentParser, help: str = "output dataset directory") -> None:
+    p.add_argument("out", metavar="OUT", type=utf8_path, help=help)
+
+
 def add_shard_size(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard-size", type=size, default="256MB", metavar="SIZE",
                    help="target bytes per shard, e.g. 64MB, 1GiB (default 256MB)")
@@ -94,3 +99,39 @@ def add_overwrite(p: argparse.ArgumentParser) -> None:
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def utf8_path(text: str) -> str:
+    """A path stoker writes or reads a dataset at: datasets keep their shard paths in
+    index.json and the native core takes UTF-8, so a name that is not valid UTF-8 (Linux
+    allows any bytes) is refused here, once, rather than failing later."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise argparse.ArgumentTypeError(
+            f"{shown!r} is not valid UTF-8; rename it (dataset paths are UTF-8)") from None
+    return text
+
+
+def check_dataset(path: str) -> None:
+    """Raises a usage error (FileNotFoundError, PermissionError, ValueError) when `path`
+    cannot be a local dataset: missing, a file other than an index.json, an index.json
+    that cannot be read. URLs are left to the remote layer."""
+    import os
+
+    if "://" in path:
+        return
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such dataset (a directory with index.json, or "
+                                "its index.json)")
+    index = path
+    if os.path.isdir(path):
+        index = os.path.join(path, "index.json")
+        if not os.path.exists(index):
+            return  # the reader says what is there instead (a version-1 dataset, parts)
+    elif os.path.basename(path) != "index.json":
+        raise ValueError(f"{path}: a file, not a dataset (a directory with index.json, or "
+                         "its index.json)")
+    with open(index, "rb"):  # unreadable: PermissionError, a usage error, not corruption
+        pass

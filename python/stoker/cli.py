@@ -16,10 +16,13 @@ import sys
 from typing import Any, List, NoReturn, Optional
 
 from ._args import (
+    add_out,
     add_overwrite,
     add_quiet,
     add_shard_size,
+    check_dataset,
     positive_int,
+    utf8_path,
 )
 
 DESCRIPTION = """\
@@ -81,22 +84,23 @@ def _inspect(args: argparse.Namespace) -> int:
     from ._progress import Progress
     from .maintenance import clean, upgrade
 
-    if args.upgrade:
-        if upgrade(args.path):
-            print(f"{args.path}: upgraded to shard format version 2", file=sys.stderr)
-        else:
-            print(f"{args.path}: already in the current format", file=sys.stderr)
-    if args.clean:
-        removed, in_use = clean(args.path)
-        for name in removed:
-            print(f"removed {name}", file=sys.stderr)
-        for name in in_use:
-            print(f"kept {name}: a reader still uses it", file=sys.stderr)
-    # With --verify, shards are checked one by one below, so that every bad one is listed
-    # instead of the first stopping the open.
+    check_dataset(args.path)
     try:
+        if args.upgrade:
+            if upgrade(args.path):
+                print(f"{args.path}: upgraded to shard format version 2", file=sys.stderr)
+            else:
+                print(f"{args.path}: already in the current format", file=sys.stderr)
+        if args.clean:
+            removed, in_use = clean(args.path)
+            for name in removed:
+                print(f"removed {name}", file=sys.stderr)
+            for name in in_use:
+                print(f"kept {name}: a reader still uses it", file=sys.stderr)
+        # With --verify, shards are checked one by one below, so that every bad one is
+        # listed instead of the first stopping the open.
         ds = Dataset(args.path, check_shards=not args.verify)
-    except DataError as e:
+    except DataError as e:  # the report, on stdout as the rest of it
         print(f"BAD {_one_line(str(e))}")
         return 1
     sizes = [s["bytes"] for s in ds.shards]
@@ -216,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "length int32 tokens, an int64 label), iterates it for a "
                                    "few epochs and reports samples/s with its spread and "
                                    "where the workers' time goes.")
-    d.add_argument("--out", default=None, metavar="DIR",
+    d.add_argument("--out", default=None, metavar="DIR", type=utf8_path,
                    help="where to write it (default: a temporary folder, removed after)")
     d.add_argument("--samples", type=positive_int, default=10000, metavar="N",
                    help="samples to write (default 10000)")
@@ -230,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="describe a dataset; --verify checks every record",
                        description="Describe a dataset. Exit status 0: fine; 1: the dataset "
                                    "is corrupt; 2: usage error (no dataset, writer busy).")
-    i.add_argument("path", metavar="PATH", help="a dataset directory (or its index.json)")
+    i.add_argument("path", metavar="PATH", type=utf8_path,
+                   help="a dataset directory (or its index.json), or an https:// or s3:// URL")
     i.add_argument("--verify", action="store_true",
                    help="check every shard and record; list each problem; exit 1 if any")
     i.add_argument("--upgrade", action="store_true",
@@ -251,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     npy = csub.add_parser("npy", help="NumPy arrays (first dim = sample) to a dataset",
                           description="NumPy .npy arrays whose first dimension is the sample "
                                       "to a dataset: one field per array.")
-    npy.add_argument("out", metavar="OUT", help="output dataset directory")
+    add_out(npy)
     npy.add_argument("arrays", nargs="+", metavar="NAME=FILE.npy",
                      help="a field name and its array (FILE.npy alone: the file's name)")
     add_shard_size(npy)
@@ -300,7 +305,9 @@ def _one_line(text: str) -> str:
 
 
 def _describe(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.strerror and e.filename is not None:
+    if isinstance(e, OSError) and e.strerror:
+        if e.filename is None:
+            return _one_line(e.strerror)
         where = os.fsdecode(e.filename) if isinstance(e.filename, bytes) else str(e.filename)
         text = f"{where}: {e.strerror}"
         if e.filename2 is not None:
@@ -340,7 +347,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             except (ValueError, OSError):
                 pass
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, a usage error: its status, as a return
+        return e.code if isinstance(e.code, int) else 2
     prog = "stoker " + args.command + (f" {args.source}" if args.command == "convert" else "")
     try:
         status = args.func(args)

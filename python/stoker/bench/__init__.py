@@ -17,7 +17,7 @@ import argparse
 import importlib
 from typing import Any
 
-from .._args import int_list, nonneg_int, positive_float, positive_int
+from .._args import check_dataset, int_list, nonneg_int, positive_float, positive_int, utf8_path
 
 __all__ = ["Point", "PythonDataset", "add_arguments", "collate", "main", "make_data",
            "memcpy_bandwidth", "pil_decode", "rrc_params", "run", "run_dataset", "sweep", "warm"]
@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", nargs="?", default=None, metavar="PATH",
+    p.add_argument("dataset", nargs="?", default=None, metavar="PATH", type=utf8_path,
                    help="a stoker dataset to benchmark; without it, a synthetic one of "
                         "fixed-size records")
     p.add_argument("--samples", type=positive_int, default=20000, metavar="N",
@@ -81,6 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     image_size = args.image_size
+    if args.dataset is not None:
+        check_dataset(args.dataset)
     if args.plot is not None and not args.sweep:
         raise ValueError("argument --plot: goes with --sweep")
     if args.sweep:

@@ -3,7 +3,7 @@
 Work that releases the GIL (HF ``tokenizers``, tiktoken and sentencepiece batches, image
 decodes, zlib) runs on threads. Work that holds it (protobuf parsing in Python, a Python
 tokenizer) runs in worker processes, and those are started here as fresh interpreters,
-``python -m stoker.convert._workers``, never by ``multiprocessing``:
+``python -m stoker.convert._worker_main``, never by ``multiprocessing``:
 
 * ``spawn`` and ``forkserver`` import the caller's ``__main__`` in every worker, so a
   script without an ``if __name__ == "__main__":`` guard runs again inside each worker,
@@ -77,7 +77,7 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(
             [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stoker.convert._workers"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "stoker.convert._worker_main"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.to, self.frm = self.proc.stdin, self.proc.stdout
@@ -218,7 +218,8 @@ def _portable(e: BaseException) -> BaseException:
         return RuntimeError(f"{type(e).__name__}: {e}")
 
 
-def _serve() -> None:
+def serve() -> None:
+    """The worker's loop (``python -m stoker.convert._worker_main``)."""
     import signal
 
     # Ctrl-C is the parent's to handle: it ends the workers.
@@ -267,7 +268,3 @@ def _serve() -> None:
             _send(proto_out, ("err", RuntimeError("a worker's result could not be sent back: "
                                                   + "".join(traceback.format_exception_only(
                                                       type(e), e)).strip())))
-
-
-if __name__ == "__main__":
-    _serve()

@@ -34,7 +34,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._args import add_overwrite, add_quiet, add_shard_size, add_workers, positive_int
+from .._args import add_out, add_overwrite, add_quiet, add_shard_size, add_workers, positive_int
 from .._progress import Progress
 from ._workers import available_cores
 
@@ -237,7 +237,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker convert imagefolder``."""
     p.description = __doc__.split("\n\n")[0]
     p.add_argument("src", metavar="SRC", help="ImageFolder root: one sub-folder per class")
-    p.add_argument("out", metavar="OUT", help="output dataset directory")
+    add_out(p)
     add_shard_size(p)
     p.add_argument("--max-side", type=positive_int, default=None, metavar="N",
                    help="shrink images whose longer side is larger, re-encoding as JPEG")

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
-from .._args import add_overwrite, add_quiet, add_shard_size
+from .._args import add_out, add_overwrite, add_quiet, add_shard_size, check_dataset, utf8_path
 from .._progress import Progress
 from ..fields import Field
 
@@ -220,9 +220,9 @@ def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker merge``."""
     p.description = __doc__.split("\n\n")[0]
-    p.add_argument("paths", nargs="+", metavar="PART",
+    p.add_argument("paths", nargs="+", metavar="PART", type=utf8_path,
                    help="part datasets, or directories of parts (taken in name order)")
-    p.add_argument("out", metavar="OUT", help="the merged dataset's directory")
+    add_out(p, "the merged dataset's directory")
     add_shard_size(p)
     p.add_argument("--metadata", default=None, metavar="JSON",
                    help="JSON for the merged dataset's metadata (default: the parts')")
@@ -241,8 +241,10 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise ValueError(f"argument --metadata: not JSON ({e})") from None
 
-    with Progress(len(list_parts(args.paths)), "stoker merge", unit="parts",
-                  enabled=not args.quiet) as bar:
+    parts = list_parts(args.paths)
+    for part in parts:
+        check_dataset(part)  # an unreadable index.json is a permission error, not corruption
+    with Progress(len(parts), "stoker merge", unit="parts", enabled=not args.quiet) as bar:
         stats = merge(args.paths, args.out, shard_size=args.shard_size, metadata=meta,
                       overwrite=args.overwrite, progress=lambda done, total: bar.set(done),
                       allow_repeats=args.allow_repeats)

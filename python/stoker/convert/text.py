@@ -40,7 +40,7 @@ from typing import Any, Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .._args import add_overwrite, add_quiet, add_shard_size, add_workers
+from .._args import add_out, add_overwrite, add_quiet, add_shard_size, add_workers
 from .._progress import Progress
 from ._errors import InputError
 from ._workers import ProcessPool, WorkerError, available_cores
@@ -94,36 +94,51 @@ def _by_name(enc: Encoder) -> Optional[bytes]:
         return None
 
 
-def _start_workers(enc: Encoder, workers: int):
-    """(submit(texts) -> Future, close(ok)) for `workers` parallel encoders."""
-    pool: Any = None
-    if workers > 1 and enc.kind not in RELEASES_GIL:
-        payload = _by_name(enc)
-        if payload is not None:
-            try:
-                pool = ProcessPool(workers, init=(_init_worker, (payload,)))
-            except WorkerError as e:
-                _log.info("stoker convert: tokenizing on threads: %s", e)
-        else:
-            _log.info("stoker convert: tokenizer %s cannot be loaded by name in a worker "
-                      "process: tokenizing on threads (a Python tokenizer then holds the GIL)",
-                      enc.name)
-    if pool is not None:
-        return (lambda texts: pool.submit(_encode_in_worker, texts),
-                lambda ok: pool.close() if ok else pool.terminate())
-    if workers > 1:
-        threads = ThreadPoolExecutor(workers, thread_name_prefix="stoker-tokenize")
-        return (lambda texts: threads.submit(_encode_chunk, enc, texts),
-                lambda ok: threads.shutdown(wait=True, cancel_futures=not ok))
+class _Encoders:
+    """`workers` parallel encoders: ``submit(texts) -> Future``, then ``finish(ok)``.
+    Worker processes start at the first chunk, so bad input found while reading the first
+    lines costs no process start."""
 
-    def here(texts: List[str]) -> Future:
+    def __init__(self, enc: Encoder, workers: int):
+        self.enc, self.workers = enc, workers
+        self.pool: Any = None
+        self.threads: Optional[ThreadPoolExecutor] = None
+
+    def _start(self) -> None:
+        enc, workers = self.enc, self.workers
+        if enc.kind not in RELEASES_GIL:
+            payload = _by_name(enc)
+            if payload is not None:
+                try:
+                    self.pool = ProcessPool(workers, init=(_init_worker, (payload,)))
+                    return
+                except WorkerError as e:
+                    _log.info("stoker convert: tokenizing on threads: %s", e)
+            else:
+                _log.info("stoker convert: tokenizer %s cannot be loaded by name in a worker "
+                          "process: tokenizing on threads (a Python tokenizer then holds the "
+                          "GIL)", enc.name)
+        self.threads = ThreadPoolExecutor(workers, thread_name_prefix="stoker-tokenize")
+
+    def submit(self, texts: List[str]) -> Future:
+        if self.workers > 1 and self.pool is None and self.threads is None:
+            self._start()
+        if self.pool is not None:
+            return self.pool.submit(_encode_in_worker, texts)
+        if self.threads is not None:
+            return self.threads.submit(_encode_chunk, self.enc, texts)
         fut: Future = Future()
         try:
-            fut.set_result(_encode_chunk(enc, texts))
+            fut.set_result(_encode_chunk(self.enc, texts))
         except Exception as e:
             fut.set_exception(e)
         return fut
-    return here, lambda ok: None
+
+    def finish(self, ok: bool) -> None:
+        if self.pool is not None:
+            self.pool.close() if ok else self.pool.terminate()
+        if self.threads is not None:
+            self.threads.shutdown(wait=True, cancel_futures=not ok)
 
 
 def _chunks(items: Iterator[Tuple[str, Tuple[str, ...]]]):
@@ -218,6 +233,9 @@ def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os
     """
     from .. import ShardWriter, scalar, tokens
 
+    for path in [src] if isinstance(src, (str, os.PathLike)) else src:
+        if not os.path.exists(path):  # before loading a tokenizer (which may download)
+            raise FileNotFoundError(f"{os.fspath(path)}: no such file or directory")
     enc = load_tokenizer(tokenizer)
     fmt = format or guess_format(src)
     if fmt not in FORMATS:
@@ -257,7 +275,7 @@ def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os
                "empty_documents": 0,
                "prompt_field": None if prompt_key is None else "prompt_tokens"}
     bar = _Progress(f"stoker convert {fmt}", progress)
-    submit, finish = _start_workers(enc, workers)
+    encoders = _Encoders(enc, workers)
 
     per = len(keys)
     head = np.array([bos_id] if bos_id is not None else [], np.int64)
@@ -310,7 +328,7 @@ def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os
                          metadata=summary) as w:
             for wheres, texts in _chunks(items):
                 chars += sum(map(len, texts))
-                pending.append((wheres, submit(texts)))
+                pending.append((wheres, encoders.submit(texts)))
                 while len(pending) > 2 * workers:
                     drain(w)
             while pending:
@@ -320,7 +338,7 @@ def convert_text(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, os
                                  "texts)")
         ok = True
     finally:
-        finish(ok)
+        encoders.finish(ok)
     bar.update(summary["documents"], summary["tokens"], chars, final=True)
     return summary
 
@@ -331,7 +349,7 @@ def add_arguments(p: argparse.ArgumentParser, fmt: str) -> None:
     p.add_argument("src", nargs="+" if fmt != "hf" else None, metavar="SRC",
                    help="input file(s) or folder" if fmt != "hf" else
                    "a datasets.save_to_disk folder")
-    p.add_argument("out", metavar="OUT", help="output dataset directory")
+    add_out(p)
     p.add_argument("--tokenizer", required=True,
                    help="tokenizer.json (or its folder), a .model file (sentencepiece), "
                         "tiktoken:NAME, or module:callable")

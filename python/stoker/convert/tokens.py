@@ -24,7 +24,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .._args import add_overwrite, add_quiet, add_shard_size, nonneg_int, positive_int
+from .._args import add_out, add_overwrite, add_quiet, add_shard_size, nonneg_int, positive_int
 from .._progress import Progress
 from ._errors import InputError
 
@@ -96,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser, fmt: str) -> None:
     p.add_argument("src", nargs="+", metavar="SRC",
                    help="Megatron prefix(es): PREFIX for PREFIX.bin + PREFIX.idx"
                    if fmt == "megatron" else "token file(s), one stream in the order given")
-    p.add_argument("out", metavar="OUT", help="output dataset directory")
+    add_out(p)
     if fmt == "nanogpt":
         p.add_argument("--dtype", required=True,
                        choices=("uint8", "int8", "uint16", "int16", "uint32", "int32", "int64"),
