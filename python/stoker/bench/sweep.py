@@ -190,7 +190,9 @@ def sweep(path: str, batch_sizes: Optional[Sequence[int]] = None,
     from ._pagecache import resident_fraction
 
     in_cache = resident_fraction([os.path.join(ds.path, s["path"]) for s in ds.shards])
-    print(recommend(points, in_cache))
+    from ..fields import Image
+
+    print(recommend(points, in_cache, any(isinstance(f, Image) for f in ds.fields.values())))
     print()
     print(larger_batch(points))
     if plot is not None:
@@ -219,9 +221,11 @@ def _name(p: Point) -> str:
     return f"batch_size={p.batch_size}, num_threads={p.threads}"
 
 
-def recommend(points: List[Point], in_cache: Optional[float] = None) -> str:
+def recommend(points: List[Point], in_cache: Optional[float] = None,
+              images: bool = True) -> str:
     """The fastest setting, those within the noise of it, and the thread count to use.
-    `in_cache`: the fraction of the data in page cache (mincore), for a read-bound verdict."""
+    `in_cache`: the fraction of the data in page cache (mincore), for a read-bound verdict;
+    `images`: whether the data has image fields (what the decode stage is)."""
     from .demo import where_the_time_goes
 
     best = max(points, key=lambda p: p.samples_per_second)
@@ -251,8 +255,9 @@ def recommend(points: List[Point], in_cache: Optional[float] = None) -> str:
         lines.append("The loop itself (Python, per-batch overhead) was the limit at that "
                      "setting: larger batches amortize it.")
     elif best.stage_shares:
-        what = {"read": "reading and verifying records", "decode": "decoding or copying the "
-                "fields into the batch", "ops": "image ops", "plan": "planning batches"}
+        what = {"read": "reading and verifying records",
+                "decode": "decoding" if images else "copying the fields into the batch",
+                "ops": "image ops", "plan": "planning batches"}
         lines += where_the_time_goes(best.stage_shares, what, in_cache,
                                      f"{_name(best)}, {len(best.stage_shares)} runs")[1:]
     return "\n".join(lines)
@@ -296,10 +301,10 @@ def larger_batch(points: List[Point]) -> str:
                         "spread of the runs" if grew else
                         ": within the noise of these runs" if not differs(
                             a.worker_ms_runs, z.worker_ms_runs) else ""))
-    lines.append(f"  - the first batch takes {a.first_batch_seconds:.3f} -> "
-                 f"{z.first_batch_seconds:.3f} s "
-                 f"({z.first_batch_seconds / max(a.first_batch_seconds, 1e-9):.1f}x): every "
-                 "start of a job or of an epoch without next-epoch prefetch waits for it")
+    fa, fz = a.first_batch_runs, z.first_batch_runs
+    lines.append(f"  - the first batch takes {fa.median:.3f} -> {fz.median:.3f} s"
+                 + (": every start of a job or of an epoch without next-epoch prefetch waits "
+                    "for it" if differs(fa, fz) else ": within the noise of these runs"))
     lines.append(f"  - the batches in flight hold {a.batch_bytes * a.prefetch / 1e6:.3g} -> "
                  f"{z.batch_bytes * z.prefetch / 1e6:.3g} MB ({a.prefetch} and {z.prefetch} "
                  "batches)")
