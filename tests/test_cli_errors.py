@@ -225,7 +225,11 @@ def test_every_option_has_help():
     commands = {path[0] for path, _ in _actions(p) if path}
     assert {"demo", "inspect", "convert", "merge", "bench"} <= commands
     top = p.format_help()
-    assert "merge" in top and "``" not in top and ":mod:" not in top
+    assert "merge" in top
+    helps = [top] + [sub.format_help() for a in p._actions
+                     if isinstance(a, argparse._SubParsersAction) for sub in a.choices.values()]
+    for text in helps:  # plain text, not reST
+        assert "``" not in text and ":mod:" not in text and ":class:" not in text, text
 
 
 def test_no_torch_for_help_inspect_and_merge(work):
@@ -237,7 +241,8 @@ def test_no_torch_for_help_inspect_and_merge(work):
              "    runpy.run_module('stoker', run_name='__main__')\n"
              "except SystemExit as e:\n"
              "    code = e.code\n"
-             "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('stoker.bench.'))\n"
+             "bad = sorted(m for m in sys.modules\n"
+             "             if m == 'torch' or m.startswith('stoker.bench.'))\n"
              "sys.stderr.write('IMPORTED ' + ' '.join(bad) + '\\n')\n")
     for args in (["--help"], ["inspect", "ds"], ["inspect", "ds", "--verify"],
                  ["merge", "ds", str(work / "merged"), "--overwrite"],

@@ -255,6 +255,7 @@ READER_SCRIPT = REWRITE_COMMON + """
 root, stop, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = random.Random(seed)
 stats = {"opens": 0, "errors": [], "tags": []}
+stoker.Loader  # imported (with torch) before the race starts, not during the first read
 print("ready", flush=True)
 while not os.path.exists(stop):
     try:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import List
 
-__all__ = ["add_overwrite", "add_out", "add_quiet", "add_shard_size", "add_workers",
-           "check_dataset", "int_list", "nonneg_int", "positive_float", "positive_int", "size",
-           "utf8_path"]
+__all__ = ["add_out", "add_overwrite", "add_quiet", "add_shard_size", "add_workers",
+           "check_dataset", "int_list", "nonneg_int", "plain", "positive_float", "positive_int",
+           "size", "utf8_path"]
 
 
 def _int(text: str) -> int:
@@ -81,6 +81,14 @@ def add_workers(p: argparse.ArgumentParser) -> None:
                    help="inputs converted at once (threads, or processes where the work "
                         "holds the GIL; the output is the same for any N; default: the cores "
                         "this process may use)")
+
+
+def plain(doc: str) -> str:
+    """A docstring's text for --help: no reST markup (``code``, :mod:`x`)."""
+    import re
+
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc)
+    return " ".join(doc.replace("``", "").split())
 
 
 def add_out(p: argparse.ArgumentParser, help: str = "output dataset directory") -> None:

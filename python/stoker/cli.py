@@ -203,10 +203,27 @@ def _lazy(module: str, function: str) -> Any:
     return run
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import bench
-    from .convert import imagefolder, text, tfrecord, tokens, webdataset
-    from .convert.merge import add_arguments as merge_arguments
+def _wanted(argv: Optional[List[str]]) -> Optional[List[str]]:
+    """The command (and format) `argv` asks for: the parser then adds the arguments of
+    those alone, importing no other converter. None: all of them."""
+    if argv is None:
+        return None
+    words = [a for a in argv if not a.startswith("-")]
+    return words[:2]
+
+
+def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
+    """The parser; with `argv`, one whose subcommands other than the one asked for have no
+    arguments yet (each imports its module to add them, and --help lists only names)."""
+    import importlib
+
+    wanted = _wanted(argv)
+
+    def want(*path: str) -> bool:
+        return wanted is None or list(path) == wanted[:len(path)]
+
+    def module(name: str) -> Any:
+        return importlib.import_module(f"stoker.{name}")
 
     p = _Parser(prog="stoker", description=DESCRIPTION,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -263,28 +280,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_overwrite(npy)
     add_quiet(npy)
     npy.set_defaults(func=_convert_npy)
-    imf = csub.add_parser("imagefolder", help="torchvision ImageFolder layout to a dataset")
-    imagefolder.add_arguments(imf)
-    imf.set_defaults(func=_lazy("convert.imagefolder", "run"))
-    tfr = csub.add_parser("tfrecord", help="TFRecord files of tf.train.Example to a dataset")
-    tfrecord.add_arguments(tfr)
-    tfr.set_defaults(func=_lazy("convert.tfrecord", "run"))
-    wds = csub.add_parser("webdataset", help="WebDataset tar shards to a dataset")
-    webdataset.add_arguments(wds)
-    wds.set_defaults(func=_lazy("convert.webdataset", "run"))
-    for fmt, what in (("jsonl", "JSON lines"), ("parquet", "Parquet files"),
-                      ("hf", "a HuggingFace datasets folder (save_to_disk)")):
-        t = csub.add_parser(fmt, help=f"{what} to token documents through a tokenizer")
-        text.add_arguments(t, fmt)
-        t.set_defaults(func=_lazy("convert.text", "run"))
-    for fmt, what in (("megatron", "a Megatron-LM .bin/.idx dataset"),
-                      ("nanogpt", "nanoGPT flat token files")):
-        t = csub.add_parser(fmt, help=f"{what} to checksummed token documents")
-        tokens.add_arguments(t, fmt)
-        t.set_defaults(func=_lazy("convert.tokens", "run"))
+    for fmt, name, what in (
+            ("imagefolder", "imagefolder", "torchvision ImageFolder layout to a dataset"),
+            ("tfrecord", "tfrecord", "TFRecord files of tf.train.Example to a dataset"),
+            ("webdataset", "webdataset", "WebDataset tar shards to a dataset"),
+            ("jsonl", "text", "JSON lines to token documents through a tokenizer"),
+            ("parquet", "text", "Parquet files to token documents through a tokenizer"),
+            ("hf", "text", "a HuggingFace datasets folder (save_to_disk) to token documents "
+                           "through a tokenizer"),
+            ("megatron", "tokens", "a Megatron-LM .bin/.idx dataset to checksummed token "
+                                   "documents"),
+            ("nanogpt", "tokens", "nanoGPT flat token files to checksummed token documents")):
+        t = csub.add_parser(fmt, help=what)
+        if want("convert", fmt):
+            m = module(f"convert.{name}")
+            m.add_arguments(t, fmt) if name in ("text", "tokens") else m.add_arguments(t)
+        t.set_defaults(func=_lazy(f"convert.{name}", "run"))
 
     mrg = sub.add_parser("merge", help="merge part datasets (from Ray, Spark, ...) into one")
-    merge_arguments(mrg)
+    if want("merge"):
+        module("convert.merge").add_arguments(mrg)
     mrg.set_defaults(func=_lazy("convert.merge", "run"))
 
     b = sub.add_parser("bench", help="benchmark a dataset (or synthetic records) against "
@@ -293,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "over the same shards (or, without PATH, on synthetic "
                                    "fixed-size records). Every figure is the median of "
                                    "repeated runs, shown with its spread.")
-    bench.add_arguments(b)
+    if want("bench"):
+        module("bench").add_arguments(b)
     b.set_defaults(func=_lazy("bench", "main"))
     return p
 
@@ -346,7 +362,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 reconfigure(errors="backslashreplace")
             except (ValueError, OSError):
                 pass
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, --version, a usage error: its status, as a return

@@ -56,7 +56,7 @@ def _range(value: Any, what: str) -> Tuple[float, float]:
 class Op:
     """Base class of image ops: the contract between Python and the C++ pipeline.
 
-    A subclass sets ``kind`` (the C++ op name, see ``csrc/decode/image_pipeline.h``) and
+    A subclass sets ``kind`` (the C++ op name, see ``csrc/decode/image_ops.h``) and
     ``num_args``, validates its parameters in ``__init__`` (raising ``ValueError``), and
     implements ``args()``. The base checks the rest: subclasses must define ``kind`` and
     ``args`` (at class creation), and :meth:`spec` checks that ``args()`` gives exactly

@@ -82,7 +82,9 @@ class _Worker:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.to, self.frm = self.proc.stdin, self.proc.stdout
         try:
-            _send(self.to, ("init", list(sys.path), init))
+            # the import path first, on its own: the set-up may name modules found there
+            _send(self.to, ("path", list(sys.path)))
+            _send(self.to, ("init", init))
         except (BrokenPipeError, pickle.PicklingError, TypeError, AttributeError) as e:
             self.kill()
             raise WorkerError(f"worker process {index} could not be sent its set-up: "
@@ -233,14 +235,15 @@ def serve() -> None:
     os.close(devnull)
     os.dup2(2, 1)
     try:
-        kind, path, init = _recv(proto_in)
+        _, path = _recv(proto_in)
+        sys.path[:] = path
+        _, init = _recv(proto_in)
     except EOFError:
         return
     except Exception as e:  # the set-up names something this interpreter cannot load
         _send(proto_out, ("error", f"{type(e).__name__}: {e}"))
         return
     try:
-        sys.path[:] = path
         if init is not None:
             init[0](*init[1])
     except Exception as e:

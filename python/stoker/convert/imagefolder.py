@@ -34,7 +34,15 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._args import add_out, add_overwrite, add_quiet, add_shard_size, add_workers, positive_int
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    add_workers,
+    plain,
+    positive_int,
+)
 from .._progress import Progress
 from ._workers import available_cores
 
@@ -235,7 +243,7 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker convert imagefolder``."""
-    p.description = __doc__.split("\n\n")[0]
+    p.description = plain(__doc__.split("\n\n")[0])
     p.add_argument("src", metavar="SRC", help="ImageFolder root: one sub-folder per class")
     add_out(p)
     add_shard_size(p)

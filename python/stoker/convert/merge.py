@@ -31,7 +31,15 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
-from .._args import add_out, add_overwrite, add_quiet, add_shard_size, check_dataset, utf8_path
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    check_dataset,
+    plain,
+    utf8_path,
+)
 from .._progress import Progress
 from ..fields import Field
 
@@ -219,7 +227,7 @@ def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker merge``."""
-    p.description = __doc__.split("\n\n")[0]
+    p.description = plain(__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="+", metavar="PART", type=utf8_path,
                    help="part datasets, or directories of parts (taken in name order)")
     add_out(p, "the merged dataset's directory")

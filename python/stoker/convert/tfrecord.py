@@ -38,7 +38,15 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .._args import add_out, add_overwrite, add_quiet, add_shard_size, add_workers, positive_int
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    add_workers,
+    plain,
+    positive_int,
+)
 from ..fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, scalar
 from ._errors import InputError
 from ._example_proto import BYTES, INT64, MalformedExample, parse_example
@@ -386,7 +394,7 @@ def convert_tfrecord(sources, out, *, features: Optional[Any] = None, infer_reco
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker convert tfrecord``."""
-    p.description = __doc__.split("\n\n")[0]
+    p.description = plain(__doc__.split("\n\n")[0])
     p.add_argument("src", nargs="+", metavar="SRC", help="TFRecord files or directories of them")
     add_out(p)
     p.add_argument("--features", default=None,

@@ -36,7 +36,15 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .._args import add_out, add_overwrite, add_quiet, add_shard_size, add_workers, positive_int
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    add_workers,
+    plain,
+    positive_int,
+)
 from ..fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, scalar
 from ._errors import InputError
 from ._features import parse_features
@@ -275,7 +283,7 @@ def convert_webdataset(sources, out, *, features: Optional[Any] = None,
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker convert webdataset``."""
-    p.description = __doc__.split("\n\n")[0]
+    p.description = plain(__doc__.split("\n\n")[0])
     p.add_argument("src", nargs="+", metavar="SRC", help="tar shards or directories of them")
     add_out(p)
     p.add_argument("--features", default=None,
