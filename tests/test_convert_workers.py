@@ -88,6 +88,15 @@ def test_task_errors_come_back_as_raised(tokmod):
         assert pool.submit(divmod, 7, 2).result(timeout=60) == (3, 1)
 
 
+def test_large_tasks_and_results_pass_each_other():
+    """Tasks and results far larger than a pipe's buffer, many in flight: the writer of
+    tasks never blocks the reader of results (each would wait for the other)."""
+    payloads = [bytes([i]) * (1 << 20) for i in range(60)]
+    with ProcessPool(1) as pool:
+        futures = [pool.submit(bytes, p) for p in payloads]  # bytes(p): p, sent back whole
+        assert [f.result(timeout=120) for f in futures] == payloads
+
+
 SCRIPT = '''
 import json
 import torch  # threads exist from here on: no fork would be safe

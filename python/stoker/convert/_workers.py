@@ -45,10 +45,13 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _send(f: BinaryIO, msg: Any) -> None:
+def _pack(msg: Any) -> bytes:
     data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-    f.write(_LEN.pack(len(data)))
-    f.write(data)
+    return _LEN.pack(len(data)) + data
+
+
+def _send(f: BinaryIO, msg: Any) -> None:
+    f.write(_pack(msg))
     f.flush()
 
 
@@ -64,11 +67,18 @@ def _recv(f: BinaryIO) -> Any:
 
 
 class _Worker:
+    """One worker process: tasks go down its stdin, results come up its stdout, read by a
+    thread of ours, in order. `lock` guards `pending` and is never held while writing (a
+    worker blocked writing a large result must always find the reader free to take it);
+    `write_lock` keeps each task's bytes and its place in `pending` together."""
+
     def __init__(self, index: int, init: Optional[Tuple[Callable, tuple]]):
         self.index = index
         self.pending: Deque[Future] = deque()
         self.lock = threading.Lock()
+        self.write_lock = threading.Lock()
         self.dead: Optional[BaseException] = None
+        self.reader: Optional[threading.Thread] = None
         # the folder that holds this stoker package first, so that the worker imports the
         # same stoker (a source checkout, an installed wheel) whatever its cwd
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -108,14 +118,19 @@ class _Worker:
 
     def submit(self, fn: Callable, args: tuple) -> Future:
         fut: Future = Future()
-        with self.lock:
-            if self.dead is not None:
-                raise self.dead
-            self.pending.append(fut)
+        data = _pack(("task", fn, args))  # what cannot be pickled fails here, sent nothing
+        with self.write_lock:
+            with self.lock:
+                if self.dead is not None:
+                    raise self.dead
+                self.pending.append(fut)
             try:
-                _send(self.to, ("task", fn, args))
-            except BrokenPipeError:
-                self.pending.pop()
+                self.to.write(data)
+                self.to.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                with self.lock:
+                    if fut in self.pending:
+                        self.pending.remove(fut)
                 raise self._died() from None
         return fut
 
@@ -128,7 +143,7 @@ class _Worker:
         while True:
             try:
                 kind, value = _recv(self.frm)
-            except EOFError:
+            except (EOFError, OSError, ValueError):  # ended, killed, or closed by us
                 err = self._died()
                 with self.lock:
                     self.dead = err
@@ -148,23 +163,27 @@ class _Worker:
 
     def close(self) -> None:
         try:
-            self.to.close()
+            self.to.close()  # end of tasks: the worker finishes them and exits
         except OSError:
             pass
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.kill()
+        if self.reader is not None:
+            self.reader.join(30)  # it has read the last result and the end of the pipe
         self.frm.close()
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
-        for f in (self.to, self.frm):
-            try:
-                f.close()
-            except OSError:
-                pass
+        try:
+            self.to.close()
+        except OSError:
+            pass
+        if self.reader is not None:
+            self.reader.join(30)  # the pipe ended with the process
+        self.frm.close()
 
 
 class ProcessPool:
