@@ -16,7 +16,7 @@ Write a dataset once with :class:`ShardWriter`, then iterate it with :class:`Loa
 
 from typing import TYPE_CHECKING, Any
 
-from . import ops
+from . import _accelerate, ops
 from ._core import CudaError, DataError, DecodeError, Error
 from .dataset import Dataset
 from .fields import (
@@ -51,6 +51,11 @@ def __getattr__(name: str) -> Any:
         globals()["Loader"] = Loader
         return Loader
     raise AttributeError(f"module 'stoker' has no attribute {name!r}")
+
+
+# accelerate.skip_first_batches (which transformers' Trainer calls to resume) takes a
+# stoker.Loader: NOTE [ skip_first_batches ] in _accelerate.py.
+_accelerate.install()
 
 __all__ = [
     "Blob",
