@@ -28,6 +28,7 @@ comments, or several words in one, add up)::
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -196,6 +197,7 @@ def data_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("docs-data-cache")
 
 
+@functools.lru_cache(maxsize=None)
 def _cuda() -> bool:
     r = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
                        capture_output=True, text=True, timeout=120)

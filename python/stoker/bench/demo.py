@@ -24,7 +24,7 @@ def demo(out: Optional[str] = None, samples: int = 10000, batch_size: int = 256,
          epochs: int = 4) -> int:
     import numpy as np
 
-    from .. import Dataset, Loader, ShardWriter, ndarray, scalar
+    from .. import Dataset, ShardWriter, ndarray, scalar
 
     tmp = None
     if out is None:
@@ -45,6 +45,8 @@ def demo(out: Optional[str] = None, samples: int = 10000, batch_size: int = 256,
         print(f"wrote {samples} samples to {path} in {time.perf_counter() - t0:.2f} s")
         ds = Dataset(path)
         print(ds)
+        from .. import Loader  # torch, imported once there is something to load
+
         loader = Loader(ds, batch_size=batch_size, shuffle=True, seed=0)
         print(f"{loader}: {len(loader)} batches per epoch")
         report(loader, ds, epochs)
