@@ -4,7 +4,8 @@ Commands import what they need when they run, so that ``stoker --help``, ``inspe
 ``merge`` start without importing torch. Every error is one line on stderr,
 ``stoker CMD: error: ...``, with exit status 2 for usage (bad arguments, missing or
 unreadable paths, an output in the way) and 1 for bad data (corrupt, undecodable, not what
-the arguments describe); ``STOKER_TRACEBACK=1`` shows the traceback as well.
+the arguments describe) or data that cannot be fetched (a server that does not answer);
+``STOKER_TRACEBACK=1`` shows the traceback as well.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from ._args import (
 DESCRIPTION = """\
 Write, convert, check and benchmark stoker datasets.
 
-exit status: 0 done; 1 bad data (corrupt, undecodable, not what the arguments describe);
-2 usage (bad arguments, a missing or unreadable path, an output in the way).
+exit status: 0 done; 1 bad data (corrupt, undecodable, not what the arguments describe) or
+data that cannot be fetched; 2 usage (bad arguments, a missing or unreadable path, an
+output in the way).
 `stoker COMMAND --help` shows a command's options."""
 
 
