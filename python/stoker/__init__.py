@@ -21,13 +21,17 @@ from ._core import CudaError, DataError, DecodeError, Error
 from .dataset import Dataset
 from .fields import (
     Blob,
+    Boxes,
     Field,
     Image,
+    KeyPoints,
     NDArray,
     Scalar,
     Tokens,
     blob,
+    boxes,
     image,
+    keypoints,
     ndarray,
     scalar,
     tokens,
@@ -59,6 +63,7 @@ _accelerate.install()
 
 __all__ = [
     "Blob",
+    "Boxes",
     "CudaError",
     "DataError",
     "Dataset",
@@ -66,6 +71,7 @@ __all__ = [
     "Error",
     "Field",
     "Image",
+    "KeyPoints",
     "Loader",
     "NDArray",
     "Scalar",
@@ -74,7 +80,9 @@ __all__ = [
     "Tokens",
     "WriterLockError",
     "blob",
+    "boxes",
     "image",
+    "keypoints",
     "ndarray",
     "ops",
     "scalar",
