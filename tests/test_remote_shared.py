@@ -119,7 +119,7 @@ def test_train_and_val_share_one_budget(www, nginx, tmp_path):
 
     def watch():
         while not stop.is_set():
-            used, _ = train.remote.cache.directory.scan()
+            used, _ = train.remote.cache.directory.scan(clean=False)  # no eviction lock
             peak[0] = max(peak[0], used)
             time.sleep(0.005)
 
@@ -211,3 +211,58 @@ def test_windows_that_cannot_fit_together_are_named(www, nginx, tmp_path):
     assert f"a budget of at least {need / 1e3:.1f} KB ({need} bytes) would work" in msg
     train.remote.close()
     val.remote.close()
+
+
+def run_unbounded(ds, epochs=2, shuffle=False):
+    """Labels of ``epochs`` epochs read without a shard_window (an evaluation loader)."""
+    loader = stoker.Loader(ds, batch_size=8, shuffle=shuffle, seed=1, num_threads=2)
+    labels = []
+    for e in range(epochs):
+        loader.set_epoch(e)
+        for b in loader:
+            x, y = b["x"].numpy(), b["label"].numpy()
+            assert (x[:, 0] == y % 251).all()
+            labels.extend(int(v) for v in y)
+    return labels
+
+
+@pytest.mark.parametrize("val_limit", ["none", "same"])
+def test_a_bounded_and_an_unbounded_dataset_share_one_directory(www, nginx, tmp_path,
+                                                                val_limit):
+    """A bounded train set and a val set read without shard_window (its dataset opened
+    with no cache_limit, or with the train set's) in one directory whose budget holds
+    the train window and a few shards, far less than the val set: the val set does not
+    keep every shard it has read pinned, so both finish two epochs, the directory never
+    over its budget."""
+    size = shard_bytes(www, "train")
+    window = 2
+    limit = 2 * window * size + 3 * size
+    assert limit < sum(s["bytes"] for s in stoker.Dataset(www / "val").shards)
+    cache = tmp_path / "cache"
+    train = open_remote(nginx, "train", cache, limit)
+    val = open_remote(nginx, "val", cache, None if val_limit == "none" else limit)
+    assert train.remote.cache.directory.budget() == limit
+    peak = [0]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            used, _ = train.remote.cache.directory.scan(clean=False)  # no eviction lock
+            peak[0] = max(peak[0], used)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        got_train, got_val = in_threads((run_epochs, (train, window)),
+                                        (run_unbounded, (val,)), timeout=150)
+    finally:
+        stop.set()
+        watcher.join()
+    assert sorted(got_train) == sorted(2 * list(range(24 * PER_SHARD)))
+    assert got_val == 2 * list(range(10**6, 10**6 + 16 * PER_SHARD))
+    assert peak[0] <= limit
+    assert val.remote.stats()["released"] > 0
+    train.remote.close()
+    val.remote.close()
+    assert os.listdir(cache / "tmp") == [] and os.listdir(cache / "holders") == []

@@ -319,15 +319,23 @@ class CacheDirectory:
             "cache_limit (for every dataset on this directory), use smaller shard windows, "
             "or give datasets their own cache_dir")
 
-    def scan(self) -> Tuple[int, List[Tuple[float, str, int]]]:
+    def scan(self, clean: bool = True) -> Tuple[int, List[Tuple[float, str, int]]]:
         """(bytes used, [(mtime, path, size) of each object]): the objects, plus the sizes
-        that downloads in flight announce in their ``.part`` names; the ``.part`` files of
-        killed downloads are deleted on the way. Called under the eviction lock."""
+        that downloads in flight announce in their ``.part`` names; with ``clean``, the
+        ``.part`` files of killed downloads are deleted on the way, which needs the eviction
+        lock (a download creates its ``.part`` and then locks it, under that lock).
+        ``clean=False`` only looks (it may count a killed download's ``.part``), and does
+        not count a ``.part`` twice when it is published between the two listings."""
         used = 0
         tmp_dir = os.path.join(self.path, "tmp")
         with os.scandir(tmp_dir) as entries:
             parts = [e for e in entries if e.name.endswith(".part")]
+        unlocked: Dict[str, int] = {}  # clean=False: object name -> bytes its .part announces
         for e in parts:
+            if not clean:
+                with contextlib.suppress(ValueError):
+                    unlocked[e.name.split(".", 1)[0] + ".stk"] = int(e.name.rsplit(".", 2)[-2])
+                continue
             try:
                 fd = os.open(e.path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
@@ -360,7 +368,8 @@ class CacheDirectory:
                 continue
             used += st.st_size
             objects.append((st.st_mtime, e.path, st.st_size))
-        return used, objects
+            unlocked.pop(e.name, None)
+        return used + sum(unlocked.values()), objects
 
     @staticmethod
     def try_evict(path: str) -> bool:
