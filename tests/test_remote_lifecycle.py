@@ -109,6 +109,39 @@ def test_a_failed_shard_is_fetched_again_after_the_server_recovers(www, tmp_path
         server.stop()
 
 
+def test_a_ten_second_outage_with_the_default_retry_budget(www, tmp_path):
+    """The issue's case as a user meets it: a shard refused (503) for 10 s, longer than
+    the default retries, read with the default Retry by a training loop that logs an
+    error and goes on to the next epoch a second later. Some epoch fails, naming the
+    shard; once the server is back, the next epoch reads every sample (the failed shard
+    was not failed for good). (A read within the shard's cool-down fails at once with
+    its last failure, hence the pause: docs/sources.md.)"""
+    server = FlakyServer(str(www), fail="shard-00002")
+    t0 = time.monotonic()
+    threading.Timer(10.0, server.recover).start()
+    try:
+        ds = stoker.Dataset(f"{server.url}/ds", cache_dir=tmp_path / "c")
+        loader = stoker.Loader(ds, batch_size=8, num_threads=2)
+        failures, whole = [], None
+        for epoch in range(20):
+            try:
+                got = labels_of(loader)
+            except RemoteError as e:
+                failures.append((time.monotonic() - t0, str(e)))
+                time.sleep(1.0)
+                continue
+            whole = (epoch, time.monotonic() - t0, got)
+            break
+        assert failures and all("shard-00002" in m for _, m in failures), failures
+        assert whole is not None, f"no whole epoch after the outage: {failures}"
+        assert whole[2] == list(range(N))
+        assert whole[1] >= 10.0  # it was read after the recovery, not before
+        assert whole[1] < 30.0, (whole[1], failures)  # soon after it, not after a long wait
+    finally:
+        server.recover()
+        server.stop()
+
+
 def test_skip_reads_a_recovered_shard_later_in_the_same_epoch(www, tmp_path):
     """With on_error="skip", the samples of a failing shard are replaced while it fails;
     once the server recovers, the same epoch's later demands read it."""
