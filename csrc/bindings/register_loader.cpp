@@ -34,7 +34,7 @@ void emit_messages(LoaderCore& core) {
   for (const LogMessage& m : msgs) logger.attr("log")(m.level, "%s", m.text);
 }
 
-py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream) {
+py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool with_ticket) {
   DeliveredBatch b;
   for (;;) {
     LoaderCore::Iterator::Status s;
@@ -48,7 +48,10 @@ py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream) {
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
   const bool host = b.device < 0;
-  return batch_to_capsules(b.memory, b.tensors, host ? kDLCPU : kDLCUDA, host ? 0 : b.device);
+  py::list caps =
+      batch_to_capsules(b.memory, b.tensors, host ? kDLCPU : kDLCUDA, host ? 0 : b.device);
+  if (with_ticket) return py::make_tuple(caps, b.ticket);
+  return caps;
 }
 
 py::dict stats_dict(const LoaderStatsSnapshot& s) {
@@ -61,6 +64,8 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["decode_seconds"] = s.decode_seconds;
   d["ops_seconds"] = s.ops_seconds;
   d["plan_seconds"] = s.plan_seconds;
+  d["python_seconds"] = s.python_seconds;
+  d["python_cpu_seconds"] = s.python_cpu_seconds;
   d["worker_busy_seconds"] = s.worker_busy_seconds;
   d["worker_idle_seconds"] = s.worker_idle_seconds;
   d["wait_seconds"] = s.wait_seconds;
@@ -117,8 +122,9 @@ void register_loader(py::module_& m) {
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
       .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed,
                        bool drop_last, bool even_batches, int64_t shard_window, bool skip_errors,
-                       const py::dict& images, int threads_hint) {
+                       const py::dict& images, int threads_hint, bool handoff) {
              RecordOptions o;
+             o.handoff = handoff;
              o.sampler =
                  SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches, shard_window};
              o.skip_errors = skip_errors;
@@ -130,6 +136,7 @@ void register_loader(py::module_& m) {
            py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
            py::arg("drop_last"), py::arg("even_batches"), py::arg("shard_window"),
            py::arg("skip_errors"), py::arg("images"), py::arg("threads_hint"),
+           py::arg("handoff") = false,
            "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle; "
            "images: {field: stoker.ops._ImageSpec}; threads_hint sizes the units of work.")
       .def("shard_schedule", &RecordProducer::shard_schedule, py::arg("epoch"),
@@ -142,6 +149,8 @@ void register_loader(py::module_& m) {
           "pinned", [](const BlockAllocator& a) { return a.kind() == MemoryKind::kPinned; });
   py::class_<Delivery, std::shared_ptr<Delivery>>(
       m, "Delivery", "How batches reach the consumer (a device copy).");
+  py::class_<BatchFinisher, std::shared_ptr<BatchFinisher>>(
+      m, "BatchFinisher", "Finishes batches outside the worker pool (the Python stage).");
 
   py::class_<LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())
@@ -157,6 +166,7 @@ void register_loader(py::module_& m) {
       .def_readwrite("prefetch_next_epoch", &LoaderOptions::prefetch_next_epoch)
       .def_readwrite("host_memory", &LoaderOptions::host_allocator)
       .def_readwrite("delivery", &LoaderOptions::delivery)
+      .def_readwrite("finisher", &LoaderOptions::finisher)
       .def_property(
           "linger_ms", [](const LoaderOptions& o) { return o.linger.count(); },
           [](LoaderOptions& o, int64_t ms) { o.linger = std::chrono::milliseconds(ms); });
@@ -184,11 +194,13 @@ void register_loader(py::module_& m) {
           py::arg("epoch"), py::arg("offset"), py::arg("world_size") = 0,
           "world_size: of the job that saved the state (padding follows it; 0: unknown)")
       .def("close", &LoaderCore::close, py::call_guard<py::gil_scoped_release>())
-      .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); });
+      .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); })
+      .def_property_readonly("active_threads", &LoaderCore::active_threads);
 
   py::class_<LoaderCore::Iterator, std::shared_ptr<LoaderCore::Iterator>>(m, "LoaderIterator")
-      .def("next", &next_batch, py::arg("consumer_stream") = 0,
-           "The next batch as [(name, dltensor capsule)], or None at the end of the epoch.")
+      .def("next", &next_batch, py::arg("consumer_stream") = 0, py::arg("with_ticket") = false,
+           "The next batch as [(name, dltensor capsule)], or None at the end of the epoch; "
+           "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none).")
       .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
       .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)

@@ -50,7 +50,8 @@ class DeviceReader final : public BatchReader {
     const bool host = api_->device_memory_is_host();
     if (host) api_->synchronize_stream(consumer_stream);
     out = DeliveredBatch{b->index,    std::move(b->memory),  std::move(b->tensors),
-                         b->counters, host ? -1 : b->device, nullptr};
+                         b->counters, host ? -1 : b->device, nullptr,
+                         b->ticket};
     return Status::kBatch;
   }
 

@@ -162,6 +162,7 @@ TransferEngine::Ready TransferEngine::copy_one(HostBatch hb, std::vector<InFligh
   r.copied = f.done;
   r.tensors = std::move(hb.tensors);
   r.counters = hb.counters;
+  r.ticket = hb.ticket;
   in_flight.push_back(std::move(f));
   return r;
 }
@@ -232,7 +233,7 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
   std::shared_ptr<Lease> lease(std::move(r.lease));
   auto* data = static_cast<uint8_t*>(lease->block.data);
   out = DeviceBatch{r.index, std::shared_ptr<uint8_t>(std::move(lease), data), api_->device(),
-                    std::move(r.tensors), r.counters};
+                    std::move(r.tensors), r.counters, r.ticket};
   return Status::kBatch;
 }
 

@@ -72,6 +72,7 @@ struct DeviceBatch {
   int device = 0;
   std::vector<TensorDesc> tensors;
   BatchCounters counters;
+  uint64_t ticket = 0;  ///< HostBatch::ticket
 };
 
 struct TransferStats {
@@ -138,6 +139,7 @@ class TransferEngine {
     SharedEvent copied;  // E_k
     std::vector<TensorDesc> tensors;
     BatchCounters counters;
+    uint64_t ticket = 0;
     std::exception_ptr error;
     bool end = false;  // nothing follows: the end, or (with error) a device error
   };

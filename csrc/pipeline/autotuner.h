@@ -42,6 +42,8 @@ struct TuneInterval {
   double wait = 0;                                 ///< seconds the consumer waited in next()
   double busy = 0;                                 ///< worker-seconds spent on units and planning
   double read = 0, decode = 0, ops = 0, plan = 0;  ///< worker-seconds per stage
+  double python = 0;      ///< thread-seconds in the Python stage (user code)
+  double python_cpu = 0;  ///< CPU seconds of those threads meanwhile (NOTE [ Python stage ])
   double copy = 0;                                 ///< device time of the copies
   int64_t batches = 0;                             ///< delivered
   int64_t copies = 0;
@@ -63,7 +65,7 @@ const char* bottleneck_name(Bottleneck b);  ///< "unknown", "consumer", "loader"
 /// Where the time goes, in one line.
 struct Diagnosis {
   Bottleneck kind = Bottleneck::kUnknown;
-  /// The stage to fix: "read", "decode", "ops", "plan", "prefetch", "copy";
+  /// The stage to fix: "read", "decode", "ops", "plan", "python", "prefetch", "copy";
   /// empty when the loader is not the bottleneck.
   std::string stage;
   std::string text;
@@ -71,6 +73,12 @@ struct Diagnosis {
 
 /// @param stall_threshold a stall above it makes the loader (or the copy) the bottleneck
 Diagnosis diagnose(const TuneInterval& iv, double stall_threshold);
+
+/// Whether the Python stage's threads took turns on the GIL: with two or more
+/// threads, their CPU time in user code was under kGilBoundShare of their wall
+/// time there (threads running in parallel come close to 1).
+bool gil_bound(const TuneInterval& iv);
+constexpr double kGilBoundShare = 0.6;
 
 class Autotuner {
  public:

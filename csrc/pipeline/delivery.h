@@ -23,6 +23,7 @@ struct DeliveredBatch {
   BatchCounters counters;
   int device = -1;           ///< -1: host memory; else the device ordinal
   std::exception_ptr error;  ///< the batch's error instead of the rest
+  uint64_t ticket = 0;       ///< HostBatch::ticket
 };
 
 /// Reads one stream's batches in order, for one consumer thread at a time.
@@ -72,8 +73,9 @@ class HostReader final : public BatchReader {
       case Stream::Read::kBatch:
         break;
     }
-    out =
-        DeliveredBatch{b.index, std::move(b.memory), std::move(b.tensors), b.counters, -1, b.error};
+    out = DeliveredBatch{b.index,    std::move(b.memory), std::move(b.tensors),
+                         b.counters, -1,                  b.error,
+                         b.ticket};
     return Status::kBatch;
   }
   void stop() override { stream_->stop(); }

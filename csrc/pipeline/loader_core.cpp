@@ -63,7 +63,8 @@ struct LoaderCore::Tuning {
   int64_t outside_ns = 0;    // guarded by mu: time in the interval with no epoch running
   int64_t batches = 0;       // guarded by mu: main-iterator batches in the interval
   int64_t wait_ns = 0, busy_ns = 0, read_ns = 0, decode_ns = 0, ops_ns = 0, plan_ns = 0,
-          copy_ns = 0, copies = 0;  // guarded by mu: the counters at `since`
+          python_ns = 0, python_cpu_ns = 0, copy_ns = 0,
+          copies = 0;  // guarded by mu: the counters at `since`
   std::atomic<int> min_depth{INT_MAX};
 
   void restart(const LoaderStats& st, Clock::time_point now) {
@@ -77,6 +78,8 @@ struct LoaderCore::Tuning {
     decode_ns = st.decode_ns.load(std::memory_order_relaxed);
     ops_ns = st.ops_ns.load(std::memory_order_relaxed);
     plan_ns = st.plan_ns.load(std::memory_order_relaxed);
+    python_ns = st.python_ns.load(std::memory_order_relaxed);
+    python_cpu_ns = st.python_cpu_ns.load(std::memory_order_relaxed);
     copy_ns = st.copy_ns.load(std::memory_order_relaxed);
     copies = st.copies.load(std::memory_order_relaxed);
     min_depth.store(INT_MAX, std::memory_order_relaxed);
@@ -168,7 +171,7 @@ std::shared_ptr<LoaderCore::Run> LoaderCore::new_run(const EpochKey& key) {
   auto run = std::make_shared<Run>();
   run->stream =
       std::make_shared<Stream>(producer_, host_pool_, workers_->signal(), stats_, opts_.prefetch,
-                               window_.load(std::memory_order_relaxed), key);
+                               window_.load(std::memory_order_relaxed), key, opts_.finisher);
   if (opts_.auto_prefetch && opts_.max_memory > 0)  // NOTE [ Window and memory ]
     run->stream->set_memory_limit(
         opts_.max_memory,
@@ -398,6 +401,8 @@ void LoaderCore::close() {
   workers_->stop();
 }
 
+int LoaderCore::active_threads() const { return workers_->active(); }
+
 LoaderStatsSnapshot LoaderCore::stats() const {
   LoaderStatsSnapshot s;
   const LoaderStats& st = *stats_;
@@ -412,6 +417,8 @@ LoaderStatsSnapshot LoaderCore::stats() const {
   s.decode_seconds = sec(st.decode_ns);
   s.ops_seconds = sec(st.ops_ns);
   s.plan_seconds = sec(st.plan_ns);
+  s.python_seconds = sec(st.python_ns);
+  s.python_cpu_seconds = sec(st.python_cpu_ns);
   s.worker_busy_seconds = sec(st.worker_busy_ns);
   s.worker_idle_seconds = sec(st.worker_idle_ns);
   s.wait_seconds = sec(st.wait_ns);
@@ -473,6 +480,8 @@ LoaderStatsSnapshot LoaderCore::stats() const {
   iv.decode = s.decode_seconds;
   iv.ops = s.ops_seconds;
   iv.plan = s.plan_seconds;
+  iv.python = s.python_seconds;
+  iv.python_cpu = s.python_cpu_seconds;
   iv.copy = s.copy_seconds;
   iv.batches = s.batches > 1 ? s.batches - 1 : 0;
   iv.copies = s.copies;
@@ -558,6 +567,8 @@ void LoaderCore::tick(Clock::time_point now) {
     iv.decode = delta(st.decode_ns, t.decode_ns);
     iv.ops = delta(st.ops_ns, t.ops_ns);
     iv.plan = delta(st.plan_ns, t.plan_ns);
+    iv.python = delta(st.python_ns, t.python_ns);
+    iv.python_cpu = delta(st.python_cpu_ns, t.python_cpu_ns);
     iv.copy = delta(st.copy_ns, t.copy_ns);
     iv.copies = st.copies.load(std::memory_order_relaxed) - t.copies;
     iv.batches = t.batches;

@@ -72,6 +72,8 @@ struct LoaderOptions {
   bool prefetch_next_epoch = true;
   std::shared_ptr<BlockAllocator> host_allocator;  ///< null: pageable memory
   std::shared_ptr<Delivery> delivery;              ///< null: host memory
+  /// Finishes batches planned with BatchWork::handoff (the Python stage).
+  std::shared_ptr<BatchFinisher> finisher;
   std::chrono::milliseconds linger{100};           ///< idle workers end after this
 };
 
@@ -91,6 +93,7 @@ struct LoaderState {
 struct LoaderStatsSnapshot {
   int64_t batches = 0, samples = 0, bytes_read = 0, skipped = 0;
   double read_seconds = 0, decode_seconds = 0, ops_seconds = 0, plan_seconds = 0;
+  double python_seconds = 0, python_cpu_seconds = 0;  ///< the Python stage
   double worker_busy_seconds = 0, worker_idle_seconds = 0;
   double wait_seconds = 0, run_seconds = 0, first_batch_seconds = -1;
   double warmup_seconds = -1;  ///< the loader's first batch, from its first next()
@@ -145,6 +148,10 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   void close();
 
   LoaderStatsSnapshot stats() const;
+  /// The counters themselves, for a BatchFinisher that adds its time to them.
+  std::shared_ptr<LoaderStats> stats_handle() const { return stats_; }
+  /// Workers taking work now (the tuner moves it; the Python stage follows it).
+  int active_threads() const;
   const LoaderOptions& options() const { return opts_; }
 
   /// Log lines posted since the last call (tuning settled, a slow first

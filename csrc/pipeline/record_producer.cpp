@@ -94,6 +94,7 @@ std::unique_ptr<BatchWork> RecordProducer::plan_batch(const EpochPlan& epoch, in
   unit = std::max<int64_t>(unit, (len + 65534) / 65535);  // at most 65535 units
   auto b = std::make_unique<RecordBatch>(source_, e.sample_seed);
   plan_record_batch(*source_, std::move(indices), unit, *b);
+  b->handoff = opts_.handoff;
   return b;
 }
 

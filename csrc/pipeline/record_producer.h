@@ -27,6 +27,9 @@ struct RecordOptions {
   /// Samples per unit of work; 0 = chosen from the batch size and `threads`.
   int64_t unit_samples = 0;
   int threads_hint = 1;
+  /// Hand each assembled batch to the loader's finisher (batch_map in the
+  /// Python stage: pipeline/batch_handoff.h) before it is published.
+  bool handoff = false;
 };
 
 /// What workers share: the dataset and one image pipeline per image field.

@@ -207,12 +207,68 @@ class MapStyleSource:
     def describe(self, index: int) -> str:
         return f"dataset index {index}"
 
-    def raw(self, index: int) -> Any:
+    def raw(self, index: int, epoch: int) -> Any:
         """The item as the dataset returns it (what collate_fn receives without map)."""
         return self.obj[index]
 
-    def sample(self, index: int) -> Dict:
+    def sample(self, index: int, epoch: int) -> Dict:
         return normalize_item(self.obj[index], self.names, self.describe(index))
+
+
+class DatasetSource:
+    """Samples of a stoker dataset for the stage, fetched by the C++ path
+    (``_core.SampleFetcher``: read, verify, decode, the loader's image ops with the
+    loader's draws) with the GIL released: what ``map`` receives."""
+
+    def __init__(self, dataset: Any, images: Mapping[str, Any], seed: int):
+        from . import _core
+        from .fields import Image, NDArray, Scalar
+
+        self.dataset = dataset
+        self._fetcher = _core.SampleFetcher(dataset._core, dict(images),
+                                            int(seed) & 0xFFFFFFFFFFFFFFFF)
+        finish: List[Tuple[str, Callable[[Any], Any]]] = []
+        for name, f in dataset.fields.items():
+            if isinstance(f, Scalar):
+                finish.append((name, _first))
+            elif isinstance(f, NDArray) and len(f.shape) != 1:
+                finish.append((name, _reshaper(tuple(-1 if d is None else d for d in f.shape))))
+            elif isinstance(f, Image):
+                finish.append((name, _same))
+            else:  # 1-D arrays, tokens, blobs (bytes)
+                finish.append((name, _same))
+        self._finish = finish
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def describe(self, index: int) -> str:
+        shard, record = self.dataset._core.locate(index)
+        return f"sample {index} ({self.dataset._core.shard_path(shard)}: record {record})"
+
+    def sample(self, index: int, epoch: int) -> Dict:
+        values, read_ns, decode_ns, ops_ns, nbytes = self._fetcher.fetch(index, epoch)
+        t = _times
+        t.read_ns += read_ns
+        t.decode_ns += decode_ns
+        t.ops_ns += ops_ns
+        t.native_ns += read_ns + decode_ns + ops_ns
+        t.bytes += nbytes
+        return {name: fin(v) for (name, fin), v in zip(self._finish, values)}
+
+    raw = sample
+
+
+def _first(a: np.ndarray) -> Any:
+    return a[0]
+
+
+def _same(a: Any) -> Any:
+    return a
+
+
+def _reshaper(shape: Tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda a: a.reshape(shape)
 
 
 # -- the stage's threads ---------------------------------------------------------------
@@ -343,3 +399,427 @@ def _pool_loop(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle
 def _report_internal() -> None:
     sys.stderr.write(f"stoker: internal error in the Python stage's thread "
                      f"{threading.current_thread().name}:\n{traceback.format_exc()}")
+
+
+# -- the stage ---------------------------------------------------------------------------
+
+class _Pending:
+    """A batch being mapped: each chunk fills its positions (NOTE [ Python stage ])."""
+
+    __slots__ = ("rows", "errors", "skipped", "internal")
+
+    def __init__(self, samples: int):
+        self.rows: List[Any] = [None] * samples
+        self.errors: Dict[int, BaseException] = {}
+        self.skipped = 0
+        self.internal: Optional[BaseException] = None
+
+
+class _Delivery:
+    """What a batch carries besides its tensors, by ticket: object fields, a whole
+    batch (collate_fn, batch_map on the CPU), or an error; and which batch it is."""
+
+    __slots__ = ("objects", "whole", "error", "epoch", "rank", "world_size", "batch", "task")
+
+    def __init__(self, task: Any):
+        self.objects: Dict[Hashable, List[Any]] = {}
+        self.whole: Any = _UNSET
+        self.error: Optional[BaseException] = None
+        self.epoch = task.epoch
+        self.rank = task.rank
+        self.world_size = task.world_size
+        self.batch = task.batch
+        self.task = task  # holds its stream weakly: stopped() once the stream is gone
+
+
+_UNSET = object()  # a delivery that carries no whole batch
+
+
+class PythonStage:
+    """One loader's Python stage (NOTE [ Python stage ]).
+
+    Args:
+        source: gives sample j: ``sample(j)`` (a dict; fetched for map and native
+            batching), ``raw(j)`` (as the dataset returns it, for collate_fn without map),
+            ``describe(j)`` (for errors), ``len()``.
+        map_fn, batch_map, collate_fn: the user's hooks (None when not given).
+        map_fields: declared layout (``BatchLayout``).
+        seed: the loader's seed.
+        skip: on_error="skip".
+        threads: Python threads.
+        batch_map_on_consumer: batch_map runs when the consumer takes the batch (device
+            batches: after the copy), not in the stage.
+    """
+
+    def __init__(self, source: Any, *, map_fn: Optional[Callable] = None,
+                 batch_map: Optional[Callable] = None, collate_fn: Optional[Callable] = None,
+                 map_fields: Optional[Mapping] = None, seed: int = 0, skip: bool = False,
+                 threads: int = 1, batch_map_on_consumer: bool = False):
+        from ._collate import BatchLayout
+
+        self.source = source
+        self.map_fn = map_fn
+        self.batch_map = batch_map
+        self.collate_fn = collate_fn
+        self.seed = int(seed)
+        self.skip = bool(skip)
+        self.batch_map_on_consumer = batch_map_on_consumer
+        self.layout = BatchLayout(map_fields, what="map output" if map_fn is not None
+                                  else "dataset item")
+        self._threads = max(1, int(threads))
+        # Batches of sample indices (map, collate_fn, a map-style dataset), or batches the
+        # C++ workers assembled (batch_map alone over a stoker dataset).
+        self.per_sample = map_fn is not None or collate_fn is not None or \
+            isinstance(source, MapStyleSource)
+        self._lock = threading.Lock()
+        self._pending: Dict[int, _Pending] = {}
+        self._deliveries: Dict[int, _Delivery] = {}
+        self._next_ticket = 1
+        self._names: Dict[str, Hashable] = {}
+        self.handoff: Any = None
+        self.pool: Optional[StagePool] = None
+
+    needs_handoff = True  # every batch goes through the stage's threads
+
+    # -- threads ---------------------------------------------------------------------
+
+    def attach(self, handoff: Any) -> None:
+        """Serves `handoff` (``_core.PythonHandoff``: take() gives (task, lo, hi))."""
+        self.handoff = handoff
+        self.pool = StagePool(self, _Taker(handoff), "run_chunk", self._threads)
+
+    def start(self) -> None:
+        if self.pool is not None and not self.pool.running():
+            self.pool.start()
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+
+    # -- one chunk of a batch (a stage thread) ---------------------------------------
+
+    def run_chunk(self, item: Tuple[Any, int, int]) -> None:
+        task, lo, hi = item
+        with self._lock:
+            pending = self._pending.get(task.id)
+            if pending is None:
+                pending = self._pending[task.id] = _Pending(task.samples)
+        wall0 = time.perf_counter_ns()
+        cpu0 = time.thread_time_ns()
+        times = _times.reset()
+        try:
+            if not task.stopped and self.per_sample:
+                indices = task.indices
+                keys = rng_keys(self.seed, task.epoch, indices[lo:hi]) \
+                    if self.map_fn is not None else None
+                for pos in range(lo, hi):
+                    self._one(task, pending, pos, int(indices[pos]),
+                              None if keys is None else keys[pos - lo])
+                    if task.stopped:
+                        break
+        except BaseException as e:  # a bug of the stage: the batch fails with it
+            pending.internal = e
+        finally:
+            wall = time.perf_counter_ns() - wall0
+            cpu = time.thread_time_ns() - cpu0
+            task.add_times(max(0, wall - times.native_ns), max(0, cpu - times.native_ns),
+                           times.read_ns, times.decode_ns, times.ops_ns, times.bytes)
+            if task.chunk_done():
+                self._finish(task, pending)
+
+    def _one(self, task: Any, pending: _Pending, pos: int, index: int,
+             key: Optional[np.ndarray]) -> None:
+        try:
+            pending.rows[pos] = self._sample(index, task.epoch, key)
+            return
+        except Exception as e:
+            if not self.skip:
+                pending.errors[pos] = e
+                return
+            first = e
+        # on_error="skip": the next sample in dataset order whose fetch and map succeed
+        # takes its place, as the C++ sample writer does for a bad record.
+        n = len(self.source)
+        for step in range(1, n):
+            if task.stopped:
+                return
+            alt = (index + step) % n
+            try:
+                akey = None if key is None else rng_keys(self.seed, task.epoch, [alt])[0]
+                pending.rows[pos] = self._sample(alt, task.epoch, akey)
+                pending.skipped += 1
+                return
+            except Exception:
+                continue
+        pending.errors[pos] = add_note(first, "stoker: on_error='skip' found no sample to "
+                                       "replace it with: every sample fails")
+
+    def _sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
+        source = self.source
+        try:
+            if self.map_fn is None and self.collate_fn is not None:
+                return source.raw(index, epoch)
+            sample = source.sample(index, epoch)
+        except Exception as e:
+            if not _names_itself(e):
+                add_note(e, f"stoker: raised while loading {source.describe(index)}")
+            raise
+        if self.map_fn is not None:
+            try:
+                sample = self.map_fn(sample, rng_from_key(key))
+            except Exception as e:
+                add_note(e, f"stoker: raised by map for {source.describe(index)}")
+                raise
+        if self.collate_fn is not None:
+            return sample
+        return self.layout.check(sample, source.describe(index))
+
+    # -- the batch, by the thread that finished its last chunk -----------------------
+
+    def _finish(self, task: Any, pending: _Pending) -> None:
+        with self._lock:
+            self._pending.pop(task.id, None)
+        if task.stopped:
+            return
+        wall0 = time.perf_counter_ns()
+        cpu0 = time.thread_time_ns()
+        try:
+            self._assemble(task, pending)
+        except BaseException as e:  # a bug of the stage: the batch fails with it
+            self._fail(task, e)
+        finally:
+            wall = time.perf_counter_ns() - wall0
+            task.add_times(wall, time.thread_time_ns() - cpu0, 0, 0, 0, 0)
+
+    def _assemble(self, task: Any, pending: _Pending) -> None:
+        if pending.internal is not None:
+            raise pending.internal
+        if pending.errors:  # the lowest position's error, whatever the timing
+            self._fail(task, pending.errors[min(pending.errors)])
+            return
+        d = _Delivery(task)
+        what = f"batch {task.batch} of epoch {task.epoch}"
+        specs: List[Any] = []
+        nbytes = 0
+        if not self.per_sample:  # a batch the C++ workers assembled: batch_map only
+            if self.batch_map_on_consumer:  # after the device copy: the ticket says which
+                task.keep(self._put(d))
+                return
+            d.whole = {name: _tensor_from_capsule(cap) for name, cap in task.tensors}
+        elif self.collate_fn is not None:
+            try:
+                d.whole = self.collate_fn(pending.rows)
+            except Exception as e:
+                self._fail(task, add_note(e, f"stoker: raised by collate_fn for {what}"))
+                return
+        else:
+            specs, nbytes = self.layout.plan(pending.rows)
+            buffer = task.allocate(nbytes)
+            d.objects = self.layout.write(pending.rows, specs, buffer)
+            if self.batch_map is not None and not self.batch_map_on_consumer:
+                from ._collate import tensors_of
+
+                d.whole = self._merge(tensors_of(buffer, specs), d.objects)
+                specs, nbytes = [], 0
+        if self.batch_map is not None and not self.batch_map_on_consumer:
+            try:
+                d.whole = self.batch_map(d.whole, batch_rng(self.seed, task.epoch, task.rank,
+                                                            task.world_size, task.batch))
+            except Exception as e:
+                self._fail(task, add_note(e, f"stoker: raised by batch_map for {what}"))
+                return
+        ticket = 0
+        if d.objects or d.whole is not _UNSET or self.batch_map_on_consumer:
+            ticket = self._put(d)
+        task.complete([(s.name, _dtype_str(s.dtype), list(s.shape), s.offset, s.nbytes)
+                       for s in specs], nbytes, ticket, pending.skipped)
+
+    def _fail(self, task: Any, exc: BaseException) -> None:
+        d = _Delivery(task)
+        d.error = exc
+        ticket = self._put(d)
+        task.fail(ticket, format_exception_summary(exc))
+
+    def _put(self, d: _Delivery) -> int:
+        with self._lock:
+            # Deliveries of batches their stream dropped (stop, close, break) are never
+            # taken: let them go here, while the table is small.
+            stale = [t for t, old in self._deliveries.items() if old.task.stopped]
+            for t in stale:
+                del self._deliveries[t]
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._deliveries[ticket] = d
+            return ticket
+
+    # -- the consumer ----------------------------------------------------------------
+
+    def _merge(self, tensors: Dict[Hashable, Any], objects: Dict[Hashable, List[Any]]) -> Dict:
+        """The batch dict in the layout's key order: tensors (each variable field followed
+        by its lengths) and object lists."""
+        fields = self.layout.fields or {}
+        out: Dict[Hashable, Any] = {}
+        for key, f in fields.items():
+            if f.kind == "object":
+                out[key] = objects.get(key, [])
+                continue
+            out[key] = tensors[key]
+            if f.kind == "var":
+                lk = f"{key}_lengths"
+                out[lk] = tensors[lk]
+        return out
+
+    def key_of(self, name: str) -> Hashable:
+        """The batch key of the tensor a batch names `name` (an int for tuple items)."""
+        key = self._names.get(name)
+        if key is None:
+            for k, f in (self.layout.fields or {}).items():
+                self._names[str(k)] = k
+                if f.kind == "var":
+                    self._names[f"{k}_lengths"] = f"{k}_lengths"
+            key = self._names.get(name, name)
+        return key
+
+    def take_delivery(self, ticket: int) -> Optional[_Delivery]:
+        if not ticket:
+            return None
+        with self._lock:
+            return self._deliveries.pop(ticket, None)
+
+    def deliver(self, tensors: Dict[str, Any], ticket: int) -> Any:
+        """The batch the consumer gets, from the tensors the core delivered."""
+        d = self.take_delivery(ticket)
+        if d is not None and d.whole is not _UNSET:
+            return d.whole
+        batch = self._merge({self.key_of(n): t for n, t in tensors.items()},
+                            d.objects if d is not None else {})
+        if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
+            try:
+                batch = self.batch_map(batch, batch_rng(self.seed, d.epoch, d.rank,
+                                                        d.world_size, d.batch))
+            except Exception as e:
+                raise add_note(e, f"stoker: raised by batch_map for batch {d.batch} of epoch "
+                                  f"{d.epoch}")
+        return batch
+
+    def next(self, it: Any, consumer_stream: Optional[int]) -> Any:
+        """The consumer's next batch from core iterator `it` (None at the end): the
+        user's exception object when the batch failed in the stage."""
+        from . import _core
+
+        if self.pool is not None and not self.pool.running():
+            self.pool.start()
+        failed: Optional[BaseException] = None
+        try:
+            got = it.next(consumer_stream or 0, with_ticket=True)
+        except _core.PythonStageError as e:
+            failed = self.error(e.ticket)
+            if failed is None:
+                raise
+        if failed is not None:
+            raise failed  # outside the except block: the user's exception, as it was
+        if got is None:
+            return None
+        caps, ticket = got
+        return self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps}, ticket)
+
+    def follow(self, active: int) -> None:
+        """Keeps `active` of the stage's threads working (the tuner's thread count)."""
+        if self.pool is not None and active != self.pool.active:
+            self.pool.set_active(active)
+
+    def error(self, ticket: int) -> Optional[BaseException]:
+        """The exception a failed batch carries (None if it is not known here)."""
+        d = self.take_delivery(ticket)
+        return None if d is None else d.error
+
+
+class _Taker:
+    """A pool thread's wait: a chunk from the hand-off, within a slice (the GIL is
+    released while it waits). Holds the hand-off, never the stage."""
+
+    __slots__ = ("handoff",)
+    slice_ms = 100
+
+    def __init__(self, handoff: Any):
+        self.handoff = handoff
+
+    def __call__(self, slot: int) -> Any:
+        return self.handoff.take(self.slice_ms)
+
+
+class _NativeTimes(threading.local):
+    """Time the current thread spent in C++ fetching samples (read, decode, ops), so the
+    Python stage's time leaves it out; sources add to it."""
+
+    def __init__(self) -> None:
+        self.native_ns = self.read_ns = self.decode_ns = self.ops_ns = self.bytes = 0
+
+    def reset(self) -> "_NativeTimes":
+        self.native_ns = self.read_ns = self.decode_ns = self.ops_ns = self.bytes = 0
+        return self
+
+
+_times = _NativeTimes()
+
+
+def _tensor_from_capsule(cap: Any) -> Any:
+    import torch
+
+    from_capsule = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
+    return from_capsule(cap)
+
+
+def _dtype_str(dtype: Any) -> str:
+    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+
+
+def _names_itself(exc: BaseException) -> bool:
+    """Errors of stoker's own reads already name the shard file and record."""
+    from . import _core
+
+    return isinstance(exc, _core.Error)
+
+
+# -- setting up a loader's stage ---------------------------------------------------------
+
+def is_map_style(obj: Any) -> bool:
+    """Any object with ``__len__`` and ``__getitem__`` that is not a stoker dataset or a
+    path: a ``torch.utils.data.Dataset``, a list, a HF ``datasets.Dataset``..."""
+    from .dataset import Dataset
+    from .token_dataset import TokenDataset
+
+    if isinstance(obj, (Dataset, TokenDataset, str, bytes)) or hasattr(obj, "__fspath__"):
+        return False
+    return hasattr(obj, "__len__") and hasattr(obj, "__getitem__")
+
+
+def check_hook(name: str, fn: Any) -> Optional[Callable]:
+    if fn is not None and not callable(fn):
+        raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
+    return fn
+
+
+def chunk_samples(batch_size: int, threads: int) -> int:
+    """Samples per chunk: about four chunks per thread in a batch, so that the first batch
+    is ready after about 1/T of its work, while a claim (one C++ call) stays rare."""
+    return max(1, -(-int(batch_size) // (4 * max(1, int(threads)))))
+
+
+def check_picklable(args: Mapping[str, Any]) -> None:
+    """A loader pickles its hooks by reference, as DataLoader's workers get them under
+    spawn; a lambda or a nested function cannot be: say which, and what to do."""
+    import pickle
+
+    for name in ("map", "batch_map", "collate_fn"):
+        fn = args.get(name)
+        if fn is None:
+            continue
+        try:
+            pickle.dumps(fn)
+        except Exception as e:
+            raise TypeError(
+                f"this stoker.Loader cannot be pickled: its {name}={fn!r} cannot be ({e}). "
+                "Functions are pickled by reference, as DataLoader's under spawn: define it at "
+                "the top level of a module (not a lambda or a nested function), or pass a "
+                "picklable callable object") from e

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.distributed
 
-from . import _core
+from . import _core, _python_stage
 from .dataset import Dataset
 from .fields import Image
 from .ops import Op, _specs
@@ -59,13 +59,11 @@ _DATALOADER_ONLY = {
     "num_workers": "stoker uses C++ worker threads, not processes: pass num_threads=N "
                    "(None, the default, tunes it online within the cores available to this "
                    "rank)",
-    "collate_fn": "stoker assembles batches in C++ from the dataset's fields: variable-length "
-                  "fields are padded with '<name>_lengths', images take stoker.ops transforms; "
-                  "anything else, apply to the batch in your training step",
     "sampler": "stoker samples itself (shuffle, seed, rank/world_size); for a custom order, "
                "write the dataset in that order and use shuffle=False",
     "batch_sampler": "stoker batches itself: use batch_size (and drop_last)",
-    "worker_init_fn": "stoker's workers are C++ threads that run no Python code",
+    "worker_init_fn": "stoker runs your code (map=, batch_map=, a dataset's __getitem__) in "
+                      "its own threads of this process: set up shared state before the loop",
     "persistent_workers": "stoker's workers persist across epochs by design",
     "prefetch_factor": "use prefetch=N: batches in flight (None = automatic)",
     "pin_memory_device": "use device='cuda:N' (batches arrive on the GPU) or pin_memory=True",
@@ -281,6 +279,11 @@ class Loader:
         max_memory: Optional[Union[int, str]] = None,
         stall_warning: Optional[float] = _DEFAULT_STALL_WARNING,
         shard_window: Optional[int] = None,
+        map: Optional[Any] = None,
+        batch_map: Optional[Any] = None,
+        collate_fn: Optional[Any] = None,
+        map_fields: Optional[Mapping[Any, Any]] = None,
+        names: Optional[Sequence[Any]] = None,
         **options: Any,
     ):
         token_options = {}
@@ -292,16 +295,15 @@ class Loader:
             if hint is not None:
                 raise TypeError(f"stoker.Loader has no argument {name!r}: {hint}")
             raise TypeError(f"stoker.Loader got an unexpected keyword argument {name!r}")
-        if isinstance(dataset, torch.utils.data.Dataset):
-            raise TypeError(
-                "stoker.Loader reads stoker datasets, not torch Datasets: write yours once "
-                "with stoker.ShardWriter, then load it, e.g.\n"
-                "    fields = {'x': stoker.ndarray('float32', (3, 32, 32)), "
-                "'label': stoker.scalar('int64')}\n"
-                "    with stoker.ShardWriter('data/train', fields) as w:\n"
-                "        for x, y in my_dataset:\n"
-                "            w.write({'x': x.numpy(), 'label': y})\n"
-                "    loader = stoker.Loader(stoker.Dataset('data/train'), batch_size=...)")
+        # Your code in the pipeline (NOTE [ Python stage ] in stoker/_python_stage.py).
+        map_fn = _python_stage.check_hook("map", map)
+        batch_map = _python_stage.check_hook("batch_map", batch_map)
+        collate_fn = _python_stage.check_hook("collate_fn", collate_fn)
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            raise TypeError("stoker.Loader needs a map-style dataset (__len__ and __getitem__): "
+                            "it samples, shards across ranks and resumes by index; an "
+                            "IterableDataset has no index")
+        map_style = self._map_style = _python_stage.is_map_style(dataset)
         self._args = dict(batch_size=batch_size, shuffle=shuffle, seed=seed,
                           drop_last=drop_last, num_threads=num_threads, prefetch=prefetch,
                           device=str(device), pin_memory=pin_memory, rank=rank,
@@ -311,15 +313,37 @@ class Loader:
                           even_batches=even_batches, seq_len=seq_len, packing=packing,
                           token_dtype=token_dtype, max_tokens=max_tokens,
                           max_memory=max_memory, stall_warning=stall_warning,
-                          shard_window=shard_window, **token_options)
+                          shard_window=shard_window, map=map_fn, batch_map=batch_map,
+                          collate_fn=collate_fn, map_fields=map_fields, names=names,
+                          **token_options)
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
+        self._stage: Optional[_python_stage.PythonStage] = None
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
             max_tokens is not None or packing is not None or bool(token_options)
-        if not self._tokens and not isinstance(dataset, Dataset):
+        if not self._tokens and not map_style and not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
         if self._tokens and (transforms or image_layout is not None):
             raise ValueError("transforms and image_layout apply to image fields, not to token "
                              "batches (seq_len=, packing=, max_tokens=)")
+        hooks = [n for n, v in (("map", map_fn), ("batch_map", batch_map),
+                                ("collate_fn", collate_fn), ("map_fields", map_fields),
+                                ("names", names)) if v is not None]
+        if self._tokens and (hooks or map_style):
+            raise ValueError(f"{', '.join(hooks) or 'a map-style dataset'}: not for token "
+                             "batches (seq_len=, packing=, max_tokens=)")
+        if map_style and (transforms or image_layout is not None):
+            raise ValueError("transforms and image_layout apply to the image fields of a "
+                             "stoker.Dataset; with a map-style dataset, transform in its "
+                             "__getitem__ or in map=")
+        if names is not None and not map_style:
+            raise ValueError("names= names the values of a map-style dataset's tuple items; a "
+                             "stoker.Dataset's samples are dicts of its fields")
+        if map_fields is not None and map_fn is None and not map_style:
+            raise ValueError("map_fields= declares what map= returns: pass map= too")
+        if collate_fn is not None and torch.device(device).type == "cuda":
+            raise ValueError("collate_fn returns Python objects that stoker cannot copy to the "
+                             "device: with device='cuda' use batch_map= (it receives the native "
+                             "batch on the GPU), or device='cpu' and move the batch yourself")
         if self._tokens and batch_size is None and max_tokens is None:
             batch_size = 1
         if not self._tokens:
@@ -398,6 +422,20 @@ class Loader:
             if not isinstance(dataset, TokenDataset):
                 dataset = TokenDataset(dataset, field=token_options.get("field"))
             self.dataset = dataset
+        elif map_style:
+            self.dataset = dataset
+            self.transforms = {}
+            if shard_window is not None:
+                raise ValueError("shard_window shuffles the shards of a stoker.Dataset; a "
+                                 "map-style dataset has none (shuffle=True shuffles it whole)")
+            producer = _core.PythonProducer(
+                len(dataset), batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
+                self.drop_last, self.even_batches)
+            self._stage = _python_stage.PythonStage(
+                _python_stage.MapStyleSource(dataset, names), map_fn=map_fn,
+                batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields, seed=seed,
+                skip=on_error == "skip", threads=self.num_threads,
+                batch_map_on_consumer=torch.device(device).type == "cuda")
         else:
             self.dataset = dataset
             remote = getattr(dataset, "remote", None)
@@ -409,10 +447,27 @@ class Loader:
                 if isinstance(f, Image):
                     images[name] = (image_layout or f.layout,
                                     _specs(self.transforms.get(name, [])), max_image_pixels)
-            producer = _core.RecordProducer(
-                dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
-                self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
-                images, self.num_threads)
+            on_device = torch.device(device).type == "cuda"
+            if map_fn is not None or collate_fn is not None:
+                # Samples are fetched by the stage's threads (the C++ decode, GIL released).
+                producer = _core.PythonProducer(
+                    dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
+                    self.drop_last, self.even_batches, shard_window or 0)
+                source = _python_stage.DatasetSource(dataset, images, seed)
+            else:
+                # batch_map alone: the C++ workers assemble the batch and hand it to the
+                # stage (on the CPU; on a device it runs after the copy, at next()).
+                producer = _core.RecordProducer(
+                    dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
+                    self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
+                    images, self.num_threads,
+                    handoff=batch_map is not None and not on_device)
+                source = None
+            if map_fn is not None or collate_fn is not None or batch_map is not None:
+                self._stage = _python_stage.PythonStage(
+                    source, map_fn=map_fn, batch_map=batch_map, collate_fn=collate_fn,
+                    map_fields=map_fields, seed=seed, skip=on_error == "skip",
+                    threads=self.num_threads, batch_map_on_consumer=on_device)
         self._producer = producer
 
         options = _core.LoaderOptions()
@@ -430,10 +485,18 @@ class Loader:
         if target.type == "cuda":
             ahead = _AUTO_DEVICE_PREFETCH if self.auto_prefetch else self.prefetch
             options.delivery = _core.device_delivery(api, ahead)
+        handoff = None
+        if self._stage is not None and self._stage.needs_handoff:
+            handoff = _core.PythonHandoff(
+                _python_stage.chunk_samples(batch_size, self.num_threads), batch_size)
+            options.finisher = handoff
         fake = api is not None and api.fake  # the host fake's "device" memory is host memory
         self.device = torch.device("cpu") if fake else target
         self._stream_device = target if target.type == "cuda" and not fake else None
         self._core = _core.LoaderCore(producer, options)
+        if handoff is not None:
+            handoff.bind(self._core)
+            self._stage.attach(handoff)
         self._pid = os.getpid()
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
@@ -578,7 +641,7 @@ class Loader:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
-        remote = getattr(self.dataset, "remote", None)
+        remote = None if self._map_style else getattr(self.dataset, "remote", None)
         if remote is not None:
             remote.serve_here()  # a dataset opened before a fork: this process fetches too
             if not self._tokens and self._following is not remote._fetcher:
@@ -586,6 +649,8 @@ class Loader:
                 remote.follow(self._shard_schedule)
                 self._following = remote._fetcher
         rank, world = self._world()
+        if self._stage is not None:
+            self._stage.start()
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
 
     def _shard_schedule(self, max_shards: int) -> List[int]:
@@ -608,6 +673,9 @@ class Loader:
             ident = {"epoch_samples": self._producer.epoch_samples(),
                      "num_tokens": ds.num_tokens, "num_docs": ds.num_docs}
             dataset_id = getattr(getattr(ds, "dataset", None), "dataset_id", None)
+        elif self._map_style:  # a map-style dataset: its length
+            ident = {"num_records": len(self.dataset)}
+            dataset_id = None
         else:
             ident = {"num_records": len(self.dataset),
                      "schema_hash": f"{self.dataset._hash:016x}"}
@@ -680,10 +748,13 @@ class Loader:
         usable: the next ``iter()`` starts its workers again."""
         if os.getpid() == self._pid:
             self._core.close()
+            if self._stage is not None:
+                self._stage.stop()
 
     # -- pickling ---------------------------------------------------------------
 
     def __getstate__(self) -> Dict[str, Any]:
+        _python_stage.check_picklable(self._args)
         return {"dataset": self.dataset, "args": self._args, "state": self.state_dict()}
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
@@ -732,13 +803,14 @@ class Loader:
         copy = s["copy_seconds"]
         s["copy_gbps"] = s["copy_bytes"] / copy / 1e9 if copy > 0 else 0.0
         n = s["batches"]
-        per = {k: s[k + "_seconds"] / n if n else 0.0 for k in ("read", "decode", "ops", "plan")}
+        per = {k: s[k + "_seconds"] / n if n else 0.0
+               for k in ("read", "decode", "ops", "plan", "python")}
         per["copy"] = copy / s["copies"] if s["copies"] else 0.0
         s["stage_seconds_per_batch"] = per
         if self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens
-        if getattr(self.dataset, "remote", None) is not None:  # a dataset read from a URL
+        if not self._map_style and getattr(self.dataset, "remote", None) is not None:  # a URL
             s["network"] = self.dataset.remote.stats()
         return s
 
@@ -800,6 +872,16 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
                 raise RuntimeError(
                     f"the distributed world changed while an epoch was running (rank, "
                     f"world_size) {self._world} -> {now}; start a new iterator")
+        stage = self._loader._stage
+        if stage is not None:
+            stream = None if self._stream_device is None else \
+                torch.cuda.current_stream(self._stream_device).cuda_stream
+            batch = stage.next(self._it, stream)
+            if batch is None:
+                self._loader._report_skipped()
+                raise StopIteration
+            stage.follow(self._loader._core.active_threads)
+            return batch
         if self._stream_device is not None:
             # The batch belongs to the stream current now (docs/gpu.md).
             stream = torch.cuda.current_stream(self._stream_device).cuda_stream
