@@ -6,6 +6,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <pthread.h>
+
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -61,6 +63,13 @@ SamplerOptions sampler_options(int64_t batch_size, bool shuffle, uint64_t seed, 
 }  // namespace
 
 void register_python_stage(py::module_& m) {
+  m.def(
+      "set_thread_name",
+      [](const std::string& name) {
+        // The kernel's limit is 15 characters; what top, py-spy and gdb show.
+        pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+      },
+      py::arg("name"), "Names the calling OS thread (the Python stage's threads by role).");
   // A failed batch of the stage: the consumer raises the Python exception the
   // stage keeps under `ticket` (stoker/_python_stage.py). Registered after the
   // module's translator of stoker::Error, so it is tried first.

@@ -224,12 +224,20 @@ class BatchLayout:
     """
 
     def __init__(self, declared: Optional[Mapping[Hashable, Any]] = None,
-                 what: str = "map output"):
+                 what: str = "map output",
+                 defaults: Optional[Mapping[Hashable, Any]] = None):
         if declared is not None and not isinstance(declared, Mapping):
             raise TypeError(f"map_fields must be a dict {{name: field type}}, got "
                             f"{type(declared).__name__}")
         self.what = what
         self._declared = {k: _declared(k, v) for k, v in (declared or {}).items()}
+        # Layouts for keys the samples may have, used when present and not declared:
+        # a stoker dataset's variable-length fields and blobs, batched as the loader
+        # batches them without map (padded, with lengths).
+        self._defaults = {k: _declared(k, v) for k, v in (defaults or {}).items()
+                          if k not in self._declared}
+        for f in self._defaults.values():
+            f.source = "the dataset's field type"
         self._fields: Optional[Dict[Hashable, FieldLayout]] = None
         self._lock = threading.Lock()
 
@@ -250,7 +258,12 @@ class BatchLayout:
                         f"(it has {', '.join(map(_key_name, sample)) or 'none'})")
                 fields = {}
                 for k, v in sample.items():
-                    fields[k] = self._declared[k] if k in self._declared else _infer(k, v, where)
+                    if k in self._declared:
+                        fields[k] = self._declared[k]
+                    elif k in self._defaults:
+                        fields[k] = self._defaults[k]
+                    else:
+                        fields[k] = _infer(k, v, where)
                 names = {}
                 for k in fields:
                     n = str(k)

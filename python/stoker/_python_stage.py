@@ -168,7 +168,8 @@ def add_note(exc: BaseException, note: str) -> BaseException:
 
 def format_exception_summary(exc: BaseException) -> str:
     """One line for a C++-side message: "ValueError: bad box"."""
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 # -- map-style datasets ----------------------------------------------------------------
@@ -238,6 +239,18 @@ class DatasetSource:
             else:  # 1-D arrays, tokens, blobs (bytes)
                 finish.append((name, _same))
         self._finish = finish
+        # A stored variable-length field or blob that map passes on is batched as the
+        # loader batches it without map: padded, with "<name>_lengths".
+        from .fields import Blob, Tokens
+
+        self.default_layout: Dict[str, Any] = {}
+        for name, f in dataset.fields.items():
+            if isinstance(f, NDArray) and f.variable:
+                self.default_layout[name] = f
+            elif isinstance(f, Tokens):
+                self.default_layout[name] = NDArray(f.dtype, (None,))
+            elif isinstance(f, Blob):
+                self.default_layout[name] = f
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -374,6 +387,12 @@ class StagePool:
 
 def _pool_loop(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_name: str,
                slot: int, stop: threading.Event, pool_ref: "weakref.ref[StagePool]") -> None:
+    try:
+        from . import _core
+
+        _core.set_thread_name(threading.current_thread().name)
+    except Exception:  # only a name
+        pass
     while not stop.is_set():
         pool = pool_ref()
         if pool is None or (slot >= pool._active and not pool._park(slot, stop)):
@@ -465,7 +484,8 @@ class PythonStage:
         self.skip = bool(skip)
         self.batch_map_on_consumer = batch_map_on_consumer
         self.layout = BatchLayout(map_fields, what="map output" if map_fn is not None
-                                  else "dataset item")
+                                  else "dataset item",
+                                  defaults=getattr(source, "default_layout", None))
         self._threads = max(1, int(threads))
         # Batches of sample indices (map, collate_fn, a map-style dataset), or batches the
         # C++ workers assembled (batch_map alone over a stoker dataset).
@@ -475,6 +495,7 @@ class PythonStage:
         self._pending: Dict[int, _Pending] = {}
         self._deliveries: Dict[int, _Delivery] = {}
         self._next_ticket = 1
+        self._purge_count = 0
         self._names: Dict[str, Hashable] = {}
         self.handoff: Any = None
         self.pool: Optional[StagePool] = None
@@ -642,11 +663,6 @@ class PythonStage:
 
     def _put(self, d: _Delivery) -> int:
         with self._lock:
-            # Deliveries of batches their stream dropped (stop, close, break) are never
-            # taken: let them go here, while the table is small.
-            stale = [t for t, old in self._deliveries.items() if old.task.stopped]
-            for t in stale:
-                del self._deliveries[t]
             ticket = self._next_ticket
             self._next_ticket += 1
             self._deliveries[ticket] = d
@@ -691,8 +707,11 @@ class PythonStage:
         d = self.take_delivery(ticket)
         if d is not None and d.whole is not _UNSET:
             return d.whole
-        batch = self._merge({self.key_of(n): t for n, t in tensors.items()},
-                            d.objects if d is not None else {})
+        if self.per_sample:
+            batch = self._merge({self.key_of(n): t for n, t in tensors.items()},
+                                d.objects if d is not None else {})
+        else:  # a batch the C++ workers assembled, named by its fields
+            batch = dict(tensors)
         if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
             try:
                 batch = self.batch_map(batch, batch_rng(self.seed, d.epoch, d.rank,
@@ -716,12 +735,25 @@ class PythonStage:
             failed = self.error(e.ticket)
             if failed is None:
                 raise
+        self._purge()
         if failed is not None:
             raise failed  # outside the except block: the user's exception, as it was
         if got is None:
             return None
         caps, ticket = got
         return self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps}, ticket)
+
+    def _purge(self) -> None:
+        """Drops the deliveries of batches their stream dropped (stop, close, break): they
+        are never taken. The consumer's thread does it, after taking its own, so a batch
+        being delivered is never dropped (its stream stops when it carries an error)."""
+        self._purge_count += 1
+        if self._purge_count % 16 and len(self._deliveries) < 64:
+            return
+        with self._lock:
+            stale = [t for t, d in self._deliveries.items() if d.task.stopped]
+            for t in stale:
+                del self._deliveries[t]
 
     def follow(self, active: int) -> None:
         """Keeps `active` of the stage's threads working (the tuner's thread count)."""

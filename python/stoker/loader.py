@@ -456,12 +456,12 @@ class Loader:
                 source = _python_stage.DatasetSource(dataset, images, seed)
             else:
                 # batch_map alone: the C++ workers assemble the batch and hand it to the
-                # stage (on the CPU; on a device it runs after the copy, at next()).
+                # stage, which runs batch_map (on a device: notes which batch it is, and
+                # batch_map runs after the copy, at next()).
                 producer = _core.RecordProducer(
                     dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
                     self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
-                    images, self.num_threads,
-                    handoff=batch_map is not None and not on_device)
+                    images, self.num_threads, handoff=batch_map is not None)
                 source = None
             if map_fn is not None or collate_fn is not None or batch_map is not None:
                 self._stage = _python_stage.PythonStage(
