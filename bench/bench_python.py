@@ -159,10 +159,9 @@ class JpegFiles:
 
 
 def make_images(tmp, n):
+    import stoker
     from make_jpegs import make_image
     from PIL import Image
-
-    import stoker
 
     rng = np.random.default_rng(0)
     paths = []

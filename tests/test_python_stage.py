@@ -1,13 +1,21 @@
 """The Python stage (NOTE [ Python stage ] in stoker/_python_stage.py): its pieces, then
 map / batch_map / collate_fn / map-style datasets through the Loader."""
 
+import io
+import os
+import pickle
+import signal
 import threading
 import time
+import traceback
 import weakref
 
 import numpy as np
 import pytest
+import stoker
 import torch
+from conftest import stoker_threads
+from PIL import Image
 from stoker._python_stage import (
     MapStyleSource,
     StagePool,
@@ -79,7 +87,8 @@ class _Counter:
         self.calls = {}
         self.lock = threading.Lock()
 
-    def handle(self, slot):
+    def handle(self, item, slot):
+        assert item == slot
         with self.lock:
             self.calls[slot] = self.calls.get(slot, 0) + 1
 
@@ -119,17 +128,6 @@ def test_pool_threads_named_parked_stopped_and_collected():
 
 
 # -- through the Loader ------------------------------------------------------------------
-
-import io  # noqa: E402
-import os  # noqa: E402
-import pickle  # noqa: E402
-import signal  # noqa: E402
-import traceback  # noqa: E402
-
-import stoker  # noqa: E402
-from conftest import stoker_threads, write_dataset  # noqa: E402
-from PIL import Image  # noqa: E402
-
 
 def jpeg(i, h, w):
     rng = np.random.default_rng(i)
@@ -329,7 +327,6 @@ def test_map_style_dataset_shuffled_ranks_padding_and_epochs():
         seen.append([int(v) for b in loader for v in b[1].sqrt().round()])
     assert all(len(s) == 8 for s in seen)
     assert sorted(set(sum(seen, []))) == list(range(23))  # 24 slots: one repeated (padding)
-    plain = stoker.Loader(stoker.Dataset, batch_size=1) if False else None  # noqa: F841
     # the same order as a stoker dataset of the same size
     order = [int(v) for b in stoker.Loader(ds, batch_size=5, shuffle=True, seed=1) for v in
              b[1].sqrt().round()]
@@ -487,7 +484,7 @@ def python_threads(settle=False):
 def test_break_close_and_two_iterators(img_ds):
     assert python_threads(settle=True) == []
     loader = stoker.Loader(img_ds, batch_size=4, map=slow_map, num_threads=2)
-    for i, b in enumerate(loader):
+    for i, _ in enumerate(loader):
         if i == 2:
             break
     assert [v for b in loader for v in b["label"].tolist()] == list(range(60))  # next epoch

@@ -66,6 +66,7 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["plan_seconds"] = s.plan_seconds;
   d["python_seconds"] = s.python_seconds;
   d["python_cpu_seconds"] = s.python_cpu_seconds;
+  d["python_wait_seconds"] = s.python_wait_seconds;
   d["worker_busy_seconds"] = s.worker_busy_seconds;
   d["worker_idle_seconds"] = s.worker_idle_seconds;
   d["wait_seconds"] = s.wait_seconds;

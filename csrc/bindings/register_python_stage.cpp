@@ -49,8 +49,8 @@ std::vector<TensorDesc> tensors_from_py(const py::list& specs) {
   for (const py::handle& h : specs) {
     auto [name, dtype, shape, offset, nbytes] =
         h.cast<std::tuple<std::string, std::string, std::vector<int64_t>, size_t, size_t>>();
-    out.push_back(TensorDesc{std::move(name), dtype_from_name(dtype), std::move(shape), offset,
-                             nbytes});
+    out.push_back(
+        TensorDesc{std::move(name), dtype_from_name(dtype), std::move(shape), offset, nbytes});
   }
   return out;
 }
@@ -137,11 +137,11 @@ void register_python_stage(py::module_& m) {
       .def(
           "add_times",
           [](PythonTask& t, int64_t python_ns, int64_t cpu_ns, int64_t read_ns, int64_t decode_ns,
-             int64_t ops_ns, int64_t bytes) {
-            t.add_times(PythonTimes{python_ns, cpu_ns, read_ns, decode_ns, ops_ns, bytes});
+             int64_t ops_ns, int64_t bytes, int64_t wait_ns) {
+            t.add_times(PythonTimes{python_ns, cpu_ns, read_ns, decode_ns, ops_ns, bytes, wait_ns});
           },
           py::arg("python_ns"), py::arg("cpu_ns"), py::arg("read_ns"), py::arg("decode_ns"),
-          py::arg("ops_ns"), py::arg("bytes"))
+          py::arg("ops_ns"), py::arg("bytes"), py::arg("wait_ns") = 0)
       .def(
           "allocate",
           [](PythonTask& t, size_t nbytes) {

@@ -232,8 +232,9 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
   r.lease->reader = consumer_stream;
   std::shared_ptr<Lease> lease(std::move(r.lease));
   auto* data = static_cast<uint8_t*>(lease->block.data);
-  out = DeviceBatch{r.index, std::shared_ptr<uint8_t>(std::move(lease), data), api_->device(),
-                    std::move(r.tensors), r.counters, r.ticket};
+  out = DeviceBatch{r.index,        std::shared_ptr<uint8_t>(std::move(lease), data),
+                    api_->device(), std::move(r.tensors),
+                    r.counters,     r.ticket};
   return Status::kBatch;
 }
 

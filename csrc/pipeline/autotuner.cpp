@@ -28,8 +28,9 @@ const char* stage_what(const std::string& stage, bool images) {
   if (stage == "read") return "reading and verifying records";
   if (stage == "decode") return images ? "decoding" : "copying the fields into the batch";
   if (stage == "ops") return "image ops";
-  if (stage == "python") return "your Python code (map, collate_fn, batch_map, the dataset's "
-                                "__getitem__)";
+  if (stage == "python")
+    return "your Python code (map, collate_fn, batch_map, the dataset's "
+           "__getitem__)";
   return "planning batches";
 }
 
@@ -55,7 +56,10 @@ const char* stage_advice(const std::string& stage, bool images) {
 }  // namespace
 
 bool gil_bound(const TuneInterval& iv) {
-  return iv.threads >= 2 && iv.python > 0 && iv.python_cpu < kGilBoundShare * iv.python;
+  if (iv.threads < 2 || iv.python <= 0) return false;
+  const double blocked = iv.python - iv.python_cpu - iv.python_wait;
+  const double cores = iv.threads * iv.python_cpu / iv.python;  // used between them
+  return blocked > kGilBlockedShare * iv.python && cores < 1.5;
 }
 
 double TuneInterval::stall() const { return wall > 0 ? std::clamp(wait / wall, 0.0, 1.0) : 0.0; }
@@ -134,6 +138,14 @@ Diagnosis diagnose(const TuneInterval& iv, double stall_threshold) {
         "processes (python_workers='process')",
         percent(stall), percent(share), threads,
         iv.python > 0 ? static_cast<double>(threads) * iv.python_cpu / iv.python : 0.0);
+    return d;
+  }
+  if (d.stage == "python" && iv.python_wait > kGilBlockedShare * iv.python) {
+    d.text = format(
+        "loader-bound: the loop waited for data %d%% of the time; your Python code takes %d%% "
+        "of the workers' time, and its threads waited for a free core %d%% of theirs: the "
+        "machine's cores are busy with other work (more threads will not help)",
+        percent(stall), percent(share), percent(iv.python_wait / iv.python));
     return d;
   }
   std::string advice = iv.threads < iv.max_threads

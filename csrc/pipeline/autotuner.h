@@ -42,10 +42,11 @@ struct TuneInterval {
   double wait = 0;                                 ///< seconds the consumer waited in next()
   double busy = 0;                                 ///< worker-seconds spent on units and planning
   double read = 0, decode = 0, ops = 0, plan = 0;  ///< worker-seconds per stage
-  double python = 0;      ///< thread-seconds in the Python stage (user code)
-  double python_cpu = 0;  ///< CPU seconds of those threads meanwhile (NOTE [ Python stage ])
-  double copy = 0;                                 ///< device time of the copies
-  int64_t batches = 0;                             ///< delivered
+  double python = 0;       ///< thread-seconds in the Python stage (user code)
+  double python_cpu = 0;   ///< CPU seconds of those threads meanwhile (NOTE [ Python stage ])
+  double python_wait = 0;  ///< seconds they were runnable but had no CPU
+  double copy = 0;         ///< device time of the copies
+  int64_t batches = 0;     ///< delivered
   int64_t copies = 0;
   int threads = 1;      ///< active workers
   int max_threads = 1;  ///< the most this rank may use
@@ -75,10 +76,12 @@ struct Diagnosis {
 Diagnosis diagnose(const TuneInterval& iv, double stall_threshold);
 
 /// Whether the Python stage's threads took turns on the GIL: with two or more
-/// threads, their CPU time in user code was under kGilBoundShare of their wall
-/// time there (threads running in parallel come close to 1).
+/// threads, they spent more than kGilBlockedShare of their time in user code
+/// neither on a CPU nor waiting for one (blocked: on the GIL, for pure-Python
+/// code), and ran about one core's worth between them. Threads starved of
+/// CPU by other work wait runnable instead, which is not the GIL.
 bool gil_bound(const TuneInterval& iv);
-constexpr double kGilBoundShare = 0.6;
+constexpr double kGilBlockedShare = 0.3;
 
 class Autotuner {
  public:

@@ -43,9 +43,9 @@ class HandedOffBatch {
   /// window's memory limit as a planned batch does.
   virtual std::shared_ptr<uint8_t> allocate(size_t bytes) = 0;
   /// Publishes the batch: `tensors` lie in the memory allocate() gave, or,
-  /// without allocate(), in memory() (none: an empty batch); `ticket` travels with it to the consumer; `skipped`
-  /// samples were replaced (on_error="skip"); `bytes_read` source bytes (stats).
-  /// Once per handle; no-op when stopped.
+  /// without allocate(), in memory() (none: an empty batch); `ticket` travels with it to the
+  /// consumer; `skipped` samples were replaced (on_error="skip"); `bytes_read` source bytes
+  /// (stats). Once per handle; no-op when stopped.
   virtual void complete(std::vector<TensorDesc> tensors, size_t bytes, uint64_t ticket,
                         int64_t skipped, int64_t bytes_read) = 0;
   /// Publishes the batch as failed with `error` (rethrown at the consumer).

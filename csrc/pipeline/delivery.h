@@ -73,9 +73,8 @@ class HostReader final : public BatchReader {
       case Stream::Read::kBatch:
         break;
     }
-    out = DeliveredBatch{b.index,    std::move(b.memory), std::move(b.tensors),
-                         b.counters, -1,                  b.error,
-                         b.ticket};
+    out = DeliveredBatch{
+        b.index, std::move(b.memory), std::move(b.tensors), b.counters, -1, b.error, b.ticket};
     return Status::kBatch;
   }
   void stop() override { stream_->stop(); }

@@ -63,7 +63,7 @@ struct LoaderCore::Tuning {
   int64_t outside_ns = 0;    // guarded by mu: time in the interval with no epoch running
   int64_t batches = 0;       // guarded by mu: main-iterator batches in the interval
   int64_t wait_ns = 0, busy_ns = 0, read_ns = 0, decode_ns = 0, ops_ns = 0, plan_ns = 0,
-          python_ns = 0, python_cpu_ns = 0, copy_ns = 0,
+          python_ns = 0, python_cpu_ns = 0, python_wait_ns = 0, copy_ns = 0,
           copies = 0;  // guarded by mu: the counters at `since`
   std::atomic<int> min_depth{INT_MAX};
 
@@ -80,6 +80,7 @@ struct LoaderCore::Tuning {
     plan_ns = st.plan_ns.load(std::memory_order_relaxed);
     python_ns = st.python_ns.load(std::memory_order_relaxed);
     python_cpu_ns = st.python_cpu_ns.load(std::memory_order_relaxed);
+    python_wait_ns = st.python_wait_ns.load(std::memory_order_relaxed);
     copy_ns = st.copy_ns.load(std::memory_order_relaxed);
     copies = st.copies.load(std::memory_order_relaxed);
     min_depth.store(INT_MAX, std::memory_order_relaxed);
@@ -419,6 +420,7 @@ LoaderStatsSnapshot LoaderCore::stats() const {
   s.plan_seconds = sec(st.plan_ns);
   s.python_seconds = sec(st.python_ns);
   s.python_cpu_seconds = sec(st.python_cpu_ns);
+  s.python_wait_seconds = sec(st.python_wait_ns);
   s.worker_busy_seconds = sec(st.worker_busy_ns);
   s.worker_idle_seconds = sec(st.worker_idle_ns);
   s.wait_seconds = sec(st.wait_ns);
@@ -482,6 +484,7 @@ LoaderStatsSnapshot LoaderCore::stats() const {
   iv.plan = s.plan_seconds;
   iv.python = s.python_seconds;
   iv.python_cpu = s.python_cpu_seconds;
+  iv.python_wait = s.python_wait_seconds;
   iv.copy = s.copy_seconds;
   iv.batches = s.batches > 1 ? s.batches - 1 : 0;
   iv.copies = s.copies;
@@ -569,6 +572,7 @@ void LoaderCore::tick(Clock::time_point now) {
     iv.plan = delta(st.plan_ns, t.plan_ns);
     iv.python = delta(st.python_ns, t.python_ns);
     iv.python_cpu = delta(st.python_cpu_ns, t.python_cpu_ns);
+    iv.python_wait = delta(st.python_wait_ns, t.python_wait_ns);
     iv.copy = delta(st.copy_ns, t.copy_ns);
     iv.copies = st.copies.load(std::memory_order_relaxed) - t.copies;
     iv.batches = t.batches;

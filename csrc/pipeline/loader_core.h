@@ -74,7 +74,7 @@ struct LoaderOptions {
   std::shared_ptr<Delivery> delivery;              ///< null: host memory
   /// Finishes batches planned with BatchWork::handoff (the Python stage).
   std::shared_ptr<BatchFinisher> finisher;
-  std::chrono::milliseconds linger{100};           ///< idle workers end after this
+  std::chrono::milliseconds linger{100};  ///< idle workers end after this
 };
 
 /// A line for the "stoker" Python logger (the bindings emit them).
@@ -93,7 +93,7 @@ struct LoaderState {
 struct LoaderStatsSnapshot {
   int64_t batches = 0, samples = 0, bytes_read = 0, skipped = 0;
   double read_seconds = 0, decode_seconds = 0, ops_seconds = 0, plan_seconds = 0;
-  double python_seconds = 0, python_cpu_seconds = 0;  ///< the Python stage
+  double python_seconds = 0, python_cpu_seconds = 0, python_wait_seconds = 0;  ///< Python stage
   double worker_busy_seconds = 0, worker_idle_seconds = 0;
   double wait_seconds = 0, run_seconds = 0, first_batch_seconds = -1;
   double warmup_seconds = -1;  ///< the loader's first batch, from its first next()

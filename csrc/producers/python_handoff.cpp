@@ -26,13 +26,13 @@ PythonTask::PythonTask(uint64_t id, std::shared_ptr<HandedOffBatch> batch, int64
   epoch = w.key.epoch;
   rank = w.key.rank;
   world_size = w.key.world_size;
-  number = w.key.offset / (std::max<int64_t>(1, batch_size) *
-                           std::max<int64_t>(1, w.key.world_size)) +
-           w.index;
+  number =
+      w.key.offset / (std::max<int64_t>(1, batch_size) * std::max<int64_t>(1, w.key.world_size)) +
+      w.index;
   chunk_samples_ = std::max<int64_t>(1, chunk_samples);
   // An empty batch is one empty chunk: its thread still assembles it.
-  chunks_ = static_cast<int>(
-      std::max<int64_t>(1, (samples() + chunk_samples_ - 1) / chunk_samples_));
+  chunks_ =
+      static_cast<int>(std::max<int64_t>(1, (samples() + chunk_samples_ - 1) / chunk_samples_));
 }
 
 bool PythonTask::claim(int64_t& lo, int64_t& hi) {
@@ -43,7 +43,9 @@ bool PythonTask::claim(int64_t& lo, int64_t& hi) {
   return true;
 }
 
-bool PythonTask::chunk_done() { return done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks_; }
+bool PythonTask::chunk_done() {
+  return done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks_;
+}
 
 void PythonTask::add_times(const PythonTimes& t) {
   bytes_read_.fetch_add(t.bytes, std::memory_order_relaxed);
@@ -51,6 +53,7 @@ void PythonTask::add_times(const PythonTimes& t) {
   LoaderStats& s = *stats_;
   s.python_ns.fetch_add(t.python_ns, std::memory_order_relaxed);
   s.python_cpu_ns.fetch_add(t.cpu_ns, std::memory_order_relaxed);
+  s.python_wait_ns.fetch_add(t.wait_ns, std::memory_order_relaxed);
   // The stage's threads are the loader's workers for this batch.
   s.worker_busy_ns.fetch_add(t.python_ns + t.read_ns + t.decode_ns + t.ops_ns,
                              std::memory_order_relaxed);

@@ -36,8 +36,7 @@ namespace stoker {
 /// stage under `ticket`, and the consumer's binding raises that object.
 class PythonStageError : public Error {
  public:
-  PythonStageError(uint64_t ticket, const std::string& message)
-      : Error(message), ticket_(ticket) {}
+  PythonStageError(uint64_t ticket, const std::string& message) : Error(message), ticket_(ticket) {}
   uint64_t ticket() const { return ticket_; }
 
  private:
@@ -50,6 +49,7 @@ struct PythonTimes {
   int64_t cpu_ns = 0;     ///< the thread's CPU time in it (GIL-bound threads take turns)
   int64_t read_ns = 0, decode_ns = 0, ops_ns = 0;  ///< the C++ fetch of stoker samples
   int64_t bytes = 0;                               ///< source bytes read
+  int64_t wait_ns = 0;  ///< runnable but waiting for a CPU (the machine's cores were busy)
 };
 
 /// One handed-off batch, as the stage's threads see it.

@@ -49,8 +49,7 @@ EpochOrder PythonProducer::epoch_order(const EpochKey& key) const {
 }
 
 std::vector<size_t> PythonProducer::shard_schedule(uint64_t epoch, int64_t world_size,
-                                                   int64_t from_position,
-                                                   size_t max_shards) const {
+                                                   int64_t from_position, size_t max_shards) const {
   EpochKey key;
   key.epoch = epoch;
   key.world_size = world_size;

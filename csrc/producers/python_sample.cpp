@@ -11,8 +11,7 @@ namespace stoker {
 namespace {
 
 int64_t ns_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              t0)
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
       .count();
 }
 
@@ -77,8 +76,8 @@ void SampleFetcher::decode_image(const Sample& s, size_t f, uint64_t epoch, void
       hash_combine(hash_combine(seed_, epoch), static_cast<uint64_t>(s.index) * 64 + f);
   int64_t decode_ns = 0;
   try {
-    pipe.run(s.views[f].data, s.views[f].size, seed, dst, s.image_hw[f].first,
-             s.image_hw[f].second, &decode_ns);
+    pipe.run(s.views[f].data, s.views[f].size, seed, dst, s.image_hw[f].first, s.image_hw[f].second,
+             &decode_ns);
   } catch (...) {
     rethrow_with_context(*ds_, s.index, ds_->schema().fields[f].name);
   }

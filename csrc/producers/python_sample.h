@@ -23,8 +23,8 @@ namespace stoker {
 class SampleFetcher {
  public:
   /// UsageError for image specs that name non-image or unknown fields.
-  SampleFetcher(std::shared_ptr<const Dataset> ds, const std::map<std::string, ImageFieldSpec>& images,
-                uint64_t seed);
+  SampleFetcher(std::shared_ptr<const Dataset> ds,
+                const std::map<std::string, ImageFieldSpec>& images, uint64_t seed);
 
   const Dataset& dataset() const { return *ds_; }
   /// The image pipeline of field `f` (null for other fields).
@@ -42,8 +42,7 @@ class SampleFetcher {
   void read(int64_t index, Sample& out, PythonTimes& times) const;
   /// Decodes and transforms image field `f` of `s` into `dst` (h * w * 3
   /// elements of the pipeline's dtype, in its layout).
-  void decode_image(const Sample& s, size_t f, uint64_t epoch, void* dst,
-                    PythonTimes& times) const;
+  void decode_image(const Sample& s, size_t f, uint64_t epoch, void* dst, PythonTimes& times) const;
   /// Checks that the bytes copied out of `s` were not cut short under the read
   /// (format/mapped_file.h); then releases its shard.
   void release(Sample& s) const;

@@ -208,9 +208,10 @@ def _portable_error(exc: BaseException) -> Any:
 
 def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
     """A worker's loop: chunks in, rows out, until EOF or "stop"."""
-    from ._python_stage import rng_keys
+    from ._python_stage import rng_keys, thread_sched
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    stage = stage.worker_copy()
     try:
         import torch
 
@@ -226,7 +227,8 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
         if msg[0] == "stop":
             return
         _, epoch, indices = msg
-        wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
+        wall0 = time.perf_counter_ns()
+        cpu0, wait0 = thread_sched()
         from ._python_stage import _times
 
         times = _times.reset()
@@ -236,13 +238,14 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
         skipped = 0
         for pos, index in enumerate(indices):
             try:
-                rows.append(stage._sample_raw(index, epoch, None if keys is None else keys[pos]))
+                rows.append(stage.worker_sample(index, epoch,
+                                                None if keys is None else keys[pos]))
                 continue
             except Exception as e:
                 first = e
             rows.append(None)
             if stage.skip:
-                alt_row, ok = stage._replacement(index, epoch)
+                alt_row, ok = stage._replacement(index, epoch, stage.worker_sample)
                 if ok:
                     rows[-1] = alt_row
                     skipped += 1
@@ -258,16 +261,17 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
             fds = (arena.fd,)
         offsets = writer.write(arena)
         wall = time.perf_counter_ns() - wall0
-        cpu = time.thread_time_ns() - cpu0
+        cpu1, wait1 = thread_sched()
+        cpu = cpu1 - cpu0
         reply = ("rows", encoded, offsets, errors, skipped, arena.size if fds else 0,
                  (max(0, wall - times.native_ns), max(0, cpu - times.native_ns), times.read_ns,
-                  times.decode_ns, times.ops_ns, times.bytes))
+                  times.decode_ns, times.ops_ns, times.bytes, wait1 - wait0, times.native_ns))
         try:
             payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # an unpicklable output: the chunk's first sample fails
             payload = pickle.dumps(("rows", [None] * len(rows), [], {0: _portable_error(
                 TypeError(f"map returned a value that cannot leave the worker process: {e}"))},
-                0, 0, (wall, cpu, 0, 0, 0, 0)))
+                0, 0, (wall, cpu, 0, 0, 0, 0, 0, 0)))
         try:
             _send(sock, payload, fds)
         except OSError:
@@ -290,16 +294,21 @@ class _Worker:
 class ProcessWorkers:
     """The worker processes of one loader's stage, one per stage thread."""
 
-    def __init__(self, stage: Any, count: int):
-        self.stage = stage
+    def __init__(self, count: int):
+        import weakref
+
         self.count = count
         self._workers: List[Optional[_Worker]] = [None] * count
         self._lock = threading.Lock()
         self._pid = -1
+        # Dropped without stop(): the workers still end, and are waited for.
+        self._all: List[_Worker] = []
+        weakref.finalize(self, _end_all, self._all, os.getpid())
 
-    def start(self) -> None:
+    def start(self, stage: Any) -> None:
         """Starts the workers that are not running (all of them in a process forked from
-        the one that started them). Called before the stage's threads start."""
+        the one that started them), each with a copy of `stage` (NOTE [ Python stage
+        processes ]). Called before the stage's threads start."""
         with self._lock:
             if self._pid != os.getpid():
                 self._workers = [None] * self.count  # a child has none of the parent's
@@ -308,12 +317,12 @@ class ProcessWorkers:
                 if w is None or w.dead is not None:
                     if w is not None:
                         self._reap(w)
-                    self._workers[i] = self._spawn(i)
+                    self._workers[i] = self._spawn(stage)
+                    self._all.append(self._workers[i])
 
-    def _spawn(self, slot: int) -> _Worker:
+    def _spawn(self, stage: Any) -> _Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         arena = _Arena.create(_ARENA_BYTES)
-        stage = self.stage.for_worker()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -400,6 +409,7 @@ class ProcessWorkers:
             if self._pid != os.getpid():
                 return
             workers, self._workers = self._workers, [None] * self.count
+            self._all.clear()
         for w in workers:
             if w is None:
                 continue
@@ -426,5 +436,33 @@ class ProcessWorkers:
                 continue
             w.arena.close()
 
-    def pids(self) -> List[int]:
+    def pids(self) -> List[int]:  # noqa: D102
         return [w.pid for w in self._workers if w is not None and w.dead is None]
+
+
+def _end_all(workers: List[_Worker], pid: int) -> None:
+    """Ends the workers of a dropped pool (their sockets close: they read EOF)."""
+    if os.getpid() != pid:
+        return
+    for w in workers:
+        try:
+            w.sock.close()
+        except OSError:
+            pass
+    deadline = time.monotonic() + 2
+    for w in workers:
+        while True:
+            try:
+                done, _ = os.waitpid(w.pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            if time.monotonic() > deadline:
+                try:
+                    os.kill(w.pid, signal.SIGKILL)
+                    os.waitpid(w.pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+                break
+            time.sleep(0.005)

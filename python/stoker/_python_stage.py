@@ -55,6 +55,7 @@ Why there, and what it keeps:
 
 from __future__ import annotations
 
+import atexit
 import sys
 import threading
 import time
@@ -226,8 +227,9 @@ class DatasetSource:
         from .fields import Image, NDArray, Scalar
 
         self.dataset = dataset
-        self._fetcher = _core.SampleFetcher(dataset._core, dict(images),
-                                            int(seed) & 0xFFFFFFFFFFFFFFFF)
+        self._images = dict(images)
+        self._seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+        self._fetcher = _core.SampleFetcher(dataset._core, self._images, self._seed)
         finish: List[Tuple[str, Callable[[Any], Any]]] = []
         for name, f in dataset.fields.items():
             if isinstance(f, Scalar):
@@ -251,6 +253,18 @@ class DatasetSource:
                 self.default_layout[name] = NDArray(f.dtype, (None,))
             elif isinstance(f, Blob):
                 self.default_layout[name] = f
+
+    def reopened(self) -> "DatasetSource":
+        """The same source over the dataset opened again (a worker process's own)."""
+        import copy
+        import pickle
+
+        from . import _core
+
+        other = copy.copy(self)
+        other.dataset = pickle.loads(pickle.dumps(self.dataset))  # by path and identity
+        other._fetcher = _core.SampleFetcher(other.dataset._core, self._images, self._seed)
+        return other
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -385,8 +399,43 @@ class StagePool:
             return not stop.is_set()
 
 
+# Every stage thread alive in this process, with its stop event and its wait: at exit
+# they are stopped and joined before the interpreter finalizes. (A daemon thread that
+# takes the GIL back after finalization began is ended by an unwind through the C++
+# frame that released it, which aborts the process.)
+_running: Dict[threading.Thread, Tuple[threading.Event, Callable[[int], Any]]] = {}
+_running_lock = threading.Lock()
+
+
+@atexit.register
+def _stop_every_stage_thread() -> None:
+    with _running_lock:
+        threads = list(_running.items())
+    for _, (stop, wait) in threads:
+        stop.set()
+        wake = getattr(wait, "wake", None)
+        if wake is not None:
+            wake()
+    me = threading.current_thread()
+    for t, _ in threads:
+        if t is not me:
+            t.join()
+
+
 def _pool_loop(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_name: str,
                slot: int, stop: threading.Event, pool_ref: "weakref.ref[StagePool]") -> None:
+    me = threading.current_thread()
+    with _running_lock:
+        _running[me] = (stop, wait)
+    try:
+        _serve(owner_ref, wait, handle_name, slot, stop, pool_ref)
+    finally:
+        with _running_lock:
+            _running.pop(me, None)
+
+
+def _serve(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_name: str,
+           slot: int, stop: threading.Event, pool_ref: "weakref.ref[StagePool]") -> None:
     try:
         from . import _core
 
@@ -409,7 +458,7 @@ def _pool_loop(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle
             return
         if item is not None and not stop.is_set():
             try:
-                getattr(owner, handle_name)(item)
+                getattr(owner, handle_name)(item, slot)
             except BaseException:  # the handler fails its batch itself; this is a bug
                 _report_internal()
         del owner, item
@@ -473,7 +522,8 @@ class PythonStage:
     def __init__(self, source: Any, *, map_fn: Optional[Callable] = None,
                  batch_map: Optional[Callable] = None, collate_fn: Optional[Callable] = None,
                  map_fields: Optional[Mapping] = None, seed: int = 0, skip: bool = False,
-                 threads: int = 1, batch_map_on_consumer: bool = False):
+                 threads: int = 1, batch_map_on_consumer: bool = False,
+                 processes: bool = False):
         from ._collate import BatchLayout
 
         self.source = source
@@ -499,6 +549,8 @@ class PythonStage:
         self._names: Dict[str, Hashable] = {}
         self.handoff: Any = None
         self.pool: Optional[StagePool] = None
+        self.processes = bool(processes) and self.per_sample
+        self.workers: Any = None  # ProcessWorkers, with processes
 
     needs_handoff = True  # every batch goes through the stage's threads
 
@@ -510,26 +562,44 @@ class PythonStage:
         self.pool = StagePool(self, _Taker(handoff), "run_chunk", self._threads)
 
     def start(self) -> None:
-        if self.pool is not None and not self.pool.running():
+        """At iter(): the threads, and the worker processes (a worker that died is
+        replaced here, once per iter(); the first ones start before the threads, so
+        that the fork copies a process with fewer threads running)."""
+        if self.pool is None:
+            return
+        if self.processes:
+            if self.workers is None:
+                from ._process_workers import ProcessWorkers
+
+                self.workers = ProcessWorkers(self._threads)
+            self.workers.start(self)
+        if not self.pool.running():
             self.pool.start()
 
     def stop(self) -> None:
         if self.pool is not None:
             self.pool.stop()
+        if self.workers is not None:
+            self.workers.stop()
 
     # -- one chunk of a batch (a stage thread) ---------------------------------------
 
-    def run_chunk(self, item: Tuple[Any, int, int]) -> None:
+    def run_chunk(self, item: Tuple[Any, int, int], slot: int = 0) -> None:
         task, lo, hi = item
         with self._lock:
             pending = self._pending.get(task.id)
             if pending is None:
                 pending = self._pending[task.id] = _Pending(task.samples)
         wall0 = time.perf_counter_ns()
-        cpu0 = time.thread_time_ns()
+        cpu0, wait0 = thread_sched()
         times = _times.reset()
+        remote: Optional[Tuple[int, ...]] = None
         try:
-            if not task.stopped and self.per_sample:
+            if task.stopped or not self.per_sample:
+                pass
+            elif self.workers is not None:
+                remote = self._run_remote(task, pending, lo, hi, slot)
+            else:
                 indices = task.indices
                 keys = rng_keys(self.seed, task.epoch, indices[lo:hi]) \
                     if self.map_fn is not None else None
@@ -542,11 +612,43 @@ class PythonStage:
             pending.internal = e
         finally:
             wall = time.perf_counter_ns() - wall0
-            cpu = time.thread_time_ns() - cpu0
-            task.add_times(max(0, wall - times.native_ns), max(0, cpu - times.native_ns),
-                           times.read_ns, times.decode_ns, times.ops_ns, times.bytes)
+            cpu1, wait1 = thread_sched()
+            cpu, wait = cpu1 - cpu0, wait1 - wait0
+            if remote is not None:  # this thread waited for its worker: the chunk's wall
+                # time is the stage's (less the C++ fetch in the worker); CPU and time
+                # waiting for a CPU are the worker's and this thread's
+                task.add_times(max(0, wall - remote[7]), remote[1] + cpu, remote[2],
+                               remote[3], remote[4], remote[5], remote[6] + wait)
+            else:
+                task.add_times(max(0, wall - times.native_ns), max(0, cpu - times.native_ns),
+                               times.read_ns, times.decode_ns, times.ops_ns, times.bytes, wait)
             if task.chunk_done():
                 self._finish(task, pending)
+
+    def _run_remote(self, task: Any, pending: _Pending, lo: int, hi: int,
+                    slot: int) -> Tuple[int, ...]:
+        """Samples [lo, hi) mapped by this thread's worker process; checked here."""
+        from ._process_workers import WorkerDied
+
+        indices = [int(i) for i in task.indices[lo:hi]]
+        try:
+            rows, errors, skipped, times = self.workers.run(slot, task.epoch, indices)
+        except WorkerDied as e:
+            pending.errors[lo] = e
+            return (0, 0, 0, 0, 0, 0, 0, 0)
+        for j, row in enumerate(rows):
+            pos = lo + j
+            if j in errors:
+                pending.errors[pos] = errors[j]
+            elif self.collate_fn is not None:
+                pending.rows[pos] = row
+            else:
+                try:
+                    pending.rows[pos] = self.layout.check(row, self.source.describe(indices[j]))
+                except Exception as e:
+                    pending.errors[pos] = e
+        pending.skipped += skipped
+        return times
 
     def _one(self, task: Any, pending: _Pending, pos: int, index: int,
              key: Optional[np.ndarray]) -> None:
@@ -558,24 +660,33 @@ class PythonStage:
                 pending.errors[pos] = e
                 return
             first = e
-        # on_error="skip": the next sample in dataset order whose fetch and map succeed
-        # takes its place, as the C++ sample writer does for a bad record.
+        row, ok = self._replacement(index, task.epoch, self._sample, lambda: task.stopped)
+        if ok:
+            pending.rows[pos] = row
+            pending.skipped += 1
+        elif not task.stopped:
+            pending.errors[pos] = add_note(first, "stoker: on_error='skip' found no sample to "
+                                           "replace it with: every sample fails")
+
+    def _replacement(self, index: int, epoch: int, make: Callable[[int, int, Any], Any],
+                     stopped: Callable[[], bool] = lambda: False) -> Tuple[Any, bool]:
+        """on_error="skip": the next sample in dataset order whose fetch and map succeed
+        takes the place of a failed one, as the C++ sample writer does for a bad record;
+        each with its own generator."""
         n = len(self.source)
         for step in range(1, n):
-            if task.stopped:
-                return
+            if stopped():
+                break
             alt = (index + step) % n
             try:
-                akey = None if key is None else rng_keys(self.seed, task.epoch, [alt])[0]
-                pending.rows[pos] = self._sample(alt, task.epoch, akey)
-                pending.skipped += 1
-                return
+                key = None if self.map_fn is None else rng_keys(self.seed, epoch, [alt])[0]
+                return make(alt, epoch, key), True
             except Exception:
                 continue
-        pending.errors[pos] = add_note(first, "stoker: on_error='skip' found no sample to "
-                                       "replace it with: every sample fails")
+        return None, False
 
-    def _sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
+    def _produce(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
+        """Sample `index` fetched (and mapped): what map returns, or the dataset's item."""
         source = self.source
         try:
             if self.map_fn is None and self.collate_fn is not None:
@@ -591,9 +702,40 @@ class PythonStage:
             except Exception as e:
                 add_note(e, f"stoker: raised by map for {source.describe(index)}")
                 raise
+        return sample
+
+    def _sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
+        """A batch row: _produce's value, checked against the layout (unless collate_fn
+        takes the samples as they are)."""
+        sample = self._produce(index, epoch, key)
         if self.collate_fn is not None:
             return sample
-        return self.layout.check(sample, source.describe(index))
+        return self.layout.check(sample, self.source.describe(index))
+
+    def worker_sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
+        """In a worker process: _produce's value, checked there too (so that on_error=
+        "skip" replaces a sample that does not fit), sent as it is."""
+        sample = self._produce(index, epoch, key)
+        if self.collate_fn is None:
+            self.layout.check(sample, self.source.describe(index))
+        return sample
+
+    def worker_copy(self) -> "PythonStage":
+        """The stage as a worker process uses it, right after fork(): fresh locks (a
+        thread of the loader's process may have held one at the fork), and a stoker
+        dataset opened again by path and identity (the same generation), so that none
+        of the loader's mutexes is inherited locked."""
+        import copy
+
+        w = copy.copy(self)
+        w._lock = threading.Lock()
+        w.layout = copy.copy(self.layout)
+        w.layout._lock = threading.Lock()
+        w.pool = None
+        w.workers = None
+        if isinstance(self.source, DatasetSource):
+            w.source = self.source.reopened()
+        return w
 
     # -- the batch, by the thread that finished its last chunk -----------------------
 
@@ -603,14 +745,15 @@ class PythonStage:
         if task.stopped:
             return
         wall0 = time.perf_counter_ns()
-        cpu0 = time.thread_time_ns()
+        cpu0, wait0 = thread_sched()
         try:
             self._assemble(task, pending)
         except BaseException as e:  # a bug of the stage: the batch fails with it
             self._fail(task, e)
         finally:
             wall = time.perf_counter_ns() - wall0
-            task.add_times(wall, time.thread_time_ns() - cpu0, 0, 0, 0, 0)
+            cpu1, wait1 = thread_sched()
+            task.add_times(wall, cpu1 - cpu0, 0, 0, 0, 0, wait1 - wait0)
 
     def _assemble(self, task: Any, pending: _Pending) -> None:
         if pending.internal is not None:
@@ -717,8 +860,8 @@ class PythonStage:
                 batch = self.batch_map(batch, batch_rng(self.seed, d.epoch, d.rank,
                                                         d.world_size, d.batch))
             except Exception as e:
-                raise add_note(e, f"stoker: raised by batch_map for batch {d.batch} of epoch "
-                                  f"{d.epoch}")
+                add_note(e, f"stoker: raised by batch_map for batch {d.batch} of epoch {d.epoch}")
+                raise
         return batch
 
     def next(self, it: Any, consumer_stream: Optional[int]) -> Any:
@@ -778,6 +921,23 @@ class _Taker:
 
     def __call__(self, slot: int) -> Any:
         return self.handoff.take(self.slice_ms)
+
+    def wake(self) -> None:
+        """Ends the waits now (the process is exiting)."""
+        self.handoff.close()
+
+
+def thread_sched() -> Tuple[int, int]:
+    """(CPU ns, ns waiting for a CPU) of the calling thread so far, from the kernel's
+    schedstat: a thread that is neither on a CPU nor waiting for one is blocked, which
+    for the stage's threads is mostly waiting for the GIL. Falls back to (thread time, 0)
+    where there is no /proc."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            cpu, wait, _ = f.read().split()
+        return int(cpu), int(wait)
+    except (OSError, ValueError):
+        return time.thread_time_ns(), 0
 
 
 class _NativeTimes(threading.local):

@@ -284,6 +284,7 @@ class Loader:
         collate_fn: Optional[Any] = None,
         map_fields: Optional[Mapping[Any, Any]] = None,
         names: Optional[Sequence[Any]] = None,
+        python_workers: str = "thread",
         **options: Any,
     ):
         token_options = {}
@@ -315,7 +316,7 @@ class Loader:
                           max_memory=max_memory, stall_warning=stall_warning,
                           shard_window=shard_window, map=map_fn, batch_map=batch_map,
                           collate_fn=collate_fn, map_fields=map_fields, names=names,
-                          **token_options)
+                          python_workers=python_workers, **token_options)
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._stage: Optional[_python_stage.PythonStage] = None
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
@@ -340,6 +341,17 @@ class Loader:
                              "stoker.Dataset's samples are dicts of its fields")
         if map_fields is not None and map_fn is None and not map_style:
             raise ValueError("map_fields= declares what map= returns: pass map= too")
+        if python_workers not in ("thread", "process"):
+            raise ValueError(f"python_workers must be 'thread' or 'process', got "
+                             f"{python_workers!r}")
+        processes = python_workers == "process"
+        if processes and not (map_style or map_fn is not None or collate_fn is not None):
+            raise ValueError("python_workers='process' runs map= and a map-style dataset's "
+                             "__getitem__ in worker processes: pass one of them")
+        if processes and not map_style and getattr(dataset, "remote", None) is not None:
+            raise ValueError("python_workers='process' reads a local stoker dataset in each "
+                             "worker; a dataset at a URL arrives through this process: use "
+                             "python_workers='thread'")
         if collate_fn is not None and torch.device(device).type == "cuda":
             raise ValueError("collate_fn returns Python objects that stoker cannot copy to the "
                              "device: with device='cuda' use batch_map= (it receives the native "
@@ -435,7 +447,7 @@ class Loader:
                 _python_stage.MapStyleSource(dataset, names), map_fn=map_fn,
                 batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields, seed=seed,
                 skip=on_error == "skip", threads=self.num_threads,
-                batch_map_on_consumer=torch.device(device).type == "cuda")
+                batch_map_on_consumer=torch.device(device).type == "cuda", processes=processes)
         else:
             self.dataset = dataset
             remote = getattr(dataset, "remote", None)
@@ -467,7 +479,8 @@ class Loader:
                 self._stage = _python_stage.PythonStage(
                     source, map_fn=map_fn, batch_map=batch_map, collate_fn=collate_fn,
                     map_fields=map_fields, seed=seed, skip=on_error == "skip",
-                    threads=self.num_threads, batch_map_on_consumer=on_device)
+                    threads=self.num_threads, batch_map_on_consumer=on_device,
+                    processes=processes)
         self._producer = producer
 
         options = _core.LoaderOptions()

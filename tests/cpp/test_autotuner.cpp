@@ -218,8 +218,15 @@ void python_stage_named_and_gil_bound_when_threads_take_turns() {
   CHECK(parallel.text.find("your Python code") != std::string::npos);
   CHECK(parallel.text.find("GIL-bound") == std::string::npos);
   CHECK(!gil_bound(iv));
-  // Taking turns on the GIL: each thread waits for it as long as it runs.
+  // Starved of CPU by other work: runnable half the time, not the GIL.
   iv.python_cpu = iv.python * 0.5;
+  iv.python_wait = iv.python * 0.5;
+  CHECK(!gil_bound(iv));
+  const Diagnosis starved = diagnose(iv, 0.05);
+  CHECK(starved.text.find("GIL-bound") == std::string::npos);
+  CHECK(starved.text.find("waited for a free core 50%") != std::string::npos);
+  // Taking turns on the GIL: each thread is blocked as long as it runs.
+  iv.python_wait = iv.python * 0.02;
   CHECK(gil_bound(iv));
   const Diagnosis gil = diagnose(iv, 0.05);
   CHECK_EQ(gil.stage, std::string("python"));

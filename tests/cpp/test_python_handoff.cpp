@@ -91,8 +91,9 @@ class FakeStage {
       {
         std::lock_guard<std::mutex> lock(mu_);
         auto& slot = pending_[t.id];
-        if (!slot) slot = std::make_unique<Pending>(Pending{std::vector<int64_t>(
-                          static_cast<size_t>(t.samples()), -1)});
+        if (!slot)
+          slot = std::make_unique<Pending>(
+              Pending{std::vector<int64_t>(static_cast<size_t>(t.samples()), -1)});
         p = slot.get();
       }
       for (int64_t i = c.lo; i < c.hi; ++i) {
