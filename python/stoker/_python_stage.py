@@ -391,13 +391,6 @@ class StagePool:
                 if t is not me:
                     t.join()
 
-    def _park(self, slot: int, stop: threading.Event) -> bool:
-        """Waits while `slot` is not active; False when stopping."""
-        with self._wake:
-            while slot >= self._active and not stop.is_set():
-                self._wake.wait(0.5)
-            return not stop.is_set()
-
 
 # Every stage thread alive in this process, with its stop event and its wait: at exit
 # they are stopped and joined before the interpreter finalizes. (A daemon thread that
@@ -444,8 +437,14 @@ def _serve(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_nam
         pass
     while not stop.is_set():
         pool = pool_ref()
-        if pool is None or (slot >= pool._active and not pool._park(slot, stop)):
+        if pool is None or owner_ref() is None:
             return
+        if slot >= pool._active:  # parked by the tuner: wait, holding neither pool nor owner
+            wake = pool._wake
+            del pool
+            with wake:
+                wake.wait(0.5)
+            continue
         del pool
         try:
             item = wait(slot)
@@ -487,7 +486,8 @@ class _Delivery:
     """What a batch carries besides its tensors, by ticket: object fields, a whole
     batch (collate_fn, batch_map on the CPU), or an error; and which batch it is."""
 
-    __slots__ = ("objects", "whole", "error", "epoch", "rank", "world_size", "batch", "task")
+    __slots__ = ("objects", "whole", "error", "epoch", "rank", "world_size", "batch", "task",
+                 "since")
 
     def __init__(self, task: Any):
         self.objects: Dict[Hashable, List[Any]] = {}
@@ -498,6 +498,7 @@ class _Delivery:
         self.world_size = task.world_size
         self.batch = task.batch
         self.task = task  # holds its stream weakly: stopped() once the stream is gone
+        self.since = 0.0
 
 
 _UNSET = object()  # a delivery that carries no whole batch
@@ -805,7 +806,16 @@ class PythonStage:
         task.fail(ticket, format_exception_summary(exc))
 
     def _put(self, d: _Delivery) -> int:
+        d.since = time.monotonic()
         with self._lock:
+            if self._next_ticket % 16 == 0:
+                # Deliveries of batches their stream dropped are never taken; a
+                # consumer takes its own within moments of the stop its error causes.
+                old = d.since - 5.0
+                stale = [t for t, x in self._deliveries.items()
+                         if x.since < old and x.task.stopped]
+                for t in stale:
+                    del self._deliveries[t]
             ticket = self._next_ticket
             self._next_ticket += 1
             self._deliveries[ticket] = d
