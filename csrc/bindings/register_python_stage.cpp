@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "bindings/dlpack.h"
-#include "bindings/image_spec.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
 #include "producers/python_handoff.h"
@@ -215,13 +214,12 @@ void register_python_stage(py::module_& m) {
       m, "SampleFetcher",
       "One sample of a stoker dataset as a loader worker reads it: verified, images decoded "
       "and transformed with the loader's draws.")
-      .def(py::init([](std::shared_ptr<Dataset> ds, const py::dict& images, uint64_t seed) {
-             std::map<std::string, ImageFieldSpec> specs;
-             for (const auto& [name, spec] : images)
-               specs[name.cast<std::string>()] = image_spec_from_py(spec);
-             return std::make_shared<SampleFetcher>(std::move(ds), specs, seed);
+      .def(py::init([](std::shared_ptr<Dataset> ds, const RecordOptions& options) {
+             return std::make_shared<SampleFetcher>(std::move(ds), options);
            }),
-           py::arg("dataset"), py::arg("images"), py::arg("seed"))
+           py::arg("dataset"), py::arg("options"),
+           "options: the RecordOptions the loader's C++ batches would have (images, "
+           "transforms, the sampler's seed).")
       .def(
           "fetch",
           [](const SampleFetcher& f, int64_t index, uint64_t epoch) {

@@ -59,7 +59,9 @@ bool gil_bound(const TuneInterval& iv) {
   if (iv.threads < 2 || iv.python <= 0) return false;
   const double blocked = iv.python - iv.python_cpu - iv.python_wait;
   const double cores = iv.threads * iv.python_cpu / iv.python;  // used between them
-  return blocked > kGilBlockedShare * iv.python && cores < 1.5;
+  // About one core between them: one thread at a time runs. Blocked threads
+  // using much less are waiting for something else (I/O, sleeps, locks).
+  return blocked > kGilBlockedShare * iv.python && cores > 0.6 && cores < 1.5;
 }
 
 double TuneInterval::stall() const { return wall > 0 ? std::clamp(wait / wall, 0.0, 1.0) : 0.0; }

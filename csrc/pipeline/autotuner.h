@@ -78,8 +78,9 @@ Diagnosis diagnose(const TuneInterval& iv, double stall_threshold);
 /// Whether the Python stage's threads took turns on the GIL: with two or more
 /// threads, they spent more than kGilBlockedShare of their time in user code
 /// neither on a CPU nor waiting for one (blocked: on the GIL, for pure-Python
-/// code), and ran about one core's worth between them. Threads starved of
-/// CPU by other work wait runnable instead, which is not the GIL.
+/// code), and ran about one core's worth between them (0.6 to 1.5: threads
+/// blocked on I/O or sleeps use far less). Threads starved of CPU by other
+/// work wait runnable instead, which is not the GIL.
 bool gil_bound(const TuneInterval& iv);
 constexpr double kGilBlockedShare = 0.3;
 

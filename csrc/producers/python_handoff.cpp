@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "pipeline/batch_planner.h"
+#include "producers/batch_planner.h"
 #include "producers/python_producer.h"
 
 namespace stoker {

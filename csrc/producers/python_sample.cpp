@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "common/error.h"
-#include "pipeline/sample_writer.h"
+#include "producers/sample_writer.h"
 #include "sampler/permutation.h"
 
 namespace stoker {
@@ -17,30 +17,12 @@ int64_t ns_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-SampleFetcher::SampleFetcher(std::shared_ptr<const Dataset> ds,
-                             const std::map<std::string, ImageFieldSpec>& images, uint64_t seed)
-    : ds_(std::move(ds)), seed_(seed) {
-  STOKER_CHECK(ds_ != nullptr, UsageError, "SampleFetcher: no dataset");
-  const Schema& schema = ds_->schema();
-  for (const auto& [name, spec] : images) {
-    const size_t f = schema.index_of(name);
-    STOKER_CHECK(schema.fields[f].kind == FieldKind::kImage, UsageError, "field '", name,
-                 "' is not an image field; image ops apply to stoker.image() fields only");
-  }
-  for (const FieldSpec& f : schema.fields) {
-    if (f.kind != FieldKind::kImage) {
-      pipelines_.emplace_back();
-      continue;
-    }
-    auto it = images.find(f.name);
-    pipelines_.push_back(
-        std::make_unique<ImagePipeline>(it != images.end() ? it->second : ImageFieldSpec{}));
-  }
-}
+SampleFetcher::SampleFetcher(std::shared_ptr<const Dataset> ds, const RecordOptions& opts)
+    : source_(make_record_source(std::move(ds), opts)), seed_(opts.sampler.seed) {}
 
 void SampleFetcher::read(int64_t index, Sample& out, PythonTimes& times) const {
   const auto t0 = std::chrono::steady_clock::now();
-  const Dataset& ds = *ds_;
+  const Dataset& ds = *source_->ds;
   STOKER_CHECK(index >= 0 && index < ds.size(), UsageError, "sample ", index,
                " is outside a dataset of ", ds.size());
   out.index = index;
@@ -52,9 +34,10 @@ void SampleFetcher::read(int64_t index, Sample& out, PythonTimes& times) const {
     out.pin = ds.pin_record(loc);  // the shard, or a remote record by range
     ds.read(out.pin, loc, out.views.data());
     for (size_t f = 0; f < out.views.size(); ++f) {
-      if (!pipelines_[f]) continue;
+      const ImagePipeline* pipe = source_->pipelines[f].get();
+      if (!pipe) continue;
       field = ds.schema().fields[f].name;
-      out.image_hw[f] = pipelines_[f]->output_size(out.views[f].data, out.views[f].size);
+      out.image_hw[f] = pipe->output_size(out.views[f].data, out.views[f].size);
     }
   } catch (const FetchError&) {  // names the shard's URL: not the sample's fault
     throw;
@@ -70,16 +53,16 @@ void SampleFetcher::read(int64_t index, Sample& out, PythonTimes& times) const {
 void SampleFetcher::decode_image(const Sample& s, size_t f, uint64_t epoch, void* dst,
                                  PythonTimes& times) const {
   const auto t0 = std::chrono::steady_clock::now();
-  const ImagePipeline& pipe = *pipelines_.at(f);
-  // The loader's draws for this image (producers/sample_writer.cpp).
+  const ImagePipeline& pipe = *source_->pipelines.at(f);
+  // The loader's draws for this image (NOTE [ Random draws ]).
   const uint64_t seed =
-      hash_combine(hash_combine(seed_, epoch), static_cast<uint64_t>(s.index) * 64 + f);
+      sample_draw_seed(hash_combine(seed_, epoch), s.index, source_->draw_keys.at(f));
   int64_t decode_ns = 0;
   try {
     pipe.run(s.views[f].data, s.views[f].size, seed, dst, s.image_hw[f].first, s.image_hw[f].second,
              &decode_ns);
   } catch (...) {
-    rethrow_with_context(*ds_, s.index, ds_->schema().fields[f].name);
+    rethrow_with_context(*source_->ds, s.index, source_->ds->schema().fields[f].name);
   }
   const int64_t total = ns_since(t0);
   times.decode_ns += std::min(decode_ns, total);
@@ -88,10 +71,10 @@ void SampleFetcher::decode_image(const Sample& s, size_t f, uint64_t epoch, void
 
 void SampleFetcher::release(Sample& s) const {
   try {
-    ds_->check_intact(s.index);
+    source_->ds->check_intact(s.index);
   } catch (...) {
     s.pin = Dataset::ShardPin{};
-    rethrow_with_context(*ds_, s.index, "");
+    rethrow_with_context(*source_->ds, s.index, "");
   }
   s.pin = Dataset::ShardPin{};
 }

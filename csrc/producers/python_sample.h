@@ -1,7 +1,7 @@
 // One sample of a stoker dataset for the Python stage (NOTE [ Python stage ]
 // in python/stoker/_python_stage.py), fetched as a loader worker fetches it:
 // read and verified, images decoded and transformed by the loader's ops with
-// the same random draws, seeded by (seed, epoch, index, field), so that
+// the same random draws (NOTE [ Random draws ] in record_producer.h), so that
 // `map=lambda s, rng: s` sees exactly the pixels the loader gives without map.
 // The bindings call it in two steps with the GIL released (read, then decode
 // into arrays they allocate in between).
@@ -14,21 +14,21 @@
 #include <utility>
 #include <vector>
 
-#include "decode/image_pipeline.h"
 #include "format/dataset.h"
 #include "producers/python_handoff.h"
+#include "producers/record_producer.h"
 
 namespace stoker {
 
 class SampleFetcher {
  public:
-  /// UsageError for image specs that name non-image or unknown fields.
-  SampleFetcher(std::shared_ptr<const Dataset> ds,
-                const std::map<std::string, ImageFieldSpec>& images, uint64_t seed);
+  /// The images and transforms of `opts` (its sampler's seed keys the draws), as
+  /// the loader's RecordProducer would have them. UsageError as make_record_source.
+  SampleFetcher(std::shared_ptr<const Dataset> ds, const RecordOptions& opts);
 
-  const Dataset& dataset() const { return *ds_; }
+  const Dataset& dataset() const { return *source_->ds; }
   /// The image pipeline of field `f` (null for other fields).
-  const ImagePipeline* pipeline(size_t f) const { return pipelines_[f].get(); }
+  const ImagePipeline* pipeline(size_t f) const { return source_->pipelines[f].get(); }
 
   /// A sample read and verified: its fields' bytes, held by `pin`.
   struct Sample {
@@ -48,8 +48,7 @@ class SampleFetcher {
   void release(Sample& s) const;
 
  private:
-  std::shared_ptr<const Dataset> ds_;
-  std::vector<std::unique_ptr<ImagePipeline>> pipelines_;  // per field; null if not an image
+  std::shared_ptr<const RecordSource> source_;
   uint64_t seed_;
 };
 

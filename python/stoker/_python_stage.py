@@ -222,14 +222,13 @@ class DatasetSource:
     (``_core.SampleFetcher``: read, verify, decode, the loader's image ops with the
     loader's draws) with the GIL released: what ``map`` receives."""
 
-    def __init__(self, dataset: Any, images: Mapping[str, Any], seed: int):
+    def __init__(self, dataset: Any, options: Any):
         from . import _core
         from .fields import Image, NDArray, Scalar
 
         self.dataset = dataset
-        self._images = dict(images)
-        self._seed = int(seed) & 0xFFFFFFFFFFFFFFFF
-        self._fetcher = _core.SampleFetcher(dataset._core, self._images, self._seed)
+        self._options = options  # _core.RecordOptions: images, transforms, the seed
+        self._fetcher = _core.SampleFetcher(dataset._core, options)
         finish: List[Tuple[str, Callable[[Any], Any]]] = []
         for name, f in dataset.fields.items():
             if isinstance(f, Scalar):
@@ -263,7 +262,7 @@ class DatasetSource:
 
         other = copy.copy(self)
         other.dataset = pickle.loads(pickle.dumps(self.dataset))  # by path and identity
-        other._fetcher = _core.SampleFetcher(other.dataset._core, self._images, self._seed)
+        other._fetcher = _core.SampleFetcher(other.dataset._core, self._options)
         return other
 
     def __len__(self) -> int:
@@ -284,6 +283,44 @@ class DatasetSource:
         return {name: fin(v) for (name, fin), v in zip(self._finish, values)}
 
     raw = sample
+
+
+_fetchers: "weakref.WeakKeyDictionary[Any, Dict[Any, DatasetSource]]" = \
+    weakref.WeakKeyDictionary()
+_fetchers_lock = threading.Lock()
+
+
+def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[str, Any]], seed: int,
+                 image_layout: Optional[str], max_pixels: int) -> Dict:
+    """``Dataset.sample``: a source per (transforms, layout, limit), kept while the
+    dataset lives; the draws are keyed by (seed, index) through the source's epoch."""
+    from . import _core
+    from .fields import Image
+    from .ops import Op, _specs
+
+    if image_layout not in (None, "HWC", "CHW"):
+        raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
+    transforms = dict(transforms or {})
+    for name, ops in transforms.items():
+        if name not in dataset.fields or not isinstance(dataset.fields[name], Image):
+            raise ValueError(f"transforms: {name!r} is not an image field of the dataset "
+                             f"(fields: {', '.join(dataset.fields)})")
+        transforms[name] = [ops] if isinstance(ops, Op) else list(ops)
+    key = (repr(sorted(transforms.items())), image_layout, int(max_pixels))
+    with _fetchers_lock:
+        cache = _fetchers.setdefault(dataset, {})
+        source = cache.get(key)
+    if source is None:
+        images = {name: _core.ImageFieldSpec(image_layout or f.layout, int(max_pixels))
+                  for name, f in dataset.fields.items() if isinstance(f, Image)}
+        groups = [_core.TransformSpec([name], _specs(ops)) for name, ops in transforms.items()
+                  if ops]
+        options = _core.RecordOptions(sampler=_core.SamplerOptions(batch_size=1),
+                                      images=images, transforms=groups)
+        source = DatasetSource(dataset, options)
+        with _fetchers_lock:
+            cache[key] = source
+    return source.sample(index, int(seed) & 0xFFFFFFFFFFFFFFFF)
 
 
 def _first(a: np.ndarray) -> Any:

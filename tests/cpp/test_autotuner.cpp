@@ -232,6 +232,10 @@ void python_stage_named_and_gil_bound_when_threads_take_turns() {
   CHECK_EQ(gil.stage, std::string("python"));
   CHECK(gil.text.find("GIL-bound: 2 threads ran it at 1 cores") != std::string::npos);
   CHECK(gil.text.find("python_workers='process'") != std::string::npos);
+  // Blocked as long, but on I/O or sleeps: far less than a core between them.
+  TuneInterval io = iv;
+  io.python_cpu = io.python * 0.05;
+  CHECK(!gil_bound(io));
   // One thread cannot take turns with itself.
   iv.threads = 1;
   CHECK(!gil_bound(iv));
