@@ -21,7 +21,9 @@ void register_tokens(py::module_& m);
 void register_python_stage(py::module_& m);
 }  // namespace stoker::bindings
 
-PYBIND11_MODULE(_core, m) {
+// Free-threading ready (docs/python.md, "Threads or processes"): the bindings touch Python
+// objects only while attached, and every wait, read and decode runs detached.
+PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   m.doc() = "stoker's native core (private; use the stoker package)";
 
   // Translators run last-registered first: derived types after their bases.

@@ -685,7 +685,8 @@ class PythonStage:
                     pending.rows[pos] = self.layout.check(row, self.source.describe(indices[j]))
                 except Exception as e:
                     pending.errors[pos] = e
-        pending.skipped += skipped
+        with self._lock:
+            pending.skipped += skipped
         return times
 
     def _one(self, task: Any, pending: _Pending, pos: int, index: int,
@@ -701,7 +702,8 @@ class PythonStage:
         row, ok = self._replacement(index, task.epoch, self._sample, lambda: task.stopped)
         if ok:
             pending.rows[pos] = row
-            pending.skipped += 1
+            with self._lock:  # chunks of one batch count on several threads
+                pending.skipped += 1
         elif not task.stopped:
             pending.errors[pos] = add_note(first, "stoker: on_error='skip' found no sample to "
                                            "replace it with: every sample fails")

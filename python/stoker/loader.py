@@ -191,7 +191,10 @@ class Loader:
         replaced by the next valid sample, counted in ``stats()`` and reported by a warning).
 
     Args:
-        dataset: a :class:`stoker.Dataset` or a path to one.
+        dataset: a :class:`stoker.Dataset` or a path to one; or any map-style dataset
+            (a ``torch.utils.data.Dataset``, any object with ``__len__`` and
+            ``__getitem__``), whose items the loader's Python stage fetches and batches
+            (docs/python.md).
         batch_size: samples per batch.
         shuffle: a new permutation each epoch, from (seed, epoch); sequential if False.
         seed: the shuffling and augmentation seed.
@@ -248,6 +251,20 @@ class Loader:
             sample is repeated across ranks; every rank still yields ``len(loader)``
             batches, so a rank's last batch may be shorter (or empty), and gathering the
             results of all ranks gives exactly the dataset.
+        map: ``fn(sample, rng) -> dict`` per sample, after the C++ read, decode and
+            ``transforms``; ``rng`` is a ``numpy.random.Generator`` keyed by (seed, epoch,
+            dataset index). The outputs are batched natively (docs/python.md).
+        batch_map: ``fn(batch, rng) -> batch`` per batch, ahead of the loop; with a CUDA
+            device it receives the batch on the device, after the copy.
+        collate_fn: as ``DataLoader``'s: the list of samples (after ``map``) to any batch.
+        map_fields: ``{key: stoker.ndarray(dtype, shape) | stoker.scalar(dtype) |
+            stoker.blob() | object}``: how map's (or a map-style dataset's) outputs are
+            batched; a leading ``None`` pads a variable first dimension. Keys not named
+            follow the first sample.
+        names: keys for a map-style dataset's tuple items (default 0, 1, ...).
+        python_workers: ``"thread"`` (default) or ``"process"``: run map and a map-style
+            dataset's ``__getitem__`` in worker processes, for pure-Python code that holds
+            the GIL.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -849,7 +866,10 @@ class Loader:
         for images; copying the fields of other records), ops_seconds (image ops after
         decoding), plan_seconds (planning batches), worker_busy/idle_seconds, all summed
         over threads; ``stage_seconds_per_batch`` divides them (and the device copy time)
-        by the batches delivered.
+        by the batches delivered. The Python stage (map, batch_map, collate_fn, a map-style
+        dataset: docs/python.md): python_seconds (wall time in your code, over its
+        threads), python_cpu_seconds, python_wait_seconds (runnable without a free core),
+        and ``stage_seconds_per_batch["python"]``.
 
         Queue: queue_depth (batches ready now), queue_depth_mean and queue_depth_hist
         (batches ready each time the loop asked for one: counts for 0, 1, ... 7, 8 or
