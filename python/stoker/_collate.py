@@ -51,6 +51,15 @@ _TORCH_TO_NUMPY = {
 _BF16 = "bfloat16"
 
 
+# the same, by dtype character (dtype.name is slow: a NumPy call per value)
+_NATIVE_CHARS = frozenset(np.dtype(n).char for n in _NATIVE) | {"l", "L", "q", "Q"}
+
+
+def _where(where: Any) -> str:
+    """Errors name the sample; the name is made only for an error (a callable)."""
+    return where() if callable(where) else where
+
+
 def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
@@ -173,7 +182,7 @@ def _as_array(value: Any) -> Any:
         if value.dtype == object:
             raise _Mismatch("is an object array: return an array of numbers, or a list to "
                             "batch it as a list")
-        if value.dtype.name not in _NATIVE:
+        if value.dtype.char not in _NATIVE_CHARS:
             raise _Mismatch(f"is an array of {value.dtype}, which stoker does not batch "
                             f"(supported: {', '.join(sorted(_NATIVE))})")
         if not value.flags.c_contiguous:
@@ -187,7 +196,7 @@ def _as_array(value: Any) -> Any:
     if isinstance(value, float):
         return ("scalar", np.dtype("float64"), value)
     if isinstance(value, np.generic):
-        if value.dtype.name not in _NATIVE:
+        if value.dtype.char not in _NATIVE_CHARS:
             raise _Mismatch(f"is a NumPy {value.dtype} scalar, which stoker does not batch")
         return ("scalar", value.dtype, value)
     return None
@@ -279,16 +288,17 @@ class BatchLayout:
                 self._fields = fields
             return self._fields
 
-    def check(self, sample: Any, where: str) -> List[Any]:
+    def check(self, sample: Any, where: Any) -> List[Any]:
         """The sample's values in layout order, as arrays / ("scalar", dtype, value) /
         objects, checked against the layout (fixing it at the first sample). ValueError
-        naming `where`, the field and both shapes when the sample disagrees; TypeError
-        when the sample is not a dict."""
-        if not isinstance(sample, Mapping):
-            raise TypeError(f"{where}: the {self.what} must be a dict of field values, got "
-                            f"{type(sample).__name__}")
-        fields = self._fields or self._establish(sample, where)
+        naming `where` (a str, or a callable that makes it), the field and both shapes
+        when the sample disagrees; TypeError when the sample is not a dict."""
+        if type(sample) is not dict and not isinstance(sample, Mapping):
+            raise TypeError(f"{_where(where)}: the {self.what} must be a dict of field "
+                            f"values, got {type(sample).__name__}")
+        fields = self._fields or self._establish(sample, _where(where))
         if len(sample) != len(fields) or any(k not in sample for k in fields):
+            where = _where(where)
             extra = [k for k in sample if k not in fields]
             missing = [k for k in fields if k not in sample]
             parts = []
@@ -304,9 +314,18 @@ class BatchLayout:
         out = []
         for k, f in fields.items():
             value = sample[k]
-            if f.kind == "object":
+            kind = f.kind
+            if kind == "object":
                 out.append(value)
                 continue
+            # The common case first: an array that fits as it is.
+            if type(value) is np.ndarray and kind != "scalar" and value.dtype == f.dtype \
+                    and value.flags.c_contiguous:
+                shape = value.shape
+                if shape == f.shape if kind == "array" else \
+                        (len(shape) == len(f.shape) + 1 and shape[1:] == f.shape):
+                    out.append(value)
+                    continue
             try:
                 v = _as_array(value)
                 if f.dtype == "uint8" and f.kind == "var" and isinstance(value, (bytes,
@@ -316,7 +335,7 @@ class BatchLayout:
                     raise _Mismatch(f"is a {type(value).__name__}, not an array or number")
                 out.append(self._fit(f, v))
             except _Mismatch as e:
-                raise ValueError(f"{where}: field {_key_name(k)} {e}; the layout "
+                raise ValueError(f"{_where(where)}: field {_key_name(k)} {e}; the layout "
                                  f"({f.source}) has {f.describe()}") from None
         return out
 

@@ -175,10 +175,14 @@ def format_exception_summary(exc: BaseException) -> str:
 
 # -- map-style datasets ----------------------------------------------------------------
 
-def normalize_item(item: Any, names: Optional[Sequence[Hashable]], where: str) -> Dict:
+def normalize_item(item: Any, names: Optional[Sequence[Hashable]], where: Any) -> Dict:
     """A map-style dataset's item as a dict: dicts as they are; a tuple or list as keys
     0, 1, ... (or `names`); any other value (a tensor, an array, a number) as key 0 (or
-    ``names[0]``)."""
+    ``names[0]``). `where` names the item in errors (a str, or a callable making it)."""
+    if type(item) is dict and names is None:
+        return item
+    if callable(where):
+        where = where()
     if isinstance(item, Mapping):
         if names is not None:
             raise TypeError(f"{where}: names= applies to datasets whose items are tuples or "
@@ -214,7 +218,7 @@ class MapStyleSource:
         return self.obj[index]
 
     def sample(self, index: int, epoch: int) -> Dict:
-        return normalize_item(self.obj[index], self.names, self.describe(index))
+        return normalize_item(self.obj[index], self.names, lambda: self.describe(index))
 
 
 class DatasetSource:
@@ -682,7 +686,8 @@ class PythonStage:
                 pending.rows[pos] = row
             else:
                 try:
-                    pending.rows[pos] = self.layout.check(row, self.source.describe(indices[j]))
+                    pending.rows[pos] = self.layout.check(
+                        row, lambda j=j: self.source.describe(indices[j]))
                 except Exception as e:
                     pending.errors[pos] = e
         with self._lock:
@@ -750,14 +755,14 @@ class PythonStage:
         sample = self._produce(index, epoch, key)
         if self.collate_fn is not None:
             return sample
-        return self.layout.check(sample, self.source.describe(index))
+        return self.layout.check(sample, lambda: self.source.describe(index))
 
     def worker_sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
         """In a worker process: _produce's value, checked there too (so that on_error=
         "skip" replaces a sample that does not fit), sent as it is."""
         sample = self._produce(index, epoch, key)
         if self.collate_fn is None:
-            self.layout.check(sample, self.source.describe(index))
+            self.layout.check(sample, lambda: self.source.describe(index))
         return sample
 
     def worker_copy(self) -> "PythonStage":
