@@ -34,13 +34,14 @@ void emit_messages(LoaderCore& core) {
   for (const LogMessage& m : msgs) logger.attr("log")(m.level, "%s", m.text);
 }
 
-py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool with_ticket) {
+py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool with_ticket,
+                      uintptr_t side_stream) {
   DeliveredBatch b;
   for (;;) {
     LoaderCore::Iterator::Status s;
     {
       py::gil_scoped_release nogil;
-      s = it.next(b, Clock::now() + kSignalSlice, consumer_stream);
+      s = it.next(b, Clock::now() + kSignalSlice, consumer_stream, side_stream);
     }
     emit_messages(it.core());
     if (s == LoaderCore::Iterator::Status::kBatch) break;
@@ -246,8 +247,10 @@ void register_loader(py::module_& m) {
 
   py::class_<LoaderCore::Iterator, std::shared_ptr<LoaderCore::Iterator>>(m, "LoaderIterator")
       .def("next", &next_batch, py::arg("consumer_stream") = 0, py::arg("with_ticket") = false,
+           py::arg("side_stream") = 0,
            "The next batch as [(name, dltensor capsule)], or None at the end of the epoch; "
-           "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none).")
+           "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none); "
+           "side_stream: also ordered after the device copy (batch_map's stream).")
       .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
       .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)

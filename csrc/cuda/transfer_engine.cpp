@@ -196,7 +196,8 @@ std::optional<DeviceBatch> TransferEngine::next(StreamHandle consumer_stream) {
 
 TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
                                                   Clock::time_point deadline,
-                                                  std::optional<DeviceBatch>& out) {
+                                                  std::optional<DeviceBatch>& out,
+                                                  StreamHandle side_stream) {
   out.reset();
   std::lock_guard<std::mutex> lock(consumer_mu_);
   if (error_) std::rethrow_exception(error_);
@@ -221,6 +222,7 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
   }
   // NOTE [ Stream ordering ]: U waits for E_k on the device.
   api_->stream_wait_event(consumer_stream, *r.copied);
+  if (side_stream != 0) api_->stream_wait_event(side_stream, *r.copied);
   r.lease->reader = consumer_stream;
   std::shared_ptr<Lease> lease(std::move(r.lease));
   auto* data = static_cast<uint8_t*>(lease->block.data);

@@ -111,9 +111,10 @@ class TransferEngine {
   /// One consumer thread at a time.
   std::optional<DeviceBatch> next(StreamHandle consumer_stream);
   /// Like next(), but gives up at `deadline` with kTimeout, so a caller can
-  /// check for signals between waits.
+  /// check for signals between waits. `side_stream` (0: none) waits for the
+  /// copy too (BatchReader::next); the buffer's fence stays on the consumer's.
   Status next_until(StreamHandle consumer_stream, Clock::time_point deadline,
-                    std::optional<DeviceBatch>& out);
+                    std::optional<DeviceBatch>& out, StreamHandle side_stream = 0);
 
   /// NOTE [ Transfer shutdown ]. Prompt, idempotent, any thread.
   void stop();

@@ -171,7 +171,9 @@ class LoaderCore::Iterator {
   /// error is thrown when its position is reached, and ends the iterator.
   /// Calls from several threads are served one at a time. UsageError in a
   /// forked child.
-  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream = 0);
+  /// `side_stream`: BatchReader::next.
+  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream = 0,
+              uintptr_t side_stream = 0);
   /// Ends the iterator and stops its stream; batches handed out stay valid. Any thread.
   void close();
 

@@ -589,6 +589,9 @@ class PythonStage:
         self._next_ticket = 1
         self._purge_count = 0
         self._names: Dict[str, Hashable] = {}
+        # batch_map on a CUDA device: its stream (NOTE [ batch_map on the device ]).
+        self.side_device: Any = None
+        self._side: Any = None
         self.handoff: Any = None
         self.pool: Optional[StagePool] = None
         self.processes = bool(processes) and self.per_sample
@@ -910,13 +913,45 @@ class PythonStage:
         else:  # a batch the C++ workers assembled, named by its fields
             batch = dict(tensors)
         if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
+            rng = batch_rng(self.seed, d.epoch, d.rank, d.world_size, d.batch)
             try:
-                batch = self.batch_map(batch, batch_rng(self.seed, d.epoch, d.rank,
-                                                        d.world_size, d.batch))
+                if self._side is None:  # the host fake's "device": host memory, copied
+                    return self.batch_map(batch, rng)
+                return self._on_side_stream(batch, rng)
             except Exception as e:
                 add_note(e, f"stoker: raised by batch_map for batch {d.batch} of epoch {d.epoch}")
                 raise
         return batch
+
+    def _on_side_stream(self, batch: Any, rng: np.random.Generator) -> Any:
+        """NOTE [ batch_map on the device ]
+        The copy of batch k ends with event E_k on stoker's copy stream. At next(), the
+        consumer's stream U and the stage's side stream S both wait for E_k (on the
+        device: no host wait); batch_map's kernels are queued on S, so they run while U
+        still runs the step the loop queued before, and U waits for an event recorded
+        on S after them:
+
+          copy stream:  [H2D k] (E_k)
+          S (stage):          wait E_k  [batch_map(k) kernels] (B_k)
+          U (loop):     [step k-1 kernels ...............]  wait B_k  [step k]
+
+        The batch's own buffer is fenced on U (its last reader: U waits for B_k, after
+        S's reads), so stoker reuses it only after step k. Tensors batch_map allocates on
+        S are marked as used on U (record_stream), as the caching allocator needs."""
+        import torch
+
+        side = self._side
+        inputs = {t.untyped_storage().data_ptr() for t in _tensors(batch)}
+        with torch.cuda.stream(side):
+            out = self.batch_map(batch, rng)
+        done = torch.cuda.Event()
+        done.record(side)
+        consumer = torch.cuda.current_stream(side.device)
+        consumer.wait_event(done)
+        for t in _tensors(out):  # allocated on S by torch: used on U from now on
+            if t.is_cuda and t.untyped_storage().data_ptr() not in inputs:
+                t.record_stream(consumer)
+        return out
 
     def next(self, it: Any, consumer_stream: Optional[int]) -> Any:
         """The consumer's next batch from core iterator `it` (None at the end): the
@@ -926,8 +961,16 @@ class PythonStage:
         if self.pool is not None and not self.pool.running():
             self.pool.start()
         failed: Optional[BaseException] = None
+        side = 0
+        if consumer_stream is not None and self.batch_map_on_consumer and \
+                self.batch_map is not None:
+            if self._side is None:
+                import torch
+
+                self._side = torch.cuda.Stream(self.side_device)
+            side = self._side.cuda_stream
         try:
-            got = it.next(consumer_stream or 0, with_ticket=True)
+            got = it.next(consumer_stream or 0, with_ticket=True, side_stream=side)
         except _core.PythonStageError as e:
             failed = self.error(e.ticket)
             if failed is None:
@@ -1007,6 +1050,23 @@ class _NativeTimes(threading.local):
 
 
 _times = _NativeTimes()
+
+
+def _tensors(value: Any) -> List[Any]:
+    """The torch tensors in a batch-like structure (dicts, lists, tuples)."""
+    import torch
+
+    out: List[Any] = []
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, Mapping):
+            todo.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            todo.extend(v)
+    return out
 
 
 def _tensor_from_capsule(cap: Any) -> Any:

@@ -541,6 +541,8 @@ class Loader:
         fake = api is not None and api.fake  # the host fake's "device" memory is host memory
         self.device = torch.device("cpu") if fake else target
         self._stream_device = target if target.type == "cuda" and not fake else None
+        if self._stage is not None:
+            self._stage.side_device = self._stream_device
         self._core = _core.LoaderCore(producer, options)
         if handoff is not None:
             handoff.bind(self._core)
