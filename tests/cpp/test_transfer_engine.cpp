@@ -583,7 +583,8 @@ void side_stream_ordered_after_the_copy() {
   api->destroy_stream(consumer);
 }
 
-TEST_MAIN(side_stream_ordered_after_the_copy(); order_and_content(); slow_consumer_never_sees_overwrite(); default_stream_consumer();
+TEST_MAIN(side_stream_ordered_after_the_copy(); order_and_content();
+          slow_consumer_never_sees_overwrite(); default_stream_consumer();
           backpressure_is_prefetch(); consumer_holds_batches(); early_stop_frees_everything();
           destroy_without_consuming(); source_error_at_its_position();
           stop_wakes_blocked_consumer(); next_until_times_out();
