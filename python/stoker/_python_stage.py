@@ -48,9 +48,20 @@ Why there, and what it keeps:
     or dataset index). Within a batch the lowest failing position wins, as in C++.
     ``on_error="skip"`` replaces the sample with the next one in dataset order whose
     fetch and map succeed (the C++ rule), counted in ``stats()["skipped"]``.
+  * A batch over a stoker dataset with batch_map alone is assembled by the C++ workers
+    as usual and handed off whole (one chunk): batch_map runs on it, no Python per
+    sample. With a CUDA device, batch_map runs after the copy instead (NOTE [ batch_map
+    on the device ]); the stage then only notes which batch it is.
   * Telemetry: each chunk's wall time (minus the C++ decode it called) is the
-    ``python`` stage; its thread CPU time tells whether the threads ran in parallel or
-    took turns on the GIL ("GIL-bound" in the verdict).
+    ``python`` stage; the kernel's schedstat splits the rest into CPU time, time waiting
+    for a core, and time blocked, which for threads running about one core's worth
+    between them is the GIL ("GIL-bound" in the verdict; pipeline/autotuner.h).
+  * Pure-Python code can run in worker processes instead (NOTE [ Python stage
+    processes ] in _process_workers.py): each stage thread hands its chunks to a
+    process of its own; everything above is unchanged.
+  * Threads: as many as num_threads, following the tuner's active count (parked
+    threads hold neither the pool nor the loader); they end at close(), when the loader
+    is dropped, and before the interpreter exits.
 """
 
 from __future__ import annotations
