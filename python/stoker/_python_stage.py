@@ -576,7 +576,7 @@ class PythonStage:
                  batch_map: Optional[Callable] = None, collate_fn: Optional[Callable] = None,
                  map_fields: Optional[Mapping] = None, seed: int = 0, skip: bool = False,
                  threads: int = 1, batch_map_on_consumer: bool = False,
-                 processes: bool = False):
+                 processes: bool = False, nchw_views: Sequence[str] = ()):
         from ._collate import BatchLayout
 
         self.source = source
@@ -606,6 +606,9 @@ class PythonStage:
         self.handoff: Any = None
         self.pool: Optional[StagePool] = None
         self.processes = bool(processes) and self.per_sample
+        # Image fields of a C++-assembled batch that the loop gets as NCHW views of their
+        # HWC memory (channels_last strides): batch_map sees them as the loop would.
+        self.nchw_views = tuple(nchw_views)
         self.workers: Any = None  # ProcessWorkers, with processes
 
     needs_handoff = True  # every batch goes through the stage's threads
@@ -828,7 +831,8 @@ class PythonStage:
             if self.batch_map_on_consumer:  # after the device copy: the ticket says which
                 task.keep(self._put(d))
                 return
-            d.whole = {name: _tensor_from_capsule(cap) for name, cap in task.tensors}
+            d.whole = self._viewed({name: _tensor_from_capsule(cap)
+                                    for name, cap in task.tensors})
         elif self.collate_fn is not None:
             try:
                 d.whole = self.collate_fn(pending.rows)
@@ -896,6 +900,12 @@ class PythonStage:
                 out[lk] = tensors[lk]
         return out
 
+    def _viewed(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        for name in self.nchw_views:
+            if name in batch:
+                batch[name] = batch[name].permute(0, 3, 1, 2)
+        return batch
+
     def key_of(self, name: str) -> Hashable:
         """The batch key of the tensor a batch names `name` (an int for tuple items)."""
         key = self._names.get(name)
@@ -922,7 +932,7 @@ class PythonStage:
             batch = self._merge({self.key_of(n): t for n, t in tensors.items()},
                                 d.objects if d is not None else {})
         else:  # a batch the C++ workers assembled, named by its fields
-            batch = dict(tensors)
+            batch = self._viewed(dict(tensors))
         if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
             rng = batch_rng(self.seed, d.epoch, d.rank, d.world_size, d.batch)
             try:
@@ -1140,3 +1150,41 @@ def check_picklable(args: Mapping[str, Any]) -> None:
                 "Functions are pickled by reference, as DataLoader's under spawn: define it at "
                 "the top level of a module (not a lambda or a nested function), or pass a "
                 "picklable callable object") from e
+
+
+def check_stage_args(dataset: Any, *, map_style: bool, tokens: bool, map_fn: Any,
+                     batch_map: Any, collate_fn: Any, map_fields: Any, names: Any,
+                     python_workers: str, transforms: Any, image_layout: Any,
+                     device: Any) -> bool:
+    """The Loader's arguments of the Python stage, checked together; whether the stage runs
+    in worker processes."""
+    hooks = [n for n, v in (("map", map_fn), ("batch_map", batch_map),
+                            ("collate_fn", collate_fn), ("map_fields", map_fields),
+                            ("names", names)) if v is not None]
+    if tokens and (hooks or map_style):
+        raise ValueError(f"{', '.join(hooks) or 'a map-style dataset'}: not for token batches "
+                         "(seq_len=, packing=, max_tokens=)")
+    if map_style and (transforms or image_layout is not None):
+        raise ValueError("transforms and image_layout apply to the image fields of a "
+                         "stoker.Dataset; with a map-style dataset, transform in its "
+                         "__getitem__ or in map=")
+    if names is not None and not map_style:
+        raise ValueError("names= names the values of a map-style dataset's tuple items; a "
+                         "stoker.Dataset's samples are dicts of its fields")
+    if map_fields is not None and map_fn is None and not map_style:
+        raise ValueError("map_fields= declares what map= returns: pass map= too")
+    if python_workers not in ("thread", "process"):
+        raise ValueError(f"python_workers must be 'thread' or 'process', got {python_workers!r}")
+    processes = python_workers == "process"
+    if processes and not (map_style or map_fn is not None or collate_fn is not None):
+        raise ValueError("python_workers='process' runs map= and a map-style dataset's "
+                         "__getitem__ in worker processes: pass one of them")
+    if processes and not map_style and getattr(dataset, "remote", None) is not None:
+        raise ValueError("python_workers='process' reads a local stoker dataset in each "
+                         "worker; a dataset at a URL arrives through this process: use "
+                         "python_workers='thread'")
+    if collate_fn is not None and device.type == "cuda":
+        raise ValueError("collate_fn returns Python objects that stoker cannot copy to the "
+                         "device: with device='cuda' use batch_map= (it receives the native "
+                         "batch on the GPU), or device='cpu' and move the batch yourself")
+    return processes

@@ -220,7 +220,9 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 class Image(Field):
     """Encoded JPEG or PNG bytes, stored as written and decoded by the loader's worker
-    threads to 8-bit RGB (``uint8``), in ``layout`` ``"HWC"`` or ``"CHW"``.
+    threads to 8-bit RGB (``uint8``), in ``layout`` ``"HWC"`` (interleaved, what the codecs
+    write) or ``"CHW"`` (planar). The loader delivers both as ``[N, C, H, W]`` (HWC as
+    that memory with ``channels_last`` strides) unless ``image_layout="HWC"`` is given.
     ``Dataset[i]`` returns the encoded bytes."""
 
     kind = "image"

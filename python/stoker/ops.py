@@ -10,9 +10,9 @@ batch is bit-identical whatever the number of threads::
 Semantics follow torchvision on PIL images: the crop rules, the rounding of sizes, and an
 antialiased bilinear (triangle) resize like PIL's ``BILINEAR``. Images come out RGB
 ``uint8`` (grayscale, CMYK, palette and 16-bit inputs are converted; alpha is dropped),
-in the field's layout (HWC or CHW). Keep them ``uint8`` through the host-to-device copy
-(4x fewer bytes than float32) and normalise on the GPU; :class:`Normalize` is here for
-CPU training.
+in the field's layout (HWC or CHW; the loader hands either out in NCHW shape). Keep them
+``uint8`` through the host-to-device copy (4x fewer bytes than float32) and normalise on
+the GPU; :class:`Normalize` is here for CPU training.
 
 For JPEGs, ``RandomResizedCrop`` decodes only the rows and columns its crop needs, at a
 reduced DCT scale (1/2, 1/4, 1/8) when the crop is at least 2.5x, 5x, 10x the output
