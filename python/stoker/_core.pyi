@@ -1,7 +1,18 @@
 """Type stub of the private extension stoker._core (see csrc/bindings)."""
 
-from typing import (Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union,
-                    overload)
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    overload,
+)
 
 import numpy as np
 
