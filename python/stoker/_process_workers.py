@@ -263,9 +263,11 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
         wall = time.perf_counter_ns() - wall0
         cpu1, wait1 = thread_sched()
         cpu = cpu1 - cpu0
+        py = max(0, wall - times.native_ns)
+        wait = (wait1 - wait0) * py // wall if wall > 0 else 0  # the Python part's share
         reply = ("rows", encoded, offsets, errors, skipped, arena.size if fds else 0,
-                 (max(0, wall - times.native_ns), max(0, cpu - times.native_ns), times.read_ns,
-                  times.decode_ns, times.ops_ns, times.bytes, wait1 - wait0, times.native_ns))
+                 (py, max(0, cpu - times.native_ns), times.read_ns, times.decode_ns,
+                  times.ops_ns, times.bytes, wait, times.native_ns))
         try:
             payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # an unpicklable output: the chunk's first sample fails

@@ -678,9 +678,11 @@ class PythonStage:
                 # waiting for a CPU are the worker's and this thread's
                 task.add_times(max(0, wall - remote[7]), remote[1] + cpu, remote[2],
                                remote[3], remote[4], remote[5], remote[6] + wait)
-            else:
-                task.add_times(max(0, wall - times.native_ns), max(0, cpu - times.native_ns),
-                               times.read_ns, times.decode_ns, times.ops_ns, times.bytes, wait)
+            else:  # the wait for a core, shared out in proportion to the Python part
+                py = max(0, wall - times.native_ns)
+                task.add_times(py, max(0, cpu - times.native_ns), times.read_ns,
+                               times.decode_ns, times.ops_ns, times.bytes,
+                               wait * py // wall if wall > 0 else 0)
             if task.chunk_done():
                 self._finish(task, pending)
 
