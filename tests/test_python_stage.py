@@ -650,21 +650,6 @@ def doc_blocks():
         return re.findall(r"```python\n(.*?)```", f.read(), re.S)
 
 
-def test_docs_blocks_run_as_files(tmp_path):
-    """Every Python block of docs/python.md, saved to a file and run as users run it."""
-    import subprocess
-    import sys
-
-    blocks = doc_blocks()
-    assert len(blocks) >= 7
-    for i, code in enumerate(blocks):
-        path = tmp_path / f"block{i}.py"
-        path.write_text(code)
-        p = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=300)
-        assert p.returncode == 0, f"block {i}:\n{code[:400]}\n{p.stderr[-3000:]}"
-
-
 def test_yolo_example_boxes_match_a_plain_python_reference(tmp_path, monkeypatch):
     """The YOLO-style example of docs/python.md, end to end: every target of every batch
     (and every mosaic pixel) equals what a plain-Python re-implementation computes from

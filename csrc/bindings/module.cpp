@@ -19,6 +19,7 @@ void register_cuda(py::module_& m);
 void register_checksum(py::module_& m);
 void register_tokens(py::module_& m);
 void register_python_stage(py::module_& m);
+void register_augment(py::module_& m);
 }  // namespace stoker::bindings
 
 // Free-threading ready (docs/python.md, "Threads or processes"): the bindings touch Python
@@ -77,4 +78,5 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   stoker::bindings::register_checksum(m);
   stoker::bindings::register_tokens(m);
   stoker::bindings::register_python_stage(m);
+  stoker::bindings::register_augment(m);
 }
