@@ -439,6 +439,25 @@ def test_loader_reads_a_dataset_larger_than_its_cache(local_ds, nginx, tmp_path)
     assert parts(cache) == []
 
 
+def test_map_on_a_bounded_remote_dataset_is_followed_by_its_fetcher(local_ds, nginx, tmp_path):
+    """Loader(ds, map=fn) on a dataset larger than its cache: the samples go through the
+    Python stage, and the fetcher follows that loader's order as it follows a plain one
+    (shards given back and fetched again), so two epochs read every sample."""
+    _, local = local_ds
+    sizes = [s["bytes"] for s in local.shards]
+    limit = 3 * max(sizes) + 10
+    ds = stoker.Dataset(f"{nginx.url}/ds", cache_dir=tmp_path / "cache", cache_limit=limit)
+    loader = stoker.Loader(ds, batch_size=8, shuffle=True, shard_window=1, seed=2,
+                           num_threads=2, map=lambda sample, rng: {"label": sample["label"]})
+    for e in range(2):
+        loader.set_epoch(e)
+        got = sorted(int(v) for b in loader for v in b["label"])
+        assert got == list(range(len(local))), e
+    assert ds.remote._fetcher.released > 0 and ds.remote.stats()["evictions"] > 0
+    ds.remote.close()
+    assert parts(tmp_path / "cache") == []
+
+
 def test_s3_loader_through_a_small_cache(local_ds, s3_env, tmp_path):
     _, local = local_ds
     sizes = [s["bytes"] for s in local.shards]

@@ -3,42 +3,52 @@
 #include <pybind11/stl.h>
 
 #include "pipeline/loader_core.h"
+#include "producers/python_producer.h"
 #include "producers/record_producer.h"
 #include "sampler/fetch_plan.h"
 
 namespace py = pybind11;
 
 namespace stoker::bindings {
+namespace {
+
+// A loader's producer: RecordProducer, or PythonProducer over a stoker dataset
+// (both say which shards an epoch reads, in order).
+template <class Producer>
+void follow(FetchPlan& p, const std::shared_ptr<LoaderCore>& core,
+            const std::shared_ptr<Producer>& producer, int64_t world_size) {
+  // Held weakly: a dropped loader stops being followed at the next turn.
+  std::weak_ptr<LoaderCore> weak = core;
+  FetchPlan::Follower f;
+  f.position = [weak]() -> std::optional<ReadPosition> {
+    std::shared_ptr<LoaderCore> c = weak.lock();
+    if (!c) return std::nullopt;
+    const LoaderState st = c->state();
+    return ReadPosition{st.epoch, st.offset, st.world_size};
+  };
+  f.order = [producer](uint64_t epoch, int64_t world) {
+    EpochKey key;
+    key.epoch = epoch;
+    key.world_size = world;  // rank 0: the schedule is the whole job's
+    return producer->epoch_order(key);
+  };
+  f.world_size = world_size;
+  p.follow(reinterpret_cast<uintptr_t>(core.get()), std::move(f));
+}
+
+}  // namespace
 
 void register_fetch_plan(py::module_& m) {
   py::class_<FetchPlan, std::shared_ptr<FetchPlan>>(
       m, "FetchPlan", "NOTE [ Fetch plan ] in csrc/sampler/fetch_plan.h.")
       .def(py::init<std::shared_ptr<Dataset>, std::vector<int64_t>>(), py::arg("dataset"),
            py::arg("shard_bytes"))
-      .def(
-          "follow",
-          [](FetchPlan& p, const std::shared_ptr<LoaderCore>& core,
-             const std::shared_ptr<RecordProducer>& producer, int64_t world_size) {
-            // Held weakly: a dropped loader stops being followed at the next turn.
-            std::weak_ptr<LoaderCore> weak = core;
-            FetchPlan::Follower f;
-            f.position = [weak]() -> std::optional<ReadPosition> {
-              std::shared_ptr<LoaderCore> c = weak.lock();
-              if (!c) return std::nullopt;
-              const LoaderState st = c->state();
-              return ReadPosition{st.epoch, st.offset, st.world_size};
-            };
-            f.order = [producer](uint64_t epoch, int64_t world) {
-              EpochKey key;
-              key.epoch = epoch;
-              key.world_size = world;  // rank 0: the schedule is the whole job's
-              return producer->epoch_order(key);
-            };
-            f.world_size = world_size;
-            p.follow(reinterpret_cast<uintptr_t>(core.get()), std::move(f));
-          },
-          py::arg("core"), py::arg("producer"), py::arg("world_size"),
-          "Follows a loader (its core and record producer) for as long as it lives.")
+      .def("follow", &follow<RecordProducer>, py::arg("core"), py::arg("producer"),
+           py::arg("world_size"),
+           "Follows a loader (its core and record producer) for as long as it lives.")
+      .def("follow", &follow<PythonProducer>, py::arg("core"), py::arg("producer"),
+           py::arg("world_size"),
+           "Follows a loader whose samples go through the Python stage (map=, collate_fn=).")
       .def_property_readonly("followers", &FetchPlan::followers)
       .def(
           "turn",
