@@ -40,6 +40,56 @@ size_t round_capacity(size_t bytes) {
   return (bytes + g - 1) / g * g;
 }
 
+// NOTE [ Deferred frees ]: blocks of pools that died before their fences completed.
+// Never destroyed: at exit the process frees them with everything else.
+struct Orphan {
+  std::shared_ptr<BlockAllocator> alloc;
+  std::shared_ptr<BlockFence> fence;
+  BlockPool::Block block;
+  BlockFence::Token token;
+};
+struct Orphans {
+  std::mutex mu;
+  std::vector<Orphan> list;  // guarded by mu
+  std::atomic<size_t> count{0};
+};
+Orphans& orphans() {
+  static Orphans* o = new Orphans;
+  return *o;
+}
+
+// Whether the fence `t` lets the block go now. A fence that fails (the device
+// failed) never does: leaking is safer than freeing memory a kernel may read.
+bool fence_done(BlockFence& fence, const BlockFence::Token& t, bool* failed) noexcept {
+  try {
+    return fence.done(t);
+  } catch (...) {
+    *failed = true;
+    return false;
+  }
+}
+
+void collect_orphans() noexcept {
+  Orphans& o = orphans();
+  if (o.count.load(std::memory_order_acquire) == 0) return;
+  std::vector<Orphan> ready;
+  {
+    std::lock_guard<std::mutex> lock(o.mu);
+    for (size_t i = 0; i < o.list.size();) {
+      bool failed = false;
+      if (fence_done(*o.list[i].fence, o.list[i].token, &failed) || failed) {
+        if (!failed) ready.push_back(std::move(o.list[i]));
+        o.list[i] = std::move(o.list.back());
+        o.list.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    o.count.store(o.list.size(), std::memory_order_release);
+  }
+  for (Orphan& r : ready) r.alloc->deallocate(r.block.data, r.block.capacity);
+}
+
 }  // namespace
 
 std::shared_ptr<BlockAllocator> pageable_allocator() {
@@ -62,20 +112,63 @@ BlockPool::BlockPool(std::shared_ptr<BlockAllocator> alloc, std::shared_ptr<Bloc
 
 BlockPool::~BlockPool() {
   if (static_cast<int>(::getpid()) != pid_) return;  // forked child: the memory is the parent's
-  for (Idle& i : idle_) free_now(std::move(i));
+  // Nothing else holds the pool: no lock needed. Pending fences go to the orphans.
+  std::vector<Idle> all = std::move(idle_);
+  for (Idle& d : deferred_) all.push_back(std::move(d));
+  for (Idle& i : all) {
+    bool failed = false;
+    if (!i.fence || fence_done(*fence_, i.fence, &failed)) {
+      alloc_->deallocate(i.block.data, i.block.capacity);
+    } else if (!failed) {
+      Orphans& o = orphans();
+      std::lock_guard<std::mutex> lock(o.mu);
+      o.list.push_back(Orphan{alloc_, fence_, i.block, std::move(i.fence)});
+      o.count.store(o.list.size(), std::memory_order_release);
+    }
+  }
 }
 
-void BlockPool::free_now(Idle idle) noexcept {
-  try {
-    // A block must not be freed while a kernel may still read it.
-    if (idle.fence) fence_->wait(idle.fence);
-  } catch (...) {
-    return;  // the device failed: leaking is safer than freeing memory in use
-  }
-  alloc_->deallocate(idle.block.data, idle.block.capacity);
+void BlockPool::free_block(const Block& b) noexcept {
+  alloc_->deallocate(b.data, b.capacity);
   std::lock_guard<std::mutex> lock(mu_);
   --live_;
-  live_bytes_ -= idle.block.capacity;
+  live_bytes_ -= b.capacity;
+}
+
+void BlockPool::retire(Idle idle) noexcept {
+  bool failed = false;
+  if (!idle.fence || fence_done(*fence_, idle.fence, &failed)) {
+    free_block(idle.block);
+    return;
+  }
+  if (failed) return;  // the device failed: the block leaks (counted as alive)
+  std::lock_guard<std::mutex> lock(mu_);
+  deferred_.push_back(std::move(idle));
+  deferred_count_.store(deferred_.size(), std::memory_order_release);
+}
+
+size_t BlockPool::collect() noexcept {
+  collect_orphans();
+  if (deferred_count_.load(std::memory_order_acquire) == 0) return 0;
+  std::vector<Block> ready;
+  size_t left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < deferred_.size();) {
+      bool failed = false;
+      if (fence_done(*fence_, deferred_[i].fence, &failed) || failed) {
+        if (!failed) ready.push_back(deferred_[i].block);  // a failed one leaks
+        deferred_[i] = std::move(deferred_.back());
+        deferred_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    left = deferred_.size();
+    deferred_count_.store(left, std::memory_order_release);
+  }
+  for (const Block& b : ready) free_block(b);
+  return left;
 }
 
 BlockPool::Block BlockPool::allocate(size_t bytes) {
@@ -84,15 +177,27 @@ BlockPool::Block BlockPool::allocate(size_t bytes) {
   try {
     b.data = alloc_->allocate(b.capacity);
   } catch (...) {
-    // Out of memory, perhaps because of idle blocks too small to use: free
-    // them all and try once more.
+    // Out of memory, perhaps because of idle blocks too small to use, or
+    // deferred ones: free them and try once more. The thread that fills blocks
+    // is the one here (the copy thread for device memory), so it may wait for
+    // their fences; a deleter never comes here.
     std::vector<Idle> all;
     {
       std::lock_guard<std::mutex> lock(mu_);
       all.swap(idle_);
+      for (Idle& d : deferred_) all.push_back(std::move(d));
+      deferred_.clear();
+      deferred_count_.store(0, std::memory_order_release);
     }
     if (all.empty()) throw;
-    for (Idle& i : all) free_now(std::move(i));
+    for (Idle& i : all) {
+      try {
+        if (i.fence) fence_->wait(i.fence);
+      } catch (...) {
+        continue;  // the device failed: leak it
+      }
+      free_block(i.block);
+    }
     b.data = alloc_->allocate(b.capacity);
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -127,7 +232,7 @@ BlockPool::Block BlockPool::acquire(size_t bytes, uintptr_t stream) {
       idle_.erase(smallest);
     }
   }
-  for (Idle& i : evict) free_now(std::move(i));
+  for (Idle& i : evict) retire(std::move(i));
   if (!found) return allocate(bytes);
   if (found->fence) {
     try {
@@ -140,6 +245,16 @@ BlockPool::Block BlockPool::acquire(size_t bytes, uintptr_t stream) {
     }
   }
   return found->block;
+}
+
+std::shared_ptr<BlockPool::Lease> BlockPool::lease(size_t bytes, uintptr_t stream) {
+  Block b = acquire(bytes, stream);
+  try {
+    return std::shared_ptr<Lease>(new Lease(shared_from_this(), b));
+  } catch (...) {
+    release(b);
+    throw;
+  }
 }
 
 void BlockPool::release(Block b, std::optional<uintptr_t> reader) noexcept {
@@ -165,22 +280,7 @@ void BlockPool::release(Block b, std::optional<uintptr_t> reader) noexcept {
       return;
     }
   }
-  free_now(std::move(idle));
-}
-
-std::shared_ptr<uint8_t> BlockPool::acquire_shared(size_t bytes) {
-  Block b = acquire(bytes);
-  std::shared_ptr<BlockPool> self = shared_from_this();
-  try {
-    auto owner = std::shared_ptr<Block>(new Block(b), [self](Block* blk) {
-      self->release(*blk);
-      delete blk;
-    });
-    return std::shared_ptr<uint8_t>(owner, static_cast<uint8_t*>(b.data));
-  } catch (...) {
-    release(b);
-    throw;
-  }
+  retire(std::move(idle));
 }
 
 void BlockPool::close() noexcept {
@@ -190,7 +290,7 @@ void BlockPool::close() noexcept {
     closed_ = true;
     idle.swap(idle_);
   }
-  for (Idle& i : idle) free_now(std::move(i));
+  for (Idle& i : idle) retire(std::move(i));
 }
 
 void BlockPool::set_max_idle(size_t n) {
@@ -203,7 +303,7 @@ void BlockPool::set_max_idle(size_t n) {
       idle_.pop_back();
     }
   }
-  for (Idle& i : evict) free_now(std::move(i));
+  for (Idle& i : evict) retire(std::move(i));
 }
 
 size_t BlockPool::blocks() const {
@@ -215,5 +315,7 @@ size_t BlockPool::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_bytes_;
 }
+
+size_t BlockPool::deferred() const { return deferred_count_.load(std::memory_order_acquire); }
 
 }  // namespace stoker

@@ -119,7 +119,7 @@ void Stream::plan(int64_t pos, Job& job) {
     job.work = producer_->plan_batch(*seg->plan, job.index);
     count = std::clamp(job.work->units, 1, 0xFFFF);
     note_bytes(job.work->bytes);  // NOTE [ Window and memory ]
-    job.memory = pool_->acquire_shared(job.work->bytes);
+    job.memory = BlockPool::Lease::bytes(pool_->lease(job.work->bytes));
   } catch (...) {
     job.error = std::current_exception();
     count = 0;
