@@ -1,13 +1,16 @@
 #include "pipeline/block_pool.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <thread>
 
 #include "common/error.h"
 
@@ -40,24 +43,6 @@ size_t round_capacity(size_t bytes) {
   return (bytes + g - 1) / g * g;
 }
 
-// NOTE [ Deferred frees ]: blocks of pools that died before their fences completed.
-// Never destroyed: at exit the process frees them with everything else.
-struct Orphan {
-  std::shared_ptr<BlockAllocator> alloc;
-  std::shared_ptr<BlockFence> fence;
-  BlockPool::Block block;
-  BlockFence::Token token;
-};
-struct Orphans {
-  std::mutex mu;
-  std::vector<Orphan> list;  // guarded by mu
-  std::atomic<size_t> count{0};
-};
-Orphans& orphans() {
-  static Orphans* o = new Orphans;
-  return *o;
-}
-
 // Whether the fence `t` lets the block go now. A fence that fails (the device
 // failed) never does: leaking is safer than freeing memory a kernel may read.
 bool fence_done(BlockFence& fence, const BlockFence::Token& t, bool* failed) noexcept {
@@ -67,27 +52,6 @@ bool fence_done(BlockFence& fence, const BlockFence::Token& t, bool* failed) noe
     *failed = true;
     return false;
   }
-}
-
-void collect_orphans() noexcept {
-  Orphans& o = orphans();
-  if (o.count.load(std::memory_order_acquire) == 0) return;
-  std::vector<Orphan> ready;
-  {
-    std::lock_guard<std::mutex> lock(o.mu);
-    for (size_t i = 0; i < o.list.size();) {
-      bool failed = false;
-      if (fence_done(*o.list[i].fence, o.list[i].token, &failed) || failed) {
-        if (!failed) ready.push_back(std::move(o.list[i]));
-        o.list[i] = std::move(o.list.back());
-        o.list.pop_back();
-      } else {
-        ++i;
-      }
-    }
-    o.count.store(o.list.size(), std::memory_order_release);
-  }
-  for (Orphan& r : ready) r.alloc->deallocate(r.block.data, r.block.capacity);
 }
 
 }  // namespace
@@ -112,19 +76,32 @@ BlockPool::BlockPool(std::shared_ptr<BlockAllocator> alloc, std::shared_ptr<Bloc
 
 BlockPool::~BlockPool() {
   if (static_cast<int>(::getpid()) != pid_) return;  // forked child: the memory is the parent's
-  // Nothing else holds the pool: no lock needed. Pending fences go to the orphans.
+  // Nothing else holds the pool: no lock needed.
+  std::vector<Idle> pending;
   std::vector<Idle> all = std::move(idle_);
   for (Idle& d : deferred_) all.push_back(std::move(d));
   for (Idle& i : all) {
     bool failed = false;
-    if (!i.fence || fence_done(*fence_, i.fence, &failed)) {
+    if (!i.fence || fence_done(*fence_, i.fence, &failed))
       alloc_->deallocate(i.block.data, i.block.capacity);
-    } else if (!failed) {
-      Orphans& o = orphans();
-      std::lock_guard<std::mutex> lock(o.mu);
-      o.list.push_back(Orphan{alloc_, fence_, i.block, std::move(i.fence)});
-      o.count.store(o.list.size(), std::memory_order_release);
-    }
+    else if (!failed)
+      pending.push_back(std::move(i));
+  }
+  if (pending.empty()) return;
+  // NOTE [ Deferred frees ]: the last owner may be a deleter, so no wait here;
+  // a short-lived thread frees them once their readers are done.
+  try {
+    std::thread([alloc = alloc_, fence = fence_, pending = std::move(pending)]() mutable {
+      pthread_setname_np(pthread_self(), "stoker-free");
+      for (Idle& i : pending) {
+        bool failed = false;
+        while (!fence_done(*fence, i.fence, &failed) && !failed)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!failed) alloc->deallocate(i.block.data, i.block.capacity);
+      }
+    }).detach();
+  } catch (...) {
+    // No thread to be had: the blocks leak rather than be freed under a reader.
   }
 }
 
@@ -148,7 +125,6 @@ void BlockPool::retire(Idle idle) noexcept {
 }
 
 size_t BlockPool::collect() noexcept {
-  collect_orphans();
   if (deferred_count_.load(std::memory_order_acquire) == 0) return 0;
   std::vector<Block> ready;
   size_t left;

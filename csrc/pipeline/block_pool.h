@@ -28,9 +28,10 @@
 // block is deferred, and collect(), which never waits, frees the deferred
 // blocks whose fences have completed. The thread that writes the pool's blocks
 // calls it as it goes (the copy thread, cuda/transfer_engine.h), so the frees
-// happen there. A pool that dies with blocks still deferred hands them to a
-// process-wide list that any pool's collect() empties; the allocator and fence
-// they need travel with them.
+// happen there. A pool that dies with fences still pending (its last owner was
+// a batch the user kept past its loader) hands those blocks, with the
+// allocator and fence they need, to a short-lived thread (stoker-free) that
+// frees them as their fences complete.
 #pragma once
 
 #include <atomic>
@@ -86,8 +87,9 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   /// @param max_idle idle blocks kept for reuse; more are freed
   static std::shared_ptr<BlockPool> create(std::shared_ptr<BlockAllocator> alloc,
                                            std::shared_ptr<BlockFence> fence, size_t max_idle);
-  /// Frees the idle blocks whose fences have completed; hands the others on
-  /// (NOTE [ Deferred frees ]). Never waits.
+  /// Frees the idle and deferred blocks whose fences have completed; the others
+  /// go to a thread that frees them once they have (NOTE [ Deferred frees ]).
+  /// Never waits.
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -104,9 +106,9 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   /// fenced leaks).
   void release(Block b, std::optional<uintptr_t> reader = std::nullopt) noexcept;
 
-  /// NOTE [ Deferred frees ]: frees the deferred blocks (this pool's and those
-  /// of pools that died) whose fences have completed. Never waits; cheap when
-  /// there are none. @return this pool's blocks still deferred
+  /// NOTE [ Deferred frees ]: frees the deferred blocks whose fences have
+  /// completed. Never waits; cheap when there are none.
+  /// @return blocks still deferred
   size_t collect() noexcept;
   /// Frees the idle blocks (deferring those whose fences are pending), and from
   /// now on every block as it comes back.
