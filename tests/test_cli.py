@@ -118,7 +118,9 @@ def test_synthetic_bench_times_consecutive_epochs(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "2 consecutive epochs of 600 samples" in r.stdout, r.stdout
     for line in ("stoker threads=1", "DataLoader num_workers=0", "NumPy loop",
-                 "stoker (best) / NumPy loop:"):
+                 "stoker (best) / NumPy loop:", "first epoch: stoker threads=1",
+                 "second epoch: stoker threads=1",
+                 "stoker threads=1, a new Dataset and Loader / NumPy loop: first epoch"):
         assert line in r.stdout, (line, r.stdout)
 
 

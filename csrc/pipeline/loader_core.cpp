@@ -340,6 +340,7 @@ void LoaderCore::close() {
       if (auto it = w.lock()) its.push_back(std::move(it));
   }
   for (const auto& it : its) it->close();
+  producer_->close();
   workers_->stop();
 }
 

@@ -56,9 +56,11 @@
 //      slots DMA may still read, and returns the slots; it never waits for the
 //      consumer's stream. The run itself is freed by its last holder (the
 //      Retired list, or an iterator that still holds it), also unlocked.
-//   3. close() only, after that: WorkerPool::stop ends and joins the workers,
-//      which drop stopped streams at their next look anyway. Left early, the
-//      workers park and end after `linger` with no stream open.
+//   3. close() only, after that: the producer stops what it runs on its own
+//      (BatchProducer::close: a thread mapping shards ahead), and
+//      WorkerPool::stop ends and joins the workers, which drop stopped streams
+//      at their next look anyway. Left early, the workers park and end after
+//      `linger` with no stream open.
 //   4. Nothing handed out is invalidated: a batch's memory is a lease that
 //      holds its pool (NOTE [ Block lifetime ] in block_pool.h); device
 //      buffers come back behind their consumer's event and are freed on a

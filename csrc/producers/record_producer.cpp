@@ -68,6 +68,13 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
   }
   source_->ds = std::move(ds);
   source_->skip_errors = opts_.skip_errors;
+  // NOTE [ Warm mappings ]: the shards of epoch 0, in the whole job's order.
+  const size_t budget = opts_.warm_bytes < 0 ? MappingWarmer::default_budget()
+                                             : static_cast<size_t>(opts_.warm_bytes);
+  std::vector<size_t> order;
+  if (budget > 0 && !source_->ds->deferred())
+    order = shard_schedule(0, 1, 0, source_->ds->num_shards());
+  warmer_ = std::make_unique<MappingWarmer>(source_->ds, std::move(order), budget);
 }
 
 // Counts do not depend on the order, so they need no shard layout.

@@ -1395,7 +1395,8 @@ void stress() {
   }
   CHECK_EQ(errors.load(), 0);
   CHECK(delivered.load() > 0);
-  // Nothing left: no thread (the fake device's streams included), no fd.
+  // Nothing left: no thread (the fake device's streams included, and the thread
+  // that frees what a device pool left behind: NOTE [ Deferred frees ]), no fd.
   CHECK(eventually([&] { return test::threads_alive() == threads_before; }));
   CHECK_EQ(open_fds(), fds_before);
   std::printf("  stress: %lld iterators, %lld batches checked in %.1f s\n",

@@ -1,6 +1,7 @@
 """``stoker bench`` without a dataset: fixed-size records. In one run, on the same data in
 page cache, samples/s of:
-  * stoker.Loader with 1 and 2 threads,
+  * stoker.Loader with 1 and 2 threads, and the first and second epoch of a new Dataset and
+    Loader (new mappings: what a new process's first epoch pays),
   * torch.utils.data.DataLoader over a map-style dataset reading a NumPy memmap of the
     same data, num_workers 0, 1, 2 (default collate),
   * a plain NumPy loop (random indices, fancy indexing, torch.from_numpy),
@@ -77,7 +78,7 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     results: Dict[str, float] = {}
     first_batch: Dict[str, float] = {}
 
-    bar = Progress(repeats * (len(threads) + len(workers) + 1), "stoker bench", unit="runs",
+    bar = Progress(repeats * (2 * len(threads) + len(workers) + 1), "stoker bench", unit="runs",
                    enabled=progress)
 
     def measure(name: str, make_iter: Callable) -> None:
@@ -96,6 +97,24 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
         bar.write(f"  {name:<28} {results[name]:>12,.0f} samples/s   first batch "
                   f"{first_batch[name] * 1e3:8.1f} ms")
 
+    def measure_fresh(t: int) -> None:
+        """The first and the second epoch of a new Dataset and Loader (new mappings, as in
+        a new process: NOTE [ Warm mappings ] in csrc/producers/mapping_warmer.h)."""
+        rates: List[List[float]] = [[], []]
+        for _ in range(repeats):
+            bar.update()
+            fresh = Loader(Dataset(os.path.join(data, "stoker")), batch_size=batch_size,
+                           shuffle=True, num_threads=t, stall_warning=None)
+            for e in range(2):
+                rate, _, count = _time_batches(lambda fresh=fresh: fresh, data)
+                assert count == n, (t, e, count, n)
+                rates[e].append(rate)
+            del fresh
+        for e, name in enumerate(("first", "second")):
+            key = f"{name} epoch: stoker threads={t}"
+            results[key] = statistics.median(rates[e])
+            bar.write(f"  {key:<36} {results[key]:>12,.0f} samples/s   (a new Dataset and Loader)")
+
     what = "epoch" if epochs == 1 else f"{epochs} consecutive epochs"
     print(f"{what} of {n} samples, batch_size={batch_size}, shuffled, data in page cache; "
           f"median of {repeats}")
@@ -103,6 +122,8 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
         loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,
                         stall_warning=None)
         measure(f"stoker threads={t}", lambda loader=loader: loader)
+    for t in threads:
+        measure_fresh(t)
 
     mm = _MemmapDataset(data)
     for w in workers:
@@ -140,6 +161,11 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     print(f"  {f'  random reads, {max(threads)} threads, no checksum':<28} "
           f"{gather[False]:>12,.0f} samples/s")
 
+    numpy_rate = results["NumPy loop"]
+    for t in threads:
+        first, second = (results[f"{e} epoch: stoker threads={t}"] for e in ("first", "second"))
+        print(f"stoker threads={t}, a new Dataset and Loader / NumPy loop: first epoch "
+              f"{first / numpy_rate:.2f}x, second epoch {second / numpy_rate:.2f}x")
     best_stoker = max(v for k, v in results.items() if k.startswith("stoker"))
     dl = {k: v for k, v in results.items() if k.startswith("DataLoader")}
     best_dl_name = max(dl, key=dl.get)
