@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
-#include <cstdio>
 #include <utility>
 
 #include "common/clock.h"
@@ -26,7 +24,9 @@ struct LoaderCore::Run {
   std::atomic<int64_t> delivered{0};  // positions handed to an iterator
   int64_t skip_to = -1;  // positions before this belong to an epoch left early (with mu_)
 
-  int64_t start() const { return skip_to >= 0 ? skip_to : delivered.load(); }
+  int64_t start() const {
+    return skip_to >= 0 ? skip_to : delivered.load(std::memory_order_acquire);
+  }
 };
 
 // Runs stopped with mu_ held, declared before the lock: when it is released, their
@@ -227,7 +227,7 @@ void LoaderCore::claim(Iterator& it) {
   }
   it.started_ = Clock::now();
   it.next_report_ = it.opened_ + opts_.slow_first_batch;
-  it.drain_ = run->skip_to >= 0 ? run->skip_to - run->delivered.load() : 0;
+  it.drain_ = run->skip_to >= 0 ? run->skip_to - run->delivered.load(std::memory_order_acquire) : 0;
   run->skip_to = -1;
   it.key_ = key;
   it.batches_ = seg->batches;
