@@ -220,6 +220,7 @@ void register_loader(py::module_& m) {
            }),
            py::arg("producer"), py::arg("options"))
       .def("num_batches", &LoaderCore::num_batches, py::arg("rank"), py::arg("world_size"))
+      .def("next_batches", &LoaderCore::next_batches, py::arg("rank"), py::arg("world_size"))
       .def("set_epoch", &LoaderCore::set_epoch, py::arg("epoch"))
       .def_property_readonly("epoch", &LoaderCore::epoch)
       .def("iter", &LoaderCore::iter, py::arg("rank"), py::arg("world_size"),

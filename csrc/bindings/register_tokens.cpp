@@ -137,55 +137,57 @@ void register_tokens(py::module_& m) {
       .def_property_readonly("offset", [](const PyEpochPlan& p) { return p.key.offset; });
 
   py::class_<TokenProducer, BatchProducer, std::shared_ptr<TokenProducer>>(m, "TokenProducer")
-      .def(py::init([](std::shared_ptr<TokenSource> source, const std::string& mode,
-                       int64_t seq_len, int64_t stride, int64_t batch_size, int64_t max_tokens,
-                       int64_t max_length, int64_t pad_to_multiple_of, bool shuffle, uint64_t seed,
-                       bool drop_last, const std::string& token_dtype, int64_t pad_id,
-                       int64_t ignore_index, const std::string& pack_fit, int64_t pack_window,
-                       const std::string& overlong, int64_t vocab_size, bool attention_mask) {
-             TokenOptions o;
-             o.mode = mode_from(mode);
-             o.seq_len = seq_len;
-             o.stride = stride;
-             o.batch_size = batch_size;
-             o.max_tokens = max_tokens;
-             o.max_length = max_length;
-             o.pad_to_multiple_of = pad_to_multiple_of;
-             o.shuffle = shuffle;
-             o.seed = seed;
-             o.drop_last = drop_last;
-             o.token_dtype = dtype_from_name(token_dtype);
-             o.pad_id = pad_id;
-             o.ignore_index = ignore_index;
-             if (pack_fit == "best_fit")
-               o.fit = PackFit::kBest;
-             else if (pack_fit == "first_fit")
-               o.fit = PackFit::kFirst;
-             else
-               STOKER_THROW(UsageError, "pack_fit must be 'best_fit' or 'first_fit', got '",
-                            pack_fit, "'");
-             o.pack_window = pack_window;
-             if (overlong == "split")
-               o.overlong = Overlong::kSplit;
-             else if (overlong == "truncate")
-               o.overlong = Overlong::kTruncate;
-             else if (overlong == "error")
-               o.overlong = Overlong::kError;
-             else
-               STOKER_THROW(UsageError, "overlong must be 'split', 'truncate' or 'error', got '",
-                            overlong, "'");
-             o.vocab_size = vocab_size;
-             o.attention_mask = attention_mask;
-             py::gil_scoped_release nogil;
-             return std::make_shared<TokenProducer>(std::move(source), o);
-           }),
-           py::arg("source"), py::kw_only(), py::arg("mode"), py::arg("seq_len") = 0,
-           py::arg("stride") = 0, py::arg("batch_size") = 1, py::arg("max_tokens") = 0,
-           py::arg("max_length") = 0, py::arg("pad_to_multiple_of") = 1, py::arg("shuffle") = false,
-           py::arg("seed") = 0, py::arg("drop_last") = false, py::arg("token_dtype") = "int64",
-           py::arg("pad_id") = 0, py::arg("ignore_index") = -100, py::arg("pack_fit") = "best_fit",
-           py::arg("pack_window") = 64, py::arg("overlong") = "split", py::arg("vocab_size") = 0,
-           py::arg("attention_mask") = true)
+      .def(
+          py::init([](std::shared_ptr<TokenSource> source, const std::string& mode, int64_t seq_len,
+                      int64_t stride, int64_t batch_size, int64_t max_tokens, int64_t max_length,
+                      int64_t pad_to_multiple_of, bool shuffle, uint64_t seed, bool drop_last,
+                      const std::string& token_dtype, int64_t pad_id, int64_t ignore_index,
+                      const std::string& pack_fit, int64_t pack_window, const std::string& overlong,
+                      int64_t vocab_size, bool attention_mask, bool unshifted) {
+            TokenOptions o;
+            o.mode = mode_from(mode);
+            o.seq_len = seq_len;
+            o.stride = stride;
+            o.batch_size = batch_size;
+            o.max_tokens = max_tokens;
+            o.max_length = max_length;
+            o.pad_to_multiple_of = pad_to_multiple_of;
+            o.shuffle = shuffle;
+            o.seed = seed;
+            o.drop_last = drop_last;
+            o.token_dtype = dtype_from_name(token_dtype);
+            o.pad_id = pad_id;
+            o.ignore_index = ignore_index;
+            if (pack_fit == "best_fit")
+              o.fit = PackFit::kBest;
+            else if (pack_fit == "first_fit")
+              o.fit = PackFit::kFirst;
+            else
+              STOKER_THROW(UsageError, "pack_fit must be 'best_fit' or 'first_fit', got '",
+                           pack_fit, "'");
+            o.pack_window = pack_window;
+            if (overlong == "split")
+              o.overlong = Overlong::kSplit;
+            else if (overlong == "truncate")
+              o.overlong = Overlong::kTruncate;
+            else if (overlong == "error")
+              o.overlong = Overlong::kError;
+            else
+              STOKER_THROW(UsageError, "overlong must be 'split', 'truncate' or 'error', got '",
+                           overlong, "'");
+            o.vocab_size = vocab_size;
+            o.attention_mask = attention_mask;
+            o.unshifted = unshifted;
+            py::gil_scoped_release nogil;
+            return std::make_shared<TokenProducer>(std::move(source), o);
+          }),
+          py::arg("source"), py::kw_only(), py::arg("mode"), py::arg("seq_len") = 0,
+          py::arg("stride") = 0, py::arg("batch_size") = 1, py::arg("max_tokens") = 0,
+          py::arg("max_length") = 0, py::arg("pad_to_multiple_of") = 1, py::arg("shuffle") = false,
+          py::arg("seed") = 0, py::arg("drop_last") = false, py::arg("token_dtype") = "int64",
+          py::arg("pad_id") = 0, py::arg("ignore_index") = -100, py::arg("pack_fit") = "best_fit",
+          py::arg("pack_window") = 64, py::arg("overlong") = "split", py::arg("vocab_size") = 0,
+          py::arg("attention_mask") = true, py::arg("unshifted") = false)
       .def("num_batches", &TokenProducer::num_batches, py::arg("rank") = 0,
            py::arg("world_size") = 1)
       .def("epoch_samples", &TokenProducer::epoch_samples)

@@ -87,6 +87,15 @@ int64_t LoaderCore::num_batches(int64_t rank, int64_t world_size) const {
   return producer_->num_batches(rank, world_size);
 }
 
+int64_t LoaderCore::next_batches(int64_t rank, int64_t world_size) const {
+  EpochKey key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    key = prospective_key(rank, world_size);
+  }
+  return producer_->plan_epoch(key)->num_batches();
+}
+
 EpochKey LoaderCore::prospective_key(int64_t rank, int64_t world) const {
   if (resume_) {
     // At the world size that saved it, the rest is exactly what the
@@ -490,12 +499,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
 int64_t LoaderCore::Iterator::remaining() const {
   std::lock_guard<detail::TimedMutex> lock(mu_);
   if (claimed_) return batches_ - yielded_.load(std::memory_order_relaxed);
-  EpochKey key;
-  {
-    std::lock_guard<std::mutex> core_lock(core_->mu_);
-    key = core_->prospective_key(rank_, world_);
-  }
-  return core_->producer_->plan_epoch(key)->num_batches();
+  return core_->next_batches(rank_, world_);
 }
 
 uint64_t LoaderCore::Iterator::epoch() const {

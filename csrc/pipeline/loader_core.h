@@ -114,6 +114,9 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   const BatchProducer& producer() const { return *producer_; }
   /// Batches of a whole epoch for this rank.
   int64_t num_batches(int64_t rank, int64_t world_size) const;
+  /// Batches the next main iterator of this rank would yield if it started now: the
+  /// rest of a resumed (or skipped into) epoch, else a whole epoch.
+  int64_t next_batches(int64_t rank, int64_t world_size) const;
 
   /// NOTE [ Epochs and iterators ].
   void set_epoch(uint64_t epoch);
