@@ -37,8 +37,8 @@ class BatchReader {
   virtual Status next(DeliveredBatch& out, Clock::time_point deadline,
                       uintptr_t consumer_stream) = 0;
   /// Stops the stream and whatever reads it; next() returns kStopped. Never
-  /// waits, idempotent, any thread: a thread the reader runs is joined by its
-  /// destructor (NOTE [ Loader shutdown ] in loader_core.h).
+  /// waits, idempotent, any thread: a thread the reader runs is joined by
+  /// join() or the destructor (NOTE [ Loader shutdown ] in loader_core.h).
   virtual void stop() = 0;
   /// After stop(): waits for the threads it ended (a copy thread finishing the
   /// copies it queued). Called without any lock those threads could need.
