@@ -346,7 +346,7 @@ def configs(workload, tmp, n_images, n_boxes):
     def stoker_run(**kw):
         def make():
             loader = stoker.Loader(ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
-                                   prefetch_next_epoch=False, **stoker_kw, **kw)
+                                   prefetch_next_epoch=False, stall_warning=None, **stoker_kw, **kw)
             loader.set_epoch(next(epoch))
             return loader
         return make
@@ -357,7 +357,7 @@ def configs(workload, tmp, n_images, n_boxes):
             python_workers="process")
     out["stoker threads over the torch Dataset"] = lambda: stoker.Loader(
         torch_ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
-        prefetch_next_epoch=False, **zero_kw)
+        prefetch_next_epoch=False, stall_warning=None, **zero_kw)
     for w in (0, 1, 2):
         out[f"DataLoader num_workers={w}"] = (lambda w=w: torch.utils.data.DataLoader(
             torch_ds, batch_size=BATCH, shuffle=True, num_workers=w, **dl_kw))
