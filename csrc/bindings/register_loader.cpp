@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <optional>
 #include <vector>
 
 #include "bindings/dlpack.h"
@@ -146,12 +147,18 @@ void register_loader(py::module_& m) {
       .def(py::init([](SamplerOptions sampler, bool skip_errors,
                        std::map<std::string, ImageFieldSpec> images,
                        std::vector<TransformSpec> transforms, int threads_hint,
-                       int64_t unit_samples) {
+                       int64_t unit_samples, const std::map<std::string, py::bytes>& pad_values,
+                       std::optional<BatchMixOptions> mix) {
              RecordOptions o;
              o.sampler = sampler;
              o.skip_errors = skip_errors;
              o.images = std::move(images);
              o.transforms = std::move(transforms);
+             for (const auto& [name, value] : pad_values) {
+               const std::string v = value;
+               o.pad_values[name] = std::vector<uint8_t>(v.begin(), v.end());
+             }
+             o.mix = std::move(mix);
              o.threads_hint = threads_hint;
              o.unit_samples = unit_samples;
              return o;
@@ -159,9 +166,11 @@ void register_loader(py::module_& m) {
            py::kw_only(), py::arg("sampler"), py::arg("skip_errors") = false,
            py::arg("images") = std::map<std::string, ImageFieldSpec>{},
            py::arg("transforms") = std::vector<TransformSpec>{}, py::arg("threads_hint") = 1,
-           py::arg("unit_samples") = 0,
+           py::arg("unit_samples") = 0, py::arg("pad_values") = std::map<std::string, py::bytes>{},
+           py::arg("mix") = py::none(),
            "images: {field: ImageFieldSpec}; transforms: [TransformSpec]; threads_hint sizes the "
-           "units of work (unit_samples: samples per unit, 0 = from it).")
+           "units of work (unit_samples: samples per unit, 0 = from it); pad_values: {field: "
+           "one element's bytes}; mix: BatchMixOptions (batch_transforms).")
       .def_readonly("sampler", &RecordOptions::sampler)
       .def_readonly("skip_errors", &RecordOptions::skip_errors)
       .def_readonly("images", &RecordOptions::images)

@@ -147,12 +147,23 @@ void Stream::run(const Unit& u, WorkerContext& ctx) {
       job.error = std::current_exception();
     }
   }
-  finish(u.pos, job);
+  finish(u.pos, job, ctx);
 }
 
-void Stream::finish(int64_t pos, Job& job) {
+void Stream::finish(int64_t pos, Job& job, WorkerContext& ctx) {
   const int count = units_count(job.units.load(std::memory_order_relaxed));
-  if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 == count) ring_.publish(pos);
+  if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 != count) return;
+  // The whole batch's work (BatchWork::finish), after every unit: the acq_rel
+  // above saw the other units' bytes and errors.
+  if (!job.error && !job.cut_short.load(std::memory_order_relaxed)) {
+    try {
+      job.work->finish(job.memory.get(), ctx);
+      if (ctx.stopped()) job.cut_short.store(true, std::memory_order_relaxed);
+    } catch (...) {
+      job.error = std::current_exception();
+    }
+  }
+  ring_.publish(pos);
 }
 
 bool Stream::wants_workers() const {
