@@ -149,12 +149,16 @@ void bind_op(py::module_& m, py::dict& kinds) {
   cls.def("__repr__", [](const Op& op) {
     std::string out = std::string(Op::kName) + "(";
     bool first = true;
+    const Op defaults{};
     std::apply(
         [&](const auto&... p) {
-          ((out += (first ? "" : ", ") + std::string(p.name) + "=" +
-                   py::repr(to_python(op.*(p.member))).template cast<std::string>(),
-            first = false),
-           ...);
+          [[maybe_unused]] auto one = [&](const auto& param) {
+            if (param.quiet && op.*(param.member) == defaults.*(param.member)) return;
+            out += (first ? "" : ", ") + std::string(param.name) + "=" +
+                   py::repr(to_python(op.*(param.member))).template cast<std::string>();
+            first = false;
+          };
+          (one(p), ...);
         },
         Op::params());
     return out + ")";

@@ -48,15 +48,20 @@ class SplitMix64;  // detail/rng.h
 namespace ops {
 
 /// One parameter of an op: its name (Python's keyword), the member that holds
-/// it, and what it must be (said by the errors about it).
+/// it, and what it must be (said by the errors about it). A parameter added to
+/// an op later is `quiet`: its repr leaves it out while it has its default, so
+/// the op reads as it did before.
 template <typename Op, typename T>
 struct Param {
   const char* name;
   T Op::*member;
   const char* what;
+  bool quiet = false;
 };
 template <typename Op, typename T>
 Param(const char*, T Op::*, const char*) -> Param<Op, T>;
+template <typename Op, typename T>
+Param(const char*, T Op::*, const char*, bool) -> Param<Op, T>;
 
 // What parameters must be, as errors say it.
 inline constexpr const char* kPositiveWhole = "a positive whole number";
@@ -126,7 +131,7 @@ struct Resize {
   static constexpr auto params() {
     return std::tuple{Param{"h", &Resize::h, kWholeOrZero}, Param{"w", &Resize::w, kWholeOrZero},
                       Param{"shorter", &Resize::shorter, kWholeOrZero},
-                      Param{"max_size", &Resize::max_size, kWholeOrZero}};
+                      Param{"max_size", &Resize::max_size, kWholeOrZero, true}};
   }
   void check() const;
   std::pair<int, int> size_after(std::pair<int, int> hw) const;
@@ -160,7 +165,7 @@ struct RandomHorizontalFlip {
   std::vector<int> flip_pairs = {};
   static constexpr auto params() {
     return std::tuple{Param{"p", &RandomHorizontalFlip::p, kInUnit},
-                      Param{"flip_pairs", &RandomHorizontalFlip::flip_pairs, kPairs}};
+                      Param{"flip_pairs", &RandomHorizontalFlip::flip_pairs, kPairs, true}};
   }
   void check() const;
   void apply(OpContext& ctx) const;
