@@ -458,7 +458,10 @@ void register_augment(py::module_& m) {
           io[k++].out = out_img.mutable_data();
         }
         if (mask) {
-          out_mask = mask_array ? py::array(mask_array.dtype(), std::vector<py::ssize_t>{h, w})
+          // A default py::array is an empty float64 array, not a null handle: the
+          // member's own flag says whether the mask came as an array.
+          const bool from_array = !spec.members[k].encoded;
+          out_mask = from_array ? py::array(mask_array.dtype(), std::vector<py::ssize_t>{h, w})
                                 : py::array(py::array_t<uint8_t>({h, w}));
           io[k++].out = out_mask.mutable_data();
         }

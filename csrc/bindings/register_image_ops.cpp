@@ -213,8 +213,9 @@ void register_image_ops(py::module_& m) {
              else if (kind == "rows")
                t.kind = GroupMember::Kind::kRows;
              else
-               STOKER_THROW(UsageError, "target kind must be image, mask, boxes, keypoints or "
-                                        "rows, got '",
+               STOKER_THROW(UsageError,
+                            "target kind must be image, mask, boxes, keypoints or "
+                            "rows, got '",
                             kind, "'");
              t.format = box_format_from_name(format);
              t.normalized = normalized;

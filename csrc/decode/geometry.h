@@ -86,9 +86,7 @@ inline void Geometry::hflip() {
   mirrored_ = !mirrored_;
 }
 
-inline void Geometry::vflip() {
-  then(Transform2D::mirror_y(h_), Transform2D::mirror_y(h_ - 1));
-}
+inline void Geometry::vflip() { then(Transform2D::mirror_y(h_), Transform2D::mirror_y(h_ - 1)); }
 
 inline void Geometry::warp(const Transform2D& forward, int w, int h) {
   then(forward);

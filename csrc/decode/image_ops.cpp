@@ -58,10 +58,10 @@ void Resize::check() const {
   check_side(kName, "w", w, true);
   check_side(kName, "shorter", shorter, true);
   check_side(kName, "max_size", max_size, true);
-  STOKER_CHECK(max_size == 0 || shorter == 0 || max_size > shorter, UsageError, kName,
-               ": max_size = ", max_size,
-               " must be strictly greater than the requested size for the smaller edge = ",
-               shorter);
+  STOKER_CHECK(
+      max_size == 0 || shorter == 0 || max_size > shorter, UsageError, kName,
+      ": max_size = ", max_size,
+      " must be strictly greater than the requested size for the smaller edge = ", shorter);
 }
 
 std::pair<int, int> Resize::size_after(std::pair<int, int> hw) const {
@@ -138,8 +138,8 @@ void Normalize::check() const {
     STOKER_CHECK(stddev[c] != 0, UsageError, kName, ": std must be non-zero");
   }
   STOKER_CHECK(dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16,
-               UsageError, kName,
-               ": dtype must be ", kFloatType, ", got '", dtype_name(dtype), "'");
+               UsageError, kName, ": dtype must be ", kFloatType, ", got '", dtype_name(dtype),
+               "'");
 }
 
 void Normalize::apply(OpContext& ctx) const { ctx.normalize(*this); }
@@ -163,8 +163,8 @@ const char* op_name(const ImageOp& op) {
 }
 
 ops::TargetRule op_target_rule(const ImageOp& op) {
-  return std::visit([](const auto& o) { return ops::target_rule<std::remove_cvref_t<decltype(o)>>(); },
-                    op);
+  return std::visit(
+      [](const auto& o) { return ops::target_rule<std::remove_cvref_t<decltype(o)>>(); }, op);
 }
 
 namespace {

@@ -373,11 +373,13 @@ struct Pad {
   int mask_fill = 0;
   static constexpr auto params() {
     using T = Pad;
-    return std::tuple{
-        Param{"left", &T::left, kWholeOrZero},   Param{"top", &T::top, kWholeOrZero},
-        Param{"right", &T::right, kWholeOrZero}, Param{"bottom", &T::bottom, kWholeOrZero},
-        Param{"fill", &T::fill, kRgb},           Param{"padding_mode", &T::padding_mode, "0 to 3"},
-        Param{"mask_fill", &T::mask_fill, kMaskFill}};
+    return std::tuple{Param{"left", &T::left, kWholeOrZero},
+                      Param{"top", &T::top, kWholeOrZero},
+                      Param{"right", &T::right, kWholeOrZero},
+                      Param{"bottom", &T::bottom, kWholeOrZero},
+                      Param{"fill", &T::fill, kRgb},
+                      Param{"padding_mode", &T::padding_mode, "0 to 3"},
+                      Param{"mask_fill", &T::mask_fill, kMaskFill}};
   }
   void check() const;
   std::pair<int, int> size_after(std::pair<int, int> hw) const {
@@ -498,8 +500,7 @@ struct RandomPerspective {
     return std::tuple{Param{"distortion_scale", &T::distortion_scale, kInUnit},
                       Param{"p", &T::p, kInUnit},
                       Param{"interpolation", &T::interpolation, kInterpolation},
-                      Param{"fill", &T::fill, kRgb},
-                      Param{"mask_fill", &T::mask_fill, kMaskFill}};
+                      Param{"fill", &T::fill, kRgb}, Param{"mask_fill", &T::mask_fill, kMaskFill}};
   }
   void check() const;
   void apply(OpContext& ctx) const;
@@ -527,12 +528,13 @@ struct SanitizeBoundingBoxes {
 }  // namespace ops
 
 /// Every image op, in no particular order.
-using ImageOp = std::variant<
-    ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::RandomHorizontalFlip,
-    ops::Normalize, ops::ColorJitter, ops::RandomGrayscale, ops::GaussianBlur, ops::HSVJitter,
-    ops::RandAugment, ops::TrivialAugmentWide, ops::AutoAugment, ops::RandomErasing,
-    ops::RandomCrop, ops::Pad, ops::RandomVerticalFlip, ops::Letterbox, ops::RandomRotation,
-    ops::RandomAffine, ops::RandomPerspective, ops::SanitizeBoundingBoxes>;
+using ImageOp =
+    std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::RandomHorizontalFlip,
+                 ops::Normalize, ops::ColorJitter, ops::RandomGrayscale, ops::GaussianBlur,
+                 ops::HSVJitter, ops::RandAugment, ops::TrivialAugmentWide, ops::AutoAugment,
+                 ops::RandomErasing, ops::RandomCrop, ops::Pad, ops::RandomVerticalFlip,
+                 ops::Letterbox, ops::RandomRotation, ops::RandomAffine, ops::RandomPerspective,
+                 ops::SanitizeBoundingBoxes>;
 
 /// The op's name as stoker.ops spells it ("RandomCrop"), for messages.
 const char* op_name(const ImageOp& op);

@@ -172,10 +172,9 @@ void RandomPerspective::apply(OpContext& ctx) const {
 // ---- SanitizeBoundingBoxes --------------------------------------------------------------------
 
 void SanitizeBoundingBoxes::check() const {
-  STOKER_CHECK(std::isfinite(min_size) && min_size >= 0 && std::isfinite(min_area) &&
-                   min_area >= 0,
-               UsageError, kName, ": min_size and min_area must be finite and >= 0, got ",
-               min_size, " and ", min_area);
+  STOKER_CHECK(std::isfinite(min_size) && min_size >= 0 && std::isfinite(min_area) && min_area >= 0,
+               UsageError, kName, ": min_size and min_area must be finite and >= 0, got ", min_size,
+               " and ", min_area);
   STOKER_CHECK(min_visibility >= 0 && min_visibility <= 1, UsageError, kName,
                ": min_visibility must be ", kInUnit, ", got ", min_visibility);
 }

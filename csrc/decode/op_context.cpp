@@ -9,7 +9,8 @@ void OpContext::vflip() {
   if (canvas_) {
     const Pixels p = pixels();
     const Pixels out = canvas_spare(*canvas_, p.width, p.height);
-    for (int y = 0; y < p.height; ++y) std::memcpy(out.row(y), p.row(p.height - 1 - y), p.row_bytes());
+    for (int y = 0; y < p.height; ++y)
+      std::memcpy(out.row(y), p.row(p.height - 1 - y), p.row_bytes());
     adopt_pixels(*canvas_, out);
   }
   geometry_.vflip();

@@ -30,13 +30,9 @@ class OpContext {
  public:
   /// On an image. @param rng the draws of this sample's transform group, in op order
   OpContext(CanvasOps& pixels, Canvas& canvas, detail::SplitMix64& rng)
-      : pixels_(&pixels),
-        canvas_(&canvas),
-        rng_(rng),
-        geometry_(canvas.view.w, canvas.view.h) {}
+      : pixels_(&pixels), canvas_(&canvas), rng_(rng), geometry_(canvas.view.w, canvas.view.h) {}
   /// On the geometry of a (w x h) image only.
-  OpContext(int width, int height, detail::SplitMix64& rng)
-      : rng_(rng), geometry_(width, height) {}
+  OpContext(int width, int height, detail::SplitMix64& rng) : rng_(rng), geometry_(width, height) {}
 
   /// The random draws: the same for the same sample, whatever the thread.
   detail::SplitMix64& rng() { return rng_; }

@@ -129,7 +129,8 @@ ImageInfo png_decode_gray(const uint8_t* data, size_t n, int64_t max_pixels,
     gray.resize(px);
     const uint8_t* p = rgb_scratch.data();
     for (size_t i = 0; i < px; ++i, p += 3)
-      gray[i] = static_cast<uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+      gray[i] =
+          static_cast<uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
     return info;
   }
   Reader r(data, n);

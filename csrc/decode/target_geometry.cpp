@@ -27,8 +27,8 @@ BoxFormat box_format_from_name(const std::string& name) {
   STOKER_THROW(UsageError, "box format must be 'xyxy', 'xywh' or 'cxcywh', got '", name, "'");
 }
 
-int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized,
-                        const Geometry& g, const BoxFilter& filter, uint8_t* keep) {
+int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized, const Geometry& g,
+                        const BoxFilter& filter, uint8_t* keep) {
   const double in_sx = normalized ? g.in_width() : 1.0, in_sy = normalized ? g.in_height() : 1.0;
   const double W = g.width(), H = g.height();
   const Transform2D& t = g.box_map();

@@ -46,8 +46,8 @@ struct BoxFilter {
 /// and writes them back; keep[i] is 1 when box i passes `filter`, else 0 (its
 /// values are then unspecified). Non-finite boxes are dropped. @return the
 /// number kept.
-int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized,
-                        const Geometry& g, const BoxFilter& filter, uint8_t* keep);
+int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized, const Geometry& g,
+                        const BoxFilter& filter, uint8_t* keep);
 
 /// Moves `n` instances of `k` keypoints (rows of k x (x, y, visibility)
 /// float32, pixel coordinates, or normalised when `normalized`) through `g`.

@@ -126,9 +126,9 @@ TransformGroup::TransformGroup(GroupSpec spec) : spec_(std::move(spec)) {
         if (m.encoded) {
           encoded = true;
         } else {
-          STOKER_CHECK(m.elem_bytes == 1 || m.elem_bytes == 2 || m.elem_bytes == 4 ||
-                           m.elem_bytes == 8,
-                       UsageError, "mask '", m.name, "': elements of 1, 2, 4 or 8 bytes");
+          STOKER_CHECK(
+              m.elem_bytes == 1 || m.elem_bytes == 2 || m.elem_bytes == 4 || m.elem_bytes == 8,
+              UsageError, "mask '", m.name, "': elements of 1, 2, 4 or 8 bytes");
           STOKER_CHECK(m.array_h > 0 && m.array_w > 0, UsageError, "mask '", m.name,
                        "': an array mask needs a fixed (h, w)");
         }
@@ -263,15 +263,14 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w,
     const auto t0 = Clock::now();
     auto r = fn();
     if (decode_ns)
-      *decode_ns +=
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+      *decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
     return r;
   };
   Geometry geo;
   Pixels primary_mask;
   if (pipeline_) {
-    pipeline_->run(io[image_].data, io[image_].size, seed, io[image_].out, out_h, out_w,
-                   decode_ns, &geo);
+    pipeline_->run(io[image_].data, io[image_].size, seed, io[image_].out, out_h, out_w, decode_ns,
+                   &geo);
   } else {
     // The ops on the geometry of the first mask, with the draws an image would get.
     const GroupMember& m = spec_.members[primary_];
@@ -295,16 +294,14 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w,
     const GroupMember& m = spec_.members[k];
     MemberIO& mio = io[k];
     if (m.kind == GroupMember::Kind::kMask) {
-      const Pixels mask =
-          static_cast<int>(k) == primary_ && !pipeline_
-              ? primary_mask
-              : timed([&] { return mask_pixels(m, mio, spec_.image.max_pixels, s.gray[1], s); });
+      const Pixels mask = static_cast<int>(k) == primary_ && !pipeline_ ? primary_mask : timed([&] {
+        return mask_pixels(m, mio, spec_.image.max_pixels, s.gray[1], s);
+      });
       if (mask.width != geo.in_width() || mask.height != geo.in_height())
         STOKER_THROW(DataError, "mask '", m.name, "' is ", mask.height, "x", mask.width, " but '",
                      source, "' is ", geo.in_height(), "x", geo.in_width(),
                      ": the fields of a group must have the same size");
-      const Pixels dst =
-          packed_pixels(static_cast<uint8_t*>(mio.out), out_w, out_h, mask.channels);
+      const Pixels dst = packed_pixels(static_cast<uint8_t*>(mio.out), out_w, out_h, mask.channels);
       if (!geo.moved() && mask.width == out_w && mask.height == out_h)
         for (int y = 0; y < out_h; ++y) std::memcpy(dst.row(y), mask.row(y), dst.row_bytes());
       else

@@ -173,7 +173,8 @@ void warp_nearest_elements(const Pixels& src, const Pixels& dst, const Transform
   if (dst.empty()) return;
   if (src.empty()) {
     for (int i = 0; i < dst.height; ++i)
-      for (int j = 0; j < dst.width; ++j) std::memcpy(dst.row(i) + static_cast<size_t>(j) * e, fill, e);
+      for (int j = 0; j < dst.width; ++j)
+        std::memcpy(dst.row(i) + static_cast<size_t>(j) * e, fill, e);
     return;
   }
   switch (e) {

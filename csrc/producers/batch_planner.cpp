@@ -113,7 +113,8 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
     const std::vector<size_t>& fields = src.group_fields[g];
     group_hw[g] = common_size(schema.fields[src.group_leader[g]].name, [&] {
       io.assign(fields.size(), MemberIO{});
-      for (size_t i = 0; i < fields.size(); ++i) io[i] = {views[fields[i]].data, views[fields[i]].size};
+      for (size_t i = 0; i < fields.size(); ++i)
+        io[i] = {views[fields[i]].data, views[fields[i]].size};
       return group.output_size(io.data());
     });
   }
@@ -131,9 +132,9 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       plan.img_h = h;
       plan.img_w = w;
       plan.sample_bytes = static_cast<size_t>(h) * w * 3 * dtype_size(dt);
-      plan.out = add_tensor(spec.name, dt,
-                            chw ? std::vector<int64_t>{len, 3, h, w}
-                                : std::vector<int64_t>{len, h, w, 3});
+      plan.out =
+          add_tensor(spec.name, dt,
+                     chw ? std::vector<int64_t>{len, 3, h, w} : std::vector<int64_t>{len, h, w, 3});
     } else if (member && member->kind == GroupMember::Kind::kMask) {
       const auto [h, w] = group_hw[g];
       plan.img_h = h;
@@ -152,8 +153,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       if (auto fixed = pipe.fixed_size())
         hw = *fixed;
       else
-        hw = common_size(spec.name,
-                         [&] { return pipe.output_size(views[f].data, views[f].size); });
+        hw = common_size(spec.name, [&] { return pipe.output_size(views[f].data, views[f].size); });
       plan.img_h = hw.first;
       plan.img_w = hw.second;
       plan.sample_bytes =

@@ -68,8 +68,8 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
       src.draw_keys[f] = schema.index_of(t.fields[0]);
       fields.push_back(f);
     }
-    const bool one_image =
-        t.fields.size() == 1 && (t.targets.empty() || t.targets[0].kind == GroupMember::Kind::kImage);
+    const bool one_image = t.fields.size() == 1 &&
+                           (t.targets.empty() || t.targets[0].kind == GroupMember::Kind::kImage);
     GroupSpec g;
     g.ops = t.ops;
     bool have_image = false;
@@ -148,8 +148,9 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
       src.pipelines.emplace_back();
       continue;
     }
-    src.pipelines.push_back(std::make_unique<ImagePipeline>(
-        image_spec(schema.fields[f].name), group_of[f] ? group_of[f]->ops : std::vector<ImageOp>{}));
+    src.pipelines.push_back(
+        std::make_unique<ImagePipeline>(image_spec(schema.fields[f].name),
+                                        group_of[f] ? group_of[f]->ops : std::vector<ImageOp>{}));
   }
   for (const auto& [name, value] : opts_.pad_values) {
     const size_t f = schema.index_of(name);
@@ -169,10 +170,10 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
     BatchMixSource mix;
     mix.spec = m.spec;
     mix.image = image_field(m.image, "MixUp and CutMix");
-    STOKER_CHECK(src.group_of[mix.image] < 0 ||
-                     src.groups[src.group_of[mix.image]]->image_member() ==
-                         src.member_of[mix.image],
-                 UsageError, "batch_transforms: '", m.image, "' is a mask, not an RGB image");
+    STOKER_CHECK(
+        src.group_of[mix.image] < 0 ||
+            src.groups[src.group_of[mix.image]]->image_member() == src.member_of[mix.image],
+        UsageError, "batch_transforms: '", m.image, "' is a mask, not an RGB image");
     mix.labels = schema.index_of(m.labels);
     const FieldSpec& lf = schema.fields[mix.labels];
     STOKER_CHECK(lf.kind == FieldKind::kScalar && dtype_is_integer(lf.dtype), UsageError,

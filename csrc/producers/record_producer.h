@@ -39,8 +39,8 @@ struct TargetSpec {
 /// (NOTE [ Random draws ]).
 struct TransformSpec {
   std::vector<std::string> fields;
-  std::vector<ImageOp> ops;          ///< applied in order
-  std::vector<TargetSpec> targets;   ///< per field; empty: RGB images
+  std::vector<ImageOp> ops;         ///< applied in order
+  std::vector<TargetSpec> targets;  ///< per field; empty: RGB images
 };
 
 /// MixUp / CutMix on each assembled batch (decode/batch_mix.h): `image` mixed
@@ -93,11 +93,11 @@ struct RecordSource {
   std::shared_ptr<const Dataset> ds;
   std::vector<std::unique_ptr<ImagePipeline>> pipelines;  ///< per field; null if not an image alone
   std::vector<std::unique_ptr<TransformGroup>> groups;
-  std::vector<int> group_of;     ///< per field: its TransformGroup, or -1
-  std::vector<int> member_of;    ///< per field in a group: its member index there
-  std::vector<size_t> group_leader;  ///< per group: its first field in schema order
+  std::vector<int> group_of;                      ///< per field: its TransformGroup, or -1
+  std::vector<int> member_of;                     ///< per field in a group: its member index there
+  std::vector<size_t> group_leader;               ///< per group: its first field in schema order
   std::vector<std::vector<size_t>> group_fields;  ///< per group: the field of each member
-  std::vector<ImageLayout> layouts;  ///< per field: an image field's layout
+  std::vector<ImageLayout> layouts;               ///< per field: an image field's layout
   std::vector<uint64_t> draw_keys;  ///< per field: its group's key (NOTE [ Random draws ])
   std::vector<std::vector<uint8_t>> pad_values;  ///< per field: one element; empty: zeros
   std::optional<BatchMixSource> mix;

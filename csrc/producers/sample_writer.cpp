@@ -252,7 +252,8 @@ class SampleWriter {
   // The padding after `rows` rows of variable field f at `pos`, and its length.
   void finish_rows(size_t f, int64_t pos, int64_t rows) {
     const FieldPlan& plan = b_.plans[f];
-    uint8_t* dst = base_ + b_.tensors[plan.out].offset + static_cast<size_t>(pos) * plan.sample_bytes;
+    uint8_t* dst =
+        base_ + b_.tensors[plan.out].offset + static_cast<size_t>(pos) * plan.sample_bytes;
     const size_t used = static_cast<size_t>(rows) * schema_.fields[f].row_bytes();
     const std::vector<uint8_t>& pad = src_.pad_values[f];
     if (pad.empty()) {
@@ -367,24 +368,50 @@ void RecordBatch::finish(uint8_t* base, WorkerContext& ctx) {
     const uint8_t* p = base + lp.raw + static_cast<size_t>(i) * lp.sample_bytes;
     int64_t y = 0;
     switch (lf.dtype) {
-      case DType::kUInt8: y = *p; break;
-      case DType::kInt8: y = static_cast<int8_t>(*p); break;
-      case DType::kUInt16: { uint16_t v; std::memcpy(&v, p, 2); y = v; break; }
-      case DType::kInt16: { int16_t v; std::memcpy(&v, p, 2); y = v; break; }
-      case DType::kUInt32: { uint32_t v; std::memcpy(&v, p, 4); y = v; break; }
-      case DType::kInt32: { int32_t v; std::memcpy(&v, p, 4); y = v; break; }
+      case DType::kUInt8:
+        y = *p;
+        break;
+      case DType::kInt8:
+        y = static_cast<int8_t>(*p);
+        break;
+      case DType::kUInt16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        y = v;
+        break;
+      }
+      case DType::kInt16: {
+        int16_t v;
+        std::memcpy(&v, p, 2);
+        y = v;
+        break;
+      }
+      case DType::kUInt32: {
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        y = v;
+        break;
+      }
+      case DType::kInt32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        y = v;
+        break;
+      }
       case DType::kUInt64: {
         uint64_t v;
         std::memcpy(&v, p, 8);
         y = v > static_cast<uint64_t>(INT64_MAX) ? -1 : static_cast<int64_t>(v);
         break;
       }
-      default: std::memcpy(&y, p, 8); break;
+      default:
+        std::memcpy(&y, p, 8);
+        break;
     }
     if (y < 0 || y >= mix.spec.num_classes) {
       try {
-        STOKER_THROW(DataError, "batch_transforms: label ", y, " is outside [0, num_classes=",
-                     mix.spec.num_classes, ")");
+        STOKER_THROW(DataError, "batch_transforms: label ", y,
+                     " is outside [0, num_classes=", mix.spec.num_classes, ")");
       } catch (...) {
         rethrow_with_context(*src_->ds, indices[static_cast<size_t>(i)], lf.name);
       }
@@ -402,9 +429,9 @@ void RecordBatch::finish(uint8_t* base, WorkerContext& ctx) {
   mix_images(base + img.offset, img.dtype, chw, len, ip.img_h, ip.img_w, 3, d);
   mix_labels(labels.data(), len, mix.spec.num_classes, d,
              reinterpret_cast<float*>(base + tensors[lp.out].offset));
-  ctx.times.ops_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now() - t0)
-                          .count();
+  ctx.times.ops_ns +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
 }
 
 }  // namespace stoker

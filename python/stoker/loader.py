@@ -136,6 +136,14 @@ class Loader:
             correctly), else 0 and 1. Every rank gets the same number of batches (the order
             wraps around to pad, as DistributedSampler does, unless drop_last).
         transforms: ``{field: [op, ...]}`` with ops from :mod:`stoker.ops` (image fields).
+            A key may be a tuple of fields that move together, with one set of random draws
+            per sample: ``{("image", "mask", "boxes", "classes"): [...]}``; masks, boxes,
+            keypoints and per-box rows follow the image's geometry (docs/augment.md).
+        batch_transforms: ``[stoker.ops.MixUp(...), stoker.ops.CutMix(...)]``, run by the
+            workers on each assembled batch; the integer label field comes as float32 soft
+            labels ``(batch, num_classes)``.
+        pad_values: ``{field: value}``: what pads a variable-length field's batches in
+            place of 0 (``{"classes": -1}``, as 0 is a valid class id).
         on_error: ``"raise"`` (default) or ``"skip"``.
         max_image_pixels: images whose header declares more pixels are refused.
         prefetch_next_epoch: start loading the next epoch's first batches while this
@@ -180,7 +188,7 @@ class Loader:
         pin_memory: Optional[bool] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
-        transforms: Optional[Mapping[str, Sequence[Op]]] = None,
+        transforms: Optional[Mapping[Any, Sequence[Op]]] = None,
         on_error: str = "raise",
         max_image_pixels: int = args.DEFAULT_MAX_PIXELS,
         prefetch_next_epoch: bool = True,
@@ -194,6 +202,8 @@ class Loader:
         stall_warning: Optional[float] = args.DEFAULT_STALL_WARNING,
         shard_window: Optional[int] = None,
         labels: str = "shifted",
+        batch_transforms: Optional[Sequence[Any]] = None,
+        pad_values: Optional[Mapping[str, Any]] = None,
         **options: Any,
     ):
         token_options = args.token_options(options)
@@ -207,7 +217,9 @@ class Loader:
                           even_batches=even_batches, seq_len=seq_len, packing=packing,
                           token_dtype=token_dtype, max_tokens=max_tokens,
                           max_memory=max_memory, stall_warning=stall_warning,
-                          shard_window=shard_window, labels=labels, **token_options)
+                          shard_window=shard_window, labels=labels,
+                          batch_transforms=batch_transforms, pad_values=pad_values,
+                          **token_options)
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
             max_tokens is not None or packing is not None or bool(token_options)
@@ -218,9 +230,11 @@ class Loader:
         if not self._tokens and labels != "shifted":
             raise ValueError("labels= applies to token batches (seq_len=, packing=, "
                              "max_tokens=)")
-        if self._tokens and (transforms or image_layout is not None):
-            raise ValueError("transforms and image_layout apply to image fields, not to token "
-                             "batches (seq_len=, packing=, max_tokens=)")
+        if self._tokens and (transforms or image_layout is not None or batch_transforms or
+                             pad_values):
+            raise ValueError("transforms, batch_transforms, pad_values and image_layout apply "
+                             "to record datasets, not to token batches (seq_len=, packing=, "
+                             "max_tokens=)")
         if self._tokens and batch_size is None and max_tokens is None:
             batch_size = 1
         if not self._tokens:
@@ -293,15 +307,20 @@ class Loader:
                         nchw_views.append(name)
                     images[name] = _core.ImageFieldSpec(layout, max_image_pixels)
             self._nchw_views = tuple(nchw_views)
-            groups = [_core.TransformSpec([name], _specs(ops))
-                      for name, ops in self.transforms.items() if ops]
+            groups = [_core.TransformSpec([key], _specs(ops)) if isinstance(key, str) else
+                      _core.TransformSpec(list(key), _specs(ops),
+                                          args.group_targets(dataset.fields, key))
+                      for key, ops in self.transforms.items() if ops]
+            mix = args.check_batch_transforms(dataset.fields, batch_transforms)
+            pads = args.check_pad_values(dataset.fields, pad_values)
             sampler = _core.SamplerOptions(
                 batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
                 drop_last=self.drop_last, even_batches=self.even_batches,
                 shard_window=shard_window or 0)
             producer = _core.RecordProducer(dataset._core, _core.RecordOptions(
                 sampler=sampler, skip_errors=on_error == "skip", images=images,
-                transforms=groups, threads_hint=self.num_threads))
+                transforms=groups, threads_hint=self.num_threads, pad_values=pads,
+                mix=mix))
         self._producer = producer
         self.labels = labels
         # labels="unshifted" with packing: HF's max_length_q/_k as ints, from a shape

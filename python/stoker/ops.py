@@ -30,7 +30,7 @@ size; this is why it is cheaper than a full decode.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _core
 
@@ -855,7 +855,15 @@ class SanitizeBoundingBoxes(Op):
 
 class BatchOp:
     """Base of the ops on whole batches (``Loader(batch_transforms=[...])``), run by the C++
-    workers on each assembled batch, before it reaches Python."""
+    workers on each assembled batch, before it reaches Python: :class:`MixUp` and
+    :class:`CutMix`. ``labels`` and ``image`` name the fields (by default "label" or
+    "labels", and the dataset's one RGB image).
+
+    Example::
+
+        stoker.Loader(ds, batch_size=256, batch_transforms=[
+            stoker.ops.MixUp(0.8, num_classes=1000, labels="target")])
+    """
 
     _name = ""
 
