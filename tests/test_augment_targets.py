@@ -304,3 +304,17 @@ def test_pad_values_are_checked(ds):
         stoker.Loader(ds, batch_size=2, pad_values={"label": -1})
     with pytest.raises(ValueError, match="does not fit"):
         stoker.Loader(ds, batch_size=2, pad_values={"classes": 0.5})
+
+
+def test_a_one_channel_image_alone_is_a_mask(ds, scenes):
+    """stoker.image(mode="L") comes as one channel with or without ops; its ops resample it
+    nearest (labels, never blends) and colour ops are refused."""
+    batch = next(iter(stoker.Loader(ds, batch_size=1)))
+    assert batch["mask"].shape == (1, 1) + scenes[0][1].shape
+    np.testing.assert_array_equal(hwc(batch["mask"][0]), scenes[0][1])
+    size = [T.Resize((24, 30))]
+    batch = next(iter(stoker.Loader(ds, batch_size=4, transforms={"mask": size, "image": size})))
+    assert batch["mask"].shape == (4, 1, 24, 30)
+    assert set(np.unique(batch["mask"].numpy())) <= {0, 3}
+    with pytest.raises(ValueError, match="ColorJitter cannot apply to mask 'mask'"):
+        stoker.Loader(ds, batch_size=4, transforms={"mask": [T.ColorJitter(0.5)]})

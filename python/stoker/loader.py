@@ -307,10 +307,18 @@ class Loader:
                         nchw_views.append(name)
                     images[name] = _core.ImageFieldSpec(layout, max_image_pixels)
             self._nchw_views = tuple(nchw_views)
-            groups = [_core.TransformSpec([key], _specs(ops)) if isinstance(key, str) else
-                      _core.TransformSpec(list(key), _specs(ops),
-                                          args.group_targets(dataset.fields, key))
-                      for key, ops in self.transforms.items() if ops]
+            # A one-channel image (stoker.image(mode="L")) is a mask wherever it is: one
+            # channel, nearest-neighbour, no colour ops; alone, a group of one.
+            groups = [_core.TransformSpec(list(keys), _specs(ops),
+                                          args.group_targets(dataset.fields, keys))
+                      for keys, ops in ((k if isinstance(k, tuple) else (k,), ops)
+                                        for k, ops in self.transforms.items())
+                      if ops or any(getattr(dataset.fields[n], "mode", "") == "L"
+                                    for n in keys)]
+            grouped = {n for k in self.transforms for n in (k if isinstance(k, tuple) else (k,))}
+            groups += [_core.TransformSpec([n], [], [_core.TargetSpec("mask")])
+                       for n, f in dataset.fields.items()
+                       if isinstance(f, Image) and f.mode == "L" and n not in grouped]
             mix = args.check_batch_transforms(dataset.fields, batch_transforms)
             pads = args.check_pad_values(dataset.fields, pad_values)
             sampler = _core.SamplerOptions(
