@@ -174,3 +174,23 @@ def test_bad_batch_transforms_are_refused(ds, tmp_path):
     loader = stoker.Loader(ds, batch_size=8, batch_transforms=[T.MixUp(1.0, num_classes=3)])
     with pytest.raises(Exception, match=r"label [3-6] is outside \[0, num_classes=3\)"):
         list(loader)
+
+
+def test_batch_map_sees_the_mixed_batch_and_map_refuses_mixes(ds):
+    seen = []
+
+    def gn(batch, rng):
+        seen.append(batch["label"].clone())
+        return batch
+
+    bt = [T.MixUp(0.8, num_classes=K)]
+    mixed = load(ds, bt)
+    via_map = load(ds, bt, batch_map=gn)
+    # (batch_map may also have seen batches of the next epoch, prefetched)
+    assert len(seen) >= len(mixed) and all(s.shape == (8, K) for s in seen)
+    for a, b in zip(mixed, via_map):
+        assert any(np.array_equal(s.numpy(), a["label"]) for s in seen)
+        np.testing.assert_array_equal(a["label"], b["label"])
+        np.testing.assert_array_equal(a["image"], b["image"])
+    with pytest.raises(ValueError, match="do not work with map="):
+        stoker.Loader(ds, batch_size=8, batch_transforms=bt, map=lambda s, rng: s)

@@ -82,6 +82,12 @@ class BatchWork {
   int units = 1;
   /// Samples in the batch (stats; for tokens: rows).
   int64_t samples = 0;
+  /// Finished outside the pool after its units: the stream hands it to the
+  /// loader's BatchFinisher (batch_handoff.h) instead of publishing it.
+  bool handoff = false;
+  /// Set by the stream when it plans the batch: its segment and its number there.
+  EpochKey key;
+  int64_t index = 0;
 
   /// Writes unit `u` into `base` (`bytes` bytes). Throws the error of the
   /// unit's first bad item; the core keeps the error of the lowest unit, so
@@ -124,6 +130,10 @@ class BatchProducer {
   /// Plans batch `k` (0-based within the segment). May throw: the batch then
   /// carries the error. Called from a worker thread.
   virtual std::unique_ptr<BatchWork> plan_batch(const EpochPlan& epoch, int64_t k) const = 0;
+  /// Stops what the producer runs on its own, if anything (the record producer
+  /// maps shards ahead: NOTE [ Warm mappings ] in producers/mapping_warmer.h).
+  /// LoaderCore::close() calls it (NOTE [ Loader shutdown ]). Prompt; any thread.
+  virtual void close() const {}
 };
 
 }  // namespace stoker

@@ -21,14 +21,10 @@ class RecordEpoch final : public EpochPlan {
 
 }  // namespace
 
-RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts)
-    : source_(std::make_shared<RecordSource>()), opts_(std::move(opts)) {
+std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> ds,
+                                                 const RecordOptions& opts) {
   STOKER_CHECK(ds != nullptr, UsageError, "RecordProducer: no dataset");
-  shard_records_.reserve(ds->num_shards());
-  for (size_t i = 0; i < ds->num_shards(); ++i)
-    shard_records_.push_back(ds->shard_info(i).num_records);
-  // Validates the sampling options once, here, rather than at the first epoch.
-  EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
+  auto source = std::make_shared<RecordSource>();
   const Schema& schema = ds->schema();
   const size_t nf = schema.fields.size();
   auto image_field = [&](const std::string& name, const char* what) {
@@ -37,13 +33,13 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
                  "' is not an image field; ", what, " apply to stoker.image() fields only");
     return f;
   };
-  for (const auto& [name, spec] : opts_.images) image_field(name, "image options");
+  for (const auto& [name, spec] : opts.images) image_field(name, "image options");
   auto image_spec = [&](const std::string& name) {
-    auto it = opts_.images.find(name);
-    return it != opts_.images.end() ? it->second : ImageFieldSpec{};
+    auto it = opts.images.find(name);
+    return it != opts.images.end() ? it->second : ImageFieldSpec{};
   };
   // NOTE [ Random draws ]: each field is keyed by its group.
-  RecordSource& src = *source_;
+  RecordSource& src = *source;
   std::vector<const TransformSpec*> group_of(nf, nullptr);
   src.draw_keys.resize(nf);
   src.group_of.assign(nf, -1);
@@ -54,7 +50,7 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
     src.draw_keys[f] = f;
     src.layouts[f] = image_spec(schema.fields[f].name).layout;
   }
-  for (const TransformSpec& t : opts_.transforms) {
+  for (const TransformSpec& t : opts.transforms) {
     STOKER_CHECK(!t.fields.empty(), UsageError, "a transform names no field");
     STOKER_CHECK(t.targets.empty() || t.targets.size() == t.fields.size(), UsageError,
                  "a transform group gives ", t.targets.size(), " target kinds for ",
@@ -152,7 +148,7 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
         std::make_unique<ImagePipeline>(image_spec(schema.fields[f].name),
                                         group_of[f] ? group_of[f]->ops : std::vector<ImageOp>{}));
   }
-  for (const auto& [name, value] : opts_.pad_values) {
+  for (const auto& [name, value] : opts.pad_values) {
     const size_t f = schema.index_of(name);
     const FieldSpec& fs = schema.fields[f];
     STOKER_CHECK(fs.variable() && fs.kind != FieldKind::kImage, UsageError, "pad_values: field '",
@@ -162,8 +158,8 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
                  "-byte values, got ", value.size(), " bytes");
     src.pad_values[f] = value;
   }
-  if (opts_.mix) {
-    const BatchMixOptions& m = *opts_.mix;
+  if (opts.mix) {
+    const BatchMixOptions& m = *opts.mix;
     STOKER_CHECK(m.spec.mixup || m.spec.cutmix, UsageError,
                  "batch_transforms: MixUp or CutMix, got neither");
     STOKER_CHECK(m.spec.num_classes > 0, UsageError, "batch_transforms: num_classes must be > 0");
@@ -182,7 +178,24 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
     src.mix = mix;
   }
   src.ds = std::move(ds);
-  src.skip_errors = opts_.skip_errors;
+  src.skip_errors = opts.skip_errors;
+  return source;
+}
+
+RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts)
+    : source_(make_record_source(ds, opts)), opts_(std::move(opts)) {
+  const Dataset& d = *source_->ds;
+  shard_records_.reserve(d.num_shards());
+  for (size_t s = 0; s < d.num_shards(); ++s) shard_records_.push_back(d.shard_info(s).num_records);
+  // Validates the sampling options once, here, rather than at the first epoch.
+  EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
+  // NOTE [ Warm mappings ]: the shards of epoch 0, in the whole job's order.
+  const size_t budget = opts_.warm_bytes < 0 ? MappingWarmer::default_budget()
+                                             : static_cast<size_t>(opts_.warm_bytes);
+  std::vector<size_t> order;
+  if (budget > 0 && !source_->ds->deferred())
+    order = shard_schedule(0, 1, 0, source_->ds->num_shards());
+  warmer_ = std::make_unique<MappingWarmer>(source_->ds, std::move(order), budget);
 }
 
 // Counts do not depend on the order, so they need no shard layout.
@@ -231,6 +244,7 @@ std::unique_ptr<BatchWork> RecordProducer::plan_batch(const EpochPlan& epoch, in
   unit = std::max<int64_t>(unit, (len + 65534) / 65535);  // at most 65535 units
   auto b = std::make_unique<RecordBatch>(source_, e.sample_seed);
   plan_record_batch(*source_, std::move(indices), unit, *b);
+  b->handoff = opts_.handoff;
   return b;
 }
 

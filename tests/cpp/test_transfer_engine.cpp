@@ -262,9 +262,10 @@ void consumer_holds_batches() {
   CHECK_EQ(v.bad.load(), 0);
   CHECK(api->counts().device_buffers >= 16);
   pool.reset();
-  kept.clear();  // the engine is gone: the pool is freed by the last deleter
-  CHECK_EQ(api->counts().device_buffers, 0);
-  CHECK_EQ(api->counts().events, 0);
+  kept.clear();  // the engine is gone: the pool goes with the last deleter, which never waits
+  // Buffers the consumer's stream may still read are freed once it is done
+  // (NOTE [ Deferred frees ]), with their events.
+  CHECK(eventually([&] { return api->counts().device_buffers == 0 && api->counts().events == 0; }));
 }
 
 // Early stop: the copy thread is gone at once (the source is stop-aware, no
@@ -295,12 +296,15 @@ void early_stop_frees_everything() {
     CHECK_THROWS(UsageError, engine.next_until(0, Clock::now() + 1s, out));
   }
   CHECK_EQ(api->counts().streams, 0);         // the copy stream is gone
+  api->synchronize_stream(0);                 // the readers of the buffers b0 and the others had
   pool->close();                              // the idle buffers go now
   CHECK_EQ(api->counts().device_buffers, 1);  // only the kept batch's buffer
   v.check_on(*api, 0, *kept, src.size_of(1));
   api->synchronize_stream(0);
   CHECK_EQ(v.bad.load(), 0);
-  kept.reset();  // deleter after the engine is gone
+  kept.reset();  // deleter after the engine is gone: the buffer is deferred, not waited for
+  api->synchronize_stream(0);
+  CHECK_EQ(pool->collect(), 0u);
   CHECK_EQ(api->counts().device_buffers, 0);
   pool.reset();
   CHECK_EQ(api->counts().events, 0);
@@ -542,11 +546,95 @@ void shared_pool_across_epochs() {
   api->destroy_stream(consumer);
 }
 
+// NOTE [ Deferred frees ]: the consumer drops batches its stream is still
+// reading, more than the pool keeps idle. The drops (DLPack deleters) return at
+// once, nothing is freed under the reader, and the copy thread frees the rest
+// once the stream is done, with no call from the consumer.
+void frees_deferred_to_copy_thread() {
+  auto api = fake_device_api({0, 0us});
+  auto pool = pool_for(api, 1);  // keeps 3 idle
+  const StreamHandle consumer = api->create_stream();
+  TestSource src;
+  src.n = -1;
+  Verifier v;
+  TransferEngine engine(api, src.source(), 1, pool);
+  std::vector<DeviceBatch> kept;
+  for (int i = 0; i < 8; ++i) kept.push_back(std::move(*engine.next(consumer)));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  api->launch(consumer, [&] {  // the GPU still busy with the steps that read them
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return open; });
+  });
+  for (const auto& b : kept) v.check_on(*api, consumer, b, src.size_of(b.index));
+  // The engine has copied the next batch and waits for room: no more buffers come.
+  CHECK(eventually([&] { return api->counts().copies == 9; }));
+  const int64_t alive = api->counts().device_buffers;
+  auto dropped = std::async(std::launch::async, [&] { kept.clear(); });
+  CHECK(dropped.wait_for(10s) == std::future_status::ready);  // not behind the gate
+  CHECK_EQ(api->counts().device_buffers, alive);              // nothing freed under the reader
+  CHECK(pool->deferred() >= 4u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  // The copy thread, waiting for room, collected them.
+  CHECK(eventually([&] { return pool->deferred() == 0; }));
+  CHECK(api->counts().device_buffers <= alive - 4);
+  api->synchronize_stream(consumer);
+  CHECK_EQ(v.checked.load(), 8);
+  CHECK_EQ(v.bad.load(), 0);
+  engine.stop();
+  api->destroy_stream(consumer);
+}
+
 }  // namespace
 
-TEST_MAIN(order_and_content(); slow_consumer_never_sees_overwrite(); default_stream_consumer();
+// The side stream (batch_map's, docs/python.md) is ordered after the copy as
+// the consumer's is: a kernel queued on it right after next() sees the whole
+// batch, with the copy delayed, while the consumer stream is held up by
+// other work (so it is the side stream's own wait that orders it).
+void side_stream_ordered_after_the_copy() {
+  auto api = fake_device_api({0, 400us});
+  TestSource src;
+  src.n = 12;
+  Verifier v;
+  const StreamHandle consumer = api->create_stream();
+  const StreamHandle side = api->create_stream();
+  auto pool = pool_for(api, 3);
+  {
+    TransferEngine engine(api, src.source(), 3, pool);
+    std::atomic<bool> release{false};
+    api->launch(consumer, [&] {  // the step still running on the consumer stream
+      while (!release.load(std::memory_order_acquire)) std::this_thread::sleep_for(1ms);
+    });
+    std::vector<DeviceBatch> kept;
+    for (int64_t k = 0; k < src.n; ++k) {
+      std::optional<DeviceBatch> b;
+      while (engine.next_until(consumer, Clock::now() + 1s, b, side) ==
+             TransferEngine::Status::kTimeout) {
+      }
+      CHECK(b.has_value());
+      v.check_on(*api, side, *b, src.size_of(k));
+      kept.push_back(std::move(*b));
+    }
+    api->synchronize_stream(side);  // done while the consumer stream is still blocked
+    CHECK_EQ(v.checked.load(), src.n);
+    CHECK_EQ(v.bad.load(), 0);
+    release.store(true, std::memory_order_release);
+    api->synchronize_stream(consumer);
+    kept.clear();
+  }
+  api->destroy_stream(side);
+  api->destroy_stream(consumer);
+}
+
+TEST_MAIN(side_stream_ordered_after_the_copy(); order_and_content();
+          slow_consumer_never_sees_overwrite(); default_stream_consumer();
           backpressure_is_prefetch(); consumer_holds_batches(); early_stop_frees_everything();
           destroy_without_consuming(); source_error_at_its_position();
           stop_wakes_blocked_consumer(); next_until_times_out();
           idle_source_cannot_hang_destructor(); pinned_allocator_roundtrip(); empty_batches();
-          bad_arguments(); shared_pool_across_epochs())
+          bad_arguments(); shared_pool_across_epochs(); frees_deferred_to_copy_thread())
