@@ -156,6 +156,7 @@ TransferEngine::Ready TransferEngine::copy_one(HostBatch hb, std::vector<InFligh
   r.copied = f.done;
   r.tensors = std::move(hb.tensors);
   r.counters = hb.counters;
+  r.ticket = hb.ticket;
   in_flight.push_back(std::move(f));
   return r;
 }
@@ -197,7 +198,8 @@ std::optional<DeviceBatch> TransferEngine::next(StreamHandle consumer_stream) {
 
 TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
                                                   Clock::time_point deadline,
-                                                  std::optional<DeviceBatch>& out) {
+                                                  std::optional<DeviceBatch>& out,
+                                                  StreamHandle side_stream) {
   out.reset();
   std::lock_guard<std::mutex> lock(consumer_mu_);
   if (error_) std::rethrow_exception(error_);
@@ -222,9 +224,11 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
   }
   // NOTE [ Stream ordering ]: U waits for E_k on the device.
   api_->stream_wait_event(consumer_stream, *r.copied);
+  if (side_stream != 0) api_->stream_wait_event(side_stream, *r.copied);
   r.lease->set_reader(consumer_stream);
-  out = DeviceBatch{r.index, BlockPool::Lease::bytes(std::move(r.lease)), api_->device(),
-                    std::move(r.tensors), r.counters};
+  out = DeviceBatch{r.index,        BlockPool::Lease::bytes(std::move(r.lease)),
+                    api_->device(), std::move(r.tensors),
+                    r.counters,     r.ticket};
   return Status::kBatch;
 }
 

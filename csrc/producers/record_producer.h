@@ -37,6 +37,9 @@ struct RecordOptions {
   /// Samples per unit of work; 0 = chosen from the batch size and `threads`.
   int64_t unit_samples = 0;
   int threads_hint = 1;
+  /// Hand each assembled batch to the loader's finisher (batch_map in the
+  /// Python stage: pipeline/batch_handoff.h) before it is published.
+  bool handoff = false;
   /// Bytes of the shards the first epoch reads that are mapped and faulted in
   /// when the producer is made (NOTE [ Warm mappings ] in mapping_warmer.h);
   /// -1: MappingWarmer::default_budget(), 0: none.
@@ -64,6 +67,12 @@ struct RecordSource {
   std::vector<uint64_t> draw_keys;  ///< per field: its group's key (NOTE [ Random draws ])
   bool skip_errors = false;
 };
+
+/// The source of `opts`'s batches (also the Python stage's fetch of one
+/// sample: producers/python_sample.h). UsageError for image specs or
+/// transforms naming non-image or unknown fields, or a field in two groups.
+std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> ds,
+                                                 const RecordOptions& opts);
 
 class RecordProducer final : public BatchProducer {
  public:
