@@ -17,6 +17,7 @@ void register_decode(py::module_& m);
 void register_cuda(py::module_& m);
 void register_checksum(py::module_& m);
 void register_tokens(py::module_& m);
+void register_mixture(py::module_& m);
 }  // namespace stoker::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -71,4 +72,5 @@ PYBIND11_MODULE(_core, m) {
   stoker::bindings::register_cuda(m);
   stoker::bindings::register_checksum(m);
   stoker::bindings::register_tokens(m);
+  stoker::bindings::register_mixture(m);
 }

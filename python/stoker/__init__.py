@@ -31,6 +31,7 @@ from .fields import (
     tokens,
 )
 from .loader import Loader
+from .mix import Mix
 from .token_dataset import TokenDataset
 from .writer import ShardWriter, WriterLockError
 
@@ -46,6 +47,7 @@ __all__ = [
     "Field",
     "Image",
     "Loader",
+    "Mix",
     "NDArray",
     "Scalar",
     "ShardWriter",

@@ -1,0 +1,75 @@
+// Bindings of the mixture sampler (sampler/mixture.h, sampler/source_stream.h):
+// the rows of a mixture's stream and its sources' streams, for the Python layer
+// (epoch lengths, stats) and for tests and benchmarks that check them.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "sampler/mixture.h"
+#include "sampler/source_stream.h"
+
+namespace py = pybind11;
+
+namespace stoker::bindings {
+
+void register_mixture(py::module_& m) {
+  py::class_<MixSequence>(m, "MixSequence",
+                          "Which source each row of a mixture's stream comes from "
+                          "(NOTE [ Mixtures ] in csrc/sampler/mixture.h).")
+      .def_static("constant", &MixSequence::constant, py::arg("counts"),
+                  "counts[s] rows of source s in every sum(counts) rows.")
+      .def_static("schedule", &MixSequence::schedule, py::arg("starts"), py::arg("weights"),
+                  py::arg("linear"), "weights[i] from row starts[i], constant or linear between.")
+      .def_property_readonly("num_sources", &MixSequence::num_sources)
+      .def_property_readonly("is_constant", &MixSequence::is_constant)
+      .def_property_readonly("period", &MixSequence::period)
+      .def_property_readonly("period_counts", &MixSequence::period_counts)
+      .def(
+          "counts",
+          [](const MixSequence& s, int64_t rows) {
+            py::array_t<int64_t> out(static_cast<py::ssize_t>(s.num_sources()));
+            s.counts(rows, out.mutable_data());
+            return out;
+          },
+          py::arg("rows"), "Rows of each source among rows [0, rows).")
+      .def(
+          "rows",
+          [](const MixSequence& s, int64_t first, int64_t n) {
+            py::array_t<int32_t> src(n);
+            py::array_t<int64_t> idx(n);
+            {
+              py::gil_scoped_release nogil;
+              s.rows(first, n, src.mutable_data(), idx.mutable_data());
+            }
+            return py::make_tuple(src, idx);
+          },
+          py::arg("first"), py::arg("n"),
+          "(source, position in that source's stream) of rows [first, first + n).")
+      .def("weights_at", &MixSequence::weights_at, py::arg("row"))
+      .def("rows_until", &MixSequence::rows_until, py::arg("source"), py::arg("count"),
+           "One past the row of source's count-th row.");
+
+  py::class_<SourceStream>(m, "SourceStream",
+                           "A mixture source's samples pass after pass, each pass in a fresh "
+                           "keyed order.")
+      .def(py::init<std::vector<int64_t>, bool, int64_t, uint64_t>(), py::arg("shard_records"),
+           py::arg("shuffle"), py::arg("shard_window"), py::arg("key"))
+      .def_property_readonly("size", &SourceStream::size)
+      .def(
+          "map",
+          [](const SourceStream& st, py::array_t<int64_t, py::array::c_style> c) {
+            py::array_t<int64_t> out(c.size());
+            const int64_t* in = c.data();
+            const size_t n = static_cast<size_t>(c.size());
+            {
+              py::gil_scoped_release nogil;
+              st.map(in, out.mutable_data(), n);
+            }
+            return out;
+          },
+          py::arg("positions"), "The dataset index of each stream position.")
+      .def("shard_schedule", &SourceStream::shard_schedule, py::arg("position"),
+           py::arg("max_shards"));
+}
+
+}  // namespace stoker::bindings

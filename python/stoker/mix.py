@@ -1,0 +1,295 @@
+"""Mixtures: several datasets read as one, each by its weight (:class:`Mix`).
+
+The rows of a mixture come from its sources by a deterministic rule that keeps every
+source's count within one row of its share after every batch (NOTE [ Mixtures ] in
+``csrc/sampler/mixture.h``); each source is read in its own keyed order, pass after pass.
+See ``docs/mixing.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from fractions import Fraction
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .dataset import Dataset
+from .token_dataset import TokenDataset
+
+__all__ = ["Mix"]
+
+#: values of ``Mix(interpolation=...)``
+INTERPOLATIONS = ("constant", "linear")
+#: values of ``Mix(weights_unit=...)``
+WEIGHT_UNITS = (None, "samples", "tokens")
+
+# Constant weights become exact fractions m_s / P (csrc/sampler/mixture.h): a float is
+# read as the simplest fraction within this denominator (0.7 -> 7/10), and weights whose
+# common denominator exceeds the largest period are rounded to it.
+_FLOAT_DENOMINATOR = 10**6
+_MAX_PERIOD = 1 << 20
+
+Weights = Mapping[str, Any]
+Schedule = Sequence[Tuple[int, Weights]]
+
+
+def _number(where: str, name: str, value: Any, *, zero_ok: bool) -> Fraction:
+    """A weight as an exact fraction (ints and fractions exactly, floats as the simplest
+    fraction within 1e-6 relative), or a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{where}: the weight of {name!r} must be a number, got {value!r}")
+    if isinstance(value, numbers.Rational):
+        fr = Fraction(int(value.numerator), int(value.denominator))
+    else:
+        x = float(value)
+        if not math.isfinite(x):
+            raise ValueError(f"{where}: the weight of {name!r} must be finite, got {value!r}")
+        fr = Fraction(x)
+        near = fr.limit_denominator(_FLOAT_DENOMINATOR)
+        if near and abs(near - fr) <= abs(fr) * 1e-12:
+            fr = near
+    if fr < 0 or (fr == 0 and not zero_ok):
+        raise ValueError(f"{where}: the weight of {name!r} must be "
+                         f"{'>= 0' if zero_ok else 'positive'}, got {value!r}")
+    return fr
+
+
+def _weights(where: str, names: Sequence[str], weights: Any, *, zero_ok: bool) -> List[Fraction]:
+    if not isinstance(weights, Mapping):
+        raise ValueError(f"{where}: weights must be a dict {{source name: weight}}, got "
+                         f"{type(weights).__name__}")
+    missing = [n for n in names if n not in weights]
+    unknown = [k for k in weights if k not in names]
+    if unknown:
+        raise ValueError(f"{where}: no source named {unknown[0]!r} (sources: "
+                         f"{', '.join(names)})")
+    if missing:
+        raise ValueError(f"{where}: no weight for source {missing[0]!r}")
+    out = [_number(where, n, weights[n], zero_ok=zero_ok) for n in names]
+    if sum(out) <= 0:
+        raise ValueError(f"{where}: no positive weight")
+    total = sum(out)
+    return [w / total for w in out]
+
+
+def rational_counts(weights: Sequence[Fraction]) -> List[int]:
+    """Rows of each source per period of constant weights (normalised fractions, each
+    positive): exact when their common denominator is at most 2**20, else the largest
+    remainders of ``w * 2**20`` (each weight moves by less than 2**-20)."""
+    period = 1
+    for w in weights:
+        period = period * w.denominator // math.gcd(period, w.denominator)
+        if period > _MAX_PERIOD:
+            break
+    if period <= _MAX_PERIOD:
+        return [int(w * period) for w in weights]
+    exact = [w * _MAX_PERIOD for w in weights]
+    counts = [max(1, math.floor(x)) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - math.floor(exact[i])), i))
+    for i in order[: _MAX_PERIOD - sum(counts)]:
+        counts[i] += 1
+    while sum(counts) > _MAX_PERIOD:  # sources lifted to one row: taken from the largest
+        counts[max(range(len(counts)), key=lambda i: (counts[i], -i))] -= 1
+    return counts
+
+
+class Mix:
+    """Several datasets read as one: each batch takes every source's share by weight.
+
+    Example::
+
+        web = stoker.TokenDataset("data/web")
+        code = stoker.TokenDataset("data/code")
+        mix = stoker.Mix({"web": web, "code": code}, weights={"web": 0.7, "code": 0.3})
+        loader = stoker.Loader(mix, batch_size=8, seq_len=2048, packing="document",
+                               shuffle=True, seed=0)
+        for batch in loader:
+            batch["source"]          # int64 [8]: 0 for a row of web, 1 for code
+        loader.stats()["sources"]   # rows and tokens delivered per source, realised ratios
+
+    A ``Mix`` goes wherever a dataset goes in :class:`stoker.Loader`. Its sources are
+    record datasets with the same fields (:class:`stoker.Dataset`, or paths and URLs to
+    them) or token datasets (:class:`stoker.TokenDataset`), local or remote.
+
+    Guarantees (``docs/mixing.md``):
+      * **Exact ratios.** After any number of batches, every source's count is within one
+        row of ``rows * weight`` (for constant weights; the rows of the whole job, whatever
+        its batch size and world size). For token data the weights are in tokens by
+        default: a source's share of rows is its weight over its tokens per row, so packed
+        rows with different padding keep the token ratio.
+      * **Own orders.** Each source is read in its own shuffled order (the keyed
+        permutation of a plain loader, or its ``shard_window`` order), pass after pass: a
+        small source repeats, each pass in a fresh order, before any sample comes twice;
+        a large one is read partly, and goes on where it stopped in the next epoch.
+      * **Resume.** The state is the epoch and the rows consumed, the same on every rank;
+        a resume, at any world size, computes where every source stands without reading
+        or replaying anything.
+
+    Args:
+        sources: ``{name: dataset}``, in the order of their ``batch["source"]`` index.
+        weights: ``{name: weight}`` (positive numbers, normalised here; None: all equal),
+            or a schedule ``[(step, {name: weight}), ...]`` (steps increasing from 0; a
+            weight may be 0 at a breakpoint): from each step on, those weights, held
+            (``interpolation="constant"``) or moving linearly to the next breakpoint's
+            (``"linear"``). A step is one batch of every rank.
+        interpolation: ``"constant"`` (default) or ``"linear"``, for schedules.
+        weights_unit: ``"samples"`` (rows) or ``"tokens"``; None = tokens for token data,
+            samples for records.
+        samples_per_epoch: rows of the mixture per epoch (all ranks together).
+        tokens_per_epoch: the same in tokens (token data), rounded to whole rows.
+            Neither: an epoch ends once the source with the largest ``len / weight`` has
+            been read once (with a schedule, by the weights at step 0).
+    """
+
+    def __init__(self, sources: Mapping[str, Any], weights: Union[None, Weights, Schedule] = None,
+                 *, interpolation: str = "constant", weights_unit: Optional[str] = None,
+                 samples_per_epoch: Optional[int] = None,
+                 tokens_per_epoch: Optional[int] = None):
+        if not isinstance(sources, Mapping) or not sources:
+            raise ValueError(f"sources must be a non-empty dict {{name: dataset}}, got "
+                             f"{sources!r}")
+        names = list(sources)
+        for n in names:
+            if not isinstance(n, str) or not n:
+                raise ValueError(f"source names must be non-empty strings, got {n!r}")
+        if len(names) > 4096:
+            raise ValueError(f"a mixture holds at most 4096 sources, got {len(names)}")
+        datasets: Dict[str, Any] = {}
+        for n in names:
+            ds = sources[n]
+            if isinstance(ds, (str, os.PathLike)):
+                ds = Dataset(ds)
+            if not isinstance(ds, (Dataset, TokenDataset)):
+                raise ValueError(f"source {n!r}: expected a stoker.Dataset, a "
+                                 f"stoker.TokenDataset or a path, got {type(ds).__name__}")
+            datasets[n] = ds
+        kinds = {isinstance(ds, TokenDataset) for ds in datasets.values()}
+        if len(kinds) > 1:
+            tok = [n for n in names if isinstance(datasets[n], TokenDataset)]
+            rec = [n for n in names if not isinstance(datasets[n], TokenDataset)]
+            raise ValueError(f"a mixture is of record datasets or of token datasets, not both "
+                             f"({tok[0]!r} is a TokenDataset, {rec[0]!r} a Dataset); wrap "
+                             f"token sources in stoker.TokenDataset")
+        self.tokens = kinds == {True}
+        first = names[0]
+        if self.tokens:
+            vocab = {n: datasets[n].vocab_size for n in names if datasets[n].vocab_size}
+            if len(set(vocab.values())) > 1:
+                a, b = list(vocab)[:2]
+                raise ValueError(f"sources {a!r} and {b!r} have different vocab_size "
+                                 f"({vocab[a]} and {vocab[b]}): token ids of different "
+                                 "tokenizers do not mix")
+        else:
+            for n in names[1:]:
+                if datasets[n]._hash != datasets[first]._hash:
+                    raise ValueError(
+                        f"source {n!r} has other fields than {first!r}: a mixture's record "
+                        f"datasets need the same fields ({_describe(datasets[first])} vs "
+                        f"{_describe(datasets[n])})")
+        self.names: List[str] = names
+        self.datasets: Dict[str, Any] = datasets
+
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be 'constant' or 'linear', got "
+                             f"{interpolation!r}")
+        self.interpolation = interpolation
+        if weights_unit not in WEIGHT_UNITS:
+            raise ValueError(f"weights_unit must be 'samples', 'tokens' or None, got "
+                             f"{weights_unit!r}")
+        if weights_unit == "tokens" and not self.tokens:
+            raise ValueError("weights_unit='tokens' applies to token datasets; a record "
+                             "mixture's weights are in samples")
+        self.weights_unit = weights_unit or ("tokens" if self.tokens else "samples")
+
+        # weights: constant (one breakpoint) or a schedule
+        if weights is None:
+            weights = {n: 1 for n in names}
+        if isinstance(weights, Mapping):
+            self._breakpoints = [(0, _weights("weights", names, weights, zero_ok=False))]
+        elif isinstance(weights, (list, tuple)) and weights:
+            points: List[Tuple[int, List[Fraction]]] = []
+            for i, item in enumerate(weights):
+                if not (isinstance(item, (list, tuple)) and len(item) == 2):
+                    raise ValueError(f"weights[{i}]: a schedule is a list of (step, "
+                                     f"{{name: weight}}) pairs, got {item!r}")
+                step, w = item
+                if isinstance(step, bool) or not isinstance(step, numbers.Integral) or \
+                        step < 0:
+                    raise ValueError(f"weights[{i}]: the step must be an int >= 0, got "
+                                     f"{step!r}")
+                step = int(step)
+                if i == 0 and step != 0:
+                    raise ValueError(f"weights[0]: a schedule starts at step 0, got {step}")
+                if points and step <= points[-1][0]:
+                    raise ValueError(f"weights[{i}]: schedule steps must increase, got step "
+                                     f"{step} after step {points[-1][0]}")
+                points.append((step, _weights(f"weights[{i}]", names, w, zero_ok=True)))
+            for s, n in enumerate(names):
+                if all(p[1][s] == 0 for p in points):
+                    raise ValueError(f"source {n!r} has weight 0 at every step of the "
+                                     "schedule")
+            if all(p[1] == points[0][1] for p in points):
+                points = points[:1]  # one weight vector: constant weights
+            if len(points) == 1 and any(w == 0 for w in points[0][1]):
+                n = names[points[0][1].index(0)]
+                raise ValueError(f"source {n!r} has weight 0 throughout")
+            self._breakpoints = points
+        else:
+            raise ValueError(f"weights must be a dict {{name: weight}}, a schedule "
+                             f"[(step, {{name: weight}}), ...] or None, got {weights!r}")
+
+        if samples_per_epoch is not None and tokens_per_epoch is not None:
+            raise ValueError("give samples_per_epoch or tokens_per_epoch, not both")
+        for arg, value in (("samples_per_epoch", samples_per_epoch),
+                           ("tokens_per_epoch", tokens_per_epoch)):
+            if value is not None and (isinstance(value, bool) or
+                                      not isinstance(value, numbers.Integral) or value < 1):
+                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+        if tokens_per_epoch is not None and not self.tokens:
+            raise ValueError("tokens_per_epoch applies to token datasets; use "
+                             "samples_per_epoch for records")
+        self.samples_per_epoch = None if samples_per_epoch is None else int(samples_per_epoch)
+        self.tokens_per_epoch = None if tokens_per_epoch is None else int(tokens_per_epoch)
+
+    # -- weights ----------------------------------------------------------------
+
+    @property
+    def is_schedule(self) -> bool:
+        return len(self._breakpoints) > 1
+
+    @property
+    def weights(self) -> Union[Dict[str, float], List[Tuple[int, Dict[str, float]]]]:
+        """The normalised weights: ``{name: weight}``, or the schedule
+        ``[(step, {name: weight}), ...]``."""
+        if not self.is_schedule:
+            return self._as_dict(self._breakpoints[0][1])
+        return [(step, self._as_dict(w)) for step, w in self._breakpoints]
+
+    def _as_dict(self, w: Sequence[Fraction]) -> Dict[str, float]:
+        return {n: float(x) for n, x in zip(self.names, w)}
+
+    def __reduce__(self):
+        exact = [(step, dict(zip(self.names, w))) for step, w in self._breakpoints]
+        weights: Any = exact[0][1] if not self.is_schedule else exact
+        return (_rebuild, (self.datasets, weights, {
+            "interpolation": self.interpolation, "weights_unit": self.weights_unit,
+            "samples_per_epoch": self.samples_per_epoch,
+            "tokens_per_epoch": self.tokens_per_epoch}))
+
+    def __repr__(self) -> str:
+        if self.is_schedule:
+            w = f"{len(self._breakpoints)}-step {self.interpolation} schedule"
+        else:
+            w = ", ".join(f"{n}: {float(x):.4g}" for n, x in
+                          zip(self.names, self._breakpoints[0][1]))
+        kind = "tokens" if self.tokens else "records"
+        return f"stoker.Mix({kind}; {w})"
+
+
+def _rebuild(datasets, weights, kwargs) -> Mix:
+    return Mix(datasets, weights, **kwargs)
+
+
+def _describe(ds: Dataset) -> str:
+    return "{" + ", ".join(f"{n}: {f!r}" for n, f in ds.fields.items()) + "}"
