@@ -5,7 +5,7 @@
 Windows (a --tokens uint16 stream, seq_len 1024, batch 64, int64 output, shuffled),
 windows/s for
   (a) stoker.Loader(ds, seq_len=..., shuffle=True) on 1 and 2 threads (the loader core
-      running the token producer, csrc/pipeline/token_producer.h), batches as tensors;
+      running the token producer, csrc/producers/token_producer.h), batches as tensors;
   (b) nanoGPT's get_batch (train.py, CPU path: a fresh np.memmap per call, torch.randint
       starts, per-window astype(int64) + torch.stack, for x and for y);
   (c) a NumPy window gather: np.stack of the seq_len + 1 slices, then astype(int64);

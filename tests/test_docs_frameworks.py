@@ -4,10 +4,12 @@ torchrun with DDP, Lightning with DDP, accelerate under torchrun."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import stoker
 from conftest import epoch_labels, write_dataset
@@ -25,6 +27,11 @@ def recipe(title):
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     write_dataset(tmp_path / "data" / "train", 40, shard_size="1KB")
+    write_dataset(tmp_path / "data" / "val", 23, shard_size="1KB")
+    rng = np.random.default_rng(0)
+    with stoker.ShardWriter(tmp_path / "data" / "docs", {"tokens": stoker.tokens("uint16")}) as w:
+        for _ in range(30):
+            w.write({"tokens": rng.integers(0, 256, int(rng.integers(5, 60))).astype(np.uint16)})
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -70,7 +77,14 @@ def test_torchrun_recipe(workdir):
 
 def test_lightning_recipe(workdir):
     pytest.importorskip("lightning", reason="the test extra installs lightning")
-    _run([sys.executable, _script(workdir, "PyTorch Lightning")], workdir)
+    # the validation loader ran on both ranks: val_loss was logged (in fit and validate)
+    footer = ("\n    import json\n    json.dump({'val_loss': float(trainer.callback_metrics"
+              "['val_loss']), 'world': trainer.world_size}, "
+              "open(f'out.{trainer.global_rank}.json', 'w'))\n")
+    _run([sys.executable, _script(workdir, "PyTorch Lightning", footer)], workdir)
+    for rank in range(2):
+        out = json.loads((workdir / f"out.{rank}.json").read_text())
+        assert out["world"] == 2 and out["val_loss"] > 0
 
 
 def test_accelerate_recipe(workdir):
@@ -84,3 +98,30 @@ def test_accelerate_recipe(workdir):
         assert sorted(out["labels"]) == list(range(40))  # every sample once, on every rank
         assert out["state"]["epoch"] == 2
     assert (workdir / "checkpoint").is_dir()
+
+
+def test_hf_trainer_recipe_resumes_where_it_stopped(workdir):
+    """The recipe run to its end, then again from its checkpoint at step 5 (epoch 1):
+    the second run trains on exactly the batches the first had after step 5."""
+    pytest.importorskip("transformers", reason="the test extra installs transformers")
+    # the batches the Trainer trains on, recorded around the recipe as written
+    header = ("import atexit, json, stoker\n"
+              "seen, _iter = [], stoker.Loader.__iter__\n"
+              "def _recording(self):\n"
+              "    for batch in _iter(self):\n"
+              "        seen.append(batch['input_ids'].tolist())\n"
+              "        yield batch\n"
+              "stoker.Loader.__iter__ = _recording\n"
+              "atexit.register(lambda: json.dump(seen, open('seen.json', 'w')))\n")
+    path = workdir / "train.py"
+    path.write_text(header + recipe("HuggingFace Trainer"))
+    _run([sys.executable, str(path)], workdir)
+    full = json.loads((workdir / "seen.json").read_text())
+    checkpoints = sorted(p.name for p in (workdir / "out").iterdir())
+    assert "checkpoint-5" in checkpoints and len(full) > 5 and len(full) % 2 == 0
+    assert 5 > len(full) // 2  # step 5 is in epoch 1
+    for name in checkpoints:  # as if the run had been killed right after step 5
+        if name != "checkpoint-5":
+            shutil.rmtree(workdir / "out" / name)
+    _run([sys.executable, str(path)], workdir)
+    assert json.loads((workdir / "seen.json").read_text()) == full[5:]

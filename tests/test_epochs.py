@@ -173,13 +173,6 @@ def test_skip_starts_the_epoch_at_a_batch_without_reading_the_ones_before(small_
     assert loader.stats()["batches"] == 7 + 10
 
 
-def test_batch_sampler_access_names_the_replacement(small_ds):
-    loader = stoker.Loader(small_ds, **KW)
-    with pytest.raises(AttributeError, match=r"loader.skip\(n\)"):
-        loader.batch_sampler  # noqa: B018
-    assert getattr(loader, "batch_sampler", None) is None  # what Lightning's hook does
-
-
 # -- evaluation without repeats ------------------------------------------------------------
 
 @pytest.mark.parametrize("n, world, bs", [(101, 2, 10), (103, 4, 5), (7, 8, 3), (100, 3, 7)])

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import stoker
@@ -17,10 +18,10 @@ pytest.importorskip("lightning", reason="the test extra installs lightning")
 pytest.importorskip("accelerate", reason="the test extra installs accelerate")
 
 
-def _run(args, timeout=240):
+def _run(args, timeout=240, returncode=0):
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
     p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode == returncode, p.stdout[-3000:] + p.stderr[-3000:]
     return p
 
 
@@ -50,7 +51,45 @@ def ds(tmp_path_factory):
 
 
 def _by_epoch(seen, epochs):
-    return [[labels for e, labels in seen if e == epoch] for epoch in range(epochs)]
+    return [[x[-1] for x in seen if x[0] == epoch] for epoch in range(epochs)]
+
+
+def _train(seen):
+    return [x for x in seen if isinstance(x[0], int)]
+
+
+def _eval_runs(seen, kind):
+    """The batches of each evaluation run of `kind` ("sanity", "val", "test", "predict")."""
+    runs = {}
+    for x in seen:
+        if x[0] == kind:
+            runs.setdefault(x[1], []).append(x[2])
+    return list(runs.values())
+
+
+def _batches(labels, size):
+    return [labels[i:i + size] for i in range(0, len(labels), size)]
+
+
+# -- the names frameworks probe ----------------------------------------------------------
+
+def test_names_frameworks_probe_answer_without_raising(ds):
+    """Lightning, accelerate and transformers read DataLoader attributes by name; each one
+    answers as a DataLoader without worker processes would (batch_sampler None: stoker
+    batches in C++), and Lightning's own helpers run on a stoker loader."""
+    from lightning.fabric.utilities.data import _set_sampler_epoch, has_iterable_dataset
+    from lightning.pytorch.utilities.data import _is_dataloader_shuffled
+
+    loader = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
+    assert loader.batch_sampler is None and loader.collate_fn is None
+    assert loader.num_workers == 0 and loader.worker_init_fn is None
+    assert loader.dataset is ds and loader.batch_size == 4 and loader.drop_last is False
+    assert not _is_dataloader_shuffled(loader)  # what crashed every validation loader
+    assert not has_iterable_dataset(loader)
+    _set_sampler_epoch(loader, 4)
+    assert loader.epoch == 4
+    loader.worker_init_fn = print  # Lightning assigns it under PL_SEED_WORKERS=1
+    assert epoch_labels(loader) == _order(ds, 4)
 
 
 # -- Lightning -------------------------------------------------------------------------
@@ -72,6 +111,27 @@ def test_lightning_single_process_epochs_and_checkpoint_resume(ds, tmp_path):
         assert seen == full["seen"], f"resumed at step {step}"
 
 
+def test_lightning_validation_test_and_predict_loaders(ds, tmp_path):
+    """A stoker loader for every kind Lightning takes: the sanity check, validation twice
+    an epoch with limit_val_batches, then trainer.validate, trainer.test and
+    trainer.predict. Each evaluation run reads its loader from the start."""
+    evalset = write_dataset(tmp_path / "eval", 23, shard_size="1KB")
+    out = str(tmp_path / "run")
+    _run([sys.executable, os.path.join(HERE, "lightning_train.py"), ds.path, out,
+          "--max-epochs", "2", "--val", evalset.path, "--val-check-interval", "0.5",
+          "--limit-val-batches", "3", "--evaluate"])
+    seen = _results(out, 1)[0]["seen"]
+    assert _by_epoch(seen, 2) == [_order(ds, e) for e in range(2)]
+    whole = _batches(list(range(23)), 5)
+    assert _eval_runs(seen, "sanity") == [whole[:2]]
+    assert _eval_runs(seen, "val") == [whole[:3]] * 5  # 2 per epoch, then validate()
+    assert _eval_runs(seen, "test") == [whole]
+    assert _eval_runs(seen, "predict") == [whole]
+    # validation ran mid-epoch: after the 5th of each epoch's 10 batches
+    kinds = [x[0] for x in seen if x[0] != "sanity"]
+    assert kinds[:8] == [0] * 5 + ["val"] * 3 and kinds[8:16] == [0] * 5 + ["val"] * 3
+
+
 def test_lightning_reloaded_loaders_follow_the_epoch(ds, tmp_path):
     out = str(tmp_path / "run")
     _run([sys.executable, os.path.join(HERE, "lightning_train.py"), ds.path, out,
@@ -80,26 +140,102 @@ def test_lightning_reloaded_loaders_follow_the_epoch(ds, tmp_path):
     assert _by_epoch(seen, 3) == [_order(ds, e) for e in range(3)]
 
 
-def test_lightning_ddp_two_processes_shard_and_resume(ds, tmp_path):
+def test_lightning_ddp_two_processes_shard_evaluate_and_resume(ds, tmp_path):
     """The loader is made before Lightning starts the process group; each rank must get
-    its own share, every epoch the order of that stoker epoch, and a mid-epoch checkpoint
-    (saved by rank 0, loaded on both ranks) must resume exactly."""
+    its own share, every epoch the order of that stoker epoch; validation, test and
+    predict loaders (even_batches=False) cover their set exactly once across the ranks;
+    and a mid-epoch checkpoint (saved by rank 0, loaded on both ranks) of a run with a
+    validation loader must resume exactly."""
+    evalset = write_dataset(tmp_path / "eval", 23, shard_size="1KB")
     script = os.path.join(HERE, "lightning_train.py")
     out = str(tmp_path / "ddp")
-    _run([sys.executable, script, ds.path, out, "--devices", "2", "--max-epochs", "2"])
+    val = ["--val", evalset.path]
+    _run([sys.executable, script, ds.path, out, "--devices", "2", "--max-epochs", "2", *val,
+          "--evaluate"])
     res = _results(out, 2)
     assert {r["world"] for r in res} == {2}
     for r in res:
         assert _by_epoch(r["seen"], 2) == [_order(ds, e, r["rank"], 2) for e in range(2)]
     ranks = [sum(_by_epoch(r["seen"], 2)[0], []) for r in res]
     assert not set(ranks[0]) & set(ranks[1]) and len(ranks[0]) == len(ranks[1]) == 20
+    for kind, runs in (("val", 3), ("test", 1), ("predict", 1)):  # 2 in fit, validate()
+        per_rank = [_eval_runs(r["seen"], kind) for r in res]
+        assert len(per_rank[0]) == len(per_rank[1]) == runs
+        for a, b in zip(*per_rank):
+            assert len(a) == len(b) == 3  # ceil(23 / 2 / 5) batches on each rank
+            assert sorted(sum(a + b, [])) == list(range(23))  # every sample once
     ck = str(tmp_path / "ck")
     _run([sys.executable, script, ds.path, out + "-a", "--devices", "2", "--max-steps", "2",
-          "--ckpt-dir", ck, "--every-n-steps", "2"])
+          "--ckpt-dir", ck, "--every-n-steps", "2", *val])
     _run([sys.executable, script, ds.path, out + "-b", "--devices", "2", "--max-epochs", "2",
-          "--resume", os.path.join(ck, "step=2.ckpt")])
+          "--resume", os.path.join(ck, "step=2.ckpt"), *val])
     for a, b, full in zip(_results(out + "-a", 2), _results(out + "-b", 2), res):
-        assert a["seen"] + b["seen"] == full["seen"]
+        assert _train(a["seen"]) + _train(b["seen"]) == _train(full["seen"])
+        assert _eval_runs(b["seen"], "val") == _eval_runs(full["seen"], "val")[:2]
+
+
+def _rows_of_epoch(result, epoch):
+    """Content hashes of the rows a rank trained on in `epoch`."""
+    sizes = [(e, len(labels)) for e, labels in _train(result["seen"])]
+    rows, out = iter(result["rows"]), []
+    for e, n in sizes:
+        taken = [next(rows) for _ in range(n)]
+        if e == epoch:
+            out += taken
+    return out
+
+
+def test_lightning_elastic_resume_gives_every_row_of_the_epoch_once(tmp_path):
+    """A mid-epoch checkpoint resumed on more or fewer processes (1 -> 2, 2 -> 1, 2 -> 3):
+    the rows trained before it and after it are every row of the epoch exactly once, by
+    content. Lightning would end the epoch by its own batch counter (batches of the old
+    world size); stoker.lightning.ElasticResume, which Lightning adds to every Trainer
+    through stoker's entry point, keeps it in step with the loader."""
+    import hashlib
+
+    import numpy as np
+
+    d = write_dataset(tmp_path / "d", 48, shard_size="1KB")
+    every = sorted(hashlib.sha1(np.full((3, 4, 4), i, np.uint8).tobytes()).hexdigest()
+                   for i in range(48))
+    script = os.path.join(HERE, "lightning_train.py")
+
+    def run(out, devices, *more):
+        _run([sys.executable, script, d.path, str(tmp_path / out), "--devices", str(devices),
+              "--batch-size", "2", *more])
+        return _results(tmp_path / out, devices)
+
+    def checkpoint(out, devices, steps):
+        res = run(out, devices, "--max-steps", str(steps), "--ckpt-dir", str(tmp_path / out),
+                  "--every-n-steps", str(steps))
+        return sum((r["rows"] for r in res), []), str(tmp_path / out / f"step={steps}.ckpt")
+
+    before1, ck1 = checkpoint("one", 1, 6)    # 12 of 48 rows
+    before2, ck2 = checkpoint("two", 2, 3)    # 12 of 48 rows
+    for before, ck, devices in ((before1, ck1, 2), (before2, ck2, 1), (before2, ck2, 3)):
+        res = run(f"{devices}-from-{ck[-6]}", devices, "--max-epochs", "1", "--resume", ck)
+        after = [_rows_of_epoch(r, 0) for r in res]
+        assert len({len(a) for a in after}) == 1  # every rank the same share
+        assert sorted(before + sum(after, [])) == every, (devices, ck)
+
+
+@pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning")  # Lightning's, under torch 2.13
+def test_lightning_resume_at_another_world_size_without_the_callback_is_refused(ds):
+    """Without ElasticResume active (a stoker installed without its entry points), the
+    state of another world size loaded by Lightning is refused with what to do."""
+    from lightning.pytorch.utilities import CombinedLoader
+
+    saved = stoker.Loader(ds, batch_size=2, shuffle=True, seed=3, rank=0, world_size=2)
+    it = iter(saved)
+    next(it)
+    state = saved.state_dict()  # each of the 2 ranks took its first batch
+    it.close()
+    resumed = stoker.Loader(ds, batch_size=2, shuffle=True, seed=3, rank=0, world_size=1)
+    with pytest.raises(RuntimeError, match="ElasticResume"):
+        CombinedLoader(resumed)._load_state_dicts([state])
+    resumed.load_state_dict(state)  # a plain loop needs no callback: exact at any world size
+    taken = _order(ds, 0, 0, 2, 2)[0] + _order(ds, 0, 1, 2, 2)[0]
+    assert sorted(sum(epoch_labels(resumed), []) + taken) == list(range(40))
 
 
 # -- accelerate ------------------------------------------------------------------------------
@@ -120,6 +256,124 @@ def test_accelerate_under_torchrun(ds, tmp_path):
     for r in res:
         assert sorted(r["eval"]) == [10 * i for i in range(101)]
     assert res[0]["eval_batches"] == res[1]["eval_batches"] == 6
+
+
+def test_accelerate_skip_first_batches_is_loader_skip(ds):
+    """accelerate's skip_first_batches (and Accelerator's, and the name transformers'
+    Trainer imports) take a stoker.Loader: the same loader, starting at batch n of the
+    epoch set after it, without reading the batches before."""
+    import accelerate
+    import transformers.trainer
+
+    for skip in (accelerate.skip_first_batches, accelerate.Accelerator(cpu=True).skip_first_batches,
+                 transformers.trainer.skip_first_batches):
+        loader = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
+        assert skip(loader, 3) is loader
+        loader.set_epoch(1)  # after the skip, as the Trainer does
+        assert epoch_labels(loader) == _order(ds, 1)[3:]
+        assert loader.stats()["batches"] == 7  # the 3 skipped were never read
+        assert epoch_labels(loader) == _order(ds, 2)  # the next epoch whole
+    # anything else still goes to accelerate's own function
+    import torch
+
+    plain = torch.utils.data.DataLoader(list(range(10)), batch_size=2)
+    assert [b.tolist() for b in accelerate.skip_first_batches(plain, 3)] == [[6, 7], [8, 9]]
+
+
+def test_skip_first_batches_whatever_the_import_order(ds):
+    """`import stoker` before or after accelerate and transformers: every name is stoker's
+    wrapper, the user's `from accelerate import skip_first_batches` included."""
+    check = ("import stoker\n"
+             "loader = stoker.Loader(%r, batch_size=4)\n"
+             "assert skip_first_batches(loader, 9) is loader\n"
+             "assert [b['label'].tolist() for b in loader] == [[36, 37, 38, 39]]\n"
+             "import accelerate.accelerator, transformers.trainer\n"
+             "assert accelerate.accelerator.skip_first_batches is skip_first_batches\n"
+             "assert transformers.trainer.skip_first_batches is skip_first_batches\n") % ds.path
+    for first in ("import stoker\nfrom accelerate import skip_first_batches\n",
+                  "import transformers.trainer\nimport stoker\n"
+                  "from accelerate import skip_first_batches\n"):
+        _run([sys.executable, "-c", first + check])
+
+
+# -- transformers' Trainer -------------------------------------------------------------------
+
+def test_hf_trainer_resumes_a_killed_run_exactly(tmp_path):
+    """trainer.train(resume_from_checkpoint=...) over a stoker loader, no patching by the
+    user: a run killed after its checkpoint at step 13 (epoch 1, gradient accumulation
+    2) resumes with exactly the batches the uninterrupted run had from there."""
+    pytest.importorskip("transformers", reason="the test extra installs transformers")
+    import numpy as np
+
+    tokens = tmp_path / "tokens.bin"
+    np.random.default_rng(0).integers(0, 64, 645).astype(np.uint16).tofile(tokens)
+    script = os.path.join(HERE, "hf_trainer.py")
+    full, first, rest = (str(tmp_path / f"{n}.json") for n in ("full", "first", "rest"))
+    _run([sys.executable, script, tokens, tmp_path / "full", full])
+    _run([sys.executable, script, tokens, tmp_path / "run", first, "--save-steps", "13",
+          "--kill-at", "15"], returncode=-9)
+    _run([sys.executable, script, tokens, tmp_path / "run", rest, "--save-steps", "13",
+          "--resume", tmp_path / "run" / "checkpoint-13"])
+    full, first, rest = (json.loads(Path(f).read_text()) for f in (full, first, rest))
+    assert len(full) == 40  # 2 epochs of 20 batches (10 optimizer steps each)
+    assert first == full[:30]
+    assert rest == full[26:]  # 13 steps of 2 batches done
+    assert rest[:14] != full[6:20]  # epoch 1's rows, not epoch 0's
+
+
+@pytest.mark.parametrize("packing", [None, "document"])
+def test_hf_causal_lm_loss_is_the_intended_target(tmp_path, packing):
+    """labels="unshifted": a HuggingFace causal LM (a tiny GPT-2, random weights) given a
+    stoker batch as is, model(**batch).loss, trains on the next token of the same
+    document and nothing else: the cross-entropy computed by hand, each document run
+    through the model on its own, against the targets of labels="shifted"."""
+    pytest.importorskip("transformers", reason="the test extra installs transformers")
+    import numpy as np
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    rng = np.random.default_rng(5)
+    with stoker.ShardWriter(tmp_path / "docs", {"tokens": stoker.tokens("uint16")}) as w:
+        for _ in range(60):
+            w.write({"tokens": rng.integers(0, 64, int(rng.integers(2, 20))).astype(np.uint16)})
+    kw = dict(batch_size=4, seq_len=32, packing=packing, shuffle=True, seed=1)
+    ds = stoker.TokenDataset(tmp_path / "docs")
+    batch = next(iter(stoker.Loader(ds, labels="unshifted", **kw)))
+    targets = next(iter(stoker.Loader(ds, **kw)))["labels"]  # nanoGPT's: the next token
+    if packing is None:
+        assert set(batch) == {"input_ids", "labels"}
+        targets[:, -1] = -100  # the row's last token: its next one is not in the row
+    else:
+        assert list(batch) == ["input_ids", "labels", "position_ids", "cu_seq_lens_q",
+                               "cu_seq_lens_k", "max_length_q", "max_length_k"]
+        cu = batch["cu_seq_lens_q"]
+        assert cu.dtype == torch.int32 and torch.equal(cu, batch["cu_seq_lens_k"])
+        assert batch["max_length_q"] == batch["max_length_k"] == int(cu.diff().max())
+        assert isinstance(batch["max_length_q"], int)  # as DataCollatorWithFlattening
+    torch.manual_seed(0)
+    # use_cache=False: a forward without a KV cache (training) is what makes HF build the
+    # per-document attention mask from position_ids when flash-attention is not in use
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2,
+                                       n_head=2, use_cache=False)).eval()
+    with torch.no_grad():
+        loss = model(**batch).loss
+        # by hand: every sequence of every row through the model alone
+        losses = []
+        ids = batch["input_ids"].flatten()
+        bounds = [0, *range(32, 129, 32)] if packing is None else cu.tolist()
+        for a, b in zip(bounds, bounds[1:]):
+            logits = model(ids[a:b][None]).logits[0]
+            want = targets.flatten()[a:b]
+            keep = want != -100
+            losses.append(torch.nn.functional.cross_entropy(logits[keep], want[keep],
+                                                            reduction="none"))
+        by_hand = torch.cat(losses).mean()
+    assert len(torch.cat(losses)) > 60
+    torch.testing.assert_close(loss, by_hand, rtol=1e-5, atol=1e-6)
+    # the old mistake, shifted labels given to an HF model, trains on token t + 2
+    with torch.no_grad():
+        wrong = model(**{**batch, "labels": next(iter(stoker.Loader(ds, **kw)))["labels"]}).loss
+    assert abs(float(wrong) - float(by_hand)) > 1e-3
 
 
 # -- torchrun ---------------------------------------------------------------------------------

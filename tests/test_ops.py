@@ -1,25 +1,48 @@
-import math
-
 import pytest
 import stoker
 from stoker import _core, ops
 
 
-def test_specs_follow_the_cpp_conventions():
-    spec = ops._specs([ops.RandomResizedCrop(224), ops.Resize(256), ops.Resize((30, 40)),
-                       ops.CenterCrop((10, 20)), ops.RandomHorizontalFlip(),
-                       ops.Normalize((0.5, 0.4, 0.3), (0.1, 0.2, 0.3), "float16")])
-    assert spec == [
-        ("random_resized_crop", [224.0, 224.0, 0.08, 1.0, math.log(3 / 4), math.log(4 / 3)]),
-        ("resize", [256.0, -1.0]),
-        ("resize", [30.0, 40.0]),
-        ("center_crop", [10.0, 20.0]),
-        ("random_horizontal_flip", [0.5]),
-        ("normalize", [0.5, 0.4, 0.3, 0.1, 0.2, 0.3, 1.0]),
+def test_ops_build_the_typed_cpp_ops():
+    built = ops._specs([ops.RandomResizedCrop(224), ops.Resize(256), ops.Resize((30, 40)),
+                        ops.CenterCrop((10, 20)), ops.RandomHorizontalFlip(),
+                        ops.Normalize((0.5, 0.4, 0.3), (0.1, 0.2, 0.3), "float16")])
+    cpp = _core
+    assert built == [
+        cpp.RandomResizedCrop(224, 224, 0.08, 1.0, 3 / 4, 4 / 3),
+        cpp.Resize(shorter=256),
+        cpp.Resize(h=30, w=40),
+        cpp.CenterCrop(10, 20),
+        cpp.RandomHorizontalFlip(0.5),
+        cpp.Normalize(mean=(0.5, 0.4, 0.3), std=(0.1, 0.2, 0.3), dtype="float16"),
     ]
-    assert all(isinstance(a, float) for _, args in spec for a in args)
-    assert ops._specs(ops.CenterCrop(3)) == [("center_crop", [3.0, 3.0])]
+    assert [type(b).kind for b in built] == [
+        "random_resized_crop", "resize", "resize", "center_crop", "random_horizontal_flip",
+        "normalize"]
+    assert repr(built[1]) == "Resize(h=0, w=0, shorter=256)"
+    assert built[0].ratio_hi == 4 / 3 and built[5].std == (0.1, 0.2, 0.3)
+    assert built[5].dtype == "float16" and built[3].h == 10 and built[3].w == 20
+    assert ops.CenterCrop(3).spec() == ("center_crop", [3, 3])
+    assert ops._specs(ops.CenterCrop(3)) == [cpp.CenterCrop(3, 3)]
     assert ops._specs([]) == []
+    assert set(_core.IMAGE_OPS) == {"random_resized_crop", "resize", "center_crop",
+                              "random_horizontal_flip", "normalize"}
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: _core.CenterCrop(0, 3), "CenterCrop: h must be a positive whole number"),
+    (lambda: _core.CenterCrop(3, 2.5), "w must be a positive whole number"),
+    (lambda: _core.CenterCrop(3, 3, 3), "takes 2 parameters"),
+    (lambda: _core.CenterCrop(3, w=3, x=1), "unknown parameter"),
+    (lambda: _core.CenterCrop(3, h=3), "given twice"),
+    (lambda: _core.Resize(4, 4, 4), "either"),
+    (lambda: _core.RandomHorizontalFlip(float("nan")), r"\[0, 1\]"),
+    (lambda: _core.Normalize((0, 0), (1, 1, 1)), "3 values"),
+    (lambda: _core.Normalize((0, 0, 0), (1, 1, 1), "uint8"), "dtype"),
+])
+def test_cpp_ops_are_checked_when_built(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
 
 
 @pytest.mark.parametrize("make, match", [
@@ -98,6 +121,43 @@ def test_base_class_checks_the_contract():
         NotFinite().spec()
 
 
+def test_subclass_errors_are_clear_at_construction_or_at_loader(tmp_path):
+    class Unknown(ops.Op):
+        kind = "sharpen"
+        num_args = 1
+
+        def args(self):
+            return [1.0]
+
+    class Bad(ops.Op):  # a C++ kind, a value out of range: the C++ op says which
+        kind = "center_crop"
+        num_args = 2
+
+        def args(self):
+            return [0, 4]
+
+    with pytest.raises(ValueError, match="no C\\+\\+ image op of kind 'sharpen'"):
+        Unknown().build()
+    with pytest.raises(ValueError, match="CenterCrop: h must be a positive whole number"):
+        ops._specs([Bad()])
+    fields = {"image": stoker.image()}
+    with stoker.ShardWriter(tmp_path / "d", fields) as w:
+        w.write({"image": _png(8, 8)})
+    for op, match in ((Unknown(), "sharpen"), (Bad(), "CenterCrop: h")):
+        with pytest.raises(ValueError, match=match):
+            stoker.Loader(tmp_path / "d", batch_size=1, transforms={"image": [op]})
+
+
+def _png(h, w):
+    import io
+
+    import numpy as np
+    Image = pytest.importorskip("PIL.Image")
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((h, w, 3), np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
 def test_a_new_op_subclass_reaches_the_cpp_pipeline():
     class Square(ops.Op):
         """Center square crop of a fixed side (a user-defined op reusing a C++ kind)."""
@@ -110,13 +170,8 @@ def test_a_new_op_subclass_reaches_the_cpp_pipeline():
         def args(self):
             return [self.side, self.side]
 
-    import io
-
-    import numpy as np
-    Image = pytest.importorskip("PIL.Image")
-    buf = io.BytesIO()
-    Image.fromarray(np.zeros((10, 12, 3), np.uint8)).save(buf, format="PNG")
-    assert _core.decode_image(buf.getvalue(), ops._specs([Square(4)])).shape == (4, 4, 3)
+    assert _core.decode_image(_png(10, 12), ops._specs([Square(4)])).shape == (4, 4, 3)
+    assert Square(4).build() == _core.CenterCrop(4, 4)
 
 
 def test_public_names():

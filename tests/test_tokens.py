@@ -188,6 +188,19 @@ def test_batches_match_reference(sources, source, mode, shuffle):
     check_against_reference(sources[source], shuffle=shuffle, seed=11, **mode)
 
 
+@pytest.mark.parametrize("mode", [
+    dict(seq_len=48, batch_size=8, stride=17),
+    dict(seq_len=64, batch_size=5, packing="concat"),
+    dict(seq_len=64, batch_size=6, packing="document", pack_window=4),
+    dict(max_tokens=512, max_length=100, batch_size=6, pad_id=7, ignore_index=-1),
+])
+def test_unshifted_labels_match_reference(sources, mode):
+    """labels="unshifted" (HF's convention): the tokens themselves, ignore_index at every
+    sequence start and on padding; packed batches with DataCollatorWithFlattening's keys."""
+    check_against_reference(sources["flat_eos"], shuffle=True, seed=3, worlds=(1, 2),
+                            labels="unshifted", **mode)
+
+
 def test_prompt_tokens_get_no_label(tmp_path):
     """Fine-tuning examples: a position whose next token is still part of the prompt has
     no label, in packed rows (split or not) and token-budget batches; windows ignore it."""
@@ -206,6 +219,8 @@ def test_prompt_tokens_get_no_label(tmp_path):
                  dict(seq_len=100, batch_size=3, packing="concat"),
                  dict(max_tokens=600, pad_to_multiple_of=8)):
         check_against_reference(ds, shuffle=True, seed=2, worlds=(1, 2), **mode)
+        check_against_reference(ds, shuffle=True, seed=2, worlds=(1,), offsets=False,
+                                labels="unshifted", **mode)
     p = td._make_producer(ds, seq_len=200, batch_size=len(docs), packing="document")
     targets = sum(int(b.sum()) for b in
                   [p.batch(p.plan_epoch(0), k)["loss_mask"] for k in range(p.num_batches())])

@@ -12,6 +12,7 @@ namespace py = pybind11;
 
 namespace stoker::bindings {
 void register_format(py::module_& m);
+void register_image_ops(py::module_& m);
 void register_loader(py::module_& m);
 void register_decode(py::module_& m);
 void register_cuda(py::module_& m);
@@ -67,6 +68,7 @@ PYBIND11_MODULE(_core, m) {
       "codec libraries' versions.");
 
   stoker::bindings::register_format(m);
+  stoker::bindings::register_image_ops(m);
   stoker::bindings::register_loader(m);
   stoker::bindings::register_decode(m);
   stoker::bindings::register_cuda(m);

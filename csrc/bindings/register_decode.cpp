@@ -6,7 +6,6 @@
 
 #include <string_view>
 
-#include "bindings/image_spec.h"
 #include "common/error.h"
 #include "decode/decode_benchmark.h"
 #include "decode/image_pipeline.h"
@@ -17,10 +16,13 @@ namespace stoker::bindings {
 
 namespace {
 
-using Ops = OpList;
+using Ops = std::vector<ImageOp>;
 
-ImageFieldSpec make_spec(const Ops& ops, const std::string& layout, int64_t max_pixels) {
-  return make_image_spec(ops, layout, max_pixels);
+ImagePipeline make_pipeline(const Ops& ops, const std::string& layout, int64_t max_pixels) {
+  ImageFieldSpec spec;
+  spec.layout = image_layout_from_name(layout);
+  spec.max_pixels = max_pixels;
+  return ImagePipeline(spec, ops);
 }
 
 std::string_view view_of(const py::bytes& data) { return data; }
@@ -34,7 +36,7 @@ void register_decode(py::module_& m) {
       "decode_image",
       [](const py::bytes& data, const Ops& ops, const std::string& layout, uint64_t seed,
          int64_t max_pixels) {
-        const ImagePipeline pipe(make_spec(ops, layout, max_pixels));
+        const ImagePipeline pipe = make_pipeline(ops, layout, max_pixels);
         const std::string_view bytes = view_of(data);  // `data` is held by the caller: stays valid
         std::pair<int, int> hw;
         {
@@ -66,12 +68,12 @@ void register_decode(py::module_& m) {
       },
       py::arg("data"), py::arg("ops") = Ops{}, py::arg("layout") = "HWC", py::arg("seed") = 0,
       py::arg("max_pixels") = 100'000'000,
-      "Decodes one JPEG/PNG through an op list (as stoker.ops._specs gives it), exactly as a "
+      "Decodes one JPEG/PNG through a list of ops (stoker.ops._specs builds them), as a "
       "loader worker does; returns (h, w, 3) or (3, h, w) uint8, or float after Normalize.");
   m.def(
       "image_output_size",
       [](const py::bytes& data, const Ops& ops, int64_t max_pixels) {
-        const ImagePipeline pipe(make_spec(ops, "HWC", max_pixels));
+        const ImagePipeline pipe = make_pipeline(ops, "HWC", max_pixels);
         const std::string_view bytes = view_of(data);
         py::gil_scoped_release nogil;
         return pipe.output_size(bytes_ptr(bytes), bytes.size());

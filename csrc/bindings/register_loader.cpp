@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "bindings/dlpack.h"
-#include "bindings/image_spec.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
-#include "pipeline/record_producer.h"
+#include "pipeline/window.h"
+#include "producers/record_producer.h"
 
 namespace py = pybind11;
 
@@ -94,6 +94,17 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["bottleneck_stage"] =
       s.bottleneck_stage.empty() ? py::object(py::none()) : py::object(py::str(s.bottleneck_stage));
   d["verdict"] = s.verdict;
+  d["samples_per_second"] = s.samples_per_second;
+  d["data_stall"] = s.data_stall;
+  d["copy_gbps"] = s.copy_gbps;
+  const StageSecondsPerBatch& per = s.stage_seconds_per_batch;
+  py::dict stages;
+  stages["read"] = per.read;
+  stages["decode"] = per.decode;
+  stages["ops"] = per.ops;
+  stages["plan"] = per.plan;
+  stages["copy"] = per.copy;
+  d["stage_seconds_per_batch"] = stages;
   return d;
 }
 
@@ -114,24 +125,55 @@ void register_loader(py::module_& m) {
           py::arg("batches"),
           "Global samples consumed once every rank has taken `batches` batches of that epoch.");
 
-  py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
-      .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed,
-                       bool drop_last, bool even_batches, int64_t shard_window, bool skip_errors,
-                       const py::dict& images, int threads_hint) {
+  py::class_<SamplerOptions>(m, "SamplerOptions", "Which samples go into which batch.")
+      .def(
+          py::init([](int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
+                      bool even_batches, int64_t shard_window) {
+            return SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches, shard_window};
+          }),
+          py::kw_only(), py::arg("batch_size"), py::arg("shuffle") = false, py::arg("seed") = 0,
+          py::arg("drop_last") = false, py::arg("even_batches") = true, py::arg("shard_window") = 0,
+          "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle.")
+      .def_readonly("batch_size", &SamplerOptions::batch_size)
+      .def_readonly("shuffle", &SamplerOptions::shuffle)
+      .def_readonly("seed", &SamplerOptions::seed)
+      .def_readonly("drop_last", &SamplerOptions::drop_last)
+      .def_readonly("even_batches", &SamplerOptions::even_batches)
+      .def_readonly("shard_window", &SamplerOptions::shard_window);
+
+  py::class_<RecordOptions>(m, "RecordOptions",
+                            "What batches of records hold and how to make them.")
+      .def(py::init([](SamplerOptions sampler, bool skip_errors,
+                       std::map<std::string, ImageFieldSpec> images,
+                       std::vector<TransformSpec> transforms, int threads_hint,
+                       int64_t unit_samples) {
              RecordOptions o;
-             o.sampler =
-                 SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches, shard_window};
+             o.sampler = sampler;
              o.skip_errors = skip_errors;
+             o.images = std::move(images);
+             o.transforms = std::move(transforms);
              o.threads_hint = threads_hint;
-             for (const auto& [name, spec] : images)
-               o.images[name.cast<std::string>()] = image_spec_from_py(spec);
-             return std::make_shared<RecordProducer>(std::move(ds), std::move(o));
+             o.unit_samples = unit_samples;
+             return o;
            }),
-           py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
-           py::arg("drop_last"), py::arg("even_batches"), py::arg("shard_window"),
-           py::arg("skip_errors"), py::arg("images"), py::arg("threads_hint"),
-           "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle; "
-           "images: {field: stoker.ops._ImageSpec}; threads_hint sizes the units of work.")
+           py::kw_only(), py::arg("sampler"), py::arg("skip_errors") = false,
+           py::arg("images") = std::map<std::string, ImageFieldSpec>{},
+           py::arg("transforms") = std::vector<TransformSpec>{}, py::arg("threads_hint") = 1,
+           py::arg("unit_samples") = 0,
+           "images: {field: ImageFieldSpec}; transforms: [TransformSpec]; threads_hint sizes the "
+           "units of work (unit_samples: samples per unit, 0 = from it).")
+      .def_readonly("sampler", &RecordOptions::sampler)
+      .def_readonly("skip_errors", &RecordOptions::skip_errors)
+      .def_readonly("images", &RecordOptions::images)
+      .def_readonly("transforms", &RecordOptions::transforms)
+      .def_readonly("threads_hint", &RecordOptions::threads_hint)
+      .def_readonly("unit_samples", &RecordOptions::unit_samples);
+
+  py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
+      .def(py::init([](std::shared_ptr<Dataset> ds, const RecordOptions& options) {
+             return std::make_shared<RecordProducer>(std::move(ds), options);
+           }),
+           py::arg("dataset"), py::arg("options"))
       .def("shard_schedule", &RecordProducer::shard_schedule, py::arg("epoch"),
            py::arg("world_size"), py::arg("position"), py::arg("max_shards"),
            "The shards the whole job reads in `epoch` from global `position` on, in order.");
@@ -143,6 +185,7 @@ void register_loader(py::module_& m) {
   py::class_<Delivery, std::shared_ptr<Delivery>>(
       m, "Delivery", "How batches reach the consumer (a device copy).");
 
+  m.attr("MAX_PREFETCH") = kMaxPrefetch;  // batches in flight per stream, at most
   py::class_<LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())
       .def_readwrite("num_threads", &LoaderOptions::num_threads)
@@ -167,6 +210,7 @@ void register_loader(py::module_& m) {
            }),
            py::arg("producer"), py::arg("options"))
       .def("num_batches", &LoaderCore::num_batches, py::arg("rank"), py::arg("world_size"))
+      .def("next_batches", &LoaderCore::next_batches, py::arg("rank"), py::arg("world_size"))
       .def("set_epoch", &LoaderCore::set_epoch, py::arg("epoch"))
       .def_property_readonly("epoch", &LoaderCore::epoch)
       .def("iter", &LoaderCore::iter, py::arg("rank"), py::arg("world_size"),

@@ -1,23 +1,20 @@
 // Bindings of the token side: token sources (format/token_source.h) and the
-// token BatchProducer (pipeline/token_producer.h). The loader core takes the
+// token BatchProducer (producers/token_producer.h). The loader core takes the
 // producer as a BatchProducer; `batch()` and `run_batches()` run a producer's
-// batches without the core (tests, the Python reference, benchmarks).
+// batches without the core (pipeline/batch_runner.h: tests, the Python
+// reference, benchmarks).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <atomic>
-#include <chrono>
-#include <cstdlib>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "common/error.h"
 #include "format/megatron_index.h"
 #include "format/record_tokens.h"
 #include "format/token_file.h"
-#include "pipeline/token_producer.h"
+#include "pipeline/batch_runner.h"
+#include "producers/token_producer.h"
 
 namespace py = pybind11;
 
@@ -30,49 +27,15 @@ struct PyEpochPlan {
   EpochKey key;
 };
 
-struct AlignedBuffer {
-  explicit AlignedBuffer(size_t n) : size(n) {
-    data = static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64 + 64));
-    if (!data) throw std::bad_alloc();
-  }
-  ~AlignedBuffer() { std::free(data); }
-  uint8_t* data;
-  size_t size;
-};
-
-/// Runs every unit of `w` on `threads` threads (the calling one included).
-void run_units(BatchWork& w, uint8_t* base, int threads) {
-  std::atomic<int> next{0};
-  std::exception_ptr error;
-  int error_unit = INT32_MAX;
-  std::mutex mu;
-  auto loop = [&] {
-    WorkerContext ctx;
-    for (int u; (u = next.fetch_add(1)) < w.units;) {
-      try {
-        w.run(u, base, ctx);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (u < error_unit) error_unit = u, error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min(threads, w.units); ++t) pool.emplace_back(loop);
-  loop();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
-}
-
-py::dict batch_to_numpy(const BatchWork& w, std::shared_ptr<AlignedBuffer> buf) {
+py::dict batch_to_numpy(const BatchWork& w, std::shared_ptr<BatchBuffer> buf) {
   py::dict out;
   // one owner for all arrays of the batch
-  auto* keep = new std::shared_ptr<AlignedBuffer>(std::move(buf));
-  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<AlignedBuffer>*>(p); });
+  auto* keep = new std::shared_ptr<BatchBuffer>(std::move(buf));
+  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<BatchBuffer>*>(p); });
   for (const TensorDesc& t : w.tensors) {
     std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
     out[py::str(t.name)] =
-        py::array(py::dtype(dtype_name(t.dtype)), shape, (*keep)->data + t.offset, owner);
+        py::array(py::dtype(dtype_name(t.dtype)), shape, (*keep)->data() + t.offset, owner);
   }
   return out;
 }
@@ -174,55 +137,57 @@ void register_tokens(py::module_& m) {
       .def_property_readonly("offset", [](const PyEpochPlan& p) { return p.key.offset; });
 
   py::class_<TokenProducer, BatchProducer, std::shared_ptr<TokenProducer>>(m, "TokenProducer")
-      .def(py::init([](std::shared_ptr<TokenSource> source, const std::string& mode,
-                       int64_t seq_len, int64_t stride, int64_t batch_size, int64_t max_tokens,
-                       int64_t max_length, int64_t pad_to_multiple_of, bool shuffle, uint64_t seed,
-                       bool drop_last, const std::string& token_dtype, int64_t pad_id,
-                       int64_t ignore_index, const std::string& pack_fit, int64_t pack_window,
-                       const std::string& overlong, int64_t vocab_size, bool attention_mask) {
-             TokenOptions o;
-             o.mode = mode_from(mode);
-             o.seq_len = seq_len;
-             o.stride = stride;
-             o.batch_size = batch_size;
-             o.max_tokens = max_tokens;
-             o.max_length = max_length;
-             o.pad_to_multiple_of = pad_to_multiple_of;
-             o.shuffle = shuffle;
-             o.seed = seed;
-             o.drop_last = drop_last;
-             o.token_dtype = dtype_from_name(token_dtype);
-             o.pad_id = pad_id;
-             o.ignore_index = ignore_index;
-             if (pack_fit == "best_fit")
-               o.fit = PackFit::kBest;
-             else if (pack_fit == "first_fit")
-               o.fit = PackFit::kFirst;
-             else
-               STOKER_THROW(UsageError, "pack_fit must be 'best_fit' or 'first_fit', got '",
-                            pack_fit, "'");
-             o.pack_window = pack_window;
-             if (overlong == "split")
-               o.overlong = Overlong::kSplit;
-             else if (overlong == "truncate")
-               o.overlong = Overlong::kTruncate;
-             else if (overlong == "error")
-               o.overlong = Overlong::kError;
-             else
-               STOKER_THROW(UsageError, "overlong must be 'split', 'truncate' or 'error', got '",
-                            overlong, "'");
-             o.vocab_size = vocab_size;
-             o.attention_mask = attention_mask;
-             py::gil_scoped_release nogil;
-             return std::make_shared<TokenProducer>(std::move(source), o);
-           }),
-           py::arg("source"), py::kw_only(), py::arg("mode"), py::arg("seq_len") = 0,
-           py::arg("stride") = 0, py::arg("batch_size") = 1, py::arg("max_tokens") = 0,
-           py::arg("max_length") = 0, py::arg("pad_to_multiple_of") = 1, py::arg("shuffle") = false,
-           py::arg("seed") = 0, py::arg("drop_last") = false, py::arg("token_dtype") = "int64",
-           py::arg("pad_id") = 0, py::arg("ignore_index") = -100, py::arg("pack_fit") = "best_fit",
-           py::arg("pack_window") = 64, py::arg("overlong") = "split", py::arg("vocab_size") = 0,
-           py::arg("attention_mask") = true)
+      .def(
+          py::init([](std::shared_ptr<TokenSource> source, const std::string& mode, int64_t seq_len,
+                      int64_t stride, int64_t batch_size, int64_t max_tokens, int64_t max_length,
+                      int64_t pad_to_multiple_of, bool shuffle, uint64_t seed, bool drop_last,
+                      const std::string& token_dtype, int64_t pad_id, int64_t ignore_index,
+                      const std::string& pack_fit, int64_t pack_window, const std::string& overlong,
+                      int64_t vocab_size, bool attention_mask, bool unshifted) {
+            TokenOptions o;
+            o.mode = mode_from(mode);
+            o.seq_len = seq_len;
+            o.stride = stride;
+            o.batch_size = batch_size;
+            o.max_tokens = max_tokens;
+            o.max_length = max_length;
+            o.pad_to_multiple_of = pad_to_multiple_of;
+            o.shuffle = shuffle;
+            o.seed = seed;
+            o.drop_last = drop_last;
+            o.token_dtype = dtype_from_name(token_dtype);
+            o.pad_id = pad_id;
+            o.ignore_index = ignore_index;
+            if (pack_fit == "best_fit")
+              o.fit = PackFit::kBest;
+            else if (pack_fit == "first_fit")
+              o.fit = PackFit::kFirst;
+            else
+              STOKER_THROW(UsageError, "pack_fit must be 'best_fit' or 'first_fit', got '",
+                           pack_fit, "'");
+            o.pack_window = pack_window;
+            if (overlong == "split")
+              o.overlong = Overlong::kSplit;
+            else if (overlong == "truncate")
+              o.overlong = Overlong::kTruncate;
+            else if (overlong == "error")
+              o.overlong = Overlong::kError;
+            else
+              STOKER_THROW(UsageError, "overlong must be 'split', 'truncate' or 'error', got '",
+                           overlong, "'");
+            o.vocab_size = vocab_size;
+            o.attention_mask = attention_mask;
+            o.unshifted = unshifted;
+            py::gil_scoped_release nogil;
+            return std::make_shared<TokenProducer>(std::move(source), o);
+          }),
+          py::arg("source"), py::kw_only(), py::arg("mode"), py::arg("seq_len") = 0,
+          py::arg("stride") = 0, py::arg("batch_size") = 1, py::arg("max_tokens") = 0,
+          py::arg("max_length") = 0, py::arg("pad_to_multiple_of") = 1, py::arg("shuffle") = false,
+          py::arg("seed") = 0, py::arg("drop_last") = false, py::arg("token_dtype") = "int64",
+          py::arg("pad_id") = 0, py::arg("ignore_index") = -100, py::arg("pack_fit") = "best_fit",
+          py::arg("pack_window") = 64, py::arg("overlong") = "split", py::arg("vocab_size") = 0,
+          py::arg("attention_mask") = true, py::arg("unshifted") = false)
       .def("num_batches", &TokenProducer::num_batches, py::arg("rank") = 0,
            py::arg("world_size") = 1)
       .def("epoch_samples", &TokenProducer::epoch_samples)
@@ -251,14 +216,13 @@ void register_tokens(py::module_& m) {
       .def(
           "batch",
           [](const TokenProducer& p, const PyEpochPlan& plan, int64_t k, int threads) {
-            STOKER_CHECK(threads >= 1, UsageError, "threads must be >= 1");
             std::unique_ptr<BatchWork> w;
-            std::shared_ptr<AlignedBuffer> buf;
+            std::shared_ptr<BatchBuffer> buf;
             {
               py::gil_scoped_release nogil;
               w = p.plan_batch(*plan.plan, k);
-              buf = std::make_shared<AlignedBuffer>(w->bytes);
-              run_units(*w, buf->data, threads);
+              buf = std::make_shared<BatchBuffer>(w->bytes);
+              run_units(*w, buf->data(), threads);
             }
             return batch_to_numpy(*w, std::move(buf));
           },
@@ -268,45 +232,16 @@ void register_tokens(py::module_& m) {
           "run_batches",
           [](const TokenProducer& p, const PyEpochPlan& plan, int64_t first, int64_t count,
              int threads) {
-            // Benchmark path: `threads` threads take whole batches in turn, each
-            // into its own reused buffer (what a loader slot is). Returns
-            // (batches, output bytes, seconds).
-            STOKER_CHECK(threads >= 1, UsageError, "threads must be >= 1");
-            const int64_t end = std::min(plan.plan->num_batches(), first + count);
-            std::atomic<int64_t> next{first}, out_bytes{0};
-            std::exception_ptr error;
-            std::mutex mu;
-            double secs = 0;
+            RunBatchesResult r;
             {
               py::gil_scoped_release nogil;
-              const auto t0 = std::chrono::steady_clock::now();
-              auto loop = [&] {
-                std::unique_ptr<AlignedBuffer> buf;
-                WorkerContext ctx;
-                try {
-                  for (int64_t k; (k = next.fetch_add(1)) < end;) {
-                    auto w = p.plan_batch(*plan.plan, k);
-                    if (!buf || buf->size < w->bytes)
-                      buf = std::make_unique<AlignedBuffer>(w->bytes);
-                    for (int u = 0; u < w->units; ++u) w->run(u, buf->data, ctx);
-                    out_bytes.fetch_add(static_cast<int64_t>(w->bytes));
-                  }
-                } catch (...) {
-                  std::lock_guard<std::mutex> lock(mu);
-                  if (!error) error = std::current_exception();
-                  next.store(end);
-                }
-              };
-              std::vector<std::thread> pool;
-              for (int t = 1; t < threads; ++t) pool.emplace_back(loop);
-              loop();
-              for (auto& t : pool) t.join();
-              secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              r = run_batches(p, *plan.plan, first, count, threads);
             }
-            if (error) std::rethrow_exception(error);
-            return py::make_tuple(std::max<int64_t>(0, end - first), out_bytes.load(), secs);
+            return py::make_tuple(r.batches, r.bytes, r.seconds);
           },
-          py::arg("plan"), py::arg("first"), py::arg("count"), py::arg("threads") = 1);
+          py::arg("plan"), py::arg("first"), py::arg("count"), py::arg("threads") = 1,
+          "(batches, output bytes, seconds) of batches [first, first + count) on `threads` "
+          "threads, each taking whole batches into its own reused buffer: the producer alone.");
 }
 
 }  // namespace stoker::bindings

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "cuda/pinned_allocator.h"
 #include "cuda/transfer_engine.h"
+#include "pipeline/window.h"
 
 namespace stoker {
 
@@ -26,8 +27,8 @@ class DeviceReader final : public BatchReader {
       }
       return TransferEngine::SourceStatus::kStopped;
     };
-    engine_ = std::make_unique<TransferEngine>(
-        std::move(api), source, static_cast<size_t>(prefetch), std::move(pool), std::move(stats));
+    engine_ = std::make_unique<TransferEngine>(std::move(api), source, prefetch, std::move(pool),
+                                               std::move(stats));
   }
   ~DeviceReader() override { stop(); }
 
@@ -76,11 +77,9 @@ class DeviceReader final : public BatchReader {
 }  // namespace
 
 DeviceDelivery::DeviceDelivery(std::shared_ptr<DeviceApi> api, int prefetch)
-    : api_(std::move(api)), prefetch_(prefetch) {
+    : api_(std::move(api)), prefetch_(checked_prefetch(prefetch)) {
   STOKER_CHECK(api_ != nullptr, UsageError, "DeviceDelivery: no device API");
-  STOKER_CHECK(prefetch_ >= 1, UsageError, "prefetch must be >= 1, got ", prefetch_);
-  // Idle buffers kept: the ones in flight plus a couple the user just freed.
-  pool_ = device_buffer_pool(api_, static_cast<size_t>(prefetch_) + 2);
+  pool_ = device_buffer_pool(api_, idle_blocks(prefetch_));
 }
 
 std::unique_ptr<BatchReader> DeviceDelivery::open(std::shared_ptr<Stream> stream,

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "common/error.h"
+#include "pipeline/window.h"
 
 namespace stoker {
 
@@ -18,25 +20,15 @@ constexpr size_t kMaxHostInFlight = 2;
 // Every wait of the copy thread ends after this long to look at the stop flag.
 constexpr auto kSlice = std::chrono::milliseconds(20);
 
-size_t checked_prefetch(size_t prefetch) {
-  STOKER_CHECK(prefetch >= 1, UsageError, "prefetch must be >= 1, got ", prefetch);
-  return prefetch;
-}
-
-int64_t ns_since(TransferEngine::Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(TransferEngine::Clock::now() - t0)
-      .count();
-}
-
 }  // namespace
 
-TransferEngine::TransferEngine(std::shared_ptr<DeviceApi> api, Source source, size_t prefetch,
+TransferEngine::TransferEngine(std::shared_ptr<DeviceApi> api, Source source, int prefetch,
                                std::shared_ptr<BlockPool> pool, std::shared_ptr<LoaderStats> stats)
     : api_(std::move(api)),
       source_(std::move(source)),
       pool_(std::move(pool)),
       stats_(std::move(stats)),
-      out_(checked_prefetch(prefetch)) {
+      out_(static_cast<size_t>(checked_prefetch(prefetch))) {
   STOKER_CHECK(api_ != nullptr, UsageError, "TransferEngine: no device API");
   STOKER_CHECK(static_cast<bool>(source_), UsageError, "TransferEngine: no source");
   STOKER_CHECK(pool_ != nullptr && pool_->kind() == MemoryKind::kDevice, UsageError,

@@ -91,11 +91,11 @@ class TransferEngine {
   enum class Status { kBatch, kEnd, kTimeout };
 
   /// Starts the copy thread.
-  /// @param prefetch batches copied ahead of the consumer (>= 1)
+  /// @param prefetch batches copied ahead of the consumer (checked_prefetch)
   /// @param pool device buffers on `api` (device_buffer_pool()); it outlives
   ///   this engine (NOTE [ Pool across epochs ])
   /// @param stats also counts the copies there, if given
-  TransferEngine(std::shared_ptr<DeviceApi> api, Source source, size_t prefetch,
+  TransferEngine(std::shared_ptr<DeviceApi> api, Source source, int prefetch,
                  std::shared_ptr<BlockPool> pool, std::shared_ptr<LoaderStats> stats = nullptr);
   /// Calls stop().
   ~TransferEngine();

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/activity.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "decode/png_decoder.h"
 
@@ -47,7 +48,7 @@ CanvasOps::Clock::time_point CanvasOps::begin_decode() const {
 }
 
 void CanvasOps::end_decode(Clock::time_point t0) {
-  decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  decode_ns += ns_between(t0, Clock::now());
   set_activity(Activity::kOps);
 }
 

@@ -4,110 +4,152 @@
 
 #include "common/error.h"
 #include "decode/crop_params.h"
+#include "decode/op_context.h"
 
 namespace stoker {
 
 namespace {
 
-bool is_size(double v) { return v >= 1 && v <= 1 << 20 && v == std::floor(v); }
+// Sizes up to 2^20 pixels a side: an image's dimensions fit in an int with room to spare.
+constexpr int kMaxSide = 1 << 20;
 
-void check_count(const OpSpec& s, size_t n) {
-  STOKER_CHECK(s.args.size() == n, UsageError, "op '", s.kind, "' takes ", n, " arguments, got ",
-               s.args.size());
+void check_side(const char* op, const char* name, int v, bool zero_ok) {
+  STOKER_CHECK((v >= 1 || (zero_ok && v == 0)) && v <= kMaxSide, UsageError, op, ": ", name,
+               " must be ", zero_ok ? ops::kWholeOrZero : ops::kPositiveWhole, " up to ", kMaxSide,
+               ", got ", v);
 }
 
 }  // namespace
 
-ImageOp parse_image_op(const OpSpec& s) {
-  const auto& a = s.args;
-  if (s.kind == "random_resized_crop") {
-    check_count(s, 6);
-    STOKER_CHECK(is_size(a[0]) && is_size(a[1]), UsageError,
-                 "random_resized_crop: size must be whole numbers >= 1");
-    STOKER_CHECK(0 < a[2] && a[2] <= a[3], UsageError,
-                 "random_resized_crop: scale must satisfy 0 < lo <= hi");
-    STOKER_CHECK(a[4] <= a[5], UsageError, "random_resized_crop: ratio must satisfy lo <= hi");
-    return ops::RandomResizedCrop{int(a[0]), int(a[1]), a[2], a[3], a[4], a[5]};
-  }
-  if (s.kind == "resize") {
-    check_count(s, 2);
-    if (a[1] == -1) {
-      STOKER_CHECK(is_size(a[0]), UsageError, "resize: size must be a whole number >= 1");
-      return ops::Resize{true, int(a[0]), 0, 0};
-    }
-    STOKER_CHECK(is_size(a[0]) && is_size(a[1]), UsageError,
-                 "resize: size must be whole numbers >= 1");
-    return ops::Resize{false, 0, int(a[0]), int(a[1])};
-  }
-  if (s.kind == "center_crop") {
-    check_count(s, 2);
-    STOKER_CHECK(is_size(a[0]) && is_size(a[1]), UsageError,
-                 "center_crop: size must be whole numbers >= 1");
-    return ops::CenterCrop{int(a[0]), int(a[1])};
-  }
-  if (s.kind == "random_horizontal_flip") {
-    check_count(s, 1);
-    STOKER_CHECK(a[0] >= 0 && a[0] <= 1, UsageError, "random_horizontal_flip: p must be in [0, 1]");
-    return ops::HorizontalFlip{a[0]};
-  }
-  if (s.kind == "normalize") {
-    check_count(s, 7);
-    STOKER_CHECK(a[3] != 0 && a[4] != 0 && a[5] != 0, UsageError,
-                 "normalize: std must be non-zero");
-    STOKER_CHECK(a[6] == 0 || a[6] == 1, UsageError,
-                 "normalize: dtype must be 0 (float32) or 1 (float16)");
-    ops::Normalize n;
-    for (int c = 0; c < 3; ++c) {
-      n.mean[c] = a[c];
-      n.stddev[c] = a[3 + c];
-    }
-    n.dtype = a[6] == 1 ? DType::kFloat16 : DType::kFloat32;
-    return n;
-  }
-  STOKER_THROW(UsageError, "unknown image op '", s.kind, "'");
+namespace ops {
+
+// ---- RandomResizedCrop ------------------------------------------------------
+
+void RandomResizedCrop::check() const {
+  check_side(kName, "h", h, false);
+  check_side(kName, "w", w, false);
+  STOKER_CHECK(
+      std::isfinite(scale_lo) && std::isfinite(scale_hi) && 0 < scale_lo && scale_lo <= scale_hi,
+      UsageError, kName, ": scale must satisfy 0 < lo <= hi, got (", scale_lo, ", ", scale_hi, ")");
+  STOKER_CHECK(
+      std::isfinite(ratio_lo) && std::isfinite(ratio_hi) && 0 < ratio_lo && ratio_lo <= ratio_hi,
+      UsageError, kName, ": ratio must satisfy 0 < lo <= hi, got (", ratio_lo, ", ", ratio_hi, ")");
 }
 
-std::vector<ImageOp> parse_image_ops(const std::vector<OpSpec>& specs) {
-  std::vector<ImageOp> out;
-  out.reserve(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    out.push_back(parse_image_op(specs[i]));
-    STOKER_CHECK(!std::holds_alternative<ops::Normalize>(out.back()) || i + 1 == specs.size(),
-                 UsageError, "Normalize must be the last op");
+void RandomResizedCrop::apply(OpContext& ctx) const {
+  // The log-ratio is drawn uniformly, as torchvision does.
+  ctx.crop(random_resized_crop_rect(ctx.width(), ctx.height(), scale_lo, scale_hi,
+                                    std::log(ratio_lo), std::log(ratio_hi), ctx.rng()));
+  ctx.resize(w, h);
+}
+
+// ---- Resize -------------------------------------------------------------------
+
+void Resize::check() const {
+  STOKER_CHECK(shorter > 0 ? h == 0 && w == 0 : shorter == 0 && h > 0 && w > 0, UsageError, kName,
+               ": give either a positive size for the shorter side or a positive (h, w), got h=", h,
+               ", w=", w, ", shorter=", shorter);
+  check_side(kName, "h", h, true);
+  check_side(kName, "w", w, true);
+  check_side(kName, "shorter", shorter, true);
+}
+
+std::pair<int, int> Resize::size_after(std::pair<int, int> hw) const {
+  if (shorter == 0) return {h, w};
+  int oh, ow;
+  shorter_side_size(hw.first, hw.second, shorter, &oh, &ow);
+  return {oh, ow};
+}
+
+void Resize::apply(OpContext& ctx) const {
+  const auto [oh, ow] = size_after({ctx.height(), ctx.width()});
+  ctx.resize(ow, oh);
+}
+
+// ---- CenterCrop ---------------------------------------------------------------
+
+void CenterCrop::check() const {
+  check_side(kName, "h", h, false);
+  check_side(kName, "w", w, false);
+}
+
+void CenterCrop::apply(OpContext& ctx) const {
+  ctx.crop(center_crop_rect(ctx.width(), ctx.height(), w, h));
+}
+
+// ---- RandomHorizontalFlip -------------------------------------------------------
+
+void RandomHorizontalFlip::check() const {
+  STOKER_CHECK(p >= 0 && p <= 1, UsageError, kName, ": p must be ", kInUnit, ", got ", p);
+}
+
+void RandomHorizontalFlip::apply(OpContext& ctx) const {
+  // Always draw, so later draws do not depend on this one's outcome.
+  if (ctx.rng().uniform(0, 1) < p) ctx.flip();
+}
+
+// ---- Normalize ------------------------------------------------------------------
+
+void Normalize::check() const {
+  for (int c = 0; c < 3; ++c) {
+    STOKER_CHECK(std::isfinite(mean[c]) && std::isfinite(stddev[c]), UsageError, kName,
+                 ": mean and std must be finite");
+    STOKER_CHECK(stddev[c] != 0, UsageError, kName, ": std must be non-zero");
   }
-  return out;
+  STOKER_CHECK(dtype == DType::kFloat32 || dtype == DType::kFloat16, UsageError, kName,
+               ": dtype must be ", kFloatType, ", got '", dtype_name(dtype), "'");
+}
+
+void Normalize::apply(OpContext& ctx) const { ctx.normalize(*this); }
+
+}  // namespace ops
+
+// ---- over any op ------------------------------------------------------------------
+
+void check_image_ops(const std::vector<ImageOp>& list) {
+  for (size_t i = 0; i < list.size(); ++i)
+    std::visit(
+        [&](const auto& op) {
+          op.check();
+          if constexpr (requires { std::remove_cvref_t<decltype(op)>::kLast; })
+            STOKER_CHECK(i + 1 == list.size(), UsageError, std::remove_cvref_t<decltype(op)>::kName,
+                         " must be the last op");
+        },
+        list[i]);
 }
 
 std::pair<int, int> size_after(const ImageOp& op, std::pair<int, int> hw) {
-  if (const auto* r = std::get_if<ops::Resize>(&op)) {
-    if (!r->shorter) return {r->h, r->w};
-    int h, w;
-    shorter_side_size(hw.first, hw.second, r->size, &h, &w);
-    return {h, w};
-  }
-  if (const auto* c = std::get_if<ops::RandomResizedCrop>(&op)) return {c->h, c->w};
-  if (const auto* c = std::get_if<ops::CenterCrop>(&op)) return {c->h, c->w};
-  return hw;
+  return std::visit(
+      [&](const auto& o) {
+        if constexpr (requires { o.size_after(hw); })
+          return o.size_after(hw);
+        else
+          return hw;
+      },
+      op);
 }
 
 std::optional<std::pair<int, int>> fixed_output_size(const std::vector<ImageOp>& list) {
   std::optional<std::pair<int, int>> fixed;
-  for (const ImageOp& op : list) {
-    if (const auto* r = std::get_if<ops::Resize>(&op)) {
-      fixed = r->shorter ? std::nullopt : std::optional<std::pair<int, int>>({r->h, r->w});
-    } else if (const auto* c = std::get_if<ops::RandomResizedCrop>(&op)) {
-      fixed = std::make_pair(c->h, c->w);
-    } else if (const auto* c = std::get_if<ops::CenterCrop>(&op)) {
-      fixed = std::make_pair(c->h, c->w);
-    }
-  }
+  for (const ImageOp& op : list)
+    std::visit(
+        [&](const auto& o) {
+          if constexpr (requires { o.size_after(std::pair<int, int>{}); })
+            fixed = o.fixes_size() ? std::optional(o.size_after({0, 0})) : std::nullopt;
+        },
+        op);
   return fixed;
 }
 
 DType output_dtype(const std::vector<ImageOp>& list) {
+  DType out = DType::kUInt8;
   for (const ImageOp& op : list)
-    if (const auto* n = std::get_if<ops::Normalize>(&op)) return n->dtype;
-  return DType::kUInt8;
+    std::visit(
+        [&](const auto& o) {
+          if constexpr (requires { o.out_dtype(); }) out = o.out_dtype();
+        },
+        op);
+  return out;
 }
 
 }  // namespace stoker

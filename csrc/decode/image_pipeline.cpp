@@ -5,43 +5,12 @@
 #include "common/error.h"
 #include "decode/canvas.h"
 #include "decode/codecs.h"
-#include "decode/crop_params.h"
 #include "decode/detail/rng.h"
 #include "decode/jpeg_decoder.h"
+#include "decode/op_context.h"
 #include "decode/png_decoder.h"
 
 namespace stoker {
-
-namespace {
-
-// Ops applied to a canvas; draws come from `rng` in op order.
-struct Apply {
-  CanvasOps& ops;
-  Canvas& c;
-  detail::SplitMix64& rng;
-  const ops::Normalize*& norm;
-
-  void operator()(const ops::RandomResizedCrop& o) const {
-    CanvasOps::crop(c, random_resized_crop_rect(c.view.w, c.view.h, o.scale_lo, o.scale_hi,
-                                                o.log_ratio_lo, o.log_ratio_hi, rng));
-    ops.resize(c, o.w, o.h);
-  }
-  void operator()(const ops::Resize& o) const {
-    int h = o.h, w = o.w;
-    if (o.shorter) shorter_side_size(c.view.h, c.view.w, o.size, &h, &w);
-    ops.resize(c, w, h);
-  }
-  void operator()(const ops::CenterCrop& o) const {
-    CanvasOps::crop(c, center_crop_rect(c.view.w, c.view.h, o.w, o.h));
-  }
-  void operator()(const ops::HorizontalFlip& o) const {
-    // Always draw, so later draws do not depend on this one's outcome.
-    if (rng.uniform(0, 1) < o.p) c.flip = !c.flip;
-  }
-  void operator()(const ops::Normalize& o) const { norm = &o; }
-};
-
-}  // namespace
 
 ImageInfo probe_image(const uint8_t* data, size_t n) {
   if (is_jpeg(data, n)) return jpeg_probe(data, n);
@@ -49,12 +18,13 @@ ImageInfo probe_image(const uint8_t* data, size_t n) {
   not_an_image(data, n);
 }
 
-ImagePipeline::ImagePipeline(const ImageFieldSpec& spec)
-    : ops_(parse_image_ops(spec.ops)),
+ImagePipeline::ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> ops)
+    : ops_(std::move(ops)),
       layout_(spec.layout),
       max_pixels_(spec.max_pixels),
       out_dtype_(output_dtype(ops_)),
       fixed_(fixed_output_size(ops_)) {
+  check_image_ops(ops_);
   require_image_codecs();  // a build without codecs refuses image fields up front
   STOKER_CHECK(max_pixels_ > 0, UsageError, "max_pixels must be positive");
 }
@@ -68,7 +38,7 @@ std::pair<int, int> ImagePipeline::output_size(const uint8_t* data, size_t n) co
 }
 
 void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h,
-                        int out_w, int64_t* decode_ns) const {
+                        int out_w, int64_t* decode_ns, Geometry* geometry) const {
   Scratch& s = thread_scratch();
   CanvasOps ops(s, data, n);
   struct Report {  // on every exit, errors included
@@ -81,8 +51,9 @@ void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
   Canvas c;
   ops.open(max_pixels_, c);
   detail::SplitMix64 rng(seed);
-  const ops::Normalize* norm = nullptr;
-  for (const ImageOp& op : ops_) std::visit(Apply{ops, c, rng, norm}, op);
+  OpContext ctx(ops, c, rng);
+  for (const ImageOp& op : ops_) std::visit([&](const auto& o) { o.apply(ctx); }, op);
+  if (geometry) *geometry = ctx.geometry();
   if (c.view.w != out_w || c.view.h != out_h)
     STOKER_THROW(DecodeError, "image comes out ", c.view.h, "x", c.view.w,
                  " but the batch expects ", out_h, "x", out_w);
@@ -91,7 +62,7 @@ void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
                  ops.try_decode_into(c, static_cast<uint8_t*>(out))))
     return;
   ops.ensure_pixels(c);
-  write_pixels(c, out, out_h, out_w, layout_, out_dtype_, norm, s);
+  write_pixels(c, out, out_h, out_w, layout_, out_dtype_, ctx.normalization(), s);
 }
 
 }  // namespace stoker

@@ -7,7 +7,8 @@
 // high byte, and alpha is dropped (not composited over any background).
 //
 // The ops run lazily on a canvas (canvas.h): crops and flips only move the
-// view, and pixels are produced when a resize or the output needs them.
+// view, and pixels are produced when a resize or the output needs them. Each
+// op's kernel sees the image through an OpContext (op_context.h).
 #pragma once
 
 #include <cstddef>
@@ -17,15 +18,16 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "decode/geometry.h"
 #include "decode/image_info.h"
 #include "decode/image_ops.h"
 #include "decode/pixel_writer.h"
 
 namespace stoker {
 
+/// How one image field is decoded and written, whatever its ops.
 struct ImageFieldSpec {
   ImageLayout layout = ImageLayout::kHWC;
-  std::vector<OpSpec> ops;           ///< applied in order
   int64_t max_pixels = 100'000'000;  ///< larger declared images are refused before decoding
 };
 
@@ -34,8 +36,8 @@ ImageInfo probe_image(const uint8_t* data, size_t n);
 
 class ImagePipeline {
  public:
-  /// Parses and checks the ops once (UsageError naming the bad op).
-  explicit ImagePipeline(const ImageFieldSpec& spec);
+  /// Checks the ops (check_image_ops: UsageError naming the bad op).
+  explicit ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> ops = {});
 
   /// kUInt8, or kFloat16 / kFloat32 after Normalize.
   DType out_dtype() const { return out_dtype_; }
@@ -49,8 +51,10 @@ class ImagePipeline {
   /// same seed gives bit-identical output on any thread. Thread-safe (scratch
   /// is thread-local); throws DecodeError with the reason.
   /// @param decode_ns if given, the codec's share of the time is added there
+  /// @param geometry if given, where the output's pixels come from in the
+  ///   decoded image (what targets of the image would be mapped through)
   void run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h, int out_w,
-           int64_t* decode_ns = nullptr) const;
+           int64_t* decode_ns = nullptr, Geometry* geometry = nullptr) const;
 
  private:
   std::vector<ImageOp> ops_;

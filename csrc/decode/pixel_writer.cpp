@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/error.h"
 #include "decode/detail/half.h"
 
 namespace stoker {
@@ -32,6 +33,16 @@ void gather_row(const Canvas& c, int y, uint8_t* dst) {
 }
 
 }  // namespace
+
+const char* image_layout_name(ImageLayout layout) {
+  return layout == ImageLayout::kCHW ? "CHW" : "HWC";
+}
+
+ImageLayout image_layout_from_name(const std::string& name) {
+  if (name == "HWC") return ImageLayout::kHWC;
+  if (name == "CHW") return ImageLayout::kCHW;
+  STOKER_THROW(UsageError, "image layout must be 'HWC' or 'CHW', got '", name, "'");
+}
 
 void write_pixels(const Canvas& c, void* out, int out_h, int out_w, ImageLayout layout, DType dtype,
                   const ops::Normalize* norm, Scratch& s) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "common/dtype.h"
 #include "decode/canvas.h"
@@ -12,6 +13,11 @@
 namespace stoker {
 
 enum class ImageLayout { kHWC, kCHW };
+
+/// "HWC" or "CHW".
+const char* image_layout_name(ImageLayout layout);
+/// From "HWC" or "CHW"; UsageError for anything else.
+ImageLayout image_layout_from_name(const std::string& name);
 
 /// Writes the view of `c` (out_h x out_w; pixels present, no resize pending)
 /// to `out`, normalised by `norm` if given.

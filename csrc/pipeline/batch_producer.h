@@ -1,8 +1,10 @@
 // What goes into a batch. The loader core (loader_core.h) owns the threads,
 // the order of batches, their memory and stopping; a producer only says what
-// batch k of an epoch holds and how to write it. Two kinds exist: records of a
-// sharded dataset (record_producer.h: fields, images, padded arrays) and token
-// streams (language-model windows, packing, token budgets).
+// batch k of an epoch holds and how to write it. The producers live in
+// csrc/producers/ and see of the engine only this header: records of a sharded
+// dataset (producers/record_producer.h: fields, images, padded arrays) and
+// token streams (producers/token_producer.h: language-model windows, packing,
+// token budgets).
 //
 //   core                         producer
 //   ----                         --------

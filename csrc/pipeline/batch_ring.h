@@ -33,11 +33,10 @@
 #include <memory>
 #include <new>
 
+#include "common/cache_line.h"
 #include "common/detail/futex.h"
 
 namespace stoker {
-
-constexpr size_t kCacheLineSize = 64;
 
 template <typename T>
 class BatchRing {

@@ -7,81 +7,18 @@
 #include <cstdio>
 #include <utility>
 
-#include "common/activity.h"
+#include "common/clock.h"
 #include "common/error.h"
-#include "pipeline/autotuner.h"
+#include "pipeline/window.h"
 
 namespace stoker {
 
 namespace {
 
-int64_t ns_between(LoaderCore::Clock::time_point a, LoaderCore::Clock::time_point b) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
-}
-
-// At most this many batches in flight per stream: the ring's slots are
-// allocated up front, and `prefetch` bounds memory (prefetch x batch bytes).
-constexpr int kMaxPrefetch = 1024;
-
-// NOTE [ Autotuning ]: the window an automatic prefetch starts with, and when
-// the main iterator's next() ticks the tuner.
-constexpr int kAutoInitialWindow = 4;
-constexpr int64_t kTickBatches = 4;
-constexpr auto kTickMin = std::chrono::milliseconds(250);
-constexpr auto kTickSettled = std::chrono::seconds(1);
-constexpr int kStallWarnTicks = 3;  // ticks after the first batch before a stall warning
-constexpr int kDepthMax = 64;       // queue depth is counted up to this
 // NOTE [ Slow first batch ]: reports after the first one.
 constexpr auto kSlowReportEvery = std::chrono::seconds(10);
 
-double seconds(int64_t ns) { return static_cast<double>(ns) * 1e-9; }
-
-std::string format_bytes(double b) {
-  char buf[32];
-  if (b >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.3g GB", b / 1e9);
-  else if (b >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.3g MB", b / 1e6);
-  else
-    std::snprintf(buf, sizeof buf, "%.3g kB", b / 1e3);
-  return buf;
-}
-
 }  // namespace
-
-// The tuner and the counters at the start of its interval (NOTE [ Autotuning ]).
-struct LoaderCore::Tuning {
-  Tuning(const Autotuner::Config& c, int threads, int window) : tuner(c, threads, window) {}
-
-  std::mutex mu;
-  Autotuner tuner;           // guarded by mu
-  bool warm = false;         // guarded by mu: the loader's first batch is out
-  int ticks = 0;             // guarded by mu: since warm
-  bool warned = false;       // guarded by mu: the stall warning was posted
-  Clock::time_point since;   // guarded by mu: start of the interval
-  Clock::time_point last{};  // guarded by mu: the last main-iterator batch
-  int64_t outside_ns = 0;    // guarded by mu: time in the interval with no epoch running
-  int64_t batches = 0;       // guarded by mu: main-iterator batches in the interval
-  int64_t wait_ns = 0, busy_ns = 0, read_ns = 0, decode_ns = 0, ops_ns = 0, plan_ns = 0,
-          copy_ns = 0, copies = 0;  // guarded by mu: the counters at `since`
-  std::atomic<int> min_depth{INT_MAX};
-
-  void restart(const LoaderStats& st, Clock::time_point now) {
-    since = now;
-    last = now;
-    outside_ns = 0;
-    batches = 0;
-    wait_ns = st.wait_ns.load(std::memory_order_relaxed);
-    busy_ns = st.worker_busy_ns.load(std::memory_order_relaxed);
-    read_ns = st.read_ns.load(std::memory_order_relaxed);
-    decode_ns = st.decode_ns.load(std::memory_order_relaxed);
-    ops_ns = st.ops_ns.load(std::memory_order_relaxed);
-    plan_ns = st.plan_ns.load(std::memory_order_relaxed);
-    copy_ns = st.copy_ns.load(std::memory_order_relaxed);
-    copies = st.copies.load(std::memory_order_relaxed);
-    min_depth.store(INT_MAX, std::memory_order_relaxed);
-  }
-};
 
 struct LoaderCore::Run {
   std::shared_ptr<Stream> stream;
@@ -107,23 +44,11 @@ LoaderCore::LoaderCore(std::shared_ptr<const BatchProducer> producer, LoaderOpti
   STOKER_CHECK(producer_ != nullptr, UsageError, "LoaderCore: no producer");
   STOKER_CHECK(opts_.num_threads >= 1, UsageError, "num_threads must be >= 1, got ",
                opts_.num_threads);
-  STOKER_CHECK(opts_.prefetch >= 1 && opts_.prefetch <= kMaxPrefetch, UsageError,
-               "prefetch must be in [1, ", kMaxPrefetch, "] batches, got ", opts_.prefetch);
-  STOKER_CHECK(opts_.stall_warning >= 0 && opts_.stall_warning <= 1, UsageError,
-               "stall_warning must be in [0, 1], got ", opts_.stall_warning);
-  const int window =
-      opts_.auto_prefetch ? std::min(kAutoInitialWindow, opts_.prefetch) : opts_.prefetch;
-  window_.store(window, std::memory_order_relaxed);
-  auto alloc = opts_.host_allocator ? opts_.host_allocator : pageable_allocator();
-  // Slots in flight are at most the window per stream; keep a few more idle for
-  // the batches the consumer holds while the next ones are assembled.
-  host_pool_ = BlockPool::create(std::move(alloc), nullptr, static_cast<size_t>(window) + 2);
+  checked_prefetch(opts_.prefetch);
   workers_ = std::make_unique<WorkerPool>(opts_.num_threads, stats_, opts_.linger);
-  Autotuner::Config tc;
-  tc.tune_threads = opts_.auto_threads;
-  tc.tune_window = opts_.auto_prefetch;
-  tc.max_threads = opts_.num_threads;
-  tuning_ = std::make_unique<Tuning>(tc, opts_.num_threads, window);
+  telemetry_ = std::make_unique<LoaderTelemetry>(opts_, stats_, *workers_);
+  auto alloc = opts_.host_allocator ? opts_.host_allocator : pageable_allocator();
+  host_pool_ = BlockPool::create(std::move(alloc), nullptr, idle_blocks(telemetry_->window()));
 }
 
 LoaderCore::~LoaderCore() {
@@ -147,6 +72,15 @@ int64_t LoaderCore::num_batches(int64_t rank, int64_t world_size) const {
   return producer_->num_batches(rank, world_size);
 }
 
+int64_t LoaderCore::next_batches(int64_t rank, int64_t world_size) const {
+  EpochKey key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    key = prospective_key(rank, world_size);
+  }
+  return producer_->plan_epoch(key)->num_batches();
+}
+
 EpochKey LoaderCore::prospective_key(int64_t rank, int64_t world) const {
   if (resume_) {
     // At the world size that saved it, the rest is exactly what the
@@ -166,9 +100,8 @@ bool LoaderCore::run_starts(const Run& run, const EpochKey& key) const {
 
 std::shared_ptr<LoaderCore::Run> LoaderCore::new_run(const EpochKey& key) {
   auto run = std::make_shared<Run>();
-  run->stream =
-      std::make_shared<Stream>(producer_, host_pool_, workers_->signal(), stats_, opts_.prefetch,
-                               window_.load(std::memory_order_relaxed), key);
+  run->stream = std::make_shared<Stream>(producer_, host_pool_, workers_->signal(), stats_,
+                                         opts_.prefetch, telemetry_->window(), key);
   if (opts_.auto_prefetch && opts_.max_memory > 0)  // NOTE [ Window and memory ]
     run->stream->set_memory_limit(
         opts_.max_memory,
@@ -274,14 +207,9 @@ void LoaderCore::claim(Iterator& it) {
     throw;
   }
   if (!concurrent) {
-    {
-      // Between epochs the loop does something else: that time is not the
-      // loop's time with the loader (order: mu_, then the tuner's).
-      std::lock_guard<std::mutex> tl(tuning_->mu);
-      const auto now = Clock::now();
-      if (tuning_->warm && now > tuning_->last)
-        tuning_->outside_ns += ns_between(tuning_->last, now);
-    }
+    // Between epochs the loop does something else: that time is not the
+    // loop's time with the loader (order: mu_, then the tuner's).
+    telemetry_->note_between_epochs(Clock::now());
     pending_.reset();
     resume_.reset();
     next_epoch_ = key.epoch + 1;
@@ -399,261 +327,36 @@ void LoaderCore::close() {
 }
 
 LoaderStatsSnapshot LoaderCore::stats() const {
-  LoaderStatsSnapshot s;
-  const LoaderStats& st = *stats_;
-  auto sec = [](const std::atomic<int64_t>& ns) {
-    return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
-  };
-  s.batches = st.batches.load(std::memory_order_relaxed);
-  s.samples = st.samples.load(std::memory_order_relaxed);
-  s.bytes_read = st.bytes_read.load(std::memory_order_relaxed);
-  s.skipped = st.skipped.load(std::memory_order_relaxed);
-  s.read_seconds = sec(st.read_ns);
-  s.decode_seconds = sec(st.decode_ns);
-  s.ops_seconds = sec(st.ops_ns);
-  s.plan_seconds = sec(st.plan_ns);
-  s.worker_busy_seconds = sec(st.worker_busy_ns);
-  s.worker_idle_seconds = sec(st.worker_idle_ns);
-  s.wait_seconds = sec(st.wait_ns);
-  s.run_seconds = sec(st.run_ns);
-  const int64_t first = st.first_batch_ns.load(std::memory_order_relaxed);
-  s.first_batch_seconds = first < 0 ? -1.0 : static_cast<double>(first) * 1e-9;
-  const int64_t warmup = st.warmup_ns.load(std::memory_order_relaxed);
-  s.warmup_seconds = warmup < 0 ? -1.0 : seconds(warmup);
-  s.copies = st.copies.load(std::memory_order_relaxed);
-  s.copy_bytes = st.copy_bytes.load(std::memory_order_relaxed);
-  s.copy_seconds = sec(st.copy_ns);
-  s.streams = st.streams.load(std::memory_order_relaxed);
-  s.num_threads = workers_->active();
-  s.prefetch = window_in_force();
-  s.live_workers = workers_->live();
-  s.max_threads = workers_->threads();
-  s.auto_threads = opts_.auto_threads;
-  s.auto_prefetch = opts_.auto_prefetch;
-  s.max_memory = opts_.max_memory;
-  s.batch_bytes = st.max_batch_bytes.load(std::memory_order_relaxed);
-  int64_t depth_n = 0;
-  for (const auto& b : st.depth_hist) {
-    s.depth_hist.push_back(b.load(std::memory_order_relaxed));
-    depth_n += s.depth_hist.back();
-  }
-  s.depth_mean = depth_n > 0 ? static_cast<double>(st.depth_sum.load(std::memory_order_relaxed)) /
-                                   static_cast<double>(depth_n)
-                             : 0.0;
-  {
-    std::lock_guard<std::mutex> tl(tuning_->mu);
-    s.settled = tuning_->tuner.settled();
-  }
-  s.host_blocks = host_pool_->blocks();
-  s.host_bytes = host_pool_->bytes();
+  LoaderTelemetry::Live live;
+  live.host_blocks = host_pool_->blocks();
+  live.host_bytes = host_pool_->bytes();
   if (opts_.delivery) {
-    s.device_buffers = opts_.delivery->buffers();
-    s.device_bytes = opts_.delivery->buffer_bytes();
+    live.device_buffers = opts_.delivery->buffers();
+    live.device_bytes = opts_.delivery->buffer_bytes();
   }
-  // Declared before the lock, so freed after it: an iterator whose last
-  // reference this is must not be destroyed (and released) with mu_ held.
-  std::vector<std::shared_ptr<Iterator>> alive;
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto now = Clock::now();
-  for (const auto& w : iterators_) {
-    auto it = w.lock();
-    if (!it) continue;
-    alive.push_back(it);
-    if (!it->claimed_ || it->counted_) continue;
-    s.run_seconds += static_cast<double>(ns_between(it->started_, now)) * 1e-9;
-    if (it->main_ && it->run_) s.queue_depth = it->run_->stream->ready_batches();
+  {
+    // Declared before the lock, so freed after it: an iterator whose last
+    // reference this is must not be destroyed (and released) with mu_ held.
+    std::vector<std::shared_ptr<Iterator>> alive;
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = Clock::now();
+    for (const auto& w : iterators_) {
+      auto it = w.lock();
+      if (!it) continue;
+      alive.push_back(it);
+      if (!it->claimed_ || it->counted_) continue;
+      live.run_seconds += seconds(ns_between(it->started_, now));
+      if (it->main_ && it->run_) live.queue_depth = it->run_->stream->ready_batches();
+    }
   }
-  // Where the time went, the loader's first batch (its warm-up) left out.
-  TuneInterval iv;
-  const double warm_s = std::max(0.0, s.warmup_seconds);
-  iv.wall = std::max(0.0, s.run_seconds - warm_s);
-  iv.wait = std::max(0.0, s.wait_seconds - warm_s);
-  iv.busy = s.worker_busy_seconds;
-  iv.read = s.read_seconds;
-  iv.decode = s.decode_seconds;
-  iv.ops = s.ops_seconds;
-  iv.plan = s.plan_seconds;
-  iv.copy = s.copy_seconds;
-  iv.batches = s.batches > 1 ? s.batches - 1 : 0;
-  iv.copies = s.copies;
-  iv.threads = s.num_threads;
-  iv.max_threads = opts_.auto_threads ? s.max_threads : s.num_threads;
-  iv.window = s.prefetch;
-  iv.max_window = s.prefetch;
-  iv.device = opts_.delivery != nullptr;
-  const Diagnosis d = diagnose(iv, Autotuner::kStallHigh);
-  s.bottleneck = bottleneck_name(d.kind);
-  s.bottleneck_stage = d.stage;
-  s.verdict = d.text;
-  return s;
-}
-
-// ---- tuning and telemetry -----------------------------------------------------------
-
-void LoaderCore::post(int level, std::string text) {
-  std::lock_guard<std::mutex> lock(log_mu_);
-  log_.push_back(LogMessage{level, std::move(text)});
-  has_messages_.store(true, std::memory_order_release);
-}
-
-std::vector<LogMessage> LoaderCore::take_messages() {
-  std::lock_guard<std::mutex> lock(log_mu_);
-  has_messages_.store(false, std::memory_order_relaxed);
-  return std::exchange(log_, {});
-}
-
-int LoaderCore::window_in_force() const {
-  int w = window_.load(std::memory_order_relaxed);
-  if (opts_.auto_prefetch && opts_.max_memory > 0) {
-    const int64_t b = stats_->max_batch_bytes.load(std::memory_order_relaxed);
-    if (b > 0)
-      w = static_cast<int>(
-          std::min<int64_t>(w, std::max<int64_t>(1, static_cast<int64_t>(opts_.max_memory) / b)));
-  }
-  return w;
+  return telemetry_->snapshot(live);
 }
 
 void LoaderCore::apply_window(int window) {
-  window_.store(window, std::memory_order_relaxed);
-  host_pool_->set_max_idle(static_cast<size_t>(window) + 2);
+  telemetry_->set_window(window);
+  host_pool_->set_max_idle(idle_blocks(window));
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& run : runs_) run->stream->set_window(window);
-}
-
-void LoaderCore::note_depth(int depth) {
-  stats_->add_depth(depth);
-  std::atomic<int>& m = tuning_->min_depth;
-  int seen = m.load(std::memory_order_relaxed);
-  while (depth < seen && !m.compare_exchange_weak(seen, depth, std::memory_order_relaxed)) {
-  }
-}
-
-void LoaderCore::tick(Clock::time_point now) {
-  Tuning& t = *tuning_;
-  TuneInterval iv;
-  Autotuner::Step step;
-  bool warn = false;
-  {
-    std::unique_lock<std::mutex> lock(t.mu, std::try_to_lock);
-    if (!lock.owns_lock()) return;
-    if (!t.warm) {  // the first batch: its wait is the warm-up, not a stall
-      t.warm = true;
-      t.restart(*stats_, now);
-      return;
-    }
-    ++t.batches;
-    t.last = now;
-    if (t.batches < kTickBatches ||
-        now - t.since <
-            (t.tuner.settled() ? Clock::duration(kTickSettled) : Clock::duration(kTickMin)))
-      return;
-    const LoaderStats& st = *stats_;
-    auto delta = [](const std::atomic<int64_t>& c, int64_t base) {
-      return seconds(c.load(std::memory_order_relaxed) - base);
-    };
-    iv.wall = seconds(std::max<int64_t>(1, ns_between(t.since, now) - t.outside_ns));
-    iv.wait = delta(st.wait_ns, t.wait_ns);
-    iv.busy = delta(st.worker_busy_ns, t.busy_ns);
-    iv.read = delta(st.read_ns, t.read_ns);
-    iv.decode = delta(st.decode_ns, t.decode_ns);
-    iv.ops = delta(st.ops_ns, t.ops_ns);
-    iv.plan = delta(st.plan_ns, t.plan_ns);
-    iv.copy = delta(st.copy_ns, t.copy_ns);
-    iv.copies = st.copies.load(std::memory_order_relaxed) - t.copies;
-    iv.batches = t.batches;
-    iv.threads = workers_->active();
-    iv.max_threads = opts_.auto_threads ? workers_->threads() : iv.threads;
-    iv.window = window_in_force();
-    iv.max_window = iv.window;
-    if (opts_.auto_prefetch) {
-      iv.max_window = opts_.prefetch;
-      const int64_t b = st.max_batch_bytes.load(std::memory_order_relaxed);
-      if (opts_.max_memory > 0 && b > 0)
-        iv.max_window = static_cast<int>(std::min<int64_t>(
-            iv.max_window, std::max<int64_t>(1, static_cast<int64_t>(opts_.max_memory) / b)));
-    }
-    const int md = t.min_depth.load(std::memory_order_relaxed);
-    iv.min_depth = md == INT_MAX ? 0 : md;
-    iv.device = opts_.delivery != nullptr;
-    t.restart(st, now);
-    ++t.ticks;
-    step = t.tuner.step(iv);
-    if (opts_.stall_warning > 0 && !t.warned && t.ticks >= kStallWarnTicks &&
-        (t.tuner.settled() || !t.tuner.tuning()) && iv.stall() > opts_.stall_warning) {
-      t.warned = true;
-      warn = true;
-    }
-  }
-  if (step.changed) {
-    if (opts_.auto_threads) workers_->set_active(step.threads);
-    if (opts_.auto_prefetch && step.window != window_.load(std::memory_order_relaxed))
-      apply_window(step.window);
-    post(10, "stoker: autotuning: " + step.reason);
-  }
-  if (step.settled) {
-    char head[256];
-    std::string threads = opts_.auto_threads
-                              ? "num_threads=" + std::to_string(step.threads) + " (of " +
-                                    std::to_string(workers_->threads()) + " cores for this rank)"
-                              : "num_threads=" + std::to_string(iv.threads) + " (as given)";
-    std::string prefetch;
-    if (opts_.auto_prefetch) {
-      prefetch = "prefetch=" + std::to_string(std::min(step.window, iv.max_window));
-      const int64_t b = stats_->max_batch_bytes.load(std::memory_order_relaxed);
-      if (opts_.max_memory > 0 && b > 0)
-        prefetch += " (max_memory=" + format_bytes(static_cast<double>(opts_.max_memory)) +
-                    " holds " + std::to_string(opts_.max_memory / static_cast<size_t>(b)) +
-                    " batches of " + format_bytes(static_cast<double>(b)) + ")";
-    } else {
-      prefetch = "prefetch=" + std::to_string(iv.window) + " (as given)";
-    }
-    std::snprintf(head, sizeof head, "stoker: autotuning settled on %s, %s: ", threads.c_str(),
-                  prefetch.c_str());
-    post(20, head + diagnose(iv, Autotuner::kStallHigh).text);
-  }
-  if (warn) {
-    char head[160];
-    std::snprintf(head, sizeof head,
-                  "stoker: the training loop waited for data %.0f%% of the last %.1f s "
-                  "(stall_warning=%.2g): ",
-                  100.0 * iv.stall(), iv.wall, opts_.stall_warning);
-    post(30, head + diagnose(iv, std::min(opts_.stall_warning, Autotuner::kStallHigh)).text);
-  }
-}
-
-void LoaderCore::report_slow_first(const Iterator& it, Clock::time_point now) {
-  const auto acts = workers_->activities();
-  std::string doing;
-  int working = 0;
-  for (size_t a = 0; a < acts.size(); ++a) {
-    if (acts[a] == 0 || a == static_cast<size_t>(Activity::kIdle)) continue;
-    if (!doing.empty()) doing += ", ";
-    doing += std::to_string(acts[a]) + " " + activity_name(static_cast<Activity>(a));
-    working += acts[a];
-  }
-  std::string text = "stoker: the first batch";
-  if (it.claimed_) text += " of epoch " + std::to_string(it.key_.epoch);
-  char when[64];
-  std::snprintf(when, sizeof when,
-                " is %snot ready after %.1f s: ", it.reported_slow_ ? "still " : "",
-                seconds(ns_between(it.opened_, now)));
-  text += when;
-  if (working == 0) {
-    text += "no worker is busy (" + std::to_string(workers_->live()) + " of " +
-            std::to_string(workers_->threads()) + " threads started)";
-  } else {
-    text += "workers " + doing + " (" + std::to_string(workers_->active()) + " threads)";
-  }
-  if (it.run_) {
-    const Stream& stream = *it.run_->stream;
-    const auto [done, units] = stream.progress(stream.read_position());
-    if (units > 0)
-      text +=
-          "; " + std::to_string(done) + " of " + std::to_string(units) + " parts of the batch done";
-    else
-      text += "; the batch is not planned yet";
-  }
-  post(it.reported_slow_ ? 30 : 20, std::move(text));
 }
 
 // ---- iterators ----------------------------------------------------------------------
@@ -712,9 +415,10 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
     run_->delivered.fetch_add(1, std::memory_order_acq_rel);
     --drain_;
   }
+  LoaderTelemetry& tel = *core_->telemetry_;
   if (!asked_) {  // the queue the consumer finds, once per batch
     asked_ = true;
-    if (main_) core_->note_depth(run_->reader->ready(kDepthMax));
+    if (main_) tel.note_depth(run_->reader->ready(LoaderTelemetry::kDepthMax));
   }
   const auto t0 = Clock::now();
   const BatchReader::Status s = run_->reader->next(out, deadline, consumer_stream);
@@ -722,7 +426,9 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
   st.wait_ns.fetch_add(ns_between(t0, t1), std::memory_order_relaxed);
   if (s == BatchReader::Status::kTimeout) {
     if (yielded_ == 0 && t1 >= next_report_) {  // NOTE [ Slow first batch ]
-      core_->report_slow_first(*this, t1);
+      tel.report_slow_first(claimed_ ? std::optional<uint64_t>(key_.epoch) : std::nullopt,
+                            seconds(ns_between(opened_, t1)), reported_slow_,
+                            run_ ? run_->stream.get() : nullptr);
       reported_slow_ = true;
       next_report_ = t1 + kSlowReportEvery;
     }
@@ -752,13 +458,11 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
     int64_t none = -1;
     st.warmup_ns.compare_exchange_strong(none, ns_between(started_, t1), std::memory_order_relaxed);
   }
-  if (yielded_ == 1 && reported_slow_) {
-    char text[96];
-    std::snprintf(text, sizeof text, "stoker: the first batch of epoch %llu came after %.1f s",
-                  static_cast<unsigned long long>(key_.epoch), seconds(ns_between(opened_, t1)));
-    core_->post(20, text);
+  if (yielded_ == 1 && reported_slow_)
+    tel.report_first_batch(key_.epoch, seconds(ns_between(opened_, t1)));
+  if (main_) {
+    if (std::optional<int> window = tel.tick(t1)) core_->apply_window(*window);
   }
-  if (main_) core_->tick(t1);
   core_->yielded(*this);
   return Status::kBatch;
 }
@@ -766,12 +470,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
 int64_t LoaderCore::Iterator::remaining() const {
   std::lock_guard<detail::TimedMutex> lock(mu_);
   if (claimed_) return batches_ - yielded_;
-  EpochKey key;
-  {
-    std::lock_guard<std::mutex> core_lock(core_->mu_);
-    key = core_->prospective_key(rank_, world_);
-  }
-  return core_->producer_->plan_epoch(key)->num_batches();
+  return core_->next_batches(rank_, world_);
 }
 
 uint64_t LoaderCore::Iterator::epoch() const {

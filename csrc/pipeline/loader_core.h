@@ -52,64 +52,19 @@
 #include "pipeline/block_pool.h"
 #include "pipeline/delivery.h"
 #include "pipeline/detail/timed_mutex.h"
+#include "pipeline/loader_options.h"
 #include "pipeline/loader_stats.h"
+#include "pipeline/loader_telemetry.h"
 #include "pipeline/stream.h"
 #include "pipeline/worker_pool.h"
 
 namespace stoker {
-
-struct LoaderOptions {
-  int num_threads = 1;  ///< with auto_threads: the most (the cores this rank may use)
-  int prefetch = 4;     ///< batches in flight per stream (assembled, being assembled, or copied);
-                        ///< with auto_prefetch: the ring's capacity, the largest window
-  /// NOTE [ Autotuning ] in autotuner.h: explicit settings are never moved.
-  bool auto_threads = false;
-  bool auto_prefetch = false;
-  size_t max_memory = 0;     ///< automatic prefetch: bytes of batches in flight per stream (0: any)
-  double stall_warning = 0;  ///< warn once when the loop waits longer than this share (0: never)
-  /// A first batch slower than this is reported (NOTE [ Slow first batch ]).
-  std::chrono::milliseconds slow_first_batch{2000};
-  bool prefetch_next_epoch = true;
-  std::shared_ptr<BlockAllocator> host_allocator;  ///< null: pageable memory
-  std::shared_ptr<Delivery> delivery;              ///< null: host memory
-  std::chrono::milliseconds linger{100};           ///< idle workers end after this
-};
-
-/// A line for the "stoker" Python logger (the bindings emit them).
-struct LogMessage {
-  int level = 20;  ///< Python's logging levels: 10 DEBUG, 20 INFO, 30 WARNING
-  std::string text;
-};
 
 /// Where a loader stands: the same on every rank in lockstep.
 struct LoaderState {
   uint64_t epoch = 0;
   int64_t offset = 0;      ///< global samples of `epoch` consumed
   int64_t world_size = 0;  ///< of the job that consumed them (0: unknown)
-};
-
-struct LoaderStatsSnapshot {
-  int64_t batches = 0, samples = 0, bytes_read = 0, skipped = 0;
-  double read_seconds = 0, decode_seconds = 0, ops_seconds = 0, plan_seconds = 0;
-  double worker_busy_seconds = 0, worker_idle_seconds = 0;
-  double wait_seconds = 0, run_seconds = 0, first_batch_seconds = -1;
-  double warmup_seconds = -1;  ///< the loader's first batch, from its first next()
-  int64_t copies = 0, copy_bytes = 0;
-  double copy_seconds = 0;
-  int num_threads = 0, prefetch = 0, live_workers = 0, queue_depth = 0;
-  int64_t streams = 0;
-  size_t host_blocks = 0, host_bytes = 0, device_buffers = 0, device_bytes = 0;
-  // Tuning (NOTE [ Autotuning ]).
-  int max_threads = 0;
-  bool auto_threads = false, auto_prefetch = false, settled = false;
-  size_t max_memory = 0;
-  int64_t batch_bytes = 0;  ///< the largest batch planned
-  // Batches ready when the main iterator asked: counts of 0, 1, ..., and the
-  // last bucket for that many or more; and the mean.
-  std::vector<int64_t> depth_hist;
-  double depth_mean = 0;
-  // Where the time went since the loader was made (diagnose()).
-  std::string bottleneck, bottleneck_stage, verdict;
 };
 
 class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
@@ -126,6 +81,9 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   const BatchProducer& producer() const { return *producer_; }
   /// Batches of a whole epoch for this rank.
   int64_t num_batches(int64_t rank, int64_t world_size) const;
+  /// Batches the next main iterator of this rank would yield if it started now: the
+  /// rest of a resumed (or skipped into) epoch, else a whole epoch.
+  int64_t next_batches(int64_t rank, int64_t world_size) const;
 
   /// NOTE [ Epochs and iterators ].
   void set_epoch(uint64_t epoch);
@@ -149,8 +107,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
 
   /// Log lines posted since the last call (tuning settled, a slow first
   /// batch, a stalled loop), oldest first. Any thread.
-  std::vector<LogMessage> take_messages();
-  bool has_messages() const { return has_messages_.load(std::memory_order_acquire); }
+  std::vector<LogMessage> take_messages() { return telemetry_->take_messages(); }
+  bool has_messages() const { return telemetry_->has_messages(); }
 
  private:
   struct Run;  // a stream and its reader
@@ -176,13 +134,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   void release(Iterator& it, bool keep = true);
   void count_run(Iterator& it);  // with mu_
   void end_run(Iterator& it);
-  void post(int level, std::string text);
-  // NOTE [ Autotuning ]: the main iterator's next() after each batch.
-  void tick(Clock::time_point now);
+  // NOTE [ Autotuning ]: a window the tuner chose, for the streams and the pool.
   void apply_window(int window);
-  int window_in_force() const;
-  void note_depth(int depth);
-  void report_slow_first(const Iterator& it, Clock::time_point now);
 
   const std::shared_ptr<const BatchProducer> producer_;
   const LoaderOptions opts_;
@@ -190,14 +143,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::shared_ptr<LoaderStats> stats_;
   std::shared_ptr<BlockPool> host_pool_;
   std::unique_ptr<WorkerPool> workers_;
-  std::atomic<int> window_;  // prefetch window for streams (the tuner moves it)
-
-  struct Tuning;  // the tuner and its last reading of the counters (loader_core.cpp)
-  std::unique_ptr<Tuning> tuning_;
-
-  std::mutex log_mu_;
-  std::vector<LogMessage> log_;  // guarded by log_mu_
-  std::atomic<bool> has_messages_{false};
+  std::unique_ptr<LoaderTelemetry> telemetry_;  // stats, the tuner, log lines
 
   mutable std::mutex mu_;
   uint64_t next_epoch_ = 0;            // guarded by mu_

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/activity.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -16,11 +17,6 @@ uint64_t pack_units(int64_t pos, int next, int count) {
 uint32_t units_pos(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 int units_next(uint64_t w) { return static_cast<int>((w >> 16) & 0xFFFF); }
 int units_count(uint64_t w) { return static_cast<int>(w & 0xFFFF); }
-
-int64_t ns_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-      .count();
-}
 
 }  // namespace
 

@@ -54,6 +54,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/cache_line.h"
 #include "common/detail/event_count.h"
 #include "pipeline/batch.h"
 #include "pipeline/batch_producer.h"

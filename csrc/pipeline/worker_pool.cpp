@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/stop_flag.h"
 
@@ -22,10 +23,6 @@ void use_batch_scheduling() {  // NOTE [ Worker scheduling ]
   sp.sched_priority = 0;
   (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
 #endif
-}
-
-int64_t ns_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ Write a dataset once with :class:`ShardWriter`, then iterate it with :class:`Loa
         ...
 """
 
-from . import ops
+from . import _accelerate, ops
 from ._core import CudaError, DataError, DecodeError, Error
 from .dataset import Dataset
 from .fields import (
@@ -36,6 +36,10 @@ from .token_dataset import TokenDataset
 from .writer import ShardWriter, WriterLockError
 
 __version__ = "0.1.0"
+
+# accelerate.skip_first_batches (which transformers' Trainer calls to resume) takes a
+# stoker.Loader: NOTE [ skip_first_batches ] in _accelerate.py.
+_accelerate.install()
 
 __all__ = [
     "Blob",

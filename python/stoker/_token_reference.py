@@ -1,6 +1,6 @@
 """A slow, plain-Python statement of what every token batch holds.
 
-The C++ producer (``csrc/pipeline/token_producer.h``) is checked against this module in
+The C++ producer (``csrc/producers/token_producer.h``) is checked against this module in
 the tests: for the same documents and options, batch k of (epoch, rank, world_size,
 offset) must be equal, array for array. It is written for clarity, not speed: windows
 are slices of the concatenated stream, packing is a loop over documents, budgets a
@@ -157,7 +157,8 @@ class Reference:
                  pad_to_multiple_of: int = 1, shuffle: bool = False, seed: int = 0,
                  drop_last: bool = False, token_dtype: str = "int64", pad_id: int = 0,
                  ignore_index: int = -100, pack_fit: str = "best_fit", pack_window: int = 64,
-                 overlong: str = "split", vocab_size: int = 0, attention_mask: bool = True):
+                 overlong: str = "split", vocab_size: int = 0, attention_mask: bool = True,
+                 unshifted: bool = False):
         self.docs = [np.asarray(d).astype(np.int64) for d in docs]
         self.prompts = list(prompts) or [0] * len(self.docs)  # leading tokens with no label
         self.mode, self.L, self.B = mode, seq_len, batch_size
@@ -166,6 +167,7 @@ class Reference:
         self.dtype = np.dtype(token_dtype)
         self.pad_id, self.ignore = pad_id, ignore_index
         self.attention_mask = attention_mask
+        self.unshifted = unshifted  # HF's labels: the tokens themselves, the model shifts
         lengths = [len(d) for d in self.docs]
         self.stream = np.concatenate(self.docs) if self.docs else np.zeros(0, np.int64)
         self.starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -270,13 +272,19 @@ class Reference:
         for d, off, p in pieces:
             doc = self.docs[d]
             x[c:c + p] = doc[off:off + p]
-            nxt = doc[off + 1:off + p + 1]  # the next token of the same document, if any
-            y[c:c + len(nxt)] = nxt
-            loss[c:c + len(nxt)] = True
-            for i in range(len(nxt)):  # the next token is part of the prompt: no target
-                if off + i + 1 < self.prompts[d]:
-                    y[c + i] = self.ignore
-                    loss[c + i] = False
+            if self.unshifted:
+                # every token of the sequence but its first, and but the prompt's
+                for i in range(1, p):
+                    if off + i >= self.prompts[d]:
+                        y[c + i] = doc[off + i]
+            else:
+                nxt = doc[off + 1:off + p + 1]  # the next token of the same document, if any
+                y[c:c + len(nxt)] = nxt
+                loss[c:c + len(nxt)] = True
+                for i in range(len(nxt)):  # the next token is part of the prompt: no target
+                    if off + i + 1 < self.prompts[d]:
+                        y[c + i] = self.ignore
+                        loss[c + i] = False
             pos[c:c + p] = np.arange(p)
             seqs.append(p)
             c += p
@@ -294,8 +302,9 @@ class Reference:
             rows = [self._fill_row([(d, 0, self.used[d])], width, False)
                     for d in (self._doc_at(epoch, i) for i in range(begin, end))]
             out = {"input_ids": np.stack([r["x"] for r in rows]).astype(dt),
-                   "labels": np.stack([r["y"] for r in rows]).astype(dt),
-                   "loss_mask": np.stack([r["loss"] for r in rows])}
+                   "labels": np.stack([r["y"] for r in rows]).astype(dt)}
+            if not self.unshifted:
+                out["loss_mask"] = np.stack([r["loss"] for r in rows])
             if self.attention_mask:
                 am = np.zeros((len(rows), width), np.int64)
                 for i, r in enumerate(rows):
@@ -308,10 +317,21 @@ class Reference:
         L = self.L
         if self.mode == "windows":
             win = [self.stream[i * self.stride:i * self.stride + L + 1] for i in ids]
+            if self.unshifted:  # a window is one sequence
+                y = [np.concatenate([[self.ignore], w[1:L]]) for w in win]
+            else:
+                y = [w[1:] for w in win]
             return {"input_ids": np.stack([w[:L] for w in win]).astype(dt),
-                    "labels": np.stack([w[1:] for w in win]).astype(dt)}
+                    "labels": np.stack(y).astype(dt)}
         rows = [self._fill_row(self._row_pieces(i), L, True) for i in ids]
         lengths = [s for r in rows for s in r["seqs"]]
+        if self.unshifted:  # HF's names; the longest sequence as the shape of an empty array
+            cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+            return {"input_ids": np.stack([r["x"] for r in rows]).astype(dt),
+                    "labels": np.stack([r["y"] for r in rows]).astype(dt),
+                    "position_ids": np.stack([r["pos"] for r in rows]).astype(dt),
+                    "cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
+                    "max_length": np.zeros((max(lengths), 0), np.int32)}
         return {"input_ids": np.stack([r["x"] for r in rows]).astype(dt),
                 "labels": np.stack([r["y"] for r in rows]).astype(dt),
                 "position_ids": np.stack([r["pos"] for r in rows]).astype(dt),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import operator
 import os
+import sys
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -27,7 +28,6 @@ __all__ = ["Loader"]
 
 _STATE_VERSION = 2
 _DEFAULT_MAX_PIXELS = 100_000_000
-_MAX_PREFETCH = 1024  # batches in flight per iterator; memory is prefetch x batch bytes
 # prefetch=None: the ring's capacity, the largest window the tuner may choose (within
 # max_memory); batches copied ahead to the device (device="cuda").
 _AUTO_MAX_PREFETCH = 64
@@ -241,6 +241,10 @@ class Loader:
             ``csrc/pipeline/loader_core.h``).
         image_layout: ``"HWC"`` or ``"CHW"`` for every image field; None = each field's
             stored layout.
+        labels: token batches: ``"shifted"`` (default; ``labels[i]`` is the next token,
+            nanoGPT's x, y) or ``"unshifted"`` (HuggingFace's: ``labels`` is ``input_ids``
+            with -100 where no loss is taken, the model shifts; packed batches carry
+            ``DataCollatorWithFlattening``'s keys), docs/tokens.md.
         even_batches: without ``drop_last``, pad every rank to the same number of samples
             by wrapping around (True, as DistributedSampler). False, for evaluation: no
             sample is repeated across ranks; every rank still yields ``len(loader)``
@@ -281,6 +285,7 @@ class Loader:
         max_memory: Optional[Union[int, str]] = None,
         stall_warning: Optional[float] = _DEFAULT_STALL_WARNING,
         shard_window: Optional[int] = None,
+        labels: str = "shifted",
         **options: Any,
     ):
         token_options = {}
@@ -311,12 +316,15 @@ class Loader:
                           even_batches=even_batches, seq_len=seq_len, packing=packing,
                           token_dtype=token_dtype, max_tokens=max_tokens,
                           max_memory=max_memory, stall_warning=stall_warning,
-                          shard_window=shard_window, **token_options)
+                          shard_window=shard_window, labels=labels, **token_options)
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
             max_tokens is not None or packing is not None or bool(token_options)
         if not self._tokens and not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
+        if not self._tokens and labels != "shifted":
+            raise ValueError("labels= applies to token batches (seq_len=, packing=, "
+                             "max_tokens=)")
         if self._tokens and (transforms or image_layout is not None):
             raise ValueError("transforms and image_layout apply to image fields, not to token "
                              "batches (seq_len=, packing=, max_tokens=)")
@@ -361,7 +369,7 @@ class Loader:
                                       "a positive int or None")
         if prefetch is None:
             prefetch = _AUTO_MAX_PREFETCH
-        self.prefetch = _check_int("prefetch", prefetch, 1, _MAX_PREFETCH,
+        self.prefetch = _check_int("prefetch", prefetch, 1, _core.MAX_PREFETCH,
                                    "a positive int or None")
         if max_memory is None:
             max_memory = _default_max_memory()
@@ -394,7 +402,7 @@ class Loader:
             producer = _make_producer(dataset, batch_size=batch_size, shuffle=self.shuffle,
                                       seed=seed, drop_last=self.drop_last, seq_len=seq_len,
                                       packing=packing, token_dtype=token_dtype,
-                                      max_tokens=max_tokens, **token_options)
+                                      max_tokens=max_tokens, labels=labels, **token_options)
             if not isinstance(dataset, TokenDataset):
                 dataset = TokenDataset(dataset, field=token_options.get("field"))
             self.dataset = dataset
@@ -404,16 +412,22 @@ class Loader:
             if remote is not None:  # a cache smaller than the dataset needs a shard order
                 remote.check_window(shard_window, self.shuffle)
             self.transforms = self._check_transforms(transforms or {})
-            images = {}
-            for name, f in dataset.fields.items():
-                if isinstance(f, Image):
-                    images[name] = (image_layout or f.layout,
-                                    _specs(self.transforms.get(name, [])), max_image_pixels)
-            producer = _core.RecordProducer(
-                dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
-                self.drop_last, self.even_batches, shard_window or 0, on_error == "skip",
-                images, self.num_threads)
+            images = {name: _core.ImageFieldSpec(image_layout or f.layout, max_image_pixels)
+                      for name, f in dataset.fields.items() if isinstance(f, Image)}
+            groups = [_core.TransformSpec([name], _specs(ops))
+                      for name, ops in self.transforms.items() if ops]
+            sampler = _core.SamplerOptions(
+                batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
+                drop_last=self.drop_last, even_batches=self.even_batches,
+                shard_window=shard_window or 0)
+            producer = _core.RecordProducer(dataset._core, _core.RecordOptions(
+                sampler=sampler, skip_errors=on_error == "skip", images=images,
+                transforms=groups, threads_hint=self.num_threads))
         self._producer = producer
+        self.labels = labels
+        # labels="unshifted" with packing: HF's max_length_q/_k as ints, from a shape
+        # (NOTE in csrc/pipeline/token_producer.h, "Label conventions")
+        self._hf_lengths = self._tokens and labels == "unshifted" and packing is not None
 
         options = _core.LoaderOptions()
         options.num_threads = self.num_threads
@@ -437,6 +451,8 @@ class Loader:
         self._pid = os.getpid()
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
+        self._skip: Optional[Tuple[int, int]] = None  # skip(n) not yet taken: (epoch, n)
+        self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
         self.sampler = _EpochHook(self)
         _live_loaders.add(self)
 
@@ -537,18 +553,29 @@ class Loader:
             return max(0, -(-(n - rank) // world))
         return -(-n // world)
 
-    @property
-    def batch_sampler(self) -> Any:
-        raise AttributeError(
-            "stoker.Loader has no batch_sampler: it samples and batches in C++. To skip the "
-            "first n batches of an epoch (what accelerate's skip_first_batches does), use "
-            "loader.skip(n), which resumes there without reading them")
+    # DataLoader's attributes that frameworks read by name (Lightning's
+    # _is_dataloader_shuffled reads batch_sampler directly once `sampler` exists; accelerate
+    # and transformers use getattr): answered as a DataLoader without worker processes or a
+    # collate function would answer them, never by raising. stoker samples and batches in
+    # C++, so there is no batch sampler to iterate; `sampler` is the set_epoch hook.
+    batch_sampler: Any = None
+    collate_fn: Any = None
+    # Lightning assigns it under PL_SEED_WORKERS=1; stoker's workers run no Python, and
+    # their randomness is keyed by (seed, epoch, sample) already.
+    worker_init_fn: Any = None
+    num_workers = 0  # no worker processes: the workers are C++ threads (num_threads)
+    timeout = 0
+    multiprocessing_context: Any = None
+    generator: Any = None
+    prefetch_factor: Any = None
+    persistent_workers = False
 
     def skip(self, num_batches: int) -> "Loader":
         """The next iterator starts at batch ``num_batches`` of its epoch (the one
-        ``set_epoch`` gave, else the next), without reading the batches before it, on every
-        rank alike. Returns the loader, so it reads like accelerate's
-        ``skip_first_batches``::
+        ``set_epoch`` gave, else the next, or one ``set_epoch`` names after this call),
+        without reading the batches before it, on every rank alike. Returns the loader, so
+        it reads like accelerate's ``skip_first_batches``, which calls it for a stoker
+        loader (NOTE [ skip_first_batches ] in ``stoker/_accelerate.py``)::
 
             for batch in loader.skip(resume_step):   # this epoch, from resume_step
                 ...
@@ -556,18 +583,29 @@ class Loader:
                 ...
         """
         num_batches = _check_int("num_batches", num_batches, 0)
-        rank, world = self._world()
         epoch = self._core.epoch
+        self._resume_at(epoch, num_batches)
+        # transformers' Trainer skips first and sets the epoch after, as a DataLoader's
+        # SkipBatchSampler allows: set_epoch moves a skip not yet taken to its epoch.
+        self._skip = (epoch, num_batches)
+        return self
+
+    def _resume_at(self, epoch: int, num_batches: int) -> None:
+        rank, world = self._world()
         position = self._producer.consumed_after(epoch, rank, world, 0, num_batches)
         self._core.load_state(epoch, position, world)
-        return self
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iterator runs (its permutation and augmentations); the
         same as ``loader.sampler.set_epoch(epoch)``. Called with the epoch an iterator is
         running, it confirms it: the next iterator runs the one after. A pending resume
-        from ``load_state_dict`` is kept when it is for this epoch."""
-        self._core.set_epoch(_check_int("epoch", epoch, 0))
+        from ``load_state_dict`` is kept when it is for this epoch; a pending ``skip(n)``
+        applies to this epoch."""
+        epoch = _check_int("epoch", epoch, 0)
+        self._core.set_epoch(epoch)
+        if self._skip is not None and self._skip[0] != epoch:
+            self._resume_at(epoch, self._skip[1])
+            self._skip = (epoch, self._skip[1])
 
     @property
     def epoch(self) -> int:
@@ -586,6 +624,7 @@ class Loader:
                 remote.follow(self._shard_schedule)
                 self._following = remote._fetcher
         rank, world = self._world()
+        self._skip = None  # the iterator takes a pending skip from here
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
 
     def _shard_schedule(self, max_shards: int) -> List[int]:
@@ -670,7 +709,20 @@ class Loader:
                              f"{epoch_samples} samples")
         world = state.get("world_size", 0)
         world = 0 if world is None else _check_int("state's world_size", world, 0)
+        _check_lightning_resume(self, world, position, epoch_samples, sys._getframe(1))
         self._core.load_state(epoch, position, world)
+        self._skip = None
+        self._loaded = tuple(self._core.state())
+
+    def _pending_resume(self) -> Optional[Tuple[int, int]]:
+        """For a resume loaded and not started yet: (the world size that saved it, the
+        batches the next iterator of this rank yields); else None. stoker.lightning
+        reconciles Lightning's batch counter with it (NOTE [ Elastic resume under
+        Lightning ] in stoker/lightning.py)."""
+        if self._loaded is None or tuple(self._core.state()) != self._loaded:
+            return None
+        rank, world = self._world()
+        return self._loaded[2], self._core.next_batches(rank, world)
 
     # -- threads --------------------------------------------------------------
 
@@ -725,16 +777,7 @@ class Loader:
         settled), max_threads, max_memory, batch_bytes (the largest batch); live_workers,
         host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
         copy_seconds (device time), copy_gbps, device_buffers, device_bytes."""
-        s = self._core.stats()
-        run = s["run_seconds"]
-        s["samples_per_second"] = s["samples"] / run if run > 0 else 0.0
-        s["data_stall"] = min(1.0, s["wait_seconds"] / run) if run > 0 else 0.0
-        copy = s["copy_seconds"]
-        s["copy_gbps"] = s["copy_bytes"] / copy / 1e9 if copy > 0 else 0.0
-        n = s["batches"]
-        per = {k: s[k + "_seconds"] / n if n else 0.0 for k in ("read", "decode", "ops", "plan")}
-        per["copy"] = copy / s["copies"] if s["copies"] else 0.0
-        s["stage_seconds_per_batch"] = per
+        s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
         if self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens
@@ -772,6 +815,31 @@ def _upgrade_state_v1(state: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def _check_lightning_resume(loader: Loader, saved_world: int, position: int, epoch_samples: int,
+                            caller: Any) -> None:
+    """NOTE [ Elastic resume under Lightning ] in stoker/lightning.py: Lightning loading a
+    mid-epoch state of another world size, without stoker.lightning.ElasticResume to
+    correct its batch counter, would end the epoch before the loader's rows run out."""
+    name = caller.f_globals.get("__name__", "")
+    if not (name.startswith(("lightning.pytorch.", "pytorch_lightning."))
+            and name.endswith(".combined_loader")):
+        return
+    world = loader._world()[1]
+    if saved_world in (0, world) or not 0 < position < epoch_samples:
+        return
+    lightning = sys.modules.get("stoker.lightning")
+    if lightning is not None and lightning._active > 0:
+        return
+    raise RuntimeError(
+        f"cannot resume exactly: Lightning restores a mid-epoch checkpoint saved at world size "
+        f"{saved_world} onto {world} processes, and without stoker.lightning.ElasticResume "
+        f"its batch counter (batches of the old world size) would end the epoch before the "
+        f"loader's rows run out. stoker's package adds that callback to every Trainer through "
+        f"an entry point, which this installation lacks: pass "
+        f"callbacks=[stoker.lightning.ElasticResume()] to the Trainer, or resume on "
+        f"{saved_world} processes")
+
+
 class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
 
@@ -782,6 +850,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._follow_dist = loader._rank is None or loader._world_size is None
         self._pid = os.getpid()
         self._stream_device = loader._stream_device
+        self._hf_lengths = loader._hf_lengths
 
     def __iter__(self) -> "_LoaderIter":
         return self
@@ -809,7 +878,10 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         if caps is None:
             self._loader._report_skipped()
             raise StopIteration
-        return {name: _tensor_from_capsule(cap) for name, cap in caps}
+        batch = {name: _tensor_from_capsule(cap) for name, cap in caps}
+        if self._hf_lengths:
+            batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
+        return batch
 
     @property
     def epoch(self) -> int:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any, List, Sequence, Tuple, Union
 
+from . import _core
+
 __all__ = ["Op", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip",
            "Normalize"]
 
@@ -31,6 +33,7 @@ _Size = Union[int, Sequence[int]]
 
 
 def _pair(size: _Size, what: str) -> Tuple[int, int]:
+    """An int or an (h, w) pair of ints as (h, w); the C++ op checks the values."""
     if isinstance(size, bool):
         raise ValueError(f"{what}: size must be an int or (h, w), got {size!r}")
     if isinstance(size, int):
@@ -39,8 +42,7 @@ def _pair(size: _Size, what: str) -> Tuple[int, int]:
         size = tuple(size)
     except TypeError:
         raise ValueError(f"{what}: size must be a positive int or (h, w), got {size!r}") from None
-    if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
-                                 for s in size):
+    if len(size) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) for s in size):
         raise ValueError(f"{what}: size must be a positive int or (h, w), got {size!r}")
     return size
 
@@ -53,19 +55,44 @@ def _range(value: Any, what: str) -> Tuple[float, float]:
     return lo, hi
 
 
-class Op:
-    """Base class of image ops: the contract between Python and the C++ pipeline.
+def _floats(value: Any) -> Any:
+    """A sequence of numbers as a tuple of floats, anything else as _values() gives it."""
+    try:
+        return tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        return _values(value)
 
-    A subclass sets ``kind`` (the C++ op name, see ``csrc/decode/image_pipeline.h``) and
-    ``num_args``, validates its parameters in ``__init__`` (raising ``ValueError``), and
-    implements ``args()``. The base checks the rest: subclasses must define ``kind`` and
-    ``args`` (at class creation), and :meth:`spec` checks that ``args()`` gives exactly
-    ``num_args`` finite numbers. The repr lists the public attributes.
+
+def _values(value: Any) -> Any:
+    """A sequence as a tuple (a parameter of several values), anything else unchanged."""
+    if isinstance(value, (str, bytes)):
+        return value
+    try:
+        return tuple(value)
+    except TypeError:
+        return value
+
+
+class Op:
+    """Base class of image ops: each builds one op of the C++ pipeline.
+
+    A subclass sets ``kind``, the C++ op it builds (one of
+    ``stoker._core.IMAGE_OPS``: the ops of ``csrc/decode/image_ops.h``), and
+    ``num_args``, and implements ``args()``: that op's parameters in its order (a
+    parameter of several values, such as Normalize's mean, as one sequence). The C++ op
+    checks the values, once, when it is built (``ValueError`` naming the op and the
+    parameter): the ops here build theirs in ``__init__``, so a bad value fails at
+    construction; any op is built again, and checked, when a ``Loader`` is made. The
+    base checks the rest: subclasses must define ``kind`` and ``args`` (at class
+    creation), and :meth:`spec` checks that ``args()`` gives ``num_args`` finite values.
+    The repr lists the public attributes.
 
     Example::
 
         >>> stoker.ops.CenterCrop(224).spec()
-        ('center_crop', [224.0, 224.0])
+        ('center_crop', [224, 224])
+        >>> stoker.ops.CenterCrop(224).build()
+        CenterCrop(h=224, w=224)
     """
 
     kind: str = ""
@@ -80,22 +107,32 @@ class Op:
         if cls.args is Op.args:
             raise TypeError(f"{cls.__name__}: an Op subclass must implement args()")
 
-    def args(self) -> List[float]:
-        """The op's numeric arguments, in the order the C++ op reads them."""
+    def args(self) -> List[Any]:
+        """The C++ op's parameters, in its order."""
         raise NotImplementedError
 
-    def spec(self) -> Tuple[str, List[float]]:
-        """``(kind, args)`` as the C++ pipeline takes it, after checking the contract."""
+    def spec(self) -> Tuple[str, List[Any]]:
+        """``(kind, args)``, after checking the contract: ``num_args`` values, the numbers
+        among them finite (the C++ op checks the rest when it is built)."""
         args = self.args()
         if not isinstance(args, (list, tuple)) or len(args) != self.num_args:
             raise ValueError(f"{self!r}: args() must give {self.num_args} numbers, got {args!r}")
-        try:
-            args = [float(a) for a in args]
-        except (TypeError, ValueError):
-            raise ValueError(f"{self!r}: args() must give numbers, got {args!r}") from None
-        if not all(math.isfinite(a) for a in args):
+        args = [_values(a) for a in args]
+        numbers = [x for a in args for x in (a if isinstance(a, tuple) else (a,))
+                   if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        if not all(math.isfinite(x) for x in numbers):
             raise ValueError(f"{self!r}: args() must be finite, got {args!r}")
         return self.kind, args
+
+    def build(self) -> _core.ImageOp:
+        """The C++ op (a ``stoker._core`` op object), checked there: ValueError
+        naming the op and the parameter when a value is out of range."""
+        kind, args = self.spec()
+        op = _core.IMAGE_OPS.get(kind)
+        if op is None:
+            raise ValueError(f"{self!r}: no C++ image op of kind {kind!r} (there are: "
+                             f"{', '.join(sorted(_core.IMAGE_OPS))})")
+        return op(*args)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
@@ -105,7 +142,7 @@ class Op:
         return type(self) is type(other) and vars(self) == vars(other)
 
     def __hash__(self) -> int:
-        return hash((type(self), tuple(self.spec()[1])))
+        return hash((type(self), repr(self.spec()[1])))
 
 
 class RandomResizedCrop(Op):
@@ -128,18 +165,12 @@ class RandomResizedCrop(Op):
     def __init__(self, size: _Size, scale: Tuple[float, float] = (0.08, 1.0),
                  ratio: Tuple[float, float] = (3 / 4, 4 / 3)):
         self.size = _pair(size, "RandomResizedCrop")
-        scale = _range(scale, "RandomResizedCrop: scale")
-        ratio = _range(ratio, "RandomResizedCrop: ratio")
-        if not (0 < scale[0] <= scale[1]):
-            raise ValueError(f"RandomResizedCrop: scale must satisfy 0 < lo <= hi, got {scale}")
-        if not (0 < ratio[0] <= ratio[1]):
-            raise ValueError(f"RandomResizedCrop: ratio must satisfy 0 < lo <= hi, got {ratio}")
-        self.scale = scale
-        self.ratio = ratio
+        self.scale = _range(scale, "RandomResizedCrop: scale")
+        self.ratio = _range(ratio, "RandomResizedCrop: ratio")
+        self.build()
 
-    def args(self) -> List[float]:
-        # The C++ side samples the log-ratio uniformly, as torchvision does.
-        return [*self.size, *self.scale, math.log(self.ratio[0]), math.log(self.ratio[1])]
+    def args(self) -> List[Any]:
+        return [*self.size, *self.scale, *self.ratio]
 
 
 class Resize(Op):
@@ -153,19 +184,19 @@ class Resize(Op):
     """
 
     kind = "resize"
-    num_args = 2
+    num_args = 3
 
     def __init__(self, size: _Size):
         self.size: Union[int, Tuple[int, int]]
         if isinstance(size, int) and not isinstance(size, bool):
-            if size <= 0:
-                raise ValueError(f"Resize: size must be positive, got {size}")
             self.size = size
         else:
             self.size = _pair(size, "Resize")
+        self.build()
 
-    def args(self) -> List[float]:
-        return [self.size, -1] if isinstance(self.size, int) else list(self.size)
+    def args(self) -> List[Any]:
+        # (h, w, shorter): exactly (h, w), or the shorter side to `shorter`
+        return [0, 0, self.size] if isinstance(self.size, int) else [*self.size, 0]
 
 
 class CenterCrop(Op):
@@ -182,8 +213,9 @@ class CenterCrop(Op):
 
     def __init__(self, size: _Size):
         self.size = _pair(size, "CenterCrop")
+        self.build()
 
-    def args(self) -> List[float]:
+    def args(self) -> List[Any]:
         return list(self.size)
 
 
@@ -199,11 +231,10 @@ class RandomHorizontalFlip(Op):
     num_args = 1
 
     def __init__(self, p: float = 0.5):
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-            raise ValueError(f"RandomHorizontalFlip: p must be a number in [0, 1], got {p!r}")
-        self.p = float(p)
+        self.p = float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else p
+        self.build()
 
-    def args(self) -> List[float]:
+    def args(self) -> List[Any]:
         return [self.p]
 
 
@@ -217,41 +248,27 @@ class Normalize(Op):
     """
 
     kind = "normalize"
-    num_args = 7
+    num_args = 3
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], dtype: str = "float32"):
-        try:
-            mean = tuple(float(m) for m in mean)
-            std = tuple(float(s) for s in std)
-        except (TypeError, ValueError):
-            raise ValueError("Normalize: mean and std must be 3 numbers each") from None
-        if len(mean) != 3 or len(std) != 3:
-            raise ValueError("Normalize: mean and std need 3 values (RGB)")
-        if any(s == 0 for s in std):
-            raise ValueError("Normalize: std must be non-zero")
-        if dtype not in ("float32", "float16"):
-            raise ValueError(f"Normalize: dtype must be 'float32' or 'float16', got {dtype!r}")
-        self.mean = mean
-        self.std = std
+        self.mean = _floats(mean)
+        self.std = _floats(std)
         self.dtype = dtype
+        self.build()
 
-    def args(self) -> List[float]:
-        return [*self.mean, *self.std, 1.0 if self.dtype == "float16" else 0.0]
+    def args(self) -> List[Any]:
+        return [self.mean, self.std, self.dtype]
 
 
-def _specs(ops: Sequence[Op]) -> List[Tuple[str, List[float]]]:
-    """The op list as the C++ pipeline takes it: ``[(kind, args), ...]``.
-
-    Accepts a single op too. Checks that Normalize, if present, is last (the C++ side
-    checks again, but this error names the Python objects).
-    """
+def _specs(ops: Union[Op, Sequence[Op]]) -> List[_core.ImageOp]:
+    """The op list as the C++ pipeline takes it: the C++ ops (``Op.build()``), checked
+    as a list (Normalize last). Accepts a single op too."""
     if isinstance(ops, Op):
         ops = [ops]
     ops = list(ops)
     for op in ops:
         if not isinstance(op, Op):
             raise TypeError(f"image transforms must be stoker.ops.Op instances, got {op!r}")
-    for op in ops[:-1]:
-        if isinstance(op, Normalize):
-            raise ValueError(f"{op!r} must be the last op, got {ops!r}")
-    return [op.spec() for op in ops]
+    built = [op.build() for op in ops]
+    _core.check_image_ops(built)
+    return built

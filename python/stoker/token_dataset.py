@@ -30,7 +30,7 @@ from .dataset import Dataset
 from .fields import NDArray, Tokens
 from .writer import INDEX_NAME
 
-__all__ = ["TokenDataset", "PACKING_MODES", "TOKEN_DTYPES"]
+__all__ = ["TokenDataset", "PACKING_MODES", "TOKEN_DTYPES", "LABEL_CONVENTIONS"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -38,6 +38,10 @@ PathLike = Union[str, "os.PathLike[str]"]
 PACKING_MODES = (None, "concat", "document")
 #: values of ``Loader(token_dtype=...)``
 TOKEN_DTYPES = ("int64", "int32")
+#: values of ``Loader(labels=...)``: the label of position i is the next token
+#: ("shifted", nanoGPT's x, y), or the token itself and the model shifts ("unshifted",
+#: HuggingFace's causal-LM models); docs/tokens.md, "Label conventions"
+LABEL_CONVENTIONS = ("shifted", "unshifted")
 _FLAT_DTYPES = ("uint8", "uint16", "int16", "uint32", "int32", "int64")
 
 
@@ -293,7 +297,8 @@ def _producer_args(dataset: Any, *, batch_size: Optional[int] = None,
                    stride: Optional[int] = None, pad_id: int = 0, ignore_index: int = -100,
                    pack_fit: str = "best_fit", pack_window: int = 64, overlong: str = "split",
                    max_length: Optional[int] = None, pad_to_multiple_of: Optional[int] = None,
-                   attention_mask: bool = True, field: Optional[str] = None) -> tuple:
+                   attention_mask: bool = True, field: Optional[str] = None,
+                   labels: str = "shifted") -> tuple:
     """Checks the token arguments of ``Loader``: returns the :class:`TokenDataset` and the
     keyword arguments of ``_core.TokenProducer`` (which ``_token_reference.Reference``
     takes too).
@@ -327,9 +332,13 @@ def _producer_args(dataset: Any, *, batch_size: Optional[int] = None,
     if overlong not in ("split", "truncate", "error"):
         raise ValueError(f"overlong must be 'split', 'truncate' or 'error', got {overlong!r}")
     pack_window = _int_arg("pack_window", pack_window, 1, 1 << 20)
+    if labels not in LABEL_CONVENTIONS:
+        raise ValueError(f"labels must be 'shifted' (labels[i] is the next token, nanoGPT's "
+                         f"x, y) or 'unshifted' (labels = input_ids, the model shifts: "
+                         f"HuggingFace's), got {labels!r}")
     common = dict(shuffle=bool(shuffle), seed=seed, drop_last=bool(drop_last),
                   token_dtype=token_dtype, pad_id=pad_id, ignore_index=ignore_index,
-                  vocab_size=ds.vocab_size or 0)
+                  vocab_size=ds.vocab_size or 0, unshifted=labels == "unshifted")
 
     if max_tokens is not None:
         max_tokens = _int_arg("max_tokens", max_tokens, 1, 2**31 - 1)

@@ -22,6 +22,7 @@
 #include "decode/jpeg_decoder.h"
 #include "decode/png_decoder.h"
 #include "decode/resize.h"
+#include "test_util.h"
 
 using namespace stoker;
 using Bytes = std::vector<uint8_t>;
@@ -126,14 +127,14 @@ Bytes run(const ImagePipeline& p, const Bytes& data, uint64_t seed = 0, size_t e
   return out;
 }
 
-ImagePipeline pipeline(std::vector<OpSpec> ops, ImageLayout layout = ImageLayout::kHWC) {
+ImagePipeline pipeline(std::vector<ImageOp> ops, ImageLayout layout = ImageLayout::kHWC) {
   ImageFieldSpec s;
-  s.ops = std::move(ops);
   s.layout = layout;
-  return ImagePipeline(s);
+  return ImagePipeline(s, std::move(ops));
 }
 
-const double kLogR0 = std::log(3.0 / 4), kLogR1 = std::log(4.0 / 3);
+const double kR0 = 3.0 / 4, kR1 = 4.0 / 3;  // RandomResizedCrop's default ratios
+const double kLogR0 = std::log(kR0), kLogR1 = std::log(kR1);
 
 Bytes full_decode(const Bytes& jpeg, int* w, int* h) {
   JpegDecoder d;
@@ -287,9 +288,9 @@ void test_bad_inputs_throw_decode_error() {
   // A crop of the top rows of a truncated file must not pass unnoticed.
   const Bytes big = rgb_jpeg(256, 256);
   const Bytes cut(big.begin(), big.begin() + big.size() * 3 / 4);
-  CHECK(contains(decode_error(cut, pipeline({{"center_crop", {16, 16}}, {"resize", {8, 8}}})),
+  CHECK(contains(decode_error(cut, pipeline({ops::CenterCrop{16, 16}, ops::Resize{8, 8}})),
                  "truncated JPEG data"));
-  CHECK(contains(decode_error(cut, pipeline({{"random_resized_crop", {8, 8, 0.01, 0.02, 0, 0}}})),
+  CHECK(contains(decode_error(cut, pipeline({ops::RandomResizedCrop{8, 8, 0.01, 0.02, 1, 1}})),
                  "truncated JPEG data"));
 }
 
@@ -442,31 +443,84 @@ void test_resize_paths_agree() {
 // --- pipeline ---------------------------------------------------------------
 
 void test_op_validation() {
-  CHECK_THROWS(UsageError, pipeline({{"sharpen", {}}}));
-  CHECK_THROWS(UsageError, pipeline({{"resize", {224}}}));
-  CHECK_THROWS(UsageError, pipeline({{"resize", {0, -1}}}));
-  CHECK_THROWS(UsageError, pipeline({{"center_crop", {2.5, 3}}}));
-  CHECK_THROWS(UsageError, pipeline({{"random_horizontal_flip", {1.5}}}));
-  CHECK_THROWS(UsageError,
-               pipeline({{"normalize", {0, 0, 0, 1, 1, 1, 0}}, {"center_crop", {4, 4}}}));
-  CHECK_THROWS(UsageError, pipeline({{"normalize", {0, 0, 0, 1, 0, 1, 0}}}));
-  ImagePipeline p = pipeline({{"random_resized_crop", {24, 32, 0.08, 1, kLogR0, kLogR1}},
-                              {"random_horizontal_flip", {0.5}},
-                              {"normalize", {0, 0, 0, 1, 1, 1, 1}}});
+  CHECK(test::throws_with([] { pipeline({ops::Resize{224, 0, 0}}); }, "Resize: give either"));
+  CHECK_THROWS(UsageError, pipeline({ops::Resize{}}));
+  CHECK_THROWS(UsageError, pipeline({ops::Resize{8, 8, 4}}));  // both forms
+  CHECK_THROWS(UsageError, pipeline({ops::Resize{0, 0, -3}}));
+  CHECK(test::throws_with([] { pipeline({ops::CenterCrop{0, 3}}); },
+                          "CenterCrop: h must be a positive whole number"));
+  CHECK_THROWS(UsageError, pipeline({ops::CenterCrop{3, (1 << 20) + 1}}));
+  CHECK(test::throws_with([] { pipeline({ops::RandomHorizontalFlip{1.5}}); }, "[0, 1]"));
+  CHECK(test::throws_with([] { pipeline({ops::RandomResizedCrop{8, 8, 0.5, 0.1}}); }, "scale"));
+  CHECK(test::throws_with([] { pipeline({ops::RandomResizedCrop{8, 8, 0.1, 1, 2, 1}}); }, "ratio"));
+  CHECK_THROWS(UsageError, pipeline({ops::RandomResizedCrop{8, 8, 0.1, 1, 0, 1}}));
+  CHECK(test::throws_with([] { pipeline({ops::Normalize{}, ops::CenterCrop{4, 4}}); },
+                          "Normalize must be the last op"));
+  CHECK(test::throws_with([] { pipeline({ops::Normalize{{0, 0, 0}, {1, 0, 1}}}); }, "non-zero"));
+  CHECK(test::throws_with([] { pipeline({ops::Normalize{{0, 0, 0}, {1, 1, 1}, DType::kInt32}}); },
+                          "dtype must be 'float32' or 'float16'"));
+  ImagePipeline p =
+      pipeline({ops::RandomResizedCrop{24, 32, 0.08, 1, kR0, kR1}, ops::RandomHorizontalFlip{0.5},
+                ops::Normalize{{0, 0, 0}, {1, 1, 1}, DType::kFloat16}});
   CHECK(p.out_dtype() == DType::kFloat16);
   CHECK(p.fixed_size() == std::make_pair(24, 32));
-  CHECK(!pipeline({{"center_crop", {4, 4}}, {"resize", {8, -1}}}).fixed_size());
+  CHECK(!pipeline({ops::CenterCrop{4, 4}, ops::Resize{0, 0, 8}}).fixed_size());
+  CHECK(pipeline({ops::Resize{0, 0, 8}, ops::CenterCrop{4, 6}}).fixed_size() ==
+        std::make_pair(4, 6));
   CHECK(!ImagePipeline({}).fixed_size());
+}
+
+// The geometry an op chain reports maps each output pixel onto the source pixel
+// it shows (crops and flips move no pixel values), and a resize scales it.
+void test_geometry_follows_the_pixels() {
+  const int w = 40, h = 30;
+  Bytes src(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      src[(y * w + x) * 3] = static_cast<uint8_t>(x);
+      src[(y * w + x) * 3 + 1] = static_cast<uint8_t>(y);
+    }
+  const Bytes png = encode_png(src, w, h, PNG_COLOR_TYPE_RGB);
+  for (const std::vector<ImageOp>& list :
+       {std::vector<ImageOp>{ops::CenterCrop{20, 24}},
+        std::vector<ImageOp>{ops::CenterCrop{20, 24}, ops::RandomHorizontalFlip{1}},
+        std::vector<ImageOp>{ops::RandomHorizontalFlip{1}, ops::CenterCrop{36, 12}},
+        std::vector<ImageOp>{ops::CenterCrop{26, 50}, ops::RandomHorizontalFlip{1}}}) {
+    const ImagePipeline p = pipeline(list);
+    const auto [oh, ow] = p.output_size(png.data(), png.size());
+    Bytes out(static_cast<size_t>(oh) * ow * 3);
+    Geometry g;
+    p.run(png.data(), png.size(), 0, out.data(), oh, ow, nullptr, &g);
+    CHECK(g.width == ow && g.height == oh && g.xy == 0 && g.yx == 0);
+    for (int y = 0; y < oh; ++y)
+      for (int x = 0; x < ow; ++x) {
+        // The source point under the output pixel's centre (the map is diagonal).
+        const int sx = static_cast<int>(std::floor((x + 0.5 - g.x0) / g.xx));
+        const int sy = static_cast<int>(std::floor((y + 0.5 - g.y0) / g.yy));
+        const bool inside = sx >= 0 && sx < w && sy >= 0 && sy < h;
+        const uint8_t* px = &out[(static_cast<size_t>(y) * ow + x) * 3];
+        CHECK(px[0] == (inside ? sx : 0) && px[1] == (inside ? sy : 0));
+      }
+  }
+  // Crop 24x20 at (8, 5), mirror, halve: the crop's corners land on the output's.
+  Geometry g;
+  const ImagePipeline p =
+      pipeline({ops::CenterCrop{20, 24}, ops::RandomHorizontalFlip{1}, ops::Resize{10, 12}});
+  Bytes out(10 * 12 * 3);
+  p.run(png.data(), png.size(), 0, out.data(), 10, 12, nullptr, &g);
+  CHECK(g.map(8, 5) == std::make_pair(12.0, 0.0));
+  CHECK(g.map(32, 25) == std::make_pair(0.0, 10.0));
+  CHECK(g.width == 12 && g.height == 10);
 }
 
 void test_center_crop_of_jpeg_equals_full_decode_crop() {
   const Bytes jpeg = rgb_jpeg(203, 150, 9);
   int w, h;
   const Bytes full = full_decode(jpeg, &w, &h);
-  const Bytes got = run(pipeline({{"center_crop", {64, 99}}}), jpeg);
+  const Bytes got = run(pipeline({ops::CenterCrop{64, 99}}), jpeg);
   CHECK(got == crop_of(full, w, center_crop_rect(w, h, 99, 64)));
   // Larger than the image: zero padding around the full decode.
-  const Bytes pad = run(pipeline({{"center_crop", {152, 205}}}), jpeg);
+  const Bytes pad = run(pipeline({ops::CenterCrop{152, 205}}), jpeg);
   for (int y = 0; y < 152; ++y)
     for (int x = 0; x < 205; ++x)
       for (int c = 0; c < 3; ++c) {
@@ -480,8 +534,8 @@ void test_center_crop_of_jpeg_equals_full_decode_crop() {
 void test_flip_layout_and_normalize_are_exact() {
   const Bytes png = encode_png(photo(30, 20, 3), 30, 20, PNG_COLOR_TYPE_RGB);
   const Bytes plain = run(ImagePipeline({}), png);
-  const Bytes flipped = run(pipeline({{"random_horizontal_flip", {1.0}}}), png);
-  const Bytes kept = run(pipeline({{"random_horizontal_flip", {0.0}}}), png);
+  const Bytes flipped = run(pipeline({ops::RandomHorizontalFlip{1.0}}), png);
+  const Bytes kept = run(pipeline({ops::RandomHorizontalFlip{0.0}}), png);
   const Bytes chw = run(pipeline({}, ImageLayout::kCHW), png);
   CHECK(kept == plain);
   for (int y = 0; y < 20; ++y)
@@ -491,17 +545,17 @@ void test_flip_layout_and_normalize_are_exact() {
         CHECK(chw[c * 600 + y * 30 + x] == plain[(y * 30 + x) * 3 + c]);
       }
   // Flip then a crop equals the mirrored crop: the crop happens in flipped coordinates.
-  const Bytes fc =
-      run(pipeline({{"random_horizontal_flip", {1.0}}, {"center_crop", {20, 7}}}), png);
+  const Bytes fc = run(pipeline({ops::RandomHorizontalFlip{1.0}, ops::CenterCrop{20, 7}}), png);
   const PixelRect r = center_crop_rect(30, 20, 7, 20);  // left = round(11.5) = 12
   for (int y = 0; y < 20; ++y)
     for (int x = 0; x < 7; ++x) CHECK(fc[(y * 7 + x) * 3] == flipped[(y * 30 + r.x + x) * 3]);
-  const Bytes f = run(pipeline({{"normalize", {0.5, 0.25, 0, 0.5, 0.25, 2, 0}}}), png, 0, 4);
+  const Bytes f = run(pipeline({ops::Normalize{{0.5, 0.25, 0}, {0.5, 0.25, 2}}}), png, 0, 4);
   const float* fp = reinterpret_cast<const float*>(f.data());
   const double mean[3] = {0.5, 0.25, 0}, std_[3] = {0.5, 0.25, 2};
   for (size_t i = 0; i < plain.size(); ++i)
     CHECK(std::abs(fp[i] - (plain[i] / 255.0 - mean[i % 3]) / std_[i % 3]) < 1e-5);
-  const Bytes half = run(pipeline({{"normalize", {0, 0, 0, 1, 1, 1, 1}}}), png, 0, 2);
+  const Bytes half =
+      run(pipeline({ops::Normalize{{0, 0, 0}, {1, 1, 1}, DType::kFloat16}}), png, 0, 2);
   const uint16_t* hp = reinterpret_cast<const uint16_t*>(half.data());
   CHECK(hp[0] == detail::float_to_half(plain[0] / 255.0f));
   CHECK(detail::float_to_half(1.0f) == 0x3C00 && detail::float_to_half(-2.0f) == 0xC000);
@@ -513,7 +567,7 @@ void test_random_resized_crop_matches_reference() {
   const Bytes jpeg = rgb_jpeg(640, 480, 5);
   int w, h;
   const Bytes full = full_decode(jpeg, &w, &h);
-  const ImagePipeline p = pipeline({{"random_resized_crop", {56, 64, 0.08, 1, kLogR0, kLogR1}}});
+  const ImagePipeline p = pipeline({ops::RandomResizedCrop{56, 64, 0.08, 1, kR0, kR1}});
   double worst_mean = 0;
   for (uint64_t seed = 0; seed < 40; ++seed) {
     detail::SplitMix64 rng(seed);
@@ -535,8 +589,8 @@ void test_random_resized_crop_matches_reference() {
 
 void test_same_seed_same_output_on_any_thread() {
   const Bytes jpeg = rgb_jpeg(320, 240, 2);
-  const ImagePipeline p = pipeline({{"random_resized_crop", {32, 32, 0.08, 1, kLogR0, kLogR1}},
-                                    {"random_horizontal_flip", {0.5}}});
+  const ImagePipeline p =
+      pipeline({ops::RandomResizedCrop{32, 32, 0.08, 1, kR0, kR1}, ops::RandomHorizontalFlip{0.5}});
   std::vector<Bytes> ref;
   for (uint64_t seed = 0; seed < 64; ++seed) ref.push_back(run(p, jpeg, seed));
   int distinct = 0;
@@ -559,10 +613,10 @@ void test_progressive_jpeg_region_decode() {
   const Bytes jpeg = encode_jpeg(src, 120, 90, JCS_RGB, 90, true, true);
   int w, h;
   const Bytes full = full_decode(jpeg, &w, &h);
-  CHECK(run(pipeline({{"center_crop", {30, 40}}}), jpeg) ==
+  CHECK(run(pipeline({ops::CenterCrop{30, 40}}), jpeg) ==
         crop_of(full, w, center_crop_rect(w, h, 40, 30)));
   CHECK(contains(decode_error(Bytes(jpeg.begin(), jpeg.begin() + jpeg.size() / 2),
-                              pipeline({{"center_crop", {30, 40}}})),
+                              pipeline({ops::CenterCrop{30, 40}})),
                  "truncated JPEG data"));
 }
 
@@ -583,7 +637,7 @@ TEST_MAIN(test_jpeg_decodes_close_to_source(); test_gray_and_cmyk_jpeg_come_out_
           test_declared_size_is_checked_before_decoding();
           test_random_resized_crop_rect_in_bounds(); test_rng_is_uniform_enough();
           test_center_crop_and_resize_rules(); test_resize_identity_and_constant();
-          test_resize_paths_agree(); test_op_validation();
+          test_resize_paths_agree(); test_op_validation(); test_geometry_follows_the_pixels();
           test_center_crop_of_jpeg_equals_full_decode_crop();
           test_flip_layout_and_normalize_are_exact(); test_random_resized_crop_matches_reference();
           test_same_seed_same_output_on_any_thread(); test_progressive_jpeg_region_decode();

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -25,7 +26,7 @@
 #include "cuda/fake_device_api.h"
 #include "format/shard_reader.h"
 #include "pipeline/loader_core.h"
-#include "pipeline/record_producer.h"
+#include "producers/record_producer.h"
 #include "sampler/sampler.h"
 #include "test_threads.h"
 #include "test_util.h"
@@ -305,6 +306,13 @@ void order_and_content() {
   std::fflush(stdout);
   auto ds = make_dataset(301);
   auto core = LoaderCore::create(records(ds, sampler(16, false)), options(3, 2));
+  {
+    // Before any batch the derived numbers are zeros, not divisions by zero.
+    const LoaderStatsSnapshot st = core->stats();
+    CHECK(st.samples_per_second == 0 && st.data_stall == 0 && st.copy_gbps == 0);
+    CHECK(st.stage_seconds_per_batch.read == 0 && st.stage_seconds_per_batch.copy == 0);
+    CHECK_EQ(st.bottleneck, std::string("unknown"));
+  }
   CHECK_EQ(core->num_batches(0, 1), 19);
   auto it = core->iter(0, 1);
   CHECK_EQ(it->remaining(), 19);
@@ -331,6 +339,17 @@ void order_and_content() {
   CHECK_EQ(st.prefetch, 2);
   CHECK(st.first_batch_seconds >= 0);
   CHECK(st.host_blocks >= 1);
+  // What Python reports is derived here (pipeline/loader_telemetry.h).
+  const auto near = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::abs(b); };
+  CHECK(st.run_seconds > 0 && st.read_seconds > 0);
+  CHECK(near(st.samples_per_second, 301 / st.run_seconds));
+  CHECK(near(st.data_stall, std::min(1.0, st.wait_seconds / st.run_seconds)));
+  CHECK(st.data_stall > 0 && st.data_stall <= 1);
+  CHECK(near(st.stage_seconds_per_batch.read, st.read_seconds / 19));
+  CHECK(near(st.stage_seconds_per_batch.decode, st.decode_seconds / 19));
+  CHECK(near(st.stage_seconds_per_batch.plan, st.plan_seconds / 19));
+  CHECK(st.stage_seconds_per_batch.ops == 0 && st.stage_seconds_per_batch.copy == 0);
+  CHECK(st.copy_gbps == 0);
 
   // Shuffled, ranks and drop_last: what the sampler says, nothing else.
   for (bool drop_last : {false, true})
@@ -382,7 +401,13 @@ void determinism() {
         CHECK(run_epoch(*core) == want1);
         if (device) {
           CHECK(eventually([&] { return core->stats().copies >= 42; }));
-          CHECK(core->stats().device_buffers >= 1);
+          const LoaderStatsSnapshot st = core->stats();
+          CHECK(st.device_buffers >= 1);
+          CHECK(st.copy_seconds > 0);
+          CHECK(std::abs(st.copy_gbps - st.copy_bytes / st.copy_seconds * 1e-9) <=
+                1e-9 * st.copy_gbps);
+          CHECK(std::abs(st.stage_seconds_per_batch.copy - st.copy_seconds / st.copies) <=
+                1e-9 * st.stage_seconds_per_batch.copy);
         }
       }
 }

@@ -19,7 +19,7 @@
 #include "format/megatron_index.h"
 #include "format/record_tokens.h"
 #include "format/token_file.h"
-#include "pipeline/token_producer.h"
+#include "producers/token_producer.h"
 #include "sampler/epoch_split.h"
 #include "sampler/pack_plan.h"
 #include "sampler/token_budget.h"

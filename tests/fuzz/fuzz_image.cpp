@@ -14,15 +14,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     s.max_pixels = 4'000'000;  // keep single inputs fast
     return s;
   }());
-  static const ImagePipeline crop([] {
-    ImageFieldSpec s;
-    s.max_pixels = 4'000'000;
-    s.layout = ImageLayout::kCHW;
-    s.ops = {{"random_resized_crop", {17, 13, 0.08, 1.0, -0.2876820724517809, 0.28768207245178085}},
-             {"random_horizontal_flip", {0.5}},
-             {"normalize", {0.5, 0.5, 0.5, 0.2, 0.2, 0.2, 1}}};
-    return s;
-  }());
+  static const ImagePipeline crop(
+      [] {
+        ImageFieldSpec s;
+        s.max_pixels = 4'000'000;
+        s.layout = ImageLayout::kCHW;
+        return s;
+      }(),
+      {ops::RandomResizedCrop{17, 13, 0.08, 1.0, 0.75, 4.0 / 3.0}, ops::RandomHorizontalFlip{0.5},
+       ops::Normalize{{0.5, 0.5, 0.5}, {0.2, 0.2, 0.2}, DType::kFloat16}});
   std::vector<uint8_t> out;
   for (const ImagePipeline* p : {&plain, &crop}) {
     try {

@@ -16,29 +16,54 @@
 #include "decode/image_pipeline.h"
 #include "format/dataset.h"
 #include "pipeline/batch_producer.h"
+#include "sampler/permutation.h"
 #include "sampler/sampler.h"
 
 namespace stoker {
+
+/// Ops applied to a group of fields with one set of random draws per sample
+/// (NOTE [ Random draws ]).
+struct TransformSpec {
+  std::vector<std::string> fields;  ///< today one image field per group
+  std::vector<ImageOp> ops;         ///< applied in order
+};
 
 struct RecordOptions {
   SamplerOptions sampler;
   bool skip_errors = false;  ///< replace a bad sample by the next valid one, counted
   std::map<std::string, ImageFieldSpec> images;  ///< per image field; others use defaults
+  std::vector<TransformSpec> transforms;         ///< a field is in one group at most
   /// Samples per unit of work; 0 = chosen from the batch size and `threads`.
   int64_t unit_samples = 0;
   int threads_hint = 1;
 };
 
+// NOTE [ Random draws ]
+// The ops of one sample draw from a stream seeded by (seed, epoch), the
+// sample's dataset index and the key of its transform group: the schema
+// position of the group's first field. So a sample's draws do not depend on
+// the thread, the batch or the position in it, and every field of a group
+// (an image and its mask) sees the same crop and flip. A group of one field
+// is keyed by that field, as fields were keyed before groups existed.
+
+/// The seed of the draws of sample `index`'s transform group `key`, from the
+/// epoch's seed hash_combine(seed, epoch).
+inline uint64_t sample_draw_seed(uint64_t epoch_seed, int64_t index, uint64_t key) {
+  return hash_combine(epoch_seed, static_cast<uint64_t>(index) * 64 + key);
+}
+
 /// What workers share: the dataset and one image pipeline per image field.
 struct RecordSource {
   std::shared_ptr<const Dataset> ds;
   std::vector<std::unique_ptr<ImagePipeline>> pipelines;  ///< per field; null if not an image
+  std::vector<uint64_t> draw_keys;  ///< per field: its group's key (NOTE [ Random draws ])
   bool skip_errors = false;
 };
 
 class RecordProducer final : public BatchProducer {
  public:
-  /// UsageError for image specs naming non-image or unknown fields.
+  /// UsageError for image specs or transforms naming non-image or unknown
+  /// fields, or a field in two transform groups.
   RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts);
 
   int64_t num_batches(int64_t rank, int64_t world_size) const override;

@@ -1,10 +1,11 @@
-#include "pipeline/token_producer.h"
+#include "producers/token_producer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "decode/token_copy.h"
 #include "sampler/epoch_split.h"
@@ -110,15 +111,13 @@ void TokenProducer::Work::run(int u, uint8_t* base, WorkerContext& ctx) {
       run_pieces(r, base, read);
   }
   if (u == 0 && packed) {
-    std::memcpy(base + off_max, &max_seqlen, sizeof max_seqlen);
+    if (!p->o_.unshifted) std::memcpy(base + off_max, &max_seqlen, sizeof max_seqlen);
     const int32_t zero = 0;
     std::memcpy(base + off_cu, &zero, sizeof zero);
   }
   bytes_read.fetch_add(read, std::memory_order_relaxed);
   ctx.times.bytes += read;
-  ctx.times.decode_ns +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
+  ctx.times.decode_ns += ns_since(t0);
 }
 
 void TokenProducer::Work::run_window(int64_t r, uint8_t* base, int64_t& read) const {
@@ -128,6 +127,7 @@ void TokenProducer::Work::run_window(int64_t r, uint8_t* base, int64_t& read) co
   const int64_t L = width, s = row_start[static_cast<size_t>(r)], end = s + L + 1;
   uint8_t* input = base + off_input + static_cast<size_t>(r * L) * oitem;
   uint8_t* labels = base + off_labels + static_cast<size_t>(r * L) * oitem;
+  const bool shifted = !p->o_.unshifted;
   int64_t d = src.doc_of(s);
   for (int64_t t = s; t < end; ++d) {
     const int64_t off = t - src.doc_start(d);
@@ -143,13 +143,17 @@ void TokenProducer::Work::run_window(int64_t r, uint8_t* base, int64_t& read) co
       if (bad >= 0) bad_token(d, span, off + bad);
     }
     const int64_t a = std::max<int64_t>(j0, 1), b = j0 + take;
-    if (b > a) {
+    if (shifted && b > a) {
       const int64_t bad = copy_tokens(from + static_cast<size_t>(a - j0) * item, src.dtype(), b - a,
                                       labels + (a - 1) * oitem, out, p->limit_);
       if (bad >= 0) bad_token(d, span, off + (a - j0) + bad);
     }
     read += take * static_cast<int64_t>(item);
     t += take;
+  }
+  if (!shifted) {  // the window is one sequence: every token but the first is a target
+    std::memcpy(labels, input, static_cast<size_t>(L) * oitem);
+    fill(labels, out, 0, 1, p->o_.ignore_index);
   }
 }
 
@@ -162,7 +166,7 @@ void TokenProducer::Work::run_pieces(int64_t r, uint8_t* base, int64_t& read) co
   uint8_t* input = base + off_input + static_cast<size_t>(r * W) * oitem;
   uint8_t* labels = base + off_labels + static_cast<size_t>(r * W) * oitem;
   uint8_t* pos = packed ? base + off_pos + static_cast<size_t>(r * W) * oitem : nullptr;
-  uint8_t* loss = base + off_loss + static_cast<size_t>(r * W);
+  uint8_t* loss = o.unshifted ? nullptr : base + off_loss + static_cast<size_t>(r * W);
   uint8_t* attn = has_attn ? base + off_attn + static_cast<size_t>(r * W) * oitem : nullptr;
   int32_t* cu = packed ? reinterpret_cast<int32_t*>(base + off_cu) : nullptr;
   int64_t seg = packed ? row_seg_begin[static_cast<size_t>(r)] : 0;
@@ -174,22 +178,32 @@ void TokenProducer::Work::run_pieces(int64_t r, uint8_t* base, int64_t& read) co
     const uint8_t* from = span.data + static_cast<size_t>(pc.offset) * item;
     int64_t bad = copy_tokens(from, src.dtype(), pc.length, input + c * oitem, out, p->limit_);
     if (bad >= 0) bad_token(pc.doc, span, pc.offset + bad);
-    // labels: the next token of the same document, where there is one
-    const int64_t have = std::min(pc.length, span.length - pc.offset - 1);
-    bad = copy_tokens(from + item, src.dtype(), have, labels + c * oitem, out, p->limit_);
-    if (bad >= 0) bad_token(pc.doc, span, pc.offset + 1 + bad);
-    fill(labels, out, c + have, c + pc.length, o.ignore_index);
-    std::memset(loss + c, 1, static_cast<size_t>(have));
-    std::memset(loss + c + have, 0, static_cast<size_t>(pc.length - have));
-    // a prompt: positions whose next token is still in it are no target
-    const int64_t quiet = std::min(have, span.no_loss_prefix - pc.offset - 1);
-    if (quiet > 0) {
+    if (o.unshifted) {
+      // the tokens themselves, bar the sequence's first (nothing before it in the
+      // sequence predicts it) and the prompt's
+      std::memcpy(labels + c * oitem, input + c * oitem, static_cast<size_t>(pc.length) * oitem);
+      const int64_t quiet =
+          std::min(pc.length, std::max<int64_t>(1, span.no_loss_prefix - pc.offset));
       fill(labels, out, c, c + quiet, o.ignore_index);
-      std::memset(loss + c, 0, static_cast<size_t>(quiet));
+      read += pc.length * static_cast<int64_t>(item);
+    } else {
+      // labels: the next token of the same document, where there is one
+      const int64_t have = std::min(pc.length, span.length - pc.offset - 1);
+      bad = copy_tokens(from + item, src.dtype(), have, labels + c * oitem, out, p->limit_);
+      if (bad >= 0) bad_token(pc.doc, span, pc.offset + 1 + bad);
+      fill(labels, out, c + have, c + pc.length, o.ignore_index);
+      std::memset(loss + c, 1, static_cast<size_t>(have));
+      std::memset(loss + c + have, 0, static_cast<size_t>(pc.length - have));
+      // a prompt: positions whose next token is still in it are no target
+      const int64_t quiet = std::min(have, span.no_loss_prefix - pc.offset - 1);
+      if (quiet > 0) {
+        fill(labels, out, c, c + quiet, o.ignore_index);
+        std::memset(loss + c, 0, static_cast<size_t>(quiet));
+      }
+      read += (pc.length + (have == pc.length ? 1 : 0)) * static_cast<int64_t>(item);
     }
     if (pos) iota(pos, out, c, c + pc.length);
     if (attn) fill(attn, out, c, c + pc.length, 1);
-    read += (pc.length + (have == pc.length ? 1 : 0)) * static_cast<int64_t>(item);
     c += pc.length;
     if (cu) {
       const int32_t end = static_cast<int32_t>(r * W + c);
@@ -199,7 +213,7 @@ void TokenProducer::Work::run_pieces(int64_t r, uint8_t* base, int64_t& read) co
   if (c < W) {  // padding: its own sequence in cu_seqlens
     fill(input, out, c, W, o.pad_id);
     fill(labels, out, c, W, o.ignore_index);
-    std::memset(loss + c, 0, static_cast<size_t>(W - c));
+    if (loss) std::memset(loss + c, 0, static_cast<size_t>(W - c));
     if (pos) iota(pos, out, c, W);
     if (attn) fill(attn, out, c, W, 0);
     if (cu) {
@@ -425,12 +439,25 @@ std::unique_ptr<BatchWork> TokenProducer::plan_batch(const EpochPlan& epoch, int
   w->samples = R;
   w->off_input = w->add("input_ids", out, {R, W});
   w->off_labels = w->add("labels", out, {R, W});
-  if (w->packed) {
+  if (w->packed && o_.unshifted) {
+    // HF's names (DataCollatorWithFlattening): cu_seq_lens_q and _k are one buffer;
+    // the longest sequence travels as a shape (see the header)
+    w->off_pos = w->add("position_ids", out, {R, W});
+    const int64_t segs = w->row_seg_begin.back() + 1;
+    w->off_cu = w->add("cu_seq_lens_q", DType::kInt32, {segs});
+    w->tensors.push_back({"cu_seq_lens_k",
+                          DType::kInt32,
+                          {segs},
+                          w->off_cu,
+                          static_cast<size_t>(segs) * sizeof(int32_t)});
+    w->add("max_length", DType::kInt32, {w->max_seqlen, 0});
+  } else if (w->packed) {
     w->off_pos = w->add("position_ids", out, {R, W});
     w->off_cu = w->add("cu_seqlens", DType::kInt32, {w->row_seg_begin.back() + 1});
     w->off_max = w->add("max_seqlen", DType::kInt32, {});
   }
-  if (w->packed || w->budget) w->off_loss = w->add("loss_mask", DType::kBool, {R, W});
+  if ((w->packed || w->budget) && !o_.unshifted)
+    w->off_loss = w->add("loss_mask", DType::kBool, {R, W});
   if (w->budget && o_.attention_mask) {
     w->has_attn = true;
     w->off_attn = w->add("attention_mask", out, {R, W});

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "pipeline/batch_producer.h"
-#include "pipeline/record_producer.h"
+#include "producers/record_producer.h"
 
 namespace stoker {
 

@@ -30,6 +30,22 @@
 // truncated keeps its real next token), else ignore_index. In kWindows the
 // stream is one document.
 //
+// Label conventions (TokenOptions::unshifted):
+//   shifted (the default; nanoGPT's x, y): labels[i] is the target of position
+//     i, the next token as above.
+//   unshifted (HuggingFace's: the model shifts): labels[i] = input_ids[i]
+//     where token i is the target of position i - 1 of the same sequence, else
+//     ignore_index: at every sequence start (a row's first position, each
+//     document or piece in a packed row), on padding, and on prompt tokens.
+//     A target across a row boundary or a split is dropped (the model shifts
+//     within a sequence). Packed keys become the ones HF's
+//     DataCollatorWithFlattening gives: position_ids, cu_seq_lens_q and
+//     cu_seq_lens_k (one buffer, int32 [S + 1]) and "max_length", an empty
+//     int32 tensor of shape [max sequence length, 0] (the loader hands its
+//     first dimension out as the ints max_length_q and max_length_k, never
+//     reading device memory); no loss_mask (kBudget: input_ids, labels,
+//     attention_mask).
+//
 // Epoch order: the global samples are windows / rows (a batch of B rows per
 // rank) or, for kBudget, whole batches; EpochKey::offset counts windows, rows,
 // or documents (kBudget), and resuming anywhere is a few integer operations
@@ -70,6 +86,7 @@ struct TokenOptions {
   Overlong overlong = Overlong::kSplit;  ///< kDocument
   int64_t vocab_size = 0;                ///< ids >= vocab_size are an error (0: the dtype's range)
   bool attention_mask = true;            ///< kBudget: emit attention_mask
+  bool unshifted = false;                ///< HF's label convention (see above)
 };
 
 class TokenProducer : public BatchProducer {

@@ -1,4 +1,4 @@
-#include "pipeline/batch_planner.h"
+#include "producers/batch_planner.h"
 
 #include <algorithm>
 #include <exception>
@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
-#include "pipeline/sample_writer.h"
+#include "producers/sample_writer.h"
 
 namespace stoker {
 

@@ -1,9 +1,9 @@
-#include "pipeline/record_producer.h"
+#include "producers/record_producer.h"
 
 #include <algorithm>
 
 #include "common/error.h"
-#include "pipeline/batch_planner.h"
+#include "producers/batch_planner.h"
 
 namespace stoker {
 
@@ -30,19 +30,41 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
   // Validates the sampling options once, here, rather than at the first epoch.
   EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
   const Schema& schema = ds->schema();
-  for (const auto& [name, spec] : opts_.images) {
+  auto image_field = [&](const std::string& name, const char* what) {
     const size_t f = schema.index_of(name);
     STOKER_CHECK(schema.fields[f].kind == FieldKind::kImage, UsageError, "field '", name,
-                 "' is not an image field; image ops apply to stoker.image() fields only");
+                 "' is not an image field; ", what, " apply to stoker.image() fields only");
+    return f;
+  };
+  for (const auto& [name, spec] : opts_.images) image_field(name, "image options");
+  // NOTE [ Random draws ]: each field is keyed by its group.
+  std::vector<const TransformSpec*> group_of(schema.fields.size(), nullptr);
+  source_->draw_keys.resize(schema.fields.size());
+  for (size_t f = 0; f < schema.fields.size(); ++f) source_->draw_keys[f] = f;
+  for (const TransformSpec& t : opts_.transforms) {
+    STOKER_CHECK(!t.fields.empty(), UsageError, "a transform names no field");
+    // Groups need targets that follow the image (masks, boxes); until those
+    // exist a group is one image field.
+    STOKER_CHECK(t.fields.size() == 1, UsageError, "transforms of a group of fields (",
+                 t.fields.size(), " fields, '", t.fields[0],
+                 "', ...) are not supported: give each image field its own ops");
+    for (const std::string& name : t.fields) {
+      const size_t f = image_field(name, "image ops");
+      STOKER_CHECK(group_of[f] == nullptr, UsageError, "field '", name,
+                   "' has two lists of transforms");
+      group_of[f] = &t;
+      source_->draw_keys[f] = schema.index_of(t.fields[0]);
+    }
   }
-  for (const FieldSpec& f : schema.fields) {
-    if (f.kind != FieldKind::kImage) {
+  for (size_t f = 0; f < schema.fields.size(); ++f) {
+    if (schema.fields[f].kind != FieldKind::kImage) {
       source_->pipelines.emplace_back();
       continue;
     }
-    auto it = opts_.images.find(f.name);
+    auto it = opts_.images.find(schema.fields[f].name);
     source_->pipelines.push_back(
-        std::make_unique<ImagePipeline>(it != opts_.images.end() ? it->second : ImageFieldSpec{}));
+        std::make_unique<ImagePipeline>(it != opts_.images.end() ? it->second : ImageFieldSpec{},
+                                        group_of[f] ? group_of[f]->ops : std::vector<ImageOp>{}));
   }
   source_->ds = std::move(ds);
   source_->skip_errors = opts_.skip_errors;

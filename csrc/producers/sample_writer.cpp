@@ -1,4 +1,4 @@
-#include "pipeline/sample_writer.h"
+#include "producers/sample_writer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,10 +8,11 @@
 #include <vector>
 
 #include "common/activity.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/stream_copy.h"
 #include "format/record_prefetch.h"
-#include "pipeline/batch_planner.h"
+#include "producers/batch_planner.h"
 #include "sampler/permutation.h"
 
 namespace stoker {
@@ -178,7 +179,7 @@ class SampleWriter {
     bytes_ += bytes;
     if (!timed) return;
     last_ = Clock::now();
-    const int64_t read_ns = ns(t0, t1), fields_ns = ns(t1, last_);
+    const int64_t read_ns = ns_between(t0, t1), fields_ns = ns_between(t1, last_);
     if (!time_each_) {  // arrays and scalars: copying is their decode
       sampled_read_ns_ += read_ns;
       sampled_fields_ns_ += fields_ns;
@@ -198,7 +199,7 @@ class SampleWriter {
 
   // The unit's time, split between reading and decoding as in its timed samples.
   void split_unit_time() {
-    const int64_t total = ns(unit_start_, Clock::now());
+    const int64_t total = ns_since(unit_start_);
     const int64_t sampled = sampled_read_ns_ + sampled_fields_ns_;
     const int64_t read = sampled > 0 ? static_cast<int64_t>(static_cast<double>(total) *
                                                             static_cast<double>(sampled_read_ns_) /
@@ -225,7 +226,7 @@ class SampleWriter {
     uint8_t* dst = base_ + out.offset + static_cast<size_t>(pos) * plan.sample_bytes;
     const RecordView& v = views_[f];
     if (spec.kind == FieldKind::kImage) {
-      const uint64_t seed = hash_combine(b_.sample_seed_, static_cast<uint64_t>(index) * 64 + f);
+      const uint64_t seed = sample_draw_seed(b_.sample_seed_, index, src_.draw_keys[f]);
       if (image_decode_ns_ < 0) image_decode_ns_ = 0;
       src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_);
       set_activity(Activity::kDecoding);
@@ -261,10 +262,6 @@ class SampleWriter {
       }
     }
     return true;
-  }
-
-  static int64_t ns(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
   }
 
   RecordBatch& b_;

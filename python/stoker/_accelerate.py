@@ -1,0 +1,120 @@
+"""``accelerate.skip_first_batches`` for stoker loaders.
+
+NOTE [ skip_first_batches ]
+accelerate's ``skip_first_batches(dataloader, n)`` rebuilds a ``torch.utils.data.DataLoader``
+around a ``SkipBatchSampler`` over ``dataloader.batch_sampler``, and has no hook for any other
+loader; transformers' ``Trainer`` calls it, through the name it imports from accelerate, on
+every resume from a mid-epoch checkpoint (``trainer.train(resume_from_checkpoint=...)``). A
+stoker.Loader has no batch sampler to wrap (it plans batches in C++) and needs none: it
+starts an epoch at batch n in O(1) with ``loader.skip(n)``.
+
+There is no registry or protocol to plug into, so stoker wraps that one function: the
+wrapper returns ``loader.skip(n)`` for a stoker.Loader and calls accelerate's function
+unchanged for anything else. It replaces the name in the modules that hold it
+(``accelerate.data_loader``, where it is defined, ``accelerate``, ``accelerate.accelerator``
+and ``transformers.trainer``, which import it by name):
+
+  * at ``import stoker``, in those of them already imported;
+  * for an accelerate imported later, once ``accelerate.data_loader`` has run, by a one-shot
+    finder on ``sys.meta_path``; every module that imports the name afterwards (accelerate's
+    own, transformers', the user's ``from accelerate import skip_first_batches``) gets the
+    wrapper.
+
+The one case left out is a ``from accelerate import skip_first_batches`` run before stoker
+is imported: that module keeps accelerate's function, which cannot take a stoker.Loader
+(``loader.skip(n)`` does the same). Nothing else of accelerate or transformers is changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import sys
+from typing import Any, Callable, Optional
+
+_DEFINED_IN = "accelerate.data_loader"
+_HOLDERS = (_DEFINED_IN, "accelerate.accelerator", "accelerate", "transformers.trainer")
+_NAME = "skip_first_batches"
+
+
+def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+        from .loader import Loader
+
+        if isinstance(dataloader, Loader):
+            return dataloader.skip(num_batches)
+        return original(dataloader, num_batches=num_batches)
+
+    skip_first_batches.__stoker_original__ = original  # type: ignore[attr-defined]
+    return skip_first_batches
+
+
+def _patch_loaded() -> None:
+    """Puts the wrapper in place of accelerate's function in the modules already imported."""
+    defining = sys.modules.get(_DEFINED_IN)
+    current = getattr(defining, _NAME, None)
+    if current is None:
+        return
+    original = getattr(current, "__stoker_original__", current)
+    wrapper = current if original is not current else _wrap(original)
+    for name in _HOLDERS:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, _NAME, None) is original:
+            setattr(module, _NAME, wrapper)
+
+
+class _PatchAfterExec(importlib.abc.Loader):
+    """accelerate.data_loader's own loader, with the wrapper put in place once it has run.
+    Every other attribute is the original loader's (source, data, resources)."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        _patch_loaded()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds accelerate.data_loader through the other finders and wraps its loader; then
+    leaves sys.meta_path."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Optional[Any]:
+        if fullname != _DEFINED_IN:
+            return None
+        _uninstall()
+        for finder in sys.meta_path:
+            find_spec = getattr(finder, "find_spec", None)
+            spec = find_spec(fullname, path, target) if find_spec is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _PatchAfterExec(spec.loader)
+        return spec
+
+
+_finder = _Finder()
+
+
+def _uninstall() -> None:
+    try:
+        sys.meta_path.remove(_finder)
+    except ValueError:
+        pass
+
+
+def install() -> None:
+    """NOTE [ skip_first_batches ]: idempotent."""
+    if _DEFINED_IN in sys.modules:
+        _patch_loaded()
+    elif _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
