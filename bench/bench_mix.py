@@ -352,7 +352,7 @@ def main():
         mix = stoker.Mix(sources, weights=WEIGHTS)
         single = stoker.TokenDataset(os.path.join(tmp, "all"))
         stats = {n: (len(d), sum(map(len, d))) for n, d in docs.items()}
-        print(f"sources: " + ", ".join(f"{n} {c:,} docs / {t / 1e6:.1f} M tokens (median "
+        print("sources: " + ", ".join(f"{n} {c:,} docs / {t / 1e6:.1f} M tokens (median "
                                        f"{int(np.median([len(x) for x in docs[n]]))})"
                                        for n, (c, t) in stats.items()))
         print(f"weights (tokens) {WEIGHTS}; rows of {L}, {B} rows per batch, packing="

@@ -1,13 +1,16 @@
 """stoker.Mix: its argument checks, its weights as exact fractions, and the mixture
 sampler seen from Python (csrc/sampler/mixture.h)."""
 
+import os
 import pickle
 from fractions import Fraction
 
 import numpy as np
 import pytest
 import stoker
+import torch
 from conftest import write_dataset
+from remote_servers import Nginx, nginx_binary
 from stoker import _core
 from stoker.mix import rational_counts
 
@@ -25,8 +28,8 @@ def tok(tmp_path_factory):
     out = {}
     for n, size in (("web", 5000), ("code", 3000)):
         p = root / f"{n}.bin"
-        np.arange(size, dtype=np.uint16).tofile(p)
-        out[n] = stoker.TokenDataset(str(p), dtype="uint16")
+        (np.arange(size) % 97).astype(np.uint16).tofile(p)  # documents of 97 tokens
+        out[n] = stoker.TokenDataset(str(p), dtype="uint16", eos_id=0)
     return out
 
 
@@ -172,3 +175,250 @@ def test_source_stream_passes():
     for p in passes:
         assert sorted(p) == list(range(25))  # no sample twice within a pass
     assert not (passes[0] == passes[1]).all()  # a fresh order each pass
+
+
+# -- through the Loader ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """Three record sources whose labels say where a row came from: source s's sample i
+    has label 1000 * s + i."""
+    root = tmp_path_factory.mktemp("labelled")
+    out = {}
+    for s, (n, size) in enumerate((("a", 50), ("b", 30), ("c", 7))):
+        out[n] = write_dataset(root / n, size, shard_size="2KB",
+                               make=lambda i, s=s: {"x": np.full((3, 4, 4), i % 256, np.uint8),
+                                                    "label": 1000 * s + i})
+    return out
+
+
+def run(loader, epoch=None):
+    if epoch is not None:
+        loader.set_epoch(epoch)
+    return [{k: v.clone() for k, v in b.items()} for b in loader]
+
+
+def test_records_exact_per_batch_and_own_orders(labelled):
+    w = {"a": 0.5, "b": 0.3, "c": 0.2}
+    mix = stoker.Mix(labelled, weights=w)
+    loader = stoker.Loader(mix, batch_size=10, shuffle=True, seed=3, num_threads=2)
+    # default epoch: until the source with the largest len / weight (a: 50 / 0.5) is read
+    # once, exactly: 100 rows
+    batches = run(loader, 0) + run(loader, 1)
+    per_epoch = len(loader)
+    assert per_epoch == 10
+    src = torch.cat([b["source"] for b in batches])
+    labels = torch.cat([b["label"] for b in batches])
+    assert ((labels // 1000) == src).all()  # each row from the source it names
+    assert (src[:100] == 0).sum() == 50
+    # after every batch every source within one row of n * B * w
+    counts = np.zeros(3)
+    for n, b in enumerate(batches, 1):
+        counts += np.bincount(b["source"].numpy(), minlength=3)
+        assert np.abs(counts - n * 10 * np.array([0.5, 0.3, 0.2])).max() < 1
+        assert (b["source"].diff() >= 0).all()  # grouped by source
+    # each source's stream: a permutation pass after pass, a fresh order each pass
+    for s, size in enumerate((50, 30, 7)):
+        seq = (labels[src == s] - 1000 * s).tolist()
+        passes = [seq[i:i + size] for i in range(0, len(seq) - size + 1, size)]
+        assert len(passes) >= 1
+        for p in passes:
+            assert sorted(p) == list(range(size))
+        if len(passes) > 1:
+            assert passes[0] != passes[1]
+    st = loader.stats()["sources"]
+    assert [st[n]["samples"] for n in "abc"] == np.bincount(src.numpy(), minlength=3).tolist()
+    assert st["a"]["weight"] == 0.5 and abs(sum(v["ratio"] for v in st.values()) - 1) < 1e-9
+
+
+def test_same_batches_for_any_thread_count(labelled):
+    mix = stoker.Mix(labelled, weights={"a": 2, "b": 2, "c": 1}, samples_per_epoch=61)
+    runs = [run(stoker.Loader(mix, batch_size=5, shuffle=True, seed=1, num_threads=t), 2)
+            for t in (1, 3)]
+    assert len(runs[0]) == 13
+    for x, y in zip(*runs):
+        assert all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_resume_across_a_schedule_breakpoint(labelled):
+    sched = [(0, {"a": 1, "b": 1, "c": 0}), (4, {"a": 1, "b": 2, "c": 1}),
+             (9, {"a": 0.2, "b": 0.2, "c": 0.6})]
+    rng = np.random.default_rng(0)
+    for interpolation in ("constant", "linear"):
+        mix = stoker.Mix(labelled, weights=sched, interpolation=interpolation,
+                         samples_per_epoch=96)
+        kw = dict(batch_size=6, shuffle=True, seed=5, num_threads=2)
+        for epoch in (0, 1):
+            whole = stoker.Loader(mix, **kw)
+            whole.set_epoch(epoch)
+            full = run(whole)
+            assert len(full) == 16
+            # constant: no source c before step 4 of epoch 0 (linear: it ramps up)
+            if epoch == 0 and interpolation == "constant":
+                assert not (torch.cat([b["source"] for b in full[:4]]) == 2).any()
+            for k in sorted(rng.choice(np.arange(1, 16), 4, replace=False)):
+                first = stoker.Loader(mix, **kw)
+                first.set_epoch(epoch)
+                it = iter(first)
+                for _ in range(k):
+                    next(it)
+                state = first.state_dict()
+                it.close()
+                again = stoker.Loader(mix, **kw)
+                again.load_state_dict(state)
+                rest = run(again)
+                assert len(rest) == 16 - k
+                for x, y in zip(rest, full[k:]):
+                    assert all(torch.equal(x[n], y[n]) for n in x)
+
+
+def test_elastic_two_to_three_ranks(labelled):
+    mix = stoker.Mix(labelled, weights={"a": 0.5, "b": 0.3, "c": 0.2}, samples_per_epoch=200)
+    kw = dict(batch_size=8, shuffle=True, seed=9, even_batches=False)
+    two = [stoker.Loader(mix, rank=r, world_size=2, **kw) for r in range(2)]
+    its = [iter(loader) for loader in two]
+    for _ in range(5):  # five steps of both ranks
+        for it in its:
+            next(it)
+    state = two[0].state_dict()
+    assert state == two[1].state_dict()  # the same on every rank
+    rest_two = [(int(s), int(x)) for it in its for b in it
+                for s, x in zip(b["source"], b["label"])]
+    three = [stoker.Loader(mix, rank=r, world_size=3, **kw) for r in range(3)]
+    rest_three = []
+    for loader in three:
+        loader.load_state_dict(state)
+        rest_three += [(int(s), int(x)) for b in loader for s, x in zip(b["source"], b["label"])]
+    assert len({len(loader) for loader in three}) == 1
+    assert sorted(rest_three) == sorted(rest_two) and len(rest_two) == 200 - 5 * 16
+
+
+def test_token_mixture_packed_keeps_the_token_ratio(tmp_path):
+    rng = np.random.default_rng(0)
+    srcs = {}
+    # long documents, one per row of 128 with a third of it padding, and short ones
+    # that pack densely
+    for name, lo, hi, docs in (("long", 65, 100, 600), ("short", 2, 20, 6000)):
+        path = tmp_path / name
+        with stoker.ShardWriter(path, {"tokens": stoker.tokens("uint16")}) as w:
+            for _ in range(docs):
+                n = int(rng.integers(lo, hi))
+                w.write({"tokens": rng.integers(0, 60000, n, dtype=np.uint16)})
+        srcs[name] = stoker.TokenDataset(path)
+    w = {"long": 0.5, "short": 0.5}
+    # pad_id 65535: no id of the data, so padding is where input_ids holds it
+    loader = stoker.Loader(stoker.Mix(srcs, weights=w), batch_size=8, seq_len=128,
+                           packing="document", shuffle=True, seed=0, pad_id=65535)
+    tokens = np.zeros(2)
+    rows = np.zeros(2)
+    v = np.array([float(x) for x in loader._mix._row_weights([0.5, 0.5])])
+    assert v[0] > 0.6  # rows of long documents hold fewer tokens: more of them
+    for n, b in enumerate(loader, 1):
+        assert b["input_ids"].shape == (len(b["source"]), 128)
+        assert n == len(loader) or len(b["source"]) == 8  # the last may be short
+        src = b["source"].numpy()
+        np.add.at(rows, src, 1)
+        np.add.at(tokens, src, (b["input_ids"] != 65535).sum(1).numpy())
+        assert np.abs(rows - rows.sum() * v).max() < 1  # rows: within one of their share
+    st = loader.stats()["sources"]
+    assert [st[k]["samples"] for k in w] == rows.tolist()
+    assert [st[k]["tokens"] for k in w] == tokens.tolist()
+    ratio = st["long"]["tokens"] / (st["long"]["tokens"] + st["short"]["tokens"])
+    assert abs(ratio - 0.5) < 0.01  # in tokens, not rows: packed rows of short documents
+    assert abs(st["long"]["ratio"] - ratio) < 1e-12
+
+
+@pytest.mark.parametrize("kwargs", [dict(seq_len=64), dict(seq_len=64, packing="concat"),
+                                    dict(max_tokens=512)])
+def test_token_modes_and_resume(tok, kwargs):
+    mix = stoker.Mix(tok, weights={"web": 3, "code": 1})
+    loader = stoker.Loader(mix, batch_size=4 if "seq_len" in kwargs else None, shuffle=True,
+                           seed=2, **kwargs)
+    batches = run(loader, 0)
+    assert len(batches) == len(loader) > 4
+    assert all("source" in b and b["source"].dtype == torch.int64 for b in batches)
+    if "max_tokens" in kwargs:  # a budget batch is of one source
+        assert all(len(set(b["source"].tolist())) == 1 for b in batches)
+    again = stoker.Loader(mix, batch_size=4 if "seq_len" in kwargs else None, shuffle=True,
+                          seed=2, **kwargs)
+    loader.set_epoch(0)
+    first = iter(loader)
+    for _ in range(3):
+        next(first)
+    state = loader.state_dict()
+    first.close()
+    again.load_state_dict(state)
+    rest = run(again)
+    assert len(rest) == len(batches) - 3
+    for x, y in zip(rest, batches[3:]):
+        assert all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_loader_argument_checks(labelled, tok):
+    with pytest.raises(ValueError, match="need a mixture of stoker.TokenDataset"):
+        stoker.Loader(stoker.Mix(labelled), batch_size=4, seq_len=16)
+    with pytest.raises(ValueError, match="token batches need seq_len="):
+        stoker.Loader(stoker.Mix(tok), batch_size=4, packing=None)
+    loader = stoker.Loader(stoker.Mix(labelled), batch_size=4)
+    other = stoker.Loader(stoker.Mix(labelled, weights={"a": 1, "b": 1, "c": 2}), batch_size=4)
+    with pytest.raises(ValueError, match="cannot resume: the state is for another dataset"):
+        other.load_state_dict(loader.state_dict())
+
+
+# -- a local and a remote source ----------------------------------------------------------
+
+def _objects_bytes(cache_dir):
+    d = os.path.join(cache_dir, "objects")
+    if not os.path.isdir(d):
+        return 0
+    total = 0
+    for e in os.scandir(d):
+        try:
+            total += e.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def test_local_and_remote_sources(labelled, tmp_path):
+    """A source over HTTP (nginx on loopback), through a cache smaller than it, with
+    shard_window, mixes like the same source read locally: the same batches, bit for bit,
+    two epochs, with the cache within its limit."""
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run installs it)")
+    www = tmp_path / "www"
+    big = write_dataset(www / "big", 480, shard_size="2KB",
+                        make=lambda i: {"x": np.full((3, 4, 4), i % 256, np.uint8),
+                                        "label": 5000 + i})
+    assert len(big.shards) >= 12
+    server = Nginx(str(www), str(tmp_path / "nginx"))
+    try:
+        sizes = [s["bytes"] for s in big.shards]
+        limit = 4 * max(sizes) + 10
+        assert limit < sum(sizes) / 2
+        cache = tmp_path / "cache"
+        remote = stoker.Dataset(f"{server.url}/big", cache_dir=cache, cache_limit=limit)
+        assert remote.remote.bounded
+        w = {"a": 0.3, "big": 0.7}
+        kw = dict(batch_size=8, shuffle=True, shard_window=1, seed=4, num_threads=2)
+        mixed = stoker.Loader(stoker.Mix({"a": labelled["a"], "big": remote}, weights=w), **kw)
+        local = stoker.Loader(stoker.Mix({"a": labelled["a"], "big": big}, weights=w), **kw)
+        with pytest.raises(ValueError, match="larger than cache_limit"):
+            stoker.Loader(stoker.Mix({"a": labelled["a"], "big": remote}, weights=w),
+                          batch_size=8, shuffle=True)  # a global shuffle of the remote one
+        peak = 0
+        for e in (0, 1):
+            mixed.set_epoch(e)
+            local.set_epoch(e)
+            got = []
+            for b in mixed:
+                got.append({k: v.clone() for k, v in b.items()})
+                peak = max(peak, _objects_bytes(cache))
+            want = list(local)
+            assert len(got) == len(want) == len(mixed) > 10
+            for g, x in zip(got, want):
+                assert all(torch.equal(g[k], x[k]) for k in g)
+        assert peak <= limit
+        assert remote.remote.stats()["evictions"] > 0  # read through the cache, not into it
+    finally:
+        server.stop()

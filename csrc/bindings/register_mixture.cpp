@@ -1,10 +1,17 @@
-// Bindings of the mixture sampler (sampler/mixture.h, sampler/source_stream.h):
+// Bindings of mixtures: the sampler (sampler/mixture.h, sampler/source_stream.h),
 // the rows of a mixture's stream and its sources' streams, for the Python layer
-// (epoch lengths, stats) and for tests and benchmarks that check them.
+// (epoch lengths) and for tests that check them; and the two producers
+// (producers/mix_record_producer.h, producers/mix_token_producer.h).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "producers/mix_record_producer.h"
+#include "producers/mix_token_producer.h"
 #include "sampler/mixture.h"
 #include "sampler/source_stream.h"
 
@@ -70,6 +77,34 @@ void register_mixture(py::module_& m) {
           py::arg("positions"), "The dataset index of each stream position.")
       .def("shard_schedule", &SourceStream::shard_schedule, py::arg("position"),
            py::arg("max_shards"));
+
+  py::class_<MixRecordProducer, BatchProducer, std::shared_ptr<MixRecordProducer>>(
+      m, "MixRecordProducer", "Batches of a mixture of record datasets with the same fields.")
+      .def(py::init([](std::vector<std::shared_ptr<Dataset>> sets, const MixSequence& seq,
+                       int64_t epoch_rows, std::vector<uint64_t> keys, RecordOptions opts) {
+             std::vector<std::shared_ptr<const Dataset>> cs(sets.begin(), sets.end());
+             return std::make_shared<MixRecordProducer>(std::move(cs), seq, epoch_rows,
+                                                        std::move(keys), std::move(opts));
+           }),
+           py::arg("datasets"), py::arg("sequence"), py::arg("epoch_rows"), py::arg("keys"),
+           py::arg("options"), "options: the record options of one dataset (_core.RecordOptions).")
+      .def("set_sequence", &MixRecordProducer::set_sequence, py::arg("sequence"))
+      .def("sequence", &MixRecordProducer::sequence)
+      .def("shard_schedule", &MixRecordProducer::shard_schedule, py::arg("source"),
+           py::arg("epoch"), py::arg("position"), py::arg("max_shards"),
+           "The shards of `source` the whole job reads from global `position` of `epoch` on.");
+
+  py::class_<MixTokenProducer, BatchProducer, std::shared_ptr<MixTokenProducer>>(
+      m, "MixTokenProducer", "Batches of a mixture of token sources.")
+      .def(py::init([](std::vector<std::shared_ptr<TokenProducer>> sources, const MixSequence& seq,
+                       int64_t epoch_rows, std::vector<uint64_t> keys) {
+             std::vector<std::shared_ptr<const TokenProducer>> cs(sources.begin(), sources.end());
+             return std::make_shared<MixTokenProducer>(std::move(cs), seq, epoch_rows,
+                                                       std::move(keys));
+           }),
+           py::arg("sources"), py::arg("sequence"), py::arg("epoch_rows"), py::arg("keys"))
+      .def("set_sequence", &MixTokenProducer::set_sequence, py::arg("sequence"))
+      .def("sequence", &MixTokenProducer::sequence);
 }
 
 }  // namespace stoker::bindings

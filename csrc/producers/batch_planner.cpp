@@ -19,20 +19,27 @@ size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTens
 // `hold` holds its shard or record (deferred shards: NOTE [ Released shards ] and
 // NOTE [ Records by range ] in format/dataset.h); a failure is that sample's
 // error, with its file, record and field.
-bool read_for_plan(const RecordSource& src, int64_t index, const std::string& field,
-                   std::vector<RecordView>& views, Dataset::ShardPin& hold, bool verify,
-                   std::exception_ptr& first_error) {
+// A pin, and the dataset it is of (a mixture's batch reads several).
+struct Held {
+  Dataset::ShardPin pin;
+  const Dataset* ds = nullptr;
+};
+
+bool read_for_plan(const RecordSource& src, const Dataset& ds, int64_t index,
+                   const std::string& field, std::vector<RecordView>& views, Held& hold,
+                   bool verify, std::exception_ptr& first_error) {
   try {
     try {
-      const Dataset::Location loc = src.ds->locate(index);
-      if (src.ds->deferred() && !hold.holds(loc.shard)) {
-        hold.reset();  // never hold one shard while waiting for another
-        hold = src.ds->pin_record(loc);
+      const Dataset::Location loc = ds.locate(index);
+      if (ds.deferred() && (hold.ds != &ds || !hold.pin.holds(loc.shard))) {
+        hold.pin.reset();  // never hold one shard while waiting for another
+        hold.pin = ds.pin_record(loc);
+        hold.ds = &ds;
       }
-      src.ds->read(hold, loc, views.data(), verify);
+      ds.read(hold.pin, loc, views.data(), verify);
       return true;
     } catch (...) {
-      rethrow_with_context(*src.ds, index, field);
+      rethrow_with_context(ds, index, field);
     }
   } catch (const FetchError&) {  // a download failed: not a bad sample to skip
     throw;
@@ -65,7 +72,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
   };
 
   std::vector<RecordView> views(schema.fields.size());
-  Dataset::ShardPin hold;  // the shard the views point into (releasable datasets)
+  Held hold;  // the shard the views point into (releasable datasets)
   for (size_t f = 0; f < schema.fields.size(); ++f) {
     const FieldSpec& spec = schema.fields[f];
     FieldPlan& plan = b.plans[f];
@@ -80,15 +87,16 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
         bool have = false;
         for (int64_t p = 0; p < len; ++p) {
           const int64_t idx = b.indices[static_cast<size_t>(p)];
+          const Dataset& ds = b.dataset_of(p);
           // An image header is parsed: verified first (a corrupt one is that sample's
           // DataError, never a misleading size error).
-          if (!read_for_plan(src, idx, spec.name, views, hold, true, first_error)) continue;
+          if (!read_for_plan(src, ds, idx, spec.name, views, hold, true, first_error)) continue;
           std::pair<int, int> s;
           try {
             try {
               s = pipe.output_size(views[f].data, views[f].size);
             } catch (...) {
-              rethrow_with_context(*src.ds, idx, spec.name);
+              rethrow_with_context(ds, idx, spec.name);
             }
           } catch (...) {
             if (!src.skip_errors) throw;
@@ -132,8 +140,8 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
         // (the sample writer verifies the record, and a length that differs from the
         // verified one is that sample's error, or under on_error="skip" a padding a
         // little longer than needed).
-        if (!read_for_plan(src, b.indices[static_cast<size_t>(p)], spec.name, views, hold, false,
-                           first_error))
+        if (!read_for_plan(src, b.dataset_of(p), b.indices[static_cast<size_t>(p)], spec.name,
+                           views, hold, false, first_error))
           continue;
         have = true;
         max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(views[f].size / row));
@@ -149,6 +157,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       plan.lengths = add_tensor(spec.name + "_lengths", DType::kInt64, {len});
     }
   }
+  if (!b.sources.empty()) b.source_tensor = add_tensor("source", DType::kInt64, {len});
   b.bytes = offset;
 }
 

@@ -21,14 +21,10 @@ class RecordEpoch final : public EpochPlan {
 
 }  // namespace
 
-RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts)
-    : source_(std::make_shared<RecordSource>()), opts_(std::move(opts)) {
+std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> ds,
+                                                 const RecordOptions& opts) {
   STOKER_CHECK(ds != nullptr, UsageError, "RecordProducer: no dataset");
-  shard_records_.reserve(ds->num_shards());
-  for (size_t s = 0; s < ds->num_shards(); ++s)
-    shard_records_.push_back(ds->shard_info(s).num_records);
-  // Validates the sampling options once, here, rather than at the first epoch.
-  EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
+  auto source = std::make_shared<RecordSource>();
   const Schema& schema = ds->schema();
   auto image_field = [&](const std::string& name, const char* what) {
     const size_t f = schema.index_of(name);
@@ -36,12 +32,12 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
                  "' is not an image field; ", what, " apply to stoker.image() fields only");
     return f;
   };
-  for (const auto& [name, spec] : opts_.images) image_field(name, "image options");
+  for (const auto& [name, spec] : opts.images) image_field(name, "image options");
   // NOTE [ Random draws ]: each field is keyed by its group.
   std::vector<const TransformSpec*> group_of(schema.fields.size(), nullptr);
-  source_->draw_keys.resize(schema.fields.size());
-  for (size_t f = 0; f < schema.fields.size(); ++f) source_->draw_keys[f] = f;
-  for (const TransformSpec& t : opts_.transforms) {
+  source->draw_keys.resize(schema.fields.size());
+  for (size_t f = 0; f < schema.fields.size(); ++f) source->draw_keys[f] = f;
+  for (const TransformSpec& t : opts.transforms) {
     STOKER_CHECK(!t.fields.empty(), UsageError, "a transform names no field");
     // Groups need targets that follow the image (masks, boxes); until those
     // exist a group is one image field.
@@ -53,21 +49,33 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
       STOKER_CHECK(group_of[f] == nullptr, UsageError, "field '", name,
                    "' has two lists of transforms");
       group_of[f] = &t;
-      source_->draw_keys[f] = schema.index_of(t.fields[0]);
+      source->draw_keys[f] = schema.index_of(t.fields[0]);
     }
   }
   for (size_t f = 0; f < schema.fields.size(); ++f) {
     if (schema.fields[f].kind != FieldKind::kImage) {
-      source_->pipelines.emplace_back();
+      source->pipelines.emplace_back();
       continue;
     }
-    auto it = opts_.images.find(schema.fields[f].name);
-    source_->pipelines.push_back(
-        std::make_unique<ImagePipeline>(it != opts_.images.end() ? it->second : ImageFieldSpec{},
+    auto it = opts.images.find(schema.fields[f].name);
+    source->pipelines.push_back(
+        std::make_unique<ImagePipeline>(it != opts.images.end() ? it->second : ImageFieldSpec{},
                                         group_of[f] ? group_of[f]->ops : std::vector<ImageOp>{}));
   }
-  source_->ds = std::move(ds);
-  source_->skip_errors = opts_.skip_errors;
+  source->ds = std::move(ds);
+  source->skip_errors = opts.skip_errors;
+  return source;
+}
+
+RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts)
+    : opts_(std::move(opts)) {
+  STOKER_CHECK(ds != nullptr, UsageError, "RecordProducer: no dataset");
+  shard_records_.reserve(ds->num_shards());
+  for (size_t s = 0; s < ds->num_shards(); ++s)
+    shard_records_.push_back(ds->shard_info(s).num_records);
+  // Validates the sampling options once, here, rather than at the first epoch.
+  EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
+  source_ = make_record_source(std::move(ds), opts_);
 }
 
 // Counts do not depend on the order, so they need no shard layout.

@@ -55,10 +55,21 @@ inline uint64_t sample_draw_seed(uint64_t epoch_seed, int64_t index, uint64_t ke
 /// What workers share: the dataset and one image pipeline per image field.
 struct RecordSource {
   std::shared_ptr<const Dataset> ds;
+  /// A mixture's datasets, all with ds's schema (sets[0] is ds); empty otherwise.
+  std::vector<std::shared_ptr<const Dataset>> sets;
   std::vector<std::unique_ptr<ImagePipeline>> pipelines;  ///< per field; null if not an image
   std::vector<uint64_t> draw_keys;  ///< per field: its group's key (NOTE [ Random draws ])
   bool skip_errors = false;
+
+  /// The dataset of a batch's source `s` (a mixture's), else ds.
+  const Dataset& dataset(size_t s) const { return sets.empty() ? *ds : *sets[s]; }
 };
+
+/// The shared part of a record producer: checks the image specs against the
+/// schema and makes the pipelines. UsageError for specs naming non-image or
+/// unknown fields.
+std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> ds,
+                                                 const RecordOptions& opts);
 
 class RecordProducer final : public BatchProducer {
  public:

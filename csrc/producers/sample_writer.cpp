@@ -65,10 +65,12 @@ class SampleWriter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  SampleWriter(RecordBatch& b, uint8_t* base, WorkerContext& ctx)
+  /// Writes samples of `b` that come from `ds` (a mixture's batch: one run of
+  /// samples of one source at a time).
+  SampleWriter(RecordBatch& b, const Dataset& ds, uint8_t* base, WorkerContext& ctx)
       : b_(b),
         src_(*b.src_),
-        ds_(*src_.ds),
+        ds_(ds),
         schema_(ds_.schema()),
         base_(base),
         ctx_(ctx),
@@ -226,7 +228,11 @@ class SampleWriter {
     uint8_t* dst = base_ + out.offset + static_cast<size_t>(pos) * plan.sample_bytes;
     const RecordView& v = views_[f];
     if (spec.kind == FieldKind::kImage) {
-      const uint64_t seed = sample_draw_seed(b_.sample_seed_, index, src_.draw_keys[f]);
+      // a mixture's sample: its key, unique per occurrence (NOTE [ Random draws ])
+      const int64_t key = b_.sample_keys.empty()
+                              ? index
+                              : static_cast<int64_t>(b_.sample_keys[static_cast<size_t>(pos)]);
+      const uint64_t seed = sample_draw_seed(b_.sample_seed_, key, src_.draw_keys[f]);
       if (image_decode_ns_ < 0) image_decode_ns_ = 0;
       src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_);
       set_activity(Activity::kDecoding);
@@ -284,7 +290,24 @@ void RecordBatch::run(int u, uint8_t* base, WorkerContext& ctx) {
   const int64_t len = static_cast<int64_t>(indices.size());
   const int64_t lo = static_cast<int64_t>(u) * unit_samples;
   const int64_t hi = std::min(len, lo + unit_samples);
-  SampleWriter(*this, base, ctx).run(lo, hi);
+  if (sources.empty()) {
+    SampleWriter(*this, *src_->ds, base, ctx).run(lo, hi);
+    return;
+  }
+  // A mixture's batch: its samples come grouped by source, a run of each.
+  for (int64_t a = lo; a < hi;) {
+    const uint16_t s = sources[static_cast<size_t>(a)];
+    int64_t e = a + 1;
+    while (e < hi && sources[static_cast<size_t>(e)] == s) ++e;
+    SampleWriter(*this, src_->dataset(s), base, ctx).run(a, e);
+    if (ctx.stopped()) return;
+    a = e;
+  }
+  const TensorDesc& t = tensors[source_tensor];
+  for (int64_t p = lo; p < hi; ++p) {
+    const int64_t s = sources[static_cast<size_t>(p)];
+    std::memcpy(base + t.offset + static_cast<size_t>(p) * sizeof s, &s, sizeof s);
+  }
 }
 
 }  // namespace stoker

@@ -443,4 +443,25 @@ int64_t MixSplit::consumed_after(int64_t k) const {
 
 int64_t MixSplit::share() const { return full * batch + (drop_last ? 0 : last); }
 
+void mix_batch_rows(const MixSequence& seq, const MixSplit& split, uint64_t epoch,
+                    int64_t epoch_rows, int64_t k, int32_t* source, int64_t* index) {
+  STOKER_CHECK(epoch_rows == split.n, UsageError, "the split is of ", split.n,
+               " rows, the epoch of ", epoch_rows);
+  STOKER_CHECK(epoch_rows == 0 ||
+                   epoch < static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / epoch_rows),
+               UsageError, "epoch ", epoch, " of ", epoch_rows, " rows is past 2**63 rows");
+  const int64_t base = static_cast<int64_t>(epoch) * epoch_rows;
+  const int64_t n = split.batch_length(k);
+  // The batch's positions run on from first_position(k), but for wrap-around
+  // padding: consecutive runs of rows, each one call.
+  int64_t j = 0;
+  while (j < n) {
+    const int64_t q = split.position(k, j);
+    int64_t run = 1;
+    while (j + run < n && split.position(k, j + run) == q + run) ++run;
+    seq.rows(base + q, run, source + j, index + j);
+    j += run;
+  }
+}
+
 }  // namespace stoker

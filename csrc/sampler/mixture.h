@@ -150,4 +150,12 @@ struct MixSplit {
   int64_t share() const;
 };
 
+/// This rank's batch k of epoch `epoch` of a mixture of `epoch_rows` rows per
+/// epoch (epoch e is the stream's rows [e * epoch_rows, (e + 1) * epoch_rows)):
+/// the source of each row and its position in that source's stream, into
+/// source[0, n) and index[0, n), n = split.batch_length(k). UsageError when the
+/// stream's rows overflow 63 bits.
+void mix_batch_rows(const MixSequence& seq, const MixSplit& split, uint64_t epoch,
+                    int64_t epoch_rows, int64_t k, int32_t* source, int64_t* index);
+
 }  // namespace stoker

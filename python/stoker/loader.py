@@ -21,6 +21,7 @@ import torch.distributed
 from . import _core
 from .dataset import Dataset
 from .fields import Image
+from .mix import Mix, MixRun
 from .ops import Op, _specs
 from .token_dataset import TokenDataset, _make_producer
 
@@ -261,7 +262,7 @@ class Loader:
 
     def __init__(
         self,
-        dataset: Union[Dataset, TokenDataset, str, os.PathLike],
+        dataset: Union[Dataset, TokenDataset, Mix, str, os.PathLike],
         batch_size: Optional[int] = None,
         shuffle: bool = False,
         seed: int = 0,
@@ -319,12 +320,14 @@ class Loader:
                           shard_window=shard_window, labels=labels, **token_options)
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
-            max_tokens is not None or packing is not None or bool(token_options)
-        if not self._tokens and not isinstance(dataset, Dataset):
+            max_tokens is not None or packing is not None or bool(token_options) or \
+            (isinstance(dataset, Mix) and dataset.tokens)
+        if not self._tokens and not isinstance(dataset, (Dataset, Mix)):
             dataset = Dataset(dataset)
         if not self._tokens and labels != "shifted":
             raise ValueError("labels= applies to token batches (seq_len=, packing=, "
                              "max_tokens=)")
+        self._mix: Optional[MixRun] = None  # a stoker.Mix (stoker/mix.py)
         if self._tokens and (transforms or image_layout is not None):
             raise ValueError("transforms and image_layout apply to image fields, not to token "
                              "batches (seq_len=, packing=, max_tokens=)")
@@ -397,7 +400,18 @@ class Loader:
         self.image_layout = image_layout
         max_image_pixels = _check_int("max_image_pixels", max_image_pixels, 1)
 
-        if self._tokens:
+        if self._tokens and isinstance(dataset, Mix):
+            self.transforms = {}
+            self.dataset = dataset
+            self._mix = MixRun(dataset, tokens=True, record_options=None,
+                               batch_size=batch_size, shuffle=self.shuffle, seed=seed,
+                               drop_last=self.drop_last, shard_window=shard_window,
+                               world_size=self._world()[1],
+                               token_options=dict(seq_len=seq_len, packing=packing,
+                                                  token_dtype=token_dtype, max_tokens=max_tokens,
+                                                  labels=labels, **token_options))
+            producer = self._mix.producer
+        elif self._tokens:
             self.transforms = {}
             producer = _make_producer(dataset, batch_size=batch_size, shuffle=self.shuffle,
                                       seed=seed, drop_last=self.drop_last, seq_len=seq_len,
@@ -420,9 +434,17 @@ class Loader:
                 batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
                 drop_last=self.drop_last, even_batches=self.even_batches,
                 shard_window=shard_window or 0)
-            producer = _core.RecordProducer(dataset._core, _core.RecordOptions(
+            record_options = _core.RecordOptions(
                 sampler=sampler, skip_errors=on_error == "skip", images=images,
-                transforms=groups, threads_hint=self.num_threads))
+                transforms=groups, threads_hint=self.num_threads)
+            if isinstance(dataset, Mix):
+                self._mix = MixRun(dataset, tokens=False, record_options=record_options,
+                                   batch_size=batch_size, shuffle=self.shuffle, seed=seed,
+                                   drop_last=self.drop_last, shard_window=shard_window,
+                                   world_size=self._world()[1], token_options={})
+                producer = self._mix.producer
+            else:
+                producer = _core.RecordProducer(dataset._core, record_options)
         self._producer = producer
         self.labels = labels
         # labels="unshifted" with packing: HF's max_length_q/_k as ints, from a shape
@@ -623,6 +645,8 @@ class Loader:
                 # downloads go ahead of this loader's own order (NOTE [ Bounded cache ])
                 remote.follow(self._shard_schedule)
                 self._following = remote._fetcher
+        if self._mix is not None:
+            self._mix.follow(self)  # each remote source ahead of its own stream
         rank, world = self._world()
         self._skip = None  # the iterator takes a pending skip from here
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
@@ -642,6 +666,8 @@ class Loader:
     # -- resume ---------------------------------------------------------------
 
     def _identity(self) -> Dict[str, Any]:
+        if self._mix is not None:
+            return self._mix.identity()
         if self._tokens:
             ds = self.dataset
             ident = {"epoch_samples": self._producer.epoch_samples(),
@@ -672,6 +698,7 @@ class Loader:
             "drop_last": self.drop_last,
             "even_batches": self.even_batches,
             "dataset": self._identity(),
+            **({"mix": self._mix.state()} if self._mix is not None else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -701,6 +728,8 @@ class Loader:
             if theirs.get(key) != value:
                 raise ValueError(f"cannot resume: the state is for another dataset ({key} "
                                  f"{theirs.get(key)!r}, this loader's dataset has {value!r})")
+        if self._mix is not None:
+            self._mix.load(state)
         epoch = _check_int("state's epoch", state.get("epoch"), 0)
         position = _check_int("state's position", state.get("position"), 0)
         epoch_samples = self._producer.epoch_samples()
@@ -778,7 +807,10 @@ class Loader:
         host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
         copy_seconds (device time), copy_gbps, device_buffers, device_bytes."""
         s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
-        if self._tokens:
+        counts = s.pop("source_counts")
+        if self._mix is not None:
+            s["sources"] = self._mix.stats(counts)
+        elif self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens
         if getattr(self.dataset, "remote", None) is not None:  # a dataset read from a URL

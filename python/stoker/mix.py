@@ -14,6 +14,7 @@ import os
 from fractions import Fraction
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import _core
 from .dataset import Dataset
 from .token_dataset import TokenDataset
 
@@ -255,6 +256,13 @@ class Mix:
     # -- weights ----------------------------------------------------------------
 
     @property
+    def fields(self) -> Dict[str, Any]:
+        """The fields every record source has (record mixtures)."""
+        if self.tokens:
+            raise AttributeError("a mixture of token datasets has no record fields")
+        return self.datasets[self.names[0]].fields
+
+    @property
     def is_schedule(self) -> bool:
         return len(self._breakpoints) > 1
 
@@ -293,3 +301,214 @@ def _rebuild(datasets, weights, kwargs) -> Mix:
 
 def _describe(ds: Dataset) -> str:
     return "{" + ", ".join(f"{n}: {f!r}" for n, f in ds.fields.items()) + "}"
+
+
+# --- a Mix bound to a Loader ----------------------------------------------------------
+
+_MASK = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser (csrc/sampler/permutation.h), for the sources' keys."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def source_key(seed: int, source: int) -> int:
+    """The key of source `source`'s stream: its passes are ordered by (key, pass)."""
+    return _mix64((seed & _MASK) ^ _mix64(0x6D69782D736F7572 + source))  # "mix-sour"
+
+
+class _Follower:
+    """What a remote source's fetcher follows: the shards that source's stream reads
+    next, from where the loader stands (NOTE [ Bounded cache ] in stoker/remote)."""
+
+    def __init__(self, loader: Any, source: int):
+        import weakref
+
+        self._loader = weakref.ref(loader)
+        self._source = source
+
+    def schedule(self, max_shards: int) -> List[int]:
+        loader = self._loader()
+        if loader is None:
+            return []
+        epoch, position, _ = loader._core.state()
+        return list(loader._producer.shard_schedule(self._source, epoch, position, max_shards))
+
+
+class MixRun:
+    """A :class:`Mix` as one loader reads it: the C++ producer and sequence, and what the
+    loader's state, stats and remote fetchers need."""
+
+    def __init__(self, mix: Mix, *, tokens: bool, record_options: Any,
+                 batch_size: Optional[int], shuffle: bool, seed: int, drop_last: bool,
+                 shard_window: Optional[int], world_size: int, token_options: Dict[str, Any]):
+        from .token_dataset import _producer_args
+
+        self.mix = mix
+        names = mix.names
+        seed64 = seed & _MASK
+        self.keys = [source_key(seed64, s) for s in range(len(names))]
+        if tokens and not mix.tokens:
+            raise ValueError("token batches (seq_len=, packing=, max_tokens=) need a mixture of "
+                             "stoker.TokenDataset sources")
+        if not tokens and mix.tokens:
+            raise ValueError("a mixture of token datasets makes token batches: pass seq_len= "
+                             "(rows of that many tokens) or max_tokens=")
+        self.tokens = tokens
+        self.followers: List[_Follower] = []
+        self.followed: Dict[int, Any] = {}  # source -> the fetcher following it
+        if tokens:
+            if shard_window is not None:
+                raise ValueError("shard_window applies to record datasets; token sources have "
+                                 "their own orders")
+            producers = []
+            for s, n in enumerate(names):
+                ds, kw = _producer_args(mix.datasets[n], batch_size=batch_size, shuffle=shuffle,
+                                        seed=self.keys[s], drop_last=drop_last, **token_options)
+                producers.append(_core.TokenProducer(ds._source, **kw))
+            self.budget = kw["mode"] == "budget"
+            sizes = [p.num_samples for p in producers]
+            per_unit = [Fraction(p.real_tokens, p.num_samples) for p in producers]
+            self.sources = producers
+        else:
+            for n in names:
+                remote = getattr(mix.datasets[n], "remote", None)
+                if remote is not None:
+                    remote.check_window(shard_window, shuffle)
+            self.budget = False
+            sizes = [len(mix.datasets[n]) for n in names]
+            per_unit = [Fraction(1)] * len(names)
+        self.sizes = sizes
+        self.tokens_per_unit = per_unit
+        # a step is one batch of every rank: batch_size rows (one budget batch) per rank
+        self.rows_per_step = (1 if self.budget else int(batch_size or 1)) * world_size
+        self.sequence = self._sequence(self.rows_per_step)
+        self.epoch_rows = self._epoch_rows()
+        if tokens:
+            self.producer = _core.MixTokenProducer(self.sources, self.sequence, self.epoch_rows,
+                                                   self.keys)
+        else:
+            cores = [mix.datasets[n]._core for n in names]
+            self.producer = _core.MixRecordProducer(cores, self.sequence, self.epoch_rows,
+                                                    self.keys, record_options)
+
+    # -- the rule ------------------------------------------------------------------
+
+    def _row_weights(self, w: Sequence[Fraction]) -> List[Fraction]:
+        """Weights of rows: the mixture's weights, or in tokens each over its tokens per
+        row (per budget batch)."""
+        if self.mix.weights_unit == "tokens":
+            if sum(w) == 0:
+                return list(w)
+            v = [x / t for x, t in zip(w, self.tokens_per_unit)]
+            total = sum(v)
+            return [x / total for x in v]
+        return list(w)
+
+    def _sequence(self, rows_per_step: int) -> Any:
+        points = self.mix._breakpoints
+        if len(points) == 1:
+            return _core.MixSequence.constant(rational_counts(self._row_weights(points[0][1])))
+        starts = [step * rows_per_step for step, _ in points]
+        weights = [[float(x) for x in self._row_weights(w)] for _, w in points]
+        return _core.MixSequence.schedule(starts, weights, self.mix.interpolation == "linear")
+
+    def _epoch_rows(self) -> int:
+        mix = self.mix
+        if mix.samples_per_epoch is not None:
+            return mix.samples_per_epoch
+        w0 = self._row_weights(mix._breakpoints[0][1])
+        if mix.tokens_per_epoch is not None:
+            per_row = sum(v * t for v, t in zip(w0, self.tokens_per_unit))
+            return max(1, math.ceil(mix.tokens_per_epoch / per_row))
+        if not mix.is_schedule:  # the row that reads the last of them once
+            return max(self.sequence.rows_until(s, n) for s, n in enumerate(self.sizes))
+        return max(math.ceil(n / v) for n, v in zip(self.sizes, w0) if v > 0)
+
+    # -- the loader's state ---------------------------------------------------------
+
+    def identity(self) -> Dict[str, Any]:
+        """What a state records of the mixture, by value (a resume checks it)."""
+        mix = self.mix
+        ident: Dict[str, Any] = {
+            "mix": list(mix.names), "weights_unit": mix.weights_unit,
+            "epoch_samples": self.epoch_rows,
+            "weights": [[step, [str(x) for x in w]] for step, w in mix._breakpoints],
+            "sizes": list(self.sizes)}
+        if mix.is_schedule:
+            ident["interpolation"] = mix.interpolation
+        ids = [getattr(mix.datasets[n], "dataset_id", None) or
+               getattr(getattr(mix.datasets[n], "dataset", None), "dataset_id", None)
+               for n in mix.names]
+        if any(ids):
+            ident["dataset_ids"] = ids
+        return ident
+
+    def state(self) -> Dict[str, Any]:
+        return {"rows_per_step": self.rows_per_step}
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        """A schedule keeps the rows of a step of the run that saved the state: a resume at
+        another world size goes on with the weights where they were in the stream."""
+        saved = state.get("mix")
+        rows = saved.get("rows_per_step") if isinstance(saved, Mapping) else None
+        if not self.mix.is_schedule or rows is None or rows == self.rows_per_step:
+            return
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ValueError(f"cannot resume: the state's mix rows_per_step is {rows!r}")
+        self.producer.set_sequence(self._sequence(rows))
+        self.sequence = self.producer.sequence()
+        self.rows_per_step = rows
+
+    def stats(self, counts: Sequence[int]) -> Dict[str, Dict[str, Any]]:
+        """``stats()["sources"]``: rows and real tokens delivered per source, their shares,
+        and the weights in force."""
+        names = self.mix.names
+        k = len(names)
+        counts = list(counts) + [0] * (2 * k - len(counts))
+        rows = counts[0::2][:k]
+        toks = counts[1::2][:k]
+        by = toks if self.mix.weights_unit == "tokens" else rows
+        total = sum(by)
+        delivered = sum(rows)
+        weights = self._current_weights(delivered)
+        out = {}
+        for s, n in enumerate(names):
+            entry: Dict[str, Any] = {"samples": rows[s]}
+            if self.tokens:
+                entry["tokens"] = toks[s]
+            entry["ratio"] = by[s] / total if total else 0.0
+            entry["weight"] = weights[s]
+            out[n] = entry
+        return out
+
+    def _current_weights(self, rows: int) -> List[float]:
+        points = self.mix._breakpoints
+        if len(points) == 1:
+            return [float(x) for x in points[0][1]]
+        step = rows / self.rows_per_step
+        i = max(j for j, (st, _) in enumerate(points) if st <= step)
+        w = [float(x) for x in points[i][1]]
+        if self.mix.interpolation == "linear" and i + 1 < len(points):
+            (s0, _), (s1, w1) = points[i], points[i + 1]
+            t = (step - s0) / (s1 - s0)
+            w = [a + (float(b) - a) * t for a, b in zip(w, w1)]
+        return w
+
+    def follow(self, loader: Any) -> None:
+        """Remote sources download ahead of their own streams."""
+        if self.tokens:
+            return
+        if not self.followers:
+            self.followers = [_Follower(loader, s) for s in range(len(self.mix.names))]
+        for s, n in enumerate(self.mix.names):
+            remote = getattr(self.mix.datasets[n], "remote", None)
+            if remote is not None:
+                remote.serve_here()
+                if self.followed.get(s) is not remote._fetcher:  # once per fetcher
+                    remote.follow(self.followers[s].schedule)
+                    self.followed[s] = remote._fetcher
