@@ -286,15 +286,19 @@ def _first(items):
 
 # --- timing helpers ---------------------------------------------------------------------
 
-def rate(batches_iter, count):
-    """Real tokens/s over `count` batches (the first one not timed)."""
+def rate(batches_iter, count, by_source=None):
+    """Real tokens/s over `count` batches (the first one not timed); adds each source's
+    real tokens to `by_source`."""
     first = next(batches_iter)
     del first
     t0 = time.perf_counter()
     real = 0
     for _ in range(count):
         b = next(batches_iter)
-        real += b["real_tokens"] if "real_tokens" in b else int(sum(b["tokens_by_source"].values()))
+        for src, n in b["tokens_by_source"].items():
+            real += n
+            if by_source is not None:
+                by_source[src] = by_source.get(src, 0) + n
     return real / (time.perf_counter() - t0)
 
 
@@ -310,11 +314,12 @@ def stoker_rate(loader, count, epoch):
     secs = time.perf_counter() - t0
     s1 = loader.stats()
     it.close()
-    if "sources" in s1:
+    if "sources" in s1:  # a mixture counts its real tokens per source
         real = sum(v["tokens"] for v in s1["sources"].values()) - \
             sum(v["tokens"] for v in s0["sources"].values())
-    else:
-        real = s1["real_tokens"] - s0["real_tokens"] if "real_tokens" in s1 else None
+    else:  # one dataset: its rows' positions less the plan's padding
+        rows = s1["samples"] - s0["samples"]
+        real = rows * loader.dataset_seq_len * (1 - s1["pad_fraction"])
     return n, secs, real
 
 
@@ -363,6 +368,7 @@ def main():
                   num_threads=args.threads, prefetch=8, stall_warning=None)
         mixed = stoker.Loader(mix, **kw)
         one = stoker.Loader(single, **kw)
+        one.dataset_seq_len = L
         epoch_batches = len(mixed)
         count = min(args.batches, epoch_batches - 1, len(one) - 1)
         res = {"stoker Mix": [], "stoker single dataset": []}
@@ -378,10 +384,12 @@ def main():
         nb = NumpyBlend(docs, WEIGHTS, L, B)
         numpy_setup = time.perf_counter() - t0
         res["NumPy blend (Megatron rule)"] = []
+        ratios = {k: {} for k in ("NumPy blend", "HF interleave_datasets", "LitData")}
         for _ in range(args.repeats):
             nb.reset()
             it = iter(lambda: nb.batch(), None)
-            res["NumPy blend (Megatron rule)"].append(rate(it, args.peer_batches))
+            res["NumPy blend (Megatron rule)"].append(
+                rate(it, args.peer_batches, ratios["NumPy blend"]))
 
         # (c) HF interleave_datasets
         from datasets import Dataset as HFDataset
@@ -401,7 +409,8 @@ def main():
         for _ in range(args.repeats):
             stream = hf_pipeline(hf_sets, doc_p, 0)
             it = packer.batches(hf_docs(stream))
-            res["HF interleave_datasets + packer"].append(rate(it, args.peer_batches))
+            res["HF interleave_datasets + packer"].append(
+                rate(it, args.peer_batches, ratios["HF interleave_datasets"]))
 
         # (d) LitData
         try:
@@ -415,7 +424,7 @@ def main():
                 ld = lit_loader(lit_dirs, doc_p, 0)
                 it = packer.batches(lit_docs(ld))
                 res["LitData CombinedStreamingDataset + packer"].append(
-                    rate(it, args.peer_batches))
+                    rate(it, args.peer_batches, ratios["LitData"]))
 
         width = max(map(len, res))
         print(f"\n{'':<{width}}  real tokens/s")
@@ -460,20 +469,29 @@ def main():
         nb.skip(step)
         nb.batch()
         rres["NumPy blend: replay + 1 batch"] = time.perf_counter() - t0
-        # HF: its state after `step` batches, then a new pipeline loads it
+        # HF and LitData: their states after `step` packed batches, loaded by new pipelines
+        # (the packer's open rows are not in their states: a resume drops them)
         stream = hf_pipeline(hf_sets, doc_p, 0)
         it = packer.batches(hf_docs(stream))
-        t0 = time.perf_counter()
-        for _ in range(min(step, args.peer_batches * 5)):
+        for _ in range(step):
             next(it)
-        hf_steps = min(step, args.peer_batches * 5)
         hf_state = stream.state_dict()
         t0 = time.perf_counter()
         again = hf_pipeline(hf_sets, doc_p, 0)
         again.load_state_dict(hf_state)
         next(packer.batches(hf_docs(again)))
-        rres[f"HF load_state_dict + 1 batch (after {hf_steps} steps)"] = \
-            time.perf_counter() - t0
+        rres["HF load_state_dict + 1 batch"] = time.perf_counter() - t0
+        if lit_dirs:
+            ld = lit_loader(lit_dirs, doc_p, 0)
+            it = packer.batches(lit_docs(ld))
+            for _ in range(step):
+                next(it)
+            lit_state = ld.state_dict()
+            t0 = time.perf_counter()
+            ld2 = lit_loader(lit_dirs, doc_p, 0)
+            ld2.load_state_dict(lit_state)
+            next(packer.batches(lit_docs(ld2)))
+            rres["LitData load_state_dict + 1 batch"] = time.perf_counter() - t0
         width = max(map(len, rres))
         for k, v in rres.items():
             print(f"  {k:<{width}}  {v * 1e3:10.3f} ms")
@@ -490,6 +508,13 @@ def main():
         for n in WEIGHTS:
             print(f"  {n:<5} {src[n]['tokens'] / total:.4f} (weight {WEIGHTS[n]}), "
                   f"{src[n]['samples']:,} rows")
+        print(f"the peers' over their timed batches ({args.repeats} x {args.peer_batches}):")
+        for peer, by in ratios.items():
+            if not by:
+                continue
+            tot = sum(by.values())
+            got = {n: by.get(n, by.get(i, 0)) / tot for i, n in enumerate(WEIGHTS)}
+            print(f"  {peer:<22} " + ", ".join(f"{n} {v:.4f}" for n, v in got.items()))
     return 0
 
 
