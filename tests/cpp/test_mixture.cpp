@@ -276,22 +276,27 @@ static void splits() {
 // uninterrupted run against a resume at random steps (same world size, and
 // 2 -> 3 ranks), in (source, sample) pairs.
 static void resume_across_breakpoint() {
-  const int64_t E = 600, B = 8;  // epoch rows
+  const int64_t E = 601, B = 8;  // epoch rows (the last step pads by wrapping around)
   const MixSequence seq =
       MixSequence::schedule({0, 1000}, {{0.6, 0.3, 0.1}, {0.2, 0.3, 0.5}}, true);
   std::vector<SourceStream> streams;
   streams.emplace_back(std::vector<int64_t>{40, 60}, true, 0, 1);
   streams.emplace_back(std::vector<int64_t>{25}, true, 0, 2);
   streams.emplace_back(std::vector<int64_t>{10, 10, 10}, true, 2, 3);
-  // The (source, sample) of each row of rank r's batch k of a segment of epoch e.
+  // The (source, sample) of each row of rank r's batch k of a segment of epoch e, by
+  // mix_batch_rows, and row by row from the definition.
   auto batch = [&](uint64_t e, const MixSplit& sp, int64_t k) {
     std::vector<std::pair<int32_t, int64_t>> out;
     const int64_t len = sp.batch_length(k);
+    std::vector<int32_t> src(static_cast<size_t>(len));
+    std::vector<int64_t> pos(static_cast<size_t>(len));
+    mix_batch_rows(seq, sp, e, E, k, src.data(), pos.data());
     for (int64_t j = 0; j < len; ++j) {
       const int64_t R = static_cast<int64_t>(e) * E + sp.position(k, j);
       int32_t s;
       int64_t c;
       seq.rows(R, 1, &s, &c);
+      CHECK(s == src[static_cast<size_t>(j)] && c == pos[static_cast<size_t>(j)]);
       out.emplace_back(s, streams[static_cast<size_t>(s)].index(c));
     }
     return out;
