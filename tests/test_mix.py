@@ -422,3 +422,20 @@ def test_local_and_remote_sources(labelled, tmp_path):
         assert remote.remote.stats()["evictions"] > 0  # read through the cache, not into it
     finally:
         server.stop()
+
+
+def test_pickled_loader_goes_on(labelled):
+    mix = stoker.Mix(labelled, weights=[(0, {"a": 1, "b": 1, "c": 1}),
+                                        (3, {"a": 3, "b": 1, "c": 0})], samples_per_epoch=40)
+    loader = stoker.Loader(mix, batch_size=4, shuffle=True, seed=8)
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    st = loader.stats()["sources"]
+    assert st["c"]["weight"] == 0 and st["a"]["weight"] == 0.75  # past step 3
+    copy = pickle.loads(pickle.dumps(loader))
+    rest = [b for b in it]
+    again = run(copy)
+    assert len(again) == len(rest) == 6
+    for x, y in zip(again, rest):
+        assert all(torch.equal(x[k], y[k]) for k in x)

@@ -809,7 +809,7 @@ class Loader:
         s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
         counts = s.pop("source_counts")
         if self._mix is not None:
-            s["sources"] = self._mix.stats(counts)
+            s["sources"] = self._mix.stats(counts, self._core.state())
         elif self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens

@@ -464,9 +464,10 @@ class MixRun:
         self.sequence = self.producer.sequence()
         self.rows_per_step = rows
 
-    def stats(self, counts: Sequence[int]) -> Dict[str, Dict[str, Any]]:
-        """``stats()["sources"]``: rows and real tokens delivered per source, their shares,
-        and the weights in force."""
+    def stats(self, counts: Sequence[int], state: Tuple[int, int, int]) -> Dict[str, Any]:
+        """``stats()["sources"]``: rows and real tokens delivered per source (this rank), the
+        share of each in the weights' unit, and the weights in force where the job stands
+        (the loader's ``state()``: epoch, position)."""
         names = self.mix.names
         k = len(names)
         counts = list(counts) + [0] * (2 * k - len(counts))
@@ -474,8 +475,8 @@ class MixRun:
         toks = counts[1::2][:k]
         by = toks if self.mix.weights_unit == "tokens" else rows
         total = sum(by)
-        delivered = sum(rows)
-        weights = self._current_weights(delivered)
+        epoch, position = state[0], state[1]
+        weights = self.weights_at(epoch * self.epoch_rows + position)
         out = {}
         for s, n in enumerate(names):
             entry: Dict[str, Any] = {"samples": rows[s]}
@@ -486,11 +487,12 @@ class MixRun:
             out[n] = entry
         return out
 
-    def _current_weights(self, rows: int) -> List[float]:
+    def weights_at(self, row: int) -> List[float]:
+        """The mixture's weights (in its unit) in force at `row` of its stream."""
         points = self.mix._breakpoints
         if len(points) == 1:
             return [float(x) for x in points[0][1]]
-        step = rows / self.rows_per_step
+        step = row / self.rows_per_step
         i = max(j for j, (st, _) in enumerate(points) if st <= step)
         w = [float(x) for x in points[i][1]]
         if self.mix.interpolation == "linear" and i + 1 < len(points):
