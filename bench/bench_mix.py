@@ -329,7 +329,7 @@ def main():
     p.add_argument("--tokens", type=float, default=12e6, help="tokens of the three sources")
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batches", type=int, default=300, help="stoker batches per timing")
     p.add_argument("--peer-batches", type=int, default=40, help="peer batches per timing")
     p.add_argument("--resume-step", type=int, default=None,
@@ -468,30 +468,33 @@ def main():
         t0 = time.perf_counter()
         nb.skip(step)
         nb.batch()
-        rres["NumPy blend: replay + 1 batch"] = time.perf_counter() - t0
-        # HF and LitData: their states after `step` packed batches, loaded by new pipelines
-        # (the packer's open rows are not in their states: a resume drops them)
+        rres[f"NumPy blend: replay + 1 batch (step {step})"] = time.perf_counter() - t0
+        # HF and LitData: their states after `peer_step` packed batches (they run out of
+        # documents at about the epoch's end), loaded by new pipelines (the packer's open
+        # rows are not in their states: a resume drops them)
+        peer_step = min(step, epoch_batches // 2)
         stream = hf_pipeline(hf_sets, doc_p, 0)
         it = packer.batches(hf_docs(stream))
-        for _ in range(step):
+        for _ in range(peer_step):
             next(it)
         hf_state = stream.state_dict()
         t0 = time.perf_counter()
         again = hf_pipeline(hf_sets, doc_p, 0)
         again.load_state_dict(hf_state)
         next(packer.batches(hf_docs(again)))
-        rres["HF load_state_dict + 1 batch"] = time.perf_counter() - t0
+        rres[f"HF load_state_dict + 1 batch (step {peer_step})"] = time.perf_counter() - t0
         if lit_dirs:
             ld = lit_loader(lit_dirs, doc_p, 0)
             it = packer.batches(lit_docs(ld))
-            for _ in range(step):
+            for _ in range(peer_step):
                 next(it)
             lit_state = ld.state_dict()
             t0 = time.perf_counter()
             ld2 = lit_loader(lit_dirs, doc_p, 0)
             ld2.load_state_dict(lit_state)
             next(packer.batches(lit_docs(ld2)))
-            rres["LitData load_state_dict + 1 batch"] = time.perf_counter() - t0
+            rres[f"LitData load_state_dict + 1 batch (step {peer_step})"] = \
+                time.perf_counter() - t0
         width = max(map(len, rres))
         for k, v in rres.items():
             print(f"  {k:<{width}}  {v * 1e3:10.3f} ms")

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/batch_runner.h"
 #include "producers/mix_record_producer.h"
 #include "producers/mix_token_producer.h"
 #include "sampler/mixture.h"
@@ -104,7 +105,18 @@ void register_mixture(py::module_& m) {
            }),
            py::arg("sources"), py::arg("sequence"), py::arg("epoch_rows"), py::arg("keys"))
       .def("set_sequence", &MixTokenProducer::set_sequence, py::arg("sequence"))
-      .def("sequence", &MixTokenProducer::sequence);
+      .def("sequence", &MixTokenProducer::sequence)
+      .def(
+          "run_batches",
+          [](const MixTokenProducer& p, uint64_t epoch, int64_t first, int64_t count, int threads) {
+            py::gil_scoped_release nogil;
+            const auto plan = p.plan_epoch(EpochKey{epoch, 0, 1, 0, 0});
+            const RunBatchesResult r = run_batches(p, *plan, first, count, threads);
+            return std::make_tuple(r.batches, r.bytes, r.seconds);
+          },
+          py::arg("epoch"), py::arg("first"), py::arg("count"), py::arg("threads") = 1,
+          "(batches, output bytes, seconds) of batches [first, first + count) of epoch `epoch` "
+          "(rank 0 of 1), without the loader core: the producer's own cost.");
 }
 
 }  // namespace stoker::bindings

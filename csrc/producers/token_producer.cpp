@@ -408,12 +408,18 @@ std::unique_ptr<BatchWork> TokenProducer::plan_rows(
   auto w = std::make_unique<Work>();
   w->p = this;
   w->row_p.reserve(rows.size());
-  for (const auto& [from, row] : rows) {
+  std::vector<int64_t> run;
+  for (size_t j = 0; j < rows.size();) {  // runs of rows of one producer at a time
+    const TokenProducer* from = rows[j].first;
     STOKER_CHECK(from->o_.mode == o_.mode && from->o_.seq_len == o_.seq_len &&
                      from->o_.token_dtype == o_.token_dtype,
                  UsageError, "a mixture's token sources must share their batch options");
-    add_rows(*w, *from, &row, 1);
-    w->row_p.push_back(from);
+    run.clear();
+    for (; j < rows.size() && rows[j].first == from; ++j) {
+      run.push_back(rows[j].second);
+      w->row_p.push_back(from);
+    }
+    add_rows(*w, *from, run.data(), static_cast<int64_t>(run.size()));
   }
   w->row_source = source;
   finish(*w, num_sources);

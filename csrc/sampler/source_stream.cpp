@@ -8,6 +8,8 @@ namespace stoker {
 
 namespace {
 constexpr size_t kCachedPasses = 4;  // a batch spans at most two passes of a source
+// Permutation::map keeps 8 lanes busy: for fewer positions than this, one by one is faster.
+constexpr size_t kLanesWorthIt = 32;
 }  // namespace
 
 SourceStream::SourceStream(std::vector<int64_t> shard_records, bool shuffle, int64_t shard_window,
@@ -21,7 +23,7 @@ SourceStream::SourceStream(std::vector<int64_t> shard_records, bool shuffle, int
   // Validates the records and options once (EpochOrder throws UsageError).
   n_ = EpochOrder(shard_records_, opts_, 0, 0, 1, 0).num_samples();
   STOKER_CHECK(n_ >= 1, UsageError, "a mixture's source has no samples");
-  cached_ = shard_records_.size() > 1;
+  cached_ = shard_records_.size() > 1 || shard_window > 0;
 }
 
 std::shared_ptr<const EpochOrder> SourceStream::pass(int64_t p) const {
@@ -46,8 +48,9 @@ std::shared_ptr<const EpochOrder> SourceStream::pass(int64_t p) const {
 }
 
 int64_t SourceStream::index(int64_t c) const {
-  STOKER_CHECK(c >= 0, UsageError, "negative stream position ", c);
-  return pass(c / n_)->index(c % n_, 0);
+  int64_t out;
+  map(&c, &out, 1);
+  return out;
 }
 
 void SourceStream::map(const int64_t* c, int64_t* out, size_t n) const {
@@ -55,8 +58,27 @@ void SourceStream::map(const int64_t* c, int64_t* out, size_t n) const {
   while (i < n) {
     STOKER_CHECK(c[i] >= 0, UsageError, "negative stream position ", c[i]);
     const int64_t p = c[i] / n_;
-    const auto order = pass(p);
-    for (; i < n && c[i] >= 0 && c[i] / n_ == p; ++i) out[i] = order->index(c[i] % n_, 0);
+    size_t e = i;
+    for (; e < n && c[e] >= 0 && c[e] / n_ == p; ++e) out[e] = c[e] % n_;
+    if (!cached_) {
+      // One shard (token windows, packed rows): EpochOrder's global shuffle,
+      // without making one: the keyed permutation of pass p.
+      if (opts_.shuffle) {
+        const Permutation perm(static_cast<uint64_t>(n_),
+                               hash_combine(opts_.seed, static_cast<uint64_t>(p)));
+        static_assert(sizeof(int64_t) == sizeof(uint64_t));
+        auto* q = reinterpret_cast<uint64_t*>(out + i);
+        if (e - i >= kLanesWorthIt) {
+          perm.map(q, q, e - i);
+        } else {  // a few positions (a source's rows of one batch): one by one
+          for (size_t j = 0; j < e - i; ++j) q[j] = perm(q[j]);
+        }
+      }
+    } else {
+      const auto order = pass(p);
+      for (size_t j = i; j < e; ++j) out[j] = order->index(out[j], 0);
+    }
+    i = e;
   }
 }
 

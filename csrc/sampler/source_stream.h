@@ -48,7 +48,7 @@ class SourceStream {
   std::vector<int64_t> shard_records_;
   SamplerOptions opts_;
   int64_t n_ = 0;
-  bool cached_ = false;  // orders worth keeping (shard windows: O(shards) to make)
+  bool cached_ = false;  // orders worth keeping (several shards: O(shards) to make)
   struct Cache {
     std::mutex mu;
     std::vector<std::pair<int64_t, std::shared_ptr<const EpochOrder>>> passes;  // by mu
