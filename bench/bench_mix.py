@@ -1,31 +1,32 @@
 """Mixture benchmark: three token sources blended by weight, with document packing.
 
-    python bench/bench_mix.py [--tokens 12e6] [--repeats 3]
+    python bench/bench_mix.py [--tokens 12e6] [--repeats 5]
 
 Three sources of documents with different length distributions (web: median ~300 tokens,
 code: ~900, math: ~120; random uint16 ids), blended 60/30/10 in tokens into rows of
 --seq-len (1024) tokens, --batch (16) rows per batch, whole documents per row
 (packing="document"), shuffled. Real (non-pad) tokens/s, median of --repeats, for
-  (a) stoker.Loader(stoker.Mix(...), packing="document") on 2 threads, and in the same
-      run stoker.Loader over one dataset holding all three sources' documents (the same
-      bytes and the same packing, no mixing): the cost of mixing (target: within 10%);
+  (a) stoker.Loader(stoker.Mix(...), packing="document") on --threads (2) threads, and,
+      interleaved with it in the same run, stoker.Loader over one dataset holding all
+      three sources' documents (the same bytes and the same packing, no mixing): the cost
+      of mixing (target: within 10%);
   (b) a NumPy implementation of the same blend: every source packed once (first fit in
-      a window of 64 open rows, as stoker), a shuffled row order per pass, rows chosen by
-      Megatron's rule (the source lagging its token target most), batches assembled with
-      NumPy slices;
-  (c) HF datasets' interleave_datasets(probabilities=...) over the three (as iterable
-      datasets; probabilities per document, set from the token weights and the sources'
-      mean document lengths), packed by a Python first-fit packer into the same rows;
-  (d) LitData's CombinedStreamingDataset(weights=...) over the three (optimized with
+      a window of 64 open rows), a shuffled row order per pass, rows chosen by Megatron's
+      rule (the source lagging its token target most), batches assembled with NumPy;
+  (c) HF datasets' interleave_datasets(probabilities=...) over the three (iterable
+      datasets with a shuffle buffer; probabilities per document, set from the token
+      weights and the sources' mean document lengths), packed by a Python first-fit
+      packer into the same rows;
+  (d) LitData's CombinedStreamingDataset(weights=...) over the three (written with
       litdata.optimize), through StreamingDataLoader, packed the same way; skipped when
       litdata is not installed.
-Resume at a late step (--resume-step, 90% of the epoch by default): the time from a
-saved state to the resumed loader's first batch, for each; for stoker also the time of
-load_state_dict itself (the arithmetic of a resume: the target is under a millisecond),
-and that the batches after it are the ones that followed in the uninterrupted run. The
-peers replay: NumPy its allocation rule, HF and LitData their sources' streams.
-Last: the realised token ratio of stoker's packed mixture over an epoch, from
-loader.stats()["sources"], against the weights, and the same for each peer.
+Resume at a late step (--resume-step, 90% of the epoch by default): for stoker the time of
+load_state_dict (the arithmetic of a resume; target: under a millisecond) and of it plus
+the next 3 batches, checked equal to the uninterrupted run's; NumPy replays its
+allocation rule to the step; HF and LitData load their states (taken halfway: they run
+out of documents near the epoch's end) and yield a batch.
+Last, the realised token ratio of stoker's packed mixture over an epoch
+(loader.stats()["sources"]) and the peers' over their timed batches.
 """
 
 import argparse
