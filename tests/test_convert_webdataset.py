@@ -100,7 +100,7 @@ def test_convert_infers_schema(shards, tmp_path):
                          "seg.npy": stoker.ndarray("int16", (None, 2))}
     check(ds, originals, key=True)
     batch = next(iter(stoker.Loader(ds, batch_size=5, shuffle=False)))
-    assert batch["jpg"].shape == (5, 16, 20, 3)
+    assert batch["jpg"].shape == (5, 3, 16, 20)
     assert batch["cls"].tolist() == [0, 1, 2, 3, 4]
 
 

@@ -67,12 +67,19 @@ def test_plain_loop_recipe_and_its_resume(workdir):
 
 
 def test_torchrun_recipe(workdir):
+    footer = ("\nimport json\njson.dump({'results': results, 'accuracy': accuracy}, "
+              "open(f'out.{int(os.environ[\"RANK\"])}.json', 'w'))\n")
     _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-          _script(workdir, "torchrun and DistributedDataParallel")], workdir)
+          _script(workdir, "torchrun and DistributedDataParallel", "\nimport os" + footer)],
+         workdir)
     import torch
 
     state = torch.load(workdir / "checkpoint.pt")["loader"]
     assert state["epoch"] == 2 and state["position"] == 0 and state["world_size"] == 2
+    for rank in range(2):  # the 23 validation samples, each scored once, on every rank
+        out = json.loads((workdir / f"out.{rank}.json").read_text())
+        assert sorted(map(len, out["results"])) == [11, 12]
+        assert out["accuracy"] == sum(map(sum, out["results"])) / 23
 
 
 def test_lightning_recipe(workdir):

@@ -92,6 +92,47 @@ def test_names_frameworks_probe_answer_without_raising(ds):
     assert epoch_labels(loader) == _order(ds, 4)
 
 
+# -- habits ----------------------------------------------------------------------------------
+
+def test_loader_and_dataset_as_context_managers(tmp_path):
+    from conftest import settled_thread_count, stoker_threads
+
+    with stoker.Dataset(write_dataset(tmp_path / "d", 40).path) as ds:
+        with stoker.Loader(ds, batch_size=4, num_threads=2) as loader:
+            first = epoch_labels(loader)
+            assert stoker_threads()
+        assert settled_thread_count() and not stoker_threads()  # closed: no worker left
+        assert epoch_labels(loader) == first  # a closed loader stays usable
+        kept = stoker.Loader(ds, batch_size=4)
+    assert ds.closed and "closed" in repr(ds)
+    with pytest.raises(ValueError, match="closed"):
+        ds[0]
+    with pytest.raises(ValueError, match="closed"):
+        stoker.Loader(ds, batch_size=4)
+    # a loader made before goes on over its own reference to the shards
+    assert epoch_labels(kept) == first and kept.state_dict()["dataset"]["num_records"] == 40
+
+
+def test_epoch_and_state_after_a_break(ds):
+    """After a break out of epoch 0, loader.epoch says what the loader runs next (epoch
+    1) and state_dict() what a resume continues (the rest of epoch 0), as documented."""
+    loader = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    state = loader.state_dict()
+    assert loader.epoch == 1 and (state["epoch"], state["position"]) == (0, 12)
+    resumed = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
+    resumed.load_state_dict(state)
+    assert resumed.epoch == 0 and epoch_labels(resumed) == _order(ds, 0)[3:]
+    assert epoch_labels(loader) == _order(ds, 1)
+
+
+def test_even_batches_false_with_drop_last_is_an_error(ds):
+    with pytest.raises(ValueError, match="even_batches=False does nothing with drop_last"):
+        stoker.Loader(ds, batch_size=4, drop_last=True, even_batches=False)
+
+
 # -- Lightning -------------------------------------------------------------------------
 
 def test_lightning_single_process_epochs_and_checkpoint_resume(ds, tmp_path):
@@ -258,6 +299,20 @@ def test_accelerate_under_torchrun(ds, tmp_path):
     assert res[0]["eval_batches"] == res[1]["eval_batches"] == 6
 
 
+def test_accelerate_save_state_resumed_on_more_processes(ds, tmp_path):
+    """save_state after 3 batches of 1 process, load_state on 2: the two ranks train on
+    exactly the rows the first run had not, each once."""
+    script = os.path.join(HERE, "accelerate_elastic.py")
+    state, out = str(tmp_path / "state"), str(tmp_path / "out")
+    _run([sys.executable, script, ds.path, state, out + "-one", "save", "3"])
+    _torchrun("accelerate_elastic.py", ds.path, state, out, "resume")
+    before = _results(out + "-one", 1)[0]["labels"]
+    after = [r["labels"] for r in _results(out, 2)]
+    assert before == sum(_order(ds, 0, seed=7)[:3], [])
+    assert len(after[0]) == len(after[1]) == 14
+    assert sorted(before + after[0] + after[1]) == list(range(40))
+
+
 def test_accelerate_skip_first_batches_is_loader_skip(ds):
     """accelerate's skip_first_batches (and Accelerator's, and the name transformers'
     Trainer imports) take a stoker.Loader: the same loader, starting at batch n of the
@@ -281,17 +336,18 @@ def test_accelerate_skip_first_batches_is_loader_skip(ds):
 
 
 def test_skip_first_batches_whatever_the_import_order(ds):
-    """`import stoker` before or after accelerate and transformers: every name is stoker's
-    wrapper, the user's `from accelerate import skip_first_batches` included."""
+    """`import stoker` before or after accelerate: every name is stoker's wrapper, the
+    user's `from accelerate import skip_first_batches` included (transformers' name:
+    test_accelerate_skip_first_batches_is_loader_skip)."""
     check = ("import stoker\n"
              "loader = stoker.Loader(%r, batch_size=4)\n"
              "assert skip_first_batches(loader, 9) is loader\n"
              "assert [b['label'].tolist() for b in loader] == [[36, 37, 38, 39]]\n"
-             "import accelerate.accelerator, transformers.trainer\n"
+             "import accelerate, accelerate.accelerator\n"
              "assert accelerate.accelerator.skip_first_batches is skip_first_batches\n"
-             "assert transformers.trainer.skip_first_batches is skip_first_batches\n") % ds.path
+             "assert accelerate.skip_first_batches is skip_first_batches\n") % ds.path
     for first in ("import stoker\nfrom accelerate import skip_first_batches\n",
-                  "import transformers.trainer\nimport stoker\n"
+                  "import accelerate.data_loader\nimport stoker\n"
                   "from accelerate import skip_first_batches\n"):
         _run([sys.executable, "-c", first + check])
 
@@ -319,6 +375,18 @@ def test_hf_trainer_resumes_a_killed_run_exactly(tmp_path):
     assert first == full[:30]
     assert rest == full[26:]  # 13 steps of 2 batches done
     assert rest[:14] != full[6:20]  # epoch 1's rows, not epoch 0's
+    # The same checkpoint as 2 processes save it (one RNG file per rank), resumed by 1:
+    # the Trainer's step arithmetic means other samples there, and that is refused.
+    import shutil
+
+    two = tmp_path / "two" / "checkpoint-13"
+    shutil.copytree(tmp_path / "run" / "checkpoint-13", two)
+    for rank in range(2):
+        shutil.copy(two / "rng_state.pth", two / f"rng_state_{rank}.pth")
+    os.remove(two / "rng_state.pth")
+    p = _run([sys.executable, script, tokens, tmp_path / "two", tmp_path / "two.json",
+              "--resume", two], returncode=1)
+    assert "saved by 2 process(es) and this run has 1" in p.stderr
 
 
 @pytest.mark.parametrize("packing", [None, "document"])

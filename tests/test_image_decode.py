@@ -340,7 +340,7 @@ def test_loader_images_deterministic_across_threads(tmp_path):
                                transforms=tf)
         runs.append([b["image"].clone() for b in loader])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
-    assert runs[0][0].shape == (8, 32, 32, 3) and runs[0][0].dtype == torch.uint8
+    assert runs[0][0].shape == (8, 3, 32, 32) and runs[0][0].dtype == torch.uint8
 
 
 def test_loader_full_decode_equals_single_decode(tmp_path):
@@ -354,12 +354,35 @@ def test_loader_full_decode_equals_single_decode(tmp_path):
         np.testing.assert_array_equal(b["image"][i].numpy(), pil_rgb(d).transpose(2, 0, 1))
 
 
+def test_images_come_as_nchw_channels_last_views_of_the_decode(tmp_path):
+    """The default delivers [N, C, H, W]: an HWC decode as that memory with channels_last
+    strides (no copy), a CHW field contiguous; image_layout="HWC" keeps [N, H, W, C]."""
+    ds = image_dataset(tmp_path / "d", n=8)
+    tf = {"image": [stoker.ops.CenterCrop(24)]}
+
+    def first(path=ds, **kw):
+        return next(iter(stoker.Loader(path, batch_size=4, transforms=tf, **kw)))["image"]
+
+    nchw, hwc, chw = first(), first(image_layout="HWC"), first(image_layout="CHW")
+    assert nchw.shape == chw.shape == (4, 3, 24, 24) and hwc.shape == (4, 24, 24, 3)
+    assert nchw.is_contiguous(memory_format=torch.channels_last) and not nchw.is_contiguous()
+    assert nchw.permute(0, 2, 3, 1).is_contiguous()  # the decode's own memory, as written
+    assert nchw.untyped_storage().nbytes() == nchw.numel()  # no second copy behind the view
+    assert chw.is_contiguous()
+    assert torch.equal(nchw, chw) and torch.equal(nchw, hwc.permute(0, 3, 1, 2))
+    with stoker.ShardWriter(tmp_path / "planar", {"image": stoker.image(layout="CHW")}) as w:
+        for i in range(4):
+            w.write({"image": ds[i]["image"]})
+    planar = first(str(tmp_path / "planar"))
+    assert planar.is_contiguous() and torch.equal(planar, chw)
+
+
 def test_images_of_different_sizes_need_a_crop(tmp_path):
     ds = image_dataset(tmp_path / "d", n=4)
     with pytest.raises(ValueError, match="different sizes"):
         list(stoker.Loader(ds, batch_size=4))
     b = next(iter(stoker.Loader(ds, batch_size=4, transforms={"image": stoker.ops.CenterCrop(30)})))
-    assert b["image"].shape == (4, 30, 30, 3)
+    assert b["image"].shape == (4, 3, 30, 30)
 
 
 def test_corrupt_image_in_loader_names_record_or_is_skipped(tmp_path):
@@ -389,4 +412,4 @@ def test_skip_covers_unreadable_headers_without_a_crop(tmp_path):
             batches = list(loader)
         labels = sum((b["label"].tolist() for b in batches), [])
         assert labels == [0, 1, 2, 3, 4, 6, 6, 7, 8, 9, 10, 11]
-        assert batches[1]["image"].shape == (4, 40, 50, 3)
+        assert batches[1]["image"].shape == (4, 3, 40, 50)

@@ -219,7 +219,7 @@ def test_corrupt_image_header_is_skipped_when_no_op_fixes_the_size(tmp_path):
         batches = list(loader)
     labels = sum((b["label"].tolist() for b in batches), [])
     assert labels == [0, 1, 2, 3, 4, 6, 6, 7, 8, 9, 10, 11]
-    assert all(b["image"].shape[1:] == (16, 24, 3) for b in batches)
+    assert all(b["image"].shape[1:] == (3, 16, 24) for b in batches)
     strict = stoker.Loader(ds, batch_size=4)
     it = iter(strict)
     next(it)

@@ -26,7 +26,10 @@ def test_ops_build_the_typed_cpp_ops():
     assert ops._specs(ops.CenterCrop(3)) == [cpp.CenterCrop(3, 3)]
     assert ops._specs([]) == []
     assert set(_core.IMAGE_OPS) == {"random_resized_crop", "resize", "center_crop",
-                              "random_horizontal_flip", "normalize"}
+                                    "random_horizontal_flip", "normalize", "color_jitter",
+                                    "random_grayscale", "gaussian_blur", "hsv_jitter",
+                                    "rand_augment", "trivial_augment_wide", "auto_augment",
+                                    "random_erasing", "random_crop", "pad"}
 
 
 @pytest.mark.parametrize("make, match", [
@@ -176,7 +179,10 @@ def test_a_new_op_subclass_reaches_the_cpp_pipeline():
 
 def test_public_names():
     assert set(ops.__all__) == {"Op", "RandomResizedCrop", "Resize", "CenterCrop",
-                                "RandomHorizontalFlip", "Normalize"}
+                                "RandomHorizontalFlip", "Normalize", "ColorJitter",
+                                "RandomGrayscale", "GaussianBlur", "HSVJitter", "RandAugment",
+                                "TrivialAugmentWide", "AutoAugment", "RandomErasing",
+                                "RandomCrop", "Pad"}
     assert stoker.ops is ops
     for name in ops.__all__:
         assert getattr(ops, name).__doc__ and "Example" in getattr(ops, name).__doc__

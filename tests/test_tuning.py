@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 import stoker
+import stoker._loader_args as loader_args
 import stoker.loader as loader_mod
 import torch
 from conftest import write_dataset
@@ -58,7 +59,7 @@ JPEG_OPS = {"image": [stoker.ops.RandomResizedCrop(96), stoker.ops.RandomHorizon
 def cores(monkeypatch):
     """Pretend this process may use `n` cores (the tuner's maximum), whatever the machine."""
     def set_cores(n):
-        monkeypatch.setattr(loader_mod, "_available_cores", lambda: n)
+        monkeypatch.setattr(loader_args, "available_cores", lambda: n)
         monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
         monkeypatch.delenv("SLURM_NTASKS_PER_NODE", raising=False)
     return set_cores
@@ -196,7 +197,7 @@ def test_max_memory_and_stall_warning_are_checked(raw_ds):
     with pytest.raises(ValueError, match="stall_warning"):
         stoker.Loader(raw_ds, stall_warning=1.5)
     default = stoker.Loader(raw_ds).max_memory
-    assert 0 < default <= loader_mod._physical_memory() // 16
+    assert 0 < default <= loader_args.physical_memory() // 16
 
 
 # -- stall telemetry ---------------------------------------------------------------------------
@@ -316,7 +317,7 @@ def test_slow_first_batch_says_what_the_workers_do(tmp_path, monkeypatch, caplog
     loader = stoker.Loader(ds, batch_size=3, num_threads=1, prefetch=1,
                            transforms={"image": [stoker.ops.Resize((900, 1200))]})
     batch = next(iter(loader))
-    assert batch["image"].shape == (3, 900, 1200, 3)
+    assert batch["image"].shape == (3, 3, 900, 1200)
     lines = [r.getMessage() for r in caplog.records if r.name == "stoker"]
     waiting = [m for m in lines if "first batch of epoch 0 is not ready after" in m]
     assert waiting, lines

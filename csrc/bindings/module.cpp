@@ -19,6 +19,7 @@ void register_cuda(py::module_& m);
 void register_checksum(py::module_& m);
 void register_tokens(py::module_& m);
 void register_mixture(py::module_& m);
+void register_augment(py::module_& m);
 }  // namespace stoker::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -75,4 +76,5 @@ PYBIND11_MODULE(_core, m) {
   stoker::bindings::register_checksum(m);
   stoker::bindings::register_tokens(m);
   stoker::bindings::register_mixture(m);
+  stoker::bindings::register_augment(m);
 }

@@ -106,14 +106,34 @@ void Normalize::apply(OpContext& ctx) const { ctx.normalize(*this); }
 
 // ---- over any op ------------------------------------------------------------------
 
+namespace {
+template <typename Op>
+constexpr bool on_output() {
+  if constexpr (requires { Op::kOutput; })
+    return Op::kOutput;
+  else
+    return false;
+}
+}  // namespace
+
 void check_image_ops(const std::vector<ImageOp>& list) {
+  // Ops on the output (RandomErasing) may follow one that must be last.
+  size_t last = list.size();
+  while (last > 0 &&
+         std::visit([](const auto& o) { return on_output<std::remove_cvref_t<decltype(o)>>(); },
+                    list[last - 1]))
+    --last;
   for (size_t i = 0; i < list.size(); ++i)
     std::visit(
         [&](const auto& op) {
+          using Op = std::remove_cvref_t<decltype(op)>;
           op.check();
-          if constexpr (requires { std::remove_cvref_t<decltype(op)>::kLast; })
-            STOKER_CHECK(i + 1 == list.size(), UsageError, std::remove_cvref_t<decltype(op)>::kName,
-                         " must be the last op");
+          if constexpr (requires { Op::kLast; })
+            STOKER_CHECK(i + 1 == last, UsageError, Op::kName,
+                         " must be the last op (RandomErasing may follow it)");
+          if constexpr (on_output<Op>())
+            STOKER_CHECK(i >= last, UsageError, Op::kName,
+                         " acts on the written output: it must come after every other op");
         },
         list[i]);
 }
@@ -134,8 +154,12 @@ std::optional<std::pair<int, int>> fixed_output_size(const std::vector<ImageOp>&
   for (const ImageOp& op : list)
     std::visit(
         [&](const auto& o) {
+          // An op that fixes the size sets it; one that changes it (Pad, Resize(int))
+          // keeps it fixed when its input size is.
           if constexpr (requires { o.size_after(std::pair<int, int>{}); })
-            fixed = o.fixes_size() ? std::optional(o.size_after({0, 0})) : std::nullopt;
+            fixed = o.fixes_size() ? std::optional(o.size_after({0, 0}))
+                    : fixed        ? std::optional(o.size_after(*fixed))
+                                   : std::nullopt;
         },
         op);
   return fixed;

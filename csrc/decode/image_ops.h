@@ -37,6 +37,9 @@
 namespace stoker {
 
 class OpContext;  // op_context.h: what a kernel sees of the image it transforms
+namespace detail {
+class SplitMix64;  // detail/rng.h
+}
 
 namespace ops {
 
@@ -144,14 +147,192 @@ struct Normalize {
   void apply(OpContext& ctx) const;
 };
 
+// ---- augmentation (kernels in image_ops_augment.cpp) -------------------------
+// Colour ops follow torchvision.transforms.v2 on uint8 tensors (color_ops.h);
+// the auto-augment policies draw as torchvision and apply its ops
+// (auto_augment.h); none moves the image, so the geometry stays as it is.
+
+inline constexpr const char* kRange = "a pair (lo, hi) with lo <= hi";
+
+/// ColorJitter: factors drawn uniformly in each range, applied in a random
+/// order; a range (1, 1) (hue: (0, 0)) leaves that property alone.
+struct ColorJitter {
+  static constexpr const char* kKind = "color_jitter";
+  static constexpr const char* kName = "ColorJitter";
+  std::array<double, 2> brightness = {1, 1}, contrast = {1, 1}, saturation = {1, 1};
+  std::array<double, 2> hue = {0, 0};
+  static constexpr auto params() {
+    using T = ColorJitter;
+    return std::tuple{Param{"brightness", &T::brightness, kRange},
+                      Param{"contrast", &T::contrast, kRange},
+                      Param{"saturation", &T::saturation, kRange}, Param{"hue", &T::hue, kRange}};
+  }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// RandomGrayscale: with probability p, the gray in every channel.
+struct RandomGrayscale {
+  static constexpr const char* kKind = "random_grayscale";
+  static constexpr const char* kName = "RandomGrayscale";
+  double p = 0.1;
+  static constexpr auto params() { return std::tuple{Param{"p", &RandomGrayscale::p, kInUnit}}; }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// GaussianBlur(kernel_size, sigma): one sigma drawn in [lo, hi] for both axes.
+struct GaussianBlur {
+  static constexpr const char* kKind = "gaussian_blur";
+  static constexpr const char* kName = "GaussianBlur";
+  int kh = 3, kw = 3;
+  std::array<double, 2> sigma = {0.1, 2.0};
+  static constexpr auto params() {
+    using T = GaussianBlur;
+    return std::tuple{Param{"kh", &T::kh, kPositiveWhole}, Param{"kw", &T::kw, kPositiveWhole},
+                      Param{"sigma", &T::sigma, kRange}};
+  }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// HSVJitter: ultralytics' augment_hsv (hsv_jitter.h), YOLO's colour jitter.
+struct HSVJitter {
+  static constexpr const char* kKind = "hsv_jitter";
+  static constexpr const char* kName = "HSVJitter";
+  double h = 0.015, s = 0.7, v = 0.4;
+  static constexpr auto params() {
+    using T = HSVJitter;
+    return std::tuple{Param{"h", &T::h, kInUnit}, Param{"s", &T::s, kInUnit},
+                      Param{"v", &T::v, kInUnit}};
+  }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// RandAugment(num_ops, magnitude, num_magnitude_bins), nearest, no fill.
+struct RandAugment {
+  static constexpr const char* kKind = "rand_augment";
+  static constexpr const char* kName = "RandAugment";
+  int num_ops = 2, magnitude = 9, num_magnitude_bins = 31;
+  static constexpr auto params() {
+    using T = RandAugment;
+    return std::tuple{Param{"num_ops", &T::num_ops, kWholeOrZero},
+                      Param{"magnitude", &T::magnitude, kWholeOrZero},
+                      Param{"num_magnitude_bins", &T::num_magnitude_bins, kPositiveWhole}};
+  }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// TrivialAugmentWide(num_magnitude_bins), nearest, no fill.
+struct TrivialAugmentWide {
+  static constexpr const char* kKind = "trivial_augment_wide";
+  static constexpr const char* kName = "TrivialAugmentWide";
+  int num_magnitude_bins = 31;
+  static constexpr auto params() {
+    return std::tuple{
+        Param{"num_magnitude_bins", &TrivialAugmentWide::num_magnitude_bins, kPositiveWhole}};
+  }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// AutoAugment with torchvision's ImageNet policy, nearest, no fill.
+struct AutoAugment {
+  static constexpr const char* kKind = "auto_augment";
+  static constexpr const char* kName = "AutoAugment";
+  static constexpr auto params() { return std::tuple{}; }
+  void check() const {}
+  void apply(OpContext& ctx) const;
+};
+
+/// RandomErasing on the written output (after Normalize, as timm uses it):
+/// with probability p a rectangle of area fraction in `scale` and aspect ratio
+/// in `ratio` gets `value` per channel, or N(0, 1) noise when `random`.
+struct RandomErasing {
+  static constexpr const char* kKind = "random_erasing";
+  static constexpr const char* kName = "RandomErasing";
+  static constexpr bool kOutput = true;  // may follow Normalize
+  double p = 0.5;
+  std::array<double, 2> scale = {0.02, 0.33};
+  std::array<double, 2> ratio = {0.3, 3.3};
+  std::array<double, 3> value = {0, 0, 0};
+  int random = 0;
+  static constexpr auto params() {
+    using T = RandomErasing;
+    return std::tuple{Param{"p", &T::p, kInUnit}, Param{"scale", &T::scale, kRange},
+                      Param{"ratio", &T::ratio, kRange}, Param{"value", &T::value, kRgb},
+                      Param{"random", &T::random, "0 or 1"}};
+  }
+  void check() const;
+  void apply(OpContext& ctx) const;
+  /// The kernel, on the output tensor (uint8 or float; HWC, or CHW when `chw`).
+  void erase(void* out, DType dtype, bool chw, int h, int w, detail::SplitMix64& rng) const;
+};
+
+/// RandomCrop(size, padding, pad_if_needed, fill, padding_mode): torchvision's;
+/// padding_mode 0 constant (fill), 1 edge, 2 reflect, 3 symmetric.
+struct RandomCrop {
+  static constexpr const char* kKind = "random_crop";
+  static constexpr const char* kName = "RandomCrop";
+  int h = 0, w = 0;
+  int pad_left = 0, pad_top = 0, pad_right = 0, pad_bottom = 0;
+  int pad_if_needed = 0;
+  std::array<double, 3> fill = {0, 0, 0};
+  int padding_mode = 0;
+  static constexpr auto params() {
+    using T = RandomCrop;
+    return std::tuple{Param{"h", &T::h, kPositiveWhole},
+                      Param{"w", &T::w, kPositiveWhole},
+                      Param{"pad_left", &T::pad_left, kWholeOrZero},
+                      Param{"pad_top", &T::pad_top, kWholeOrZero},
+                      Param{"pad_right", &T::pad_right, kWholeOrZero},
+                      Param{"pad_bottom", &T::pad_bottom, kWholeOrZero},
+                      Param{"pad_if_needed", &T::pad_if_needed, "0 or 1"},
+                      Param{"fill", &T::fill, kRgb},
+                      Param{"padding_mode", &T::padding_mode, "0 to 3"}};
+  }
+  void check() const;
+  std::pair<int, int> size_after(std::pair<int, int>) const { return {h, w}; }
+  bool fixes_size() const { return true; }
+  void apply(OpContext& ctx) const;
+};
+
+/// Pad(padding, fill, padding_mode): torchvision's; modes as RandomCrop's.
+struct Pad {
+  static constexpr const char* kKind = "pad";
+  static constexpr const char* kName = "Pad";
+  int left = 0, top = 0, right = 0, bottom = 0;
+  std::array<double, 3> fill = {0, 0, 0};
+  int padding_mode = 0;
+  static constexpr auto params() {
+    using T = Pad;
+    return std::tuple{
+        Param{"left", &T::left, kWholeOrZero},   Param{"top", &T::top, kWholeOrZero},
+        Param{"right", &T::right, kWholeOrZero}, Param{"bottom", &T::bottom, kWholeOrZero},
+        Param{"fill", &T::fill, kRgb},           Param{"padding_mode", &T::padding_mode, "0 to 3"}};
+  }
+  void check() const;
+  std::pair<int, int> size_after(std::pair<int, int> hw) const {
+    return {hw.first + top + bottom, hw.second + left + right};
+  }
+  bool fixes_size() const { return false; }
+  void apply(OpContext& ctx) const;
+};
+
 }  // namespace ops
 
 /// Every image op, in no particular order.
-using ImageOp = std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop,
-                             ops::RandomHorizontalFlip, ops::Normalize>;
+using ImageOp =
+    std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::RandomHorizontalFlip,
+                 ops::Normalize, ops::ColorJitter, ops::RandomGrayscale, ops::GaussianBlur,
+                 ops::HSVJitter, ops::RandAugment, ops::TrivialAugmentWide, ops::AutoAugment,
+                 ops::RandomErasing, ops::RandomCrop, ops::Pad>;
 
 /// Checks every op (UsageError naming the op and the reason) and the list: an
-/// op that must come last (Normalize) is last. The one validation of ops: the
+/// op that must come last (Normalize) is last, but for ops on the output
+/// (RandomErasing) after it. The one validation of ops: the
 /// bindings call it when Python builds them, and ImagePipeline when it is made.
 void check_image_ops(const std::vector<ImageOp>& ops);
 

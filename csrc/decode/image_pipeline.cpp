@@ -58,11 +58,13 @@ void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
     STOKER_THROW(DecodeError, "image comes out ", c.view.h, "x", c.view.w,
                  " but the batch expects ", out_h, "x", out_w);
   const bool u8_hwc = out_dtype_ == DType::kUInt8 && layout_ == ImageLayout::kHWC;
-  if (u8_hwc && (ops.try_resize_into(c, static_cast<uint8_t*>(out)) ||
-                 ops.try_decode_into(c, static_cast<uint8_t*>(out))))
-    return;
-  ops.ensure_pixels(c);
-  write_pixels(c, out, out_h, out_w, layout_, out_dtype_, ctx.normalization(), s);
+  if (!(u8_hwc && (ops.try_resize_into(c, static_cast<uint8_t*>(out)) ||
+                   ops.try_decode_into(c, static_cast<uint8_t*>(out))))) {
+    ops.ensure_pixels(c);
+    write_pixels(c, out, out_h, out_w, layout_, out_dtype_, ctx.normalization(), s);
+  }
+  for (int i = 0; i < ctx.num_output_ops(); ++i)
+    ctx.output_ops()[i]->erase(out, out_dtype_, layout_ == ImageLayout::kCHW, out_h, out_w, rng);
 }
 
 }  // namespace stoker

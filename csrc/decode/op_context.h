@@ -4,11 +4,16 @@
 // (geometry.h) together, so no op can move one without the other.
 #pragma once
 
+#include <array>
+
+#include "common/error.h"
 #include "decode/canvas.h"
+#include "decode/canvas_pixels.h"
 #include "decode/detail/rng.h"
 #include "decode/geometry.h"
 #include "decode/image_info.h"
 #include "decode/image_ops.h"
+#include "decode/padding.h"
 
 namespace stoker {
 
@@ -45,6 +50,30 @@ class OpContext {
   }
   /// The output is normalised (written as floats) by `n`.
   void normalize(const ops::Normalize& n) { normalize_ = &n; }
+  /// Keeps the rectangle `r` (which may reach past the edges), what lies
+  /// outside the image filled by `mode` (padding.h) and `fill`.
+  void window(const PixelRect& r, PadMode mode, const Fill& fill) {
+    const bool inside = r.x >= 0 && r.y >= 0 && r.x + r.w <= width() && r.y + r.h <= height();
+    const bool zeros =
+        mode == PadMode::kConstant && fill.v[0] == 0 && fill.v[1] == 0 && fill.v[2] == 0;
+    if (inside || zeros) {
+      crop(r);  // lazy: zeros past the edges
+      return;
+    }
+    const Pixels src = pixels();
+    const Pixels out = canvas_spare(canvas_, r.w, r.h);
+    copy_window(src, r.x, r.y, out, mode, fill);
+    adopt_pixels(canvas_, out);
+    geometry_.crop(r.x, r.y, r.w, r.h);
+  }
+  /// The image as plain pixels, to change in place (colour ops, blur,
+  /// auto-augment): they do not move it, so the geometry stays.
+  Pixels pixels() { return canvas_pixels(pixels_, canvas_); }
+  /// Runs `op` on the written output (RandomErasing), after Normalize.
+  void on_output(const ops::RandomErasing& op);
+  /// The ops on the output, in order.
+  const ops::RandomErasing* const* output_ops() const { return erasing_.data(); }
+  int num_output_ops() const { return num_erasing_; }
 
   /// Where the output's pixels come from in the decoded image.
   const Geometry& geometry() const { return geometry_; }
@@ -56,6 +85,14 @@ class OpContext {
   detail::SplitMix64& rng_;
   Geometry geometry_;
   const ops::Normalize* normalize_ = nullptr;
+  std::array<const ops::RandomErasing*, 8> erasing_{};  // no allocation per sample
+  int num_erasing_ = 0;
 };
+
+inline void OpContext::on_output(const ops::RandomErasing& op) {
+  STOKER_CHECK(num_erasing_ < static_cast<int>(erasing_.size()), UsageError,
+               "at most 8 RandomErasing ops in a list");
+  erasing_[num_erasing_++] = &op;
+}
 
 }  // namespace stoker

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "decode/detail/half.h"
+#include "decode/detail/multiversion.h"
 
 namespace stoker {
 
@@ -34,6 +35,41 @@ void gather_row(const Canvas& c, int y, uint8_t* dst) {
 
 }  // namespace
 
+namespace {
+
+// One gathered RGB row into the output, normalised: a loop per layout and
+// dtype, so that each vectorises (a test of the dtype per element kept the
+// compiler from it).
+template <typename T, typename Conv>
+STOKER_MULTIVERSION void store_row(const uint8_t* row, int w, bool chw, size_t plane, T* base,
+                                   const float* scale, const float* shift, Conv conv) {
+  if (chw) {
+    for (int ch = 0; ch < 3; ++ch) {
+      T* dst = base + ch * plane;
+      const float a = scale[ch], b = shift[ch];
+      for (int x = 0; x < w; ++x) dst[x] = conv(static_cast<float>(row[3 * x + ch]) * a + b);
+    }
+  } else {
+    for (int x = 0; x < w; ++x)
+      for (int ch = 0; ch < 3; ++ch)
+        base[3 * x + ch] = conv(static_cast<float>(row[3 * x + ch]) * scale[ch] + shift[ch]);
+  }
+}
+
+// Conversions as function objects: a function pointer would be an indirect
+// call per element, which does not vectorise.
+struct ToFloat {
+  float operator()(float f) const { return f; }
+};
+struct ToHalf {
+  uint16_t operator()(float f) const { return detail::float_to_half(f); }
+};
+struct ToBFloat16 {
+  uint16_t operator()(float f) const { return detail::float_to_bfloat16(f); }
+};
+
+}  // namespace
+
 const char* image_layout_name(ImageLayout layout) {
   return layout == ImageLayout::kCHW ? "CHW" : "HWC";
 }
@@ -61,21 +97,19 @@ void write_pixels(const Canvas& c, void* out, int out_h, int out_w, ImageLayout 
     uint8_t* row = u8 && !chw ? static_cast<uint8_t*>(out) + y * row_bytes : s.row.data();
     gather_row(c, y, row);
     if (u8 && !chw) continue;
-    const size_t base = static_cast<size_t>(y) * out_w;
-    for (int ch = 0; ch < 3; ++ch) {
-      for (int x = 0; x < out_w; ++x) {
-        const uint8_t v = row[3 * x + ch];
-        const size_t idx = chw ? ch * plane + base + x : (base + x) * 3 + ch;
-        if (u8) {
-          static_cast<uint8_t*>(out)[idx] = v;
-        } else {
-          const float f = v * scale[ch] + shift[ch];
-          if (dtype == DType::kFloat32)
-            static_cast<float*>(out)[idx] = f;
-          else
-            static_cast<uint16_t*>(out)[idx] = detail::float_to_half(f);
-        }
-      }
+    const size_t base = static_cast<size_t>(y) * out_w;  // pixel index of the row
+    const size_t at = chw ? base : base * 3;             // element index of its first value
+    if (u8) {
+      uint8_t* dst = static_cast<uint8_t*>(out) + at;
+      for (int ch = 0; ch < 3; ++ch)
+        for (int x = 0; x < out_w; ++x) dst[ch * plane + x] = row[3 * x + ch];
+    } else if (dtype == DType::kFloat32) {
+      store_row(row, out_w, chw, plane, static_cast<float*>(out) + at, scale, shift, ToFloat{});
+    } else if (dtype == DType::kBFloat16) {
+      store_row(row, out_w, chw, plane, static_cast<uint16_t*>(out) + at, scale, shift,
+                ToBFloat16{});
+    } else {
+      store_row(row, out_w, chw, plane, static_cast<uint16_t*>(out) + at, scale, shift, ToHalf{});
     }
   }
 }

@@ -19,13 +19,17 @@ from ._core import CudaError, DataError, DecodeError, Error
 from .dataset import Dataset
 from .fields import (
     Blob,
+    Boxes,
     Field,
     Image,
+    KeyPoints,
     NDArray,
     Scalar,
     Tokens,
     blob,
+    boxes,
     image,
+    keypoints,
     ndarray,
     scalar,
     tokens,
@@ -43,6 +47,7 @@ _accelerate.install()
 
 __all__ = [
     "Blob",
+    "Boxes",
     "CudaError",
     "DataError",
     "Dataset",
@@ -50,6 +55,7 @@ __all__ = [
     "Error",
     "Field",
     "Image",
+    "KeyPoints",
     "Loader",
     "Mix",
     "NDArray",
@@ -59,7 +65,9 @@ __all__ = [
     "Tokens",
     "WriterLockError",
     "blob",
+    "boxes",
     "image",
+    "keypoints",
     "ndarray",
     "ops",
     "scalar",

@@ -23,12 +23,22 @@ and ``transformers.trainer``, which import it by name):
 The one case left out is a ``from accelerate import skip_first_batches`` run before stoker
 is imported: that module keeps accelerate's function, which cannot take a stoker.Loader
 (``loader.skip(n)`` does the same). Nothing else of accelerate or transformers is changed.
+
+NOTE [ Trainer resume at another world size ]
+The Trainer keeps no loader state: it derives the epoch and the batches to skip from its
+optimizer step and ``len(loader)``, both of which mean other samples at another world size
+(resumed from 1 process onto 2, the step of epoch 0 can read as a step of epoch 1). That
+cannot be made exact, so the wrapper refuses it, called from the Trainer's resume, when the
+checkpoint's RNG files (``rng_state.pth`` from one process, ``rng_state_{rank}.pth`` from
+each of several) show another number of processes than this run's.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.abc
+import os
+import re
 import sys
 from typing import Any, Callable, Optional
 
@@ -43,11 +53,51 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         from .loader import Loader
 
         if isinstance(dataloader, Loader):
+            _check_trainer_world(sys._getframe(1))
             return dataloader.skip(num_batches)
         return original(dataloader, num_batches=num_batches)
 
     skip_first_batches.__stoker_original__ = original  # type: ignore[attr-defined]
     return skip_first_batches
+
+
+def _saved_world(checkpoint: str, process_index: int, world: int) -> Any:
+    """The number of processes that saved `checkpoint`, where its RNG files tell it for
+    sure, else None (NOTE [ Trainer resume at another world size ])."""
+    try:
+        names = os.listdir(checkpoint)
+    except OSError:
+        return None
+    ranks = {int(m.group(1)) for m in map(re.compile(r"rng_state_(\d+)\.pth$").match, names)
+             if m}
+    if "rng_state.pth" in names and not ranks:
+        return 1
+    if not ranks:
+        return None  # saved without RNG state: nothing to tell by
+    if world == 1 or max(ranks) >= world:
+        return max(ranks) + 1
+    if process_index not in ranks:  # another rank's files are here, not this one's
+        return max(ranks) + 1
+    return None
+
+
+def _check_trainer_world(caller: Any) -> None:
+    if caller.f_globals.get("__name__") != "transformers.trainer":
+        return
+    checkpoint = caller.f_locals.get("resume_from_checkpoint")
+    targs = getattr(caller.f_locals.get("self"), "args", None)
+    if not isinstance(checkpoint, (str, os.PathLike)) or targs is None:
+        return
+    world = int(getattr(targs, "world_size", 1))
+    saved = _saved_world(os.fspath(checkpoint), int(getattr(targs, "process_index", 0)), world)
+    if saved is not None and saved != world:
+        raise RuntimeError(
+            f"cannot resume exactly: {os.fspath(checkpoint)} was saved by {saved} "
+            f"process(es) and this run has {world}. transformers' Trainer finds its place "
+            f"from the optimizer step and len(loader), which mean other samples at another "
+            f"world size, and keeps no loader state; resume on {saved} process(es), or "
+            f"train with a loop that saves loader.state_dict() (exact at any world size: "
+            f"docs/frameworks.md)")
 
 
 def _patch_loaded() -> None:
@@ -77,20 +127,23 @@ class _PatchAfterExec(importlib.abc.Loader):
     def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
         _patch_loaded()
+        _uninstall()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds accelerate.data_loader through the other finders and wraps its loader; then
-    leaves sys.meta_path."""
+    """Finds accelerate.data_loader through the other finders and wraps its loader, which
+    takes the finder off sys.meta_path once the module has run (a find_spec alone, as
+    importlib.util.find_spec makes, leaves it in place)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Optional[Any]:
         if fullname != _DEFINED_IN:
             return None
-        _uninstall()
         for finder in sys.meta_path:
+            if finder is self:
+                continue
             find_spec = getattr(finder, "find_spec", None)
             spec = find_spec(fullname, path, target) if find_spec is not None else None
             if spec is not None:

@@ -277,6 +277,28 @@ class Dataset:
     def __len__(self) -> int:
         return len(self._core)
 
+    def close(self) -> None:
+        """Lets go of what this Dataset holds: its shard mappings (unmapped once the loaders
+        made from it are done with them too) and, for a remote dataset, the fetcher and
+        its threads (close loaders of a remote dataset first: they read through it).
+        Reading the dataset afterwards raises ``ValueError``; closing twice is harmless.
+        ``with stoker.Dataset(path) as ds:`` closes it at the end of the block."""
+        if isinstance(self._core, _Closed):
+            return
+        if self.remote is not None:
+            self.remote.close()
+        self._core = _Closed(self.path)
+
+    @property
+    def closed(self) -> bool:
+        return isinstance(self._core, _Closed)
+
+    def __enter__(self) -> "Dataset":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def __getitem__(self, i: int) -> Dict[str, Any]:
         n = len(self)
         if not isinstance(i, int):
@@ -367,7 +389,24 @@ class Dataset:
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}: {f!r}" for n, f in self.fields.items())
+        if self.closed:
+            return f"stoker.Dataset({self.path!r}, closed, {{{fields}}})"
         return f"stoker.Dataset({self.path!r}, {len(self)} samples, {{{fields}}})"
+
+
+class _Closed:
+    """A closed Dataset's ``_core``: any use says so."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def _refuse(self, *args: Any) -> Any:
+        raise ValueError(f"{self._path}: this stoker.Dataset is closed")
+
+    __len__ = _refuse
+
+    def __getattr__(self, name: str) -> Any:
+        return self._refuse()
 
 
 def _reopen(path: str, identity: Dict[str, Any],

@@ -27,8 +27,8 @@ import numpy as np
 # Largest record the shard format holds: record lengths are u32 (csrc/format/shard_format.h).
 MAX_RECORD_BYTES = 0xFFFFFFFF
 
-__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "Tokens", "scalar", "ndarray", "blob",
-           "image", "tokens"]
+__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "Tokens", "Boxes", "KeyPoints", "scalar",
+           "ndarray", "blob", "image", "tokens", "boxes", "keypoints"]
 
 _DTYPES = (
     "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
@@ -97,7 +97,11 @@ class Field:
         if kind == "blob":
             return Blob()
         if kind == "image":
-            return Image(layout=spec.get("layout", "HWC"))
+            return Image(layout=spec.get("layout", "HWC"), mode=spec.get("mode", "RGB"))
+        if kind == "boxes":
+            return Boxes(spec["format"], bool(spec["normalized"]))
+        if kind == "keypoints":
+            return KeyPoints(int(spec["num_keypoints"]), bool(spec.get("normalized", False)))
         if kind == "tokens":
             return Tokens(spec["dtype"])
         raise ValueError(f"unknown field kind {kind!r}")
@@ -220,15 +224,28 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 class Image(Field):
     """Encoded JPEG or PNG bytes, stored as written and decoded by the loader's worker
-    threads to 8-bit RGB (``uint8``), in ``layout`` ``"HWC"`` or ``"CHW"``.
+    threads to 8-bit ``uint8``, in ``layout`` ``"HWC"`` (interleaved, what the codecs
+    write) or ``"CHW"`` (planar): RGB with ``mode="RGB"``, one channel with ``mode="L"``
+    (grayscale; a segmentation mask of class ids stored as a grayscale PNG). The loader
+    delivers both layouts as ``[N, C, H, W]`` (HWC as that memory with ``channels_last``
+    strides) unless ``image_layout="HWC"`` is given. In a group of transformed fields, an
+    ``"L"`` image is a mask: resized and warped with nearest-neighbour sampling, untouched
+    by colour ops.
     ``Dataset[i]`` returns the encoded bytes."""
 
     kind = "image"
 
-    def __init__(self, layout: str = "HWC"):
+    def __init__(self, layout: str = "HWC", mode: str = "RGB"):
         if layout not in ("HWC", "CHW"):
             raise ValueError(f"image layout must be 'HWC' or 'CHW', got {layout!r}")
+        if mode not in ("RGB", "L"):
+            raise ValueError(f"image mode must be 'RGB' or 'L', got {mode!r}")
         self.layout = layout
+        self.mode = mode
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.mode == "L" else 3
 
     def encode(self, value: Any, what: str = "value") -> bytes:
         if not isinstance(value, (bytes, bytearray, memoryview)):
@@ -243,10 +260,132 @@ class Image(Field):
         return bytes(payload)
 
     def spec(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "layout": self.layout}
+        # "mode" only when not RGB: the specs (and schema hashes) of RGB images written
+        # before modes existed stay the same
+        spec = {"kind": self.kind, "layout": self.layout}
+        if self.mode != "RGB":
+            spec["mode"] = self.mode
+        return spec
 
     def __repr__(self) -> str:
-        return f"stoker.image(layout={self.layout!r})"
+        mode = f", mode={self.mode!r}" if self.mode != "RGB" else ""
+        return f"stoker.image(layout={self.layout!r}{mode})"
+
+
+_BOX_FORMATS = ("xyxy", "xywh", "cxcywh")
+
+
+def _numbers(value: Any, what: str, kind: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as e:  # ragged lists and the like
+        raise ValueError(f"{what}: cannot convert {type(value).__name__} to {kind}: {e}") from e
+    if arr.dtype.kind not in "biuf" and arr.size:
+        raise ValueError(f"{what}: {kind} must be numbers, got {arr.dtype.name}")
+    return arr
+
+
+class Boxes(NDArray):
+    """Axis-aligned boxes per sample: ``float32`` rows of 4, a variable number of them, in
+    ``format`` ``"xyxy"`` (corners), ``"xywh"`` (COCO: corner and size) or ``"cxcywh"``
+    (centre and size); pixel coordinates, or fractions of the image size when
+    ``normalized`` (YOLO labels are ``cxcywh`` normalised). Batches like
+    ``ndarray("float32", (None, 4))``: padded, with ``"<name>_lengths"``.
+
+    In a transform group with an image, boxes follow the image's crops, flips, resizes,
+    padding, rotations and warps; those that leave the image (or keep too little of it)
+    are dropped together with the same rows of the group's other per-box fields.
+    """
+
+    kind = "boxes"
+
+    def __init__(self, format: str = "xyxy", normalized: bool = False):
+        if format not in _BOX_FORMATS:
+            raise ValueError(f"box format must be one of {', '.join(map(repr, _BOX_FORMATS))}, "
+                             f"got {format!r}")
+        if not isinstance(normalized, bool):
+            raise ValueError(f"normalized must be True or False, got {normalized!r}")
+        super().__init__("float32", (None, 4))
+        self.format = format
+        self.normalized = normalized
+
+    def encode(self, value: Any, what: str = "value") -> bytes:
+        arr = _numbers(value, what, "boxes")
+        if arr.ndim == 1 and arr.size == 0:
+            arr = arr.reshape(0, 4)
+        if arr.ndim != 2 or arr.shape[1] != 4:
+            raise ValueError(f"{what}: boxes must be (n, 4), got shape {arr.shape}")
+        arr = arr.astype(np.float32)
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{what}: boxes must be finite")
+        if arr.size and (arr[:, 2:] < (arr[:, :2] if self.format == "xyxy" else 0)).any():
+            bad = "x2 < x1 or y2 < y1" if self.format == "xyxy" else "a negative width or height"
+            raise ValueError(f"{what}: a box has {bad}")
+        return np.ascontiguousarray(arr, dtype="<f4").tobytes()
+
+    def spec(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "format": self.format, "normalized": self.normalized}
+
+    def _core_spec(self, name: str) -> Dict[str, Any]:
+        return {"name": name, "kind": "ndarray", "dtype": "float32", "shape": [-1, 4]}
+
+    def __repr__(self) -> str:
+        norm = ", normalized=True" if self.normalized else ""
+        return f"stoker.boxes(format={self.format!r}{norm})"
+
+
+class KeyPoints(NDArray):
+    """``num_keypoints`` keypoints per instance, a variable number of instances per sample:
+    ``float32`` ``(n, num_keypoints, 3)`` rows of (x, y, visibility), COCO's convention
+    (0: not labelled, 1: labelled but hidden, 2: visible); ``(n, num_keypoints, 2)`` is
+    accepted on write, as visible points. Pixel coordinates, or fractions of the image size
+    when ``normalized``. Batches like ``ndarray("float32", (None, k, 3))``.
+
+    In a transform group, keypoints follow the image; one moved off the image becomes
+    (0, 0, 0). A horizontal flip takes ``flip_pairs`` to swap left and right.
+    """
+
+    kind = "keypoints"
+
+    def __init__(self, num_keypoints: int, normalized: bool = False):
+        if isinstance(num_keypoints, bool) or not isinstance(num_keypoints, (int, np.integer)) \
+                or num_keypoints < 1:
+            raise ValueError(f"keypoints: num_keypoints must be a positive int, got "
+                             f"{num_keypoints!r}")
+        if not isinstance(normalized, bool):
+            raise ValueError(f"normalized must be True or False, got {normalized!r}")
+        super().__init__("float32", (None, int(num_keypoints), 3))
+        self.num_keypoints = int(num_keypoints)
+        self.normalized = normalized
+
+    def encode(self, value: Any, what: str = "value") -> bytes:
+        arr = _numbers(value, what, "keypoints")
+        k = self.num_keypoints
+        if arr.size == 0 and arr.ndim <= 1:
+            arr = np.zeros((0, k, 3), np.float32)
+        if arr.ndim != 3 or arr.shape[1] != k or arr.shape[2] not in (2, 3):
+            raise ValueError(f"{what}: keypoints must be (n, {k}, 3) or (n, {k}, 2), "
+                             f"got shape {arr.shape}")
+        arr = arr.astype(np.float32)
+        if arr.shape[2] == 2:
+            arr = np.concatenate([arr, np.full(arr.shape[:2] + (1,), 2, np.float32)], 2)
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{what}: keypoints must be finite")
+        return np.ascontiguousarray(arr, dtype="<f4").tobytes()
+
+    def spec(self) -> Dict[str, Any]:
+        spec: Dict[str, Any] = {"kind": self.kind, "num_keypoints": self.num_keypoints}
+        if self.normalized:
+            spec["normalized"] = True
+        return spec
+
+    def _core_spec(self, name: str) -> Dict[str, Any]:
+        return {"name": name, "kind": "ndarray", "dtype": "float32",
+                "shape": [-1, self.num_keypoints, 3]}
+
+    def __repr__(self) -> str:
+        norm = ", normalized=True" if self.normalized else ""
+        return f"stoker.keypoints({self.num_keypoints}{norm})"
 
 
 _TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
@@ -326,9 +465,22 @@ def blob() -> Blob:
     return Blob()
 
 
-def image(layout: str = "HWC") -> Image:
-    """An encoded JPEG/PNG image per sample, decoded to RGB ``uint8`` in ``layout``."""
-    return Image(layout)
+def image(layout: str = "HWC", mode: str = "RGB") -> Image:
+    """An encoded JPEG/PNG image per sample, decoded to ``uint8`` in ``layout``: RGB, or one
+    channel with ``mode="L"`` (grayscale images, segmentation masks)."""
+    return Image(layout, mode)
+
+
+def boxes(format: str = "xyxy", normalized: bool = False) -> Boxes:
+    """Boxes per sample, ``float32`` ``(None, 4)``, e.g. ``stoker.boxes("xywh")`` for COCO or
+    ``stoker.boxes("cxcywh", normalized=True)`` for YOLO labels."""
+    return Boxes(format, normalized)
+
+
+def keypoints(num_keypoints: int, normalized: bool = False) -> KeyPoints:
+    """Keypoints per instance, ``float32`` ``(None, num_keypoints, 3)`` of (x, y, visibility),
+    e.g. ``stoker.keypoints(17)`` for COCO person keypoints."""
+    return KeyPoints(num_keypoints, normalized)
 
 
 # -- schema helpers (private) ------------------------------------------------

@@ -2,13 +2,14 @@
 
 The work happens in the C++ loader core (``csrc/pipeline/loader_core.h``): it owns the
 stream of epochs, the worker threads, the batch ring, the batch memory and the device copy.
-This module checks arguments, resolves the distributed rank, and wraps batches as tensors.
+This module builds the core from the checked arguments (``_loader_args``: defaults,
+ranks, the device) and wraps its batches as tensors; ``_loader_state`` holds the resume
+state's format and checks.
 """
 
 from __future__ import annotations
 
 import atexit
-import operator
 import os
 import sys
 import warnings
@@ -16,9 +17,11 @@ import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.distributed
 
 from . import _core
+from . import _loader_args as args
+from . import _loader_state as state_mod
+from ._loader_args import check_int
 from .dataset import Dataset
 from .fields import Image
 from .mix import Mix, MixRun
@@ -27,15 +30,6 @@ from .token_dataset import TokenDataset, _make_producer
 
 __all__ = ["Loader"]
 
-_STATE_VERSION = 2
-_DEFAULT_MAX_PIXELS = 100_000_000
-# prefetch=None: the ring's capacity, the largest window the tuner may choose (within
-# max_memory); batches copied ahead to the device (device="cuda").
-_AUTO_MAX_PREFETCH = 64
-_AUTO_DEVICE_PREFETCH = 2
-# max_memory=None: this share of the machine's RAM, divided among the local ranks.
-_DEFAULT_MEMORY_SHARE = 1 / 16
-_DEFAULT_STALL_WARNING = 0.2
 # A first batch slower than this is reported on the "stoker" logger (NOTE [ Slow first
 # batch ] in csrc/pipeline/loader_core.h).
 _SLOW_FIRST_BATCH_SECONDS = 2.0
@@ -48,98 +42,6 @@ _live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 def _stop_all() -> None:
     for loader in list(_live_loaders):
         loader.close()
-
-
-# Options of token batches beyond DESIGN's four (seq_len, packing, token_dtype, max_tokens),
-# passed to stoker.token_dataset._make_producer; see docs/tokens.md.
-_TOKEN_OPTIONS = ("stride", "pad_id", "ignore_index", "pack_fit", "pack_window", "overlong",
-                  "max_length", "pad_to_multiple_of", "attention_mask", "field")
-
-# torch.utils.data.DataLoader arguments that stoker replaces, with what to do instead.
-_DATALOADER_ONLY = {
-    "num_workers": "stoker uses C++ worker threads, not processes: pass num_threads=N "
-                   "(None, the default, tunes it online within the cores available to this "
-                   "rank)",
-    "collate_fn": "stoker assembles batches in C++ from the dataset's fields: variable-length "
-                  "fields are padded with '<name>_lengths', images take stoker.ops transforms; "
-                  "anything else, apply to the batch in your training step",
-    "sampler": "stoker samples itself (shuffle, seed, rank/world_size); for a custom order, "
-               "write the dataset in that order and use shuffle=False",
-    "batch_sampler": "stoker batches itself: use batch_size (and drop_last)",
-    "worker_init_fn": "stoker's workers are C++ threads that run no Python code",
-    "persistent_workers": "stoker's workers persist across epochs by design",
-    "prefetch_factor": "use prefetch=N: batches in flight (None = automatic)",
-    "pin_memory_device": "use device='cuda:N' (batches arrive on the GPU) or pin_memory=True",
-    "multiprocessing_context": "stoker uses threads, not processes",
-    "timeout": "stoker never hangs: a worker error surfaces in your loop at its batch",
-    "generator": "use seed=N: the order is a function of (seed, epoch)",
-}
-
-
-def _available_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _local_world_size() -> int:
-    """Processes of this job on this machine: torchrun and accelerate set LOCAL_WORLD_SIZE,
-    SLURM sets SLURM_NTASKS_PER_NODE."""
-    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
-        try:
-            n = int(os.environ.get(var, ""))
-        except ValueError:
-            continue
-        if n >= 1:
-            return n
-    return 1
-
-
-def _default_threads() -> int:
-    return max(1, _available_cores() // _local_world_size())
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return 8 << 30  # unknown: assume a small machine
-
-
-def _default_max_memory() -> int:
-    """Bytes of batches in flight per iterator for prefetch=None: 1/16 of the machine's
-    RAM, shared by the processes of the job on this machine (LOCAL_WORLD_SIZE)."""
-    return max(1, int(_physical_memory() * _DEFAULT_MEMORY_SHARE) // _local_world_size())
-
-
-def _check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
-               what: Optional[str] = None) -> int:
-    """`value` as an int in [low, high], else a ValueError naming `name`. Integer types
-    (NumPy's, a 0-d integer tensor) are taken; bools and floats are not."""
-    try:
-        number = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        number = None
-    if number is None or number < low:
-        if what is None:
-            what = "a positive int" if low == 1 else "a non-negative int" if low == 0 else "an int"
-        raise ValueError(f"{name} must be {what}, got {value!r}")
-    if number > high:
-        raise ValueError(f"{name} must be at most {high}, got {value!r}")
-    return number
-
-
-def _dist_world() -> Optional[Tuple[int, int]]:
-    """(rank, world_size) of the default process group, if one is initialised.
-    Called at every batch of an iterator that follows torch.distributed: two calls."""
-    dist = torch.distributed
-    try:
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except Exception:
-        pass
-    return None
 
 
 # A DLPack capsule as a tensor: torch.from_dlpack's own path for a capsule, without the
@@ -178,7 +80,7 @@ class Loader:
                                                      stoker.ops.RandomHorizontalFlip()]})
         for epoch in range(10):
             loader.set_epoch(epoch)
-            for batch in loader:   # {"image": uint8[256, 224, 224, 3], "label": int64[256]}
+            for batch in loader:   # {"image": uint8[256, 3, 224, 224], "label": int64[256]}
                 ...
 
     Guarantees:
@@ -240,8 +142,13 @@ class Loader:
         prefetch_next_epoch: start loading the next epoch's first batches while this
             epoch's last ones are handed out (NOTE [ Next-epoch prefetch ] in
             ``csrc/pipeline/loader_core.h``).
-        image_layout: ``"HWC"`` or ``"CHW"`` for every image field; None = each field's
-            stored layout.
+        image_layout: how image fields are delivered. None (default): in PyTorch's
+            ``[N, C, H, W]`` shape; a field decoded ``"HWC"`` (``stoker.image()``'s default,
+            what libjpeg-turbo writes) comes as that memory viewed with ``channels_last``
+            strides, no copy, which channels-last training takes as is (``.contiguous()``
+            makes a plain NCHW copy); a field of ``stoker.image(layout="CHW")`` comes
+            contiguous. ``"CHW"``: decoded planar, contiguous ``[N, C, H, W]``. ``"HWC"``:
+            ``[N, H, W, C]`` (the default of stoker 0.1.0).
         labels: token batches: ``"shifted"`` (default; ``labels[i]`` is the next token,
             nanoGPT's x, y) or ``"unshifted"`` (HuggingFace's: ``labels`` is ``input_ids``
             with -100 where no loss is taken, the model shifts; packed batches carry
@@ -250,7 +157,8 @@ class Loader:
             by wrapping around (True, as DistributedSampler). False, for evaluation: no
             sample is repeated across ranks; every rank still yields ``len(loader)``
             batches, so a rank's last batch may be shorter (or empty), and gathering the
-            results of all ranks gives exactly the dataset.
+            results of all ranks gives exactly the dataset. False with ``drop_last=True``
+            is an error (drop_last already repeats nothing).
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -275,7 +183,7 @@ class Loader:
         world_size: Optional[int] = None,
         transforms: Optional[Mapping[str, Sequence[Op]]] = None,
         on_error: str = "raise",
-        max_image_pixels: int = _DEFAULT_MAX_PIXELS,
+        max_image_pixels: int = args.DEFAULT_MAX_PIXELS,
         prefetch_next_epoch: bool = True,
         image_layout: Optional[str] = None,
         even_batches: bool = True,
@@ -284,30 +192,13 @@ class Loader:
         token_dtype: str = "int64",
         max_tokens: Optional[int] = None,
         max_memory: Optional[Union[int, str]] = None,
-        stall_warning: Optional[float] = _DEFAULT_STALL_WARNING,
+        stall_warning: Optional[float] = args.DEFAULT_STALL_WARNING,
         shard_window: Optional[int] = None,
         labels: str = "shifted",
         **options: Any,
     ):
-        token_options = {}
-        for name, value in options.items():
-            if name in _TOKEN_OPTIONS:
-                token_options[name] = value
-                continue
-            hint = _DATALOADER_ONLY.get(name)
-            if hint is not None:
-                raise TypeError(f"stoker.Loader has no argument {name!r}: {hint}")
-            raise TypeError(f"stoker.Loader got an unexpected keyword argument {name!r}")
-        if isinstance(dataset, torch.utils.data.Dataset):
-            raise TypeError(
-                "stoker.Loader reads stoker datasets, not torch Datasets: write yours once "
-                "with stoker.ShardWriter, then load it, e.g.\n"
-                "    fields = {'x': stoker.ndarray('float32', (3, 32, 32)), "
-                "'label': stoker.scalar('int64')}\n"
-                "    with stoker.ShardWriter('data/train', fields) as w:\n"
-                "        for x, y in my_dataset:\n"
-                "            w.write({'x': x.numpy(), 'label': y})\n"
-                "    loader = stoker.Loader(stoker.Dataset('data/train'), batch_size=...)")
+        token_options = args.token_options(options)
+        args.refuse_torch_dataset(dataset)
         self._args = dict(batch_size=batch_size, shuffle=shuffle, seed=seed,
                           drop_last=drop_last, num_threads=num_threads, prefetch=prefetch,
                           device=str(device), pin_memory=pin_memory, rank=rank,
@@ -324,6 +215,8 @@ class Loader:
             (isinstance(dataset, Mix) and dataset.tokens)
         if not self._tokens and not isinstance(dataset, (Dataset, Mix)):
             dataset = Dataset(dataset)
+        if getattr(dataset, "closed", False):
+            raise ValueError(f"{dataset.path}: the stoker.Dataset is closed")
         if not self._tokens and labels != "shifted":
             raise ValueError("labels= applies to token batches (seq_len=, packing=, "
                              "max_tokens=)")
@@ -334,17 +227,21 @@ class Loader:
         if self._tokens and batch_size is None and max_tokens is None:
             batch_size = 1
         if not self._tokens:
-            batch_size = _check_int("batch_size", 1 if batch_size is None else batch_size, 1)
+            batch_size = check_int("batch_size", 1 if batch_size is None else batch_size, 1)
         elif batch_size is not None:
-            batch_size = _check_int("batch_size", batch_size, 1)
+            batch_size = check_int("batch_size", batch_size, 1)
+        if drop_last and not even_batches:
+            raise ValueError("even_batches=False does nothing with drop_last=True: drop_last "
+                             "already gives every rank the same whole batches, repeating no "
+                             "sample; pass one or the other")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused
         # rather than silently aliased to a smaller one
-        seed = _check_int("seed", seed, -2**63, 2**64 - 1)
+        seed = check_int("seed", seed, -2**63, 2**64 - 1)
         if shard_window is not None:
-            shard_window = _check_int("shard_window", shard_window, 1, 2**63 - 1,
-                                      "a positive int (shards per window) or None")
+            shard_window = check_int("shard_window", shard_window, 1, 2**63 - 1,
+                                     "a positive int (shards per window) or None")
             if self._tokens:
                 raise ValueError("shard_window applies to record datasets (stoker.Dataset); "
                                  "token batches (seq_len=, packing=, max_tokens=) have "
@@ -361,45 +258,17 @@ class Loader:
         self.on_error = on_error
         self.prefetch_next_epoch = bool(prefetch_next_epoch)
         self.even_batches = bool(even_batches)
-
-        # None: tuned online by the core (NOTE [ Autotuning ] in csrc/pipeline/autotuner.h);
-        # the pool has the most threads this rank may use, the ring the largest window.
-        self.auto_threads = num_threads is None
-        self.auto_prefetch = prefetch is None
-        if num_threads is None:
-            num_threads = _default_threads()
-        self.num_threads = _check_int("num_threads", num_threads, 1, 4096,
-                                      "a positive int or None")
-        if prefetch is None:
-            prefetch = _AUTO_MAX_PREFETCH
-        self.prefetch = _check_int("prefetch", prefetch, 1, _core.MAX_PREFETCH,
-                                   "a positive int or None")
-        if max_memory is None:
-            max_memory = _default_max_memory()
-        elif isinstance(max_memory, str):
-            from .writer import parse_size
-
-            max_memory = parse_size(max_memory)
-        self.max_memory = _check_int("max_memory", max_memory, 1, 2**63 - 1,
-                                     "a positive number of bytes, a size such as '2GB', or None")
-        if stall_warning is None:
-            stall_warning = 0.0
-        if isinstance(stall_warning, bool) or not isinstance(stall_warning, (int, float)) or \
-                not 0 <= stall_warning <= 1:
-            raise ValueError(f"stall_warning must be a fraction in [0, 1] or None, got "
-                             f"{stall_warning!r}")
-        self.stall_warning = float(stall_warning)
-        self._rank = None if rank is None else _check_int("rank", rank, 0)
-        self._world_size = None if world_size is None else _check_int("world_size",
-                                                                      world_size, 1)
-        if self._rank is not None and self._world_size is not None and \
-                self._rank >= self._world_size:
-            raise ValueError(f"rank {self._rank} is outside [0, world_size={self._world_size})")
+        settings = args.check_settings(num_threads, prefetch, max_memory, stall_warning)
+        self.num_threads, self.auto_threads = settings.num_threads, settings.auto_threads
+        self.prefetch, self.auto_prefetch = settings.prefetch, settings.auto_prefetch
+        self.max_memory, self.stall_warning = settings.max_memory, settings.stall_warning
+        self._rank, self._world_size = args.check_ranks(rank, world_size)
         if image_layout not in (None, "HWC", "CHW"):
             raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
         self.image_layout = image_layout
-        max_image_pixels = _check_int("max_image_pixels", max_image_pixels, 1)
+        max_image_pixels = check_int("max_image_pixels", max_image_pixels, 1)
 
+        self._nchw_views: Tuple[str, ...] = ()
         if self._tokens and isinstance(dataset, Mix):
             self.transforms = {}
             self.dataset = dataset
@@ -425,9 +294,19 @@ class Loader:
             remote = getattr(dataset, "remote", None)
             if remote is not None:  # a cache smaller than the dataset needs a shard order
                 remote.check_window(shard_window, self.shuffle)
-            self.transforms = self._check_transforms(transforms or {})
-            images = {name: _core.ImageFieldSpec(image_layout or f.layout, max_image_pixels)
-                      for name, f in dataset.fields.items() if isinstance(f, Image)}
+            self.transforms = args.check_transforms(dataset.fields, transforms or {})
+            images = {}
+            nchw_views = []
+            for name, f in dataset.fields.items():
+                if isinstance(f, Image):
+                    # decoded in the layout asked for, else the field's own; by default
+                    # delivered as NCHW in shape, an HWC decode viewed with channels_last
+                    # strides (no copy; NOTE in _LoaderIter.__next__)
+                    layout = image_layout or f.layout
+                    if image_layout is None and layout == "HWC":
+                        nchw_views.append(name)
+                    images[name] = _core.ImageFieldSpec(layout, max_image_pixels)
+            self._nchw_views = tuple(nchw_views)
             groups = [_core.TransformSpec([name], _specs(ops))
                       for name, ops in self.transforms.items() if ops]
             sampler = _core.SamplerOptions(
@@ -460,16 +339,21 @@ class Loader:
         options.stall_warning = self.stall_warning
         options.slow_first_batch_ms = int(_SLOW_FIRST_BATCH_SECONDS * 1000)
         options.prefetch_next_epoch = self.prefetch_next_epoch
-        target, self.pin_memory, api = self._resolve_device(torch.device(device), pin_memory)
+        # a subclass's _open_device stands in for the CUDA driver (tests: the host fake)
+        opener = None if type(self)._open_device is Loader._open_device else self._open_device
+        target, self.pin_memory, api = args.resolve_device(torch.device(device), pin_memory,
+                                                           opener)
         if self.pin_memory and api is not None:
             options.host_memory = _core.pinned_memory(api)
         if target.type == "cuda":
-            ahead = _AUTO_DEVICE_PREFETCH if self.auto_prefetch else self.prefetch
+            ahead = args.AUTO_DEVICE_PREFETCH if self.auto_prefetch else self.prefetch
             options.delivery = _core.device_delivery(api, ahead)
         fake = api is not None and api.fake  # the host fake's "device" memory is host memory
         self.device = torch.device("cpu") if fake else target
         self._stream_device = target if target.type == "cuda" and not fake else None
         self._core = _core.LoaderCore(producer, options)
+        self._ident: Optional[Dict[str, Any]] = None
+        self._identity()
         self._pid = os.getpid()
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
@@ -484,69 +368,11 @@ class Loader:
         """The device API for CUDA device `index` (tests substitute the host fake)."""
         return _core.cuda_device(index)
 
-    def _resolve_device(self, device: torch.device,
-                        pin_memory: Optional[bool]) -> Tuple[torch.device, bool, Any]:
-        """(where batches go, whether slots are page-locked, the device API or None)."""
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {str(device)!r}")
-        is_cuda = device.type == "cuda"
-        pin = is_cuda if pin_memory is None else bool(pin_memory)
-        if not is_cuda and not pin:
-            return device, False, None
-        if type(self)._open_device is Loader._open_device:
-            available, count, reason = _core.cuda_status()
-            if not available:
-                if is_cuda:
-                    raise RuntimeError(f"device={str(device)!r} requested but CUDA is not "
-                                       f"usable here: {reason}")
-                warnings.warn("pin_memory=True but no CUDA device is available; batches use "
-                              "pageable memory", RuntimeWarning, stacklevel=3)
-                return device, False, None
-            index = device.index
-            if index is None:  # the current device, as torch's pin_memory uses
-                index = torch.cuda.current_device() if torch.cuda.is_available() else 0
-            if index >= count:
-                raise RuntimeError(f"device={str(device)!r}: only {count} CUDA device(s)")
-            if is_cuda:
-                device = torch.device("cuda", index)
-        else:
-            index = device.index or 0
-        return device, pin, self._open_device(index)
-
-    def _check_transforms(self, transforms: Mapping[str, Sequence[Op]]) -> Dict[str, list]:
-        if not isinstance(transforms, Mapping):
-            raise TypeError(f"transforms must be a dict {{field name: [ops]}}, got "
-                            f"{type(transforms).__name__}")
-        out = {}
-        for name, ops in transforms.items():
-            if name not in self.dataset.fields:
-                raise ValueError(f"transforms: no field {name!r} in the dataset "
-                                 f"(fields: {', '.join(self.dataset.fields)})")
-            if not isinstance(self.dataset.fields[name], Image):
-                raise ValueError(f"transforms: field {name!r} is not an image field; ops apply "
-                                 "to stoker.image() fields")
-            if isinstance(ops, Op):
-                ops = [ops]
-            ops = list(ops)
-            for op in ops:
-                if not isinstance(op, Op):
-                    raise ValueError(f"transforms[{name!r}]: expected stoker.ops objects, got "
-                                     f"{type(op).__name__}")
-            out[name] = ops
-        return out
-
     # -- ranks ------------------------------------------------------------------
 
     def _world(self) -> Tuple[int, int]:
         """(rank, world_size) now: the explicit ones, else torch.distributed's, else 0/1."""
-        dist = None
-        if self._rank is None or self._world_size is None:
-            dist = _dist_world()
-        rank = self._rank if self._rank is not None else (dist[0] if dist else 0)
-        world = self._world_size if self._world_size is not None else (dist[1] if dist else 1)
-        if rank >= world:
-            raise ValueError(f"rank {rank} is outside [0, world_size={world})")
-        return rank, world
+        return args.world(self._rank, self._world_size)
 
     @property
     def rank(self) -> int:
@@ -604,7 +430,7 @@ class Loader:
             for batch in loader:                     # the next epoch, whole
                 ...
         """
-        num_batches = _check_int("num_batches", num_batches, 0)
+        num_batches = check_int("num_batches", num_batches, 0)
         epoch = self._core.epoch
         self._resume_at(epoch, num_batches)
         # transformers' Trainer skips first and sets the epoch after, as a DataLoader's
@@ -623,7 +449,7 @@ class Loader:
         running, it confirms it: the next iterator runs the one after. A pending resume
         from ``load_state_dict`` is kept when it is for this epoch; a pending ``skip(n)``
         applies to this epoch."""
-        epoch = _check_int("epoch", epoch, 0)
+        epoch = check_int("epoch", epoch, 0)
         self._core.set_epoch(epoch)
         if self._skip is not None and self._skip[0] != epoch:
             self._resume_at(epoch, self._skip[1])
@@ -631,7 +457,9 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iterator will run."""
+        """The epoch the next iterator will run. After a ``break`` out of epoch e this is
+        e + 1, while ``state_dict()`` still says epoch e and the samples consumed: the
+        rest of e is what a resume from that state continues; this loader starts e + 1."""
         return self._core.epoch
 
     def __iter__(self) -> "_LoaderIter":
@@ -666,79 +494,39 @@ class Loader:
     # -- resume ---------------------------------------------------------------
 
     def _identity(self) -> Dict[str, Any]:
-        if self._mix is not None:
-            return self._mix.identity()
-        if self._tokens:
-            ds = self.dataset
-            ident = {"epoch_samples": self._producer.epoch_samples(),
-                     "num_tokens": ds.num_tokens, "num_docs": ds.num_docs}
-            dataset_id = getattr(getattr(ds, "dataset", None), "dataset_id", None)
-        else:
-            ident = {"num_records": len(self.dataset),
-                     "schema_hash": f"{self.dataset._hash:016x}"}
-            dataset_id = getattr(self.dataset, "dataset_id", None)
-        if dataset_id is not None:
-            ident["dataset_id"] = dataset_id  # a rewrite is another dataset
-        return ident
+        if self._ident is None:  # fixed for the loader's life (the dataset may be closed)
+            self._ident = self._mix.identity() if self._mix is not None else \
+                state_mod.dataset_identity(self.dataset, self._tokens,
+                                           self._producer.epoch_samples())
+        return self._ident
+
+    def _sampling(self) -> Dict[str, Any]:
+        return {"seed": self.seed, "shuffle": self.shuffle, "shard_window": self.shard_window,
+                "batch_size": self.batch_size, "drop_last": self.drop_last,
+                "even_batches": self.even_batches}
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands, the same on every rank in lockstep: the epoch and the
         samples of it the whole job has consumed. ``load_state_dict`` on any rank, at any
         world size and thread count, continues with exactly the samples not yet yielded."""
         epoch, position, world = self._core.state()
-        return {
-            "version": _STATE_VERSION,
-            "epoch": epoch,
-            "position": position,
-            "world_size": world or self._world()[1],
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "shard_window": self.shard_window,
-            "batch_size": self.batch_size,
-            "drop_last": self.drop_last,
-            "even_batches": self.even_batches,
-            "dataset": self._identity(),
-            **({"mix": self._mix.state()} if self._mix is not None else {}),
-        }
+        state = state_mod.make_state(epoch, position, world or self._world()[1],
+                                     self._sampling(), self._identity())
+        if self._mix is not None:
+            state["mix"] = self._mix.state()  # a schedule's rows per step
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes from ``state_dict()`` (of any rank): the next iterator continues that
         epoch. The thread count, prefetch, rank and world size may differ; the data and
         sampling settings may not."""
-        if not isinstance(state, Mapping):
-            raise TypeError(f"load_state_dict takes the dict of state_dict(), got "
-                            f"{type(state).__name__}")
-        version = state.get("version")
-        if version == 1:
-            state = _upgrade_state_v1(state)
-        elif version != _STATE_VERSION:
-            raise ValueError(f"unsupported loader state version {version!r}")
-        # A state saved before shard_window existed has none: a global shuffle.
-        for key in ("seed", "shuffle", "shard_window", "batch_size", "drop_last"):
-            if state.get(key) != getattr(self, key):
-                raise ValueError(f"cannot resume: state has {key}={state.get(key)!r} but this "
-                                 f"loader has {key}={getattr(self, key)!r}")
-        mine = self._identity()
-        theirs = state.get("dataset")
-        if not isinstance(theirs, Mapping):
-            raise ValueError("cannot resume: the state names no dataset")
-        for key, value in mine.items():
-            if key == "dataset_id" and key not in theirs:
-                continue  # a state saved before datasets had ids
-            if theirs.get(key) != value:
-                raise ValueError(f"cannot resume: the state is for another dataset ({key} "
-                                 f"{theirs.get(key)!r}, this loader's dataset has {value!r})")
+        epoch_samples = self._producer.epoch_samples()
+        epoch, position, world = state_mod.check_state(state, self._sampling(),
+                                                       self._identity(), epoch_samples)
+        state_mod.check_lightning_resume(self._world()[1], world, position, epoch_samples,
+                                         sys._getframe(1))
         if self._mix is not None:
             self._mix.load(state)
-        epoch = _check_int("state's epoch", state.get("epoch"), 0)
-        position = _check_int("state's position", state.get("position"), 0)
-        epoch_samples = self._producer.epoch_samples()
-        if position > epoch_samples:
-            raise ValueError(f"cannot resume: position {position} is past the epoch's "
-                             f"{epoch_samples} samples")
-        world = state.get("world_size", 0)
-        world = 0 if world is None else _check_int("state's world_size", world, 0)
-        _check_lightning_resume(self, world, position, epoch_samples, sys._getframe(1))
         self._core.load_state(epoch, position, world)
         self._skip = None
         self._loaded = tuple(self._core.state())
@@ -758,9 +546,16 @@ class Loader:
     def close(self) -> None:
         """Stops every worker thread of this loader now, ends its iterators, and drops a
         next-epoch prefetch. Batches already yielded stay valid, and the loader stays
-        usable: the next ``iter()`` starts its workers again."""
+        usable: the next ``iter()`` starts its workers again. ``with stoker.Loader(...)
+        as loader:`` closes it at the end of the block."""
         if os.getpid() == self._pid:
             self._core.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- pickling ---------------------------------------------------------------
 
@@ -834,44 +629,6 @@ class Loader:
                 f"device={str(self.device)!r})")
 
 
-def _upgrade_state_v1(state: Mapping[str, Any]) -> Dict[str, Any]:
-    """A version-1 state (a rank's batches_yielded) as version 2 (global position)."""
-    done = _check_int("state's batches_yielded", state.get("batches_yielded"), 0)
-    world = _check_int("state's world_size", state.get("world_size"), 1)
-    batch = _check_int("state's batch_size", state.get("batch_size"), 1)
-    n = _check_int("state's num_records", state.get("num_records"), 0)
-    out = dict(state)
-    out["version"] = _STATE_VERSION
-    out["position"] = min(n, done * batch * world)
-    out["dataset"] = {"num_records": n}
-    return out
-
-
-def _check_lightning_resume(loader: Loader, saved_world: int, position: int, epoch_samples: int,
-                            caller: Any) -> None:
-    """NOTE [ Elastic resume under Lightning ] in stoker/lightning.py: Lightning loading a
-    mid-epoch state of another world size, without stoker.lightning.ElasticResume to
-    correct its batch counter, would end the epoch before the loader's rows run out."""
-    name = caller.f_globals.get("__name__", "")
-    if not (name.startswith(("lightning.pytorch.", "pytorch_lightning."))
-            and name.endswith(".combined_loader")):
-        return
-    world = loader._world()[1]
-    if saved_world in (0, world) or not 0 < position < epoch_samples:
-        return
-    lightning = sys.modules.get("stoker.lightning")
-    if lightning is not None and lightning._active > 0:
-        return
-    raise RuntimeError(
-        f"cannot resume exactly: Lightning restores a mid-epoch checkpoint saved at world size "
-        f"{saved_world} onto {world} processes, and without stoker.lightning.ElasticResume "
-        f"its batch counter (batches of the old world size) would end the epoch before the "
-        f"loader's rows run out. stoker's package adds that callback to every Trainer through "
-        f"an entry point, which this installation lacks: pass "
-        f"callbacks=[stoker.lightning.ElasticResume()] to the Trainer, or resume on "
-        f"{saved_world} processes")
-
-
 class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
 
@@ -883,6 +640,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._pid = os.getpid()
         self._stream_device = loader._stream_device
         self._hf_lengths = loader._hf_lengths
+        self._nchw_views = loader._nchw_views
 
     def __iter__(self) -> "_LoaderIter":
         return self
@@ -911,6 +669,10 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             self._loader._report_skipped()
             raise StopIteration
         batch = {name: _tensor_from_capsule(cap) for name, cap in caps}
+        # Images decoded HWC (libjpeg-turbo's interleaved RGB) reach the loop in
+        # PyTorch's NCHW shape: the same memory, with channels_last strides.
+        for name in self._nchw_views:
+            batch[name] = batch[name].permute(0, 3, 1, 2)
         if self._hf_lengths:
             batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
         return batch

@@ -10,9 +10,9 @@ batch is bit-identical whatever the number of threads::
 Semantics follow torchvision on PIL images: the crop rules, the rounding of sizes, and an
 antialiased bilinear (triangle) resize like PIL's ``BILINEAR``. Images come out RGB
 ``uint8`` (grayscale, CMYK, palette and 16-bit inputs are converted; alpha is dropped),
-in the field's layout (HWC or CHW). Keep them ``uint8`` through the host-to-device copy
-(4x fewer bytes than float32) and normalise on the GPU; :class:`Normalize` is here for
-CPU training.
+in the field's layout (HWC or CHW; the loader hands either out in NCHW shape). Keep them
+``uint8`` through the host-to-device copy (4x fewer bytes than float32) and normalise on
+the GPU; :class:`Normalize` is here for CPU training.
 
 For JPEGs, ``RandomResizedCrop`` decodes only the rows and columns its crop needs, at a
 reduced DCT scale (1/2, 1/4, 1/8) when the crop is at least 2.5x, 5x, 10x the output
@@ -27,7 +27,9 @@ from typing import Any, List, Sequence, Tuple, Union
 from . import _core
 
 __all__ = ["Op", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip",
-           "Normalize"]
+           "Normalize", "ColorJitter", "RandomGrayscale", "GaussianBlur", "HSVJitter",
+           "RandAugment", "TrivialAugmentWide", "AutoAugment", "RandomErasing", "RandomCrop",
+           "Pad"]
 
 _Size = Union[int, Sequence[int]]
 
@@ -258,6 +260,298 @@ class Normalize(Op):
 
     def args(self) -> List[Any]:
         return [self.mean, self.std, self.dtype]
+
+
+def _jitter(value: Any, name: str, centre: float, lo_bound: float) -> Tuple[float, float]:
+    """torchvision's ColorJitter argument: None (no change), a number v for
+    [max(lo_bound, centre - v), centre + v], or a (lo, hi) pair."""
+    if value is None:
+        return (centre, centre)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"ColorJitter: {name} as a single number must be non-negative, "
+                             f"got {value}")
+        return (max(lo_bound, centre - value), centre + value)
+    return _range(value, f"ColorJitter: {name}")
+
+
+class ColorJitter(Op):
+    """torchvision's ColorJitter: brightness, contrast and saturation factors and a hue
+    shift, each drawn uniformly (a number ``v`` means ``[max(0, 1 - v), 1 + v]``, hue
+    ``[-v, v]``; a pair is the range), applied in a random order, with torchvision's
+    definitions on uint8 images. Fused: the four run in one or two passes over the pixels.
+
+    Example::
+
+        stoker.ops.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)
+    """
+
+    kind = "color_jitter"
+    num_args = 4
+
+    def __init__(self, brightness: Any = None, contrast: Any = None, saturation: Any = None,
+                 hue: Any = None):
+        self.brightness = _jitter(brightness, "brightness", 1.0, 0.0)
+        self.contrast = _jitter(contrast, "contrast", 1.0, 0.0)
+        self.saturation = _jitter(saturation, "saturation", 1.0, 0.0)
+        self.hue = _jitter(hue, "hue", 0.0, -0.5)
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [self.brightness, self.contrast, self.saturation, self.hue]
+
+
+class RandomGrayscale(Op):
+    """With probability ``p``, the image's gray (0.2989 R + 0.587 G + 0.114 B) in every
+    channel (torchvision's RandomGrayscale).
+
+    Example::
+
+        stoker.ops.RandomGrayscale(p=0.2)
+    """
+
+    kind = "random_grayscale"
+    num_args = 1
+
+    def __init__(self, p: float = 0.1):
+        self.p = p
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [self.p]
+
+
+class GaussianBlur(Op):
+    """torchvision's GaussianBlur: an odd ``kernel_size`` (int or (h, w)) and a sigma
+    drawn uniformly in ``sigma`` (a number, or a (lo, hi) pair) for both axes; reflect
+    padding; separable.
+
+    Example::
+
+        stoker.ops.GaussianBlur(23, sigma=(0.1, 2.0))     # SimCLR / BYOL
+    """
+
+    kind = "gaussian_blur"
+    num_args = 3
+
+    def __init__(self, kernel_size: _Size, sigma: Any = (0.1, 2.0)):
+        self.kernel_size = _pair(kernel_size, "GaussianBlur")
+        if isinstance(sigma, (int, float)) and not isinstance(sigma, bool):
+            sigma = (sigma, sigma)
+        self.sigma = _range(sigma, "GaussianBlur: sigma")
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [*self.kernel_size, self.sigma]
+
+
+class HSVJitter(Op):
+    """YOLO's HSV jitter (ultralytics' ``augment_hsv`` with ``hsv_h``, ``hsv_s``,
+    ``hsv_v``): gains ``1 + uniform(-1, 1) * (h, s, v)`` applied as tables in OpenCV's
+    8-bit HSV space.
+
+    Example::
+
+        stoker.ops.HSVJitter(h=0.015, s=0.7, v=0.4)      # ultralytics' defaults
+    """
+
+    kind = "hsv_jitter"
+    num_args = 3
+
+    def __init__(self, h: float = 0.015, s: float = 0.7, v: float = 0.4):
+        self.h, self.s, self.v = h, s, v
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [self.h, self.s, self.v]
+
+
+class RandAugment(Op):
+    """torchvision's RandAugment: ``num_ops`` ops drawn uniformly among its 14 (identity,
+    shears, translations, rotation, brightness, color, contrast, sharpness, posterize,
+    solarize, autocontrast, equalize) at bin ``magnitude`` of ``num_magnitude_bins``, a
+    random sign where signed; nearest interpolation, zeros outside (torchvision's defaults).
+
+    Example::
+
+        stoker.ops.RandAugment(2, 9)                     # timm's rand-m9-n2
+    """
+
+    kind = "rand_augment"
+    num_args = 3
+
+    def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31):
+        self.num_ops, self.magnitude, self.num_magnitude_bins = num_ops, magnitude, \
+            num_magnitude_bins
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [self.num_ops, self.magnitude, self.num_magnitude_bins]
+
+
+class TrivialAugmentWide(Op):
+    """torchvision's TrivialAugmentWide: one op of RandAugment's 14 at a magnitude bin
+    drawn uniformly, over the wide ranges.
+
+    Example::
+
+        stoker.ops.TrivialAugmentWide()
+    """
+
+    kind = "trivial_augment_wide"
+    num_args = 1
+
+    def __init__(self, num_magnitude_bins: int = 31):
+        self.num_magnitude_bins = num_magnitude_bins
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [self.num_magnitude_bins]
+
+
+class AutoAugment(Op):
+    """torchvision's AutoAugment with its ImageNet policy (25 sub-policies of two ops with
+    their probabilities and magnitudes).
+
+    Example::
+
+        stoker.ops.AutoAugment()
+    """
+
+    kind = "auto_augment"
+    num_args = 0
+
+    def __init__(self, policy: str = "imagenet"):
+        if policy != "imagenet":
+            raise ValueError(f"AutoAugment: only the 'imagenet' policy is built in, got {policy!r}")
+        self.policy = policy
+        self.build()
+
+    def args(self) -> List[Any]:
+        return []
+
+
+class RandomErasing(Op):
+    """torchvision's RandomErasing on the written output, as timm uses it after
+    :class:`Normalize`: with probability ``p`` a rectangle of area fraction in ``scale``
+    and aspect ratio in ``ratio`` gets ``value`` (a number or one per channel), or
+    standard normal noise per element with ``value="random"`` (timm's ``mode="pixel"``).
+    Must come after every other op.
+
+    Example::
+
+        [..., stoker.ops.Normalize(mean, std), stoker.ops.RandomErasing(0.25, value="random")]
+    """
+
+    kind = "random_erasing"
+    num_args = 5
+
+    def __init__(self, p: float = 0.5, scale: Any = (0.02, 0.33), ratio: Any = (0.3, 3.3),
+                 value: Any = 0):
+        self.p = p
+        self.scale = _range(scale, "RandomErasing: scale")
+        self.ratio = _range(ratio, "RandomErasing: ratio")
+        if isinstance(value, str):
+            if value != "random":
+                raise ValueError(f"RandomErasing: value must be a number, 3 numbers or 'random', "
+                                 f"got {value!r}")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = float(value)
+        else:
+            value = _floats(value)
+        self.value = value
+        self.build()
+
+    def args(self) -> List[Any]:
+        if self.value == "random":
+            return [self.p, self.scale, self.ratio, (0.0, 0.0, 0.0), 1]
+        v = self.value if isinstance(self.value, tuple) else (self.value,) * 3
+        return [self.p, self.scale, self.ratio, v, 0]
+
+
+_PAD_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def _padding(padding: Any, what: str) -> Tuple[int, int, int, int]:
+    """torchvision's padding: an int (all sides), (left/right, top/bottom) or
+    (left, top, right, bottom); as (left, top, right, bottom)."""
+    if isinstance(padding, bool):
+        raise ValueError(f"{what}: padding must be an int or a sequence of 2 or 4, got {padding!r}")
+    if isinstance(padding, int):
+        return (padding,) * 4
+    p = tuple(padding)
+    if len(p) == 1:
+        return (p[0],) * 4
+    if len(p) == 2:
+        return (p[0], p[1], p[0], p[1])
+    if len(p) == 4:
+        return (p[0], p[1], p[2], p[3])
+    raise ValueError(f"{what}: padding must be an int or a sequence of 2 or 4, got {padding!r}")
+
+
+def _fill(fill: Any) -> Any:
+    """A number for every channel, or one per channel (the C++ op checks the count)."""
+    if isinstance(fill, (int, float)) and not isinstance(fill, bool):
+        return (float(fill),) * 3
+    return _floats(fill)
+
+
+def _pad_mode(mode: str, what: str) -> int:
+    if mode not in _PAD_MODES:
+        raise ValueError(f"{what}: padding_mode must be one of {', '.join(_PAD_MODES)}, "
+                         f"got {mode!r}")
+    return _PAD_MODES.index(mode)
+
+
+class RandomCrop(Op):
+    """torchvision's RandomCrop: a ``size`` crop at a uniform position, after ``padding``
+    (an int, (left/right, top/bottom) or (left, top, right, bottom)); ``pad_if_needed``
+    pads both sides of a dimension smaller than the crop; ``fill`` and ``padding_mode``
+    (``"constant"``, ``"edge"``, ``"reflect"``, ``"symmetric"``) as torchvision's.
+
+    Example::
+
+        stoker.ops.RandomCrop(32, padding=4)           # the CIFAR recipe
+    """
+
+    kind = "random_crop"
+    num_args = 9
+
+    def __init__(self, size: _Size, padding: Any = 0, pad_if_needed: bool = False,
+                 fill: Any = 0, padding_mode: str = "constant"):
+        self.size = _pair(size, "RandomCrop")
+        self.padding = _padding(padding if padding is not None else 0, "RandomCrop")
+        self.pad_if_needed = bool(pad_if_needed)
+        self.fill = _fill(fill)
+        self.padding_mode = padding_mode
+        self._mode = _pad_mode(padding_mode, "RandomCrop")
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [*self.size, *self.padding, int(self.pad_if_needed), self.fill, self._mode]
+
+
+class Pad(Op):
+    """torchvision's Pad: ``padding`` (an int, (left/right, top/bottom) or (left, top,
+    right, bottom)) filled with ``fill`` or by ``padding_mode``.
+
+    Example::
+
+        stoker.ops.Pad(4, padding_mode="reflect")
+    """
+
+    kind = "pad"
+    num_args = 6
+
+    def __init__(self, padding: Any, fill: Any = 0, padding_mode: str = "constant"):
+        self.padding = _padding(padding, "Pad")
+        self.fill = _fill(fill)
+        self.padding_mode = padding_mode
+        self._mode = _pad_mode(padding_mode, "Pad")
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [*self.padding, self.fill, self._mode]
 
 
 def _specs(ops: Union[Op, Sequence[Op]]) -> List[_core.ImageOp]:

@@ -1,6 +1,6 @@
 // Unit tests of csrc/decode: the JPEG/PNG decoders, the crop rules, the
-// resampler and the op pipeline. Test images are encoded here with libjpeg
-// and libpng, so no binary files live in the repository.
+// resampler and the op pipeline. Test images are encoded in-process
+// (test_images.h), so no binary files live in the repository.
 #include <png.h>
 
 #include <algorithm>
@@ -22,89 +22,16 @@
 #include "decode/jpeg_decoder.h"
 #include "decode/png_decoder.h"
 #include "decode/resize.h"
+#include "test_images.h"
 #include "test_util.h"
 
 using namespace stoker;
-using Bytes = std::vector<uint8_t>;
+using namespace stoker::test;
 
 namespace {
 
-// A smooth, photo-like image with edges, so crops and resizes have detail.
-Bytes photo(int w, int h, int channels, uint32_t seed = 1) {
-  Bytes px(static_cast<size_t>(w) * h * channels);
-  uint32_t r = seed * 2654435761u + 1;
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      for (int c = 0; c < channels; ++c) {
-        r = r * 1664525u + 1013904223u;
-        double v = 128 + 90 * std::sin(x / (7.0 + c) + c) * std::cos(y / 9.0 - c) +
-                   ((x / 16 + y / 16) % 2 ? 20 : -20) + static_cast<int>(r >> 28) - 8;
-        px[(static_cast<size_t>(y) * w + x) * channels + c] =
-            static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
-      }
-  return px;
-}
-
-Bytes encode_jpeg(const Bytes& px, int w, int h, J_COLOR_SPACE in_space, int quality = 92,
-                  bool subsample = true, bool progressive = false) {
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr err;
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  unsigned char* mem = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &mem, &size);
-  cinfo.image_width = w;
-  cinfo.image_height = h;
-  cinfo.in_color_space = in_space;
-  cinfo.input_components = in_space == JCS_GRAYSCALE ? 1 : in_space == JCS_CMYK ? 4 : 3;
-  jpeg_set_defaults(&cinfo);
-  if (in_space == JCS_CMYK) jpeg_set_colorspace(&cinfo, JCS_YCCK);  // writes the Adobe marker
-  jpeg_set_quality(&cinfo, quality, TRUE);
-  if (!subsample && in_space == JCS_RGB)
-    cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;
-  if (progressive) jpeg_simple_progression(&cinfo);
-  jpeg_start_compress(&cinfo, TRUE);
-  const size_t stride = static_cast<size_t>(w) * cinfo.input_components;
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<uint8_t*>(px.data()) + cinfo.next_scanline * stride;
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  Bytes out(mem, mem + size);
-  jpeg_destroy_compress(&cinfo);
-  free(mem);
-  return out;
-}
-
 Bytes rgb_jpeg(int w, int h, uint32_t seed = 1, bool subsample = true) {
   return encode_jpeg(photo(w, h, 3, seed), w, h, JCS_RGB, 92, subsample);
-}
-
-void png_append(png_structp png, png_bytep data, png_size_t n) {
-  auto* out = static_cast<Bytes*>(png_get_io_ptr(png));
-  out->insert(out->end(), data, data + n);
-}
-
-Bytes encode_png(const Bytes& px, int w, int h, int color_type, int depth = 8) {
-  Bytes out;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  png_infop info = png_create_info_struct(png);
-  png_set_write_fn(png, &out, png_append, nullptr);
-  png_set_IHDR(png, info, w, h, depth, color_type, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
-  if (color_type == PNG_COLOR_TYPE_PALETTE) {
-    png_color pal[256];
-    for (int i = 0; i < 256; ++i) pal[i] = {uint8_t(i), uint8_t(255 - i), uint8_t(i / 2)};
-    png_set_PLTE(png, info, pal, 256);
-  }
-  png_write_info(png, info);
-  if (depth == 16) png_set_swap(png);  // rows are given little-endian
-  const size_t stride = px.size() / h;
-  for (int y = 0; y < h; ++y) png_write_row(png, const_cast<uint8_t*>(px.data()) + y * stride);
-  png_write_end(png, nullptr);
-  png_destroy_write_struct(&png, &info);
-  return out;
 }
 
 std::string decode_error(const Bytes& data, const ImagePipeline& p = ImagePipeline({})) {
@@ -464,7 +391,10 @@ void test_op_validation() {
                 ops::Normalize{{0, 0, 0}, {1, 1, 1}, DType::kFloat16}});
   CHECK(p.out_dtype() == DType::kFloat16);
   CHECK(p.fixed_size() == std::make_pair(24, 32));
-  CHECK(!pipeline({ops::CenterCrop{4, 4}, ops::Resize{0, 0, 8}}).fixed_size());
+  // A size-changing op after a fixed size keeps it fixed (its input size is known).
+  CHECK(pipeline({ops::CenterCrop{4, 6}, ops::Resize{0, 0, 8}}).fixed_size() ==
+        std::make_pair(8, 12));
+  CHECK(!pipeline({ops::Resize{0, 0, 8}}).fixed_size());
   CHECK(pipeline({ops::Resize{0, 0, 8}, ops::CenterCrop{4, 6}}).fixed_size() ==
         std::make_pair(4, 6));
   CHECK(!ImagePipeline({}).fixed_size());

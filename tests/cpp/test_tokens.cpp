@@ -566,6 +566,67 @@ static void producer_packed() {
   }
 }
 
+/// labels="unshifted" (HF's convention): labels are the tokens themselves bar every
+/// sequence's first and padding; packed keys named as DataCollatorWithFlattening's, the
+/// longest sequence as a shape; the same bytes for any thread count.
+static void producer_unshifted() {
+  std::string dir = test::temp_dir();
+  std::mt19937 rng(6);
+  std::vector<int32_t> lengths;
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 120; ++i) {
+    const int32_t n = static_cast<int32_t>(1 + rng() % 70);
+    lengths.push_back(n);
+    for (int32_t j = 0; j < n; ++j) tokens.push_back(static_cast<uint16_t>(1 + rng() % 999));
+  }
+  write_bytes(dir + "/m.idx", megatron_idx(lengths));
+  write_file(dir + "/m.bin", tokens);
+  auto src = open_megatron({dir + "/m"});
+  for (TokenMode mode : {TokenMode::kWindows, TokenMode::kConcat, TokenMode::kDocument}) {
+    TokenOptions o;
+    o.mode = mode;
+    o.seq_len = 48;
+    o.batch_size = 5;
+    o.shuffle = true;
+    o.seed = 2;
+    o.unshifted = true;
+    TokenProducer p(src, o);
+    auto plan = p.plan_epoch({0, 0, 1, 0});
+    for (int64_t k = 0; k < plan->num_batches(); ++k) {
+      auto w = p.plan_batch(*plan, k);
+      auto buf = run_batch(*w, 1, 0);
+      CHECK(buf == run_batch(*w, 3, static_cast<uint32_t>(k)));
+      for (const auto& t : w->tensors)
+        CHECK(t.name != "loss_mask" && t.name != "cu_seqlens" && t.name != "max_seqlen");
+      const auto& x = tensor(*w, "input_ids");
+      const auto& y = tensor(*w, "labels");
+      const int64_t n = x.shape[0] * x.shape[1];
+      std::set<int64_t> starts;  // sequence starts over the flattened batch
+      int64_t longest = 0;
+      if (mode == TokenMode::kWindows) {
+        for (int64_t r = 0; r < x.shape[0]; ++r) starts.insert(r * 48);
+      } else {
+        const auto& cu = tensor(*w, "cu_seq_lens_q");
+        const auto& cuk = tensor(*w, "cu_seq_lens_k");
+        CHECK(cu.offset == cuk.offset && cu.shape == cuk.shape);  // one buffer, two names
+        CHECK_EQ(value(buf, cu, cu.shape[0] - 1), n);
+        for (int64_t i = 0; i + 1 < cu.shape[0]; ++i) {
+          starts.insert(value(buf, cu, i));
+          longest = std::max(longest, value(buf, cu, i + 1) - value(buf, cu, i));
+        }
+        const auto& ml = tensor(*w, "max_length");
+        CHECK(ml.shape.size() == 2 && ml.shape[0] == longest && ml.shape[1] == 0 && ml.nbytes == 0);
+        const auto& pos = tensor(*w, "position_ids");
+        for (int64_t t = 0; t < n; ++t) CHECK_EQ(value(buf, pos, t) == 0, starts.count(t) == 1);
+      }
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t want = starts.count(t) || value(buf, x, t) == 0 ? -100 : value(buf, x, t);
+        CHECK_EQ(value(buf, y, t), want);
+      }
+    }
+  }
+}
+
 static void producer_budget() {
   std::string dir = test::temp_dir();
   std::mt19937 rng(8);
@@ -718,4 +779,5 @@ static void bad_tokens() {
 
 TEST_MAIN(flat_files(); megatron(); record_tokens(); lengths_with_two_variable_fields();
           copy_and_limits(); pack_plan(); budget_plan(); split_and_resume(); producer_windows();
-          producer_packed(); producer_budget(); producer_resume(); bad_tokens())
+          producer_packed(); producer_unshifted(); producer_budget(); producer_resume();
+          bad_tokens())

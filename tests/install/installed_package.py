@@ -91,8 +91,8 @@ def test_jpeg_and_png_decode_through_the_loader(tmp_path):
     loader = stoker.Loader(stoker.Dataset(tmp_path / "ds"), batch_size=2, num_threads=2)
     (batch,) = list(loader)
     assert batch["label"].tolist() == [0, 1]
-    assert batch["image"].dtype == torch.uint8 and tuple(batch["image"].shape) == (2, 48, 64, 3)
-    jpeg, png = batch["image"].numpy()
+    assert batch["image"].dtype == torch.uint8 and tuple(batch["image"].shape) == (2, 3, 48, 64)
+    jpeg, png = batch["image"].permute(0, 2, 3, 1).numpy()  # NCHW, channels_last memory
     want_jpeg = np.asarray(PIL.Image.open(io.BytesIO(images[0])).convert("RGB"))
     assert np.abs(jpeg.astype(int) - want_jpeg).max() <= 1  # both libjpeg-turbo, same IDCT
     assert np.array_equal(png, photo)  # PNG is lossless

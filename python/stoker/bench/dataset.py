@@ -87,7 +87,7 @@ class PythonDataset(torch.utils.data.Dataset):
 
 def collate(fields: Dict[str, object], samples: List[Dict[str, np.ndarray]]):
     """Batches like stoker's: fixed fields stacked, variable ones zero-padded to the
-    longest with ``<name>_lengths``."""
+    longest with ``<name>_lengths``, images ``[N, C, H, W]`` (HWC ones as a view)."""
     out = {}
     for name, f in fields.items():
         values = [s[name] for s in samples]
@@ -99,6 +99,8 @@ def collate(fields: Dict[str, object], samples: List[Dict[str, np.ndarray]]):
                 row[:len(v)] = v
             out[name] = torch.from_numpy(arr)
             out[name + "_lengths"] = torch.tensor(lengths, dtype=torch.int64)
+        elif isinstance(f, Image) and f.layout == "HWC":
+            out[name] = torch.from_numpy(np.stack(values)).permute(0, 3, 1, 2)
         else:
             out[name] = torch.from_numpy(np.stack(values))
     return out

@@ -1,0 +1,588 @@
+// Bindings of the augmentation kernels one at a time, on NumPy arrays: what
+// the reference tests (tests/test_augment_kernels.py) hold to definitions
+// written in NumPy. The loader runs the same kernels from its workers.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/error.h"
+#include "decode/augment_pipeline.h"
+#include "decode/auto_augment.h"
+#include "decode/batch_mix.h"
+#include "decode/color_ops.h"
+#include "decode/erasing.h"
+#include "decode/gaussian_blur.h"
+#include "decode/hsv_jitter.h"
+#include "decode/padding.h"
+#include "decode/target_geometry.h"
+#include "decode/warp.h"
+
+namespace py = pybind11;
+
+namespace stoker::bindings {
+
+namespace {
+
+using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// A writable copy of an (h, w) or (h, w, c) uint8 image and its Pixels view.
+struct Image {
+  py::array_t<uint8_t> arr;
+  Pixels px;
+};
+
+Image image_copy(const U8Array& in) {
+  STOKER_CHECK(in.ndim() == 2 || (in.ndim() == 3 && (in.shape(2) == 1 || in.shape(2) == 3)),
+               UsageError, "an image must be (h, w) or (h, w, 1 or 3) uint8");
+  std::vector<py::ssize_t> shape(in.shape(), in.shape() + in.ndim());
+  py::array_t<uint8_t> out(shape);
+  std::memcpy(out.mutable_data(), in.data(), static_cast<size_t>(in.size()));
+  const int ch = in.ndim() == 2 ? 1 : static_cast<int>(in.shape(2));
+  return {out, packed_pixels(out.mutable_data(), static_cast<int>(in.shape(1)),
+                             static_cast<int>(in.shape(0)), ch)};
+}
+
+Image image_alloc(int h, int w, int ch, bool flat) {
+  std::vector<py::ssize_t> shape =
+      flat ? std::vector<py::ssize_t>{h, w} : std::vector<py::ssize_t>{h, w, ch};
+  py::array_t<uint8_t> out(shape);
+  return {out, packed_pixels(out.mutable_data(), w, h, ch)};
+}
+
+ColorKind color_kind(const std::string& name) {
+  for (int k = 0; k <= static_cast<int>(ColorKind::kSharpness); ++k)
+    if (name == color_kind_name(static_cast<ColorKind>(k))) return static_cast<ColorKind>(k);
+  STOKER_THROW(UsageError, "unknown colour step '", name, "'");
+}
+
+Interpolation interpolation(const std::string& name) {
+  if (name == "nearest") return Interpolation::kNearest;
+  if (name == "bilinear") return Interpolation::kBilinear;
+  STOKER_THROW(UsageError, "interpolation must be 'nearest' or 'bilinear', got '", name, "'");
+}
+
+std::optional<Fill> fill_of(const std::optional<std::vector<int>>& v) {
+  if (!v) return std::nullopt;
+  STOKER_CHECK(v->size() == 1 || v->size() == 3, UsageError, "fill: 1 or 3 values");
+  Fill f;
+  for (int c = 0; c < 3; ++c) f.v[c] = static_cast<uint8_t>((*v)[v->size() == 1 ? 0 : c]);
+  return f;
+}
+
+Transform2D matrix_of(const std::vector<double>& m) {
+  STOKER_CHECK(m.size() == 9, UsageError, "a transform is 9 numbers (3x3, row-major)");
+  std::array<double, 9> a{};
+  std::copy(m.begin(), m.end(), a.begin());
+  return Transform2D(a);
+}
+
+// Geometry from a list of ("crop", x, y, w, h), ("resize", w, h), ("hflip",),
+// ("vflip",), ("pad", l, t, r, b), ("warp", m0..m8, w, h).
+TargetGeometry geometry_of(int in_w, int in_h, const std::vector<py::tuple>& ops) {
+  TargetGeometry g(in_w, in_h);
+  for (const py::tuple& op : ops) {
+    const std::string kind = op[0].cast<std::string>();
+    auto i = [&](size_t k) { return op[k].cast<int>(); };
+    if (kind == "crop") {
+      g.crop(i(1), i(2), i(3), i(4));
+    } else if (kind == "resize") {
+      g.resize(i(1), i(2));
+    } else if (kind == "hflip") {
+      g.hflip();
+    } else if (kind == "vflip") {
+      g.vflip();
+    } else if (kind == "pad") {
+      g.pad(i(1), i(2), i(3), i(4));
+    } else if (kind == "warp") {
+      std::vector<double> m;
+      for (size_t k = 1; k <= 9; ++k) m.push_back(op[k].cast<double>());
+      g.warp(matrix_of(m), i(10), i(11));
+    } else {
+      STOKER_THROW(UsageError, "unknown geometry op '", kind, "'");
+    }
+  }
+  return g;
+}
+
+// --- groups: ops as dicts {"op": name, ...} (test-only spelling) ---------------------------
+
+template <typename T>
+T get(const py::dict& d, const char* key, T dflt) {
+  return d.contains(key) ? d[key].cast<T>() : dflt;
+}
+
+std::optional<std::array<double, 2>> range_of(const py::dict& d, const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  const auto v = d[key].cast<std::vector<double>>();
+  STOKER_CHECK(v.size() == 2, UsageError, key, ": a pair");
+  return std::array<double, 2>{v[0], v[1]};
+}
+
+aug::FillSpec fill_spec(const py::dict& d, aug::FillSpec dflt) {
+  aug::FillSpec f = dflt;
+  if (d.contains("fill")) {
+    if (d["fill"].is_none())
+      f.image.reset();
+    else
+      f.image = fill_of(d["fill"].cast<std::vector<int>>());
+  }
+  f.mask = static_cast<uint8_t>(get<int>(d, "mask_fill", f.mask));
+  return f;
+}
+
+AugmentOp op_of(const py::dict& d) {
+  const std::string op = d["op"].cast<std::string>();
+  auto size = [&](const char* key) {
+    const auto v = d[key].cast<std::vector<int>>();
+    return std::make_pair(v[0], v.size() > 1 ? v[1] : v[0]);
+  };
+  if (op == "RandomResizedCrop") {
+    const auto [h, w] = size("size");
+    return ops::RandomResizedCrop{h, w, 0.08, 1.0, 3.0 / 4, 4.0 / 3};
+  }
+  if (op == "RandomHorizontalFlip") return ops::RandomHorizontalFlip{get<double>(d, "p", 0.5)};
+  if (op == "CenterCrop") {
+    const auto [h, w] = size("size");
+    return ops::CenterCrop{h, w};
+  }
+  if (op == "Resize") {
+    const auto [h, w] = size("size");
+    return ops::Resize{h, w, 0};
+  }
+  if (op == "Normalize") {
+    ops::Normalize n;
+    const auto mean = d["mean"].cast<std::vector<double>>();
+    const auto stdv = d["std"].cast<std::vector<double>>();
+    for (int c = 0; c < 3; ++c) n.mean[c] = mean[c], n.stddev[c] = stdv[c];
+    return n;
+  }
+  if (op == "RandomCrop") {
+    aug::RandomCrop c;
+    std::tie(c.h, c.w) = size("size");
+    if (d.contains("padding")) {
+      const auto p = d["padding"].cast<std::vector<int>>();
+      c.pad_left = p[0], c.pad_top = p[1], c.pad_right = p[2], c.pad_bottom = p[3];
+    }
+    c.pad_if_needed = get<bool>(d, "pad_if_needed", false);
+    c.mode = pad_mode_from_name(get<std::string>(d, "padding_mode", "constant").c_str());
+    c.fill = fill_spec(d, c.fill);
+    return c;
+  }
+  if (op == "Pad") {
+    aug::Pad p;
+    const auto v = d["padding"].cast<std::vector<int>>();
+    p.left = v[0], p.top = v[1], p.right = v[2], p.bottom = v[3];
+    p.mode = pad_mode_from_name(get<std::string>(d, "padding_mode", "constant").c_str());
+    p.fill = fill_spec(d, p.fill);
+    return p;
+  }
+  if (op == "Letterbox") {
+    aug::Letterbox l;
+    std::tie(l.h, l.w) = size("size");
+    l.fill = fill_spec(d, l.fill);
+    return l;
+  }
+  if (op == "RandomVerticalFlip") return aug::VerticalFlip{get<double>(d, "p", 0.5)};
+  if (op == "RandomRotation") {
+    aug::RandomRotation r;
+    const auto deg = *range_of(d, "degrees");
+    r.lo = deg[0], r.hi = deg[1];
+    r.interpolation = interpolation(get<std::string>(d, "interpolation", "nearest"));
+    r.expand = get<bool>(d, "expand", false);
+    r.fill = fill_spec(d, r.fill);
+    return r;
+  }
+  if (op == "RandomAffine") {
+    aug::RandomAffine a;
+    const auto deg = *range_of(d, "degrees");
+    a.deg_lo = deg[0], a.deg_hi = deg[1];
+    a.translate = range_of(d, "translate");
+    a.scale = range_of(d, "scale");
+    if (auto sh = range_of(d, "shear")) a.shear = std::array<double, 4>{(*sh)[0], (*sh)[1], 0, 0};
+    a.interpolation = interpolation(get<std::string>(d, "interpolation", "nearest"));
+    a.fill = fill_spec(d, a.fill);
+    return a;
+  }
+  if (op == "RandomPerspective") {
+    aug::RandomPerspective q;
+    q.distortion = get<double>(d, "distortion_scale", 0.5);
+    q.p = get<double>(d, "p", 0.5);
+    q.interpolation = interpolation(get<std::string>(d, "interpolation", "bilinear"));
+    q.fill = fill_spec(d, q.fill);
+    return q;
+  }
+  if (op == "ColorJitter") {
+    aug::ColorJitter j;
+    j.brightness = range_of(d, "brightness");
+    j.contrast = range_of(d, "contrast");
+    j.saturation = range_of(d, "saturation");
+    j.hue = range_of(d, "hue");
+    return j;
+  }
+  if (op == "RandomGrayscale") return aug::RandomGrayscale{get<double>(d, "p", 0.1)};
+  if (op == "HSVJitter")
+    return aug::HsvJitter{get<double>(d, "h", 0.015), get<double>(d, "s", 0.7),
+                          get<double>(d, "v", 0.4)};
+  if (op == "GaussianBlur") {
+    aug::GaussianBlur g;
+    std::tie(g.ky, g.kx) = size("kernel_size");
+    const auto sg = *range_of(d, "sigma");
+    g.sigma_lo = sg[0], g.sigma_hi = sg[1];
+    return g;
+  }
+  if (op == "RandAugment") {
+    aug::AutoAugment a;
+    a.params.num_ops = get<int>(d, "num_ops", 2);
+    a.params.magnitude = get<int>(d, "magnitude", 9);
+    return a;
+  }
+  if (op == "RandomErasing") {
+    aug::RandomErasing e;
+    e.params.p = get<double>(d, "p", 0.5);
+    e.random_value = get<bool>(d, "random", false);
+    return e;
+  }
+  STOKER_THROW(UsageError, "unknown op '", op, "'");
+}
+
+}  // namespace
+
+void register_augment(py::module_& m) {
+  m.def(
+      "augment_color",
+      [](const U8Array& img, const std::vector<std::pair<std::string, double>>& steps) {
+        Image out = image_copy(img);
+        std::vector<ColorStep> s;
+        for (const auto& [name, value] : steps) s.push_back({color_kind(name), value});
+        py::gil_scoped_release nogil;
+        apply_color_steps(out.px, s.data(), s.size());
+        return out.arr;
+      },
+      py::arg("image"), py::arg("steps"),
+      "Colour steps [(name, value), ...] applied fused to a copy of a uint8 image.");
+  m.def(
+      "augment_hsv",
+      [](const U8Array& img, double h, double s, double v) {
+        Image out = image_copy(img);
+        py::gil_scoped_release nogil;
+        apply_hsv_gains(out.px, HsvGains{h, s, v});
+        return out.arr;
+      },
+      py::arg("image"), py::arg("h"), py::arg("s"), py::arg("v"),
+      "ultralytics' HSV tables with the gains (h, s, v) on a copy of an RGB image.");
+  m.def(
+      "augment_blur",
+      [](const U8Array& img, int kx, int ky, float sx, float sy) {
+        Image out = image_copy(img);
+        py::gil_scoped_release nogil;
+        gaussian_blur(out.px, kx, ky, sx, sy);
+        return out.arr;
+      },
+      py::arg("image"), py::arg("kx"), py::arg("ky"), py::arg("sigma_x"), py::arg("sigma_y"));
+  m.def(
+      "augment_warp",
+      [](const U8Array& img, const std::vector<double>& inverse, const std::string& interp,
+         const std::optional<std::vector<int>>& fill, int out_h, int out_w) {
+        Image in = image_copy(img);
+        Image out = image_alloc(out_h, out_w, in.px.channels, img.ndim() == 2);
+        const std::optional<Fill> f = fill_of(fill);
+        const Transform2D t = matrix_of(inverse);
+        const Interpolation it = interpolation(interp);
+        py::gil_scoped_release nogil;
+        warp_pixels(in.px, out.px, t, it, f ? &*f : nullptr);
+        return out.arr;
+      },
+      py::arg("image"), py::arg("inverse"), py::arg("interpolation"), py::arg("fill"),
+      py::arg("out_h"), py::arg("out_w"),
+      "Samples a uint8 image through `inverse` (output -> input, 3x3 row-major).");
+  m.def(
+      "augment_affine",
+      [](double angle, double tx, double ty, double scale, double shx, double shy, double cx,
+         double cy) {
+        const Transform2D t = Transform2D::affine(angle, tx, ty, scale, shx, shy, {cx, cy});
+        return std::vector<double>(t.m().begin(), t.m().end());
+      },
+      "The forward map of torchvision's affine, 3x3 row-major.");
+  m.def("augment_perspective_coeffs", [](const std::vector<std::pair<double, double>>& start,
+                                         const std::vector<std::pair<double, double>>& end) {
+    STOKER_CHECK(start.size() == 4 && end.size() == 4, UsageError, "4 points each");
+    std::array<Point2, 4> s, e;
+    for (int i = 0; i < 4; ++i) {
+      s[i] = {start[i].first, start[i].second};
+      e[i] = {end[i].first, end[i].second};
+    }
+    const auto c = perspective_coeffs(s, e);
+    return std::vector<double>(c.begin(), c.end());
+  });
+  m.def("augment_rotated_canvas_size", [](double angle, int w, int h) {
+    int ow, oh;
+    rotated_canvas_size(angle, w, h, &ow, &oh);
+    return std::make_pair(ow, oh);
+  });
+  m.def(
+      "augment_window",
+      [](const U8Array& img, int x0, int y0, int out_w, int out_h, const std::string& mode,
+         const std::vector<int>& fill) {
+        Image in = image_copy(img);
+        Image out = image_alloc(out_h, out_w, in.px.channels, img.ndim() == 2);
+        const PadMode pm = pad_mode_from_name(mode.c_str());
+        const Fill f = *fill_of(fill);
+        py::gil_scoped_release nogil;
+        copy_window(in.px, x0, y0, out.px, pm, f);
+        return out.arr;
+      },
+      py::arg("image"), py::arg("x0"), py::arg("y0"), py::arg("out_w"), py::arg("out_h"),
+      py::arg("mode"), py::arg("fill") = std::vector<int>{0});
+  m.def(
+      "augment_erase",
+      [](py::array out, bool chw, std::tuple<int, int, int, int> rect,
+         const std::optional<std::vector<float>>& value, uint64_t seed) {
+        STOKER_CHECK(out.ndim() == 3 && (out.flags() & py::array::c_style) && out.writeable(),
+                     UsageError, "erase: a writable C-contiguous 3-d array");
+        const py::dtype dt = out.dtype();
+        DType d;
+        if (dt.is(py::dtype::of<uint8_t>()))
+          d = DType::kUInt8;
+        else if (dt.is(py::dtype::of<float>()))
+          d = DType::kFloat32;
+        else if (dt.is(py::dtype("float16")))
+          d = DType::kFloat16;
+        else
+          STOKER_THROW(UsageError, "erase: uint8, float16 or float32");
+        const int c = static_cast<int>(chw ? out.shape(0) : out.shape(2));
+        const int h = static_cast<int>(chw ? out.shape(1) : out.shape(0));
+        const int w = static_cast<int>(chw ? out.shape(2) : out.shape(1));
+        const auto [x, y, rw, rh] = rect;
+        detail::SplitMix64 noise(seed);
+        erase_rect(out.mutable_data(), d, chw, h, w, c, PixelRect{x, y, rw, rh},
+                   value ? value->data() : nullptr, &noise);
+      },
+      py::arg("out"), py::arg("chw"), py::arg("rect"), py::arg("value"), py::arg("seed") = 0);
+  m.def("augment_draw_erasing",
+        [](double p, std::pair<double, double> scale, std::pair<double, double> log_ratio, int w,
+           int h, uint64_t seed) -> std::optional<std::tuple<int, int, int, int>> {
+          ErasingParams e{p, scale.first, scale.second, log_ratio.first, log_ratio.second};
+          detail::SplitMix64 rng(seed);
+          const auto r = draw_erasing(e, w, h, rng);
+          if (!r) return std::nullopt;
+          return std::make_tuple(r->x, r->y, r->w, r->h);
+        });
+  m.def(
+      "augment_boxes",
+      [](const F32Array& boxes, const std::string& fmt, bool normalized, int in_w, int in_h,
+         const std::vector<py::tuple>& ops, double min_area, double min_visibility,
+         double min_size) {
+        STOKER_CHECK(boxes.ndim() == 2 && boxes.shape(1) == 4, UsageError, "boxes are (n, 4)");
+        const int64_t n = boxes.shape(0);
+        py::array_t<float> out({static_cast<py::ssize_t>(n), py::ssize_t{4}});
+        std::memcpy(out.mutable_data(), boxes.data(), static_cast<size_t>(n) * 16);
+        py::array_t<bool> keep(n);
+        const TargetGeometry g = geometry_of(in_w, in_h, ops);
+        const BoxFilter f{min_area, min_visibility, min_size};
+        std::vector<uint8_t> k(n);
+        transform_boxes(out.mutable_data(), n, box_format_from_name(fmt), normalized, g, f,
+                        k.data());
+        for (int64_t i = 0; i < n; ++i) keep.mutable_data()[i] = k[i] != 0;
+        return std::make_tuple(out, keep, g.width(), g.height());
+      },
+      py::arg("boxes"), py::arg("format"), py::arg("normalized"), py::arg("in_w"), py::arg("in_h"),
+      py::arg("ops"), py::arg("min_area") = 1.0, py::arg("min_visibility") = 0.0,
+      py::arg("min_size") = 1.0,
+      "Boxes through a geometry: (moved boxes, keep mask, out_w, out_h); dropped rows are "
+      "left in place, unspecified.");
+  m.def(
+      "augment_keypoints",
+      [](const F32Array& points, bool normalized, int in_w, int in_h,
+         const std::vector<py::tuple>& ops, const std::optional<std::vector<int32_t>>& perm) {
+        STOKER_CHECK(points.ndim() == 3 && points.shape(2) == 3, UsageError,
+                     "keypoints are (n, k, 3)");
+        const int k = static_cast<int>(points.shape(1));
+        STOKER_CHECK(!perm || static_cast<int>(perm->size()) == k, UsageError,
+                     "flip_pairs permutation of the wrong length");
+        py::array_t<float> out({points.shape(0), points.shape(1), points.shape(2)});
+        std::memcpy(out.mutable_data(), points.data(), static_cast<size_t>(points.size()) * 4);
+        const TargetGeometry g = geometry_of(in_w, in_h, ops);
+        transform_keypoints(out.mutable_data(), points.shape(0), k, normalized, g,
+                            perm ? perm->data() : nullptr);
+        return out;
+      },
+      py::arg("points"), py::arg("normalized"), py::arg("in_w"), py::arg("in_h"), py::arg("ops"),
+      py::arg("flip_perm") = py::none());
+  m.def(
+      "augment_auto",
+      [](const U8Array& img, const std::string& policy, int num_ops, int magnitude, int bins,
+         const std::string& interp, const std::optional<std::vector<int>>& fill, uint64_t seed) {
+        AutoAugmentParams p;
+        if (policy == "rand")
+          p.policy = AutoAugmentPolicy::kRandAugment;
+        else if (policy == "trivial")
+          p.policy = AutoAugmentPolicy::kTrivialAugmentWide;
+        else if (policy == "imagenet")
+          p.policy = AutoAugmentPolicy::kImageNet;
+        else
+          STOKER_THROW(UsageError, "policy: rand, trivial or imagenet");
+        p.num_ops = num_ops;
+        p.magnitude = magnitude;
+        p.num_magnitude_bins = bins;
+        p.interpolation = interpolation(interp);
+        if (const auto f = fill_of(fill)) {
+          p.has_fill = true;
+          p.fill = *f;
+        }
+        Image out = image_copy(img);
+        detail::SplitMix64 rng(seed);
+        AugOp ops[kMaxAugOps];
+        const int n = draw_auto_augment(p, out.px.width, out.px.height, rng, ops);
+        {
+          py::gil_scoped_release nogil;
+          apply_aug_ops(out.px, ops, n, p);
+        }
+        std::vector<std::pair<std::string, double>> drawn;
+        for (int i = 0; i < n; ++i)
+          drawn.emplace_back(aug_kind_name(ops[i].kind), ops[i].magnitude);
+        return std::make_pair(out.arr, drawn);
+      },
+      py::arg("image"), py::arg("policy"), py::arg("num_ops") = 2, py::arg("magnitude") = 9,
+      py::arg("bins") = 31, py::arg("interpolation") = "nearest", py::arg("fill") = py::none(),
+      py::arg("seed") = 0, "(augmented copy, [(op name, signed magnitude), ...]).");
+  m.def(
+      "augment_mix",
+      [](py::array images,
+         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& labels,
+         int num_classes, const std::optional<std::tuple<double, double, double>>& mixup,
+         const std::optional<std::tuple<double, double, double>>& cutmix, double switch_prob,
+         bool chw, uint64_t seed) {
+        STOKER_CHECK(
+            images.ndim() == 4 && (images.flags() & py::array::c_style) && images.writeable(),
+            UsageError, "images: a writable C-contiguous (b, ...) array");
+        BatchMixSpec spec;
+        auto params = [](const std::tuple<double, double, double>& t) {
+          return MixParams{std::get<0>(t), std::get<1>(t), std::get<2>(t)};
+        };
+        if (mixup) spec.mixup = params(*mixup);
+        if (cutmix) spec.cutmix = params(*cutmix);
+        spec.switch_prob = switch_prob;
+        spec.num_classes = num_classes;
+        const py::dtype dt = images.dtype();
+        DType d = DType::kUInt8;
+        if (dt.is(py::dtype::of<float>()))
+          d = DType::kFloat32;
+        else if (dt.is(py::dtype("float16")))
+          d = DType::kFloat16;
+        else
+          STOKER_CHECK(dt.is(py::dtype::of<uint8_t>()), UsageError, "uint8, float16 or float32");
+        const int64_t b = images.shape(0);
+        const int c = static_cast<int>(chw ? images.shape(1) : images.shape(3));
+        const int h = static_cast<int>(chw ? images.shape(2) : images.shape(1));
+        const int w = static_cast<int>(chw ? images.shape(3) : images.shape(2));
+        STOKER_CHECK(labels.ndim() == 1 && labels.shape(0) == b, UsageError, "labels: (b,)");
+        detail::SplitMix64 rng(seed);
+        const MixDraw draw = draw_batch_mix(spec, h, w, rng);
+        mix_images(images.mutable_data(), d, chw, b, h, w, c, draw);
+        py::array_t<float> soft(
+            {static_cast<py::ssize_t>(b), static_cast<py::ssize_t>(num_classes)});
+        mix_labels(labels.data(), b, num_classes, draw, soft.mutable_data());
+        py::dict info;
+        info["applied"] = draw.applied;
+        info["cutmix"] = draw.cutmix;
+        info["lam"] = draw.lam;
+        info["box"] = py::make_tuple(draw.box.x, draw.box.y, draw.box.w, draw.box.h);
+        return std::make_pair(soft, info);
+      },
+      py::arg("images"), py::arg("labels"), py::arg("num_classes"), py::arg("mixup"),
+      py::arg("cutmix"), py::arg("switch_prob") = 0.5, py::arg("chw") = false, py::arg("seed") = 0,
+      "Mixes `images` in place; (soft labels, draw). mixup/cutmix: (alpha, p, label_smoothing).");
+  m.def(
+      "augment_group",
+      [](const py::bytes& image, const std::optional<py::bytes>& mask,
+         const std::optional<F32Array>& boxes, const std::string& fmt, bool normalized,
+         const std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>&
+             classes,
+         const std::vector<py::dict>& op_dicts, uint64_t seed, double min_area,
+         double min_visibility) {
+        GroupSpec spec;
+        auto add = [&](GroupMember::Kind k, const char* name) {
+          GroupMember g;
+          g.kind = k;
+          g.name = name;
+          spec.members.push_back(g);
+        };
+        add(GroupMember::Kind::kImage, "image");
+        if (mask) add(GroupMember::Kind::kMask, "mask");
+        if (boxes) {
+          add(GroupMember::Kind::kBoxes, "boxes");
+          spec.members.back().format = box_format_from_name(fmt);
+          spec.members.back().normalized = normalized;
+        }
+        if (classes) {
+          add(GroupMember::Kind::kRows, "classes");
+          spec.members.back().row_bytes = 8;
+        }
+        for (const py::dict& d : op_dicts) spec.ops.push_back(op_of(d));
+        spec.filter.min_area = min_area;
+        spec.filter.min_visibility = min_visibility;
+        spec.filter.min_size = 0;
+        const AugmentPipeline pipe(spec);
+        const std::string_view img = image;
+        const auto [h, w] =
+            pipe.output_size(reinterpret_cast<const uint8_t*>(img.data()), img.size());
+        py::array out_img = pipe.out_dtype() == DType::kFloat32
+                                ? py::array(py::array_t<float>({h, w, 3}))
+                                : py::array(py::array_t<uint8_t>({h, w, 3}));
+        std::vector<MemberIO> io;
+        io.push_back(
+            {reinterpret_cast<const uint8_t*>(img.data()), img.size(), out_img.mutable_data()});
+        py::array_t<uint8_t> out_mask({h, w});
+        std::string_view mk;
+        if (mask) {
+          mk = *mask;
+          io.push_back(
+              {reinterpret_cast<const uint8_t*>(mk.data()), mk.size(), out_mask.mutable_data()});
+        }
+        std::vector<float> bout;
+        if (boxes) {
+          bout.resize(static_cast<size_t>(boxes->size()));
+          io.push_back({reinterpret_cast<const uint8_t*>(boxes->data()),
+                        static_cast<size_t>(boxes->size()) * 4, bout.data()});
+        }
+        std::vector<int64_t> cout;
+        if (classes) {
+          cout.resize(static_cast<size_t>(classes->size()));
+          io.push_back({reinterpret_cast<const uint8_t*>(classes->data()),
+                        static_cast<size_t>(classes->size()) * 8, cout.data()});
+        }
+        {
+          py::gil_scoped_release nogil;
+          pipe.run(io.data(), seed, h, w);
+        }
+        py::dict r;
+        r["image"] = out_img;
+        if (mask) r["mask"] = out_mask;
+        size_t k = 1 + (mask ? 1 : 0);
+        if (boxes) {
+          const int64_t n = io[k++].out_rows;
+          py::array_t<float> b({static_cast<py::ssize_t>(n), py::ssize_t{4}});
+          std::memcpy(b.mutable_data(), bout.data(), static_cast<size_t>(n) * 16);
+          r["boxes"] = b;
+        }
+        if (classes) {
+          const int64_t n = io[k++].out_rows;
+          r["classes"] = py::array_t<int64_t>(n, cout.data());
+        }
+        return r;
+      },
+      py::arg("image"), py::arg("mask") = py::none(), py::arg("boxes") = py::none(),
+      py::arg("format") = "xyxy", py::arg("normalized") = false, py::arg("classes") = py::none(),
+      py::arg("ops") = std::vector<py::dict>{}, py::arg("seed") = 0, py::arg("min_area") = 0.0,
+      py::arg("min_visibility") = 0.0,
+      "One sample through a transform group (ops as dicts); {image, mask, boxes, classes}.");
+}
+
+}  // namespace stoker::bindings

@@ -1,0 +1,272 @@
+"""What :class:`stoker.Loader` takes: its arguments checked, the defaults this machine
+gives them (threads, memory), the rank and world size, and the device batches go to.
+
+Each check raises the error a user should see (a ``ValueError`` naming the argument, a
+``TypeError`` for a DataLoader argument stoker replaces, saying what to use instead).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import warnings
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.distributed
+
+from . import _core
+from .fields import Field, Image
+from .ops import Op
+
+DEFAULT_MAX_PIXELS = 100_000_000
+# prefetch=None: the ring's capacity, the largest window the tuner may choose (within
+# max_memory); batches copied ahead to the device (device="cuda").
+AUTO_MAX_PREFETCH = 64
+AUTO_DEVICE_PREFETCH = 2
+# max_memory=None: this share of the machine's RAM, divided among the local ranks.
+DEFAULT_MEMORY_SHARE = 1 / 16
+DEFAULT_STALL_WARNING = 0.2
+
+# Options of token batches beyond DESIGN's four (seq_len, packing, token_dtype, max_tokens),
+# passed to stoker.token_dataset._make_producer; see docs/tokens.md.
+TOKEN_OPTIONS = ("stride", "pad_id", "ignore_index", "pack_fit", "pack_window", "overlong",
+                 "max_length", "pad_to_multiple_of", "attention_mask", "field")
+
+# torch.utils.data.DataLoader arguments that stoker replaces, with what to do instead.
+DATALOADER_ONLY = {
+    "num_workers": "stoker uses C++ worker threads, not processes: pass num_threads=N "
+                   "(None, the default, tunes it online within the cores available to this "
+                   "rank)",
+    "collate_fn": "stoker assembles batches in C++ from the dataset's fields: variable-length "
+                  "fields are padded with '<name>_lengths', images take stoker.ops transforms; "
+                  "anything else, apply to the batch in your training step",
+    "sampler": "stoker samples itself (shuffle, seed, rank/world_size); for a custom order, "
+               "write the dataset in that order and use shuffle=False",
+    "batch_sampler": "stoker batches itself: use batch_size (and drop_last)",
+    "worker_init_fn": "stoker's workers are C++ threads that run no Python code",
+    "persistent_workers": "stoker's workers persist across epochs by design",
+    "prefetch_factor": "use prefetch=N: batches in flight (None = automatic)",
+    "pin_memory_device": "use device='cuda:N' (batches arrive on the GPU) or pin_memory=True",
+    "multiprocessing_context": "stoker uses threads, not processes",
+    "timeout": "stoker never hangs: a worker error surfaces in your loop at its batch",
+    "generator": "use seed=N: the order is a function of (seed, epoch)",
+}
+
+_TORCH_DATASET_HINT = (
+    "stoker.Loader reads stoker datasets, not torch Datasets: write yours once "
+    "with stoker.ShardWriter, then load it, e.g.\n"
+    "    fields = {'x': stoker.ndarray('float32', (3, 32, 32)), "
+    "'label': stoker.scalar('int64')}\n"
+    "    with stoker.ShardWriter('data/train', fields) as w:\n"
+    "        for x, y in my_dataset:\n"
+    "            w.write({'x': x.numpy(), 'label': y})\n"
+    "    loader = stoker.Loader(stoker.Dataset('data/train'), batch_size=...)")
+
+
+# -- this machine -------------------------------------------------------------------------
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def local_world_size() -> int:
+    """Processes of this job on this machine: torchrun and accelerate set LOCAL_WORLD_SIZE,
+    SLURM sets SLURM_NTASKS_PER_NODE."""
+    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        try:
+            n = int(os.environ.get(var, ""))
+        except ValueError:
+            continue
+        if n >= 1:
+            return n
+    return 1
+
+
+def default_threads() -> int:
+    return max(1, available_cores() // local_world_size())
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 8 << 30  # unknown: assume a small machine
+
+
+def default_max_memory() -> int:
+    """Bytes of batches in flight per iterator for prefetch=None: 1/16 of the machine's
+    RAM, shared by the processes of the job on this machine (LOCAL_WORLD_SIZE)."""
+    return max(1, int(physical_memory() * DEFAULT_MEMORY_SHARE) // local_world_size())
+
+
+def dist_world() -> Optional[Tuple[int, int]]:
+    """(rank, world_size) of the default process group, if one is initialised.
+    Called at every batch of an iterator that follows torch.distributed: two calls."""
+    dist = torch.distributed
+    try:
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    return None
+
+
+# -- arguments ----------------------------------------------------------------------------
+
+def check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
+              what: Optional[str] = None) -> int:
+    """`value` as an int in [low, high], else a ValueError naming `name`. Integer types
+    (NumPy's, a 0-d integer tensor) are taken; bools and floats are not."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < low:
+        if what is None:
+            what = "a positive int" if low == 1 else "a non-negative int" if low == 0 else "an int"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    if number > high:
+        raise ValueError(f"{name} must be at most {high}, got {value!r}")
+    return number
+
+
+def token_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """The token options among the keyword arguments beyond the named ones; any other name
+    is a TypeError (saying what to use instead of a DataLoader argument)."""
+    out = {}
+    for name, value in options.items():
+        if name in TOKEN_OPTIONS:
+            out[name] = value
+            continue
+        hint = DATALOADER_ONLY.get(name)
+        if hint is not None:
+            raise TypeError(f"stoker.Loader has no argument {name!r}: {hint}")
+        raise TypeError(f"stoker.Loader got an unexpected keyword argument {name!r}")
+    return out
+
+
+def refuse_torch_dataset(dataset: Any) -> None:
+    if isinstance(dataset, torch.utils.data.Dataset):
+        raise TypeError(_TORCH_DATASET_HINT)
+
+
+class Settings(NamedTuple):
+    """Threads, prefetch and memory, explicit or automatic (tuned online by the core)."""
+
+    num_threads: int
+    auto_threads: bool
+    prefetch: int
+    auto_prefetch: bool
+    max_memory: int
+    stall_warning: float
+
+
+def check_settings(num_threads: Optional[int], prefetch: Optional[int],
+                   max_memory: Optional[Union[int, str]],
+                   stall_warning: Optional[float]) -> Settings:
+    """None: tuned online by the core (NOTE [ Autotuning ] in csrc/pipeline/autotuner.h):
+    the pool has the most threads this rank may use, the ring the largest window."""
+    threads = check_int("num_threads", default_threads() if num_threads is None else num_threads,
+                        1, 4096, "a positive int or None")
+    window = check_int("prefetch", AUTO_MAX_PREFETCH if prefetch is None else prefetch, 1,
+                       _core.MAX_PREFETCH, "a positive int or None")
+    if max_memory is None:
+        max_memory = default_max_memory()
+    elif isinstance(max_memory, str):
+        from .writer import parse_size
+
+        max_memory = parse_size(max_memory)
+    memory = check_int("max_memory", max_memory, 1, 2**63 - 1,
+                       "a positive number of bytes, a size such as '2GB', or None")
+    if stall_warning is None:
+        stall_warning = 0.0
+    if isinstance(stall_warning, bool) or not isinstance(stall_warning, (int, float)) or \
+            not 0 <= stall_warning <= 1:
+        raise ValueError(f"stall_warning must be a fraction in [0, 1] or None, got "
+                         f"{stall_warning!r}")
+    return Settings(threads, num_threads is None, window, prefetch is None, memory,
+                    float(stall_warning))
+
+
+def check_ranks(rank: Optional[int],
+                world_size: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
+    """Explicit rank and world size (None: torch.distributed's, read when used)."""
+    rank = None if rank is None else check_int("rank", rank, 0)
+    world_size = None if world_size is None else check_int("world_size", world_size, 1)
+    if rank is not None and world_size is not None and rank >= world_size:
+        raise ValueError(f"rank {rank} is outside [0, world_size={world_size})")
+    return rank, world_size
+
+
+def world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    """(rank, world_size) now: the explicit ones, else torch.distributed's, else 0/1."""
+    dist = None
+    if rank is None or world_size is None:
+        dist = dist_world()
+    r = rank if rank is not None else (dist[0] if dist else 0)
+    w = world_size if world_size is not None else (dist[1] if dist else 1)
+    if r >= w:
+        raise ValueError(f"rank {r} is outside [0, world_size={w})")
+    return r, w
+
+
+def check_transforms(fields: Mapping[str, Field],
+                     transforms: Mapping[str, Sequence[Op]]) -> Dict[str, list]:
+    """``{field: [op, ...]}`` over image fields, a single op taken as a list of one."""
+    if not isinstance(transforms, Mapping):
+        raise TypeError(f"transforms must be a dict {{field name: [ops]}}, got "
+                        f"{type(transforms).__name__}")
+    out = {}
+    for name, ops in transforms.items():
+        if name not in fields:
+            raise ValueError(f"transforms: no field {name!r} in the dataset "
+                             f"(fields: {', '.join(fields)})")
+        if not isinstance(fields[name], Image):
+            raise ValueError(f"transforms: field {name!r} is not an image field; ops apply "
+                             "to stoker.image() fields")
+        if isinstance(ops, Op):
+            ops = [ops]
+        ops = list(ops)
+        for op in ops:
+            if not isinstance(op, Op):
+                raise ValueError(f"transforms[{name!r}]: expected stoker.ops objects, got "
+                                 f"{type(op).__name__}")
+        out[name] = ops
+    return out
+
+
+# -- the device -----------------------------------------------------------------------------
+
+def resolve_device(device: torch.device, pin_memory: Optional[bool],
+                   open_device: Optional[Callable[[int], Any]]) -> Tuple[torch.device, bool, Any]:
+    """(where batches go, whether slots are page-locked, the device API or None).
+    `open_device` opens the API of a device index in place of the CUDA driver's (tests
+    substitute the host fake); None: the driver's, after checking CUDA is usable."""
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {str(device)!r}")
+    is_cuda = device.type == "cuda"
+    pin = is_cuda if pin_memory is None else bool(pin_memory)
+    if not is_cuda and not pin:
+        return device, False, None
+    if open_device is None:
+        available, count, reason = _core.cuda_status()
+        if not available:
+            if is_cuda:
+                raise RuntimeError(f"device={str(device)!r} requested but CUDA is not "
+                                   f"usable here: {reason}")
+            warnings.warn("pin_memory=True but no CUDA device is available; batches use "
+                          "pageable memory", RuntimeWarning, stacklevel=3)
+            return device, False, None
+        index = device.index
+        if index is None:  # the current device, as torch's pin_memory uses
+            index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        if index >= count:
+            raise RuntimeError(f"device={str(device)!r}: only {count} CUDA device(s)")
+        if is_cuda:
+            device = torch.device("cuda", index)
+        return device, pin, _core.cuda_device(index)
+    return device, pin, open_device(device.index or 0)

@@ -1,0 +1,114 @@
+"""A loader's resume state: what ``Loader.state_dict()`` holds, its versions, and the
+checks ``load_state_dict`` makes before the core resumes (the same data, the same
+sampling settings, a position inside the epoch).
+
+The state is the epoch and the global samples of it the whole job has consumed, the same
+on every rank; the world size that saved it only decides where wrap-around padding
+restarts (``EpochKey::pad_from`` in csrc/pipeline/batch_producer.h).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, Mapping, Tuple
+
+from ._loader_args import check_int
+
+VERSION = 2
+# Settings a state is only valid for (a state saved before shard_window existed has none:
+# a global shuffle, which is what None means).
+SAMPLING_KEYS = ("seed", "shuffle", "shard_window", "batch_size", "drop_last")
+
+
+def dataset_identity(dataset: Any, tokens: bool, epoch_samples: int) -> Dict[str, Any]:
+    """What the dataset must still be for a state to apply: its size, schema and, for a
+    dataset written with one, the write's id (a rewrite is another dataset)."""
+    if tokens:
+        ident = {"epoch_samples": epoch_samples, "num_tokens": dataset.num_tokens,
+                 "num_docs": dataset.num_docs}
+        dataset_id = getattr(getattr(dataset, "dataset", None), "dataset_id", None)
+    else:
+        ident = {"num_records": len(dataset), "schema_hash": f"{dataset._hash:016x}"}
+        dataset_id = getattr(dataset, "dataset_id", None)
+    if dataset_id is not None:
+        ident["dataset_id"] = dataset_id
+    return ident
+
+
+def make_state(epoch: int, position: int, world_size: int, settings: Mapping[str, Any],
+               identity: Dict[str, Any]) -> Dict[str, Any]:
+    return {"version": VERSION, "epoch": epoch, "position": position,
+            "world_size": world_size, **settings, "dataset": identity}
+
+
+def upgrade_v1(state: Mapping[str, Any]) -> Dict[str, Any]:
+    """A version-1 state (a rank's batches_yielded) as version 2 (global position)."""
+    done = check_int("state's batches_yielded", state.get("batches_yielded"), 0)
+    world = check_int("state's world_size", state.get("world_size"), 1)
+    batch = check_int("state's batch_size", state.get("batch_size"), 1)
+    n = check_int("state's num_records", state.get("num_records"), 0)
+    out = dict(state)
+    out["version"] = VERSION
+    out["position"] = min(n, done * batch * world)
+    out["dataset"] = {"num_records": n}
+    return out
+
+
+def check_state(state: Any, settings: Mapping[str, Any], identity: Mapping[str, Any],
+                epoch_samples: int) -> Tuple[int, int, int]:
+    """(epoch, position, world size that saved it) of a state this loader can resume, else
+    the error that says why not."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"load_state_dict takes the dict of state_dict(), got "
+                        f"{type(state).__name__}")
+    version = state.get("version")
+    if version == 1:
+        state = upgrade_v1(state)
+    elif version != VERSION:
+        raise ValueError(f"unsupported loader state version {version!r}")
+    for key in SAMPLING_KEYS:
+        if state.get(key) != settings[key]:
+            raise ValueError(f"cannot resume: state has {key}={state.get(key)!r} but this "
+                             f"loader has {key}={settings[key]!r}")
+    theirs = state.get("dataset")
+    if not isinstance(theirs, Mapping):
+        raise ValueError("cannot resume: the state names no dataset")
+    for key, value in identity.items():
+        if key == "dataset_id" and key not in theirs:
+            continue  # a state saved before datasets had ids
+        if theirs.get(key) != value:
+            raise ValueError(f"cannot resume: the state is for another dataset ({key} "
+                             f"{theirs.get(key)!r}, this loader's dataset has {value!r})")
+    epoch = check_int("state's epoch", state.get("epoch"), 0)
+    position = check_int("state's position", state.get("position"), 0)
+    if position > epoch_samples:
+        raise ValueError(f"cannot resume: position {position} is past the epoch's "
+                         f"{epoch_samples} samples")
+    world = state.get("world_size", 0)
+    world = 0 if world is None else check_int("state's world_size", world, 0)
+    return epoch, position, world
+
+
+def check_lightning_resume(world_now: int, saved_world: int, position: int,
+                           epoch_samples: int, caller: Any) -> None:
+    """NOTE [ Elastic resume under Lightning ] in stoker/lightning.py: Lightning loading a
+    mid-epoch state of another world size, without stoker.lightning.ElasticResume to
+    correct its batch counter, would end the epoch before the loader's rows run out.
+    `caller` is the frame that called ``load_state_dict``."""
+    name = caller.f_globals.get("__name__", "")
+    if not (name.startswith(("lightning.pytorch.", "pytorch_lightning."))
+            and name.endswith(".combined_loader")):
+        return
+    if saved_world in (0, world_now) or not 0 < position < epoch_samples:
+        return
+    lightning = sys.modules.get("stoker.lightning")
+    if lightning is not None and lightning._active > 0:
+        return
+    raise RuntimeError(
+        f"cannot resume exactly: Lightning restores a mid-epoch checkpoint saved at world size "
+        f"{saved_world} onto {world_now} processes, and without stoker.lightning.ElasticResume "
+        f"its batch counter (batches of the old world size) would end the epoch before the "
+        f"loader's rows run out. stoker's package adds that callback to every Trainer through "
+        f"an entry point, which this installation lacks: import stoker.lightning and pass "
+        f"callbacks=[stoker.lightning.ElasticResume()] to the Trainer, or resume on "
+        f"{saved_world} processes")
