@@ -7,19 +7,11 @@
 
 #include "common/error.h"
 #include "producers/batch_planner.h"
+#include "producers/mix_epoch.h"
 
 namespace stoker {
 
 namespace {
-
-struct MixPlan final : EpochPlan {
-  explicit MixPlan(MixSequence s) : seq(std::move(s)) {}
-  MixSequence seq;
-  MixSplit split;
-  uint64_t epoch = 0;
-  uint64_t sample_seed = 0;
-  int64_t num_batches() const override { return split.batches; }
-};
 
 // The key of the random draws of a source's c-th row (NOTE [ Random draws ]).
 uint64_t sample_key(size_t source, int64_t c) {
@@ -32,9 +24,9 @@ MixRecordProducer::MixRecordProducer(std::vector<std::shared_ptr<const Dataset>>
                                      MixSequence seq, int64_t epoch_rows,
                                      std::vector<uint64_t> keys, RecordOptions opts)
     : seq_(std::move(seq)), epoch_rows_(epoch_rows), opts_(std::move(opts)) {
-  STOKER_CHECK(!sets.empty() && sets.size() == seq_.num_sources() && keys.size() == sets.size(),
-               UsageError, "a mixture of ", seq_.num_sources(), " sources got ", sets.size(),
-               " datasets and ", keys.size(), " keys");
+  const size_t k = seq_.get().num_sources();
+  STOKER_CHECK(!sets.empty() && sets.size() == k && keys.size() == k, UsageError, "a mixture of ",
+               k, " sources got ", sets.size(), " datasets and ", keys.size(), " keys");
   STOKER_CHECK(sets.size() <= std::numeric_limits<uint16_t>::max(), UsageError, "too many sources");
   STOKER_CHECK(epoch_rows_ >= 1, UsageError, "a mixture's epoch needs rows, got ", epoch_rows_);
   const Schema& schema = sets[0]->schema();
@@ -77,18 +69,12 @@ int64_t MixRecordProducer::consumed_after(const EpochKey& key, int64_t batches) 
 }
 
 std::shared_ptr<const EpochPlan> MixRecordProducer::plan_epoch(const EpochKey& key) const {
-  std::unique_lock<std::mutex> lock(seq_mu_);
-  planned_ = true;
-  auto plan = std::make_shared<MixPlan>(seq_);
-  lock.unlock();
-  plan->split = split(key);
-  plan->epoch = key.epoch;
-  plan->sample_seed = hash_combine(opts_.sampler.seed, key.epoch);
-  return plan;
+  return std::make_shared<MixEpoch>(seq_.take(), split(key), key.epoch,
+                                    hash_combine(opts_.sampler.seed, key.epoch));
 }
 
 std::unique_ptr<BatchWork> MixRecordProducer::plan_batch(const EpochPlan& epoch, int64_t k) const {
-  const auto& plan = static_cast<const MixPlan&>(epoch);
+  const auto& plan = static_cast<const MixEpoch&>(epoch);
   STOKER_CHECK(k >= 0 && k < plan.split.batches, UsageError, "batch ", k, " out of range [0, ",
                plan.split.batches, ")");
   const int64_t n = plan.split.batch_length(k);
@@ -141,18 +127,8 @@ std::vector<size_t> MixRecordProducer::shard_schedule(size_t s, uint64_t epoch, 
   return streams_[s].shard_schedule(sequence().counts(row)[s], max_shards);
 }
 
-MixSequence MixRecordProducer::sequence() const {
-  std::lock_guard<std::mutex> lock(seq_mu_);
-  return seq_;
-}
+MixSequence MixRecordProducer::sequence() const { return seq_.get(); }
 
-void MixRecordProducer::set_sequence(MixSequence seq) {
-  std::lock_guard<std::mutex> lock(seq_mu_);
-  STOKER_CHECK(seq.num_sources() == seq_.num_sources(), UsageError, "a mixture of ",
-               seq_.num_sources(), " sources cannot take a sequence of ", seq.num_sources());
-  STOKER_CHECK(!planned_, UsageError,
-               "the mixture's sequence is in use: resume a loader before iterating it");
-  seq_ = std::move(seq);
-}
+void MixRecordProducer::set_sequence(MixSequence seq) { seq_.set(std::move(seq)); }
 
 }  // namespace stoker

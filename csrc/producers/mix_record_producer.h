@@ -6,7 +6,6 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "format/dataset.h"
@@ -52,9 +51,7 @@ class MixRecordProducer final : public BatchProducer {
 
   std::shared_ptr<RecordSource> source_;
   std::vector<SourceStream> streams_;
-  mutable std::mutex seq_mu_;
-  MixSequence seq_;               // guarded by seq_mu_
-  mutable bool planned_ = false;  // guarded by seq_mu_: an epoch was planned with seq_
+  MixSequenceSlot seq_;
   int64_t epoch_rows_;
   RecordOptions opts_;
 };

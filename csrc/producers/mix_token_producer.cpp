@@ -5,28 +5,17 @@
 #include <utility>
 
 #include "common/error.h"
+#include "producers/mix_epoch.h"
 
 namespace stoker {
-
-namespace {
-
-struct MixPlan final : EpochPlan {
-  explicit MixPlan(MixSequence s) : seq(std::move(s)) {}
-  MixSequence seq;
-  MixSplit split;
-  uint64_t epoch = 0;
-  int64_t num_batches() const override { return split.batches; }
-};
-
-}  // namespace
 
 MixTokenProducer::MixTokenProducer(std::vector<std::shared_ptr<const TokenProducer>> sources,
                                    MixSequence seq, int64_t epoch_rows, std::vector<uint64_t> keys)
     : sources_(std::move(sources)), seq_(std::move(seq)), epoch_rows_(epoch_rows) {
-  STOKER_CHECK(
-      !sources_.empty() && sources_.size() == seq_.num_sources() && keys.size() == sources_.size(),
-      UsageError, "a mixture of ", seq_.num_sources(), " sources got ", sources_.size(),
-      " token producers and ", keys.size(), " keys");
+  const size_t k = seq_.get().num_sources();
+  STOKER_CHECK(!sources_.empty() && sources_.size() == k && keys.size() == k, UsageError,
+               "a mixture of ", k, " sources got ", sources_.size(), " token producers and ",
+               keys.size(), " keys");
   STOKER_CHECK(epoch_rows_ >= 1, UsageError, "a mixture's epoch needs rows, got ", epoch_rows_);
   const TokenOptions& o = sources_[0]->options();
   budget_ = o.mode == TokenMode::kBudget;
@@ -56,17 +45,11 @@ int64_t MixTokenProducer::consumed_after(const EpochKey& key, int64_t batches) c
 }
 
 std::shared_ptr<const EpochPlan> MixTokenProducer::plan_epoch(const EpochKey& key) const {
-  std::unique_lock<std::mutex> lock(seq_mu_);
-  planned_ = true;
-  auto plan = std::make_shared<MixPlan>(seq_);
-  lock.unlock();
-  plan->split = split(key);
-  plan->epoch = key.epoch;
-  return plan;
+  return std::make_shared<MixEpoch>(seq_.take(), split(key), key.epoch, 0);
 }
 
 std::unique_ptr<BatchWork> MixTokenProducer::plan_batch(const EpochPlan& epoch, int64_t k) const {
-  const auto& plan = static_cast<const MixPlan&>(epoch);
+  const auto& plan = static_cast<const MixEpoch&>(epoch);
   STOKER_CHECK(k >= 0 && k < plan.split.batches, UsageError, "batch ", k, " out of range [0, ",
                plan.split.batches, ")");
   const int64_t n = plan.split.batch_length(k);
@@ -102,18 +85,8 @@ std::unique_ptr<BatchWork> MixTokenProducer::plan_batch(const EpochPlan& epoch, 
   return sources_[0]->plan_rows(rows, row_source, k_src);
 }
 
-MixSequence MixTokenProducer::sequence() const {
-  std::lock_guard<std::mutex> lock(seq_mu_);
-  return seq_;
-}
+MixSequence MixTokenProducer::sequence() const { return seq_.get(); }
 
-void MixTokenProducer::set_sequence(MixSequence seq) {
-  std::lock_guard<std::mutex> lock(seq_mu_);
-  STOKER_CHECK(seq.num_sources() == seq_.num_sources(), UsageError, "a mixture of ",
-               seq_.num_sources(), " sources cannot take a sequence of ", seq.num_sources());
-  STOKER_CHECK(!planned_, UsageError,
-               "the mixture's sequence is in use: resume a loader before iterating it");
-  seq_ = std::move(seq);
-}
+void MixTokenProducer::set_sequence(MixSequence seq) { seq_.set(std::move(seq)); }
 
 }  // namespace stoker

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "pipeline/batch_producer.h"
@@ -52,9 +51,7 @@ class MixTokenProducer final : public BatchProducer {
 
   std::vector<std::shared_ptr<const TokenProducer>> sources_;
   std::vector<SourceStream> streams_;
-  mutable std::mutex seq_mu_;
-  MixSequence seq_;               // guarded by seq_mu_
-  mutable bool planned_ = false;  // guarded by seq_mu_: an epoch was planned with seq_
+  MixSequenceSlot seq_;
   int64_t epoch_rows_;
   int64_t batch_;  // rows per rank per step (1: token-budget batches)
   bool budget_, drop_last_;

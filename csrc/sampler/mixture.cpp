@@ -387,6 +387,26 @@ int64_t MixSequence::rows_until(size_t s, int64_t count) const {
   return hi;
 }
 
+MixSequence MixSequenceSlot::get() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seq_;
+}
+
+MixSequence MixSequenceSlot::take() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  taken_ = true;
+  return seq_;
+}
+
+void MixSequenceSlot::set(MixSequence seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  STOKER_CHECK(seq.num_sources() == seq_.num_sources(), UsageError, "a mixture of ",
+               seq_.num_sources(), " sources cannot take a sequence of ", seq.num_sources());
+  STOKER_CHECK(!taken_, UsageError,
+               "the mixture's sequence is in use: resume a loader before iterating it");
+  seq_ = std::move(seq);
+}
+
 // ---------------------------------------------------------------------------
 
 MixSplit::MixSplit(int64_t n_, int64_t offset_, int64_t rank_, int64_t world_, int64_t batch_,

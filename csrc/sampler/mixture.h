@@ -69,6 +69,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace stoker {
@@ -117,6 +118,24 @@ class MixSequence {
  private:
   explicit MixSequence(std::shared_ptr<const Rule> rule) : rule_(std::move(rule)) {}
   std::shared_ptr<const Rule> rule_;
+};
+
+/// A producer's sequence: replaceable until an epoch is planned with it (a
+/// resume that keeps a schedule's rows per step), fixed after. Thread-safe.
+class MixSequenceSlot {
+ public:
+  explicit MixSequenceSlot(MixSequence seq) : seq_(std::move(seq)) {}
+  /// The sequence now.
+  MixSequence get() const;
+  /// The sequence for an epoch's plan: set() is refused from now on.
+  MixSequence take() const;
+  /// UsageError once taken, or for another number of sources.
+  void set(MixSequence seq);
+
+ private:
+  mutable std::mutex mu_;
+  MixSequence seq_;             // guarded by mu_
+  mutable bool taken_ = false;  // guarded by mu_
 };
 
 /// One rank's batches of (the rest of) an epoch of a mixture: steps of

@@ -333,5 +333,15 @@ static void resume_across_breakpoint() {
   }
 }
 
-TEST_MAIN(constant_weights_bound(); per_batch_ratio(); rows_are_slices(); schedules(); rows_until();
-          source_streams(); splits(); resume_across_breakpoint())
+// A producer's sequence may be replaced until an epoch takes it.
+static void sequence_slot() {
+  MixSequenceSlot slot(MixSequence::constant({1, 1}));
+  slot.set(MixSequence::schedule({0, 10}, {{1, 0}, {1, 1}}, false));
+  CHECK(!slot.get().is_constant());
+  CHECK_THROWS(UsageError, slot.set(MixSequence::constant({1, 2, 3})));
+  CHECK(!slot.take().is_constant());
+  CHECK_THROWS(UsageError, slot.set(MixSequence::constant({1, 1})));
+}
+
+TEST_MAIN(sequence_slot(); constant_weights_bound(); per_batch_ratio(); rows_are_slices();
+          schedules(); rows_until(); source_streams(); splits(); resume_across_breakpoint())
