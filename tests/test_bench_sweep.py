@@ -51,6 +51,6 @@ def test_sweep_plot(ds, tmp_path, capsys):
 
 def test_sweep_arguments_are_checked(ds, capsys):
     assert main(["bench", ds.path, "--plot", "x.png"]) == 2
-    assert "--plot goes with --sweep" in capsys.readouterr().err
+    assert "argument --plot: goes with --sweep" in capsys.readouterr().err
     assert main(["bench", "--sweep"]) == 2
     assert main(["bench", ds.path, "--sweep", "--seconds", "0"]) == 2

@@ -98,10 +98,13 @@ def test_bench_on_a_dataset(tmp_path):
             "--threads", "1,2", "--workers", "0", "--image-size", "16", "--max-batches", "3")
     assert r.returncode == 0, r.stderr
     for line in ("stoker num_threads=1", "stoker num_threads=2", "DataLoader num_workers=0",
-                 "ceiling: decode only, 2 thread(s)", "/ best DataLoader",
-                 "stoker num_threads=2 / ceiling"):
+                 "full decodes only, 2 thread(s)", "/ best DataLoader",
+                 "stoker num_threads=2 / full decodes only"):
         assert line in r.stdout, (line, r.stdout)
-    assert "workers: read" in r.stdout  # where stoker's workers spend their time
+    assert "ceiling" not in r.stdout and "target" not in r.stdout
+    # where stoker's workers spend their time; one run names no cause
+    assert "Where the workers' time goes" in r.stdout and "read and verify" in r.stdout
+    assert "1 run: spread unknown" in r.stdout and "no stage is named" in r.stdout
     r = run("bench", str(tmp_path / "d"), "--image-size", "0", "--repeats", "1",
             "--threads", "1", "--no-dataloader")
     assert r.returncode == 2 and "image" in r.stderr  # two sizes need a crop: a clear error
@@ -118,8 +121,9 @@ def test_synthetic_bench_times_consecutive_epochs(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "2 consecutive epochs of 600 samples" in r.stdout, r.stdout
     for line in ("stoker threads=1", "DataLoader num_workers=0", "NumPy loop",
-                 "stoker (best) / NumPy loop:"):
+                 "stoker threads=1 / NumPy loop:", "memcpy, 1 thread(s)"):
         assert line in r.stdout, (line, r.stdout)
+    assert "target" not in r.stdout and "ceiling" not in r.stdout
 
 
 def test_bench_on_a_dataset_under_forkserver(tmp_path):

@@ -72,8 +72,9 @@ def test_epochs_together_hold_no_more_than_prefetch_batches(tmp_path, fake_devic
     kw = dict(batch_size=10, shuffle=True, num_threads=3, prefetch=prefetch)
     loader = fake_device_loader(ds, **kw) if fake_device else stoker.Loader(ds, **kw)
     for epoch in range(4):
-        for _b in loader:  # holds one batch, and the next while next() runs
-            time.sleep(0.002)  # the workers fill the window, also at the epoch's end
+        for k, _b in enumerate(loader):  # holds one batch, and the next while next() runs
+            if k < len(loader) - 1:  # the workers fill the window, also at the epoch's end
+                assert wait_until(lambda: loader.stats()["queue_depth"] >= prefetch)
         del _b
         s = loader.stats()
         if fake_device:  # host slots also back the copies in flight (up to prefetch more)
@@ -107,8 +108,8 @@ def test_without_prefetch_no_worker_outlives_the_epoch(small_ds):
     loader = stoker.Loader(small_ds, prefetch_next_epoch=False, **KW)
     epoch_labels(loader)
     assert wait_until(lambda: workers() == base)
-    time.sleep(0.1)
-    assert workers() == base
+    s = loader.stats()  # and none was started again: no second stream, no live worker
+    assert s["streams"] == 1 and s["live_workers"] == 0 and workers() == base
 
 
 def test_set_epoch_to_another_epoch_drops_the_prefetch(small_ds):
@@ -153,7 +154,8 @@ def test_leaving_an_epoch_early_hands_its_window_to_the_next(small_ds):
     it = iter(loader)
     for _ in range(len(loader) - 1):
         next(it)
-        time.sleep(0.01)  # the workers finish epoch 0, so that epoch 1 starts ahead
+    # the workers finish epoch 0 (its last batch is ready), so that epoch 1 starts ahead
+    assert wait_until(lambda: loader.stats()["queue_depth"] >= 1)
     it.close()  # one batch of epoch 0 never taken
     assert epoch_labels(loader) == reference(small_ds, 1, **KW)
     assert loader.stats()["streams"] == 1  # epoch 1 was loading already, and was kept

@@ -56,3 +56,13 @@ def test_schema_hash_depends_on_names_types_and_order():
     assert schema_hash(a) == schema_hash(dict(a))
     assert schema_hash(a) != schema_hash({"y": stoker.blob(), "x": stoker.scalar("int64")})
     assert schema_hash(a) != schema_hash({"x": stoker.scalar("int32"), "y": stoker.blob()})
+
+
+def test_torch_dtypes_name_the_same_fields():
+    """`stoker.ndarray(x.dtype, ...)` with a tensor's dtype, as a DataLoader user writes."""
+    import torch
+
+    assert stoker.ndarray(torch.float32, (3, 2)) == stoker.ndarray("float32", (3, 2))
+    assert stoker.scalar(torch.int64) == stoker.scalar("int64")
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        stoker.ndarray(torch.bfloat16, (2,))

@@ -98,14 +98,40 @@ def test_soak_many_short_epochs(tmp_path):
 
 
 def test_stop_is_prompt_even_mid_batch(tmp_path):
-    ds = write_dataset(tmp_path / "d", 4000, shard_size="1MB")
-    loader = stoker.Loader(ds, batch_size=4000, num_threads=2)
-    it = iter(loader)
-    t0 = time.perf_counter()
-    it.close()
-    assert time.perf_counter() - t0 < 1.0
-    with pytest.raises(StopIteration):
-        next(it)
+    """close() of an iterator whose epoch is running, while a worker is in the middle of a
+    batch and cannot finish it (half its records are in a shard the server holds back),
+    returns without waiting for that batch; the loader then runs the next epoch whole."""
+    import threading
+
+    from remote_servers import GatedServer
+
+    local = write_dataset(tmp_path / "www" / "ds", 60, shard_size="1KB")
+    n0 = local.shards[0]["num_records"]
+    assert len(local.shards) >= 3 and n0 >= 4
+    first = local.shards[0]["path"].rsplit("/", 1)[-1]
+    server = GatedServer(str(tmp_path / "www"), allow=(first,))
+    try:
+        ds = stoker.Dataset(f"{server.url}/ds", cache_dir=tmp_path / "cache")
+        # batch 0 lies in shard 0; batch 1 starts in shard 0 and ends in held-back shard 1
+        batch = n0 // 2 + 1
+        loader = stoker.Loader(ds, batch_size=batch, num_threads=2, prefetch=2)
+        it = iter(loader)
+        assert next(it)["label"].tolist() == list(range(batch))  # the epoch is running
+        deadline = time.monotonic() + 30
+        while loader.stats()["network"]["network_wait_seconds"] == 0:  # a worker waits
+            assert time.monotonic() < deadline, "no worker ever waited for shard 1"
+            time.sleep(0.01)
+        closer = threading.Thread(target=it.close)
+        closer.start()
+        closer.join(30)  # the gate holds shard 1 back for 60 s: close must not wait for it
+        assert not closer.is_alive() and not server.gate.is_set()
+        with pytest.raises(StopIteration):
+            next(it)
+        server.open_gate()
+        labels = [int(x) for b in loader for x in b["label"]]  # the next epoch, whole
+        assert labels == list(range(60))
+    finally:
+        server.stop()
 
 
 # -- rewrites under fire: kills and concurrent readers ---------------------------------------
@@ -229,6 +255,7 @@ READER_SCRIPT = REWRITE_COMMON + """
 root, stop, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = random.Random(seed)
 stats = {"opens": 0, "errors": [], "tags": []}
+stoker.Loader  # imported (with torch) before the race starts, not during the first read
 print("ready", flush=True)
 while not os.path.exists(stop):
     try:

@@ -12,8 +12,8 @@ import pickle
 import numpy as np
 import pytest
 import stoker
+from _token_reference import Permutation, hash_combine
 from conftest import epoch_labels, write_dataset
-from stoker._token_reference import Permutation, hash_combine
 
 SEED = 3
 

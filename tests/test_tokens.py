@@ -1,7 +1,7 @@
 """Language-model data: token sources, windows, packing, token budgets, resume.
 
 Every batch the C++ producer makes is compared with the plain-Python reference
-(stoker/_token_reference.py) for the same documents and options, across sources,
+(tests/_token_reference.py) for the same documents and options, across sources,
 modes, dtypes, ranks, world sizes and resume offsets.
 """
 
@@ -12,9 +12,9 @@ import struct
 import numpy as np
 import pytest
 import stoker
+from _token_reference import Permutation, Reference, Split
 from stoker import _core
 from stoker import token_dataset as td
-from stoker._token_reference import Permutation, Reference, Split
 
 _MEGATRON_CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6,
                    "float32": 7, "uint16": 8}
@@ -405,7 +405,7 @@ def test_permutation_is_the_cores():
     assert sorted(values) == list(range(1000))
     # the same key drives the record sampler's shuffle (permutation.h, sampler.cpp)
     ds_seed, epoch = 9, 2
-    from stoker._token_reference import epoch_key
+    from _token_reference import epoch_key
     q = Permutation(50, epoch_key(ds_seed, epoch))
     assert q(0) != q(1)
 

@@ -91,7 +91,7 @@ Op build(const py::args& args, const py::kwargs& kwargs) {
   size_t i = 0, named = 0;
   std::apply(
       [&](const auto&... p) {
-        auto set = [&](const auto& param) {
+        [[maybe_unused]] auto set = [&](const auto& param) {
           const size_t at = i++;
           if (at < args.size()) {
             STOKER_CHECK(!kwargs.contains(param.name), UsageError, Op::kName, ": ", param.name,

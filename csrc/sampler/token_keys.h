@@ -1,7 +1,7 @@
 // Keys of the token plans' pseudo-random orders, all derived from the user's
 // seed with the sampler's mixer (permutation.h). Changing one changes every
 // shuffled epoch of every token dataset: the Python reference
-// (python/stoker/_token_reference.py) mirrors them.
+// (tests/_token_reference.py) mirrors them.
 #pragma once
 
 #include <cstdint>

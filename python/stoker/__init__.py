@@ -14,6 +14,8 @@ Write a dataset once with :class:`ShardWriter`, then iterate it with :class:`Loa
         ...
 """
 
+from typing import TYPE_CHECKING, Any
+
 from . import _accelerate, ops
 from ._core import CudaError, DataError, DecodeError, Error
 from .dataset import Dataset
@@ -34,12 +36,27 @@ from .fields import (
     scalar,
     tokens,
 )
-from .loader import Loader
 from .mix import Mix
 from .token_dataset import TokenDataset
 from .writer import ShardWriter, WriterLockError
 
+if TYPE_CHECKING:
+    from .loader import Loader
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Loader imports torch (about 1-3 s): loaded on first use, so that `import stoker` for
+    # writing, reading and the command line (`stoker --help`, `inspect`, `merge`) stays
+    # quick. `from stoker import Loader` and `stoker.Loader` work as for any attribute.
+    if name == "Loader":
+        from .loader import Loader
+
+        globals()["Loader"] = Loader
+        return Loader
+    raise AttributeError(f"module 'stoker' has no attribute {name!r}")
+
 
 # accelerate.skip_first_batches (which transformers' Trainer calls to resume) takes a
 # stoker.Loader: NOTE [ skip_first_batches ] in _accelerate.py.

@@ -37,6 +37,8 @@ _DTYPES = (
 
 
 def _check_dtype(dtype: Any) -> np.dtype:
+    if type(dtype).__module__ == "torch":  # torch.float32 -> "float32", without importing torch
+        dtype = str(dtype).rsplit(".", 1)[-1]
     try:
         dt: np.dtype[Any] = np.dtype(dtype)
     except TypeError as e:

@@ -300,8 +300,8 @@ def _producer_args(dataset: Any, *, batch_size: Optional[int] = None,
                    attention_mask: bool = True, field: Optional[str] = None,
                    labels: str = "shifted") -> tuple:
     """Checks the token arguments of ``Loader``: returns the :class:`TokenDataset` and the
-    keyword arguments of ``_core.TokenProducer`` (which ``_token_reference.Reference``
-    takes too).
+    keyword arguments of ``_core.TokenProducer`` (which the tests' plain-Python
+    ``_token_reference.Reference`` takes too).
 
     Modes: ``max_tokens`` given: token-budget batches (``batch_size`` then caps the rows,
     None = no cap); else ``seq_len`` windows (``packing=None``), concatenate-and-chunk

@@ -1,90 +1,106 @@
-"""Benchmarks of ``stoker bench``.
+"""Benchmarks of ``stoker bench`` and ``stoker demo``.
 
 ``stoker bench DATASET``: your own dataset (:mod:`stoker.bench.dataset`).
 ``stoker bench DATASET --sweep [--plot FILE.png]``: batch size x threads on it
 (:mod:`stoker.bench.sweep`).
 ``stoker bench`` (no dataset): fixed-size records (:mod:`stoker.bench.records`).
+``stoker demo``: a small dataset written and iterated (:mod:`stoker.bench.demo`).
+
+Every figure is the median of repeated runs, shown with its spread (:mod:`._spread`), and a
+cause is stated only when the difference behind it is larger than that spread. The
+benchmark modules import torch; this one does not, so ``stoker --help`` stays quick.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import List
+import importlib
+from typing import Any
 
-from ._timing import memcpy_bandwidth, warm
-from .dataset import PythonDataset, collate, pil_decode, rrc_params, run_dataset
-from .records import make_data, run
-from .sweep import Point, sweep
+from .._args import check_dataset, int_list, nonneg_int, positive_float, positive_int, utf8_path
 
 __all__ = ["Point", "PythonDataset", "add_arguments", "collate", "main", "make_data",
            "memcpy_bandwidth", "pil_decode", "rrc_params", "run", "run_dataset", "sweep", "warm"]
 
+# public names -> the module that defines them, imported on first use
+_LAZY = {"Point": "sweep", "sweep": "sweep", "PythonDataset": "dataset", "collate": "dataset",
+         "pil_decode": "dataset", "rrc_params": "dataset", "run_dataset": "dataset",
+         "make_data": "records", "run": "records", "memcpy_bandwidth": "_timing",
+         "warm": "_timing"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", nargs="?", default=None,
+    p.add_argument("dataset", nargs="?", default=None, metavar="PATH", type=utf8_path,
                    help="a stoker dataset to benchmark; without it, a synthetic one of "
                         "fixed-size records")
-    p.add_argument("--samples", type=int, default=20000,
-                   help="synthetic dataset: number of samples")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=None,
-                   help="runs per configuration, median reported (default 3; 1 with --sweep)")
-    p.add_argument("--epochs", type=int, default=1,
+    p.add_argument("--samples", type=positive_int, default=20000, metavar="N",
+                   help="synthetic dataset: number of samples (default 20000)")
+    p.add_argument("--batch-size", type=positive_int, default=256, metavar="N",
+                   help="samples per batch (default 256)")
+    p.add_argument("--repeats", type=positive_int, default=None, metavar="N",
+                   help="runs per configuration; the median is reported with the spread "
+                        "(default 3; fewer makes the spread unknown, and no cause is then "
+                        "stated)")
+    p.add_argument("--epochs", type=positive_int, default=1, metavar="N",
                    help="synthetic dataset: consecutive epochs per timed run, for every "
                         "contender (steadier than one short epoch)")
-    p.add_argument("--data", default=None,
+    p.add_argument("--data", default=None, metavar="DIR",
                    help="synthetic dataset: directory to keep it in (default: temp)")
-    p.add_argument("--workers", default="0,1,2", help="DataLoader num_workers to try")
-    p.add_argument("--threads", default=None,
+    p.add_argument("--workers", type=int_list(0), default=[0, 1, 2], metavar="LIST",
+                   help="DataLoader num_workers to try (default 0,1,2)")
+    p.add_argument("--threads", type=int_list(1), default=None, metavar="LIST",
                    help="stoker num_threads to try (default: 1,2 synthetic; 1 and all "
-                        "cores for a dataset)")
-    p.add_argument("--image-size", type=int, default=224,
-                   help="dataset: RandomResizedCrop size for image fields, 0 for none")
-    p.add_argument("--max-batches", type=int, default=50,
-                   help="dataset: batches per timed run at most")
+                        "cores for a dataset; --sweep: 1, 2, 4, ... up to the cores)")
+    p.add_argument("--image-size", type=nonneg_int, default=224, metavar="N",
+                   help="RandomResizedCrop size for image fields, 0 for plain decodes "
+                        "(default 224)")
+    p.add_argument("--max-batches", type=positive_int, default=50, metavar="N",
+                   help="dataset: batches per timed run at most (default 50)")
     p.add_argument("--no-dataloader", action="store_true",
                    help="dataset: skip the DataLoader peer")
     p.add_argument("--sweep", action="store_true",
                    help="dataset: batch size x threads: samples/s, first batch, stall and the "
                         "bottleneck per point, the fastest setting, and what a larger batch "
                         "costs on this data")
-    p.add_argument("--batch-sizes", default=None,
+    p.add_argument("--batch-sizes", type=int_list(1), default=None, metavar="LIST",
                    help="--sweep: batch sizes to try (default 32,64,...,512 as the data allows)")
-    p.add_argument("--seconds", type=float, default=3.0,
-                   help="--sweep: seconds per point after its first batch")
+    p.add_argument("--seconds", type=positive_float, default=3.0, metavar="S",
+                   help="--sweep: seconds per point after its first batches (default 3)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="--sweep: also plot it (needs matplotlib: pip install 'stoker[plot]')")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _int_list(text: str) -> List[int]:
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise ValueError(f"expected comma-separated ints, got {text!r}") from None
-    if any(v < 0 for v in values):
-        raise ValueError(f"expected non-negative ints, got {text!r}")
-    return values
-
-
 def main(args: argparse.Namespace) -> int:
-    workers = _int_list(args.workers)
-    threads = _int_list(args.threads) if args.threads else None
+    image_size = args.image_size
+    if args.dataset is not None:
+        check_dataset(args.dataset)
     if args.plot is not None and not args.sweep:
-        raise ValueError("--plot goes with --sweep")
+        raise ValueError("argument --plot: goes with --sweep")
     if args.sweep:
         if args.dataset is None:
-            raise ValueError("--sweep runs on a dataset: stoker bench PATH --sweep")
-        if args.seconds <= 0:
-            raise ValueError(f"--seconds must be positive, got {args.seconds}")
-        sweep(args.dataset, _int_list(args.batch_sizes) if args.batch_sizes else None,
-              threads, args.image_size, args.seconds, args.repeats or 1, args.plot,
-              progress=not args.quiet)
+            raise ValueError("argument --sweep: runs on a dataset: stoker bench PATH --sweep")
+        from .sweep import sweep
+
+        sweep(args.dataset, args.batch_sizes, args.threads, image_size, args.seconds,
+              args.repeats or 3, args.plot, progress=not args.quiet)
     elif args.dataset is not None:
-        run_dataset(args.dataset, args.batch_size, threads, workers, args.repeats or 3,
-                    args.image_size, args.max_batches, not args.no_dataloader,
+        from .dataset import run_dataset
+
+        run_dataset(args.dataset, args.batch_size, args.threads, args.workers,
+                    args.repeats or 3, image_size, args.max_batches, not args.no_dataloader,
                     progress=not args.quiet)
     else:
-        run(args.samples, args.batch_size, args.repeats or 3, args.data, workers,
-            threads or [1, 2], progress=not args.quiet, epochs=args.epochs)
+        from .records import run
+
+        run(args.samples, args.batch_size, args.repeats or 3, args.data, args.workers,
+            args.threads or [1, 2], progress=not args.quiet, epochs=args.epochs)
     return 0

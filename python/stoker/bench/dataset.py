@@ -17,6 +17,7 @@ from .._progress import Progress
 from ..dataset import Dataset
 from ..fields import Blob, Image, NDArray
 from ..loader import Loader
+from ._spread import Runs
 from ._timing import _time_batches
 
 
@@ -125,10 +126,13 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
       * stoker.Loader with each thread count, and where its workers spend their time;
       * torch.utils.data.DataLoader over the same shards (Dataset[i], images decoded with
         PIL as torchvision would) with each num_workers, if `dataloader`;
-      * for image datasets, the ceiling: full libjpeg-turbo/libpng decodes of a sample of
-        the same images and nothing else, on as many threads;
-    then the ratios. Each configuration runs `repeats` times (median) over at most
-    `max_batches` batches, after a read of the shards so that each starts from page cache.
+      * for image datasets, a reference: full libjpeg-turbo/libpng decodes of a sample of
+        the same images and nothing else, on as many threads (not a bound: a crop decodes
+        only its region, so stoker can beat it);
+    then the ratios. Each configuration runs `repeats` times over at most `max_batches`
+    batches, after a read of the shards so that each starts from page cache; figures are
+    medians with their range, and the stage shares of the workers' time name a stage
+    only when it leads beyond the spread of the runs.
     """
     from .. import _core
 
@@ -147,19 +151,24 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
           f"{repeats}; transforms: "
           + (", ".join(f"{k}: {v}" for k, v in transforms.items()) or "none"))
     results: Dict[str, float] = {}
+    runs_of: Dict[str, Runs] = {}
     images = [k for k, f in ds.fields.items() if isinstance(f, Image)]
     total = repeats * (len(threads) + (len(workers) if dataloader else 0)
                        + (len(threads) if images else 0))
     bar = Progress(total, "stoker bench", unit="runs", enabled=progress)
 
     def report(name: str, runs: List[tuple], extra: str = "") -> None:
-        results[name] = statistics.median(r[0] for r in runs)
+        runs_of[name] = Runs([r[0] for r in runs])
+        results[name] = runs_of[name].median
         first = statistics.median(r[1] for r in runs)
-        bar.write(f"  {name:<34} {results[name]:>10,.0f} samples/s   first batch "
+        bar.write(f"  {name:<34} {runs_of[name].text(unit='samples/s'):<46} first batch "
                   f"{first * 1e3:7.1f} ms{extra}")
 
+    stages = ("read", "decode", "ops", "plan")
+    shares: Dict[int, List[Dict[str, float]]] = {}
     for t in threads:
         runs = []
+        shares[t] = []
         for epoch in range(repeats):
             bar.update()
             loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,
@@ -169,11 +178,10 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
             runs.append(_time_batches(lambda loader=loader: loader, ds.path, limit))
             st = loader.stats()
             loader.close()
-        work = st["read_seconds"] + st["decode_seconds"] + st["plan_seconds"]
-        split = "   workers: " + ", ".join(
-            f"{k} {100 * st[k + '_seconds'] / work:.0f}%"
-            for k in ("read", "decode", "plan")) if work > 0 else ""
-        report(f"stoker num_threads={t}", runs, split)
+            work = sum(st[k + "_seconds"] for k in stages)
+            if work > 0:
+                shares[t].append({k: st[k + "_seconds"] / work for k in stages})
+        report(f"stoker num_threads={t}", runs)
 
     if dataloader:
         try:
@@ -204,23 +212,42 @@ def run_dataset(path: str, batch_size: int = 256, threads: List[int] = None,
             for _ in range(repeats):
                 bar.update()
                 rates.append(_core.decode_only_throughput(sample, t, 1))
-            results[f"ceiling: decode only, {t} thread(s)"] = statistics.median(rates) / \
-                len(images)
-            bar.write(f"  {f'ceiling: decode only, {t} thread(s)':<34} "
-                      f"{results[f'ceiling: decode only, {t} thread(s)']:>10,.0f} samples/s"
-                      f"   ({images[0]!r}, {len(sample)} images)")
+            name = f"full decodes only, {t} thread(s)"
+            runs_of[name] = Runs([r / len(images) for r in rates])
+            results[name] = runs_of[name].median
+            bar.write(f"  {name:<34} {runs_of[name].text(unit='samples/s'):<46} "
+                      f"({images[0]!r}, {len(sample)} images; a reference, not a bound)")
     bar.close()
 
+    def ratio(a: str, b: str) -> str:
+        x, y = runs_of[a], runs_of[b]
+        text = f"{x.median / y.median:.2f}x"
+        if x.n > 1 and y.n > 1:
+            text += f" ({x.lo / y.hi:.2f}x-{x.hi / y.lo:.2f}x)"
+        return text
+
     best_t = max(threads, key=lambda t: results[f"stoker num_threads={t}"])
-    best = results[f"stoker num_threads={best_t}"]
-    dl = {k: v for k, v in results.items() if k.startswith("DataLoader")}
+    best = f"stoker num_threads={best_t}"
+    print("ratios (medians; in brackets the extremes of the runs):")
+    dl = [k for k in runs_of if k.startswith("DataLoader")]
     if dl:
-        name = max(dl, key=dl.get)
-        print(f"stoker (num_threads={best_t}) / best DataLoader ({name}): "
-              f"{best / dl[name]:.2f}x")
+        name = max(dl, key=lambda k: runs_of[k].median)
+        print(f"  {best} / best DataLoader ({name}): {ratio(best, name)}")
     for t in threads:
-        key = f"ceiling: decode only, {t} thread(s)"
-        if key in results:
-            print(f"stoker num_threads={t} / {key}: "
-                  f"{results[f'stoker num_threads={t}'] / results[key]:.2f}x")
+        key = f"full decodes only, {t} thread(s)"
+        if key in runs_of:
+            print(f"  stoker num_threads={t} / {key}: {ratio(f'stoker num_threads={t}', key)}")
+    from .demo import STAGE_SHORT, where_the_time_goes
+
+    what = {"read": "reading and verifying records",
+            "decode": "decoding" if images else "copying the fields into the batch",
+            "ops": "image ops", "plan": "planning batches"}
+    short = dict(STAGE_SHORT, decode="decode" if images else STAGE_SHORT["decode"])
+    from ._pagecache import resident_fraction
+
+    in_cache = resident_fraction([os.path.join(ds.path, s["path"]) for s in ds.shards])
+    for line in where_the_time_goes(shares[best_t], what, in_cache,
+                                    f"num_threads={best_t}, {len(shares[best_t])} runs",
+                                    short):
+        print(line)
     return results

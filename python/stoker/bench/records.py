@@ -4,9 +4,12 @@ page cache, samples/s of:
   * torch.utils.data.DataLoader over a map-style dataset reading a NumPy memmap of the
     same data, num_workers 0, 1, 2 (default collate),
   * a plain NumPy loop (random indices, fancy indexing, torch.from_numpy),
-  * the ceiling: bytes per epoch over single-thread memcpy bandwidth,
-then stoker's ratio to the best DataLoader configuration and to the ceiling, and each
-loader's time to first batch.
+  * upper bounds: the epoch's bytes over memcpy bandwidth with 1 and N threads (less work
+    than stoker does, which also verifies every record's checksum),
+  * a reference: random record reads into batch-sized buffers (``_core.random_read_rate``),
+then stoker's ratios to the best DataLoader configuration, the NumPy loop and the memcpy
+bound, and each loader's time to first batch. Every figure is the median of ``repeats``
+runs with its range (:mod:`._spread`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..dataset import Dataset
 from ..fields import ndarray, scalar
 from ..loader import Loader
 from ..writer import ShardWriter
+from ._spread import Runs
 from ._timing import _time_batches, memcpy_bandwidth, warm
 
 
@@ -76,6 +80,7 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     sample_bytes = 3 * 64 * 64 + 8
     results: Dict[str, float] = {}
     first_batch: Dict[str, float] = {}
+    runs: Dict[str, Runs] = {}
 
     bar = Progress(repeats * (len(threads) + len(workers) + 1), "stoker bench", unit="runs",
                    enabled=progress)
@@ -91,14 +96,15 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
             assert count == n * epochs, (name, count, n * epochs)
             rates.append(rate)
             firsts.append(first)
+        runs[name] = Runs(rates)
         results[name] = statistics.median(rates)
         first_batch[name] = statistics.median(firsts)
-        bar.write(f"  {name:<28} {results[name]:>12,.0f} samples/s   first batch "
+        bar.write(f"  {name:<28} {runs[name].text(unit='samples/s'):<48} first batch "
                   f"{first_batch[name] * 1e3:8.1f} ms")
 
     what = "epoch" if epochs == 1 else f"{epochs} consecutive epochs"
     print(f"{what} of {n} samples, batch_size={batch_size}, shuffled, data in page cache; "
-          f"median of {repeats}")
+          f"median (range) of {repeats} run(s)")
     for t in threads:
         loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,
                         stall_warning=None)
@@ -122,36 +128,49 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     measure("NumPy loop", numpy_loop)
     bar.close()
 
-    bw = memcpy_bandwidth()
-    ceiling = bw / sample_bytes
-    results["ceiling (memcpy)"] = ceiling
-    print(f"  {'ceiling: memcpy ' + f'{bw / 1e9:.1f} GB/s':<28} {ceiling:>12,.0f} samples/s")
-    bw2 = memcpy_bandwidth(threads=max(threads))
-    ceiling2 = bw2 / sample_bytes
-    results[f"ceiling (memcpy, {max(threads)} threads)"] = ceiling2
-    print(f"  {f'  {max(threads)} threads: {bw2 / 1e9:.1f} GB/s':<28} {ceiling2:>12,.0f} samples/s")
+    # Upper bounds: the same bytes copied by memcpy, with as many threads as each stoker
+    # configuration (stoker copies them too, and reads them once more for the checksum).
+    print("upper bounds: the epoch's bytes at memcpy bandwidth (less work than stoker's: "
+          "no checksum)")
+    bound: Dict[int, Runs] = {}
+    for t in sorted(set(threads)):
+        bw = Runs([memcpy_bandwidth(threads=t, repeats=1) for _ in range(repeats)])
+        bound[t] = Runs([v / sample_bytes for v in bw.values])
+        results[f"memcpy bound, {t} thread(s)"] = bound[t].median
+        print(f"  {f'memcpy, {t} thread(s)':<28} {bound[t].text(unit='samples/s'):<48} "
+              f"({bw.median / 1e9:.1f} GB/s)")
 
     from .. import _core
 
-    warm(data)
-    gather = {v: _core.random_read_rate(ds._core, max(threads), v) for v in (True, False)}
-    print(f"  {f'  random reads, {max(threads)} threads, verified':<28} {gather[True]:>12,.0f}"
-          f" samples/s")
-    print(f"  {f'  random reads, {max(threads)} threads, no checksum':<28} "
-          f"{gather[False]:>12,.0f} samples/s")
+    print(f"reference: random record reads into batch-sized buffers, {max(threads)} "
+          "threads (no batching or scheduling around them)")
+    for v in (True, False):
+        warm(data)
+        r = Runs([_core.random_read_rate(ds._core, max(threads), v, 1) for _ in range(repeats)])
+        what = "verified" if v else "no checksum"
+        results[f"random reads, {what}"] = r.median
+        print(f"  {f'random reads, {what}':<28} {r.text(unit='samples/s')}")
 
-    best_stoker = max(v for k, v in results.items() if k.startswith("stoker"))
-    dl = {k: v for k, v in results.items() if k.startswith("DataLoader")}
-    best_dl_name = max(dl, key=dl.get)
-    print(f"stoker (best) / best DataLoader ({best_dl_name}): "
-          f"{best_stoker / dl[best_dl_name]:.1f}x   (target >= 5x)")
-    print(f"stoker (best) / NumPy loop: {best_stoker / results['NumPy loop']:.2f}x   "
-          "(target >= 1.5x)")
-    print(f"stoker (best) / {max(threads)}-thread memcpy: {100 * best_stoker / ceiling2:.0f}%   "
-          "(target >= 70%; stoker also verifies every record's checksum)")
-    print(f"stoker (best) / memcpy ceiling: {100 * best_stoker / ceiling:.0f}%   (target >= 50%)")
-    print(f"stoker (best) / verified random reads (its ceiling here): "
-          f"{100 * best_stoker / gather[True]:.0f}%")
+    def ratio(a: str, b: Runs, pct: bool = False) -> str:
+        x = runs[a]
+        fmt = (lambda v: f"{100 * v:.0f}%") if pct else (lambda v: f"{v:.2f}x")
+        text = fmt(x.median / b.median)
+        if x.n > 1 and b.n > 1:
+            text += f" ({fmt(x.lo / b.hi)}-{fmt(x.hi / b.lo)})"
+        return text
+
+    stoker_names = [k for k in runs if k.startswith("stoker")]
+    best = max(stoker_names, key=lambda k: runs[k].median)
+    dl = [k for k in runs if k.startswith("DataLoader")]
+    best_dl = max(dl, key=lambda k: runs[k].median)
+    print("ratios (medians; in brackets the extremes of the runs):")
+    print(f"  {best} / best DataLoader ({best_dl}): {ratio(best, runs[best_dl])}")
+    print(f"  {best} / NumPy loop: {ratio(best, runs['NumPy loop'])}")
+    for t in sorted(set(threads)):
+        name = f"stoker threads={t}"
+        print(f"  {name} / memcpy, {t} thread(s): {ratio(name, bound[t], pct=True)}"
+              + ("  (above the bound: memcpy did not reach this machine's bandwidth in "
+                 "these runs)" if runs[name].lo > bound[t].hi else ""))
     if tmp is not None:
         tmp.cleanup()
     results["first_batch"] = first_batch

@@ -6,6 +6,11 @@ time to the first batch, the loop's data stall (the first batch left out), the b
 and its stage, the workers' time per sample by stage, and the batch size in memory. Then the
 setting that loads fastest, and, measured on this data, what a larger batch costs: why
 "a larger batch makes training slower" when it does (docs/tuning.md).
+
+Each point runs ``repeats`` times (3 by default); the table shows the median and the range
+of samples/s, and a setting is preferred, or a cost named, only when the difference is
+larger than the spread of the runs (:mod:`._spread`): two sweeps of the same data then
+give the same recommendation, or say that the settings are within noise of each other.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Dict, List, Optional, Sequence
 from .._progress import Progress
 from ..dataset import Dataset
 from ..loader import Loader
+from ._spread import Runs, differs
 from ._timing import warm
 
 STAGES = ("read", "decode", "ops", "plan")
@@ -39,6 +45,11 @@ class Point:
     batch_bytes: int
     prefetch: int              # the window in force at the end
     worker_ms_per_sample: Dict[str, float] = field(default_factory=dict)
+    # every run of the setting (the fields above are those of its median run)
+    rate_runs: Runs = field(default_factory=Runs)
+    worker_ms_runs: Runs = field(default_factory=Runs)
+    first_batch_runs: Runs = field(default_factory=Runs)
+    stage_shares: List[Dict[str, float]] = field(default_factory=list)  # per run
 
     @property
     def worker_ms(self) -> float:
@@ -106,13 +117,29 @@ def measure(ds: Dataset, batch_size: int, threads: int, transforms: dict, second
     run = s["run_seconds"] - warmup
     stall = max(0.0, s["wait_seconds"] - warmup) / run if run > 0 else 0.0
     produced = max(1, s["samples"])
-    return Point(
+    p = Point(
         batch_size=batch_size, threads=threads,
         samples_per_second=(samples - marked) / (end - t_mark) if end > t_mark else 0.0,
         first_batch_seconds=t_first - t0, stall=min(1.0, stall),
         bottleneck=s["bottleneck"], stage=s["bottleneck_stage"], batches=batches,
         batch_bytes=s["batch_bytes"], prefetch=s["prefetch"],
         worker_ms_per_sample={k: 1e3 * s[k + "_seconds"] / produced for k in STAGES})
+    p.rate_runs = Runs([p.samples_per_second])
+    p.worker_ms_runs = Runs([p.worker_ms])
+    p.first_batch_runs = Runs([p.first_batch_seconds])
+    return p
+
+
+def _median_point(runs: List[Point]) -> Point:
+    """The median run by samples/s, carrying every run's figures."""
+    ordered = sorted(runs, key=lambda p: p.samples_per_second)
+    p = ordered[len(ordered) // 2]
+    p.rate_runs = Runs([r.samples_per_second for r in runs])
+    p.worker_ms_runs = Runs([r.worker_ms for r in runs])
+    p.first_batch_runs = Runs([r.first_batch_seconds for r in runs])
+    p.stage_shares = [{k: v / r.worker_ms for k, v in r.worker_ms_per_sample.items()}
+                      for r in runs if r.worker_ms > 0]
+    return p
 
 
 def _transforms(ds: Dataset, image_size: int) -> dict:
@@ -123,11 +150,12 @@ def _transforms(ds: Dataset, image_size: int) -> dict:
 
 def sweep(path: str, batch_sizes: Optional[Sequence[int]] = None,
           threads: Optional[Sequence[int]] = None, image_size: int = 224,
-          seconds: float = 3.0, repeats: int = 1, plot: Optional[str] = None,
+          seconds: float = 3.0, repeats: int = 3, plot: Optional[str] = None,
           progress: bool = True) -> List[Point]:
     """Runs the sweep and prints the table, the recommendation and the batch-size answer;
     writes the plot to `plot` (a PNG; needs matplotlib: ``pip install stoker[plot]``).
-    Returns the points (the median run of `repeats` per setting, by samples/s)."""
+    Returns the points (the median run of `repeats` per setting, by samples/s, with every
+    run's figures in ``rate_runs``, ``worker_ms_runs`` and ``first_batch_runs``)."""
     if plot is not None:
         _need_matplotlib()
     ds = Dataset(path)
@@ -137,27 +165,34 @@ def sweep(path: str, batch_sizes: Optional[Sequence[int]] = None,
     threads = sorted(set(threads or default_threads()))
     if any(b < 1 for b in batch_sizes) or any(t < 1 for t in threads):
         raise ValueError("batch sizes and thread counts must be positive")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     transforms = _transforms(ds, image_size)
     print(f"{ds.path}: {len(ds)} samples; batch_size x num_threads = "
           f"{batch_sizes} x {threads}, about {seconds:g} s each after the first batch, "
-          f"median of {repeats}; transforms: "
+          f"median (range) of {repeats} run(s); transforms: "
           + (", ".join(f"{k}: {v}" for k, v in transforms.items()) or "none"), flush=True)
     warm(ds.path)
-    points: List[Point] = []
     total = len(batch_sizes) * len(threads) * repeats
+    # Round-robin over the settings, repeat after repeat: a slow minute of a shared
+    # machine then lands on one run of every setting, not on all runs of one.
+    settings = [(b, t) for b in batch_sizes for t in threads]
+    runs: Dict[tuple, List[Point]] = {k: [] for k in settings}
     with Progress(total, "stoker bench --sweep", unit="runs", enabled=progress) as bar:
-        for b in batch_sizes:
-            for t in threads:
-                runs = []
-                for r in range(repeats):
-                    bar.note(f"batch_size={b} num_threads={t}")
-                    runs.append(measure(ds, b, t, transforms, seconds, epoch=r))
-                    bar.update()
-                runs.sort(key=lambda p: p.samples_per_second)
-                points.append(runs[len(runs) // 2])
+        for r in range(repeats):
+            for b, t in settings:
+                bar.note(f"batch_size={b} num_threads={t}")
+                runs[b, t].append(measure(ds, b, t, transforms, seconds, epoch=r))
+                bar.update()
+    points = [_median_point(runs[k]) for k in settings]
     print(table(points))
     print()
-    print(recommend(points))
+    from ._pagecache import resident_fraction
+
+    in_cache = resident_fraction([os.path.join(ds.path, s["path"]) for s in ds.shards])
+    from ..fields import Image
+
+    print(recommend(points, in_cache, any(isinstance(f, Image) for f in ds.fields.values())))
     print()
     print(larger_batch(points))
     if plot is not None:
@@ -167,50 +202,74 @@ def sweep(path: str, batch_sizes: Optional[Sequence[int]] = None,
 
 
 def table(points: List[Point]) -> str:
-    head = (f"{'batch':>6} {'threads':>7} {'samples/s':>11} {'first batch':>12} {'stall':>6}  "
-            f"{'bottleneck':<16} {'worker ms/sample read/decode/ops/plan':<38} {'batch MB':>9}")
+    head = (f"{'batch':>6} {'threads':>7} {'samples/s (range)':>30} {'first batch':>12} "
+            f"{'stall':>6}  {'bottleneck':<16} {'worker ms/sample read/decode/ops/plan':<38} "
+            f"{'batch MB':>9}")
     lines = [head]
     for p in points:
         where = p.bottleneck + (f": {p.stage}" if p.stage else "")
         ms = "/".join(f"{p.worker_ms_per_sample[k]:.3g}" for k in STAGES)
-        lines.append(f"{p.batch_size:>6} {p.threads:>7} {p.samples_per_second:>11,.0f} "
+        r = p.rate_runs
+        rate = f"{r.median:,.0f}" + (f" ({r.lo:,.0f}-{r.hi:,.0f})" if r.n > 1 else "")
+        lines.append(f"{p.batch_size:>6} {p.threads:>7} {rate:>30} "
                      f"{p.first_batch_seconds:>10.3f} s {100 * p.stall:>5.0f}%  {where:<16} "
                      f"{ms:<38} {p.batch_bytes / 1e6:>9.2f}")
     return "\n".join(lines)
 
 
-def recommend(points: List[Point]) -> str:
+def _name(p: Point) -> str:
+    return f"batch_size={p.batch_size}, num_threads={p.threads}"
+
+
+def recommend(points: List[Point], in_cache: Optional[float] = None,
+              images: bool = True) -> str:
+    """The fastest setting, those within the noise of it, and the thread count to use.
+    `in_cache`: the fraction of the data in page cache (mincore), for a read-bound verdict;
+    `images`: whether the data has image fields (what the decode stage is)."""
+    from .demo import where_the_time_goes
+
     best = max(points, key=lambda p: p.samples_per_second)
-    near = [p for p in points if p.samples_per_second >= 0.95 * best.samples_per_second]
-    pick = min(near, key=lambda p: (p.threads, p.batch_size))
+    runs = best.rate_runs.n
+    near = [p for p in points if p is not best and not differs(p.rate_runs, best.rate_runs)]
     most = max(p.threads for p in points)
-    lines = [f"Fastest: batch_size={best.batch_size}, num_threads={best.threads}: "
-             f"{best.samples_per_second:,.0f} samples/s ({best.bottleneck}"
-             + (f", {best.stage}" if best.stage else "") + ")."]
-    if pick is not best:
-        lines.append(f"Within 5% of it with fewer threads or a smaller batch: batch_size="
-                     f"{pick.batch_size}, num_threads={pick.threads} "
-                     f"({pick.samples_per_second:,.0f} samples/s).")
-    if pick.threads == most:
+    lines = [f"Fastest: {_name(best)}: {best.rate_runs.text(unit='samples/s')}."]
+    if runs < 2:
+        lines.append("One run per setting: the spread is unknown, and another sweep may rank "
+                     "the settings differently (--repeats 3, the default, shows the noise).")
+    elif near:
+        lines.append("Within the noise of it (their ranges and its are not apart by more than "
+                     f"the spread of {runs} runs): "
+                     + "; ".join(f"{_name(p)} ({p.rate_runs.median:,.0f})" for p in near) + ".")
+    else:
+        lines.append(f"Faster than every other setting beyond the spread of {runs} runs.")
+    candidates = [best] + near
+    fewest = min(p.threads for p in candidates)
+    if fewest == most:
         lines.append("Recommended: num_threads=None (the default): the loader starts with "
                      f"every core ({most}) and keeps as many working as the loop needs.")
     else:
-        lines.append(f"Recommended: num_threads={pick.threads} is enough here; num_threads=None "
-                     "(the default) finds it by itself while training.")
-    stage = best.stage
+        lines.append(f"Recommended: num_threads={fewest} loads as fast here"
+                     + (" (within noise)" if fewest != best.threads else "")
+                     + "; num_threads=None (the default) finds it by itself while training.")
     if best.bottleneck == "consumer":
         lines.append("The loop itself (Python, per-batch overhead) was the limit at that "
                      "setting: larger batches amortize it.")
-    elif stage:
-        share = best.worker_ms_per_sample.get(stage, 0) / max(best.worker_ms, 1e-12)
-        lines.append(f"The stage to work on: {stage} ({100 * share:.0f}% of the workers' "
-                     "time).")
+    elif best.stage_shares:
+        what = {"read": "reading and verifying records",
+                "decode": "decoding" if images else "copying the fields into the batch",
+                "ops": "image ops", "plan": "planning batches"}
+        lines += where_the_time_goes(best.stage_shares, what, in_cache,
+                                     f"{_name(best)}, {len(best.stage_shares)} runs")[1:]
     return "\n".join(lines)
+
+
+def _change(a: Runs, b: Runs) -> str:
+    return f"{100 * (b.median / max(a.median, 1e-12) - 1):+.0f}%"
 
 
 def larger_batch(points: List[Point]) -> str:
     """What a larger batch costs here: the measured answer to "why does a larger batch make
-    training slower"."""
+    training slower", each difference named only when it is beyond the spread of the runs."""
     sizes = sorted({p.batch_size for p in points})
     by = {(p.batch_size, p.threads): p for p in points}
     rate_at = {t: statistics.mean(by[b, t].samples_per_second for b in sizes if (b, t) in by)
@@ -223,23 +282,29 @@ def larger_batch(points: List[Point]) -> str:
         lines.append("  (one batch size only: pass --batch-sizes with several)")
         return "\n".join(lines)
     a, z = row[0], row[-1]
-    change = z.samples_per_second / max(a.samples_per_second, 1e-12) - 1
+    slower = differs(a.rate_runs, z.rate_runs) and z.rate_runs.median < a.rate_runs.median
+    faster = differs(a.rate_runs, z.rate_runs) and not slower
     lines.append(f"  batch_size {a.batch_size} -> {z.batch_size}: the loader gives "
-                 f"{a.samples_per_second:,.0f} -> {z.samples_per_second:,.0f} samples/s "
-                 f"({100 * change:+.0f}%).")
+                 f"{a.rate_runs.median:,.0f} -> {z.rate_runs.median:,.0f} samples/s "
+                 f"({_change(a.rate_runs, z.rate_runs)}"
+                 + ("" if slower or faster else ": within the noise of these runs") + ").")
     per_a, per_z = a.worker_ms, z.worker_ms
     if per_a > 0:
+        grew = differs(a.worker_ms_runs, z.worker_ms_runs) and \
+            z.worker_ms_runs.median > a.worker_ms_runs.median
         parts = ", ".join(
             f"{k} {100 * (z.worker_ms_per_sample[k] / a.worker_ms_per_sample[k] - 1):+.0f}%"
             for k in STAGES if a.worker_ms_per_sample[k] > 0.02 * per_a)
         lines.append(f"  - worker time per sample {per_a:.3g} -> {per_z:.3g} ms "
-                     f"({100 * (per_z / per_a - 1):+.0f}%: {parts})"
-                     + (": larger batches touch more memory than the caches hold"
-                        if per_z > 1.05 * per_a else ""))
-    lines.append(f"  - the first batch takes {a.first_batch_seconds:.3f} -> "
-                 f"{z.first_batch_seconds:.3f} s "
-                 f"({z.first_batch_seconds / max(a.first_batch_seconds, 1e-9):.1f}x): every "
-                 "start of a job or of an epoch without next-epoch prefetch waits for it")
+                     f"({_change(a.worker_ms_runs, z.worker_ms_runs)}: {parts})"
+                     + (": the same work costs more per sample in larger batches, beyond the "
+                        "spread of the runs" if grew else
+                        ": within the noise of these runs" if not differs(
+                            a.worker_ms_runs, z.worker_ms_runs) else ""))
+    fa, fz = a.first_batch_runs, z.first_batch_runs
+    lines.append(f"  - the first batch takes {fa.median:.3f} -> {fz.median:.3f} s"
+                 + (": every start of a job or of an epoch without next-epoch prefetch waits "
+                    "for it" if differs(fa, fz) else ": within the noise of these runs"))
     lines.append(f"  - the batches in flight hold {a.batch_bytes * a.prefetch / 1e6:.3g} -> "
                  f"{z.batch_bytes * z.prefetch / 1e6:.3g} MB ({a.prefetch} and {z.prefetch} "
                  "batches)")
@@ -253,23 +318,26 @@ def larger_batch(points: List[Point]) -> str:
         if t2 == t or len(row2) < 2:
             continue
         a2, z2 = row2[0], row2[-1]
-        c2 = z2.samples_per_second / max(a2.samples_per_second, 1e-12) - 1
-        if c2 < -0.05 and a2.worker_ms > 0:
+        if differs(a2.rate_runs, z2.rate_runs) and z2.rate_runs.median < a2.rate_runs.median \
+                and a2.worker_ms > 0:
             grew = max(STAGES, key=lambda k: z2.worker_ms_per_sample[k] -
                        a2.worker_ms_per_sample[k])
             lines.append(f"  - at num_threads={t2}: {a2.samples_per_second:,.0f} -> "
-                         f"{z2.samples_per_second:,.0f} samples/s ({100 * c2:+.0f}%); per "
+                         f"{z2.samples_per_second:,.0f} samples/s "
+                         f"({_change(a2.rate_runs, z2.rate_runs)}, beyond the spread); per "
                          f"sample, {grew} grew most ({a2.worker_ms_per_sample[grew]:.3g} -> "
                          f"{z2.worker_ms_per_sample[grew]:.3g} ms: writing fresh batch memory "
                          "the first time is charged to the stage that writes it)")
-    if change < -0.05:
-        lines.append(f"  Here a larger batch loads {100 * -change:.0f}% slower per sample; "
-                     "training slows too once the model's step at that size is faster than "
-                     "the figure above.")
+    if slower:
+        loss = 1 - z.rate_runs.median / a.rate_runs.median
+        lines.append(f"  Here a larger batch loads {100 * loss:.0f}% slower per sample, beyond "
+                     "the spread of the runs; training slows too once the model's step at "
+                     "that size is faster than the figure above.")
     else:
-        lines.append("  Here a larger batch does not load slower per sample: if training slows "
-                     "with it, the loader is the cause only when the model's step at that size "
-                     "is faster than the figure above (see stats()['verdict'] while training).")
+        lines.append("  Here a larger batch does not load measurably slower per sample: if "
+                     "training slows with it, the loader is the cause only when the model's "
+                     "step at that size is faster than the figure above (see "
+                     "stats()['verdict'] while training).")
     return "\n".join(lines)
 
 
@@ -281,8 +349,9 @@ def _need_matplotlib() -> None:
 
 
 def write_plot(points: List[Point], path: str, title: str) -> None:
-    """samples/s and first-batch time against batch size (a line per thread count), and the
-    workers' time per sample by stage at the fastest thread count."""
+    """samples/s and first-batch time against batch size (a line per thread count, each
+    point the median with a bar from the slowest to the fastest run), and the workers' time
+    per sample by stage at the fastest thread count. Every y axis starts at 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -294,10 +363,11 @@ def write_plot(points: List[Point], path: str, title: str) -> None:
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
     for t in threads:
         xs = [b for b in sizes if (b, t) in by]
-        ax[0].plot(xs, [by[b, t].samples_per_second for b in xs], marker="o",
-                   label=f"num_threads={t}")
-        ax[1].plot(xs, [by[b, t].first_batch_seconds for b in xs], marker="o",
-                   label=f"num_threads={t}")
+        for a, get in ((ax[0], lambda p: p.rate_runs), (ax[1], lambda p: p.first_batch_runs)):
+            r = [get(by[b, t]) for b in xs]
+            a.errorbar(xs, [x.median for x in r],
+                       yerr=[[x.median - x.lo for x in r], [x.hi - x.median for x in r]],
+                       marker="o", capsize=3, label=f"num_threads={t}")
     best_t = max(threads, key=lambda t: max(by[b, t].samples_per_second for b in sizes
                                             if (b, t) in by))
     xs = [b for b in sizes if (b, best_t) in by]
@@ -314,13 +384,16 @@ def write_plot(points: List[Point], path: str, title: str) -> None:
         a.set_xlabel("batch_size")
         a.legend(fontsize=8)
         a.grid(alpha=0.3)
+    for a in ax:
+        a.set_ylim(bottom=0)
+    runs = max(p.rate_runs.n for p in points)
     ax[0].set_ylabel("samples/s")
-    ax[0].set_title("loader throughput")
+    ax[0].set_title(f"loader throughput (median, range of {runs} runs)")
     ax[1].set_ylabel("seconds")
     ax[1].set_title("time to the first batch")
     ax[2].set_xlabel("batch_size")
     ax[2].set_ylabel("worker ms per sample")
-    ax[2].set_title(f"where the workers' time goes (num_threads={best_t})")
+    ax[2].set_title(f"worker time by stage (num_threads={best_t})")
     ax[2].legend(fontsize=8)
     fig.suptitle(f"stoker bench --sweep: {title}", fontsize=10)
     fig.tight_layout()

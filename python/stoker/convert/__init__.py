@@ -14,12 +14,29 @@ Token documents for language models: ``stoker convert jsonl|parquet|hf SRC OUT -
 (:mod:`stoker.convert.tokens`).
 """
 
-from .imagefolder import convert_imagefolder
-from .merge import merge, write_part
-from .text import convert_text
-from .tfrecord import convert_tfrecord
-from .tokens import convert_tokens
-from .webdataset import convert_webdataset
+from __future__ import annotations
 
-__all__ = ["convert_imagefolder", "convert_text", "convert_tfrecord", "convert_tokens",
-           "convert_webdataset", "merge", "write_part"]
+import importlib
+from typing import Any
+
+from ._errors import InputError
+from ._workers import WorkerError
+
+# `merge` (the function) is bound eagerly: it shares its name with its module
+from .merge import merge, write_part
+
+__all__ = ["InputError", "WorkerError", "convert_imagefolder", "convert_text",
+           "convert_tfrecord", "convert_tokens", "convert_webdataset", "merge", "write_part"]
+
+# the converters, imported when first used (the command line imports only the one it runs)
+_LAZY = {"convert_imagefolder": "imagefolder", "convert_text": "text",
+         "convert_tfrecord": "tfrecord", "convert_tokens": "tokens",
+         "convert_webdataset": "webdataset"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

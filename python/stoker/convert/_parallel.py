@@ -1,6 +1,7 @@
 """Converting many input files in parallel with the same output for any process count.
 
-Each input file is converted by one task into a part dataset (:mod:`.merge`); the parts are
+Each input file is converted by one task into a part dataset (:mod:`.merge`), in worker
+processes (:mod:`._workers`: the readers parse in Python, holding the GIL); the parts are
 copied, in input order, into the output as soon as each is done (so copying overlaps the
 conversion of later files). With one process the files are converted straight into the
 output. The output shards are cut by ``shard_size`` alone, so 1 or N processes write the
@@ -10,13 +11,13 @@ the end: a failed conversion leaves nothing at ``out``.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import shutil
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..fields import Field
+from ._workers import ProcessPool, available_cores
 from .merge import _sibling_tmp, copy_records, part_name, record_writer
 
 __all__ = ["convert_files", "expand_sources", "Skipped"]
@@ -96,9 +97,11 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
     from ..dataset import Dataset
 
     out = os.fspath(out)
-    workers = min(workers or os.cpu_count() or 1, len(files))
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    if workers is None:
+        workers = available_cores()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    workers = min(workers, len(files))
     sizes = [os.path.getsize(f) for f in files]
     skipped: List[Skipped] = []
     parts = _sibling_tmp(out, "parts") if workers > 1 else None
@@ -106,14 +109,10 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
     bar = None
     try:
         if parts is not None:
-            # the pool forks before the progress bar and the writer exist: no thread, lock
-            # or open shard is copied into the workers
-            pool = mp.get_context("fork").Pool(workers)
-            results = [pool.apply_async(_part_task, (reader, f, fields, options,
-                                                     os.path.join(parts, part_name(i)),
-                                                     shard_size))
+            pool = ProcessPool(workers)
+            results = [pool.submit(_part_task, reader, f, fields, options,
+                                   os.path.join(parts, part_name(i)), shard_size)
                        for i, f in enumerate(files)]
-            pool.close()
         # One ShardWriter write into `out`: atomic as every write (a new generation,
         # index.json renamed last), refused if `out` holds a dataset and not overwrite.
         with record_writer(out, fields, shard_size=shard_size, metadata=metadata,
@@ -125,7 +124,7 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
                         w.write(record)
             else:
                 for i, r in enumerate(results):
-                    _, part_skipped = r.get()
+                    _, part_skipped = r.result()
                     skipped.extend(part_skipped)
                     part = os.path.join(parts, part_name(i))
                     copy_records(w, Dataset(part))
@@ -135,6 +134,9 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
         shards = len(Dataset(out).shards)
         bar.close()
         bar = None
+        if pool is not None:
+            pool.close()
+            pool = None
     except BaseException:
         if pool is not None:
             pool.terminate()
@@ -142,8 +144,6 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
             bar.close()
         raise
     finally:
-        if pool is not None:
-            pool.join()
         if parts is not None:
             shutil.rmtree(parts, ignore_errors=True)
     return {"records": records, "files": len(files), "skipped": skipped, "shards": shards}

@@ -34,7 +34,17 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    add_workers,
+    plain,
+    positive_int,
+)
 from .._progress import Progress
+from ._workers import available_cores
 
 __all__ = ["convert_imagefolder", "add_arguments", "run", "IMG_EXTENSIONS"]
 
@@ -152,7 +162,8 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
             are always decoded).
         skip_bad: skip unreadable or corrupt files (each reported on stderr) instead of
             failing on the first one.
-        workers: threads for reading, checking and resizing (default: all cores).
+        workers: images read, checked and resized at once, on threads (the decodes and
+            resizes release the GIL; default: the cores this process may use).
         progress: draw a progress bar on stderr.
         overwrite: replace an existing dataset at ``out``.
 
@@ -177,12 +188,16 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
     t0 = time.monotonic()
     src = os.fspath(src)
     classes, samples = find_samples(src)
-    workers = workers or os.cpu_count() or 1
+    if workers is None:
+        workers = available_cores()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
     skipped: List[Tuple[str, str]] = []
     written = nbytes = 0
     bar = _Progress(len(samples), progress)
     fields = {"image": image(), "label": scalar("int64")}
-    metadata = {"classes": classes, "source": os.path.abspath(src),
+    # the source by name: this machine's folders mean nothing where the dataset goes next
+    metadata = {"classes": classes, "source": os.path.basename(os.path.abspath(src)),
                 "write_options": {"max_side": max_side,
                                   "quality": quality if max_side is not None else None,
                                   "verified": verify}}
@@ -228,21 +243,22 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker convert imagefolder``."""
-    p.description = __doc__.split("\n\n")[0]
-    p.add_argument("src", help="ImageFolder root: one sub-folder per class")
-    p.add_argument("out", help="output dataset directory")
-    p.add_argument("--shard-size", default="256MB", help="target shard size (default 256MB)")
-    p.add_argument("--max-side", type=int, default=None,
+    p.description = plain(__doc__.split("\n\n")[0])
+    p.add_argument("src", metavar="SRC", help="ImageFolder root: one sub-folder per class")
+    add_out(p)
+    add_shard_size(p)
+    p.add_argument("--max-side", type=positive_int, default=None, metavar="N",
                    help="shrink images whose longer side is larger, re-encoding as JPEG")
-    p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
+    p.add_argument("--quality", type=positive_int, default=90, metavar="Q",
+                   help="JPEG quality (1-100) of re-encoded images (default 90)")
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                    help="decode every image once so a corrupt file is reported by name before "
                         "training (default; --no-verify reads headers only)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip unreadable or corrupt images (reported) instead of failing")
-    p.add_argument("--workers", type=int, default=None, help="reader threads (default: cores)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_workers(p)
+    add_overwrite(p)
+    add_quiet(p)
 
 
 def run(args: argparse.Namespace) -> int:

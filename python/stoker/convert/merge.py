@@ -31,6 +31,15 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    check_dataset,
+    plain,
+    utf8_path,
+)
 from .._progress import Progress
 from ..fields import Field
 
@@ -151,7 +160,8 @@ def _sibling_tmp(out: str, tag: str) -> str:
 
 def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike], *,
           shard_size="256MB", metadata: Any = _UNSET, overwrite: bool = False,
-          progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:
+          progress: Optional[Callable[[int, int], None]] = None,
+          allow_repeats: bool = False) -> Dict[str, Any]:
     """Merges part datasets, in order, into one dataset at ``out``, atomically.
 
     Args:
@@ -161,12 +171,16 @@ def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
         metadata: the merged dataset's metadata; by default the parts' (which must agree).
         overwrite: replace an existing ``out``.
         progress: called as ``progress(parts_done, parts_total)``.
+        allow_repeats: accept a part given more than once (the same directory by any path,
+            or a copy of it: the same dataset id); refused by default, since its samples
+            would be in the result twice.
 
     Returns:
         ``{"parts", "records", "shards", "path"}``.
 
     Raises:
-        ValueError: the parts' schemas (or metadata, when not given) differ.
+        ValueError: the parts' schemas (or metadata, when not given) differ; a part is given
+            twice (without ``allow_repeats``).
         stoker.DataError: a part's record fails its checksum.
 
     Example::
@@ -178,6 +192,18 @@ def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
     out = os.fspath(out)
     paths = list_parts(parts)
     datasets = [Dataset(p) for p in paths]
+    if not allow_repeats:
+        seen: Dict[Any, str] = {}
+        for p, d in zip(paths, datasets):
+            for key in (("path", os.path.realpath(d.path)), ("id", d.dataset_id)):
+                if key[1] is None:
+                    continue  # a version-1 part has no identity
+                if key in seen:
+                    how = "is" if key[0] == "path" else "is a copy of"
+                    raise ValueError(f"{p}: {how} the part {seen[key]} given before: its "
+                                     "samples would be merged twice (--allow-repeats, "
+                                     "allow_repeats=True, if that is what you want)")
+                seen[key] = p
     fields = datasets[0].fields
     for p, d in zip(paths, datasets):
         if list(d.fields.items()) != list(fields.items()):
@@ -201,24 +227,35 @@ def merge(parts: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker merge``."""
-    p.description = __doc__.split("\n\n")[0]
-    p.add_argument("paths", nargs="+", metavar="PART",
+    p.description = plain(__doc__.split("\n\n")[0])
+    p.add_argument("paths", nargs="+", metavar="PART", type=utf8_path,
                    help="part datasets, or directories of parts (taken in name order)")
-    p.add_argument("out", help="the merged dataset's directory")
-    p.add_argument("--shard-size", default="256MB", help="target shard size (default 256MB)")
-    p.add_argument("--metadata", default=None,
+    add_out(p, "the merged dataset's directory")
+    add_shard_size(p)
+    p.add_argument("--metadata", default=None, metavar="JSON",
                    help="JSON for the merged dataset's metadata (default: the parts')")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--allow-repeats", action="store_true",
+                   help="accept the same part more than once (by default a part given twice, "
+                        "by any path or as a copy, is refused: its samples would be repeated)")
+    add_overwrite(p)
+    add_quiet(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    meta = _UNSET if args.metadata is None else json.loads(args.metadata)
+    meta = _UNSET
+    if args.metadata is not None:
+        try:
+            meta = json.loads(args.metadata)
+        except ValueError as e:
+            raise ValueError(f"argument --metadata: not JSON ({e})") from None
 
-    with Progress(len(list_parts(args.paths)), "stoker merge", unit="parts",
-                  enabled=not args.quiet) as bar:
+    parts = list_parts(args.paths)
+    for part in parts:
+        check_dataset(part)  # an unreadable index.json is a permission error, not corruption
+    with Progress(len(parts), "stoker merge", unit="parts", enabled=not args.quiet) as bar:
         stats = merge(args.paths, args.out, shard_size=args.shard_size, metadata=meta,
-                      overwrite=args.overwrite, progress=lambda done, total: bar.set(done))
+                      overwrite=args.overwrite, progress=lambda done, total: bar.set(done),
+                      allow_repeats=args.allow_repeats)
     print(f"merged {stats['parts']} parts, {stats['records']} records into "
           f"{stats['shards']} shards at {stats['path']}", file=sys.stderr)
     return 0

@@ -18,8 +18,8 @@ see :mod:`stoker.convert._features`) gives the schema explicitly, and then every
 feature is dropped. As in ``tf.io.parse_example``, a missing feature is an empty list for
 a variable-length field (and empty bytes for a blob), and an error for a fixed one.
 
-Files are converted in parallel (``workers`` processes, one file per task), and the output
-is the same for any number of workers. Example::
+Files are converted in parallel (``workers`` worker processes, one file per task: the
+parsing is Python), and the output is the same for any number of workers. Example::
 
     stoker convert tfrecord gs-mirror/train-*.tfrecord data/train \\
         --features "image/encoded:image,image/class/label:int64"
@@ -38,7 +38,17 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    add_workers,
+    plain,
+    positive_int,
+)
 from ..fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, scalar
+from ._errors import InputError
 from ._example_proto import BYTES, INT64, MalformedExample, parse_example
 from ._features import parse_features
 from ._parallel import Skipped, convert_files, expand_sources
@@ -53,7 +63,7 @@ _U32 = struct.Struct("<I")
 _MASK_DELTA = 0xA282EAD8
 
 
-class TFRecordError(ValueError):
+class TFRecordError(InputError):
     """A bad TFRecord file or record; the message names the file and byte offset."""
 
 
@@ -347,7 +357,8 @@ def convert_tfrecord(sources, out, *, features: Optional[Any] = None, infer_reco
             (None drops the feature); default: inferred from the first ``infer_records``.
         shard_size: target bytes per shard.
         compression: ``"auto"`` (GZIP by magic bytes), ``"none"``, ``"gzip"``, ``"zlib"``.
-        workers: processes, one input file per task (default: all cores).
+        workers: files converted at once, each in a worker process (default: the cores
+            this process may use).
         skip_bad: skip bad records (reported in the result) instead of failing.
         verify: decode every image once, so a corrupt one is reported now.
         progress: a progress bar on stderr when it is a terminal.
@@ -383,23 +394,24 @@ def convert_tfrecord(sources, out, *, features: Optional[Any] = None, infer_reco
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker convert tfrecord``."""
-    p.description = __doc__.split("\n\n")[0]
-    p.add_argument("src", nargs="+", help="TFRecord files or directories of them")
-    p.add_argument("out", help="output dataset directory")
+    p.description = plain(__doc__.split("\n\n")[0])
+    p.add_argument("src", nargs="+", metavar="SRC", help="TFRecord files or directories of them")
+    add_out(p)
     p.add_argument("--features", default=None,
                    help="the schema, e.g. 'image/encoded:image,label:int64,emb:float32[64],"
                         "ids:int64[],meta:skip' (default: inferred; unlisted features are "
                         "dropped)")
-    p.add_argument("--infer-records", type=int, default=100,
+    p.add_argument("--infer-records", type=positive_int, default=100, metavar="N",
                    help="records the schema is inferred from (default 100)")
-    p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"])
-    p.add_argument("--shard-size", default="256MB", help="target shard size (default 256MB)")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: cores)")
+    p.add_argument("--compression", default="auto", choices=["auto", "none", "gzip", "zlib"],
+                   help="auto (default) recognises GZIP by its magic bytes; ZLIB must be named")
+    add_shard_size(p)
+    add_workers(p)
     p.add_argument("--skip-bad", action="store_true",
                    help="skip bad records (reported) instead of failing")
     p.add_argument("--verify", action="store_true", help="decode every image once")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_overwrite(p)
+    add_quiet(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,7 +24,9 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from .._args import add_out, add_overwrite, add_quiet, add_shard_size, nonneg_int, positive_int
 from .._progress import Progress
+from ._errors import InputError
 
 __all__ = ["convert_tokens", "add_arguments", "run"]
 
@@ -64,7 +66,8 @@ def convert_tokens(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, 
     if store is None:  # uint8 / int8 / int16: widen to a token field type
         store = "uint16" if np.dtype(ds.dtype).kind == "u" else "int32"
     split = format == "nanogpt" and eos_id is None
-    summary = {"source": ds.paths if len(ds.paths) > 1 else ds.paths[0], "format": format,
+    names = [os.path.basename(p) for p in ds.paths]  # by name: paths mean nothing elsewhere
+    summary = {"source": names if len(names) > 1 else names[0], "format": format,
                "vocab_size": vocab_size, "eos_id": eos_id, "documents": 0,
                "tokens": ds.num_tokens, "empty_documents": 0,
                "chunk_tokens": chunk_tokens if split else None}
@@ -75,7 +78,7 @@ def convert_tokens(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, 
             bar.update()
             doc = ds[i]
             if np.dtype(ds.dtype).kind == "i" and len(doc) and doc.min() < 0:
-                raise ValueError(f"{ds._source.where(i)}: negative token id {int(doc.min())}")
+                raise InputError(f"{ds._source.where(i)}: negative token id {int(doc.min())}")
             if len(doc) == 0:
                 summary["empty_documents"] += 1
                 continue
@@ -85,24 +88,29 @@ def convert_tokens(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, 
                 w.write({"tokens": piece.astype(store, copy=False)})
                 summary["documents"] += 1
         if summary["documents"] == 0:
-            raise ValueError(f"{summary['source']}: no tokens")
+            raise InputError(f"{summary['source']}: no tokens")
     return summary
 
 
 def add_arguments(p: argparse.ArgumentParser, fmt: str) -> None:
-    p.add_argument("src", nargs="+", help="Megatron prefix(es)" if fmt == "megatron" else
-                   "token file(s), one stream in the order given")
-    p.add_argument("out", help="output dataset directory")
+    p.add_argument("src", nargs="+", metavar="SRC",
+                   help="Megatron prefix(es): PREFIX for PREFIX.bin + PREFIX.idx"
+                   if fmt == "megatron" else "token file(s), one stream in the order given")
+    add_out(p)
     if fmt == "nanogpt":
-        p.add_argument("--dtype", required=True, help="token type of the files (nanoGPT: uint16)")
-        p.add_argument("--eos-id", type=int, default=None,
+        p.add_argument("--dtype", required=True,
+                       choices=("uint8", "int8", "uint16", "int16", "uint32", "int32", "int64"),
+                       help="token type of the files (nanoGPT: uint16)")
+        p.add_argument("--eos-id", type=nonneg_int, default=None, metavar="ID",
                        help="a document ends after each such token (nanoGPT's GPT-2: 50256)")
-        p.add_argument("--chunk-tokens", type=int, default=_CHUNK_DEFAULT,
-                       help="without --eos-id: tokens per stored document")
-    p.add_argument("--vocab-size", type=int, default=None,
+        p.add_argument("--chunk-tokens", type=positive_int, default=_CHUNK_DEFAULT, metavar="N",
+                       help=f"without --eos-id: tokens per stored document "
+                            f"(default {_CHUNK_DEFAULT})")
+    p.add_argument("--vocab-size", type=positive_int, default=None, metavar="N",
                    help="stored in the metadata; ids at or above it are refused when loading")
-    p.add_argument("--shard-size", default="256MB")
-    p.add_argument("--overwrite", action="store_true")
+    add_shard_size(p)
+    add_overwrite(p)
+    add_quiet(p)
     p.set_defaults(token_format=fmt)
 
 
@@ -112,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                        dtype=getattr(args, "dtype", None), eos_id=getattr(args, "eos_id", None),
                        chunk_tokens=getattr(args, "chunk_tokens", _CHUNK_DEFAULT),
                        vocab_size=args.vocab_size, shard_size=args.shard_size,
-                       overwrite=args.overwrite, progress=True)
+                       overwrite=args.overwrite, progress=not args.quiet)
     print(f"wrote {s['documents']:,} documents, {s['tokens']:,} tokens to {args.out}",
           file=sys.stderr)
     return 0

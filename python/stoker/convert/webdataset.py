@@ -17,8 +17,8 @@ sample with a field the first ones lack is an error, unless ``features``
 (``--features "jpg:image,cls:int64"``) lists the fields to keep. ``keep_key`` adds the
 sample key as a blob field ``__key__``.
 
-Shards are converted in parallel (one tar per task) with the same output for any number
-of workers. Example::
+Shards are converted in parallel (one tar per task, in ``workers`` worker processes) with
+the same output for any number of workers. Example::
 
     stoker convert webdataset shards/ data/train --features "jpg:image,cls:int64"
 """
@@ -36,7 +36,17 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    add_workers,
+    plain,
+    positive_int,
+)
 from ..fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, scalar
+from ._errors import InputError
 from ._features import parse_features
 from ._parallel import Skipped, convert_files, expand_sources
 
@@ -52,7 +62,7 @@ KEY_FIELD = "__key__"
 SUFFIXES = (".tar", ".tar.gz", ".tgz")
 
 
-class WebDatasetError(ValueError):
+class WebDatasetError(InputError):
     """A bad shard or sample; the message names the tar file and the sample key."""
 
 
@@ -273,23 +283,23 @@ def convert_webdataset(sources, out, *, features: Optional[Any] = None,
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``stoker convert webdataset``."""
-    p.description = __doc__.split("\n\n")[0]
-    p.add_argument("src", nargs="+", help="tar shards or directories of them")
-    p.add_argument("out", help="output dataset directory")
+    p.description = plain(__doc__.split("\n\n")[0])
+    p.add_argument("src", nargs="+", metavar="SRC", help="tar shards or directories of them")
+    add_out(p)
     p.add_argument("--features", default=None,
                    help="the schema, e.g. 'jpg:image,cls:int64,json:blob,txt:skip' (default: "
                         "inferred; unlisted fields are dropped)")
-    p.add_argument("--infer-records", type=int, default=100,
+    p.add_argument("--infer-records", type=positive_int, default=100, metavar="N",
                    help="samples the schema is inferred from (default 100)")
     p.add_argument("--keep-key", action="store_true",
                    help="store each sample's key as blob field __key__")
-    p.add_argument("--shard-size", default="256MB", help="target shard size (default 256MB)")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: cores)")
+    add_shard_size(p)
+    add_workers(p)
     p.add_argument("--skip-bad", action="store_true",
                    help="skip bad samples (reported) instead of failing")
     p.add_argument("--verify", action="store_true", help="decode every image once")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_overwrite(p)
+    add_quiet(p)
 
 
 def run(args: argparse.Namespace) -> int:

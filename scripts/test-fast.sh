@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The quick loop while editing: lint, the README's test command, and the C++ unit tests
+# (plain build). What it leaves to .ci/run (the full tier): the clean-clone install, the
+# wheel and its tests from outside the tree, the build without images, the sanitizer builds,
+# fuzzing, Ray and Spark.
+#
+#   bash scripts/test-fast.sh            # in the venv stoker is developed in
+#
+# The package is reinstalled first (incrementally: only what changed recompiles, in
+# build/<wheel tag>/), since the tests run against the installed stoker. The C++ tests build
+# in build/cpp (Debug), also incrementally. Each step prints its time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+start=$SECONDS
+step_start=$SECONDS
+step() {
+  printf '\n== test-fast: %s (previous step: %ss)\n' "$1" "$((SECONDS - step_start))"
+  step_start=$SECONDS
+}
+
+step "lint: ruff, clang-format (the versions CI pins)"
+lint="build/ci-lint"
+[ -x "$lint/bin/python" ] || python -m venv "$lint"
+"$lint/bin/pip" install -q ruff==0.17.6 clang-format==18.1.8
+"$lint/bin/ruff" check .
+xargs "$lint/bin/clang-format" --dry-run --Werror <scripts/clang-format-files.txt
+
+step "install (incremental)"
+pip install -q --no-build-isolation ".[test]"
+
+step "the README's test command"
+python -m pytest tests -q
+
+step "C++ unit tests (plain)"
+cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTOKER_BUILD_PYTHON=OFF \
+  -DSTOKER_BUILD_TESTS=ON -DSTOKER_WERROR=ON >/dev/null
+cmake --build build/cpp
+ctest --test-dir build/cpp --output-on-failure
+
+step "done"
+echo "test-fast passed in $((SECONDS - start)) s"
