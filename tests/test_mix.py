@@ -439,3 +439,118 @@ def test_pickled_loader_goes_on(labelled):
     assert len(again) == len(rest) == 6
     for x, y in zip(again, rest):
         assert all(torch.equal(x[k], y[k]) for k in x)
+
+
+# -- elastic resume of token mixtures and schedules ------------------------------------------
+
+def _doc_sources(root, specs, seed=0):
+    """Stoker token datasets of documents whose first token names their source: source s's
+    documents start with 60000 + s."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s, (name, lo, hi, docs) in enumerate(specs):
+        path = root / name
+        with stoker.ShardWriter(path, {"tokens": stoker.tokens("uint16")},
+                                shard_size="8KB") as w:
+            for _ in range(docs):
+                n = int(rng.integers(lo, hi))
+                body = rng.integers(1, 50000, n - 1, dtype=np.uint16)
+                w.write({"tokens": np.concatenate([[60000 + s], body]).astype(np.uint16)})
+        out[name] = path
+    return out
+
+
+def _rows(batches):
+    """(source, the row's tokens) of every row: a multiset that names each row exactly."""
+    return [(int(s), ids.numpy().tobytes()) for b in batches
+            for s, ids in zip(b["source"], b["input_ids"])]
+
+
+@pytest.mark.parametrize("weights", [
+    {"long": 0.4, "short": 0.6},
+    [(0, {"long": 1, "short": 0}), (6, {"long": 0.2, "short": 0.8})],
+])
+def test_packed_token_mixture_elastic_two_to_three_ranks(tmp_path, weights):
+    """A packed token mixture saved by 2 ranks and resumed by 3: the 3 ranks read exactly
+    the rows the 2 had not read (as a multiset), in equal numbers of batches; under a
+    schedule the weights go on where they were in the stream. (Token batches pad every
+    rank by wrapping around: an epoch of 480 rows leaves no padding at 2 or 3 ranks.)"""
+    paths = _doc_sources(tmp_path, (("long", 60, 120, 300), ("short", 3, 30, 2000)))
+    mix = stoker.Mix({n: stoker.TokenDataset(p) for n, p in paths.items()}, weights=weights,
+                     samples_per_epoch=480)
+    kw = dict(batch_size=4, seq_len=128, packing="document", shuffle=True, seed=7,
+              pad_id=65535)
+    two = [stoker.Loader(mix, rank=r, world_size=2, **kw) for r in range(2)]
+    assert len({len(loader) for loader in two}) == 1
+    its = [iter(loader) for loader in two]
+    head = [next(it) for _ in range(9) for it in its]  # 9 steps: past the breakpoint
+    state = two[0].state_dict()
+    assert state == two[1].state_dict()
+    rest_two = _rows(b for it in its for b in it)
+    epoch_rows = len(_rows(head)) + len(rest_two)
+    three = [stoker.Loader(mix, rank=r, world_size=3, **kw) for r in range(3)]
+    rest_three = []
+    for loader in three:
+        loader.load_state_dict(state)
+        rest_three += _rows(list(loader))
+    assert len({len(loader) for loader in three}) == 1
+    assert len(rest_two) == 480 - 9 * 8 and sorted(rest_three) == sorted(rest_two)
+    # every row from the source it names, and a whole epoch's rows: the one of a fresh
+    # single-rank run
+    for s, ids in rest_three:
+        assert np.frombuffer(ids, np.int64)[0] == 60000 + s
+    assert epoch_rows == 480
+
+
+def test_schedule_resume_at_another_world_size_keeps_the_weights(labelled):
+    """A schedule's steps are those of the run that saved the state: resumed at another
+    world size, each row of the stream still comes from the source it would have come
+    from, and stats() shows the weights in force there."""
+    sched = [(0, {"a": 1, "b": 0, "c": 0}), (4, {"a": 0, "b": 1, "c": 0}),
+             (8, {"a": 0, "b": 0, "c": 1})]
+    mix = stoker.Mix(labelled, weights=sched, samples_per_epoch=120)
+    kw = dict(batch_size=5, shuffle=True, seed=2, even_batches=False)
+    # one rank's stream of sources for the whole epoch: steps of 5 * 2 rows
+    two = [stoker.Loader(mix, rank=r, world_size=2, **kw) for r in range(2)]
+    its = [iter(loader) for loader in two]
+    for _ in range(6):  # into the second breakpoint's steps (rows 60..)
+        for it in its:
+            next(it)
+    state = two[0].state_dict()
+    want = sorted((int(s), int(x)) for it in its for b in it
+                  for s, x in zip(b["source"], b["label"]))
+    three = [stoker.Loader(mix, rank=r, world_size=3, **kw) for r in range(3)]
+    got = []
+    for loader in three:
+        loader.load_state_dict(state)
+        assert loader.stats()["sources"]["b"]["weight"] == 1  # rows 60..: step 6 of 10 rows
+        got += [(int(s), int(x)) for b in loader for s, x in zip(b["source"], b["label"])]
+    # rows 60..79 from b, 80..119 from c, exactly as the 2-rank run would have read them
+    assert sorted(got) == want
+    assert sum(1 for s, _ in got if s == 1) == 20 and sum(1 for s, _ in got if s == 2) == 40
+
+
+def test_token_mixture_with_a_remote_source(tmp_path):
+    """A token source over HTTP (nginx on loopback) mixes like the same source read
+    locally: the same batches, bit for bit."""
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run installs it)")
+    www = tmp_path / "www"
+    paths = _doc_sources(www, (("web", 20, 200, 400), ("code", 50, 400, 200)))
+    server = Nginx(str(www), str(tmp_path / "nginx"))
+    try:
+        w = {"web": 0.7, "code": 0.3}
+        kw = dict(batch_size=4, seq_len=256, packing="document", shuffle=True, seed=1)
+        remote = stoker.Dataset(f"{server.url}/code", cache_dir=tmp_path / "cache")
+        mixed = stoker.Loader(stoker.Mix({"web": stoker.TokenDataset(paths["web"]),
+                                          "code": stoker.TokenDataset(remote)}, weights=w), **kw)
+        local = stoker.Loader(stoker.Mix({n: stoker.TokenDataset(p) for n, p in paths.items()},
+                                         weights=w), **kw)
+        got, want = run(mixed, 1), run(local, 1)
+        assert len(got) == len(want) == len(mixed) > 10
+        for g, x in zip(got, want):
+            assert all(torch.equal(g[k], x[k]) for k in g)
+        assert set(torch.cat([b["source"] for b in got]).tolist()) == {0, 1}
+        assert server.requests("/code/") > 0
+    finally:
+        server.stop()
