@@ -326,6 +326,7 @@ def test_token_mixture_packed_keeps_the_token_ratio(tmp_path):
     ratio = st["long"]["tokens"] / (st["long"]["tokens"] + st["short"]["tokens"])
     assert abs(ratio - 0.5) < 0.01  # in tokens, not rows: packed rows of short documents
     assert abs(st["long"]["ratio"] - ratio) < 1e-12
+    assert st["long"]["pad_fraction"] > 0.2 > st["short"]["pad_fraction"]
 
 
 @pytest.mark.parametrize("kwargs", [dict(seq_len=64), dict(seq_len=64, packing="concat"),
@@ -420,6 +421,9 @@ def test_local_and_remote_sources(labelled, tmp_path):
                 assert all(torch.equal(g[k], x[k]) for k in g)
         assert peak <= limit
         assert remote.remote.stats()["evictions"] > 0  # read through the cache, not into it
+        st = mixed.stats()["sources"]
+        assert "network" not in st["a"]
+        assert st["big"]["network"]["bytes_downloaded"] >= sum(sizes)
     finally:
         server.stop()
 
@@ -552,5 +556,20 @@ def test_token_mixture_with_a_remote_source(tmp_path):
             assert all(torch.equal(g[k], x[k]) for k in g)
         assert set(torch.cat([b["source"] for b in got]).tolist()) == {0, 1}
         assert server.requests("/code/") > 0
+        st = mixed.stats()["sources"]
+        assert "network" not in st["web"] and st["code"]["network"]["bytes_downloaded"] > 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("kwargs", [dict(batch_size=4, seq_len=128, packing="document"),
+                                    dict(max_tokens=1024)])
+def test_token_mixture_same_batches_for_any_thread_count(tmp_path, kwargs):
+    paths = _doc_sources(tmp_path, (("long", 60, 120, 200), ("short", 3, 30, 1500)))
+    mix = stoker.Mix({n: stoker.TokenDataset(p) for n, p in paths.items()},
+                     weights={"long": 0.3, "short": 0.7})
+    runs = [run(stoker.Loader(mix, shuffle=True, seed=4, num_threads=t, **kwargs), 1)
+            for t in (1, 3)]
+    assert len(runs[0]) == len(runs[1]) > 10
+    for x, y in zip(*runs):
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)

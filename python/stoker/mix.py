@@ -467,7 +467,9 @@ class MixRun:
     def stats(self, counts: Sequence[int], state: Tuple[int, int, int]) -> Dict[str, Any]:
         """``stats()["sources"]``: rows and real tokens delivered per source (this rank), the
         share of each in the weights' unit, and the weights in force where the job stands
-        (the loader's ``state()``: epoch, position)."""
+        (the loader's ``state()``: epoch, position); for token data the share of padding in
+        each source's packed rows, for a source read from a URL its cache and network
+        counters."""
         names = self.mix.names
         k = len(names)
         counts = list(counts) + [0] * (2 * k - len(counts))
@@ -484,8 +486,21 @@ class MixRun:
                 entry["tokens"] = toks[s]
             entry["ratio"] = by[s] / total if total else 0.0
             entry["weight"] = weights[s]
+            if self.tokens:
+                entry["pad_fraction"] = self.sources[s].pad_fraction
+            remote = self.remote(n)
+            if remote is not None:
+                entry["network"] = remote.stats()
             out[n] = entry
         return out
+
+    def remote(self, name: str) -> Any:
+        """The remote dataset behind source `name` (a URL), else None."""
+        ds = self.mix.datasets[name]
+        remote = getattr(ds, "remote", None)
+        if remote is None and getattr(ds, "dataset", None) is not None:  # a TokenDataset
+            remote = getattr(ds.dataset, "remote", None)
+        return remote
 
     def weights_at(self, row: int) -> List[float]:
         """The mixture's weights (in its unit) in force at `row` of its stream."""
