@@ -356,7 +356,7 @@ def test_token_modes_and_resume(tok, kwargs):
 
 
 def test_loader_argument_checks(labelled, tok):
-    with pytest.raises(ValueError, match="need a mixture of stoker.TokenDataset"):
+    with pytest.raises(ValueError, match="need token sources: source 'a': .*no stoker.tokens"):
         stoker.Loader(stoker.Mix(labelled), batch_size=4, seq_len=16)
     with pytest.raises(ValueError, match="token batches need seq_len="):
         stoker.Loader(stoker.Mix(tok), batch_size=4, packing=None)
@@ -573,3 +573,34 @@ def test_token_mixture_same_batches_for_any_thread_count(tmp_path, kwargs):
     assert len(runs[0]) == len(runs[1]) > 10
     for x, y in zip(*runs):
         assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_sources_with_token_fields(tmp_path):
+    """Record datasets with a stoker.tokens field mix as token sources when the loader
+    makes token batches, as one such dataset does: the same batches as their
+    TokenDatasets, weights in tokens by default."""
+    paths = _doc_sources(tmp_path, (("long", 60, 120, 200), ("short", 3, 30, 1500)))
+    w = {"long": 0.3, "short": 0.7}
+    as_records = stoker.Mix({n: stoker.Dataset(p) for n, p in paths.items()}, weights=w,
+                            tokens_per_epoch=30_000)
+    assert not as_records.tokens and as_records.weights_unit == "samples"
+    assert as_records.as_tokens().weights_unit == "tokens"
+    as_tokens = stoker.Mix({n: stoker.TokenDataset(p) for n, p in paths.items()}, weights=w,
+                           tokens_per_epoch=30_000)
+    kw = dict(batch_size=4, seq_len=128, packing="document", shuffle=True, seed=3)
+    got = stoker.Loader(as_records, **kw)
+    assert got.dataset.tokens and got.stats()["sources"]["long"]["weight"] == 0.3
+    x, y = run(got, 0), run(stoker.Loader(as_tokens, **kw), 0)
+    assert len(x) == len(y) > 10
+    for a, b in zip(x, y):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    copy = pickle.loads(pickle.dumps(got))
+    assert len(run(copy, 0)) == len(x)
+    # read as records, token counts mean nothing
+    with pytest.raises(ValueError, match="apply to token batches"):
+        stoker.Loader(as_records, batch_size=4)
+    samples = stoker.Mix({n: stoker.Dataset(p) for n, p in paths.items()}, weights=w,
+                         weights_unit="samples")
+    assert stoker.Loader(samples, **kw).dataset.weights_unit == "samples"
+    assert len(next(iter(stoker.Loader(stoker.Mix(samples.datasets, weights=w),
+                                       batch_size=4)))["tokens"]) == 4

@@ -271,6 +271,7 @@ class Loader:
         self._nchw_views: Tuple[str, ...] = ()
         if self._tokens and isinstance(dataset, Mix):
             self.transforms = {}
+            dataset = dataset.as_tokens(token_options.get("field"))  # sources with token fields
             self.dataset = dataset
             self._mix = MixRun(dataset, tokens=True, record_options=None,
                                batch_size=batch_size, shuffle=self.shuffle, seed=seed,

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
 from .dataset import Dataset
+from .fields import Tokens
 from .token_dataset import TokenDataset
 
 __all__ = ["Mix"]
@@ -111,7 +112,8 @@ class Mix:
 
     A ``Mix`` goes wherever a dataset goes in :class:`stoker.Loader`. Its sources are
     record datasets with the same fields (:class:`stoker.Dataset`, or paths and URLs to
-    them) or token datasets (:class:`stoker.TokenDataset`), local or remote.
+    them) or token datasets (:class:`stoker.TokenDataset`, or record datasets with a
+    ``stoker.tokens`` field when the loader makes token batches), local or remote.
 
     Guarantees (``docs/mixing.md``):
       * **Exact ratios.** After any number of batches, every source's count is within one
@@ -198,9 +200,10 @@ class Mix:
         if weights_unit not in WEIGHT_UNITS:
             raise ValueError(f"weights_unit must be 'samples', 'tokens' or None, got "
                              f"{weights_unit!r}")
-        if weights_unit == "tokens" and not self.tokens:
+        if weights_unit == "tokens" and not (self.tokens or self._token_fields()):
             raise ValueError("weights_unit='tokens' applies to token datasets; a record "
                              "mixture's weights are in samples")
+        self._unit_given = weights_unit  # a mixture read as tokens takes tokens by default
         self.weights_unit = weights_unit or ("tokens" if self.tokens else "samples")
 
         # weights: constant (one breakpoint) or a schedule
@@ -247,11 +250,37 @@ class Mix:
             if value is not None and (isinstance(value, bool) or
                                       not isinstance(value, numbers.Integral) or value < 1):
                 raise ValueError(f"{arg} must be a positive int, got {value!r}")
-        if tokens_per_epoch is not None and not self.tokens:
+        if tokens_per_epoch is not None and not (self.tokens or self._token_fields()):
             raise ValueError("tokens_per_epoch applies to token datasets; use "
                              "samples_per_epoch for records")
         self.samples_per_epoch = None if samples_per_epoch is None else int(samples_per_epoch)
         self.tokens_per_epoch = None if tokens_per_epoch is None else int(tokens_per_epoch)
+
+    def _token_fields(self) -> bool:
+        """Every source is a record dataset with a ``stoker.tokens`` field: the mixture can
+        also be read as token documents (:meth:`as_tokens`)."""
+        return not self.tokens and all(
+            any(isinstance(f, Tokens) for f in ds.fields.values())
+            for ds in self.datasets.values())
+
+    def as_tokens(self, field: Optional[str] = None) -> "Mix":
+        """This mixture with every record source read as token documents
+        (``stoker.TokenDataset(source, field=field)``), the same weights and epoch: what
+        ``Loader(mix, seq_len=...)`` (or ``max_tokens=``) reads from a mixture of datasets
+        with token fields. Weights are then in tokens unless ``weights_unit`` said
+        otherwise."""
+        if self.tokens:
+            return self
+        datasets: Dict[str, Any] = {}
+        for n in self.names:
+            try:
+                datasets[n] = TokenDataset(self.datasets[n], field=field)
+            except ValueError as e:
+                raise ValueError(f"token batches (seq_len=, packing=, max_tokens=) need token "
+                                 f"sources: source {n!r}: {e}") from None
+        kwargs = self._kwargs()
+        kwargs["weights_unit"] = self._unit_given
+        return Mix(datasets, self._exact_weights(), **kwargs)
 
     # -- weights ----------------------------------------------------------------
 
@@ -277,13 +306,18 @@ class Mix:
     def _as_dict(self, w: Sequence[Fraction]) -> Dict[str, float]:
         return {n: float(x) for n, x in zip(self.names, w)}
 
-    def __reduce__(self):
+    def _exact_weights(self) -> Any:
+        """The weights as fractions, in the form ``weights=`` takes them."""
         exact = [(step, dict(zip(self.names, w))) for step, w in self._breakpoints]
-        weights: Any = exact[0][1] if not self.is_schedule else exact
-        return (_rebuild, (self.datasets, weights, {
-            "interpolation": self.interpolation, "weights_unit": self.weights_unit,
-            "samples_per_epoch": self.samples_per_epoch,
-            "tokens_per_epoch": self.tokens_per_epoch}))
+        return exact[0][1] if not self.is_schedule else exact
+
+    def _kwargs(self) -> Dict[str, Any]:
+        return {"interpolation": self.interpolation, "weights_unit": self.weights_unit,
+                "samples_per_epoch": self.samples_per_epoch,
+                "tokens_per_epoch": self.tokens_per_epoch}
+
+    def __reduce__(self):
+        return (_rebuild, (self.datasets, self._exact_weights(), self._kwargs()))
 
     def __repr__(self) -> str:
         if self.is_schedule:
@@ -358,6 +392,9 @@ class MixRun:
         if not tokens and mix.tokens:
             raise ValueError("a mixture of token datasets makes token batches: pass seq_len= "
                              "(rows of that many tokens) or max_tokens=")
+        if not tokens and (mix.weights_unit == "tokens" or mix.tokens_per_epoch is not None):
+            raise ValueError("weights_unit='tokens' and tokens_per_epoch apply to token "
+                             "batches: pass seq_len= or max_tokens=")
         self.tokens = tokens
         self.followers: List[_Follower] = []
         self.followed: Dict[int, Any] = {}  # source -> the fetcher following it
