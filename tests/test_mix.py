@@ -604,3 +604,25 @@ def test_sources_with_token_fields(tmp_path):
     assert stoker.Loader(samples, **kw).dataset.weights_unit == "samples"
     assert len(next(iter(stoker.Loader(stoker.Mix(samples.datasets, weights=w),
                                        batch_size=4)))["tokens"]) == 4
+
+
+def test_batch_map_takes_mixed_batches(labelled):
+    """batch_map= runs on each mixed batch (its 'source' included), in order, with the same
+    batches as without it; map= and collate_fn= take one dataset and say so."""
+    mix = stoker.Mix(labelled, weights={"a": 0.5, "b": 0.3, "c": 0.2}, samples_per_epoch=60)
+    kw = dict(batch_size=6, shuffle=True, seed=11, num_threads=2)
+
+    def tag(batch, rng):
+        batch["from_c"] = batch["source"] == 2
+        return batch
+
+    plain = run(stoker.Loader(mix, **kw), 0)
+    mapped = run(stoker.Loader(mix, batch_map=tag, **kw), 0)
+    assert len(mapped) == len(plain) == 10
+    for m, p in zip(mapped, plain):
+        assert all(torch.equal(m[k], p[k]) for k in p)
+        assert torch.equal(m["from_c"], p["source"] == 2)
+    with pytest.raises(ValueError, match="map= and collate_fn= take samples of one"):
+        stoker.Loader(mix, map=lambda s, rng: s, **kw)
+    with pytest.raises(ValueError, match="map= and collate_fn= take samples of one"):
+        stoker.Loader(mix, collate_fn=list, **kw)

@@ -19,10 +19,13 @@ void register_cuda(py::module_& m);
 void register_checksum(py::module_& m);
 void register_tokens(py::module_& m);
 void register_mixture(py::module_& m);
+void register_python_stage(py::module_& m);
 void register_augment(py::module_& m);
 }  // namespace stoker::bindings
 
-PYBIND11_MODULE(_core, m) {
+// Free-threading ready (docs/python.md, "Threads or processes"): the bindings touch Python
+// objects only while attached, and every wait, read and decode runs detached.
+PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   m.doc() = "stoker's native core (private; use the stoker package)";
 
   // Translators run last-registered first: derived types after their bases.
@@ -76,5 +79,6 @@ PYBIND11_MODULE(_core, m) {
   stoker::bindings::register_checksum(m);
   stoker::bindings::register_tokens(m);
   stoker::bindings::register_mixture(m);
+  stoker::bindings::register_python_stage(m);
   stoker::bindings::register_augment(m);
 }

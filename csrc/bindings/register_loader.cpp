@@ -34,13 +34,14 @@ void emit_messages(LoaderCore& core) {
   for (const LogMessage& m : msgs) logger.attr("log")(m.level, "%s", m.text);
 }
 
-py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream) {
+py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool with_ticket,
+                      uintptr_t side_stream) {
   DeliveredBatch b;
   for (;;) {
     LoaderCore::Iterator::Status s;
     {
       py::gil_scoped_release nogil;
-      s = it.next(b, Clock::now() + kSignalSlice, consumer_stream);
+      s = it.next(b, Clock::now() + kSignalSlice, consumer_stream, side_stream);
     }
     emit_messages(it.core());
     if (s == LoaderCore::Iterator::Status::kBatch) break;
@@ -48,7 +49,10 @@ py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream) {
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
   const bool host = b.device < 0;
-  return batch_to_capsules(b.memory, b.tensors, host ? kDLCPU : kDLCUDA, host ? 0 : b.device);
+  py::list caps =
+      batch_to_capsules(b.memory, b.tensors, host ? kDLCPU : kDLCUDA, host ? 0 : b.device);
+  if (with_ticket) return py::make_tuple(caps, b.ticket);
+  return caps;
 }
 
 py::dict stats_dict(const LoaderStatsSnapshot& s) {
@@ -62,6 +66,9 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["decode_seconds"] = s.decode_seconds;
   d["ops_seconds"] = s.ops_seconds;
   d["plan_seconds"] = s.plan_seconds;
+  d["python_seconds"] = s.python_seconds;
+  d["python_cpu_seconds"] = s.python_cpu_seconds;
+  d["python_wait_seconds"] = s.python_wait_seconds;
   d["worker_busy_seconds"] = s.worker_busy_seconds;
   d["worker_idle_seconds"] = s.worker_idle_seconds;
   d["wait_seconds"] = s.wait_seconds;
@@ -104,6 +111,7 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   stages["decode"] = per.decode;
   stages["ops"] = per.ops;
   stages["plan"] = per.plan;
+  stages["python"] = per.python;
   stages["copy"] = per.copy;
   d["stage_seconds_per_batch"] = stages;
   return d;
@@ -147,8 +155,9 @@ void register_loader(py::module_& m) {
       .def(py::init([](SamplerOptions sampler, bool skip_errors,
                        std::map<std::string, ImageFieldSpec> images,
                        std::vector<TransformSpec> transforms, int threads_hint,
-                       int64_t unit_samples) {
+                       int64_t unit_samples, bool handoff) {
              RecordOptions o;
+             o.handoff = handoff;
              o.sampler = sampler;
              o.skip_errors = skip_errors;
              o.images = std::move(images);
@@ -160,15 +169,17 @@ void register_loader(py::module_& m) {
            py::kw_only(), py::arg("sampler"), py::arg("skip_errors") = false,
            py::arg("images") = std::map<std::string, ImageFieldSpec>{},
            py::arg("transforms") = std::vector<TransformSpec>{}, py::arg("threads_hint") = 1,
-           py::arg("unit_samples") = 0,
+           py::arg("unit_samples") = 0, py::arg("handoff") = false,
            "images: {field: ImageFieldSpec}; transforms: [TransformSpec]; threads_hint sizes the "
-           "units of work (unit_samples: samples per unit, 0 = from it).")
+           "units of work (unit_samples: samples per unit, 0 = from it); handoff: each batch "
+           "goes to the loader's finisher (batch_map in the Python stage).")
       .def_readonly("sampler", &RecordOptions::sampler)
       .def_readonly("skip_errors", &RecordOptions::skip_errors)
       .def_readonly("images", &RecordOptions::images)
       .def_readonly("transforms", &RecordOptions::transforms)
       .def_readonly("threads_hint", &RecordOptions::threads_hint)
-      .def_readonly("unit_samples", &RecordOptions::unit_samples);
+      .def_readonly("unit_samples", &RecordOptions::unit_samples)
+      .def_readonly("handoff", &RecordOptions::handoff);
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
       .def(py::init([](std::shared_ptr<Dataset> ds, const RecordOptions& options) {
@@ -185,6 +196,8 @@ void register_loader(py::module_& m) {
           "pinned", [](const BlockAllocator& a) { return a.kind() == MemoryKind::kPinned; });
   py::class_<Delivery, std::shared_ptr<Delivery>>(
       m, "Delivery", "How batches reach the consumer (a device copy).");
+  py::class_<BatchFinisher, std::shared_ptr<BatchFinisher>>(
+      m, "BatchFinisher", "Finishes batches outside the worker pool (the Python stage).");
 
   m.attr("MAX_PREFETCH") = kMaxPrefetch;  // batches in flight per stream, at most
   py::class_<LoaderOptions>(m, "LoaderOptions")
@@ -201,6 +214,7 @@ void register_loader(py::module_& m) {
       .def_readwrite("prefetch_next_epoch", &LoaderOptions::prefetch_next_epoch)
       .def_readwrite("host_memory", &LoaderOptions::host_allocator)
       .def_readwrite("delivery", &LoaderOptions::delivery)
+      .def_readwrite("finisher", &LoaderOptions::finisher)
       .def_property(
           "linger_ms", [](const LoaderOptions& o) { return o.linger.count(); },
           [](LoaderOptions& o, int64_t ms) { o.linger = std::chrono::milliseconds(ms); });
@@ -229,11 +243,15 @@ void register_loader(py::module_& m) {
           py::arg("epoch"), py::arg("offset"), py::arg("world_size") = 0,
           "world_size: of the job that saved the state (padding follows it; 0: unknown)")
       .def("close", &LoaderCore::close, py::call_guard<py::gil_scoped_release>())
-      .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); });
+      .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); })
+      .def_property_readonly("active_threads", &LoaderCore::active_threads);
 
   py::class_<LoaderCore::Iterator, std::shared_ptr<LoaderCore::Iterator>>(m, "LoaderIterator")
-      .def("next", &next_batch, py::arg("consumer_stream") = 0,
-           "The next batch as [(name, dltensor capsule)], or None at the end of the epoch.")
+      .def("next", &next_batch, py::arg("consumer_stream") = 0, py::arg("with_ticket") = false,
+           py::arg("side_stream") = 0,
+           "The next batch as [(name, dltensor capsule)], or None at the end of the epoch; "
+           "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none); "
+           "side_stream: also ordered after the device copy (batch_map's stream).")
       .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
       .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)

@@ -32,12 +32,13 @@ class DeviceReader final : public BatchReader {
   }
   ~DeviceReader() override { stop(); }
 
-  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream) override {
+  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream,
+              uintptr_t side_stream) override {
     if (stopped_.load(std::memory_order_acquire)) return Status::kStopped;
     std::optional<DeviceBatch> b;
     TransferEngine::Status s;
     try {
-      s = engine_->next_until(consumer_stream, deadline, b);
+      s = engine_->next_until(consumer_stream, deadline, b, side_stream);
     } catch (...) {
       if (stopped_.load(std::memory_order_acquire)) return Status::kStopped;
       out = DeliveredBatch{};
@@ -49,9 +50,13 @@ class DeviceReader final : public BatchReader {
     // The fake's "device" memory is read by the host right away: the host is
     // its consumer, so it waits for the stream the copy was ordered on.
     const bool host = api_->device_memory_is_host();
-    if (host) api_->synchronize_stream(consumer_stream);
+    if (host) {
+      api_->synchronize_stream(consumer_stream);
+      if (side_stream != 0) api_->synchronize_stream(side_stream);
+    }
     out = DeliveredBatch{b->index,    std::move(b->memory),  std::move(b->tensors),
-                         b->counters, host ? -1 : b->device, nullptr};
+                         b->counters, host ? -1 : b->device, nullptr,
+                         b->ticket};
     return Status::kBatch;
   }
 

@@ -154,6 +154,7 @@ TransferEngine::Ready TransferEngine::copy_one(HostBatch hb, std::vector<InFligh
   r.copied = f.done;
   r.tensors = std::move(hb.tensors);
   r.counters = hb.counters;
+  r.ticket = hb.ticket;
   in_flight.push_back(std::move(f));
   return r;
 }
@@ -195,7 +196,8 @@ std::optional<DeviceBatch> TransferEngine::next(StreamHandle consumer_stream) {
 
 TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
                                                   Clock::time_point deadline,
-                                                  std::optional<DeviceBatch>& out) {
+                                                  std::optional<DeviceBatch>& out,
+                                                  StreamHandle side_stream) {
   out.reset();
   std::lock_guard<std::mutex> lock(consumer_mu_);
   if (error_) std::rethrow_exception(error_);
@@ -220,11 +222,13 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
   }
   // NOTE [ Stream ordering ]: U waits for E_k on the device.
   api_->stream_wait_event(consumer_stream, *r.copied);
+  if (side_stream != 0) api_->stream_wait_event(side_stream, *r.copied);
   r.lease->reader = consumer_stream;
   std::shared_ptr<Lease> lease(std::move(r.lease));
   auto* data = static_cast<uint8_t*>(lease->block.data);
-  out = DeviceBatch{r.index, std::shared_ptr<uint8_t>(std::move(lease), data), api_->device(),
-                    std::move(r.tensors), r.counters};
+  out = DeviceBatch{r.index,        std::shared_ptr<uint8_t>(std::move(lease), data),
+                    api_->device(), std::move(r.tensors),
+                    r.counters,     r.ticket};
   return Status::kBatch;
 }
 

@@ -72,6 +72,7 @@ struct DeviceBatch {
   int device = 0;
   std::vector<TensorDesc> tensors;
   BatchCounters counters;
+  uint64_t ticket = 0;  ///< HostBatch::ticket
 };
 
 struct TransferStats {
@@ -110,9 +111,10 @@ class TransferEngine {
   /// One consumer thread at a time.
   std::optional<DeviceBatch> next(StreamHandle consumer_stream);
   /// Like next(), but gives up at `deadline` with kTimeout, so a caller can
-  /// check for signals between waits.
+  /// check for signals between waits. `side_stream` (0: none) waits for the
+  /// copy too (BatchReader::next); the buffer's fence stays on the consumer's.
   Status next_until(StreamHandle consumer_stream, Clock::time_point deadline,
-                    std::optional<DeviceBatch>& out);
+                    std::optional<DeviceBatch>& out, StreamHandle side_stream = 0);
 
   /// NOTE [ Transfer shutdown ]. Prompt, idempotent, any thread.
   void stop();
@@ -138,6 +140,7 @@ class TransferEngine {
     SharedEvent copied;  // E_k
     std::vector<TensorDesc> tensors;
     BatchCounters counters;
+    uint64_t ticket = 0;
     std::exception_ptr error;
     bool end = false;  // nothing follows: the end, or (with error) a device error
   };

@@ -28,6 +28,9 @@ const char* stage_what(const std::string& stage, bool images) {
   if (stage == "read") return "reading and verifying records";
   if (stage == "decode") return images ? "decoding" : "copying the fields into the batch";
   if (stage == "ops") return "image ops";
+  if (stage == "python")
+    return "your Python code (map, collate_fn, batch_map, the dataset's "
+           "__getitem__)";
   return "planning batches";
 }
 
@@ -38,6 +41,9 @@ const char* stage_advice(const std::string& stage, bool images) {
     return images ? "store the images smaller (or as arrays), or give the loader more cores"
                   : "memory bandwidth is the limit: fewer bytes per sample (a narrower dtype)";
   if (stage == "ops") return "a smaller output size, or fewer ops in the transforms";
+  if (stage == "python")
+    return "move work into stoker's C++ transforms, or into NumPy/OpenCV calls on whole arrays "
+           "(they release the GIL and run in parallel)";
   // Planning reads what sizes a batch: image headers when no op fixes the
   // output size, else the lengths of variable-length fields (each record's
   // field table, touched in memory once more).
@@ -48,6 +54,15 @@ const char* stage_advice(const std::string& stage, bool images) {
 }
 
 }  // namespace
+
+bool gil_bound(const TuneInterval& iv) {
+  if (iv.threads < 2 || iv.python <= 0) return false;
+  const double blocked = iv.python - iv.python_cpu - iv.python_wait;
+  const double cores = iv.threads * iv.python_cpu / iv.python;  // used between them
+  // About one core between them: one thread at a time runs. Blocked threads
+  // using much less are waiting for something else (I/O, sleeps, locks).
+  return blocked > kGilBlockedShare * iv.python && cores > 0.6 && cores < 1.5;
+}
 
 double TuneInterval::stall() const { return wall > 0 ? std::clamp(wait / wall, 0.0, 1.0) : 0.0; }
 
@@ -109,13 +124,32 @@ Diagnosis diagnose(const TuneInterval& iv, double stall_threshold) {
         percent(stall), 100 - percent(util), iv.window, threads);
     return d;
   }
-  const double stages[4] = {iv.read, iv.decode, iv.ops, iv.plan};
-  const char* names[4] = {"read", "decode", "ops", "plan"};
-  const double total = stages[0] + stages[1] + stages[2] + stages[3];
-  const int top = static_cast<int>(std::max_element(stages, stages + 4) - stages);
+  const double stages[5] = {iv.read, iv.decode, iv.ops, iv.plan, iv.python};
+  const char* names[5] = {"read", "decode", "ops", "plan", "python"};
+  const double total = stages[0] + stages[1] + stages[2] + stages[3] + stages[4];
+  const int top = static_cast<int>(std::max_element(stages, stages + 5) - stages);
   d.stage = names[top];
   const double share = total > 0 ? stages[top] / total : 0.0;
   const bool images = iv.ops > 0;
+  if (d.stage == "python" && gil_bound(iv)) {
+    d.text = format(
+        "loader-bound: the loop waited for data %d%% of the time; your Python code takes %d%% "
+        "of the workers' time and is GIL-bound: %d threads ran it at %.2g cores' worth of CPU "
+        "between them (one at a time holds the GIL). Move pure-Python loops into NumPy/OpenCV "
+        "calls on whole arrays or stoker's C++ transforms, or run the Python stage in "
+        "processes (python_workers='process')",
+        percent(stall), percent(share), threads,
+        iv.python > 0 ? static_cast<double>(threads) * iv.python_cpu / iv.python : 0.0);
+    return d;
+  }
+  if (d.stage == "python" && iv.python_wait > kGilBlockedShare * iv.python) {
+    d.text = format(
+        "loader-bound: the loop waited for data %d%% of the time; your Python code takes %d%% "
+        "of the workers' time, and its threads waited for a free core %d%% of theirs: the "
+        "machine's cores are busy with other work (more threads will not help)",
+        percent(stall), percent(share), percent(iv.python_wait / iv.python));
+    return d;
+  }
   std::string advice = iv.threads < iv.max_threads
                            ? format("more threads (num_threads=%d)", iv.max_threads)
                            : std::string(stage_advice(d.stage, images));

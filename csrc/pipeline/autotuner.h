@@ -42,8 +42,11 @@ struct TuneInterval {
   double wait = 0;                                 ///< seconds the consumer waited in next()
   double busy = 0;                                 ///< worker-seconds spent on units and planning
   double read = 0, decode = 0, ops = 0, plan = 0;  ///< worker-seconds per stage
-  double copy = 0;                                 ///< device time of the copies
-  int64_t batches = 0;                             ///< delivered
+  double python = 0;       ///< thread-seconds in the Python stage (user code)
+  double python_cpu = 0;   ///< CPU seconds of those threads meanwhile (NOTE [ Python stage ])
+  double python_wait = 0;  ///< seconds they were runnable but had no CPU
+  double copy = 0;         ///< device time of the copies
+  int64_t batches = 0;     ///< delivered
   int64_t copies = 0;
   int threads = 1;      ///< active workers
   int max_threads = 1;  ///< the most this rank may use
@@ -63,7 +66,7 @@ const char* bottleneck_name(Bottleneck b);  ///< "unknown", "consumer", "loader"
 /// Where the time goes, in one line.
 struct Diagnosis {
   Bottleneck kind = Bottleneck::kUnknown;
-  /// The stage to fix: "read", "decode", "ops", "plan", "prefetch", "copy";
+  /// The stage to fix: "read", "decode", "ops", "plan", "python", "prefetch", "copy";
   /// empty when the loader is not the bottleneck.
   std::string stage;
   std::string text;
@@ -71,6 +74,15 @@ struct Diagnosis {
 
 /// @param stall_threshold a stall above it makes the loader (or the copy) the bottleneck
 Diagnosis diagnose(const TuneInterval& iv, double stall_threshold);
+
+/// Whether the Python stage's threads took turns on the GIL: with two or more
+/// threads, they spent more than kGilBlockedShare of their time in user code
+/// neither on a CPU nor waiting for one (blocked: on the GIL, for pure-Python
+/// code), and ran about one core's worth between them (0.6 to 1.5: threads
+/// blocked on I/O or sleeps use far less). Threads starved of CPU by other
+/// work wait runnable instead, which is not the GIL.
+bool gil_bound(const TuneInterval& iv);
+constexpr double kGilBlockedShare = 0.3;
 
 class Autotuner {
  public:

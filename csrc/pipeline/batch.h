@@ -40,6 +40,7 @@ struct HostBatch {
   bool pinned = false;              ///< slot memory is page-locked
   std::vector<TensorDesc> tensors;
   BatchCounters counters;
+  uint64_t ticket = 0;       ///< what the finisher gave it (batch_handoff.h); 0: none
   std::exception_ptr error;  ///< set instead of the rest when the batch failed
 };
 

@@ -81,6 +81,12 @@ class BatchWork {
   int units = 1;
   /// Samples in the batch (stats; for tokens: rows).
   int64_t samples = 0;
+  /// Finished outside the pool after its units: the stream hands it to the
+  /// loader's BatchFinisher (batch_handoff.h) instead of publishing it.
+  bool handoff = false;
+  /// Set by the stream when it plans the batch: its segment and its number there.
+  EpochKey key;
+  int64_t index = 0;
 
   /// Writes unit `u` into `base` (`bytes` bytes). Throws the error of the
   /// unit's first bad item; the core keeps the error of the lowest unit, so

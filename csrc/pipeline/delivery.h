@@ -23,6 +23,7 @@ struct DeliveredBatch {
   BatchCounters counters;
   int device = -1;           ///< -1: host memory; else the device ordinal
   std::exception_ptr error;  ///< the batch's error instead of the rest
+  uint64_t ticket = 0;       ///< HostBatch::ticket
 };
 
 /// Reads one stream's batches in order, for one consumer thread at a time.
@@ -33,9 +34,12 @@ class BatchReader {
   virtual ~BatchReader() = default;
   /// The next batch, waiting up to `deadline`. `consumer_stream` (a device
   /// stream handle; 0 = the default stream) is the stream the consumer reads
-  /// the batch on: device delivery orders it after the copy.
-  virtual Status next(DeliveredBatch& out, Clock::time_point deadline,
-                      uintptr_t consumer_stream) = 0;
+  /// the batch on: device delivery orders it after the copy. `side_stream`
+  /// (0: none) is ordered after the copy too, for work on the batch that
+  /// the consumer stream then waits for (batch_map: docs/python.md); the
+  /// buffer's reuse stays fenced on the consumer stream.
+  virtual Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream,
+                      uintptr_t side_stream) = 0;
   /// Prompt and idempotent; any thread. Stops the stream too.
   virtual void stop() = 0;
   /// Batches the consumer could take now without waiting, counted up to
@@ -62,7 +66,7 @@ class HostReader final : public BatchReader {
  public:
   explicit HostReader(std::shared_ptr<Stream> stream) : stream_(std::move(stream)) {}
   ~HostReader() override { stop(); }
-  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t) override {
+  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t, uintptr_t) override {
     HostBatch b;
     switch (stream_->read(b, deadline)) {
       case Stream::Read::kTimeout:
@@ -72,8 +76,8 @@ class HostReader final : public BatchReader {
       case Stream::Read::kBatch:
         break;
     }
-    out =
-        DeliveredBatch{b.index, std::move(b.memory), std::move(b.tensors), b.counters, -1, b.error};
+    out = DeliveredBatch{
+        b.index, std::move(b.memory), std::move(b.tensors), b.counters, -1, b.error, b.ticket};
     return Status::kBatch;
   }
   void stop() override { stream_->stop(); }

@@ -101,7 +101,7 @@ bool LoaderCore::run_starts(const Run& run, const EpochKey& key) const {
 std::shared_ptr<LoaderCore::Run> LoaderCore::new_run(const EpochKey& key) {
   auto run = std::make_shared<Run>();
   run->stream = std::make_shared<Stream>(producer_, host_pool_, workers_->signal(), stats_,
-                                         opts_.prefetch, telemetry_->window(), key);
+                                         opts_.prefetch, telemetry_->window(), key, opts_.finisher);
   if (opts_.auto_prefetch && opts_.max_memory > 0)  // NOTE [ Window and memory ]
     run->stream->set_memory_limit(
         opts_.max_memory,
@@ -326,6 +326,8 @@ void LoaderCore::close() {
   workers_->stop();
 }
 
+int LoaderCore::active_threads() const { return workers_->active(); }
+
 LoaderStatsSnapshot LoaderCore::stats() const {
   LoaderTelemetry::Live live;
   live.host_blocks = host_pool_->blocks();
@@ -385,7 +387,8 @@ void LoaderCore::Iterator::close() {
 
 LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
                                                         Clock::time_point deadline,
-                                                        uintptr_t consumer_stream) {
+                                                        uintptr_t consumer_stream,
+                                                        uintptr_t side_stream) {
   STOKER_CHECK(!core_->forked(), UsageError,
                "this loader iterator was started in another process (before os.fork()); "
                "create a new Loader in this process");
@@ -405,7 +408,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
   LoaderStats& st = *core_->stats_;
   while (drain_ > 0) {  // the rest of an epoch left early, before this one (claim())
     DeliveredBatch dropped;
-    const BatchReader::Status s = run_->reader->next(dropped, deadline, consumer_stream);
+    const BatchReader::Status s = run_->reader->next(dropped, deadline, consumer_stream, 0);
     if (s == BatchReader::Status::kTimeout) return Status::kTimeout;
     if (s == BatchReader::Status::kStopped) {
       closed_.store(true, std::memory_order_release);
@@ -421,7 +424,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
     if (main_) tel.note_depth(run_->reader->ready(LoaderTelemetry::kDepthMax));
   }
   const auto t0 = Clock::now();
-  const BatchReader::Status s = run_->reader->next(out, deadline, consumer_stream);
+  const BatchReader::Status s = run_->reader->next(out, deadline, consumer_stream, side_stream);
   const auto t1 = Clock::now();
   st.wait_ns.fetch_add(ns_between(t0, t1), std::memory_order_relaxed);
   if (s == BatchReader::Status::kTimeout) {

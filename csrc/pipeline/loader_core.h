@@ -103,6 +103,10 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   void close();
 
   LoaderStatsSnapshot stats() const;
+  /// The counters themselves, for a BatchFinisher that adds its time to them.
+  std::shared_ptr<LoaderStats> stats_handle() const { return stats_; }
+  /// Workers taking work now (the tuner moves it; the Python stage follows it).
+  int active_threads() const;
   const LoaderOptions& options() const { return opts_; }
 
   /// Log lines posted since the last call (tuning settled, a slow first
@@ -167,7 +171,9 @@ class LoaderCore::Iterator {
   /// error is thrown when its position is reached, and ends the iterator.
   /// Calls from several threads are served one at a time. UsageError in a
   /// forked child.
-  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream = 0);
+  /// `side_stream`: BatchReader::next.
+  Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream = 0,
+              uintptr_t side_stream = 0);
   /// Ends the iterator and stops its stream; batches handed out stay valid. Any thread.
   void close();
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "pipeline/batch_handoff.h"
 #include "pipeline/block_pool.h"
 #include "pipeline/delivery.h"
 
@@ -25,7 +26,9 @@ struct LoaderOptions {
   bool prefetch_next_epoch = true;
   std::shared_ptr<BlockAllocator> host_allocator;  ///< null: pageable memory
   std::shared_ptr<Delivery> delivery;              ///< null: host memory
-  std::chrono::milliseconds linger{100};           ///< idle workers end after this
+  /// Finishes batches planned with BatchWork::handoff (the Python stage).
+  std::shared_ptr<BatchFinisher> finisher;
+  std::chrono::milliseconds linger{100};  ///< idle workers end after this
 };
 
 }  // namespace stoker

@@ -22,6 +22,9 @@ struct LoaderStats {
   std::atomic<int64_t> decode_ns{0};
   std::atomic<int64_t> ops_ns{0};
   std::atomic<int64_t> plan_ns{0};         ///< planning batches and taking their memory
+  std::atomic<int64_t> python_ns{0};       ///< the Python stage: wall time in user code
+  std::atomic<int64_t> python_cpu_ns{0};   ///< ... and its threads' CPU time meanwhile
+  std::atomic<int64_t> python_wait_ns{0};  ///< ... and their time waiting for a CPU
   std::atomic<int64_t> worker_busy_ns{0};  ///< workers running units or planning
   std::atomic<int64_t> worker_idle_ns{0};  ///< workers parked while a stream was open
   // The consumer.

@@ -50,7 +50,8 @@ struct LoaderTelemetry::Tuning {
   int64_t outside_ns = 0;    // guarded by mu: time in the interval with no epoch running
   int64_t batches = 0;       // guarded by mu: main-iterator batches in the interval
   int64_t wait_ns = 0, busy_ns = 0, read_ns = 0, decode_ns = 0, ops_ns = 0, plan_ns = 0,
-          copy_ns = 0, copies = 0;  // guarded by mu: the counters at `since`
+          python_ns = 0, python_cpu_ns = 0, python_wait_ns = 0, copy_ns = 0,
+          copies = 0;  // guarded by mu: the counters at `since`
   std::atomic<int> min_depth{INT_MAX};
 
   void restart(const LoaderStats& st, Clock::time_point now) {
@@ -64,6 +65,9 @@ struct LoaderTelemetry::Tuning {
     decode_ns = st.decode_ns.load(std::memory_order_relaxed);
     ops_ns = st.ops_ns.load(std::memory_order_relaxed);
     plan_ns = st.plan_ns.load(std::memory_order_relaxed);
+    python_ns = st.python_ns.load(std::memory_order_relaxed);
+    python_cpu_ns = st.python_cpu_ns.load(std::memory_order_relaxed);
+    python_wait_ns = st.python_wait_ns.load(std::memory_order_relaxed);
     copy_ns = st.copy_ns.load(std::memory_order_relaxed);
     copies = st.copies.load(std::memory_order_relaxed);
     min_depth.store(INT_MAX, std::memory_order_relaxed);
@@ -143,6 +147,9 @@ std::optional<int> LoaderTelemetry::tick(Clock::time_point now) {
     iv.decode = delta(st.decode_ns, t.decode_ns);
     iv.ops = delta(st.ops_ns, t.ops_ns);
     iv.plan = delta(st.plan_ns, t.plan_ns);
+    iv.python = delta(st.python_ns, t.python_ns);
+    iv.python_cpu = delta(st.python_cpu_ns, t.python_cpu_ns);
+    iv.python_wait = delta(st.python_wait_ns, t.python_wait_ns);
     iv.copy = delta(st.copy_ns, t.copy_ns);
     iv.copies = st.copies.load(std::memory_order_relaxed) - t.copies;
     iv.batches = t.batches;
@@ -273,6 +280,9 @@ LoaderStatsSnapshot LoaderTelemetry::snapshot(const Live& live) const {
   s.decode_seconds = sec(st.decode_ns);
   s.ops_seconds = sec(st.ops_ns);
   s.plan_seconds = sec(st.plan_ns);
+  s.python_seconds = sec(st.python_ns);
+  s.python_cpu_seconds = sec(st.python_cpu_ns);
+  s.python_wait_seconds = sec(st.python_wait_ns);
   s.worker_busy_seconds = sec(st.worker_busy_ns);
   s.worker_idle_seconds = sec(st.worker_idle_ns);
   s.wait_seconds = sec(st.wait_ns);
@@ -312,9 +322,12 @@ LoaderStatsSnapshot LoaderTelemetry::snapshot(const Live& live) const {
   s.data_stall = std::min(1.0, ratio(s.wait_seconds, s.run_seconds));
   s.copy_gbps = ratio(static_cast<double>(s.copy_bytes), s.copy_seconds) * 1e-9;
   const double n = static_cast<double>(s.batches);
-  s.stage_seconds_per_batch = {ratio(s.read_seconds, n), ratio(s.decode_seconds, n),
-                               ratio(s.ops_seconds, n), ratio(s.plan_seconds, n),
-                               ratio(s.copy_seconds, static_cast<double>(s.copies))};
+  s.stage_seconds_per_batch = {ratio(s.read_seconds, n),
+                               ratio(s.decode_seconds, n),
+                               ratio(s.ops_seconds, n),
+                               ratio(s.plan_seconds, n),
+                               ratio(s.copy_seconds, static_cast<double>(s.copies)),
+                               ratio(s.python_seconds, n)};
 
   // Where the time went, the loader's first batch (its warm-up) left out.
   TuneInterval iv;
@@ -326,6 +339,9 @@ LoaderStatsSnapshot LoaderTelemetry::snapshot(const Live& live) const {
   iv.decode = s.decode_seconds;
   iv.ops = s.ops_seconds;
   iv.plan = s.plan_seconds;
+  iv.python = s.python_seconds;
+  iv.python_cpu = s.python_cpu_seconds;
+  iv.python_wait = s.python_wait_seconds;
   iv.copy = s.copy_seconds;
   iv.batches = s.batches > 1 ? s.batches - 1 : 0;
   iv.copies = s.copies;

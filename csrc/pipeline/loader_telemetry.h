@@ -33,12 +33,14 @@ struct LogMessage {
 /// device copy per copy.
 struct StageSecondsPerBatch {
   double read = 0, decode = 0, ops = 0, plan = 0, copy = 0;
+  double python = 0;  ///< the Python stage (user code; NOTE [ Python stage ])
 };
 
 struct LoaderStatsSnapshot {
   int64_t batches = 0, samples = 0, bytes_read = 0, skipped = 0;
   std::vector<int64_t> sources;  ///< a mixture's: per source, rows then real tokens
   double read_seconds = 0, decode_seconds = 0, ops_seconds = 0, plan_seconds = 0;
+  double python_seconds = 0, python_cpu_seconds = 0, python_wait_seconds = 0;  ///< Python stage
   double worker_busy_seconds = 0, worker_idle_seconds = 0;
   double wait_seconds = 0, run_seconds = 0, first_batch_seconds = -1;
   double warmup_seconds = -1;  ///< the loader's first batch, from its first next()

@@ -22,11 +22,13 @@ int units_count(uint64_t w) { return static_cast<int>(w & 0xFFFF); }
 
 Stream::Stream(std::shared_ptr<const BatchProducer> producer, std::shared_ptr<BlockPool> pool,
                std::shared_ptr<detail::EventCount> work_signal, std::shared_ptr<LoaderStats> stats,
-               int capacity, int window, const EpochKey& first)
+               int capacity, int window, const EpochKey& first,
+               std::shared_ptr<BatchFinisher> finisher)
     : producer_(std::move(producer)),
       pool_(std::move(pool)),
       signal_(std::move(work_signal)),
       stats_(std::move(stats)),
+      finisher_(std::move(finisher)),
       ring_(static_cast<size_t>(std::max(1, capacity))),
       window_(std::clamp(window, 1, std::max(1, capacity))) {
   const int64_t n = static_cast<int64_t>(ring_.capacity());
@@ -111,15 +113,22 @@ void Stream::plan(int64_t pos, Job& job) {
   job.cut_short.store(false, std::memory_order_relaxed);
   job.error = nullptr;
   job.error_unit = INT_MAX;
+  job.ticket = 0;
   int count = 0;
   try {
     std::optional<Segment> seg = segment_at(pos);
     STOKER_CHECK(seg.has_value(), Error, "internal: no segment for batch position ", pos);
     job.index = pos - seg->begin;
     job.work = producer_->plan_batch(*seg->plan, job.index);
+    job.work->key = seg->key;
+    job.work->index = job.index;
     count = std::clamp(job.work->units, 1, 0xFFFF);
+    STOKER_CHECK(!job.work->handoff || finisher_, Error,
+                 "internal: a batch to hand off on a stream without a finisher");
     note_bytes(job.work->bytes);  // NOTE [ Window and memory ]
-    job.memory = pool_->acquire_shared(job.work->bytes);
+    // A batch handed off with nothing to write before takes its memory then.
+    if (!(job.work->handoff && job.work->bytes == 0))
+      job.memory = pool_->acquire_shared(job.work->bytes);
   } catch (...) {
     job.error = std::current_exception();
     count = 0;
@@ -150,9 +159,95 @@ void Stream::run(const Unit& u, WorkerContext& ctx) {
   finish(u.pos, job);
 }
 
+// A handed-off batch (batch_handoff.h). It names its position in a stream it
+// holds weakly; until it completes, nobody else touches that job (the slot is
+// claimed, so it is neither read nor reused).
+class Stream::Handle final : public HandedOffBatch {
+ public:
+  Handle(std::weak_ptr<Stream> stream, int64_t pos, Job& job)
+      : stream_(std::move(stream)), pos_(pos), job_(job), work_(*job.work) {}
+  ~Handle() override {
+    // A finisher that dropped its batch unfinished would leave the reader
+    // waiting forever: the batch fails instead.
+    if (!done_.load(std::memory_order_acquire))
+      fail(std::make_exception_ptr(
+          Error("internal: a batch handed off to the Python stage was dropped unfinished")));
+  }
+
+  const BatchWork& work() const override { return work_; }
+  std::shared_ptr<uint8_t> memory() const override { return job_.memory; }
+  bool stopped() const override {
+    std::shared_ptr<Stream> s = stream_.lock();
+    return !s || s->stopped();
+  }
+  std::shared_ptr<uint8_t> allocate(size_t bytes) override {
+    std::shared_ptr<Stream> s = stream_.lock();
+    STOKER_CHECK(s != nullptr, UsageError, "the loader's stream of this batch is gone");
+    s->note_bytes(bytes);  // NOTE [ Window and memory ]
+    std::shared_ptr<uint8_t> m = s->pool_->acquire_shared(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    memory_ = m;
+    return m;
+  }
+  void complete(std::vector<TensorDesc> tensors, size_t bytes, uint64_t ticket, int64_t skipped,
+                int64_t bytes_read) override {
+    std::shared_ptr<Stream> s = lock_once();
+    if (!s) return;
+    bool inside = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (memory_) job_.memory = std::move(memory_);  // else the units' memory stays
+      for (const TensorDesc& t : tensors)
+        inside = inside && t.offset + t.nbytes <= bytes && (t.nbytes == 0 || job_.memory);
+    }
+    if (!inside) {  // a bug of the finisher: the batch fails rather than read stray memory
+      job_.error = std::make_exception_ptr(
+          Error("internal: a tensor of a handed-off batch lies outside its memory"));
+      job_.memory.reset();
+      s->ring_.publish(pos_);
+      return;
+    }
+    job_.work->tensors = std::move(tensors);
+    job_.work->bytes = bytes;
+    job_.work->skipped.fetch_add(skipped, std::memory_order_relaxed);
+    job_.work->bytes_read.fetch_add(bytes_read, std::memory_order_relaxed);
+    job_.ticket = ticket;
+    s->ring_.publish(pos_);
+  }
+  void fail(std::exception_ptr error) override {
+    std::shared_ptr<Stream> s = lock_once();
+    if (!s) return;
+    job_.error = std::move(error);
+    job_.memory.reset();
+    s->ring_.publish(pos_);
+  }
+
+ private:
+  // The stream, the first time only, and only while it runs.
+  std::shared_ptr<Stream> lock_once() {
+    if (done_.exchange(true, std::memory_order_acq_rel)) return nullptr;
+    std::shared_ptr<Stream> s = stream_.lock();
+    return s && !s->stopped() ? s : nullptr;
+  }
+
+  const std::weak_ptr<Stream> stream_;
+  const int64_t pos_;
+  Job& job_;  // valid while the stream lives (checked by lock_once)
+  const BatchWork& work_;
+  std::mutex mu_;
+  std::shared_ptr<uint8_t> memory_;  // guarded by mu_: allocate()'s
+  std::atomic<bool> done_{false};
+};
+
 void Stream::finish(int64_t pos, Job& job) {
   const int count = units_count(job.units.load(std::memory_order_relaxed));
-  if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 == count) ring_.publish(pos);
+  if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 != count) return;
+  if (job.work && job.work->handoff && !job.error &&
+      !job.cut_short.load(std::memory_order_relaxed) && !stopped()) {
+    finisher_->hand_off(std::make_shared<Handle>(weak_from_this(), pos, job));
+    return;
+  }
+  ring_.publish(pos);
 }
 
 bool Stream::wants_workers() const {
@@ -274,6 +369,7 @@ Stream::Read Stream::read(HostBatch& out, Clock::time_point deadline) {
     out.tensors = std::move(w.tensors);
     out.counters = {w.samples, w.skipped.load(std::memory_order_relaxed),
                     w.bytes_read.load(std::memory_order_relaxed), std::move(w.source_counts)};
+    out.ticket = job.ticket;
   }
   job.work.reset();
   job.memory.reset();

@@ -57,6 +57,7 @@
 #include "common/cache_line.h"
 #include "common/detail/event_count.h"
 #include "pipeline/batch.h"
+#include "pipeline/batch_handoff.h"
 #include "pipeline/batch_producer.h"
 #include "pipeline/batch_ring.h"
 #include "pipeline/block_pool.h"
@@ -72,7 +73,7 @@ struct Segment {
   std::shared_ptr<const EpochPlan> plan;
 };
 
-class Stream {
+class Stream : public std::enable_shared_from_this<Stream> {
  public:
   using Clock = std::chrono::steady_clock;
   enum class Read { kBatch, kTimeout, kStopped };
@@ -80,9 +81,11 @@ class Stream {
   /// Plans `first` at once (plan_epoch): its error is thrown here.
   /// @param capacity ring slots, the largest window
   /// @param window positions in flight (planned, assembled or waiting), <= capacity
+  /// @param finisher finishes batches planned with BatchWork::handoff (batch_handoff.h)
   Stream(std::shared_ptr<const BatchProducer> producer, std::shared_ptr<BlockPool> pool,
          std::shared_ptr<detail::EventCount> work_signal, std::shared_ptr<LoaderStats> stats,
-         int capacity, int window, const EpochKey& first);
+         int capacity, int window, const EpochKey& first,
+         std::shared_ptr<BatchFinisher> finisher = nullptr);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -162,11 +165,13 @@ class Stream {
     std::unique_ptr<BatchWork> work;
     std::shared_ptr<uint8_t> memory;
     int64_t index = -1;   // batch number within its epoch
+    uint64_t ticket = 0;  // the finisher's (batch_handoff.h)
     std::mutex error_mu;  // the error path only
     std::exception_ptr error;
     int error_unit = INT_MAX;
   };
 
+  class Handle;  // a handed-off batch (batch_handoff.h)
   bool extend(int64_t pos);
   void plan(int64_t pos, Job& job);
   void note_bytes(size_t bytes);
@@ -176,6 +181,7 @@ class Stream {
   const std::shared_ptr<BlockPool> pool_;
   const std::shared_ptr<detail::EventCount> signal_;
   const std::shared_ptr<LoaderStats> stats_;
+  const std::shared_ptr<BatchFinisher> finisher_;
   BatchRing<Job> ring_;
 
   alignas(kCacheLineSize) std::atomic<int64_t> claim_pos_{0};  // lowest position with units left

@@ -113,6 +113,7 @@ std::unique_ptr<BatchWork> MixRecordProducer::plan_batch(const EpochPlan& epoch,
   }
   unit = std::max<int64_t>(unit, (n + 65534) / 65535);  // at most 65535 units
   plan_record_batch(*source_, std::move(indices), unit, *b);
+  b->handoff = opts_.handoff;  // batch_map= (the Python stage)
   return b;
 }
 

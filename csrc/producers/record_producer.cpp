@@ -68,14 +68,12 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
 }
 
 RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions opts)
-    : opts_(std::move(opts)) {
-  STOKER_CHECK(ds != nullptr, UsageError, "RecordProducer: no dataset");
-  shard_records_.reserve(ds->num_shards());
-  for (size_t s = 0; s < ds->num_shards(); ++s)
-    shard_records_.push_back(ds->shard_info(s).num_records);
+    : source_(make_record_source(ds, opts)), opts_(std::move(opts)) {
+  const Dataset& d = *source_->ds;
+  shard_records_.reserve(d.num_shards());
+  for (size_t s = 0; s < d.num_shards(); ++s) shard_records_.push_back(d.shard_info(s).num_records);
   // Validates the sampling options once, here, rather than at the first epoch.
   EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
-  source_ = make_record_source(std::move(ds), opts_);
 }
 
 // Counts do not depend on the order, so they need no shard layout.
@@ -124,6 +122,7 @@ std::unique_ptr<BatchWork> RecordProducer::plan_batch(const EpochPlan& epoch, in
   unit = std::max<int64_t>(unit, (len + 65534) / 65535);  // at most 65535 units
   auto b = std::make_unique<RecordBatch>(source_, e.sample_seed);
   plan_record_batch(*source_, std::move(indices), unit, *b);
+  b->handoff = opts_.handoff;
   return b;
 }
 

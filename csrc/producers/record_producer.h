@@ -36,6 +36,9 @@ struct RecordOptions {
   /// Samples per unit of work; 0 = chosen from the batch size and `threads`.
   int64_t unit_samples = 0;
   int threads_hint = 1;
+  /// Hand each assembled batch to the loader's finisher (batch_map in the
+  /// Python stage: pipeline/batch_handoff.h) before it is published.
+  bool handoff = false;
 };
 
 // NOTE [ Random draws ]
@@ -65,9 +68,9 @@ struct RecordSource {
   const Dataset& dataset(size_t s) const { return sets.empty() ? *ds : *sets[s]; }
 };
 
-/// The shared part of a record producer: checks the image specs against the
-/// schema and makes the pipelines. UsageError for specs naming non-image or
-/// unknown fields.
+/// The source of `opts`'s batches (also the Python stage's fetch of one
+/// sample: producers/python_sample.h). UsageError for image specs or
+/// transforms naming non-image or unknown fields, or a field in two groups.
 std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> ds,
                                                  const RecordOptions& opts);
 

@@ -38,13 +38,11 @@ DATALOADER_ONLY = {
     "num_workers": "stoker uses C++ worker threads, not processes: pass num_threads=N "
                    "(None, the default, tunes it online within the cores available to this "
                    "rank)",
-    "collate_fn": "stoker assembles batches in C++ from the dataset's fields: variable-length "
-                  "fields are padded with '<name>_lengths', images take stoker.ops transforms; "
-                  "anything else, apply to the batch in your training step",
     "sampler": "stoker samples itself (shuffle, seed, rank/world_size); for a custom order, "
                "write the dataset in that order and use shuffle=False",
     "batch_sampler": "stoker batches itself: use batch_size (and drop_last)",
-    "worker_init_fn": "stoker's workers are C++ threads that run no Python code",
+    "worker_init_fn": "stoker runs your code (map=, batch_map=, a dataset's __getitem__) in "
+                      "its own threads of this process: set up shared state before the loop",
     "persistent_workers": "stoker's workers persist across epochs by design",
     "prefetch_factor": "use prefetch=N: batches in flight (None = automatic)",
     "pin_memory_device": "use device='cuda:N' (batches arrive on the GPU) or pin_memory=True",
@@ -52,16 +50,6 @@ DATALOADER_ONLY = {
     "timeout": "stoker never hangs: a worker error surfaces in your loop at its batch",
     "generator": "use seed=N: the order is a function of (seed, epoch)",
 }
-
-_TORCH_DATASET_HINT = (
-    "stoker.Loader reads stoker datasets, not torch Datasets: write yours once "
-    "with stoker.ShardWriter, then load it, e.g.\n"
-    "    fields = {'x': stoker.ndarray('float32', (3, 32, 32)), "
-    "'label': stoker.scalar('int64')}\n"
-    "    with stoker.ShardWriter('data/train', fields) as w:\n"
-    "        for x, y in my_dataset:\n"
-    "            w.write({'x': x.numpy(), 'label': y})\n"
-    "    loader = stoker.Loader(stoker.Dataset('data/train'), batch_size=...)")
 
 
 # -- this machine -------------------------------------------------------------------------
@@ -147,11 +135,6 @@ def token_options(options: Mapping[str, Any]) -> Dict[str, Any]:
             raise TypeError(f"stoker.Loader has no argument {name!r}: {hint}")
         raise TypeError(f"stoker.Loader got an unexpected keyword argument {name!r}")
     return out
-
-
-def refuse_torch_dataset(dataset: Any) -> None:
-    if isinstance(dataset, torch.utils.data.Dataset):
-        raise TypeError(_TORCH_DATASET_HINT)
 
 
 class Settings(NamedTuple):

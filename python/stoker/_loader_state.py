@@ -27,6 +27,8 @@ def dataset_identity(dataset: Any, tokens: bool, epoch_samples: int) -> Dict[str
         ident = {"epoch_samples": epoch_samples, "num_tokens": dataset.num_tokens,
                  "num_docs": dataset.num_docs}
         dataset_id = getattr(getattr(dataset, "dataset", None), "dataset_id", None)
+    elif not hasattr(dataset, "_hash"):  # a map-style dataset (docs/python.md): its size
+        return {"num_records": len(dataset)}
     else:
         ident = {"num_records": len(dataset), "schema_hash": f"{dataset._hash:016x}"}
         dataset_id = getattr(dataset, "dataset_id", None)

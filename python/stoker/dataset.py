@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import posixpath
 import re
@@ -317,6 +318,35 @@ class Dataset:
         else:
             payloads = self._core.read(i)
         return {name: f.decode(p) for (name, f), p in zip(self.fields.items(), payloads)}
+
+    def sample(self, i: int, transforms: Optional[Dict[str, Any]] = None, *, seed: int = 0,
+               image_layout: Optional[str] = None,
+               max_image_pixels: int = 100_000_000) -> Dict[str, Any]:
+        """Sample `i` as a loader's ``map=`` receives it: verified, images decoded (and
+        transformed by ``transforms``, ``{field: [stoker.ops...]}``) by the C++ path,
+        other fields as writable arrays, scalars as NumPy scalars, blobs as bytes.
+        Thread-safe, and the GIL is released while it reads and decodes. The ops' random
+        draws come from (`seed`, `i`): inside ``map``, draw the seed from its ``rng`` to
+        keep the loader deterministic. YOLO's mosaic reads three more images this way::
+
+            def mosaic(sample, rng):
+                others = [ds.sample(int(j), {"image": [stoker.ops.Resize(320)]},
+                                    seed=int(rng.integers(2**63)))
+                          for j in rng.integers(0, len(ds), 3)]
+                ...
+        """
+        from ._python_stage import fetch_sample
+
+        n = len(self)
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index out of range for a dataset of {n} samples")
+        if self.remote is not None:
+            with self.remote.holding([self._core.locate(i)[0]]):
+                return fetch_sample(self, i, transforms, seed, image_layout, max_image_pixels)
+        return fetch_sample(self, i, transforms, seed, image_layout, max_image_pixels)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         for i in range(len(self)):

@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from . import _core
+from . import _core, _python_stage
 from . import _loader_args as args
 from . import _loader_state as state_mod
 from ._loader_args import check_int
@@ -96,7 +96,10 @@ class Loader:
         replaced by the next valid sample, counted in ``stats()`` and reported by a warning).
 
     Args:
-        dataset: a :class:`stoker.Dataset` or a path to one.
+        dataset: a :class:`stoker.Dataset` or a path to one; or any map-style dataset
+            (a ``torch.utils.data.Dataset``, any object with ``__len__`` and
+            ``__getitem__``), whose items the loader's Python stage fetches and batches
+            (docs/python.md).
         batch_size: samples per batch.
         shuffle: a new permutation each epoch, from (seed, epoch); sequential if False.
         seed: the shuffling and augmentation seed.
@@ -159,6 +162,20 @@ class Loader:
             batches, so a rank's last batch may be shorter (or empty), and gathering the
             results of all ranks gives exactly the dataset. False with ``drop_last=True``
             is an error (drop_last already repeats nothing).
+        map: ``fn(sample, rng) -> dict`` per sample, after the C++ read, decode and
+            ``transforms``; ``rng`` is a ``numpy.random.Generator`` keyed by (seed, epoch,
+            dataset index). The outputs are batched natively (docs/python.md).
+        batch_map: ``fn(batch, rng) -> batch`` per batch, ahead of the loop; with a CUDA
+            device it receives the batch on the device, after the copy.
+        collate_fn: as ``DataLoader``'s: the list of samples (after ``map``) to any batch.
+        map_fields: ``{key: stoker.ndarray(dtype, shape) | stoker.scalar(dtype) |
+            stoker.blob() | object}``: how map's (or a map-style dataset's) outputs are
+            batched; a leading ``None`` pads a variable first dimension. Keys not named
+            follow the first sample.
+        names: keys for a map-style dataset's tuple items (default 0, 1, ...).
+        python_workers: ``"thread"`` (default) or ``"process"``: run map and a map-style
+            dataset's ``__getitem__`` in worker processes, for pure-Python code that holds
+            the GIL.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -195,10 +212,24 @@ class Loader:
         stall_warning: Optional[float] = args.DEFAULT_STALL_WARNING,
         shard_window: Optional[int] = None,
         labels: str = "shifted",
+        map: Optional[Any] = None,
+        batch_map: Optional[Any] = None,
+        collate_fn: Optional[Any] = None,
+        map_fields: Optional[Mapping[Any, Any]] = None,
+        names: Optional[Sequence[Any]] = None,
+        python_workers: str = "thread",
         **options: Any,
     ):
         token_options = args.token_options(options)
-        args.refuse_torch_dataset(dataset)
+        # Your code in the pipeline (NOTE [ Python stage ] in stoker/_python_stage.py).
+        map_fn = _python_stage.check_hook("map", map)
+        batch_map = _python_stage.check_hook("batch_map", batch_map)
+        collate_fn = _python_stage.check_hook("collate_fn", collate_fn)
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            raise TypeError("stoker.Loader needs a map-style dataset (__len__ and __getitem__): "
+                            "it samples, shards across ranks and resumes by index; an "
+                            "IterableDataset has no index")
+        map_style = self._map_style = _python_stage.is_map_style(dataset)
         self._args = dict(batch_size=batch_size, shuffle=shuffle, seed=seed,
                           drop_last=drop_last, num_threads=num_threads, prefetch=prefetch,
                           device=str(device), pin_memory=pin_memory, rank=rank,
@@ -208,12 +239,15 @@ class Loader:
                           even_batches=even_batches, seq_len=seq_len, packing=packing,
                           token_dtype=token_dtype, max_tokens=max_tokens,
                           max_memory=max_memory, stall_warning=stall_warning,
-                          shard_window=shard_window, labels=labels, **token_options)
+                          shard_window=shard_window, labels=labels, map=map_fn,
+                          batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields,
+                          names=names, python_workers=python_workers, **token_options)
+        self._stage: Optional[_python_stage.PythonStage] = None
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
             max_tokens is not None or packing is not None or bool(token_options) or \
             (isinstance(dataset, Mix) and dataset.tokens)
-        if not self._tokens and not isinstance(dataset, (Dataset, Mix)):
+        if not self._tokens and not map_style and not isinstance(dataset, (Dataset, Mix)):
             dataset = Dataset(dataset)
         if getattr(dataset, "closed", False):
             raise ValueError(f"{dataset.path}: the stoker.Dataset is closed")
@@ -224,6 +258,11 @@ class Loader:
         if self._tokens and (transforms or image_layout is not None):
             raise ValueError("transforms and image_layout apply to image fields, not to token "
                              "batches (seq_len=, packing=, max_tokens=)")
+        processes = _python_stage.check_stage_args(
+            dataset, map_style=map_style, tokens=self._tokens, map_fn=map_fn,
+            batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields, names=names,
+            python_workers=python_workers, transforms=transforms, image_layout=image_layout,
+            device=torch.device(device))
         if self._tokens and batch_size is None and max_tokens is None:
             batch_size = 1
         if not self._tokens:
@@ -269,6 +308,7 @@ class Loader:
         max_image_pixels = check_int("max_image_pixels", max_image_pixels, 1)
 
         self._nchw_views: Tuple[str, ...] = ()
+        on_device = torch.device(device).type == "cuda"
         if self._tokens and isinstance(dataset, Mix):
             self.transforms = {}
             dataset = dataset.as_tokens(token_options.get("field"))  # sources with token fields
@@ -290,6 +330,20 @@ class Loader:
             if not isinstance(dataset, TokenDataset):
                 dataset = TokenDataset(dataset, field=token_options.get("field"))
             self.dataset = dataset
+        elif map_style:  # any object with __len__ and __getitem__ (docs/python.md)
+            self.dataset = dataset
+            self.transforms = {}
+            if shard_window is not None:
+                raise ValueError("shard_window shuffles the shards of a stoker.Dataset; a "
+                                 "map-style dataset has none (shuffle=True shuffles it whole)")
+            producer = _core.PythonProducer(
+                len(dataset), batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
+                self.drop_last, self.even_batches)
+            self._stage = _python_stage.PythonStage(
+                _python_stage.MapStyleSource(dataset, names), map_fn=map_fn,
+                batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields, seed=seed,
+                skip=on_error == "skip", threads=self.num_threads,
+                batch_map_on_consumer=on_device, processes=processes)
         else:
             self.dataset = dataset
             remote = getattr(dataset, "remote", None)
@@ -314,18 +368,46 @@ class Loader:
                 batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
                 drop_last=self.drop_last, even_batches=self.even_batches,
                 shard_window=shard_window or 0)
-            record_options = _core.RecordOptions(
-                sampler=sampler, skip_errors=on_error == "skip", images=images,
-                transforms=groups, threads_hint=self.num_threads)
             if isinstance(dataset, Mix):
-                self._mix = MixRun(dataset, tokens=False, record_options=record_options,
-                                   batch_size=batch_size, shuffle=self.shuffle, seed=seed,
-                                   drop_last=self.drop_last, shard_window=shard_window,
-                                   world_size=self._world()[1], token_options={})
+                if map_fn is not None or collate_fn is not None:
+                    raise ValueError("map= and collate_fn= take samples of one stoker.Dataset, "
+                                     "not of a stoker.Mix; batch_map= takes a mixture's "
+                                     "batches (with their 'source')")
+                self._mix = MixRun(dataset, tokens=False, record_options=_core.RecordOptions(
+                    sampler=sampler, skip_errors=on_error == "skip", images=images,
+                    transforms=groups, threads_hint=self.num_threads,
+                    handoff=batch_map is not None),
+                    batch_size=batch_size, shuffle=self.shuffle, seed=seed,
+                    drop_last=self.drop_last, shard_window=shard_window,
+                    world_size=self._world()[1], token_options={})
                 producer = self._mix.producer
+                source = None
+            elif map_fn is not None or collate_fn is not None:
+                # Samples are fetched by the stage's threads (the C++ decode, GIL released)
+                # as map receives them: images in their decoded layout.
+                producer = _core.PythonProducer(
+                    dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
+                    self.drop_last, self.even_batches, shard_window or 0)
+                source = _python_stage.DatasetSource(dataset, _core.RecordOptions(
+                    sampler=sampler, images=images, transforms=groups))
             else:
-                producer = _core.RecordProducer(dataset._core, record_options)
+                # batch_map alone (or nothing): the C++ workers assemble the batch; with
+                # batch_map it goes to the stage, which runs batch_map (on a device: notes
+                # which batch it is, and batch_map runs after the copy, at next()).
+                producer = _core.RecordProducer(dataset._core, _core.RecordOptions(
+                    sampler=sampler, skip_errors=on_error == "skip", images=images,
+                    transforms=groups, threads_hint=self.num_threads,
+                    handoff=batch_map is not None))
+                source = None
+            if map_fn is not None or collate_fn is not None or batch_map is not None:
+                self._stage = _python_stage.PythonStage(
+                    source, map_fn=map_fn, batch_map=batch_map, collate_fn=collate_fn,
+                    map_fields=map_fields, seed=seed, skip=on_error == "skip",
+                    threads=self.num_threads, batch_map_on_consumer=on_device,
+                    processes=processes, nchw_views=self._nchw_views)
         self._producer = producer
+        if collate_fn is not None:  # DataLoader's attribute, as frameworks read it
+            self.collate_fn = collate_fn
         self.labels = labels
         # labels="unshifted" with packing: HF's max_length_q/_k as ints, from a shape
         # (NOTE in csrc/pipeline/token_producer.h, "Label conventions")
@@ -349,10 +431,19 @@ class Loader:
         if target.type == "cuda":
             ahead = args.AUTO_DEVICE_PREFETCH if self.auto_prefetch else self.prefetch
             options.delivery = _core.device_delivery(api, ahead)
+        handoff = None
+        if self._stage is not None and self._stage.needs_handoff:
+            handoff = _core.PythonHandoff(
+                _python_stage.chunk_samples(batch_size, self.num_threads), batch_size)
+            options.finisher = handoff
         fake = api is not None and api.fake  # the host fake's "device" memory is host memory
         self.device = torch.device("cpu") if fake else target
         self._stream_device = target if target.type == "cuda" and not fake else None
         self._core = _core.LoaderCore(producer, options)
+        if handoff is not None:
+            handoff.bind(self._core)
+            self._stage.attach(handoff)
+            self._stage.side_device = self._stream_device
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()
         self._pid = os.getpid()
@@ -467,7 +558,7 @@ class Loader:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
-        remote = getattr(self.dataset, "remote", None)
+        remote = None if self._map_style else getattr(self.dataset, "remote", None)
         if remote is not None:
             remote.serve_here()  # a dataset opened before a fork: this process fetches too
             if not self._tokens and self._following is not remote._fetcher:
@@ -478,6 +569,8 @@ class Loader:
             self._mix.follow(self)  # each remote source ahead of its own stream
         rank, world = self._world()
         self._skip = None  # the iterator takes a pending skip from here
+        if self._stage is not None:
+            self._stage.start()
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
 
     def _shard_schedule(self, max_shards: int) -> List[int]:
@@ -551,6 +644,8 @@ class Loader:
         as loader:`` closes it at the end of the block."""
         if os.getpid() == self._pid:
             self._core.close()
+            if self._stage is not None:
+                self._stage.stop()
 
     def __enter__(self) -> "Loader":
         return self
@@ -561,6 +656,7 @@ class Loader:
     # -- pickling ---------------------------------------------------------------
 
     def __getstate__(self) -> Dict[str, Any]:
+        _python_stage.check_picklable(self._args)
         return {"dataset": self.dataset, "args": self._args, "state": self.state_dict()}
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
@@ -586,7 +682,10 @@ class Loader:
         for images; copying the fields of other records), ops_seconds (image ops after
         decoding), plan_seconds (planning batches), worker_busy/idle_seconds, all summed
         over threads; ``stage_seconds_per_batch`` divides them (and the device copy time)
-        by the batches delivered.
+        by the batches delivered. The Python stage (map, batch_map, collate_fn, a map-style
+        dataset: docs/python.md): python_seconds (wall time in your code, over its
+        threads), python_cpu_seconds, python_wait_seconds (runnable without a free core),
+        and ``stage_seconds_per_batch["python"]``.
 
         Queue: queue_depth (batches ready now), queue_depth_mean and queue_depth_hist
         (batches ready each time the loop asked for one: counts for 0, 1, ... 7, 8 or
@@ -609,7 +708,7 @@ class Loader:
         elif self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens
-        if getattr(self.dataset, "remote", None) is not None:  # a dataset read from a URL
+        if not self._map_style and getattr(self.dataset, "remote", None) is not None:  # a URL
             s["network"] = self.dataset.remote.stats()
         return s
 
@@ -660,6 +759,16 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
                 raise RuntimeError(
                     f"the distributed world changed while an epoch was running (rank, "
                     f"world_size) {self._world} -> {now}; start a new iterator")
+        stage = self._loader._stage
+        if stage is not None:  # NOTE [ Python stage ] in stoker/_python_stage.py
+            stream = None if self._stream_device is None else \
+                torch.cuda.current_stream(self._stream_device).cuda_stream
+            batch = stage.next(self._it, stream)
+            if batch is None:
+                self._loader._report_skipped()
+                raise StopIteration
+            stage.follow(self._loader._core.active_threads)
+            return batch
         if self._stream_device is not None:
             # The batch belongs to the stream current now (docs/gpu.md).
             stream = torch.cuda.current_stream(self._stream_device).cuda_stream

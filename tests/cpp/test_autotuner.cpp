@@ -206,9 +206,45 @@ void diagnosis_of_nothing_and_of_a_fast_loader() {
   CHECK(headers.text.find("have their headers read") != std::string::npos);
 }
 
+void python_stage_named_and_gil_bound_when_threads_take_turns() {
+  // The Python stage dominates: 2 threads, wall time in user code 90% of the
+  // work. Threads that ran in parallel used about as much CPU as wall time.
+  TuneInterval iv = model(2, 4, 0.040, 0.001, 2, 2);
+  iv.python = iv.busy * 0.9;
+  iv.read = iv.decode = iv.ops = iv.busy * 0.03;
+  iv.python_cpu = iv.python * 0.95;
+  const Diagnosis parallel = diagnose(iv, 0.05);
+  CHECK_EQ(parallel.stage, std::string("python"));
+  CHECK(parallel.text.find("your Python code") != std::string::npos);
+  CHECK(parallel.text.find("GIL-bound") == std::string::npos);
+  CHECK(!gil_bound(iv));
+  // Starved of CPU by other work: runnable half the time, not the GIL.
+  iv.python_cpu = iv.python * 0.5;
+  iv.python_wait = iv.python * 0.5;
+  CHECK(!gil_bound(iv));
+  const Diagnosis starved = diagnose(iv, 0.05);
+  CHECK(starved.text.find("GIL-bound") == std::string::npos);
+  CHECK(starved.text.find("waited for a free core 50%") != std::string::npos);
+  // Taking turns on the GIL: each thread is blocked as long as it runs.
+  iv.python_wait = iv.python * 0.02;
+  CHECK(gil_bound(iv));
+  const Diagnosis gil = diagnose(iv, 0.05);
+  CHECK_EQ(gil.stage, std::string("python"));
+  CHECK(gil.text.find("GIL-bound: 2 threads ran it at 1 cores") != std::string::npos);
+  CHECK(gil.text.find("python_workers='process'") != std::string::npos);
+  // Blocked as long, but on I/O or sleeps: far less than a core between them.
+  TuneInterval io = iv;
+  io.python_cpu = io.python * 0.05;
+  CHECK(!gil_bound(io));
+  // One thread cannot take turns with itself.
+  iv.threads = 1;
+  CHECK(!gil_bound(iv));
+}
+
 }  // namespace
 
-TEST_MAIN(consumer_bound_loop_sheds_idle_workers(); loader_bound_loop_keeps_every_core();
+TEST_MAIN(python_stage_named_and_gil_bound_when_threads_take_turns();
+          consumer_bound_loop_sheds_idle_workers(); loader_bound_loop_keeps_every_core();
           too_few_workers_are_raised_and_never_dropped_again(); one_noisy_interval_moves_nothing();
           window_grows_within_its_cap_and_shrinks_to_what_is_used(); explicit_settings_never_move();
           copy_bound_loop_gets_no_more_workers(); diagnosis_of_nothing_and_of_a_fast_loader();)

@@ -544,7 +544,47 @@ void shared_pool_across_epochs() {
 
 }  // namespace
 
-TEST_MAIN(order_and_content(); slow_consumer_never_sees_overwrite(); default_stream_consumer();
+// The side stream (batch_map's, docs/python.md) is ordered after the copy as
+// the consumer's is: a kernel queued on it right after next() sees the whole
+// batch, with the copy delayed, while the consumer stream is held up by
+// other work (so it is the side stream's own wait that orders it).
+void side_stream_ordered_after_the_copy() {
+  auto api = fake_device_api({0, 400us});
+  TestSource src;
+  src.n = 12;
+  Verifier v;
+  const StreamHandle consumer = api->create_stream();
+  const StreamHandle side = api->create_stream();
+  auto pool = pool_for(api, 3);
+  {
+    TransferEngine engine(api, src.source(), 3, pool);
+    std::atomic<bool> release{false};
+    api->launch(consumer, [&] {  // the step still running on the consumer stream
+      while (!release.load(std::memory_order_acquire)) std::this_thread::sleep_for(1ms);
+    });
+    std::vector<DeviceBatch> kept;
+    for (int64_t k = 0; k < src.n; ++k) {
+      std::optional<DeviceBatch> b;
+      while (engine.next_until(consumer, Clock::now() + 1s, b, side) ==
+             TransferEngine::Status::kTimeout) {
+      }
+      CHECK(b.has_value());
+      v.check_on(*api, side, *b, src.size_of(k));
+      kept.push_back(std::move(*b));
+    }
+    api->synchronize_stream(side);  // done while the consumer stream is still blocked
+    CHECK_EQ(v.checked.load(), src.n);
+    CHECK_EQ(v.bad.load(), 0);
+    release.store(true, std::memory_order_release);
+    api->synchronize_stream(consumer);
+    kept.clear();
+  }
+  api->destroy_stream(side);
+  api->destroy_stream(consumer);
+}
+
+TEST_MAIN(side_stream_ordered_after_the_copy(); order_and_content();
+          slow_consumer_never_sees_overwrite(); default_stream_consumer();
           backpressure_is_prefetch(); consumer_holds_batches(); early_stop_frees_everything();
           destroy_without_consuming(); source_error_at_its_position();
           stop_wakes_blocked_consumer(); next_until_times_out();

@@ -1,0 +1,371 @@
+"""Your Python code in the pipeline: stoker's Python stage against DataLoader.
+
+    python bench/bench_python.py [--repeats 3] [--images 512] [--boxes 2048]
+
+Two workloads, each timed as a whole epoch (iterator start to last batch), in one run,
+configurations interleaved, medians of --repeats:
+
+  (a) GIL-releasing: JPEG -> 224x224 random resized crop -> albumentations ColorJitter,
+      Rotate(20), GaussianBlur (OpenCV and NumPy: they release the GIL).
+        stoker:      a stoker dataset of the JPEGs; decode + RandomResizedCrop(224) in C++,
+                     the albumentations ops in map=
+        DataLoader:  a torch Dataset reading the files: cv2.imdecode, albumentations'
+                     RandomResizedCrop, the same ops
+  (b) pure Python: per-box label processing in Python loops (64 boxes per sample: to
+      corners, clipped, small ones dropped, classes remapped, best of 9 anchors by IoU).
+        stoker:      a stoker dataset of boxes and classes, the processing in map=
+        DataLoader:  a torch Dataset over the same arrays, the processing in __getitem__,
+                     a collate_fn that pads boxes as stoker does
+
+Rows: stoker with threads (num_threads=2), stoker with process workers
+(python_workers="process", when this build has them), stoker over the *same* torch
+Dataset (the zero-conversion path), DataLoader with num_workers 0/1/2. Columns: samples/s,
+the ratio to the best DataLoader, time to first batch, and the peak PSS of the whole process
+tree (the main process and its workers, from /proc/<pid>/smaps_rollup).
+"""
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+BATCH = 64
+ANCHORS = [(10, 13), (16, 30), (33, 23), (30, 61), (62, 45), (59, 119), (116, 90),
+           (156, 198), (373, 326)]
+REMAP = {i: (i * 7) % 80 for i in range(80)}
+
+
+# -- memory of the process tree --------------------------------------------------------
+
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def tree_pss(pid=None):
+    """PSS in bytes of `pid` and all its descendants (shared pages counted once in total)."""
+    pid = pid or os.getpid()
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            continue
+        todo += _children(p)
+    return total
+
+
+class PeakPss:
+    """Samples the tree's PSS every 50 ms while a run goes on."""
+
+    def __init__(self):
+        self.peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_pss())
+            self._stop.wait(0.05)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, tree_pss())
+
+
+def timed_epoch(make_iter):
+    """(samples/s, seconds to the first batch, peak PSS) of one epoch."""
+    with PeakPss() as mem:
+        t0 = time.perf_counter()
+        first = None
+        n = 0
+        for batch in make_iter():
+            if first is None:
+                first = time.perf_counter() - t0
+            n += _batch_len(batch)
+        wall = time.perf_counter() - t0
+    return n / wall, first, mem.peak
+
+
+def _batch_len(batch):
+    if isinstance(batch, dict):
+        return len(next(iter(batch.values())))
+    return len(batch[0])
+
+
+# -- (a) images, albumentations ---------------------------------------------------------
+
+def augment():
+    import albumentations as A
+
+    return A.Compose([A.ColorJitter(0.4, 0.4, 0.4, 0.1, p=1.0), A.Rotate(limit=20, p=1.0),
+                      A.GaussianBlur(blur_limit=(3, 7), p=1.0)])
+
+
+AUG = None
+
+
+def aug_map(sample, rng):
+    """stoker's map for (a): the albumentations ops on the C++-cropped 224x224 image."""
+    global AUG
+    if AUG is None:
+        AUG = augment()
+    return {"image": AUG(image=sample["image"])["image"], "label": sample["label"]}
+
+
+class JpegFiles:
+    """(a) for DataLoader: read, cv2 decode, albumentations crop and the same ops."""
+
+    def __init__(self, paths):
+        self.paths = paths
+        self.aug = None
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        import albumentations as A
+        import cv2
+        import torch
+
+        if self.aug is None:
+            self.aug = A.Compose([A.RandomResizedCrop(size=(224, 224)), augment()])
+        with open(self.paths[i], "rb") as f:
+            data = np.frombuffer(f.read(), np.uint8)
+        img = cv2.cvtColor(cv2.imdecode(data, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+        return {"image": torch.from_numpy(self.aug(image=img)["image"]), "label": i % 1000}
+
+
+def make_images(tmp, n):
+    import stoker
+    from make_jpegs import make_image
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    paths = []
+    fields = {"image": stoker.image(), "label": stoker.scalar("int64")}
+    with stoker.ShardWriter(os.path.join(tmp, "img"), fields) as w:
+        for i in range(n):
+            buf = io.BytesIO()
+            Image.fromarray(make_image(rng)).save(buf, "JPEG", quality=90)
+            p = os.path.join(tmp, f"{i:05d}.jpg")
+            with open(p, "wb") as f:
+                f.write(buf.getvalue())
+            paths.append(p)
+            w.write({"image": buf.getvalue(), "label": i % 1000})
+    return paths, os.path.join(tmp, "img")
+
+
+# -- (b) boxes, pure Python -------------------------------------------------------------
+
+def box_labels(boxes, classes, w=640.0, h=480.0):
+    """YOLO-style label processing written the way such code is: Python loops per box."""
+    out_boxes, out_cls, out_anchor = [], [], []
+    for (cx, cy, bw, bh), c in zip(boxes.tolist(), classes.tolist()):
+        x0 = max(0.0, min(w, (cx - bw / 2) * w))
+        y0 = max(0.0, min(h, (cy - bh / 2) * h))
+        x1 = max(0.0, min(w, (cx + bw / 2) * w))
+        y1 = max(0.0, min(h, (cy + bh / 2) * h))
+        if x1 - x0 < 2 or y1 - y0 < 2:
+            continue
+        best, best_iou = 0, -1.0
+        for a, (aw, ah) in enumerate(ANCHORS):
+            inter = min(aw, x1 - x0) * min(ah, y1 - y0)
+            iou = inter / (aw * ah + (x1 - x0) * (y1 - y0) - inter)
+            if iou > best_iou:
+                best, best_iou = a, iou
+        out_boxes.append([x0, y0, x1, y1])
+        out_cls.append(REMAP.get(int(c), int(c)))
+        out_anchor.append(best)
+    return (np.array(out_boxes, np.float32).reshape(-1, 4), np.array(out_cls, np.int64),
+            np.array(out_anchor, np.int64))
+
+
+def box_map(sample, rng):
+    b, c, a = box_labels(sample["boxes"], sample["classes"])
+    return {"boxes": b, "classes": c, "anchor": a}
+
+
+def box_fields():
+    import stoker
+
+    return {"boxes": stoker.ndarray("float32", (None, 4)),
+            "classes": stoker.ndarray("int64", (None,)),
+            "anchor": stoker.ndarray("int64", (None,))}
+
+
+class BoxArrays:
+    """(b) for DataLoader: the same arrays in memory, the processing in __getitem__."""
+
+    def __init__(self, boxes, classes):
+        self.boxes, self.classes = boxes, classes
+
+    def __len__(self):
+        return len(self.boxes)
+
+    def __getitem__(self, i):
+        b, c, a = box_labels(self.boxes[i], self.classes[i])
+        return {"boxes": b, "classes": c, "anchor": a}
+
+
+def pad_collate(samples):
+    """What stoker's native batching gives: padded fields and their lengths."""
+    import torch
+
+    out = {}
+    for k in samples[0]:
+        vals = [torch.from_numpy(s[k]) for s in samples]
+        longest = max(len(v) for v in vals)
+        padded = vals[0].new_zeros((len(vals), longest) + tuple(vals[0].shape[1:]))
+        for i, v in enumerate(vals):
+            padded[i, :len(v)] = v
+        out[k] = padded
+        out[k + "_lengths"] = torch.tensor([len(v) for v in vals])
+    return out
+
+
+def make_boxes(tmp, n):
+    import stoker
+
+    rng = np.random.default_rng(1)
+    boxes = [rng.random((64, 4), dtype=np.float32) * [1, 1, 0.3, 0.3] for _ in range(n)]
+    classes = [rng.integers(0, 80, 64) for _ in range(n)]
+    fields = {"boxes": stoker.ndarray("float32", (None, 4)),
+              "classes": stoker.ndarray("int64", (None,))}
+    with stoker.ShardWriter(os.path.join(tmp, "box"), fields) as w:
+        for b, c in zip(boxes, classes):
+            w.write({"boxes": b.astype(np.float32), "classes": c})
+    return boxes, classes, os.path.join(tmp, "box")
+
+
+# -- the table --------------------------------------------------------------------------
+
+def has_process_workers():
+    import inspect
+
+    import stoker
+
+    return "python_workers" in inspect.signature(stoker.Loader).parameters
+
+
+def configs(workload, tmp, n_images, n_boxes):
+    import stoker
+    import torch
+
+    out = {}
+    if workload == "a":
+        paths, ds_path = make_images(tmp, n_images)
+        ds = stoker.Dataset(ds_path)
+        crop = {"image": [stoker.ops.RandomResizedCrop(224)]}
+        torch_ds = JpegFiles(paths)
+        stoker_kw = dict(transforms=crop, map=aug_map)
+        dl_kw = {}
+        zero_kw = {}
+        warm = paths + [os.path.join(ds.path, s["path"]) for s in ds.shards]
+    else:
+        boxes, classes, ds_path = make_boxes(tmp, n_boxes)
+        ds = stoker.Dataset(ds_path)
+        torch_ds = BoxArrays(boxes, classes)
+        stoker_kw = dict(map=box_map, map_fields=box_fields())
+        dl_kw = dict(collate_fn=pad_collate)
+        zero_kw = dict(map_fields=box_fields())
+        warm = [os.path.join(ds.path, s["path"]) for s in ds.shards]
+
+    epoch = iter(range(10_000))
+
+    def stoker_run(**kw):
+        def make():
+            loader = stoker.Loader(ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
+                                   prefetch_next_epoch=False, **stoker_kw, **kw)
+            loader.set_epoch(next(epoch))
+            return loader
+        return make
+
+    out["stoker threads (num_threads=2)"] = stoker_run()
+    if has_process_workers():
+        out["stoker processes (python_workers='process', 2)"] = stoker_run(
+            python_workers="process")
+    out["stoker threads over the torch Dataset"] = lambda: stoker.Loader(
+        torch_ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
+        prefetch_next_epoch=False, **zero_kw)
+    for w in (0, 1, 2):
+        out[f"DataLoader num_workers={w}"] = (lambda w=w: torch.utils.data.DataLoader(
+            torch_ds, batch_size=BATCH, shuffle=True, num_workers=w, **dl_kw))
+    return out, warm
+
+
+def warm_files(paths):
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(1 << 22):
+                pass
+
+
+def run(workload, title, args, tmp):
+    runs, warm = configs(workload, tmp, args.images, args.boxes)
+    results = {name: [] for name in runs}
+    for _ in range(args.repeats):  # interleaved: drift hits every configuration alike
+        for name, make in runs.items():
+            warm_files(warm)  # the page cache may have dropped the data since the last run
+            results[name].append(timed_epoch(lambda make=make: iter(make())))
+    med = {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs),
+                  statistics.median(r[2] for r in rs)) for name, rs in results.items()}
+    best_dl = max(v[0] for k, v in med.items() if k.startswith("DataLoader"))
+    best_name = max((k for k in med if k.startswith("DataLoader")), key=lambda k: med[k][0])
+    print(f"\n({workload}) {title}")
+    width = max(map(len, med))
+    print(f"  {'':<{width}}  {'samples/s':>10}  {'vs best DL':>10}  {'first batch':>11}  "
+          f"{'peak PSS':>9}")
+    for name, (rate, first, pss) in med.items():
+        print(f"  {name:<{width}}  {rate:10.0f}  {rate / best_dl:9.2f}x  {first:10.3f}s  "
+              f"{pss / 2**20:7.0f}MB")
+    print(f"  best DataLoader: {best_name}")
+    return med
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=3, help="runs per configuration (median)")
+    p.add_argument("--images", type=int, default=512, help="JPEGs in workload (a)")
+    p.add_argument("--boxes", type=int, default=2048, help="samples in workload (b)")
+    p.add_argument("--only", choices=["a", "b"], default=None)
+    args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # as DataLoader's workers do: the cores are the loaders'
+    cores = len(os.sched_getaffinity(0))
+    print(f"{cores} cores, batch {BATCH}, medians of {args.repeats}, "
+          f"Python {sys.version.split()[0]}, torch {torch.__version__}")
+    with tempfile.TemporaryDirectory(prefix="stoker-bench-python-") as tmp:
+        if args.only in (None, "a"):
+            run("a", f"GIL-releasing: {args.images} JPEGs, crop 224 + ColorJitter + Rotate + "
+                "GaussianBlur (albumentations)", args, tmp)
+        if args.only in (None, "b"):
+            run("b", f"pure Python: {args.boxes} samples x 64 boxes, per-box loops", args, tmp)
+
+
+if __name__ == "__main__":
+    main()

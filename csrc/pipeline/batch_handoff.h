@@ -1,0 +1,63 @@
+// A batch finished outside the worker pool. A producer marks a planned batch
+// `BatchWork::handoff`: when its units are done (without error) the stream
+// does not publish it but hands it to the loader's BatchFinisher, and the
+// slot stays claimed, counted in the window, until the finisher completes it.
+// The Python stage is the one finisher (producers/python_handoff.h, NOTE
+// [ Python stage ] in python/stoker/_python_stage.py): its threads are Python
+// threads, so no C++ worker ever waits for Python or calls into it.
+//
+//   worker: last unit of batch p done -> finisher.hand_off(h)     (h names p)
+//   finisher (any thread, later):        h.allocate(bytes)        memory from the stream's pool
+//                                        h.complete(...) / fail() p is published to the reader
+//
+// A handle holds its stream weakly: once the stream is stopped or gone,
+// stopped() is true and complete()/fail() do nothing (the slot is never read).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "pipeline/batch.h"
+
+namespace stoker {
+
+class BatchWork;
+
+/// One handed-off batch, for the finisher.
+class HandedOffBatch {
+ public:
+  virtual ~HandedOffBatch() = default;
+  /// The planned batch (its producer's type), for hand_off() to read what it
+  /// needs: valid only during hand_off(), as the stream may be freed later.
+  virtual const BatchWork& work() const = 0;
+  /// What the units wrote (work().tensors lie in it); null when the batch had
+  /// nothing to write. Valid only during hand_off(), as work() is.
+  virtual std::shared_ptr<uint8_t> memory() const = 0;
+  /// The stream was stopped (or freed): nothing will read this batch.
+  virtual bool stopped() const = 0;
+  /// A buffer of `bytes` from the stream's block pool (pinned when the loader
+  /// pins); it becomes the batch's memory at complete(). Counts for the
+  /// window's memory limit as a planned batch does.
+  virtual std::shared_ptr<uint8_t> allocate(size_t bytes) = 0;
+  /// Publishes the batch: `tensors` lie in the memory allocate() gave, or,
+  /// without allocate(), in memory() (none: an empty batch); `ticket` travels with it to the
+  /// consumer; `skipped` samples were replaced (on_error="skip"); `bytes_read` source bytes
+  /// (stats). Once per handle; no-op when stopped.
+  virtual void complete(std::vector<TensorDesc> tensors, size_t bytes, uint64_t ticket,
+                        int64_t skipped, int64_t bytes_read) = 0;
+  /// Publishes the batch as failed with `error` (rethrown at the consumer).
+  virtual void fail(std::exception_ptr error) = 0;
+};
+
+/// Finishes handed-off batches (the loader's Python stage).
+class BatchFinisher {
+ public:
+  virtual ~BatchFinisher() = default;
+  /// Called by the worker that finished the batch's last unit. Must not block.
+  virtual void hand_off(std::shared_ptr<HandedOffBatch> batch) = 0;
+};
+
+}  // namespace stoker

@@ -1,0 +1,470 @@
+"""Process workers for the Python stage: ``Loader(..., python_workers="process")``.
+
+NOTE [ Python stage processes ]
+Pure-Python code (loops over boxes, dicts, string handling) holds the GIL, so the stage's
+threads take turns and a loader gets one core's worth of it. With process workers, each
+stage thread (NOTE [ Python stage ]) has a worker process of its own and hands it the
+chunks it takes; everything else stays in the loader's process:
+
+  stage thread i (loader's process)            worker process i
+  ---------------------------------            ----------------
+  take() a chunk (GIL released)
+  send (epoch, indices)            ------>     fetch + map each sample (its own GIL)
+                                               arrays -> its shared arena (memfd),
+                                               the rest (numbers, str, structure) pickled
+  rows <- views of the arena       <------     reply: where each array is
+  checked, copied out (GIL released)
+  the batch's last chunk: native batching, collate_fn, batch_map, complete()
+
+  * Started once per loader, by fork() from the loader's process at the first iter(), so
+    the map function, the dataset object and everything they refer to are there without
+    pickling, from a script, a notebook or a module alike: nothing depends on the user's
+    ``if __name__ == "__main__"`` guard, and nothing re-imports the script. The workers
+    live until close() (or the loader is dropped, or its process exits: a worker reads
+    EOF and ends). A worker that dies (killed, a crash in native code) fails the batch of
+    its chunk with its exit status; the next iter() starts one in its place, once: it is
+    never restarted in a loop.
+  * Array data never goes through pickle or a file: a worker writes every array leaf of
+    what it returns into an anonymous shared mapping (memfd_create: no /dev/shm file to
+    fill up or vanish under a reader), which the loader's process maps too; a larger
+    chunk gets a larger arena, whose descriptor travels over the socket (SCM_RIGHTS).
+  * A stoker dataset is reopened in the worker by path and identity (the same
+    generation): a mutex that one of the loader's threads held at fork() time is not
+    inherited in a locked state by the worker's reads. A remote dataset is refused (its
+    shards arrive through the loader's process).
+  * Randomness, errors and skips are those of the threads: rng from (seed, epoch, index),
+    the user's exception re-raised with its traceback's text in a note, on_error="skip"
+    replacing a sample by the next good one in dataset order, in the worker.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+__all__ = ["ProcessWorkers"]
+
+_ARENA_BYTES = 64 << 20  # a worker's first arena; a larger chunk gets a larger one
+_HEADER = struct.Struct("<Q")
+
+
+class WorkerDied(RuntimeError):
+    """A Python worker process ended while it held a chunk."""
+
+
+# -- framing over a stream socket ---------------------------------------------------------
+
+def _send(sock: socket.socket, payload: bytes, fds: Tuple[int, ...] = ()) -> None:
+    header = _HEADER.pack(len(payload))
+    if fds:
+        socket.send_fds(sock, [header], list(fds))
+    else:
+        sock.sendall(header)
+    sock.sendall(payload)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise EOFError
+        got += k
+    return bytes(buf)
+
+
+def _recv(sock: socket.socket) -> Tuple[bytes, List[int]]:
+    """One message and the descriptors that came with it."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4)
+    if not data:
+        raise EOFError
+    if len(data) < _HEADER.size:
+        data += _recv_exact(sock, _HEADER.size - len(data))
+    (n,) = _HEADER.unpack(data)
+    return _recv_exact(sock, n), list(fds)
+
+
+# -- arrays through the arena ------------------------------------------------------------
+
+class _Arena:
+    """A shared mapping of a memfd: a worker writes, the loader's process reads."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd = fd
+        self.size = size
+        self.map = mmap.mmap(fd, size)
+        self.array = np.frombuffer(self.map, np.uint8)
+
+    @classmethod
+    def create(cls, size: int) -> "_Arena":
+        fd = os.memfd_create("stoker-python-arena", os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+        return cls(fd, size)
+
+    def close(self) -> None:
+        self.array = None
+        try:
+            self.map.close()
+        except BufferError:  # views still exported: the mapping goes with them
+            pass
+        os.close(self.fd)
+
+
+class _Writer:
+    """Replaces the array leaves of a value by places in the arena (in the worker)."""
+
+    def __init__(self) -> None:
+        self.arrays: List[np.ndarray] = []
+        self.total = 0
+
+    def encode(self, value: Any) -> Any:
+        import torch
+
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu" and \
+                value.dtype != torch.bfloat16 and value.is_contiguous() and \
+                not value.requires_grad:
+            return ("__stoker_tensor__", self._put(value.numpy()))
+        if isinstance(value, np.ndarray) and value.dtype != object and \
+                value.flags.c_contiguous and value.dtype.isnative:
+            return ("__stoker_array__", self._put(value))
+        if type(value) is dict:
+            return {k: self.encode(v) for k, v in value.items()}
+        if type(value) is list:
+            return [self.encode(v) for v in value]
+        if type(value) is tuple:
+            return tuple(self.encode(v) for v in value)
+        return value  # numbers, strings, anything else: pickled as it is
+
+    def _put(self, a: np.ndarray) -> Tuple[int, str, Tuple[int, ...]]:
+        i = len(self.arrays)
+        self.arrays.append(a)
+        self.total = (self.total + 63) // 64 * 64 + a.nbytes
+        return (i, a.dtype.str, a.shape)
+
+    def write(self, arena: _Arena) -> List[int]:
+        """Copies the arrays into the arena; their offsets."""
+        offsets, pos = [], 0
+        for a in self.arrays:
+            pos = (pos + 63) // 64 * 64
+            if a.nbytes:
+                arena.array[pos: pos + a.nbytes] = a.reshape(-1).view(np.uint8)
+            offsets.append(pos)
+            pos += a.nbytes
+        return offsets
+
+
+def _decode(value: Any, arena: _Arena, offsets: List[int]) -> Any:
+    """The value with its array leaves copied out of the arena (in the loader's process)."""
+    if type(value) is tuple and len(value) == 2 and value[0] in ("__stoker_array__",
+                                                                  "__stoker_tensor__"):
+        i, dtype, shape = value[1]
+        dt = np.dtype(dtype)
+        n = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+        a = arena.array[offsets[i]: offsets[i] + n].view(dt).reshape(shape).copy()
+        if value[0] == "__stoker_tensor__":
+            import torch
+
+            return torch.from_numpy(a)
+        return a
+    if type(value) is dict:
+        return {k: _decode(v, arena, offsets) for k, v in value.items()}
+    if type(value) is list:
+        return [_decode(v, arena, offsets) for v in value]
+    if type(value) is tuple:
+        return tuple(_decode(v, arena, offsets) for v in value)
+    return value
+
+
+# -- the worker process -------------------------------------------------------------------
+
+def _portable_error(exc: BaseException) -> Any:
+    """The exception as the loader's process can have it: itself if it pickles (its
+    traceback's text in a note), else a RuntimeError with that text."""
+    from ._python_stage import add_note
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    add_note(exc, f"stoker: raised in Python worker process {os.getpid()}:\n{text.rstrip()}")
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__} (not picklable) in Python worker process "
+                            f"{os.getpid()}:\n{text.rstrip()}")
+
+
+def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
+    """A worker's loop: chunks in, rows out, until EOF or "stop"."""
+    from ._python_stage import rng_keys, thread_sched
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    stage = stage.worker_copy()
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # the workers are the parallelism, as DataLoader's
+    except Exception:
+        pass
+    while True:
+        try:
+            data, _ = _recv(sock)
+        except (EOFError, OSError):
+            return
+        msg = pickle.loads(data)
+        if msg[0] == "stop":
+            return
+        _, epoch, indices = msg
+        wall0 = time.perf_counter_ns()
+        cpu0, wait0 = thread_sched()
+        from ._python_stage import _times
+
+        times = _times.reset()
+        keys = rng_keys(stage.seed, epoch, indices) if stage.map_fn is not None else None
+        rows: List[Any] = []
+        errors: Dict[int, Any] = {}
+        skipped = 0
+        for pos, index in enumerate(indices):
+            try:
+                rows.append(stage.worker_sample(index, epoch,
+                                                None if keys is None else keys[pos]))
+                continue
+            except Exception as e:
+                first = e
+            rows.append(None)
+            if stage.skip:
+                alt_row, ok = stage._replacement(index, epoch, stage.worker_sample)
+                if ok:
+                    rows[-1] = alt_row
+                    skipped += 1
+                    continue
+            errors[pos] = _portable_error(first)
+        writer = _Writer()
+        encoded = [None if r is None else writer.encode(r) for r in rows]
+        fds: Tuple[int, ...] = ()
+        if writer.total > arena.size:
+            old = arena
+            arena = _Arena.create(max(writer.total, 2 * old.size))
+            old.close()
+            fds = (arena.fd,)
+        offsets = writer.write(arena)
+        wall = time.perf_counter_ns() - wall0
+        cpu1, wait1 = thread_sched()
+        cpu = cpu1 - cpu0
+        py = max(0, wall - times.native_ns)
+        wait = (wait1 - wait0) * py // wall if wall > 0 else 0  # the Python part's share
+        reply = ("rows", encoded, offsets, errors, skipped, arena.size if fds else 0,
+                 (py, max(0, cpu - times.native_ns), times.read_ns, times.decode_ns,
+                  times.ops_ns, times.bytes, wait, times.native_ns))
+        try:
+            payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # an unpicklable output: the chunk's first sample fails
+            payload = pickle.dumps(("rows", [None] * len(rows), [], {0: _portable_error(
+                TypeError(f"map returned a value that cannot leave the worker process: {e}"))},
+                0, 0, (wall, cpu, 0, 0, 0, 0, 0, 0)))
+        try:
+            _send(sock, payload, fds)
+        except OSError:
+            return
+
+
+# -- the loader's side ----------------------------------------------------------------
+
+class _Worker:
+    __slots__ = ("pid", "sock", "arena", "lock", "dead")
+
+    def __init__(self, pid: int, sock: socket.socket, arena: _Arena):
+        self.pid = pid
+        self.sock = sock
+        self.arena = arena
+        self.lock = threading.Lock()
+        self.dead: Optional[str] = None
+
+
+class ProcessWorkers:
+    """The worker processes of one loader's stage, one per stage thread."""
+
+    def __init__(self, count: int):
+        import weakref
+
+        self.count = count
+        self._workers: List[Optional[_Worker]] = [None] * count
+        self._lock = threading.Lock()
+        self._pid = -1
+        # Dropped without stop(): the workers still end, and are waited for.
+        self._all: List[_Worker] = []
+        weakref.finalize(self, _end_all, self._all, os.getpid())
+
+    def start(self, stage: Any) -> None:
+        """Starts the workers that are not running (all of them in a process forked from
+        the one that started them), each with a copy of `stage` (NOTE [ Python stage
+        processes ]). Called before the stage's threads start."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._workers = [None] * self.count  # a child has none of the parent's
+                self._pid = os.getpid()
+            for i, w in enumerate(self._workers):
+                if w is None or w.dead is not None:
+                    if w is not None:
+                        self._reap(w)
+                    self._workers[i] = self._spawn(stage)
+                    self._all.append(self._workers[i])
+
+    def _spawn(self, stage: Any) -> _Worker:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        arena = _Arena.create(_ARENA_BYTES)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns into the loader's code
+            code = 0
+            try:
+                parent.close()
+                _worker_main(child, arena, stage)
+            except BaseException:
+                code = 1
+                try:
+                    traceback.print_exc()
+                except Exception:
+                    pass
+            finally:
+                os._exit(code)
+        child.close()
+        return _Worker(pid, parent, arena)
+
+    def run(self, slot: int, epoch: int, indices: List[int]) -> Tuple[Any, ...]:
+        """Maps `indices` on worker `slot`: (rows, errors, skipped, times). Rows are the
+        samples' values with arrays copied out of the worker's arena."""
+        w = self._workers[slot % self.count]
+        if w is None or w.dead is not None:
+            raise WorkerDied(self._died_message(w, slot))
+        with w.lock:
+            try:
+                _send(w.sock, pickle.dumps(("chunk", epoch, indices)))
+                data, fds = _recv(w.sock)
+            except (EOFError, OSError):
+                w.dead = self._exit_status(w)
+                raise WorkerDied(self._died_message(w, slot)) from None
+            reply = pickle.loads(data)
+            _, encoded, offsets, errors, skipped, new_size, times = reply
+            if fds:
+                old = w.arena
+                w.arena = _Arena(fds[0], new_size)
+                old.close()
+            rows = [None if r is None else _decode(r, w.arena, offsets) for r in encoded]
+        return rows, errors, skipped, times
+
+    def _died_message(self, w: Optional[_Worker], slot: int) -> str:
+        what = w.dead if w is not None and w.dead else "is not running"
+        pid = w.pid if w is not None else "-"
+        return (f"stoker: Python worker process {slot} (pid {pid}) {what}; the batch it held "
+                "fails. The next iter() starts a new worker in its place")
+
+    @staticmethod
+    def _exit_status(w: _Worker) -> str:
+        for _ in range(50):
+            try:
+                pid, status = os.waitpid(w.pid, os.WNOHANG)
+            except ChildProcessError:
+                return "ended"
+            if pid:
+                if os.WIFSIGNALED(status):
+                    sig = os.WTERMSIG(status)
+                    name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ \
+                        else str(sig)
+                    hint = " (killed: out of memory?)" if sig == signal.SIGKILL else ""
+                    return f"was killed by signal {name}{hint}"
+                return f"exited with status {os.WEXITSTATUS(status)}"
+            time.sleep(0.01)
+        return "stopped answering"
+
+    def _reap(self, w: _Worker) -> None:
+        try:
+            w.sock.close()
+        except OSError:
+            pass
+        try:
+            os.kill(w.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(w.pid, 0)
+        except ChildProcessError:
+            pass
+        w.arena.close()
+
+    def stop(self) -> None:
+        """Ends every worker (they read "stop", or EOF), waits for them."""
+        with self._lock:
+            if self._pid != os.getpid():
+                return
+            workers, self._workers = self._workers, [None] * self.count
+            self._all.clear()
+        for w in workers:
+            if w is None:
+                continue
+            with w.lock:  # after the chunk it may be running
+                try:
+                    _send(w.sock, pickle.dumps(("stop",)))
+                except OSError:
+                    pass
+                try:
+                    w.sock.close()
+                except OSError:
+                    pass
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                try:
+                    pid, _ = os.waitpid(w.pid, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid:
+                    break
+                time.sleep(0.005)
+            else:
+                self._reap(w)
+                continue
+            w.arena.close()
+
+    def pids(self) -> List[int]:  # noqa: D102
+        return [w.pid for w in self._workers if w is not None and w.dead is None]
+
+
+def _end_all(workers: List[_Worker], pid: int) -> None:
+    """Ends the workers of a dropped pool (their sockets close: they read EOF)."""
+    if os.getpid() != pid:
+        return
+    for w in workers:
+        try:
+            w.sock.close()
+        except OSError:
+            pass
+    deadline = time.monotonic() + 2
+    for w in workers:
+        while True:
+            try:
+                done, _ = os.waitpid(w.pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            if time.monotonic() > deadline:
+                try:
+                    os.kill(w.pid, signal.SIGKILL)
+                    os.waitpid(w.pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+                break
+            time.sleep(0.005)

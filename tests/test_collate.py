@@ -1,0 +1,154 @@
+"""Native batching of Python outputs (stoker/_collate.py): layouts inferred or declared,
+padding with lengths, scalars, object lists, and the errors for samples that disagree."""
+
+import numpy as np
+import pytest
+import stoker
+import torch
+from stoker._collate import BatchLayout, tensors_of
+
+
+def batch(layout, samples, where="sample {}"):
+    rows = [layout.check(s, where.format(i)) for i, s in enumerate(samples)]
+    specs, nbytes = layout.plan(rows)
+    buf = np.full(nbytes + 7, 0xAB, np.uint8)  # garbage: padding must be written
+    objects = layout.write(rows, specs, buf)
+    out = tensors_of(buf, specs)
+    out.update(objects)
+    return out, specs
+
+
+def test_fixed_arrays_scalars_and_objects_as_default_collate():
+    layout = BatchLayout()
+    samples = [{"img": np.full((2, 3), i, np.uint8), "label": i, "w": float(i) / 2,
+                "flag": i % 2 == 0, "f32": np.float32(i), "t": torch.full((4,), i),
+                "path": f"img{i}.jpg", "raw": bytes([i]), "meta": {"i": i}}
+               for i in range(5)]
+    out, specs = batch(layout, samples)
+    ref = torch.utils.data.default_collate([{k: v for k, v in s.items()
+                                             if k not in ("path", "raw", "meta")}
+                                            for s in samples])
+    for k in ("img", "label", "w", "flag", "f32", "t"):
+        assert out[k].dtype == ref[k].dtype, k
+        assert torch.equal(out[k], ref[k]), k
+    assert out["path"] == [s["path"] for s in samples]
+    assert out["raw"] == [bytes([i]) for i in range(5)]
+    assert out["meta"] == [{"i": i} for i in range(5)]
+    assert [s.offset % 64 for s in specs] == [0] * len(specs)
+    assert list(out) == ["img", "label", "w", "flag", "f32", "t", "path", "raw", "meta"]
+
+
+def test_variable_leading_dim_padded_with_lengths():
+    layout = BatchLayout({"boxes": stoker.ndarray("float32", (None, 4)),
+                          "cls": stoker.ndarray("int64", (None,))})
+    samples = [{"boxes": np.arange(4 * n, dtype=np.float32).reshape(n, 4),
+                "cls": np.arange(n), "img": np.zeros((2, 2), np.uint8)} for n in (2, 0, 3)]
+    out, _ = batch(layout, samples)
+    assert out["boxes"].shape == (3, 3, 4) and out["cls"].shape == (3, 3)
+    assert out["boxes_lengths"].tolist() == [2, 0, 3]
+    assert out["cls_lengths"].dtype == torch.int64
+    for i, s in enumerate(samples):
+        n = len(s["cls"])
+        assert np.array_equal(out["boxes"][i, :n].numpy(), s["boxes"])
+        assert not out["boxes"][i, n:].any() and not out["cls"][i, n:].any()
+
+
+def test_blob_declared_batches_as_padded_bytes():
+    layout = BatchLayout({"raw": stoker.blob()})
+    out, _ = batch(layout, [{"raw": b"ab"}, {"raw": b"xyz"}])
+    assert out["raw"].tolist() == [[97, 98, 0], [120, 121, 122]]
+    assert out["raw_lengths"].tolist() == [2, 3]
+
+
+def test_declared_object_and_scalar_types():
+    layout = BatchLayout({"name": str, "y": stoker.scalar("int32")})
+    out, _ = batch(layout, [{"name": "a", "y": 1}, {"name": "b", "y": np.int32(7)}])
+    assert out["name"] == ["a", "b"] and out["y"].dtype == torch.int32
+    assert out["y"].tolist() == [1, 7]
+    with pytest.raises(ValueError, match="int64 scalar"):
+        batch(layout, [{"name": "a", "y": np.int64(1)}])
+    with pytest.raises(ValueError, match="float64 scalar"):
+        batch(BatchLayout({"y": stoker.scalar("int32")}), [{"y": 1.5}])
+    with pytest.raises(TypeError, match="map_fields"):
+        BatchLayout({"x": stoker.image()})
+    with pytest.raises(TypeError, match="map_fields"):
+        BatchLayout({"x": "float32"})
+
+
+def test_bfloat16_tensors():
+    layout = BatchLayout()
+    samples = [{"x": torch.full((3,), i, dtype=torch.bfloat16), "s": torch.tensor(
+        float(i), dtype=torch.bfloat16)} for i in range(4)]
+    out, _ = batch(layout, samples)
+    assert out["x"].dtype == torch.bfloat16 and out["x"].shape == (4, 3)
+    assert torch.equal(out["x"], torch.stack([s["x"] for s in samples]))
+    assert torch.equal(out["s"], torch.stack([s["s"] for s in samples]))
+
+
+def test_tuple_keys_keep_their_type():
+    layout = BatchLayout(what="dataset item")
+    out, specs = batch(layout, [{0: np.ones(2, np.float32), 1: 3}, {0: np.zeros(2, np.float32),
+                                                                   1: 4}])
+    assert list(out) == [0, 1] and out[1].tolist() == [3, 4]
+    assert [s.name for s in specs] == ["0", "1"]
+
+
+def test_later_sample_with_another_shape_names_sample_field_and_shapes():
+    layout = BatchLayout()
+    layout.check({"boxes": np.zeros((3, 4), np.float32)}, "sample 10")
+    with pytest.raises(ValueError) as e:
+        layout.check({"boxes": np.zeros((5, 4), np.float32)}, "sample 17 (dataset index 17)")
+    msg = str(e.value)
+    assert "sample 17" in msg and "'boxes'" in msg and "(5, 4)" in msg and "(3, 4)" in msg
+    assert "inferred from sample 10" in msg
+    assert "stoker.ndarray('float32', (None, 4))" in msg  # says how to declare it
+    with pytest.raises(ValueError, match=r"'boxes' has dtype float64.*float32"):
+        layout.check({"boxes": np.zeros((3, 4))}, "sample 2")
+
+
+def test_keys_must_agree():
+    layout = BatchLayout()
+    layout.check({"a": 1, "b": 2}, "sample 0")
+    with pytest.raises(ValueError, match=r"sample 3.*has field\(s\) 'c'.*lacks field\(s\) 'b'"):
+        layout.check({"a": 1, "c": 2}, "sample 3")
+    with pytest.raises(ValueError, match="declares"):
+        BatchLayout({"b": stoker.scalar("int64")}).check({"a": 1}, "sample 0")
+
+
+@pytest.mark.parametrize("value, match", [
+    (np.zeros((4, 4), np.float32)[:, ::2], "non-contiguous array"),
+    (np.array([1, "x"], dtype=object), "object array"),
+    (torch.zeros(4, 4).t(), "non-contiguous tensor"),
+    (torch.zeros(2, dtype=torch.complex64), "complex64"),
+    (np.zeros(2, np.complex64), "complex64"),
+    (torch.zeros(2, device="meta"), "tensor on meta"),
+])
+def test_values_that_cannot_be_batched(value, match):
+    with pytest.raises(ValueError, match=match) as e:
+        BatchLayout().check({"x": value}, "sample 5")
+    assert "sample 5" in str(e.value) and "'x'" in str(e.value)
+    # the same value after a good first sample
+    layout = BatchLayout()
+    layout.check({"x": np.zeros((4, 2), np.float32)}, "sample 0")
+    with pytest.raises(ValueError, match=match):
+        layout.check({"x": value}, "sample 6")
+
+
+def test_not_a_dict():
+    with pytest.raises(TypeError, match="sample 1: the map output must be a dict.*list"):
+        BatchLayout().check([1, 2], "sample 1")
+
+
+def test_empty_batch_after_layout():
+    layout = BatchLayout({"v": stoker.ndarray("int32", (None,))})
+    layout.check({"v": np.ones(3, np.int32), "x": np.ones(2)}, "sample 0")
+    out, _ = batch(layout, [])
+    assert out["v"].shape == (0, 0) and out["x"].shape == (0, 2) and out["v_lengths"].shape == (0,)
+
+
+def test_name_clashes():
+    with pytest.raises(ValueError, match="same name '0'"):
+        BatchLayout().check({0: 1, "0": 2}, "sample 0")
+    with pytest.raises(ValueError, match="'v_lengths'"):
+        BatchLayout({"v": stoker.ndarray("int32", (None,))}).check(
+            {"v": np.ones(1, np.int32), "v_lengths": 1}, "sample 0")

@@ -1,0 +1,170 @@
+"""The Python stage in worker processes (python_workers="process", NOTE [ Python stage
+processes ] in stoker/_process_workers.py): the same batches as threads, errors and skips
+from the workers, a worker that dies, lifetime, arrays through memfd arenas, and a script
+without a __main__ guard."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import stoker
+import torch
+from stoker import _process_workers
+from test_python_stage import (
+    CROP,
+    JITTER_FIELDS,
+    BoxError,
+    Squares,
+    failing_map,
+    img_ds,  # noqa: F401 (fixture)
+    jitter,
+    same_batches,
+    slow_map,
+    yolo_collate,
+)
+
+
+def test_same_batches_as_threads(img_ds):  # noqa: F811
+    kw = dict(batch_size=7, shuffle=True, seed=3, transforms=CROP, map=jitter,
+              map_fields=JITTER_FIELDS, num_threads=2)
+    threads = stoker.Loader(img_ds, **kw)
+    procs = stoker.Loader(img_ds, python_workers="process", **kw)
+    for e in range(2):
+        threads.set_epoch(e)
+        procs.set_epoch(e)
+        same_batches(list(procs), list(threads))
+    pids = procs._stage.workers.pids()
+    assert len(pids) == 2 and os.getpid() not in pids
+    procs.close()
+    for pid in pids:  # close() ended and reaped them
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_map_style_dataset_and_collate_fn_in_processes():
+    ds = Squares(22)
+    want = list(torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=yolo_collate))
+    got = list(stoker.Loader(ds, batch_size=4, collate_fn=yolo_collate,
+                             python_workers="process", num_threads=2))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert torch.equal(g[0], w[0]) and g[1:] == w[1:]
+    named = list(stoker.Loader(Squares(kind="dict"), batch_size=5, python_workers="process"))
+    assert named[0]["path"] == [f"{i}.png" for i in range(5)]
+    assert torch.equal(named[1]["x"], torch.stack([Squares(kind="dict")[i]["x"]
+                                                   for i in range(5, 10)]))
+
+
+def test_error_from_a_worker_is_itself_with_its_traceback(img_ds):  # noqa: F811
+    loader = stoker.Loader(img_ds, batch_size=8, map=failing_map, python_workers="process",
+                           num_threads=2)
+    with pytest.raises(BoxError, match="bad box in 13") as e:
+        list(loader)
+    notes = "\n".join(e.value.__notes__)
+    assert "sample 13 (" in notes and "raised in Python worker process" in notes
+    assert "in failing_map" in notes  # the worker's traceback, as text
+
+    class Unpicklable(Exception):  # local: cannot be pickled back
+        pass
+
+    def bad(s, rng):
+        raise Unpicklable("nope")
+
+    with pytest.raises(RuntimeError, match="(?s)Unpicklable.*not picklable.*nope"):
+        list(stoker.Loader(img_ds, batch_size=8, map=bad, python_workers="process"))
+
+
+def test_skip_in_workers(img_ds):  # noqa: F811
+    loader = stoker.Loader(img_ds, batch_size=8, map=failing_map, on_error="skip",
+                           python_workers="process", num_threads=2)
+    with pytest.warns(RuntimeWarning, match="replaced 2"):
+        labels = [v for b in loader for v in b["label"].tolist()]
+    assert labels[13] == 14 and labels[17] == 18 and len(labels) == 60
+
+
+def test_a_killed_worker_fails_its_batch_and_is_replaced_once(img_ds):  # noqa: F811
+    loader = stoker.Loader(img_ds, batch_size=4, map=slow_map, python_workers="process",
+                           num_threads=2, prefetch=2)
+    it = iter(loader)
+    next(it)
+    victim = loader._stage.workers.pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=r"worker process 0 \(pid \d+\) was killed by signal "
+                                           r"SIGKILL \(killed: out of memory\?\)"):
+        for _ in it:
+            pass
+    assert victim not in loader._stage.workers.pids()
+    assert len(list(loader)) == 15  # the next iter() started a new worker
+    new = loader._stage.workers.pids()
+    assert len(new) == 2 and victim not in new
+
+
+def test_large_outputs_grow_the_arena(img_ds, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(_process_workers, "_ARENA_BYTES", 1 << 12)
+    big = stoker.Loader(img_ds, batch_size=6, map=big_map, python_workers="process",
+                        num_threads=2)
+    for b in big:
+        for row, label in zip(b["a"], b["label"].tolist()):
+            assert row.shape == (300, 300) and bool((row == label).all())
+
+
+def big_map(s, rng):
+    return {"a": np.full((300, 300), int(s["label"]), np.float32), "label": s["label"]}
+
+
+def test_no_files_in_dev_shm(img_ds):  # noqa: F811
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    loader = stoker.Loader(img_ds, batch_size=6, map=big_map, python_workers="process")
+    it = iter(loader)
+    next(it)
+    now = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    assert now - before == set()
+    loader.close()
+
+
+def test_dropped_loader_ends_its_workers(img_ds):  # noqa: F811
+    import gc
+
+    loader = stoker.Loader(img_ds, batch_size=6, map=slow_map, python_workers="process")
+    next(iter(loader))
+    pids = loader._stage.workers.pids()
+    del loader
+    gc.collect()
+    deadline = time.monotonic() + 5
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+        time.sleep(0.02)
+    assert alive == []
+
+
+def test_argument_checks(img_ds):  # noqa: F811
+    with pytest.raises(ValueError, match="'thread' or 'process'"):
+        stoker.Loader(img_ds, map=slow_map, python_workers="processes")
+    with pytest.raises(ValueError, match="pass one of them"):
+        stoker.Loader(img_ds, python_workers="process")
+
+
+def test_a_script_without_a_main_guard(tmp_path, img_ds):  # noqa: F811
+    """What users write: a lambda in an unguarded script. The workers are forked, so the
+    script is not imported again (no endless respawn) and the lambda needs no pickling."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, stoker
+        print("script body ran in", os.getpid(), flush=True)
+        ds = stoker.Dataset({str(img_ds.path)!r})
+        loader = stoker.Loader(ds, batch_size=8, python_workers="process", num_threads=2,
+                               map=lambda s, rng: {{"y": int(s["label"]) * 2}})
+        print(sum(v for b in loader for v in b["y"].tolist()), flush=True)
+    """))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[-1] == str(2 * sum(range(60)))
+    assert sum(line.startswith("script body ran") for line in lines) == 1
