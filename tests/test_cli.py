@@ -121,7 +121,9 @@ def test_synthetic_bench_times_consecutive_epochs(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "2 consecutive epochs of 600 samples" in r.stdout, r.stdout
     for line in ("stoker threads=1", "DataLoader num_workers=0", "NumPy loop",
-                 "stoker threads=1 / NumPy loop:", "memcpy, 1 thread(s)"):
+                 "stoker threads=1 / NumPy loop:", "memcpy, 1 thread(s)",
+                 "first epoch: stoker threads=1", "second epoch: stoker threads=1",
+                 "first epoch: stoker threads=1 (a new Dataset and Loader) / NumPy loop:"):
         assert line in r.stdout, (line, r.stdout)
     assert "target" not in r.stdout and "ceiling" not in r.stdout
 

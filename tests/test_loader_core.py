@@ -1,6 +1,6 @@
 """The loader core's contract at its edges: signals, threads sharing an iterator, fork,
 argument bounds, errors in batch planning, and a stress test of random use from two
-threads (NOTE [ Epochs and iterators ] and NOTE [ Shutdown ] in csrc/pipeline)."""
+threads (NOTE [ Epochs and iterators ] and NOTE [ Loader shutdown ] in csrc/pipeline)."""
 
 import gc
 import io

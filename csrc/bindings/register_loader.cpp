@@ -155,7 +155,7 @@ void register_loader(py::module_& m) {
       .def(py::init([](SamplerOptions sampler, bool skip_errors,
                        std::map<std::string, ImageFieldSpec> images,
                        std::vector<TransformSpec> transforms, int threads_hint,
-                       int64_t unit_samples, bool handoff) {
+                       int64_t unit_samples, bool handoff, int64_t warm_bytes) {
              RecordOptions o;
              o.handoff = handoff;
              o.sampler = sampler;
@@ -164,28 +164,39 @@ void register_loader(py::module_& m) {
              o.transforms = std::move(transforms);
              o.threads_hint = threads_hint;
              o.unit_samples = unit_samples;
+             o.warm_bytes = warm_bytes;
              return o;
            }),
            py::kw_only(), py::arg("sampler"), py::arg("skip_errors") = false,
            py::arg("images") = std::map<std::string, ImageFieldSpec>{},
            py::arg("transforms") = std::vector<TransformSpec>{}, py::arg("threads_hint") = 1,
-           py::arg("unit_samples") = 0, py::arg("handoff") = false,
+           py::arg("unit_samples") = 0, py::arg("handoff") = false, py::arg("warm_bytes") = -1,
            "images: {field: ImageFieldSpec}; transforms: [TransformSpec]; threads_hint sizes the "
            "units of work (unit_samples: samples per unit, 0 = from it); handoff: each batch "
-           "goes to the loader's finisher (batch_map in the Python stage).")
+           "goes to the loader's finisher (batch_map in the Python stage); warm_bytes: shards "
+           "the first epoch reads mapped and faulted in ahead (-1: an eighth of the memory, 0: "
+           "none).")
       .def_readonly("sampler", &RecordOptions::sampler)
       .def_readonly("skip_errors", &RecordOptions::skip_errors)
       .def_readonly("images", &RecordOptions::images)
       .def_readonly("transforms", &RecordOptions::transforms)
       .def_readonly("threads_hint", &RecordOptions::threads_hint)
       .def_readonly("unit_samples", &RecordOptions::unit_samples)
-      .def_readonly("handoff", &RecordOptions::handoff);
+      .def_readonly("handoff", &RecordOptions::handoff)
+      .def_readonly("warm_bytes", &RecordOptions::warm_bytes);
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
       .def(py::init([](std::shared_ptr<Dataset> ds, const RecordOptions& options) {
              return std::make_shared<RecordProducer>(std::move(ds), options);
            }),
            py::arg("dataset"), py::arg("options"))
+      .def_property_readonly(
+          "warmed",
+          [](const RecordProducer& p) {
+            const MappingWarmer& w = p.warmer();
+            return py::make_tuple(w.done(), w.shards(), w.bytes());
+          },
+          "NOTE [ Warm mappings ]: (finished, shards, bytes) mapped and faulted in ahead.")
       .def("shard_schedule", &RecordProducer::shard_schedule, py::arg("epoch"),
            py::arg("world_size"), py::arg("position"), py::arg("max_shards"),
            "The shards the whole job reads in `epoch` from global `position` on, in order.");

@@ -30,7 +30,10 @@ class DeviceReader final : public BatchReader {
     engine_ = std::make_unique<TransferEngine>(std::move(api), source, prefetch, std::move(pool),
                                                std::move(stats));
   }
-  ~DeviceReader() override { stop(); }
+  ~DeviceReader() override {
+    stop();
+    join();
+  }
 
   Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream,
               uintptr_t side_stream) override {
@@ -69,8 +72,11 @@ class DeviceReader final : public BatchReader {
   void stop() override {
     stopped_.store(true, std::memory_order_release);
     stream_->stop();
-    engine_->stop();
+    engine_->request_stop();
   }
+
+  // NOTE [ Loader shutdown ]: never with the core's mutex held.
+  void join() override { engine_->stop(); }
 
  private:
   std::shared_ptr<DeviceApi> api_;

@@ -44,6 +44,9 @@ class EventFence final : public BlockFence {
   void order_after(const Token& t, uintptr_t stream) override {
     api_->stream_wait_event(stream, *static_cast<const EventHandle*>(t.get()));
   }
+  bool done(const Token& t) override {
+    return api_->query_event(*static_cast<const EventHandle*>(t.get()));
+  }
   void wait(const Token& t) override {
     // No deadline: a recorded event completes unless the device fails (then
     // wait_event throws). Slices make a stuck device visible in a debugger.

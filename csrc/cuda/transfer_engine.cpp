@@ -55,6 +55,7 @@ void TransferEngine::copy_loop() noexcept {
   try {
     while (!stop_.load(std::memory_order_acquire)) {
       HostBatch hb;
+      pool_->collect();  // NOTE [ Deferred frees ]: this thread frees the pool's buffers
       const SourceStatus s = source_(hb, Clock::now() + kSlice);
       if (s == SourceStatus::kTimeout) {
         reap(in_flight, false);
@@ -102,7 +103,7 @@ void TransferEngine::copy_loop() noexcept {
     } catch (...) {
     }
   }
-  // NOTE [ Transfer shutdown ]: slots go back only once the DMA has read them.
+  // Slots go back only once the DMA has read them (NOTE [ One copy thread per stream ]).
   try {
     if (failed) api_->synchronize_stream(copy_stream_);  // a copy may lack its event
     reap(in_flight, true);
@@ -114,9 +115,11 @@ void TransferEngine::copy_loop() noexcept {
 }
 
 bool TransferEngine::wait_for_room(int64_t pos, std::vector<InFlight>& in_flight) {
-  // Copies finishing while the consumer is slow return their host slots here.
+  // Copies finishing while the consumer is slow return their host slots here,
+  // and buffers the consumer dropped are freed (NOTE [ Deferred frees ]).
   for (;;) {
     if (stop_.load(std::memory_order_acquire)) return false;
+    pool_->collect();
     if (!in_flight.empty() && !out_.is_free(pos)) {
       api_->wait_event(*in_flight.front().done, kSlice);
       reap(in_flight, false);
@@ -135,8 +138,7 @@ bool TransferEngine::wait_for_room(int64_t pos, std::vector<InFlight>& in_flight
 }
 
 TransferEngine::Ready TransferEngine::copy_one(HostBatch hb, std::vector<InFlight>& in_flight) {
-  BlockPool::Block block = pool_->acquire(hb.bytes, copy_stream_);
-  std::unique_ptr<Lease> lease(new Lease{pool_, block, std::nullopt});
+  std::shared_ptr<BlockPool::Lease> lease = pool_->lease(hb.bytes, copy_stream_);
 
   InFlight f;
   f.host = std::move(hb.memory);
@@ -145,7 +147,7 @@ TransferEngine::Ready TransferEngine::copy_one(HostBatch hb, std::vector<InFligh
   f.bytes = hb.bytes;
   api_->record_event(*f.start, copy_stream_);
   // One copy per batch: its tensors are laid out in one buffer.
-  if (hb.bytes > 0) api_->copy_to_device_async(block.data, f.host.get(), hb.bytes, copy_stream_);
+  if (hb.bytes > 0) api_->copy_to_device_async(lease->data(), f.host.get(), hb.bytes, copy_stream_);
   api_->record_event(*f.done, copy_stream_);
 
   Ready r;
@@ -223,10 +225,8 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
   // NOTE [ Stream ordering ]: U waits for E_k on the device.
   api_->stream_wait_event(consumer_stream, *r.copied);
   if (side_stream != 0) api_->stream_wait_event(side_stream, *r.copied);
-  r.lease->reader = consumer_stream;
-  std::shared_ptr<Lease> lease(std::move(r.lease));
-  auto* data = static_cast<uint8_t*>(lease->block.data);
-  out = DeviceBatch{r.index,        std::shared_ptr<uint8_t>(std::move(lease), data),
+  r.lease->set_reader(consumer_stream);
+  out = DeviceBatch{r.index,        BlockPool::Lease::bytes(std::move(r.lease)),
                     api_->device(), std::move(r.tensors),
                     r.counters,     r.ticket};
   return Status::kBatch;
@@ -234,9 +234,13 @@ TransferEngine::Status TransferEngine::next_until(StreamHandle consumer_stream,
 
 // ---- shutdown and stats ------------------------------------------------------
 
-void TransferEngine::stop() {
+void TransferEngine::request_stop() {
   stop_.store(true, std::memory_order_release);
   out_.close();
+}
+
+void TransferEngine::stop() {
+  request_stop();
   std::lock_guard<std::mutex> lock(stop_mu_);
   if (stopped_) return;
   stopped_ = true;

@@ -28,20 +28,35 @@
 //    (the output ring's slots); buffers the user holds are extra, and the pool
 //    allocates more rather than wait (list(loader) must not deadlock).
 //
-// NOTE [ Transfer shutdown ]
-// stop() sets the stop flag, closes the output ring and joins the copy thread.
-// The source is asked for batches with a deadline and the flag is checked
-// between waits, so no source can keep the thread (or ~TransferEngine) waiting.
-// Before the thread exits it waits for its queued copies, so no host slot is
-// returned while DMA may still read it. Batches already handed out stay valid:
-// their buffers hold the pool, which holds the device API.
-//
 // NOTE [ Pool across epochs ]
 // The device pool belongs to the loader, not to a transfer: freeing a device
-// buffer needs a host wait for its last reader, so a pool that closed at the
-// end of each epoch drained the GPU's queue at every boundary. With one pool,
-// stopping a transfer waits for nothing on U, and the next epoch's copies
-// reuse the buffers behind their release events.
+// buffer needs its last reader to be done, so a pool that closed at the end of
+// each epoch drained the GPU's queue at every boundary. With one pool, stopping
+// a transfer waits for nothing on U, and the next epoch's copies reuse the
+// buffers behind their release events. The copy thread is where buffers that
+// do not stay idle are freed, once their events have completed (NOTE
+// [ Deferred frees ] in pipeline/block_pool.h): never a tensor's deleter.
+//
+// NOTE [ One copy thread per stream ]
+// A transfer engine serves one stream (pipeline/stream.h), so a loader has one
+// per stream it runs, not one in all. A stream already spans epochs (the next
+// one flows on in it), so the usual loop starts one copy thread per loader; a
+// second runs only while a second iterator runs its own stream (zip(loader,
+// loader), a peek with next(iter(loader))). One thread for all streams would
+// block on whichever stream it served, so a slow consumer of one iterator would
+// hold back the copies of another, and its ordering would have to be
+// multiplexed; per stream, each is a plain in-order pipe with its own ring.
+// What must be per loader is: the device pool (above), shared by all engines.
+//
+// Stopping (the loader's part in NOTE [ Loader shutdown ], pipeline/
+// loader_core.h): request_stop() sets the flag and closes the output ring,
+// never waiting; stop() and the destructor then join the thread.
+// The source is asked for batches with a deadline and the flag is checked
+// between waits, so no source can keep the thread (or ~TransferEngine)
+// waiting. Before the thread exits it waits for its queued copies, so no host
+// slot is returned while DMA may still read it; it never waits for U. Batches
+// already handed out stay valid: their buffers hold the pool, which holds the
+// device API.
 #pragma once
 
 #include <atomic>
@@ -116,7 +131,11 @@ class TransferEngine {
   Status next_until(StreamHandle consumer_stream, Clock::time_point deadline,
                     std::optional<DeviceBatch>& out, StreamHandle side_stream = 0);
 
-  /// NOTE [ Transfer shutdown ]. Prompt, idempotent, any thread.
+  /// Sets the stop flag and closes the output ring: next() ends, the copy
+  /// thread ends at its next look. Never waits; idempotent; any thread.
+  void request_stop();
+  /// request_stop(), then joins the copy thread and gives back the buffers of
+  /// batches never taken. Idempotent; any thread but the copy thread.
   void stop();
 
   TransferStats stats() const;
@@ -126,18 +145,10 @@ class TransferEngine {
   int ready(int max) const;
 
  private:
-  /// A device buffer on loan; destroying it gives the buffer back, with a
-  /// fence on `reader` once a consumer has had it.
-  struct Lease {
-    std::shared_ptr<BlockPool> pool;
-    BlockPool::Block block;
-    std::optional<StreamHandle> reader;
-    ~Lease() { pool->release(block, reader); }
-  };
   struct Ready {
     int64_t index = -1;
-    std::unique_ptr<Lease> lease;
-    SharedEvent copied;  // E_k
+    std::shared_ptr<BlockPool::Lease> lease;  // the device buffer (NOTE [ Block lifetime ])
+    SharedEvent copied;                       // E_k
     std::vector<TensorDesc> tensors;
     BatchCounters counters;
     uint64_t ticket = 0;

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -205,6 +206,40 @@ MappedFile::~MappedFile() {
   // Deregister first: once unmapped, the range may be reused by any mapping.
   release_range(static_cast<Slot*>(slot_));
   ::munmap(const_cast<uint8_t*>(base_), size_);
+}
+
+size_t MappedFile::populate(size_t offset, size_t len,
+                            const std::atomic<bool>* stop) const noexcept {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older kernels say EINVAL
+#endif
+  // Slices of 4 MiB: a stop is seen within a few milliseconds.
+  constexpr size_t kSlice = 4 << 20;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size_t begin = offset / page * page;
+  const size_t end = std::min(size_, offset + len);
+  size_t done = 0;
+  static std::atomic<bool> no_madvise{false};
+  while (begin < end) {
+    if (stop && stop->load(std::memory_order_relaxed)) break;
+    const size_t n = std::min(kSlice, end - begin);
+    auto* p = const_cast<uint8_t*>(base_) + begin;
+    bool touch = no_madvise.load(std::memory_order_relaxed);
+    if (!touch && ::madvise(p, n, MADV_POPULATE_READ) != 0) {
+      // EFAULT: the file was cut short (its readers report that); ENOMEM, EINTR: give up.
+      if (errno != EINVAL) break;
+      no_madvise.store(true, std::memory_order_relaxed);  // a kernel before 5.14
+      touch = true;
+    }
+    if (touch) {
+      // One read per page; a page past a truncated end reads as zeros (the SIGBUS handler).
+      const volatile uint8_t* v = p;
+      for (size_t i = 0; i < n; i += page) (void)v[i];
+    }
+    begin += n;
+    done += n;
+  }
+  return done;
 }
 
 bool MappedFile::faulted() const {

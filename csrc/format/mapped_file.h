@@ -35,6 +35,7 @@
 // it is gone, chaining to the newcomer.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -57,6 +58,15 @@ class MappedFile {
   /// True once a read of this mapping touched a page the file no longer has
   /// (truncated while mapped): from then on those pages read as zeros.
   bool faulted() const;
+
+  /// Sets up the page tables of bytes [offset, offset + len) so that reading
+  /// them takes no page fault (MADV_POPULATE_READ; a read per page where the
+  /// kernel lacks it), reading from the file what the page cache does not
+  /// hold. In slices, returning early once `stop` is set. Never throws: pages
+  /// it could not populate are faulted in by their readers as before.
+  /// @return bytes populated
+  size_t populate(size_t offset, size_t len,
+                  const std::atomic<bool>* stop = nullptr) const noexcept;
 
   /// Faults absorbed in this process so far, over all mappings: 0 on the normal
   /// path, so checking it costs one relaxed load.

@@ -107,6 +107,9 @@ class ShardReader {
   /// The bytes of all records, back to back: [end of header, table offset).
   RecordView records_region() const;
 
+  /// The mapping of the whole file (to populate its page tables ahead of readers).
+  const MappedFile& mapping() const { return *map_; }
+
   /// A page of the mapping vanished under a read (the file was cut short).
   /// One relaxed load.
   bool faulted() const { return map_->faulted(); }

@@ -126,6 +126,10 @@ class BatchProducer {
   /// Plans batch `k` (0-based within the segment). May throw: the batch then
   /// carries the error. Called from a worker thread.
   virtual std::unique_ptr<BatchWork> plan_batch(const EpochPlan& epoch, int64_t k) const = 0;
+  /// Stops what the producer runs on its own, if anything (the record producer
+  /// maps shards ahead: NOTE [ Warm mappings ] in producers/mapping_warmer.h).
+  /// LoaderCore::close() calls it (NOTE [ Loader shutdown ]). Prompt; any thread.
+  virtual void close() const {}
 };
 
 }  // namespace stoker

@@ -1,13 +1,16 @@
 #include "pipeline/block_pool.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <thread>
 
 #include "common/error.h"
 
@@ -40,6 +43,17 @@ size_t round_capacity(size_t bytes) {
   return (bytes + g - 1) / g * g;
 }
 
+// Whether the fence `t` lets the block go now. A fence that fails (the device
+// failed) never does: leaking is safer than freeing memory a kernel may read.
+bool fence_done(BlockFence& fence, const BlockFence::Token& t, bool* failed) noexcept {
+  try {
+    return fence.done(t);
+  } catch (...) {
+    *failed = true;
+    return false;
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<BlockAllocator> pageable_allocator() {
@@ -62,20 +76,75 @@ BlockPool::BlockPool(std::shared_ptr<BlockAllocator> alloc, std::shared_ptr<Bloc
 
 BlockPool::~BlockPool() {
   if (static_cast<int>(::getpid()) != pid_) return;  // forked child: the memory is the parent's
-  for (Idle& i : idle_) free_now(std::move(i));
+  // Nothing else holds the pool: no lock needed.
+  std::vector<Idle> pending;
+  std::vector<Idle> all = std::move(idle_);
+  for (Idle& d : deferred_) all.push_back(std::move(d));
+  for (Idle& i : all) {
+    bool failed = false;
+    if (!i.fence || fence_done(*fence_, i.fence, &failed))
+      alloc_->deallocate(i.block.data, i.block.capacity);
+    else if (!failed)
+      pending.push_back(std::move(i));
+  }
+  if (pending.empty()) return;
+  // NOTE [ Deferred frees ]: the last owner may be a deleter, so no wait here;
+  // a short-lived thread frees them once their readers are done.
+  try {
+    std::thread([alloc = alloc_, fence = fence_, pending = std::move(pending)]() mutable {
+      pthread_setname_np(pthread_self(), "stoker-free");
+      for (Idle& i : pending) {
+        bool failed = false;
+        while (!fence_done(*fence, i.fence, &failed) && !failed)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!failed) alloc->deallocate(i.block.data, i.block.capacity);
+      }
+    }).detach();
+  } catch (...) {
+    // No thread to be had: the blocks leak rather than be freed under a reader.
+  }
 }
 
-void BlockPool::free_now(Idle idle) noexcept {
-  try {
-    // A block must not be freed while a kernel may still read it.
-    if (idle.fence) fence_->wait(idle.fence);
-  } catch (...) {
-    return;  // the device failed: leaking is safer than freeing memory in use
-  }
-  alloc_->deallocate(idle.block.data, idle.block.capacity);
+void BlockPool::free_block(const Block& b) noexcept {
+  alloc_->deallocate(b.data, b.capacity);
   std::lock_guard<std::mutex> lock(mu_);
   --live_;
-  live_bytes_ -= idle.block.capacity;
+  live_bytes_ -= b.capacity;
+}
+
+void BlockPool::retire(Idle idle) noexcept {
+  bool failed = false;
+  if (!idle.fence || fence_done(*fence_, idle.fence, &failed)) {
+    free_block(idle.block);
+    return;
+  }
+  if (failed) return;  // the device failed: the block leaks (counted as alive)
+  std::lock_guard<std::mutex> lock(mu_);
+  deferred_.push_back(std::move(idle));
+  deferred_count_.store(deferred_.size(), std::memory_order_release);
+}
+
+size_t BlockPool::collect() noexcept {
+  if (deferred_count_.load(std::memory_order_acquire) == 0) return 0;
+  std::vector<Block> ready;
+  size_t left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < deferred_.size();) {
+      bool failed = false;
+      if (fence_done(*fence_, deferred_[i].fence, &failed) || failed) {
+        if (!failed) ready.push_back(deferred_[i].block);  // a failed one leaks
+        deferred_[i] = std::move(deferred_.back());
+        deferred_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    left = deferred_.size();
+    deferred_count_.store(left, std::memory_order_release);
+  }
+  for (const Block& b : ready) free_block(b);
+  return left;
 }
 
 BlockPool::Block BlockPool::allocate(size_t bytes) {
@@ -84,15 +153,27 @@ BlockPool::Block BlockPool::allocate(size_t bytes) {
   try {
     b.data = alloc_->allocate(b.capacity);
   } catch (...) {
-    // Out of memory, perhaps because of idle blocks too small to use: free
-    // them all and try once more.
+    // Out of memory, perhaps because of idle blocks too small to use, or
+    // deferred ones: free them and try once more. The thread that fills blocks
+    // is the one here (the copy thread for device memory), so it may wait for
+    // their fences; a deleter never comes here.
     std::vector<Idle> all;
     {
       std::lock_guard<std::mutex> lock(mu_);
       all.swap(idle_);
+      for (Idle& d : deferred_) all.push_back(std::move(d));
+      deferred_.clear();
+      deferred_count_.store(0, std::memory_order_release);
     }
     if (all.empty()) throw;
-    for (Idle& i : all) free_now(std::move(i));
+    for (Idle& i : all) {
+      try {
+        if (i.fence) fence_->wait(i.fence);
+      } catch (...) {
+        continue;  // the device failed: leak it
+      }
+      free_block(i.block);
+    }
     b.data = alloc_->allocate(b.capacity);
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -127,7 +208,7 @@ BlockPool::Block BlockPool::acquire(size_t bytes, uintptr_t stream) {
       idle_.erase(smallest);
     }
   }
-  for (Idle& i : evict) free_now(std::move(i));
+  for (Idle& i : evict) retire(std::move(i));
   if (!found) return allocate(bytes);
   if (found->fence) {
     try {
@@ -140,6 +221,16 @@ BlockPool::Block BlockPool::acquire(size_t bytes, uintptr_t stream) {
     }
   }
   return found->block;
+}
+
+std::shared_ptr<BlockPool::Lease> BlockPool::lease(size_t bytes, uintptr_t stream) {
+  Block b = acquire(bytes, stream);
+  try {
+    return std::shared_ptr<Lease>(new Lease(shared_from_this(), b));
+  } catch (...) {
+    release(b);
+    throw;
+  }
 }
 
 void BlockPool::release(Block b, std::optional<uintptr_t> reader) noexcept {
@@ -165,22 +256,7 @@ void BlockPool::release(Block b, std::optional<uintptr_t> reader) noexcept {
       return;
     }
   }
-  free_now(std::move(idle));
-}
-
-std::shared_ptr<uint8_t> BlockPool::acquire_shared(size_t bytes) {
-  Block b = acquire(bytes);
-  std::shared_ptr<BlockPool> self = shared_from_this();
-  try {
-    auto owner = std::shared_ptr<Block>(new Block(b), [self](Block* blk) {
-      self->release(*blk);
-      delete blk;
-    });
-    return std::shared_ptr<uint8_t>(owner, static_cast<uint8_t*>(b.data));
-  } catch (...) {
-    release(b);
-    throw;
-  }
+  retire(std::move(idle));
 }
 
 void BlockPool::close() noexcept {
@@ -190,7 +266,7 @@ void BlockPool::close() noexcept {
     closed_ = true;
     idle.swap(idle_);
   }
-  for (Idle& i : idle) free_now(std::move(i));
+  for (Idle& i : idle) retire(std::move(i));
 }
 
 void BlockPool::set_max_idle(size_t n) {
@@ -203,7 +279,7 @@ void BlockPool::set_max_idle(size_t n) {
       idle_.pop_back();
     }
   }
-  for (Idle& i : evict) free_now(std::move(i));
+  for (Idle& i : evict) retire(std::move(i));
 }
 
 size_t BlockPool::blocks() const {
@@ -215,5 +291,7 @@ size_t BlockPool::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_bytes_;
 }
+
+size_t BlockPool::deferred() const { return deferred_count_.load(std::memory_order_acquire); }
 
 }  // namespace stoker

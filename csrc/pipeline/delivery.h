@@ -40,8 +40,13 @@ class BatchReader {
   /// buffer's reuse stays fenced on the consumer stream.
   virtual Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream,
                       uintptr_t side_stream) = 0;
-  /// Prompt and idempotent; any thread. Stops the stream too.
+  /// Stops the stream and whatever reads it; next() returns kStopped. Never
+  /// waits, idempotent, any thread: a thread the reader runs is joined by
+  /// join() or the destructor (NOTE [ Loader shutdown ] in loader_core.h).
   virtual void stop() = 0;
+  /// After stop(): waits for the threads it ended (a copy thread finishing the
+  /// copies it queued). Called without any lock those threads could need.
+  virtual void join() {}
   /// Batches the consumer could take now without waiting, counted up to
   /// `max` (the queue depth in stats). The consumer's thread.
   virtual int ready(int max) const {

@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
-#include <cstdio>
 #include <utility>
 
 #include "common/clock.h"
@@ -26,7 +24,22 @@ struct LoaderCore::Run {
   std::atomic<int64_t> delivered{0};  // positions handed to an iterator
   int64_t skip_to = -1;  // positions before this belong to an epoch left early (with mu_)
 
-  int64_t start() const { return skip_to >= 0 ? skip_to : delivered.load(); }
+  int64_t start() const {
+    return skip_to >= 0 ? skip_to : delivered.load(std::memory_order_acquire);
+  }
+};
+
+// Runs stopped with mu_ held, declared before the lock: when it is released, their
+// readers are joined and the runs dropped (NOTE [ Loader shutdown ]).
+struct LoaderCore::Retired {
+  std::vector<std::shared_ptr<Run>> runs;
+  Retired() = default;
+  Retired(const Retired&) = delete;
+  Retired& operator=(const Retired&) = delete;
+  ~Retired() {
+    for (const auto& run : runs)
+      if (run) run->reader->join();
+  }
 };
 
 // ---- the core ---------------------------------------------------------------------
@@ -60,10 +73,12 @@ LoaderCore::~LoaderCore() {
     (void)workers_.release();
     return;
   }
+  // NOTE [ Loader shutdown ]: asked to stop under the mutex, joined after it.
+  Retired retired;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& run : runs_) run->reader->stop();
-  runs_.clear();
-  spec_.reset();
+  retired.runs = std::move(runs_);
+  retired.runs.push_back(std::move(spec_));
 }
 
 bool LoaderCore::forked() const { return static_cast<int>(::getpid()) != pid_; }
@@ -116,19 +131,18 @@ std::shared_ptr<LoaderCore::Run> LoaderCore::new_run(const EpochKey& key) {
   return run;
 }
 
-void LoaderCore::stop_run(const std::shared_ptr<Run>& run) {
+void LoaderCore::stop_run(std::shared_ptr<Run> run, Retired& retired) {
   if (!run) return;
-  run->reader->stop();
+  run->reader->stop();  // never waits (NOTE [ Loader shutdown ])
   workers_->remove(run->stream.get());
   runs_.erase(std::remove(runs_.begin(), runs_.end(), run), runs_.end());
+  retired.runs.push_back(std::move(run));
 }
 
-void LoaderCore::drop_spec() {
-  stop_run(spec_);
-  spec_.reset();
-}
+void LoaderCore::drop_spec(Retired& retired) { stop_run(std::move(spec_), retired); }
 
 void LoaderCore::set_epoch(uint64_t epoch) {
+  Retired retired;
   std::lock_guard<std::mutex> lock(mu_);
   if (main_.live && !main_.finished && main_.key.epoch == epoch) {
     pending_.reset();  // the running epoch: the next iterator runs the one after
@@ -146,7 +160,7 @@ void LoaderCore::set_epoch(uint64_t epoch) {
   }
   if (spec_) {
     std::optional<EpochKey> k = spec_->stream->key_at(spec_->start());
-    if (!k || k->epoch != pending_.value_or(next_epoch_) || k->offset != 0) drop_spec();
+    if (!k || k->epoch != pending_.value_or(next_epoch_) || k->offset != 0) drop_spec(retired);
   }
 }
 
@@ -160,6 +174,7 @@ std::shared_ptr<LoaderCore::Iterator> LoaderCore::iter(int64_t rank, int64_t wor
                "this Loader was created in another process (before os.fork()); create a new "
                "Loader in this process");
   std::shared_ptr<Iterator> it(new Iterator(shared_from_this(), rank, world_size));
+  Retired retired;
   std::lock_guard<std::mutex> lock(mu_);
   iterators_.erase(std::remove_if(iterators_.begin(), iterators_.end(),
                                   [](const std::weak_ptr<Iterator>& w) { return w.expired(); }),
@@ -170,7 +185,7 @@ std::shared_ptr<LoaderCore::Iterator> LoaderCore::iter(int64_t rank, int64_t wor
   if (!(main_.live && !main_.finished)) {
     const EpochKey key = prospective_key(rank, world_size);
     if (!spec_ || !run_starts(*spec_, key)) {
-      drop_spec();
+      drop_spec(retired);
       try {
         spec_ = new_run(key);
       } catch (...) {
@@ -182,6 +197,7 @@ std::shared_ptr<LoaderCore::Iterator> LoaderCore::iter(int64_t rank, int64_t wor
 }
 
 void LoaderCore::claim(Iterator& it) {
+  Retired retired;
   std::lock_guard<std::mutex> lock(mu_);
   const bool concurrent = main_.live && !main_.finished && main_.owner != &it;
   EpochKey key;
@@ -194,7 +210,7 @@ void LoaderCore::claim(Iterator& it) {
     if (spec_ && run_starts(*spec_, key)) {
       run = std::move(spec_);
     } else {
-      drop_spec();
+      drop_spec(retired);
       run = new_run(key);
     }
   }
@@ -203,7 +219,7 @@ void LoaderCore::claim(Iterator& it) {
     seg = run->stream->segment_from(run->start());
     STOKER_CHECK(seg.has_value(), Error, "internal: the stream has no segment to read");
   } catch (...) {
-    stop_run(run);
+    stop_run(std::move(run), retired);
     throw;
   }
   if (!concurrent) {
@@ -220,7 +236,7 @@ void LoaderCore::claim(Iterator& it) {
   }
   it.started_ = Clock::now();
   it.next_report_ = it.opened_ + opts_.slow_first_batch;
-  it.drain_ = run->skip_to >= 0 ? run->skip_to - run->delivered.load() : 0;
+  it.drain_ = run->skip_to >= 0 ? run->skip_to - run->delivered.load(std::memory_order_acquire) : 0;
   run->skip_to = -1;
   it.key_ = key;
   it.batches_ = seg->batches;
@@ -231,22 +247,24 @@ void LoaderCore::claim(Iterator& it) {
 }
 
 void LoaderCore::yielded(Iterator& it) {
+  // Every batch but the last needs nothing here: state() reads the main
+  // iterator's count itself, so the core's mutex stays off the per-batch path.
+  if (it.yielded_.load(std::memory_order_relaxed) < it.batches_) return;
+  Retired retired;
   std::lock_guard<std::mutex> lock(mu_);
-  const bool last = it.yielded_ >= it.batches_;
   if (it.main_ && main_.owner == &it) {
-    main_.yielded = it.yielded_;
-    main_.finished = last;
+    main_.yielded = it.batches_;
+    main_.finished = true;
   }
-  if (!last) return;
   // The epoch is out: its stream flows on into the next epoch, held here for
   // the next iterator (NOTE [ Next-epoch prefetch ]), or stops.
   std::shared_ptr<Run> run = std::move(it.run_);
   if (it.main_ && opts_.prefetch_next_epoch && !run->stream->stopped() &&
       run->stream->key_at(run->delivered.load(std::memory_order_acquire))) {
-    drop_spec();
+    drop_spec(retired);
     spec_ = std::move(run);
   } else {
-    stop_run(run);
+    stop_run(std::move(run), retired);
   }
 }
 
@@ -264,6 +282,7 @@ void LoaderCore::end_run(Iterator& it) {
 }
 
 void LoaderCore::release(Iterator& it, bool keep) {
+  Retired retired;
   std::lock_guard<std::mutex> lock(mu_);
   count_run(it);
   if (it.run_ && !it.released_) {
@@ -274,14 +293,15 @@ void LoaderCore::release(Iterator& it, bool keep) {
     std::shared_ptr<Run> run = it.run_;
     if (keep && it.main_ && main_.owner == &it && opts_.prefetch_next_epoch &&
         !run->stream->stopped() && run->stream->planned(it.seg_end_)) {
-      drop_spec();
+      drop_spec(retired);
       run->skip_to = it.seg_end_;
       spec_ = run;
     } else {
-      stop_run(run);
+      stop_run(run, retired);
     }
   }
   if (main_.owner == &it) {
+    main_.yielded = it.yielded_.load(std::memory_order_relaxed);
     main_.live = false;
     main_.owner = nullptr;
   }
@@ -290,13 +310,18 @@ void LoaderCore::release(Iterator& it, bool keep) {
 LoaderState LoaderCore::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (resume_) return *resume_;
-  if (main_.claimed && !main_.finished)
-    return LoaderState{main_.key.epoch, producer_->consumed_after(main_.key, main_.yielded),
+  if (main_.claimed && !main_.finished) {
+    // While its owner runs, the count is the owner's (written by its next()).
+    const int64_t yielded =
+        main_.owner ? main_.owner->yielded_.load(std::memory_order_acquire) : main_.yielded;
+    return LoaderState{main_.key.epoch, producer_->consumed_after(main_.key, yielded),
                        main_.key.world_size};
+  }
   return LoaderState{pending_.value_or(next_epoch_), 0, 0};
 }
 
 void LoaderCore::load_state(const LoaderState& s) {
+  Retired retired;
   std::lock_guard<std::mutex> lock(mu_);
   STOKER_CHECK(s.offset >= 0 && s.offset <= producer_->epoch_samples(), UsageError,
                "cannot resume: position ", s.offset, " outside [0, ", producer_->epoch_samples(),
@@ -309,7 +334,7 @@ void LoaderCore::load_state(const LoaderState& s) {
   main_ = Main{};
   if (spec_) {
     std::optional<EpochKey> k = spec_->stream->key_at(spec_->start());
-    if (!k || k->epoch != r.epoch || k->offset != r.offset) drop_spec();
+    if (!k || k->epoch != r.epoch || k->offset != r.offset) drop_spec(retired);
   }
 }
 
@@ -317,12 +342,14 @@ void LoaderCore::close() {
   if (forked()) return;
   std::vector<std::shared_ptr<Iterator>> its;
   {
+    Retired retired;
     std::lock_guard<std::mutex> lock(mu_);
-    drop_spec();
+    drop_spec(retired);
     for (const auto& w : iterators_)
       if (auto it = w.lock()) its.push_back(std::move(it));
   }
   for (const auto& it : its) it->close();
+  producer_->close();
   workers_->stop();
 }
 
@@ -401,7 +428,9 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
     return Status::kEnd;
   }
   if (!claimed_) core_->claim(*this);
-  if (yielded_ >= batches_) {
+  // Written only here, under mu_; the core reads it for state() (NOTE [ Epochs and iterators ]).
+  const int64_t yielded = yielded_.load(std::memory_order_relaxed);
+  if (yielded >= batches_) {
     core_->end_run(*this);
     return Status::kEnd;
   }
@@ -428,7 +457,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
   const auto t1 = Clock::now();
   st.wait_ns.fetch_add(ns_between(t0, t1), std::memory_order_relaxed);
   if (s == BatchReader::Status::kTimeout) {
-    if (yielded_ == 0 && t1 >= next_report_) {  // NOTE [ Slow first batch ]
+    if (yielded == 0 && t1 >= next_report_) {  // NOTE [ Slow first batch ]
       tel.report_slow_first(claimed_ ? std::optional<uint64_t>(key_.epoch) : std::nullopt,
                             seconds(ns_between(opened_, t1)), reported_slow_,
                             run_ ? run_->stream.get() : nullptr);
@@ -450,19 +479,19 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
     core_->release(*this);
     std::rethrow_exception(e);
   }
-  ++yielded_;
+  yielded_.store(yielded + 1, std::memory_order_release);
   asked_ = false;
   st.batches.fetch_add(1, std::memory_order_relaxed);
   st.samples.fetch_add(out.counters.samples, std::memory_order_relaxed);
   st.bytes_read.fetch_add(out.counters.bytes_read, std::memory_order_relaxed);
   st.skipped.fetch_add(out.counters.skipped, std::memory_order_relaxed);
   if (!out.counters.sources.empty()) st.add_sources(out.counters.sources);
-  if (yielded_ == 1 && main_) {
+  if (yielded == 0 && main_) {
     st.first_batch_ns.store(ns_between(opened_, t1), std::memory_order_relaxed);
     int64_t none = -1;
     st.warmup_ns.compare_exchange_strong(none, ns_between(started_, t1), std::memory_order_relaxed);
   }
-  if (yielded_ == 1 && reported_slow_)
+  if (yielded == 0 && reported_slow_)
     tel.report_first_batch(key_.epoch, seconds(ns_between(opened_, t1)));
   if (main_) {
     if (std::optional<int> window = tel.tick(t1)) core_->apply_window(*window);
@@ -473,7 +502,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
 
 int64_t LoaderCore::Iterator::remaining() const {
   std::lock_guard<detail::TimedMutex> lock(mu_);
-  if (claimed_) return batches_ - yielded_;
+  if (claimed_) return batches_ - yielded_.load(std::memory_order_relaxed);
   return core_->next_batches(rank_, world_);
 }
 

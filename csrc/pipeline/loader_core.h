@@ -37,6 +37,39 @@
 // INFO, then at WARNING every 10 s after that while it still waits; once the
 // batch arrives, its time. The bindings hand posted lines to the "stoker"
 // logger between their waits, so the consumer's thread logs them.
+//
+// NOTE [ Loader shutdown ]
+// The whole stop order, for each way a loader stops: an iterator left early
+// (break, or dropped: Iterator::close), LoaderCore::close(), the core's end,
+// and the process's (Python's atexit closes every live loader first).
+//
+//   1. Under the core's mutex, each run to stop is asked to, without waiting
+//      (BatchReader::stop): its stream's stop flag is set and its ring closed
+//      (waits on the ring return, units return between samples, a batch cut
+//      short is never handed out: the reader checks the flag after its wait);
+//      with device delivery the copy thread's flag is set and its output ring
+//      closed too. The run leaves the core's lists and the worker pool's and
+//      goes into a Retired list declared before the lock. An iterator whose
+//      run stopped ends (kEnd) at its next next().
+//   2. The mutex is released; then Retired joins each reader (BatchReader::
+//      join): a copy thread first waits for the copies it queued, whose host
+//      slots DMA may still read, and returns the slots; it never waits for the
+//      consumer's stream. The run itself is freed by its last holder (the
+//      Retired list, or an iterator that still holds it), also unlocked.
+//   3. close() only, after that: the producer stops what it runs on its own
+//      (BatchProducer::close: a thread mapping shards ahead), and
+//      WorkerPool::stop ends and joins the workers, which drop stopped streams
+//      at their next look anyway. Left early, the workers park and end after
+//      `linger` with no stream open.
+//   4. Nothing handed out is invalidated: a batch's memory is a lease that
+//      holds its pool (NOTE [ Block lifetime ] in block_pool.h); device
+//      buffers come back behind their consumer's event and are freed on a
+//      copy thread once it completes, never in a tensor's deleter (NOTE
+//      [ Deferred frees ]).
+// A worker waiting for a remote shard gives up when its stream stops (NOTE
+// [ Deferred shards ] in format/dataset.h), so nothing here waits for the
+// network. In a forked child nothing is stopped or joined: the threads are the
+// parent's (the core, streams, pools and iterators check their pid).
 #pragma once
 
 #include <atomic>
@@ -115,11 +148,12 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   bool has_messages() const { return telemetry_->has_messages(); }
 
  private:
-  struct Run;  // a stream and its reader
+  struct Run;      // a stream and its reader
+  struct Retired;  // runs stopped under mu_, joined after it (NOTE [ Loader shutdown ])
   struct Main {
     const Iterator* owner = nullptr;
     EpochKey key;
-    int64_t yielded = 0;
+    int64_t yielded = 0;  // once the owner is gone (while it runs: owner->yielded_)
     bool finished = false;
     bool live = false;
     bool claimed = false;  // a main iterator claimed since the last load_state()
@@ -130,8 +164,9 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   EpochKey prospective_key(int64_t rank, int64_t world) const;  // with mu_
   bool run_starts(const Run& run, const EpochKey& key) const;
   std::shared_ptr<Run> new_run(const EpochKey& key);  // with mu_
-  void drop_spec();                                   // with mu_
-  void stop_run(const std::shared_ptr<Run>& run);
+  void drop_spec(Retired& retired);                   // with mu_
+  // With mu_: stops `run` without waiting and moves it to `retired`.
+  void stop_run(std::shared_ptr<Run> run, Retired& retired);
   void claim(Iterator& it);
   void yielded(Iterator& it);
   // keep: the stream may be kept for the next iterator (no next() of `it` in flight)
@@ -205,7 +240,9 @@ class LoaderCore::Iterator {
   std::shared_ptr<Run> run_;     // written with mu_ and core mu_
   EpochKey key_;
   int64_t batches_ = 0;
-  int64_t yielded_ = 0;
+  // Batches handed out: written by next() (with mu_), read by the core's
+  // state() from any thread, so the core needs no lock per batch.
+  std::atomic<int64_t> yielded_{0};
   Clock::time_point next_report_{};  // NOTE [ Slow first batch ]
   bool reported_slow_ = false;
   bool asked_ = false;  // next() was called for the batch it waits for

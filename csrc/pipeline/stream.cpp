@@ -128,7 +128,7 @@ void Stream::plan(int64_t pos, Job& job) {
     note_bytes(job.work->bytes);  // NOTE [ Window and memory ]
     // A batch handed off with nothing to write before takes its memory then.
     if (!(job.work->handoff && job.work->bytes == 0))
-      job.memory = pool_->acquire_shared(job.work->bytes);
+      job.memory = BlockPool::Lease::bytes(pool_->lease(job.work->bytes));
   } catch (...) {
     job.error = std::current_exception();
     count = 0;
@@ -184,7 +184,7 @@ class Stream::Handle final : public HandedOffBatch {
     std::shared_ptr<Stream> s = stream_.lock();
     STOKER_CHECK(s != nullptr, UsageError, "the loader's stream of this batch is gone");
     s->note_bytes(bytes);  // NOTE [ Window and memory ]
-    std::shared_ptr<uint8_t> m = s->pool_->acquire_shared(bytes);
+    std::shared_ptr<uint8_t> m = BlockPool::Lease::bytes(s->pool_->lease(bytes));
     std::lock_guard<std::mutex> lock(mu_);
     memory_ = m;
     return m;

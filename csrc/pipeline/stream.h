@@ -34,12 +34,12 @@
 // limit from the first batch whose size is known. Before any batch of a
 // stream is planned, the workers that start at once may each plan one.
 //
-// NOTE [ Shutdown ]
-// stop() sets the stop flag and closes the ring: every wait on it returns,
-// units return between samples, and a batch cut short is never handed out
-// (the reader checks the flag after a successful wait). Workers drop the
-// stream at their next look, and it is freed when the last holder lets go.
-// Batches already handed out stay valid: they own their slot.
+// Stopping: stop() sets the stop flag and closes the ring, so every wait on it
+// returns, units return between samples, and a batch cut short is never
+// handed out (the reader checks the flag after a successful wait). Workers drop
+// the stream at their next look; it is freed when the last holder lets go, and
+// batches already handed out stay valid (they own their slot). The loader's
+// whole stop order: NOTE [ Loader shutdown ] in loader_core.h.
 #pragma once
 
 #include <algorithm>
@@ -138,7 +138,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
   /// plan it when they reach the end; until then it may be changed.
   void set_next(std::optional<EpochKey> key);
 
-  /// NOTE [ Shutdown ]. Idempotent, any thread.
+  /// Stops the stream (above; NOTE [ Loader shutdown ]). Idempotent, any thread.
   void stop();
   bool stopped() const { return stop_.load(std::memory_order_acquire); }
 

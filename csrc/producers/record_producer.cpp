@@ -74,6 +74,13 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
   for (size_t s = 0; s < d.num_shards(); ++s) shard_records_.push_back(d.shard_info(s).num_records);
   // Validates the sampling options once, here, rather than at the first epoch.
   EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
+  // NOTE [ Warm mappings ]: the shards of epoch 0, in the whole job's order.
+  const size_t budget = opts_.warm_bytes < 0 ? MappingWarmer::default_budget()
+                                             : static_cast<size_t>(opts_.warm_bytes);
+  std::vector<size_t> order;
+  if (budget > 0 && !source_->ds->deferred())
+    order = shard_schedule(0, 1, 0, source_->ds->num_shards());
+  warmer_ = std::make_unique<MappingWarmer>(source_->ds, std::move(order), budget);
 }
 
 // Counts do not depend on the order, so they need no shard layout.

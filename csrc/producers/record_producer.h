@@ -16,6 +16,7 @@
 #include "decode/image_pipeline.h"
 #include "format/dataset.h"
 #include "pipeline/batch_producer.h"
+#include "producers/mapping_warmer.h"
 #include "sampler/permutation.h"
 #include "sampler/sampler.h"
 
@@ -39,6 +40,10 @@ struct RecordOptions {
   /// Hand each assembled batch to the loader's finisher (batch_map in the
   /// Python stage: pipeline/batch_handoff.h) before it is published.
   bool handoff = false;
+  /// Bytes of the shards the first epoch reads that are mapped and faulted in
+  /// when the producer is made (NOTE [ Warm mappings ] in mapping_warmer.h);
+  /// -1: MappingWarmer::default_budget(), 0: none.
+  int64_t warm_bytes = -1;
 };
 
 // NOTE [ Random draws ]
@@ -85,6 +90,7 @@ class RecordProducer final : public BatchProducer {
   int64_t consumed_after(const EpochKey& key, int64_t batches) const override;
   std::shared_ptr<const EpochPlan> plan_epoch(const EpochKey& key) const override;
   std::unique_ptr<BatchWork> plan_batch(const EpochPlan& epoch, int64_t k) const override;
+  void close() const override { warmer_->stop(); }
 
   const Dataset& dataset() const { return *source_->ds; }
   /// The order of one epoch (for one rank, from an offset), as plan_epoch uses
@@ -95,11 +101,14 @@ class RecordProducer final : public BatchProducer {
   /// fetcher: what to download next, what it may give back.
   std::vector<size_t> shard_schedule(uint64_t epoch, int64_t world_size, int64_t from_position,
                                      size_t max_shards) const;
+  /// NOTE [ Warm mappings ]: the thread mapping the first epoch's shards ahead.
+  const MappingWarmer& warmer() const { return *warmer_; }
 
  private:
   std::shared_ptr<RecordSource> source_;
   RecordOptions opts_;
-  std::vector<int64_t> shard_records_;  // per shard, for the shard-window order
+  std::vector<int64_t> shard_records_;     // per shard, for the shard-window order
+  std::unique_ptr<MappingWarmer> warmer_;  // NOTE [ Warm mappings ]
 };
 
 }  // namespace stoker

@@ -410,7 +410,7 @@ class Loader:
             self.collate_fn = collate_fn
         self.labels = labels
         # labels="unshifted" with packing: HF's max_length_q/_k as ints, from a shape
-        # (NOTE in csrc/pipeline/token_producer.h, "Label conventions")
+        # ("Label conventions" in csrc/producers/token_producer.h)
         self._hf_lengths = self._tokens and labels == "unshifted" and packing is not None
 
         options = _core.LoaderOptions()

@@ -1,9 +1,10 @@
 // BlockPool (NOTE [ Block lifetime ]): best-fit reuse of idle blocks, the
-// max_idle bound, shared blocks that come back when their last copy drops
-// (also after every other owner of the pool is gone), close(), the retry after
-// an allocation failure, many threads at once, and the fence: over the fake
+// max_idle bound, leases that come back when their last copy drops (also after
+// every other owner of the pool is gone), close(), the retry after an
+// allocation failure, many threads at once, and the fence: over the fake
 // device, a block released with a reader stream is reused, and freed, only
-// behind that reader.
+// behind that reader, and no release or pool end ever waits for it (NOTE
+// [ Deferred frees ]).
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -154,12 +155,12 @@ void max_idle_bound() {
   CHECK_EQ(alloc->live(), 0u);
 }
 
-// acquire_shared: the block goes back when the last copy drops, not before,
-// and it may outlive every other owner of the pool.
+// A lease: the block goes back when the last copy drops, not before, and it
+// may outlive every other owner of the pool.
 void shared_blocks() {
   auto alloc = std::make_shared<CountingAllocator>();
   auto pool = BlockPool::create(alloc, nullptr, 4);
-  std::shared_ptr<uint8_t> s = pool->acquire_shared(3000);
+  std::shared_ptr<uint8_t> s = BlockPool::Lease::bytes(pool->lease(3000));
   std::memset(s.get(), 1, 3000);
   std::shared_ptr<uint8_t> s2 = s;
   s.reset();
@@ -172,15 +173,15 @@ void shared_blocks() {
   s2.reset();  // now it is idle
   CHECK_EQ(pool->blocks(), 2u);
   CHECK_EQ(alloc->frees.load(), 0);
-  std::shared_ptr<uint8_t> t = pool->acquire_shared(3000);
-  std::shared_ptr<uint8_t> u = pool->acquire_shared(3000);
+  std::shared_ptr<uint8_t> t = BlockPool::Lease::bytes(pool->lease(3000));
+  std::shared_ptr<uint8_t> u = BlockPool::Lease::bytes(pool->lease(3000));
   CHECK((t.get() == first || u.get() == first) && t.get() != u.get());
   CHECK_EQ(alloc->allocs.load(), 2);
   t.reset();
   u.reset();
 
   // The pool's last owner is a block: dropping it frees everything.
-  std::shared_ptr<uint8_t> kept = pool->acquire_shared(100);
+  std::shared_ptr<uint8_t> kept = BlockPool::Lease::bytes(pool->lease(100));
   std::weak_ptr<BlockPool> weak = pool;
   pool.reset();
   CHECK(!weak.expired());  // the block holds the pool
@@ -200,7 +201,7 @@ void close_frees_blocks() {
   std::vector<BlockPool::Block> idle;
   for (int i = 0; i < 3; ++i) idle.push_back(pool->acquire(500 * (i + 1)));
   BlockPool::Block raw = pool->acquire(700);
-  std::shared_ptr<uint8_t> shared = pool->acquire_shared(900);
+  std::shared_ptr<uint8_t> shared = BlockPool::Lease::bytes(pool->lease(900));
   for (auto& b : idle) pool->release(b);
   CHECK_EQ(alloc->live(), 5u);
   pool->close();
@@ -251,9 +252,9 @@ void out_of_memory_retry() {
   CHECK_EQ(pool->blocks(), 0u);  // the idle block was freed for the retry
   CHECK_EQ(alloc->live(), 0u);
   alloc->fail_next.store(1);
-  CHECK_THROWS(std::bad_alloc, pool->acquire_shared(100));
+  CHECK_THROWS(std::bad_alloc, BlockPool::Lease::bytes(pool->lease(100)));
   CHECK_EQ(pool->blocks(), 0u);
-  std::shared_ptr<uint8_t> ok = pool->acquire_shared(100);  // the pool still works
+  std::shared_ptr<uint8_t> ok = BlockPool::Lease::bytes(pool->lease(100));  // the pool still works
   CHECK(ok != nullptr);
   ok.reset();
   pool.reset();
@@ -278,7 +279,7 @@ void many_threads() {
         const size_t bytes = 64 + (rng >> 33) % 5000;
         const auto tag = static_cast<uint8_t>(t * 50 + i % 50);
         if (i % 3 == 0) {
-          std::shared_ptr<uint8_t> s = pool->acquire_shared(bytes);
+          std::shared_ptr<uint8_t> s = BlockPool::Lease::bytes(pool->lease(bytes));
           std::memset(s.get(), tag, bytes);
           std::this_thread::yield();
           if (s.get()[0] != tag || s.get()[bytes - 1] != tag) bad.fetch_add(1);
@@ -372,7 +373,8 @@ void fence_orders_reuse_after_reader() {
     pool->release(again);
   }
 
-  // Freeing waits for the reader too: close() must not free a block a kernel reads.
+  // Freeing waits for the reader too, but nothing waits for it: close() defers a
+  // block a kernel reads, and collect() frees it once the kernel is done.
   BlockPool::Block c = pool->acquire(100000, writer);
   std::memset(second.data(), 0xC3, kBytes);
   api->copy_to_device_async(c.data, second.data(), kBytes, writer);
@@ -386,17 +388,53 @@ void fence_orders_reuse_after_reader() {
     saw.store(std::all_of(data, data + kBytes, [](uint8_t v) { return v == 0xC3; }) ? 1 : 0);
   });
   pool->release(c, reader);
-  auto closing = std::async(std::launch::async, [&] { pool->close(); });
-  CHECK(closing.wait_for(50ms) == std::future_status::timeout);  // waiting for the kernel
+  pool->close();  // returns at once
+  CHECK_EQ(pool->deferred(), 1u);
+  CHECK_EQ(api->counts().device_buffers, 1);
+  CHECK_EQ(pool->collect(), 1u);  // still read
   CHECK_EQ(saw.load(), -1);
   gate.release();
-  closing.get();
-  CHECK_EQ(saw.load(), 1);
+  api->synchronize_stream(reader);
+  CHECK_EQ(saw.load(), 1);  // the kernel read its bytes: nothing was freed under it
+  CHECK_EQ(pool->collect(), 0u);
   CHECK_EQ(api->counts().device_buffers, 0);
+  CHECK_EQ(pool->blocks(), 0u);
   api->destroy_event(copied);
   pool.reset();
   CHECK_EQ(api->counts().events, 0);  // the fence's events went back with the pool
   api->destroy_stream(writer);
+  api->destroy_stream(reader);
+}
+
+// NOTE [ Deferred frees ]: a lease whose reader is still at work is dropped (as a
+// DLPack deleter drops it) without waiting, even when the pool keeps no idle
+// block and when the pool dies with it. The block is freed once the reader is
+// done: by the pool's collect(), or, for a pool that died, by its own thread.
+void deleters_never_wait() {
+  auto api = fake_device_api({0, 0us});
+  const StreamHandle reader = api->create_stream();
+  for (bool pool_dies : {false, true}) {
+    auto pool = device_buffer_pool(api, 0);  // keeps nothing idle: every block is freed
+    std::shared_ptr<BlockPool::Lease> lease = pool->lease(5000);
+    std::shared_ptr<uint8_t> bytes = BlockPool::Lease::bytes(lease);
+    lease->set_reader(reader);
+    lease.reset();
+    Gate gate;
+    api->launch(reader, [&gate] { gate.wait(); });  // the consumer's kernels, still queued
+    std::weak_ptr<BlockPool> weak = pool;
+    if (pool_dies) pool.reset();  // the lease is the pool's last owner
+    auto dropped = std::async(std::launch::async, [b = std::move(bytes)]() mutable { b.reset(); });
+    CHECK(dropped.wait_for(5s) == std::future_status::ready);  // did not wait for the gate
+    CHECK_EQ(weak.expired(), pool_dies);
+    if (!pool_dies) CHECK_EQ(pool->collect(), 1u);  // still read
+    std::this_thread::sleep_for(20ms);
+    CHECK_EQ(api->counts().device_buffers, 1);  // nothing freed under the reader
+    gate.release();
+    api->synchronize_stream(reader);
+    if (!pool_dies) CHECK_EQ(pool->collect(), 0u);
+    CHECK(test::eventually([&] { return api->counts().device_buffers == 0; }));
+    CHECK(test::eventually([&] { return test::threads_named("stoker-free") == 0; }));
+  }
   api->destroy_stream(reader);
 }
 
@@ -419,6 +457,7 @@ void fence_failures() {
   BlockPool::Block back = pool->acquire(1000, s);
   CHECK(back.data == fresh.data);  // still idle after the failed acquire
   pool->release(back, s);
+  api->synchronize_stream(s);  // else the pool's end hands `back` on, still fenced
   pool.reset();
   CHECK_EQ(api->counts().device_buffers, 1);  // only the leaked one
   api->free_device(leaked.data);
@@ -432,7 +471,7 @@ void allocator_kinds() {
   CHECK(pinned_host_allocator(api)->kind() == MemoryKind::kPinned);
   CHECK(device_allocator(api)->kind() == MemoryKind::kDevice);
   auto pinned = BlockPool::create(pinned_host_allocator(api), nullptr, 2);
-  std::shared_ptr<uint8_t> p = pinned->acquire_shared(5000);
+  std::shared_ptr<uint8_t> p = BlockPool::Lease::bytes(pinned->lease(5000));
   CHECK(reinterpret_cast<uintptr_t>(p.get()) % 256 == 0);
   CHECK_EQ(api->counts().pinned_buffers, 1);
   p.reset();
@@ -451,4 +490,4 @@ void allocator_kinds() {
 
 TEST_MAIN(best_fit_reuse(); max_idle_bound(); shared_blocks(); close_frees_blocks();
           out_of_memory_retry(); many_threads(); fence_orders_reuse_after_reader();
-          fence_failures(); allocator_kinds())
+          deleters_never_wait(); fence_failures(); allocator_kinds())

@@ -46,7 +46,7 @@ void with_gpu(const CudaStatus& st) {
     if (k == 10) return TransferEngine::SourceStatus::kEnd;
     out = HostBatch{};
     out.index = k++;
-    out.memory = host->acquire_shared(n);
+    out.memory = BlockPool::Lease::bytes(host->lease(n));
     std::memset(out.memory.get(), static_cast<int>(out.index), n);
     out.bytes = n;
     out.pinned = true;

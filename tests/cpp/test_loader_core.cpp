@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -959,6 +960,49 @@ void close_during_next_near_epoch_end() {
   }
 }
 
+// NOTE [ Loader shutdown ]: leaving an epoch with device delivery joins its copy
+// thread, which first waits for the copies it queued (here 300 ms each). That
+// join never holds the core's mutex: state(), epoch() and iter() on another
+// thread go on meanwhile. Then the next epoch runs as usual.
+void stop_never_joins_under_the_core_mutex() {
+  std::printf("%s\n", __func__);
+  std::fflush(stdout);
+  auto ds = make_dataset(120);
+  LoaderOptions o = options(2, 4, false);
+  auto api = fake_device_api({0, 300ms});
+  o.delivery = std::make_shared<DeviceDelivery>(api, 4);
+  auto core = LoaderCore::create(records(ds, sampler(10, false)), o);
+  auto it = core->iter(0, 1);
+  DeliveredBatch b;
+  CHECK(next(*it, b) == Status::kBatch);  // batch 1's copy is queued behind it by now
+  b = DeliveredBatch{};
+  std::atomic<bool> joined{false};
+  const auto t0 = Clock::now();
+  auto leaving = std::async(std::launch::async, [&] {
+    it.reset();  // break: the iterator and its stream go, the copy thread is joined
+    joined.store(true, std::memory_order_release);
+  });
+  std::this_thread::sleep_for(30ms);
+  int64_t slowest_ms = 0;
+  for (int i = 0; i < 5 && !joined.load(std::memory_order_acquire); ++i) {
+    const auto c0 = Clock::now();
+    (void)core->state();
+    (void)core->epoch();
+    slowest_ms = std::max<int64_t>(
+        slowest_ms,
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - c0).count());
+    std::this_thread::sleep_for(10ms);
+  }
+  leaving.get();
+  const auto join_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  std::printf("  leaving took %lld ms; state() meanwhile at most %lld ms\n",
+              static_cast<long long>(join_ms), static_cast<long long>(slowest_ms));
+  CHECK(join_ms >= 150);  // the join did wait for a queued copy: the case under test
+  CHECK(slowest_ms < 100);
+  CHECK(run_epoch(*core) == expected(120, sampler(10, false), 1));
+}
+
 // stats() on one thread while another drops iterators: stats() must not end
 // up destroying an iterator (its last reference) while it holds the core.
 void stats_while_iterators_drop() {
@@ -1351,7 +1395,8 @@ void stress() {
   }
   CHECK_EQ(errors.load(), 0);
   CHECK(delivered.load() > 0);
-  // Nothing left: no thread (the fake device's streams included), no fd.
+  // Nothing left: no thread (the fake device's streams included, and the thread
+  // that frees what a device pool left behind: NOTE [ Deferred frees ]), no fd.
   CHECK(eventually([&] { return test::threads_alive() == threads_before; }));
   CHECK_EQ(open_fds(), fds_before);
   std::printf("  stress: %lld iterators, %lld batches checked in %.1f s\n",
@@ -1366,4 +1411,5 @@ TEST_MAIN(order_and_content(); determinism(); epochs_and_iterators(); concurrent
           error_at_epoch_end_then_new_iterator(); close_from_two_threads();
           close_while_an_iterator_starts(); close_during_next_near_epoch_end();
           stats_while_iterators_drop(); one_iterator_two_threads();
-          cut_short_batch_never_delivered(); worker_lifetime(); bad_options(); stress())
+          cut_short_batch_never_delivered(); worker_lifetime(); bad_options();
+          stop_never_joins_under_the_core_mutex(); stress())

@@ -262,9 +262,10 @@ void consumer_holds_batches() {
   CHECK_EQ(v.bad.load(), 0);
   CHECK(api->counts().device_buffers >= 16);
   pool.reset();
-  kept.clear();  // the engine is gone: the pool is freed by the last deleter
-  CHECK_EQ(api->counts().device_buffers, 0);
-  CHECK_EQ(api->counts().events, 0);
+  kept.clear();  // the engine is gone: the pool goes with the last deleter, which never waits
+  // Buffers the consumer's stream may still read are freed once it is done
+  // (NOTE [ Deferred frees ]), with their events.
+  CHECK(eventually([&] { return api->counts().device_buffers == 0 && api->counts().events == 0; }));
 }
 
 // Early stop: the copy thread is gone at once (the source is stop-aware, no
@@ -295,12 +296,15 @@ void early_stop_frees_everything() {
     CHECK_THROWS(UsageError, engine.next_until(0, Clock::now() + 1s, out));
   }
   CHECK_EQ(api->counts().streams, 0);         // the copy stream is gone
+  api->synchronize_stream(0);                 // the readers of the buffers b0 and the others had
   pool->close();                              // the idle buffers go now
   CHECK_EQ(api->counts().device_buffers, 1);  // only the kept batch's buffer
   v.check_on(*api, 0, *kept, src.size_of(1));
   api->synchronize_stream(0);
   CHECK_EQ(v.bad.load(), 0);
-  kept.reset();  // deleter after the engine is gone
+  kept.reset();  // deleter after the engine is gone: the buffer is deferred, not waited for
+  api->synchronize_stream(0);
+  CHECK_EQ(pool->collect(), 0u);
   CHECK_EQ(api->counts().device_buffers, 0);
   pool.reset();
   CHECK_EQ(api->counts().events, 0);
@@ -542,6 +546,50 @@ void shared_pool_across_epochs() {
   api->destroy_stream(consumer);
 }
 
+// NOTE [ Deferred frees ]: the consumer drops batches its stream is still
+// reading, more than the pool keeps idle. The drops (DLPack deleters) return at
+// once, nothing is freed under the reader, and the copy thread frees the rest
+// once the stream is done, with no call from the consumer.
+void frees_deferred_to_copy_thread() {
+  auto api = fake_device_api({0, 0us});
+  auto pool = pool_for(api, 1);  // keeps 3 idle
+  const StreamHandle consumer = api->create_stream();
+  TestSource src;
+  src.n = -1;
+  Verifier v;
+  TransferEngine engine(api, src.source(), 1, pool);
+  std::vector<DeviceBatch> kept;
+  for (int i = 0; i < 8; ++i) kept.push_back(std::move(*engine.next(consumer)));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  api->launch(consumer, [&] {  // the GPU still busy with the steps that read them
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return open; });
+  });
+  for (const auto& b : kept) v.check_on(*api, consumer, b, src.size_of(b.index));
+  // The engine has copied the next batch and waits for room: no more buffers come.
+  CHECK(eventually([&] { return api->counts().copies == 9; }));
+  const int64_t alive = api->counts().device_buffers;
+  auto dropped = std::async(std::launch::async, [&] { kept.clear(); });
+  CHECK(dropped.wait_for(10s) == std::future_status::ready);  // not behind the gate
+  CHECK_EQ(api->counts().device_buffers, alive);              // nothing freed under the reader
+  CHECK(pool->deferred() >= 4u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  // The copy thread, waiting for room, collected them.
+  CHECK(eventually([&] { return pool->deferred() == 0; }));
+  CHECK(api->counts().device_buffers <= alive - 4);
+  api->synchronize_stream(consumer);
+  CHECK_EQ(v.checked.load(), 8);
+  CHECK_EQ(v.bad.load(), 0);
+  engine.stop();
+  api->destroy_stream(consumer);
+}
+
 }  // namespace
 
 // The side stream (batch_map's, docs/python.md) is ordered after the copy as
@@ -589,4 +637,4 @@ TEST_MAIN(side_stream_ordered_after_the_copy(); order_and_content();
           destroy_without_consuming(); source_error_at_its_position();
           stop_wakes_blocked_consumer(); next_until_times_out();
           idle_source_cannot_hang_destructor(); pinned_allocator_roundtrip(); empty_batches();
-          bad_arguments(); shared_pool_across_epochs())
+          bad_arguments(); shared_pool_across_epochs(); frees_deferred_to_copy_thread())

@@ -143,6 +143,34 @@ def test_consumer_holding_batches(ds):
     assert_equal_batches(kept, cpu_epoch(ds, **kw))
 
 
+def test_dropping_batches_never_waits_for_the_gpu(ds):
+    """NOTE [ Deferred frees ]: batches the GPU still reads are dropped at once, also
+    beyond the buffers the pool keeps idle (whose frees must wait for those reads); the
+    copy thread frees them once the reads are done, and the bytes read were the batch's."""
+    kw = dict(batch_size=8, shuffle=False)
+    want = cpu_epoch(ds, **kw)
+    loader = stoker.Loader(ds, device="cuda", prefetch=1, **kw)  # keeps 3 buffers idle
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        it = iter(loader)
+        kept = [next(it) for _ in range(12)]
+        torch.cuda._sleep(200 * SLOW_CYCLES)  # ~0.2 s of GPU work queued behind them
+        sums = [b["x"].sum(dtype=torch.int64) for b in kept]  # read after the sleep
+        t0 = time.perf_counter()
+        del kept
+        gc.collect()
+        dropped = time.perf_counter() - t0
+    assert dropped < 0.05, f"dropping 12 batches took {dropped:.3f} s"
+    assert loader.stats()["device_buffers"] >= 12  # nothing was freed under the reads
+    s.synchronize()
+    assert [int(v) for v in sums] == [int(b["x"].sum(dtype=torch.int64)) for b in want[:12]]
+    with torch.cuda.stream(s):
+        rest = sum(1 for _ in it)  # the copy thread frees the deferred buffers as it goes
+    s.synchronize()
+    assert rest == len(want) - 12
+    assert loader.stats()["device_buffers"] <= 3 + 4
+
+
 def test_batch_outlives_loader(ds):
     loader = stoker.Loader(ds, batch_size=10, device="cuda")
     b = next(iter(loader))

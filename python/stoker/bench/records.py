@@ -1,6 +1,7 @@
 """``stoker bench`` without a dataset: fixed-size records. In one run, on the same data in
 page cache, samples/s of:
-  * stoker.Loader with 1 and 2 threads,
+  * stoker.Loader with 1 and 2 threads, and the first and second epoch of a new Dataset and
+    Loader (new mappings: what a new process's first epoch pays),
   * torch.utils.data.DataLoader over a map-style dataset reading a NumPy memmap of the
     same data, num_workers 0, 1, 2 (default collate),
   * a plain NumPy loop (random indices, fancy indexing, torch.from_numpy),
@@ -82,7 +83,7 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     first_batch: Dict[str, float] = {}
     runs: Dict[str, Runs] = {}
 
-    bar = Progress(repeats * (len(threads) + len(workers) + 1), "stoker bench", unit="runs",
+    bar = Progress(repeats * (2 * len(threads) + len(workers) + 1), "stoker bench", unit="runs",
                    enabled=progress)
 
     def measure(name: str, make_iter: Callable) -> None:
@@ -102,6 +103,26 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
         bar.write(f"  {name:<28} {runs[name].text(unit='samples/s'):<48} first batch "
                   f"{first_batch[name] * 1e3:8.1f} ms")
 
+    def measure_fresh(t: int) -> None:
+        """The first and the second epoch of a new Dataset and Loader (new mappings, as in
+        a new process: NOTE [ Warm mappings ] in csrc/producers/mapping_warmer.h)."""
+        rates: List[List[float]] = [[], []]
+        for _ in range(repeats):
+            bar.update()
+            fresh = Loader(Dataset(os.path.join(data, "stoker")), batch_size=batch_size,
+                           shuffle=True, num_threads=t, stall_warning=None)
+            for e in range(2):
+                rate, _, count = _time_batches(lambda fresh=fresh: fresh, data)
+                assert count == n, (t, e, count, n)
+                rates[e].append(rate)
+            del fresh
+        for e, name in enumerate(("first", "second")):
+            key = f"{name} epoch: stoker threads={t}"
+            runs[key] = Runs(rates[e])
+            results[key] = runs[key].median
+            bar.write(f"  {key:<36} {runs[key].text(unit='samples/s'):<48} "
+                      "(a new Dataset and Loader)")
+
     what = "epoch" if epochs == 1 else f"{epochs} consecutive epochs"
     print(f"{what} of {n} samples, batch_size={batch_size}, shuffled, data in page cache; "
           f"median (range) of {repeats} run(s)")
@@ -109,6 +130,8 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
         loader = Loader(ds, batch_size=batch_size, shuffle=True, num_threads=t,
                         stall_warning=None)
         measure(f"stoker threads={t}", lambda loader=loader: loader)
+    for t in threads:
+        measure_fresh(t)
 
     mm = _MemmapDataset(data)
     for w in workers:
@@ -166,6 +189,11 @@ def run(n: int = 20000, batch_size: int = 256, repeats: int = 3, data: str = Non
     print("ratios (medians; in brackets the extremes of the runs):")
     print(f"  {best} / best DataLoader ({best_dl}): {ratio(best, runs[best_dl])}")
     print(f"  {best} / NumPy loop: {ratio(best, runs['NumPy loop'])}")
+    for t in threads:
+        for e in ("first", "second"):
+            name = f"{e} epoch: stoker threads={t}"
+            print(f"  {name} (a new Dataset and Loader) / NumPy loop: "
+                  f"{ratio(name, runs['NumPy loop'])}")
     for t in sorted(set(threads)):
         name = f"stoker threads={t}"
         print(f"  {name} / memcpy, {t} thread(s): {ratio(name, bound[t], pct=True)}"
