@@ -1,6 +1,6 @@
 """Your Python code in the pipeline: stoker's Python stage against DataLoader.
 
-    python bench/bench_python.py [--repeats 3] [--images 512] [--boxes 2048]
+    python bench/bench_python.py [--repeats 3] [--images 512] [--boxes 2048] [--only a|b|c]
 
 Two workloads, each timed as a whole epoch (iterator start to last batch), in one run,
 configurations interleaved, medians of --repeats:
@@ -11,6 +11,12 @@ configurations interleaved, medians of --repeats:
                      the albumentations ops in map=
         DataLoader:  a torch Dataset reading the files: cv2.imdecode, albumentations'
                      RandomResizedCrop, the same ops
+  (c) GIL-releasing, Pillow: the same JPEGs and crop, then Pillow's ImageEnhance
+      brightness/contrast/saturation, rotate(±20, bilinear) and GaussianBlur, each factor
+      drawn from the sample's generator.
+        stoker:      decode + RandomResizedCrop(224) in C++, the Pillow ops in map=
+        DataLoader:  a torch Dataset reading the files: Pillow decode, crop + resize to
+                     224 with Pillow, the same ops
   (b) pure Python: per-box label processing in Python loops (64 boxes per sample: to
       corners, clipped, small ones dropped, classes remapped, best of 9 anchors by IoU).
         stoker:      a stoker dataset of boxes and classes, the processing in map=
@@ -135,6 +141,47 @@ def aug_map(sample, rng):
     return {"image": AUG(image=sample["image"])["image"], "label": sample["label"]}
 
 
+def pil_ops(img, rng):
+    """(c): colour jitter, rotation and blur with Pillow (its C kernels release the GIL)."""
+    from PIL import ImageEnhance, ImageFilter
+
+    for enhance in (ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color):
+        img = enhance(img).enhance(float(rng.uniform(0.6, 1.4)))
+    img = img.rotate(float(rng.uniform(-20, 20)), resample=2)  # 2: bilinear
+    return img.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.1, 2.0))))
+
+
+def pil_map(sample, rng):
+    """stoker's map for (c): the Pillow ops on the C++-cropped 224x224 image."""
+    from PIL import Image
+
+    img = pil_ops(Image.fromarray(sample["image"]), rng)
+    return {"image": np.asarray(img), "label": sample["label"]}
+
+
+class PilFiles:
+    """(c) for DataLoader: read, Pillow decode, a random resized crop and the same ops."""
+
+    def __init__(self, paths):
+        self.paths = paths
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        import torch
+        from PIL import Image
+
+        rng = np.random.default_rng()
+        img = Image.open(self.paths[i]).convert("RGB")
+        w, h = img.size
+        side = int(min(w, h) * np.sqrt(rng.uniform(0.08, 1.0)))
+        x0, y0 = int(rng.integers(0, w - side + 1)), int(rng.integers(0, h - side + 1))
+        img = img.resize((224, 224), Image.BILINEAR, box=(x0, y0, x0 + side, y0 + side))
+        img = pil_ops(img, rng)
+        return {"image": torch.from_numpy(np.asarray(img).copy()), "label": i % 1000}
+
+
 class JpegFiles:
     """(a) for DataLoader: read, cv2 decode, albumentations crop and the same ops."""
 
@@ -163,6 +210,7 @@ def make_images(tmp, n):
     from make_jpegs import make_image
     from PIL import Image
 
+    os.makedirs(tmp, exist_ok=True)
     rng = np.random.default_rng(0)
     paths = []
     fields = {"image": stoker.image(), "label": stoker.scalar("int64")}
@@ -275,12 +323,12 @@ def configs(workload, tmp, n_images, n_boxes):
     import torch
 
     out = {}
-    if workload == "a":
-        paths, ds_path = make_images(tmp, n_images)
+    if workload in ("a", "c"):
+        paths, ds_path = make_images(os.path.join(tmp, workload), n_images)
         ds = stoker.Dataset(ds_path)
         crop = {"image": [stoker.ops.RandomResizedCrop(224)]}
-        torch_ds = JpegFiles(paths)
-        stoker_kw = dict(transforms=crop, map=aug_map)
+        torch_ds = JpegFiles(paths) if workload == "a" else PilFiles(paths)
+        stoker_kw = dict(transforms=crop, map=aug_map if workload == "a" else pil_map)
         dl_kw = {}
         zero_kw = {}
         warm = paths + [os.path.join(ds.path, s["path"]) for s in ds.shards]
@@ -298,7 +346,7 @@ def configs(workload, tmp, n_images, n_boxes):
     def stoker_run(**kw):
         def make():
             loader = stoker.Loader(ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
-                                   prefetch_next_epoch=False, **stoker_kw, **kw)
+                                   prefetch_next_epoch=False, stall_warning=None, **stoker_kw, **kw)
             loader.set_epoch(next(epoch))
             return loader
         return make
@@ -309,7 +357,7 @@ def configs(workload, tmp, n_images, n_boxes):
             python_workers="process")
     out["stoker threads over the torch Dataset"] = lambda: stoker.Loader(
         torch_ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
-        prefetch_next_epoch=False, **zero_kw)
+        prefetch_next_epoch=False, stall_warning=None, **zero_kw)
     for w in (0, 1, 2):
         out[f"DataLoader num_workers={w}"] = (lambda w=w: torch.utils.data.DataLoader(
             torch_ds, batch_size=BATCH, shuffle=True, num_workers=w, **dl_kw))
@@ -351,7 +399,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3, help="runs per configuration (median)")
     p.add_argument("--images", type=int, default=512, help="JPEGs in workload (a)")
     p.add_argument("--boxes", type=int, default=2048, help="samples in workload (b)")
-    p.add_argument("--only", choices=["a", "b"], default=None)
+    p.add_argument("--only", choices=["a", "b", "c"], default=None)
     args = p.parse_args()
     import torch
 
@@ -363,6 +411,9 @@ def main():
         if args.only in (None, "a"):
             run("a", f"GIL-releasing: {args.images} JPEGs, crop 224 + ColorJitter + Rotate + "
                 "GaussianBlur (albumentations)", args, tmp)
+        if args.only in (None, "c"):
+            run("c", f"GIL-releasing: {args.images} JPEGs, crop 224 + ImageEnhance x3 + rotate "
+                "+ GaussianBlur (Pillow)", args, tmp)
         if args.only in (None, "b"):
             run("b", f"pure Python: {args.boxes} samples x 64 boxes, per-box loops", args, tmp)
 

@@ -152,6 +152,28 @@ def test_lightning_single_process_epochs_and_checkpoint_resume(ds, tmp_path):
         assert seen == full["seen"], f"resumed at step {step}"
 
 
+def test_lightning_with_a_python_stage_resumes_exactly(ds, tmp_path):
+    """map and batch_map (draws from their generators) in the training loader: the order is
+    the loader's, the rows are mapped, and a run stopped at a mid-epoch checkpoint and
+    resumed trains on exactly the rows (pixels and batch_map's draws) of the run that was
+    not stopped."""
+    out = str(tmp_path / "run")
+    script = os.path.join(HERE, "lightning_train.py")
+    _run([sys.executable, script, ds.path, out + "-plain", "--max-epochs", "2"])
+    _run([sys.executable, script, ds.path, out + "-full", "--max-epochs", "2", "--map"])
+    plain, full = _results(out + "-plain", 1)[0], _results(out + "-full", 1)[0]
+    assert _by_epoch(full["seen"], 2) == [_order(ds, e) for e in range(2)]
+    assert len(full["rows"]) == 80 and not set(full["rows"]) & set(plain["rows"])
+    ck = str(tmp_path / "ck")
+    _run([sys.executable, script, ds.path, out + "-a", "--max-steps", "13", "--ckpt-dir", ck,
+          "--every-n-steps", "13", "--map"])
+    _run([sys.executable, script, ds.path, out + "-b", "--max-epochs", "2", "--map",
+          "--resume", os.path.join(ck, "step=13.ckpt")])
+    a, b = _results(out + "-a", 1)[0], _results(out + "-b", 1)[0]
+    assert a["seen"] + b["seen"] == full["seen"]
+    assert a["rows"] + b["rows"] == full["rows"]
+
+
 def test_lightning_validation_test_and_predict_loaders(ds, tmp_path):
     """A stoker loader for every kind Lightning takes: the sanity check, validation twice
     an epoch with limit_val_batches, then trainer.validate, trainer.test and
@@ -297,6 +319,25 @@ def test_accelerate_under_torchrun(ds, tmp_path):
     for r in res:
         assert sorted(r["eval"]) == [10 * i for i in range(101)]
     assert res[0]["eval_batches"] == res[1]["eval_batches"] == 6
+
+
+def test_accelerate_with_a_python_stage_under_torchrun(ds, tmp_path):
+    """A training loader with map (per-sample draws, 2 threads) under accelerate and
+    torchrun: each rank's order is the loader's, the ranks' draws differ, and the
+    mid-epoch save_state resumes into the same batches, pixels included."""
+    evalset = write_dataset(tmp_path / "eval", 11, shard_size="2KB")
+    out = str(tmp_path / "acc")
+    _torchrun("accelerate_train.py", ds.path, evalset.path, out, "map")
+    res = _results(out, 2)
+    for r in res:
+        want = [_order(ds, e, r["rank"], 2, seed=5) for e in range(2)]
+        assert [[labels for labels, _ in epoch] for epoch in r["epochs"]] == want
+        assert r["resumed"] == r["epochs"][1][3:]  # labels and pixel sums
+        assert [labels for labels, _ in r["skipped"]] == _order(ds, 2, r["rank"], 2,
+                                                                seed=5)[2:]
+    plain = sum(int(v) for i in range(40) for v in ds[i]["x"].ravel())
+    sums = sum(s for r in res for _, s in r["epochs"][0])
+    assert sums > plain  # the noise (0..999 a value) was added to every pixel
 
 
 def test_accelerate_save_state_resumed_on_more_processes(ds, tmp_path):

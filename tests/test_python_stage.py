@@ -199,6 +199,63 @@ def test_map_outputs_identical_for_any_thread_count(img_ds):
     assert not torch.equal(runs[0][0][0]["noise"], runs[0][1][0]["noise"])
 
 
+_PEER = threading.local()
+
+
+def albumentations_ops(img, rng):
+    """An albumentations pipeline as users write it: one Compose per thread (it owns a
+    generator), reseeded from the sample's rng."""
+    import albumentations as A
+
+    if not hasattr(_PEER, "aug"):
+        _PEER.aug = A.Compose([A.ColorJitter(0.4, 0.4, 0.4, 0.1, p=1.0),
+                               A.Rotate(limit=20, p=1.0),
+                               A.GaussianBlur(blur_limit=(3, 7), p=1.0)])
+    _PEER.aug.set_random_seed(int(rng.integers(2**32)))
+    return _PEER.aug(image=img)["image"]
+
+
+def pillow_ops(img, rng):
+    from PIL import ImageEnhance, ImageFilter
+
+    img = Image.fromarray(img)
+    for enhance in (ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color):
+        img = enhance(img).enhance(float(rng.uniform(0.6, 1.4)))
+    img = img.rotate(float(rng.uniform(-20, 20)), resample=Image.BILINEAR)
+    return np.asarray(img.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.1, 2.0)))))
+
+
+def albumentations_map(sample, rng):
+    return {"image": albumentations_ops(sample["image"], rng), "label": sample["label"]}
+
+
+def pillow_map(sample, rng):
+    return {"image": pillow_ops(sample["image"], rng), "label": sample["label"]}
+
+
+@pytest.mark.parametrize("ops, fn", [(albumentations_ops, albumentations_map),
+                                     (pillow_ops, pillow_map)], ids=["albumentations", "pillow"])
+def test_peer_pipelines_in_map_are_exact_for_threads_and_processes(img_ds, ops, fn):
+    """albumentations and Pillow pipelines through map: every image is what the same
+    pipeline makes of the loader's own crop with the sample's generator, on 1 and 2
+    threads and in worker processes."""
+    pytest.importorskip("albumentations")
+    plain = stoker.Loader(img_ds, batch_size=8, shuffle=True, seed=4, transforms=CROP)
+    crops = {int(label): img.permute(1, 2, 0).numpy().copy()
+             for b in plain for label, img in zip(b["label"], b["image"])}
+    want = {i: ops(crop, sample_rng(4, 0, i)) for i, crop in crops.items()}
+    assert sum(not np.array_equal(want[i], crops[i]) for i in want) > len(want) // 2
+    for kw in (dict(num_threads=1), dict(num_threads=2),
+               dict(num_threads=2, python_workers="process")):
+        loader = stoker.Loader(img_ds, batch_size=8, shuffle=True, seed=4, transforms=CROP,
+                               map=fn, **kw)
+        got = {int(label): img.numpy() for b in loader for label, img in zip(b["label"],
+                                                                             b["image"])}
+        assert sorted(got) == sorted(want)
+        for i in want:
+            assert np.array_equal(got[i], want[i]), (kw, i)
+
+
 def test_identity_map_gives_the_loader_batches(img_ds):
     """map receives what the C++ path gives (decoded, transformed with the loader's draws):
     passing it on unchanged gives the batches of the loader without map, bit for bit (the

@@ -125,9 +125,10 @@ void register_format(py::module_& m) {
            "ordinal, header_checksum, table_checksum) or None (format version 1). On success "
            "the dataset owns lease_fd and closes it when destroyed. deferred: the shard files "
            "are not there yet; each is read after provide() (NOTE [ Deferred shards ] in "
-           "csrc/format/dataset.h). releasable: deferred, and try_release() gives shards back "
+           "csrc/format/shard_gate.h). releasable: deferred, and try_release() gives shards back "
            "(NOTE [ Released shards ]). record_ranges: deferred, and readers may have records "
-           "fetched by range before their shard (NOTE [ Records by range ]).")
+           "fetched by range before their shard (NOTE [ Records by range ] in "
+           "csrc/format/record_ranges.h).")
       .def_property_readonly("deferred", &Dataset::deferred)
       .def_property_readonly("releasable", &Dataset::releasable)
       .def("try_release", &Dataset::try_release, py::arg("shard"),

@@ -10,15 +10,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "common/detail/event_count.h"
+#include "format/record_ranges.h"
 #include "format/schema.h"
+#include "format/shard_gate.h"
 #include "format/shard_identity.h"
 #include "format/shard_reader.h"
-#include "format/shard_table.h"
 
 namespace stoker {
 
@@ -40,7 +39,8 @@ class Dataset {
     bool probe_on_open = true;
     /// Map and validate every shard now rather than on first use.
     bool map_on_open = false;
-    /// The shard files are not there yet (NOTE [ Deferred shards ]): each is
+    /// The shard files are not there yet (NOTE [ Deferred shards ] in
+    /// format/shard_gate.h): each is
     /// read only after provide(). Implies neither probing nor mapping at open.
     bool deferred = false;
     /// Deferred shards may also be given back (try_release()), so that a cache
@@ -48,7 +48,8 @@ class Dataset {
     /// reads (pin()), and prefetch hints are off. Implies deferred.
     bool releasable = false;
     /// Deferred shards may also be read record by record before they are local,
-    /// from bytes the fetcher fetches by range (NOTE [ Records by range ]).
+    /// from bytes the fetcher fetches by range (NOTE [ Records by range ] in
+    /// format/record_ranges.h).
     /// Implies deferred.
     bool record_ranges = false;
   };
@@ -126,61 +127,16 @@ class Dataset {
   /// waits): for prefetch hints, so always null where a mapping may be released
   /// under the caller.
   const ShardReader* mapped_reader(size_t s) const {
-    if (pins_ || s >= infos_.size()) return nullptr;
+    if (releasable() || s >= infos_.size()) return nullptr;
     return readers_[s].load(std::memory_order_acquire);
   }
 
-  // NOTE [ Deferred shards ]
-  // A remote dataset's shards download into a local cache while it is in use.
-  // Its Dataset is opened `deferred`: every shard starts pending, and a read
-  // (mapping it on first use) waits until the fetcher calls provide(s), or
-  // raises FetchError after fail(s). A reader that waits marks the shard
-  // demanded and fires the gate event, so the fetcher (one thread of the Python
-  // layer, blocked in gate_wait) starts the shards that readers wait for ahead
-  // of its background order: the loader's workers plan and read `prefetch`
-  // batches ahead, so its demands are the sampler's own future order. The wait
-  // is in slices: a worker gives up as soon as its stream stops (stop_flag.h),
-  // and a thread that is not a loader worker is refused at once rather than
-  // left to block (the Python layer fetches for it first: Dataset.__getitem__).
-  // Prefetch hints never wait (is_mapped is false until the read maps it).
-
-  // NOTE [ Released shards ]
-  // A releasable dataset (a remote one whose cache is smaller than it) also
-  // gives shards back: try_release(s) unmaps a provided shard that no reader
-  // holds and makes it pending again, so the cache may evict its file; a later
-  // read waits for it and demands it, as for a shard never provided. Readers
-  // hold a pin (a count per shard) across their use of a shard's bytes. The
-  // pin and the release meet as a Dekker pair, both sides seq_cst:
-  //
-  //   reader:  pins[s] += 1;  then reads gate[s]:  kReady     -> use the mapping
-  //                                                otherwise  -> pins[s] -= 1, wait, retry
-  //   release: gate[s]: kReady -> kReleasing;  then reads pins[s]:  0  -> unmap, kPending
-  //                                                                 >0 -> back to kReady
-  //
-  // so either the reader sees kReleasing and keeps off, or the release sees the
-  // pin and keeps the mapping. A reader that finds kReleasing waits on the word
-  // like any pending shard.
-
-  // NOTE [ Records by range ]
-  // Before a deferred shard is local, a reader may have single records of it.
-  // The first batch of an epoch asks for its records when it is planned
-  // (want_records(), then take_record_demands()), and its readers wait in
-  // pin_record() for the record or the shard; the fetcher (a record that its
-  // whole shard did not bring within a moment: python/stoker/remote) fetches the
-  // shard's header and record
-  // table by range once (provide_table(): validated as opening the file
-  // validates it), then the records' bytes (provide_record(): each checked
-  // against its table entry), and the reader reads them from a buffer it holds
-  // by a shared_ptr. Whichever comes first serves the reader: the record, or
-  // the whole shard (then the shard's buffered records are dropped). The
-  // fetcher may decline (no_ranges(): a server without ranges, a bad table):
-  // the shard's readers then wait for the whole shard. So the first batch of a
-  // cold epoch needs its records, not its shards. (Only the first: later batches
-  // would fetch their records twice, by range and in their shards.)
-
+  // A deferred dataset's shard states (NOTE [ Deferred shards ], [ Released
+  // shards ] in format/shard_gate.h) and records by range (NOTE [ Records by
+  // range ] in format/record_ranges.h): the fetcher's side.
   bool deferred() const { return gate_ != nullptr; }
-  bool releasable() const { return pins_ != nullptr; }
-  bool record_ranges() const { return !partial_.empty(); }
+  bool releasable() const { return gate_ && gate_->releasable(); }
+  bool record_ranges() const { return ranges_ != nullptr; }
   /// Asks for the samples `indices` by range where their shards are not local
   /// yet (and not declined), before any reader waits for them: a batch's
   /// planner names all its samples at once, so that the fetcher fetches them
@@ -205,9 +161,7 @@ class Dataset {
   /// reader holds it (or it is not provided): then false, and nothing changes.
   bool try_release(size_t s);
   /// Readers' pins of shard `s` now (0 unless releasable).
-  int pins(size_t s) const {
-    return pins_ && s < infos_.size() ? pins_[s].load(std::memory_order_acquire) : 0;
-  }
+  int pins(size_t s) const { return gate_ && s < infos_.size() ? gate_->pins(s) : 0; }
   /// Shard `s` is local at its path: readers may map it. Thread-safe, idempotent.
   void provide(size_t s);
   /// Shard `s` cannot be fetched: its readers raise FetchError(`why`).
@@ -215,18 +169,16 @@ class Dataset {
   /// Shards that readers are waiting for and that are neither provided nor failed.
   std::vector<size_t> demands() const;
   /// The gate event: a count to pass to gate_wait, read before demands().
-  uint32_t gate_prepare() const { return gate_event_.prepare(); }
+  uint32_t gate_prepare() const { return gate_ ? gate_->prepare() : 0; }
   /// Sleeps until a reader demands a shard or gate_notify() is called after
-  /// gate_prepare() returned `seen`, or `deadline`.
-  void gate_wait(uint32_t seen, std::chrono::steady_clock::time_point deadline) const {
-    gate_event_.wait(seen, deadline);
-  }
+  /// gate_prepare() returned `seen`, or `deadline` (only that, if not deferred).
+  void gate_wait(uint32_t seen, std::chrono::steady_clock::time_point deadline) const;
   /// Wakes gate_wait (the fetcher's own downloads finishing).
-  void gate_notify() const { gate_event_.notify(); }
-  /// Seconds readers have spent waiting for shards to be provided.
-  double gate_wait_seconds() const {
-    return static_cast<double>(gate_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  void gate_notify() const {
+    if (gate_) gate_->notify();
   }
+  /// Seconds readers have spent waiting for shards to be provided.
+  double gate_wait_seconds() const { return gate_ ? gate_->wait_seconds() : 0.0; }
 
   /// Keeps `fd` open until the dataset is destroyed: the reader lease on the
   /// dataset's generation (python/stoker/writer.py), which stops a later write
@@ -235,25 +187,11 @@ class Dataset {
 
  private:
   static constexpr size_t kStripes = 64;
-  enum GateState : uint32_t { kPending, kDemanded, kReady, kFailed, kReleasing };
   friend class ShardPin;
-  void unpin(size_t s) const noexcept;
-  // Sleeps a slice on shard `s`'s word `v` (stop-aware, counted in gate_wait_ns_).
-  void wait_slice(size_t s, uint32_t v, std::chrono::milliseconds slice) const;
-
-  // NOTE [ Records by range ]: per shard, guarded by stripes_[s % kStripes].
-  struct Partial {
-    std::optional<ShardTable> table;
-    bool declined = false;  // no_ranges(): wait for the whole shard
-    std::unordered_map<int64_t, std::shared_ptr<const std::vector<uint8_t>>> records;
-    int64_t bytes = 0;
-  };
-  mutable std::vector<Partial> partial_;  // empty unless record_ranges
-  mutable std::mutex record_mu_;
-  mutable std::vector<std::pair<size_t, int64_t>> record_demands_;  // guarded by record_mu_
-
-  // Blocks until shard `s` is provided (NOTE [ Deferred shards ]).
-  void await_shard(size_t s) const;
+  void unpin(size_t s) const noexcept { gate_->unpin(s); }
+  // The fetcher's calls check that the dataset has the part they need.
+  ShardGate& gate(const char* what, size_t s) const;
+  RecordRanges& ranges(const char* what, size_t s) const;
 
   Schema schema_;
   std::vector<ShardInfo> infos_;
@@ -264,13 +202,8 @@ class Dataset {
       owned_;  // slot s guarded by stripes_[s % kStripes]
   mutable std::mutex stripes_[kStripes];
   int lease_fd_ = -1;
-  // NOTE [ Deferred shards ]: null unless deferred; fail_ guarded by stripes_.
-  std::unique_ptr<std::atomic<uint32_t>[]> gate_;
-  // NOTE [ Released shards ]: null unless releasable.
-  std::unique_ptr<std::atomic<int32_t>[]> pins_;
-  std::vector<std::string> fail_;
-  mutable detail::EventCount gate_event_;
-  mutable std::atomic<int64_t> gate_wait_ns_{0};
+  std::unique_ptr<ShardGate> gate_;       // null unless deferred
+  std::unique_ptr<RecordRanges> ranges_;  // null unless record_ranges
 };
 
 /// A shard held mapped (Dataset::pin). Movable; drops the hold when destroyed.
@@ -300,7 +233,8 @@ class Dataset::ShardPin {
 
   /// The shard's reader (null when this holds a record fetched by range).
   const ShardReader& reader() const { return *r_; }
-  /// The record's bytes fetched by range (NOTE [ Records by range ]), or null.
+  /// The record's bytes fetched by range (NOTE [ Records by range ] in
+  /// format/record_ranges.h), or null.
   const std::vector<uint8_t>* record_bytes() const { return record_.get(); }
   size_t shard() const { return s_; }
   bool holds(size_t s) const { return r_ != nullptr && s_ == s; }
@@ -318,7 +252,7 @@ class Dataset::ShardPin {
   size_t s_ = 0;
   const ShardReader* r_ = nullptr;
   std::shared_ptr<const std::vector<uint8_t>> record_;
-  bool counted_ = false;  // a count in Dataset::pins_ to give back
+  bool counted_ = false;  // a pin counted in the dataset's gate, to give back
 };
 
 }  // namespace stoker

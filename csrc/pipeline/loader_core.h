@@ -67,7 +67,7 @@
 //      copy thread once it completes, never in a tensor's deleter (NOTE
 //      [ Deferred frees ]).
 // A worker waiting for a remote shard gives up when its stream stops (NOTE
-// [ Deferred shards ] in format/dataset.h), so nothing here waits for the
+// [ Deferred shards ] in format/shard_gate.h), so nothing here waits for the
 // network. In a forked child nothing is stopped or joined: the threads are the
 // parent's (the core, streams, pools and iterators check their pid).
 #pragma once

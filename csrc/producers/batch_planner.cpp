@@ -16,9 +16,9 @@ constexpr size_t kTensorAlign = 64;
 size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTensorAlign; }
 
 // Reads sample `index` verified and split into `views`, which stay valid while
-// `hold` holds its shard or record (deferred shards: NOTE [ Released shards ] and
-// NOTE [ Records by range ] in format/dataset.h); a failure is that sample's
-// error, with its file, record and field.
+// `hold` holds its shard or record (deferred shards: NOTE [ Released shards ] in
+// format/shard_gate.h, NOTE [ Records by range ] in format/record_ranges.h); a failure is that
+// sample's error, with its file, record and field.
 // A pin, and the dataset it is of (a mixture's batch reads several).
 struct Held {
   Dataset::ShardPin pin;

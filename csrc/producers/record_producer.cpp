@@ -118,7 +118,7 @@ std::unique_ptr<BatchWork> RecordProducer::plan_batch(const EpochPlan& epoch, in
   std::vector<int64_t> indices(static_cast<size_t>(len));
   e.order.batch_indices(k, indices.data());
   // A URL's shards not local yet: the first batch's records are asked for by range
-  // now, together (NOTE [ Records by range ] in format/dataset.h).
+  // now, together (NOTE [ Records by range ] in format/record_ranges.h).
   if (k == 0) source_->ds->want_records(indices.data(), indices.size());
   // About four units per thread, so the first batch is ready after 1/T of its work.
   int64_t unit = opts_.unit_samples;

@@ -158,8 +158,8 @@ class SampleWriter {
     Clock::time_point t0;
     if (timed) t0 = time_each_ ? last_ : Clock::now();
     // A deferred shard (a URL's) is read under a hold: on the shard (NOTE [ Released
-    // shards ] in format/dataset.h) or on its record fetched by range (NOTE
-    // [ Records by range ]).
+    // shards ] in format/shard_gate.h) or on its record fetched by range (NOTE
+    // [ Records by range ] in format/record_ranges.h).
     Dataset::ShardPin held;
     if (ds_.deferred()) held = ds_.pin_record(loc);
     ds_.read(held, loc, views_.data());

@@ -160,7 +160,7 @@ class Dataset:
 
     def _open_remote(self) -> None:
         """Opens a URL's dataset from its index.json alone: the shards download while it
-        is read (:mod:`stoker.remote`, NOTE [ Deferred shards ] in csrc/format/dataset.h)."""
+        is read (:mod:`stoker.remote`, NOTE [ Deferred shards ] in csrc/format/shard_gate.h)."""
         remote = self.remote
         assert remote is not None  # set by __init__ for a URL
         self.path = remote.url

@@ -4,7 +4,7 @@ of each batch it trains on, validates, tests and predicts (for tests/test_framew
     python lightning_train.py DATASET OUT [--devices 2] [--max-epochs 3] [--max-steps N]
                               [--ckpt-dir DIR] [--every-n-steps K] [--resume CKPT] [--reload]
                               [--val EVALSET] [--val-check-interval F] [--limit-val-batches N]
-                              [--evaluate] [--batch-size B]
+                              [--evaluate] [--batch-size B] [--map]
 """
 
 import argparse
@@ -13,6 +13,7 @@ import json
 import os
 
 import lightning as L
+import numpy as np
 import stoker
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -34,14 +35,29 @@ p.add_argument("--val-check-interval", type=float, default=1.0)
 p.add_argument("--limit-val-batches", type=int, default=None)
 p.add_argument("--evaluate", action="store_true",
                help="after fit: trainer.validate, trainer.test, trainer.predict")
+p.add_argument("--map", action="store_true",
+               help="a Python stage in the training loader: map and batch_map with draws")
 args = p.parse_args()
+
+
+def jitter(sample, rng):
+    # per-sample noise from the sample's generator: a resumed run must draw the same
+    noise = rng.integers(-3, 4, sample["x"].shape)
+    x = np.clip(sample["x"].astype(np.int16) + noise, 0, 255).astype(np.uint8)
+    return {"x": x, "label": sample["label"]}
+
+
+def tag(batch, rng):
+    batch["tag"] = torch.from_numpy(rng.integers(0, 2**31, len(batch["label"])))
+    return batch
 
 
 def make_loader():
     # rank and world_size are not given: they come from the process group Lightning
     # creates later, when the loader is iterated
+    hooks = dict(map=jitter, batch_map=tag) if args.map else {}
     return stoker.Loader(stoker.Dataset(args.dataset), batch_size=args.batch_size, shuffle=True,
-                         seed=3, num_threads=1)
+                         seed=3, num_threads=1, **hooks)
 
 
 def eval_loader():
@@ -59,7 +75,9 @@ class Model(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         self.seen.append([self.current_epoch, batch["label"].tolist()])
-        self.rows += [hashlib.sha1(x.numpy().tobytes()).hexdigest() for x in batch["x"]]
+        tags = batch["tag"].tolist() if "tag" in batch else [0] * len(batch["x"])
+        self.rows += [hashlib.sha1(x.numpy().tobytes() + str(t).encode()).hexdigest()
+                      for x, t in zip(batch["x"], tags)]
         return self.layer(batch["x"].float().flatten(1)).mean()
 
     def _eval(self, kind, batch):

@@ -5,7 +5,7 @@ local shard cache shared by the processes of a node.
 ``index.json`` and returns: the shards download into the cache (:class:`ShardCache`,
 protocol in NOTE [ Shard cache protocol ] of :mod:`.cache`) while the dataset is in use.
 The C++ dataset is opened with deferred shards (NOTE [ Deferred shards ] in
-``csrc/format/dataset.h``): a read waits until its shard is local. :class:`RemoteDataset`'s
+``csrc/format/shard_gate.h``): a read waits until its shard is local. :class:`RemoteDataset`'s
 fetcher thread downloads the shards that readers wait for first (a loader's workers read
 ``prefetch`` batches ahead, so that is the sampler's own future order), then the rest,
 ``max_inflight`` at a time.
@@ -249,7 +249,7 @@ class RemoteDataset:
 
 class _Fetcher:
     """The thread that feeds a deferred ``_core.Dataset`` (NOTE [ Deferred shards ] in
-    ``csrc/format/dataset.h``).
+    ``csrc/format/shard_gate.h``).
 
     It sleeps on the core's gate event. Shards that readers wait for (``core.demands()``,
     and :meth:`ensure`) start ahead of the others, with ``max_inflight`` pool threads
@@ -382,7 +382,7 @@ class _Fetcher:
         return out
 
     def _serve_records(self) -> None:
-        """NOTE [ Records by range ] in csrc/format/dataset.h: the records an epoch's first
+        """NOTE [ Records by range ] in csrc/format/record_ranges.h: the records an epoch's first
         batch asks for, of shards not local yet, fetched by range (per shard: its table
         once, then the records, coalesced) while the shards themselves download: whichever
         comes first serves the readers (on a fast link the whole shards may; on a slow one,
