@@ -9,7 +9,8 @@ Two parts (both by default):
   ops       each op alone on 224x224 RGB crops of the JPEGs, one thread, microseconds per
             image: stoker's kernel (the one the loader's workers run), Pillow as
             torchvision.transforms.v2 runs it on PIL images, albumentations 2 on OpenCV.
-            Medians of 5 interleaved rounds.
+            Medians of 5 interleaved rounds. Then MixUp and CutMix on a 64x3x224x224 float32
+            batch: stoker's kernel against timm's torch code.
   recipes   whole pipelines from JPEG bytes to a batch, images/s:
               timm-style: RandomResizedCrop(224) + flip + RandAugment(2, 9) + Normalize +
                           RandomErasing(p=0.25, per-pixel noise)
@@ -269,12 +270,72 @@ def op_table():
         ("pad 16 reflect", lambda a: _core.augment_window(a, -16, -16, 256, 256, "reflect"),
          lambda a: np.pad(a, ((16, 16), (16, 16), (0, 0)), mode="reflect"),
          alb(A.PadIfNeeded(256, 256, border_mode=cv2.BORDER_REFLECT_101, p=1))),
+        ("HSV jitter (YOLO's gains)", lambda a: _core.augment_hsv(a, 1.01, 1.3, 0.8),
+         lambda a: ultralytics_hsv(a, (1.01, 1.3, 0.8)),
+         alb(A.HueSaturationValue(hue_shift_limit=(2, 2), sat_shift_limit=(50, 50),
+                                  val_shift_limit=(-30, -30), p=1))),
         ("RandomErasing noise (float CHW)", stoker_erase, np_erase, np_erase),
         ("RandAugment(2, 9)",
          lambda a: _core.augment_auto(a, "rand", 2, 9, 31, "nearest", None,
                                       random.getrandbits(32))[0],
          pil(pil_rand_augment), alb(albumentations_rand_augment())),
     ]
+
+
+def ultralytics_hsv(arr, gains):
+    """ultralytics' augment_hsv with fixed gains: OpenCV's 8-bit HSV and three tables."""
+    import cv2
+
+    hue, sat, val = cv2.split(cv2.cvtColor(arr, cv2.COLOR_RGB2HSV))
+    x = np.arange(0, 256, dtype=np.float64)
+    luts = [((x * gains[0]) % 180).astype(np.uint8),
+            np.clip(x * gains[1], 0, 255).astype(np.uint8),
+            np.clip(x * gains[2], 0, 255).astype(np.uint8)]
+    hsv = cv2.merge([cv2.LUT(c, t) for c, t in zip((hue, sat, val), luts)])
+    return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
+
+
+def run_batch_mixes(rounds, batch=64):
+    """MixUp and CutMix on a float32 NCHW batch: stoker's kernel (what the workers run in
+    BatchWork::finish) against timm's torch code on the same batch, one thread."""
+    import torch
+    from stoker import _core
+
+    torch.set_num_threads(1)
+    x = torch.rand(batch, 3, 224, 224)
+    labels = np.arange(batch) % 1000
+
+    def timm_mixup():
+        y = x.clone()
+        lam = float(np.random.beta(0.8, 0.8))
+        y.mul_(lam).add_(y.flip(0).mul_(1.0 - lam))
+        return y
+
+    def timm_cutmix():
+        y = x.clone()
+        y[:, :, 50:150, 60:180] = y.flip(0)[:, :, 50:150, 60:180]
+        return y
+
+    def stoker_mix(kind):
+        params = (1.0, 1.0, 0.0)
+        return lambda: _core.augment_mix(x.numpy().copy(), labels, 1000,
+                                         params if kind == "mixup" else None,
+                                         params if kind == "cutmix" else None, 0.5, True,
+                                         random.getrandbits(32))
+
+    print(f"\nbatch mixes: microseconds per {batch}x3x224x224 float32 batch (incl. one copy), "
+          f"one thread, median of {rounds} rounds")
+    for name, mine, peer in (("MixUp", stoker_mix("mixup"), timm_mixup),
+                             ("CutMix", stoker_mix("cutmix"), timm_cutmix)):
+        t = {"stoker": [], "timm": []}
+        for _ in range(rounds):
+            for key, fn in (("stoker", mine), ("timm", peer)):
+                t0 = time.perf_counter()
+                fn()
+                t[key].append((time.perf_counter() - t0) * 1e6)
+        med = {k: statistics.median(v) for k, v in t.items()}
+        print(f"  {name:<8}stoker {med['stoker']:9.0f}  timm (torch) {med['timm']:9.0f}  "
+              f"{med['timm'] / med['stoker']:6.2f}x")
 
 
 def albumentations_rand_augment():
@@ -484,19 +545,13 @@ def run_recipes(paths, files, batch_size, repeats, workers):
     import stoker
 
     ops = stoker.ops
-    # The YOLO-style recipe needs boxes to follow the image (transform groups): without
-    # them in this build, only the timm-style recipe runs.
-    yolo_ok = hasattr(ops, "Letterbox")
-    if not yolo_ok:
-        print("recipes: no stoker.ops.Letterbox (transform groups with boxes) in this build: "
-              "the YOLO-style recipe is skipped")
     labels = synthetic_labels(len(files))
     timm = [ops.RandomResizedCrop(224), ops.RandomHorizontalFlip(), ops.RandAugment(2, 9),
             ops.Normalize(MEAN, STD), ops.RandomErasing(p=0.25, value="random")]
     rrc = [ops.RandomResizedCrop(224), ops.RandomHorizontalFlip()]
+    # boxes and their classes follow the image (a transform group)
     yolo = {("image", "boxes", "classes"): [
-        ops.Letterbox(640), ops.HSVJitter(0.015, 0.7, 0.4),
-        ops.RandomHorizontalFlip()]} if yolo_ok else None
+        ops.Letterbox(640), ops.HSVJitter(0.015, 0.7, 0.4), ops.RandomHorizontalFlip()]}
     results = {}
     epochs = iter(range(10_000))
     with tempfile.TemporaryDirectory(prefix="stoker-bench-") as tmp:
@@ -510,9 +565,8 @@ def run_recipes(paths, files, batch_size, repeats, workers):
                          "classes": labels[i][1]})
         ds = stoker.Dataset(path)
         shards = [os.path.join(ds.path, s["path"]) for s in ds.shards]
-        contenders = [("stoker RRC+flip", {"image": rrc}), ("stoker timm-style", {"image": timm})]
-        if yolo_ok:
-            contenders.append(("stoker YOLO-style", yolo))
+        contenders = [("stoker RRC+flip", {"image": rrc}), ("stoker timm-style", {"image": timm}),
+                      ("stoker YOLO-style", yolo)]
         for _ in range(repeats):  # interleaved rounds; medians below
             for name, tf in contenders:
                 kw = {"pad_values": {"classes": -1}} if "YOLO" in name else {}
@@ -522,11 +576,10 @@ def run_recipes(paths, files, batch_size, repeats, workers):
                 for wk in workers:
                     results.setdefault(f"DataLoader+{label} timm-style workers={wk}", []).append(
                         time_dataloader(TimmPeer(paths, backend), batch_size, wk, paths))
-                    if yolo_ok:
-                        results.setdefault(f"DataLoader+{label} YOLO-style workers={wk}",
-                                           []).append(
-                            time_dataloader(YoloPeer(paths, labels, backend), batch_size, wk,
-                                            paths, yolo_collate))
+                    results.setdefault(f"DataLoader+{label} YOLO-style workers={wk}",
+                                       []).append(
+                        time_dataloader(YoloPeer(paths, labels, backend), batch_size, wk,
+                                        paths, yolo_collate))
     med = {k: statistics.median(v) for k, v in results.items()}
     width = max(map(len, med))
     print(f"\nrecipes: images/s, median of {repeats} interleaved rounds, batch {batch_size}")
@@ -537,10 +590,9 @@ def run_recipes(paths, files, batch_size, repeats, workers):
           " (target >= 2)")
     print(f"timm-style: stoker / stoker RRC+flip = "
           f"{med['stoker timm-style'] / med['stoker RRC+flip']:.2f} (target >= 0.75)")
-    if yolo_ok:
-        best_yolo = max(v for k, v in med.items() if "YOLO" in k and k.startswith("DataLoader"))
-        print(f"YOLO-style: stoker / best DataLoader peer = "
-              f"{med['stoker YOLO-style'] / best_yolo:.2f}x (target >= 2)")
+    best_yolo = max(v for k, v in med.items() if "YOLO" in k and k.startswith("DataLoader"))
+    print(f"YOLO-style: stoker / best DataLoader peer = "
+          f"{med['stoker YOLO-style'] / best_yolo:.2f}x (target >= 2)")
 
 
 def main():
@@ -565,6 +617,7 @@ def main():
     both = not args.ops and not args.recipes
     if args.ops or both:
         run_ops(files, args.rounds)
+        run_batch_mixes(args.rounds)
     if args.recipes or both:
         run_recipes(paths, files, args.batch_size, args.repeats,
                     [int(w) for w in args.workers.split(",")])

@@ -1,4 +1,4 @@
-"""Transform groups (an image with its mask, boxes and class rows; csrc/decode/augment_pipeline)
+"""Transform groups (an image with its mask, boxes and class rows; csrc/decode/transform_group)
 against references of the definitions: torchvision's kernels in NumPy
 (tests/augment_reference.py) and Pillow, one sample at a time through a private binding.
 
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from stoker import _core
+from stoker import ops as T
 
 
 def png(arr):
@@ -36,12 +37,13 @@ def scene(h=48, w=64, seed=0):
 
 def group(img, mask=None, boxes=None, classes=None, ops=(), seed=0, **kw):
     return _core.augment_group(png(img), None if mask is None else png(mask), boxes,
-                               classes=classes, ops=list(ops), seed=seed, **kw)
+                               classes=classes,
+                               ops=T._specs(list(ops)), seed=seed, **kw)
 
 
 def test_letterbox_matches_pillow_resize_and_pad():
     img, mask, boxes = scene(30, 40)
-    out = group(img, mask, boxes, np.array([5, 6]), [{"op": "Letterbox", "size": [64, 64]}])
+    out = group(img, mask, boxes, np.array([5, 6]), [T.Letterbox(64)])
     # 40 x 30 -> 64 x 48, 8 rows above and below
     want = np.full((64, 64, 3), 114, np.uint8)
     want[8:56] = np.asarray(Image.fromarray(img).resize((64, 48), Image.BILINEAR))
@@ -56,8 +58,7 @@ def test_letterbox_matches_pillow_resize_and_pad():
 @pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "symmetric"])
 def test_pad_matches_numpy(mode):
     img, _, _ = scene(20, 24)
-    out = group(img, ops=[{"op": "Pad", "padding": [3, 1, 4, 2], "padding_mode": mode,
-                           "fill": [9, 8, 7]}])["image"]
+    out = group(img, ops=[T.Pad([3, 1, 4, 2], fill=(9, 8, 7), padding_mode=mode)])["image"]
     want = ref.pad_window(img, -3, -1, 24 + 7, 20 + 3, mode)
     if mode == "constant":
         want[:1], want[-2:], want[:, :3], want[:, -4:] = ([9, 8, 7],) * 4
@@ -69,7 +70,7 @@ def test_random_crop_with_padding_is_a_uniform_window_of_the_padded_image():
     padded = np.pad(img, ((4, 4), (4, 4), (0, 0)))
     seen = {}
     for seed in range(900):
-        out = group(img, ops=[{"op": "RandomCrop", "size": [32, 32], "padding": [4, 4, 4, 4]}],
+        out = group(img, ops=[T.RandomCrop(32, padding=4)],
                     seed=seed)["image"]
         hits = [(y, x) for y in range(9) for x in range(9)
                 if np.array_equal(padded[y:y + 32, x:x + 32], out)]
@@ -83,17 +84,17 @@ def test_random_crop_with_padding_is_a_uniform_window_of_the_padded_image():
 
 def test_random_crop_pad_if_needed_and_too_small():
     img, _, _ = scene(10, 12)
-    out = group(img, ops=[{"op": "RandomCrop", "size": [14, 12], "pad_if_needed": True}])
+    out = group(img, ops=[T.RandomCrop((14, 12), pad_if_needed=True)])
     assert out["image"].shape == (14, 12, 3)
     with pytest.raises(Exception, match="larger than the image"):
-        group(img, ops=[{"op": "RandomCrop", "size": [14, 12]}])
+        group(img, ops=[T.RandomCrop((14, 12))])
 
 
 @pytest.mark.parametrize("angle", [-25.0, 12.5, 90.0])
 def test_rotation_moves_image_mask_and_boxes_together(angle):
     img, mask, boxes = scene(48, 48)
     out = group(img, mask, boxes, np.array([1, 2]),
-                [{"op": "RandomRotation", "degrees": [angle, angle]}])
+                [T.RandomRotation((angle, angle))])
     want = ref.rotate_image(img, angle, "nearest", [0])
     assert (out["image"] != want).any(-1).mean() < 0.01
     want_mask = ref.rotate_image(mask, angle, "nearest", [0])
@@ -108,8 +109,8 @@ def test_rotation_moves_image_mask_and_boxes_together(angle):
 
 def test_affine_matches_torchvision_affine():
     img, mask, _ = scene(40, 56)
-    op = {"op": "RandomAffine", "degrees": [17.0, 17.0], "scale": [1.2, 1.2],
-          "shear": [6.0, 6.0], "interpolation": "bilinear", "fill": [20, 40, 60], "mask_fill": 255}
+    op = T.RandomAffine((17.0, 17.0), scale=(1.2, 1.2), shear=(6.0, 6.0),
+                        interpolation="bilinear", fill=(20, 40, 60), mask_fill=255)
     out = group(img, mask, ops=[op])
     want = ref.affine_image(img, 17.0, [0, 0], 1.2, [6.0, 0.0], "bilinear", [20, 40, 60])
     d = np.abs(out["image"].astype(int) - want)
@@ -121,8 +122,7 @@ def test_affine_matches_torchvision_affine():
 
 def test_classic_crop_flip_resize_keep_masks_and_boxes_aligned():
     img, mask, boxes = scene(60, 80)
-    ops = [{"op": "RandomResizedCrop", "size": [40, 40]}, {"op": "RandomHorizontalFlip"},
-           {"op": "RandomVerticalFlip"}]
+    ops = [T.RandomResizedCrop(40), T.RandomHorizontalFlip(), T.RandomVerticalFlip()]
     for seed in range(30):
         out = group(img, mask, boxes[:1], np.array([3]), ops, seed=seed)
         lab = out["mask"] == 3
@@ -138,9 +138,8 @@ def test_classic_crop_flip_resize_keep_masks_and_boxes_aligned():
 
 def test_draws_depend_on_the_seed_only():
     img, mask, boxes = scene()
-    ops = [{"op": "RandomResizedCrop", "size": [32, 32]},
-           {"op": "ColorJitter", "brightness": [0.5, 1.5], "hue": [-0.1, 0.1]},
-           {"op": "RandomRotation", "degrees": [-30, 30]}]
+    ops = [T.RandomResizedCrop(32), T.ColorJitter(brightness=0.5, hue=0.1),
+           T.RandomRotation(30)]
     a = group(img, mask, boxes, ops=ops, seed=11)
     b = group(img, mask, boxes, ops=ops, seed=11)
     c = group(img, mask, boxes, ops=ops, seed=12)
@@ -154,20 +153,19 @@ def test_draws_depend_on_the_seed_only():
 
 def test_boxes_filtered_by_visibility_drop_their_classes():
     img, mask, boxes = scene(40, 40)
-    out = group(img, mask, boxes, np.array([7, 8]), [{"op": "CenterCrop", "size": [40, 12]}],
-                min_visibility=0.2)
+    out = group(img, mask, boxes, np.array([7, 8]), [T.CenterCrop((40, 12)),
+                T.SanitizeBoundingBoxes(min_visibility=0.2)])
     # CenterCrop(40, 12) keeps columns 14..26: box 0 (10..30) keeps 12/20, box 1 none
     assert out["classes"].tolist() == [7]
     np.testing.assert_allclose(out["boxes"], [[0, 13, 12, 33]], atol=1e-3)
-    out = group(img, mask, boxes, np.array([7, 8]), [{"op": "CenterCrop", "size": [40, 12]}],
-                min_visibility=0.7)
+    out = group(img, mask, boxes, np.array([7, 8]), [T.CenterCrop((40, 12)),
+                T.SanitizeBoundingBoxes(min_visibility=0.7)])
     assert out["classes"].tolist() == [] and out["boxes"].shape == (0, 4)
 
 
 def test_normalize_then_erasing_on_the_output():
     img, _, _ = scene(32, 32)
-    ops = [{"op": "Normalize", "mean": [0.5] * 3, "std": [0.25] * 3},
-           {"op": "RandomErasing", "p": 1.0}]
+    ops = [T.Normalize([0.5] * 3, [0.25] * 3), T.RandomErasing(1.0)]
     out = group(img, ops=ops, seed=4)["image"]
     assert out.dtype == np.float32
     x = (img.astype(np.float32) / 255 - 0.5) / 0.25
@@ -177,20 +175,18 @@ def test_normalize_then_erasing_on_the_output():
     np.testing.assert_array_equal(erased[ys.min():ys.max() + 1, xs.min():xs.max() + 1], True)
     keep = ~erased
     np.testing.assert_allclose(out[keep], x[keep], rtol=1e-6, atol=1e-6)
-    noisy = group(img, ops=[ops[0], {"op": "RandomErasing", "p": 1.0, "random": True}],
+    noisy = group(img, ops=[ops[0], T.RandomErasing(1.0, value="random")],
                   seed=4)["image"]
     inside = noisy[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
     assert abs(float(inside.mean())) < 0.3 and 0.7 < float(inside.std()) < 1.3
 
 
 @pytest.mark.parametrize("ops, match", [
-    ([{"op": "RandAugment"}], "cannot move masks"),
-    ([{"op": "Pad", "padding": [1, 1, 1, 1], "padding_mode": "reflect"}], "padding_mode"),
-    ([{"op": "RandomRotation", "degrees": [0, 5], "expand": True}], "expand=True"),
-    ([{"op": "Normalize", "mean": [0] * 3, "std": [1] * 3}, {"op": "CenterCrop", "size": [4]}],
-     "only RandomErasing may follow"),
-    ([{"op": "Pad", "padding": [1, 1, 1, 1], "mask_fill": 255},
-      {"op": "RandomRotation", "degrees": [0, 1]}], "different values"),
+    ([T.RandAugment()], "masks, boxes and keypoints cannot follow"),
+    ([T.Pad(1, padding_mode="reflect")], "padding_mode"),
+    ([T.RandomRotation((0, 5), expand=True)], "expand=True"),
+    ([T.Normalize([0] * 3, [1] * 3), T.CenterCrop(4)], "Normalize must be the last op"),
+    ([T.Pad(1, mask_fill=255), T.RandomRotation((0, 1))], "different values"),
 ])
 def test_groups_refuse_what_cannot_apply(ops, match):
     img, mask, _ = scene()
@@ -200,5 +196,5 @@ def test_groups_refuse_what_cannot_apply(ops, match):
 
 def test_mask_sizes_must_match_the_image():
     img, _, _ = scene(20, 20)
-    with pytest.raises(Exception, match="mask 'mask' is 10x10 but image 'image' is 20x20"):
+    with pytest.raises(Exception, match="mask 'mask' is 10x10 but 'image' is 20x20"):
         group(img, np.zeros((10, 10), np.uint8))

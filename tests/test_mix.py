@@ -626,3 +626,98 @@ def test_batch_map_takes_mixed_batches(labelled):
         stoker.Loader(mix, map=lambda s, rng: s, **kw)
     with pytest.raises(ValueError, match="map= and collate_fn= take samples of one"):
         stoker.Loader(mix, collate_fn=list, **kw)
+
+
+def _scene_png(arr):
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory):
+    """Two sources of images with a mask, the mask's box and its class rows: source a has
+    6 samples with one box each, source b 20 with two (the second a fixed corner box)."""
+    root = tmp_path_factory.mktemp("mixscenes")
+    fields = {"image": stoker.image(), "mask": stoker.image(mode="L"), "boxes": stoker.boxes(),
+              "classes": stoker.ndarray("int64", (None,)), "label": stoker.scalar("int64")}
+    out = {}
+    for s, (n, size) in enumerate((("a", 6), ("b", 20))):
+        with stoker.ShardWriter(root / n, fields, shard_size="8KB") as w:
+            for i in range(size):
+                rng = np.random.default_rng(100 * s + i)
+                img = rng.integers(40, 120, (24, 32, 3), dtype=np.uint8)
+                mask = np.zeros((24, 32), np.uint8)
+                x1, y1 = int(rng.integers(6, 12)), int(rng.integers(2, 8))
+                x2, y2 = int(rng.integers(16, 30)), int(rng.integers(12, 22))
+                img[y1:y2, x1:x2] = [220, 30, 30]
+                mask[y1:y2, x1:x2] = 3
+                boxes = [[x1, y1, x2, y2]] + [[0, 0, 5, 4]] * s
+                w.write({"image": _scene_png(img), "mask": _scene_png(mask),
+                         "boxes": np.array(boxes, np.float32),
+                         "classes": np.array([3] + [1] * s, np.int64), "label": i % 5})
+        out[n] = stoker.Dataset(root / n)
+    return out
+
+
+def test_record_mixture_with_a_transform_group_and_mixup(scenes):
+    """A mixture's rows go through a transform group (each row's draws keyed by its own
+    occurrence), pad_values and MixUp (keyed by the batch, not by a dataset index that
+    several sources share): the same batches for 1 and 2 threads, and an exact resume."""
+    from stoker import ops as T
+    mix = stoker.Mix(scenes, weights={"a": 1, "b": 1}, samples_per_epoch=24)
+    kw = dict(batch_size=6, shuffle=True, seed=7,
+              transforms={("image", "mask", "boxes", "classes"):
+                          [T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3, 0.3, 0.05)]},
+              pad_values={"classes": -1}, batch_transforms=[T.MixUp(0.8, num_classes=5)])
+
+    def load(threads, epochs=(0, 1), state=None, stop=None):
+        loader = stoker.Loader(mix, num_threads=threads, **kw)
+        if state is not None:
+            loader.load_state_dict(state)
+        out = []
+        for e in epochs:
+            if state is None:
+                loader.set_epoch(e)
+            for b in loader:
+                out.append({k: v.numpy().copy() for k, v in b.items()})
+                if stop is not None and len(out) == stop:
+                    return out, loader.state_dict()
+        return out, None
+
+    one, _ = load(1)
+    two, _ = load(2)
+    assert len(one) == 8
+    for a, b in zip(one, two):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    mixed = 0
+    for b in one:
+        src = b["source"]
+        assert sorted(np.bincount(src, minlength=2)) == [3, 3]
+        # pad_values reached the mixture: source a's one class row padded with -1
+        lengths = b["classes_lengths"]
+        np.testing.assert_array_equal(lengths, 1 + src)
+        for i in range(len(src)):
+            assert (b["classes"][i, lengths[i]:] == -1).all()
+            # the group's one flip moved the mask and its box together
+            ys, xs = np.nonzero(b["mask"][i, 0])
+            np.testing.assert_array_equal(b["boxes"][i, 0],
+                                          [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
+        # MixUp: soft labels, rows blended with the row before
+        assert b["label"].shape == (6, 5) and b["label"].dtype == np.float32
+        np.testing.assert_allclose(b["label"].sum(1), 1, atol=1e-6)
+        mixed += int(((b["label"] > 0).sum(1) == 2).any())
+    assert mixed > 0
+    # the draws of the same batch position differ across the epoch's batches
+    assert len({float(b["label"].max()) for b in one}) > 1
+    head, state = load(2, epochs=(0,), stop=3)
+    rest, _ = load(1, epochs=(0,), state=state)
+    assert len(head) + len(rest) == 4
+    for a, b in zip(head + rest, one):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)

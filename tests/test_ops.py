@@ -29,7 +29,10 @@ def test_ops_build_the_typed_cpp_ops():
                                     "random_horizontal_flip", "normalize", "color_jitter",
                                     "random_grayscale", "gaussian_blur", "hsv_jitter",
                                     "rand_augment", "trivial_augment_wide", "auto_augment",
-                                    "random_erasing", "random_crop", "pad"}
+                                    "random_erasing", "random_crop", "pad",
+                                    "random_vertical_flip", "letterbox", "random_rotation",
+                                    "random_affine", "random_perspective",
+                                    "sanitize_bounding_boxes"}
 
 
 @pytest.mark.parametrize("make, match", [
@@ -182,7 +185,9 @@ def test_public_names():
                                 "RandomHorizontalFlip", "Normalize", "ColorJitter",
                                 "RandomGrayscale", "GaussianBlur", "HSVJitter", "RandAugment",
                                 "TrivialAugmentWide", "AutoAugment", "RandomErasing",
-                                "RandomCrop", "Pad"}
+                                "RandomCrop", "Pad", "RandomVerticalFlip", "Letterbox",
+                                "RandomRotation", "RandomAffine", "RandomPerspective",
+                                "SanitizeBoundingBoxes", "BatchOp", "MixUp", "CutMix"}
     assert stoker.ops is ops
     for name in ops.__all__:
         assert getattr(ops, name).__doc__ and "Example" in getattr(ops, name).__doc__

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/augment_pipeline.h"
+#include "decode/transform_group.h"
 
 using namespace stoker;
 using Clock = std::chrono::steady_clock;
@@ -47,22 +47,20 @@ GroupMember member(GroupMember::Kind k, const char* name) {
   return m;
 }
 
-// Microseconds per image through `pipe`, one thread.
-double per_image(const AugmentPipeline& pipe, const std::vector<std::vector<uint8_t>>& files,
-                 bool boxes) {
+// Microseconds per image through `group`, one thread.
+double per_image(const TransformGroup& group, const std::vector<std::vector<uint8_t>>& files) {
   std::vector<uint8_t> out(640 * 640 * 3 * 4);
   std::vector<float> b = {0.5f, 0.5f, 0.2f, 0.3f, 0.3f, 0.6f, 0.1f, 0.1f}, bout(8);
   std::vector<int64_t> c = {1, 2}, cout(2);
   const auto t0 = Clock::now();
   uint64_t seed = 1;
   for (const auto& f : files) {
-    const auto [h, w] = pipe.output_size(f.data(), f.size());
     MemberIO io[3] = {{f.data(), f.size(), out.data()},
                       {reinterpret_cast<const uint8_t*>(b.data()), 32, bout.data()},
                       {reinterpret_cast<const uint8_t*>(c.data()), 16, cout.data()}};
-    pipe.run(io, seed++, h, w);
+    const auto [h, w] = group.output_size(io);
+    group.run(io, seed++, h, w);
   }
-  (void)boxes;
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / files.size();
 }
 
@@ -84,23 +82,20 @@ int main(int argc, char** argv) {
   ops::Normalize norm;
   const double mean[3] = {0.485, 0.456, 0.406}, stdv[3] = {0.229, 0.224, 0.225};
   for (int k = 0; k < 3; ++k) norm.mean[k] = mean[k], norm.stddev[k] = stdv[k];
-  aug::AutoAugment ra;  // RandAugment(2, 9)
-  aug::RandomErasing erase;
-  erase.params.p = 0.25;
-  erase.random_value = true;
-  aug::Letterbox lb;
+  const ops::RandAugment ra;  // RandAugment(2, 9)
+  ops::RandomErasing erase;
+  erase.p = 0.25;
+  erase.random = 1;
+  ops::Letterbox lb;
   lb.h = lb.w = 640;
-  aug::ColorJitter jitter;
-  jitter.brightness = std::array<double, 2>{0.6, 1.4};
-  jitter.saturation = std::array<double, 2>{0.3, 1.7};
-  jitter.hue = std::array<double, 2>{-0.015, 0.015};
+  const ops::HSVJitter hsv;  // ultralytics' defaults
+  ops::RandomHorizontalFlip flip;
 
-  auto image_only = [](std::vector<AugmentOp> ops) {
+  auto image_only = [](std::vector<ImageOp> ops) {
     GroupSpec s;
     s.members.push_back(member(GroupMember::Kind::kImage, "image"));
     s.ops = std::move(ops);
-    s.layout = ImageLayout::kHWC;
-    return AugmentPipeline(s);
+    return TransformGroup(s);
   };
   GroupSpec yolo_spec;
   yolo_spec.members = {member(GroupMember::Kind::kImage, "image"),
@@ -109,27 +104,25 @@ int main(int argc, char** argv) {
   yolo_spec.members[1].format = BoxFormat::kCXCYWH;
   yolo_spec.members[1].normalized = true;
   yolo_spec.members[2].row_bytes = 8;
-  yolo_spec.ops = {lb, jitter, ops::RandomHorizontalFlip{0.5}};
-  const AugmentPipeline rrc_flip = image_only({rrc, ops::RandomHorizontalFlip{0.5}});
-  const AugmentPipeline timm = image_only({rrc, ops::RandomHorizontalFlip{0.5}, ra, norm, erase});
-  const AugmentPipeline rrc_flip_norm = image_only({rrc, ops::RandomHorizontalFlip{0.5}, norm});
-  const AugmentPipeline yolo(yolo_spec);
-  const AugmentPipeline letterbox_only = image_only({lb});
+  yolo_spec.ops = {lb, hsv, flip};
+  const TransformGroup rrc_flip = image_only({rrc, flip});
+  const TransformGroup timm = image_only({rrc, flip, ra, norm, erase});
+  const TransformGroup rrc_flip_norm = image_only({rrc, flip, norm});
+  const TransformGroup yolo(yolo_spec);
+  const TransformGroup letterbox_only = image_only({lb});
 
   struct Row {
     const char* name;
-    const AugmentPipeline* pipe;
-    bool boxes;
+    const TransformGroup* group;
     std::vector<double> t;
-  } rows[] = {{"RRC(224) + flip", &rrc_flip, false, {}},
-              {"RRC + flip + Normalize", &rrc_flip_norm, false, {}},
-              {"timm-style (+ RandAugment(2, 9) + Normalize + RandomErasing)", &timm, false, {}},
-              {"Letterbox(640)", &letterbox_only, false, {}},
-              {"YOLO-style (Letterbox(640) + ColorJitter + flip, boxes)", &yolo, true, {}}};
+  } rows[] = {{"RRC(224) + flip", &rrc_flip, {}},
+              {"RRC + flip + Normalize", &rrc_flip_norm, {}},
+              {"timm-style (+ RandAugment(2, 9) + Normalize + RandomErasing)", &timm, {}},
+              {"Letterbox(640)", &letterbox_only, {}},
+              {"YOLO-style (Letterbox(640) + HSVJitter + flip, boxes)", &yolo, {}}};
   for (int r = 0; r < rounds; ++r)  // interleaved rounds: load on the machine hits all alike
     for (int k = 0; k < 5; ++k)
-      rows[k].t.push_back(only < 0 || only == k ? per_image(*rows[k].pipe, files, rows[k].boxes)
-                                                : 1.0);
+      rows[k].t.push_back(only < 0 || only == k ? per_image(*rows[k].group, files) : 1.0);
   std::printf("%zu JPEGs, one thread, microseconds per image (median of %d rounds)\n", files.size(),
               rounds);
   for (auto& row : rows) {

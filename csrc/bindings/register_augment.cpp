@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "decode/augment_pipeline.h"
 #include "decode/auto_augment.h"
 #include "decode/batch_mix.h"
 #include "decode/color_ops.h"
@@ -21,6 +20,7 @@
 #include "decode/hsv_jitter.h"
 #include "decode/padding.h"
 #include "decode/target_geometry.h"
+#include "decode/transform_group.h"
 #include "decode/warp.h"
 
 namespace py = pybind11;
@@ -85,8 +85,8 @@ Transform2D matrix_of(const std::vector<double>& m) {
 
 // Geometry from a list of ("crop", x, y, w, h), ("resize", w, h), ("hflip",),
 // ("vflip",), ("pad", l, t, r, b), ("warp", m0..m8, w, h).
-TargetGeometry geometry_of(int in_w, int in_h, const std::vector<py::tuple>& ops) {
-  TargetGeometry g(in_w, in_h);
+Geometry geometry_of(int in_w, int in_h, const std::vector<py::tuple>& ops) {
+  Geometry g(in_w, in_h);
   for (const py::tuple& op : ops) {
     const std::string kind = op[0].cast<std::string>();
     auto i = [&](size_t k) { return op[k].cast<int>(); };
@@ -99,7 +99,7 @@ TargetGeometry geometry_of(int in_w, int in_h, const std::vector<py::tuple>& ops
     } else if (kind == "vflip") {
       g.vflip();
     } else if (kind == "pad") {
-      g.pad(i(1), i(2), i(3), i(4));
+      g.crop(-i(1), -i(2), g.width() + i(1) + i(3), g.height() + i(2) + i(4));
     } else if (kind == "warp") {
       std::vector<double> m;
       for (size_t k = 1; k <= 9; ++k) m.push_back(op[k].cast<double>());
@@ -109,147 +109,6 @@ TargetGeometry geometry_of(int in_w, int in_h, const std::vector<py::tuple>& ops
     }
   }
   return g;
-}
-
-// --- groups: ops as dicts {"op": name, ...} (test-only spelling) ---------------------------
-
-template <typename T>
-T get(const py::dict& d, const char* key, T dflt) {
-  return d.contains(key) ? d[key].cast<T>() : dflt;
-}
-
-std::optional<std::array<double, 2>> range_of(const py::dict& d, const char* key) {
-  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
-  const auto v = d[key].cast<std::vector<double>>();
-  STOKER_CHECK(v.size() == 2, UsageError, key, ": a pair");
-  return std::array<double, 2>{v[0], v[1]};
-}
-
-aug::FillSpec fill_spec(const py::dict& d, aug::FillSpec dflt) {
-  aug::FillSpec f = dflt;
-  if (d.contains("fill")) {
-    if (d["fill"].is_none())
-      f.image.reset();
-    else
-      f.image = fill_of(d["fill"].cast<std::vector<int>>());
-  }
-  f.mask = static_cast<uint8_t>(get<int>(d, "mask_fill", f.mask));
-  return f;
-}
-
-AugmentOp op_of(const py::dict& d) {
-  const std::string op = d["op"].cast<std::string>();
-  auto size = [&](const char* key) {
-    const auto v = d[key].cast<std::vector<int>>();
-    return std::make_pair(v[0], v.size() > 1 ? v[1] : v[0]);
-  };
-  if (op == "RandomResizedCrop") {
-    const auto [h, w] = size("size");
-    return ops::RandomResizedCrop{h, w, 0.08, 1.0, 3.0 / 4, 4.0 / 3};
-  }
-  if (op == "RandomHorizontalFlip") return ops::RandomHorizontalFlip{get<double>(d, "p", 0.5)};
-  if (op == "CenterCrop") {
-    const auto [h, w] = size("size");
-    return ops::CenterCrop{h, w};
-  }
-  if (op == "Resize") {
-    const auto [h, w] = size("size");
-    return ops::Resize{h, w, 0};
-  }
-  if (op == "Normalize") {
-    ops::Normalize n;
-    const auto mean = d["mean"].cast<std::vector<double>>();
-    const auto stdv = d["std"].cast<std::vector<double>>();
-    for (int c = 0; c < 3; ++c) n.mean[c] = mean[c], n.stddev[c] = stdv[c];
-    return n;
-  }
-  if (op == "RandomCrop") {
-    aug::RandomCrop c;
-    std::tie(c.h, c.w) = size("size");
-    if (d.contains("padding")) {
-      const auto p = d["padding"].cast<std::vector<int>>();
-      c.pad_left = p[0], c.pad_top = p[1], c.pad_right = p[2], c.pad_bottom = p[3];
-    }
-    c.pad_if_needed = get<bool>(d, "pad_if_needed", false);
-    c.mode = pad_mode_from_name(get<std::string>(d, "padding_mode", "constant").c_str());
-    c.fill = fill_spec(d, c.fill);
-    return c;
-  }
-  if (op == "Pad") {
-    aug::Pad p;
-    const auto v = d["padding"].cast<std::vector<int>>();
-    p.left = v[0], p.top = v[1], p.right = v[2], p.bottom = v[3];
-    p.mode = pad_mode_from_name(get<std::string>(d, "padding_mode", "constant").c_str());
-    p.fill = fill_spec(d, p.fill);
-    return p;
-  }
-  if (op == "Letterbox") {
-    aug::Letterbox l;
-    std::tie(l.h, l.w) = size("size");
-    l.fill = fill_spec(d, l.fill);
-    return l;
-  }
-  if (op == "RandomVerticalFlip") return aug::VerticalFlip{get<double>(d, "p", 0.5)};
-  if (op == "RandomRotation") {
-    aug::RandomRotation r;
-    const auto deg = *range_of(d, "degrees");
-    r.lo = deg[0], r.hi = deg[1];
-    r.interpolation = interpolation(get<std::string>(d, "interpolation", "nearest"));
-    r.expand = get<bool>(d, "expand", false);
-    r.fill = fill_spec(d, r.fill);
-    return r;
-  }
-  if (op == "RandomAffine") {
-    aug::RandomAffine a;
-    const auto deg = *range_of(d, "degrees");
-    a.deg_lo = deg[0], a.deg_hi = deg[1];
-    a.translate = range_of(d, "translate");
-    a.scale = range_of(d, "scale");
-    if (auto sh = range_of(d, "shear")) a.shear = std::array<double, 4>{(*sh)[0], (*sh)[1], 0, 0};
-    a.interpolation = interpolation(get<std::string>(d, "interpolation", "nearest"));
-    a.fill = fill_spec(d, a.fill);
-    return a;
-  }
-  if (op == "RandomPerspective") {
-    aug::RandomPerspective q;
-    q.distortion = get<double>(d, "distortion_scale", 0.5);
-    q.p = get<double>(d, "p", 0.5);
-    q.interpolation = interpolation(get<std::string>(d, "interpolation", "bilinear"));
-    q.fill = fill_spec(d, q.fill);
-    return q;
-  }
-  if (op == "ColorJitter") {
-    aug::ColorJitter j;
-    j.brightness = range_of(d, "brightness");
-    j.contrast = range_of(d, "contrast");
-    j.saturation = range_of(d, "saturation");
-    j.hue = range_of(d, "hue");
-    return j;
-  }
-  if (op == "RandomGrayscale") return aug::RandomGrayscale{get<double>(d, "p", 0.1)};
-  if (op == "HSVJitter")
-    return aug::HsvJitter{get<double>(d, "h", 0.015), get<double>(d, "s", 0.7),
-                          get<double>(d, "v", 0.4)};
-  if (op == "GaussianBlur") {
-    aug::GaussianBlur g;
-    std::tie(g.ky, g.kx) = size("kernel_size");
-    const auto sg = *range_of(d, "sigma");
-    g.sigma_lo = sg[0], g.sigma_hi = sg[1];
-    return g;
-  }
-  if (op == "RandAugment") {
-    aug::AutoAugment a;
-    a.params.num_ops = get<int>(d, "num_ops", 2);
-    a.params.magnitude = get<int>(d, "magnitude", 9);
-    return a;
-  }
-  if (op == "RandomErasing") {
-    aug::RandomErasing e;
-    e.params.p = get<double>(d, "p", 0.5);
-    e.random_value = get<bool>(d, "random", false);
-    return e;
-  }
-  STOKER_THROW(UsageError, "unknown op '", op, "'");
 }
 
 }  // namespace
@@ -384,7 +243,7 @@ void register_augment(py::module_& m) {
         py::array_t<float> out({static_cast<py::ssize_t>(n), py::ssize_t{4}});
         std::memcpy(out.mutable_data(), boxes.data(), static_cast<size_t>(n) * 16);
         py::array_t<bool> keep(n);
-        const TargetGeometry g = geometry_of(in_w, in_h, ops);
+        const Geometry g = geometry_of(in_w, in_h, ops);
         const BoxFilter f{min_area, min_visibility, min_size};
         std::vector<uint8_t> k(n);
         transform_boxes(out.mutable_data(), n, box_format_from_name(fmt), normalized, g, f,
@@ -408,7 +267,7 @@ void register_augment(py::module_& m) {
                      "flip_pairs permutation of the wrong length");
         py::array_t<float> out({points.shape(0), points.shape(1), points.shape(2)});
         std::memcpy(out.mutable_data(), points.data(), static_cast<size_t>(points.size()) * 4);
-        const TargetGeometry g = geometry_of(in_w, in_h, ops);
+        const Geometry g = geometry_of(in_w, in_h, ops);
         transform_keypoints(out.mutable_data(), points.shape(0), k, normalized, g,
                             perm ? perm->data() : nullptr);
         return out;
@@ -501,88 +360,149 @@ void register_augment(py::module_& m) {
       "Mixes `images` in place; (soft labels, draw). mixup/cutmix: (alpha, p, label_smoothing).");
   m.def(
       "augment_group",
-      [](const py::bytes& image, const std::optional<py::bytes>& mask,
+      [](const std::optional<py::bytes>& image, const std::optional<py::object>& mask,
          const std::optional<F32Array>& boxes, const std::string& fmt, bool normalized,
          const std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>&
              classes,
-         const std::vector<py::dict>& op_dicts, uint64_t seed, double min_area,
-         double min_visibility) {
+         const std::optional<F32Array>& keypoints, bool keypoints_normalized,
+         const std::vector<ImageOp>& ops, uint64_t seed, const std::string& layout) {
+        // Members in a fixed order: image, mask, boxes, classes, keypoints.
         GroupSpec spec;
-        auto add = [&](GroupMember::Kind k, const char* name) {
+        spec.ops = ops;
+        spec.image.layout = image_layout_from_name(layout);
+        std::vector<MemberIO> io;
+        std::vector<std::string> holds;  // bytes the members read
+        py::array mask_array;
+        auto add = [&](GroupMember::Kind k, const char* name) -> GroupMember& {
           GroupMember g;
           g.kind = k;
           g.name = name;
           spec.members.push_back(g);
+          io.emplace_back();
+          return spec.members.back();
         };
-        add(GroupMember::Kind::kImage, "image");
-        if (mask) add(GroupMember::Kind::kMask, "mask");
-        if (boxes) {
-          add(GroupMember::Kind::kBoxes, "boxes");
-          spec.members.back().format = box_format_from_name(fmt);
-          spec.members.back().normalized = normalized;
+        holds.reserve(2);
+        if (image) {
+          add(GroupMember::Kind::kImage, "image");
+          holds.push_back(*image);
+          io.back() = {reinterpret_cast<const uint8_t*>(holds.back().data()), holds.back().size()};
         }
-        if (classes) {
-          add(GroupMember::Kind::kRows, "classes");
-          spec.members.back().row_bytes = 8;
-        }
-        for (const py::dict& d : op_dicts) spec.ops.push_back(op_of(d));
-        spec.filter.min_area = min_area;
-        spec.filter.min_visibility = min_visibility;
-        spec.filter.min_size = 0;
-        const AugmentPipeline pipe(spec);
-        const std::string_view img = image;
-        const auto [h, w] =
-            pipe.output_size(reinterpret_cast<const uint8_t*>(img.data()), img.size());
-        py::array out_img = pipe.out_dtype() == DType::kFloat32
-                                ? py::array(py::array_t<float>({h, w, 3}))
-                                : py::array(py::array_t<uint8_t>({h, w, 3}));
-        std::vector<MemberIO> io;
-        io.push_back(
-            {reinterpret_cast<const uint8_t*>(img.data()), img.size(), out_img.mutable_data()});
-        py::array_t<uint8_t> out_mask({h, w});
-        std::string_view mk;
         if (mask) {
-          mk = *mask;
-          io.push_back(
-              {reinterpret_cast<const uint8_t*>(mk.data()), mk.size(), out_mask.mutable_data()});
+          GroupMember& g = add(GroupMember::Kind::kMask, "mask");
+          if (py::isinstance<py::bytes>(*mask)) {
+            holds.push_back(mask->cast<std::string>());
+            io.back() = {reinterpret_cast<const uint8_t*>(holds.back().data()),
+                         holds.back().size()};
+          } else {
+            mask_array = py::array::ensure(*mask, py::array::c_style);
+            STOKER_CHECK(mask_array && mask_array.ndim() == 2, UsageError,
+                         "mask: bytes of a PNG, or an (h, w) integer array");
+            g.encoded = false;
+            g.elem_bytes = static_cast<int>(mask_array.itemsize());
+            g.array_h = static_cast<int>(mask_array.shape(0));
+            g.array_w = static_cast<int>(mask_array.shape(1));
+            io.back() = {static_cast<const uint8_t*>(mask_array.data()),
+                         static_cast<size_t>(mask_array.nbytes())};
+          }
         }
-        std::vector<float> bout;
         if (boxes) {
-          bout.resize(static_cast<size_t>(boxes->size()));
-          io.push_back({reinterpret_cast<const uint8_t*>(boxes->data()),
-                        static_cast<size_t>(boxes->size()) * 4, bout.data()});
+          GroupMember& g = add(GroupMember::Kind::kBoxes, "boxes");
+          g.format = box_format_from_name(fmt);
+          g.normalized = normalized;
+          io.back() = {reinterpret_cast<const uint8_t*>(boxes->data()),
+                       static_cast<size_t>(boxes->size()) * 4};
         }
-        std::vector<int64_t> cout;
         if (classes) {
-          cout.resize(static_cast<size_t>(classes->size()));
-          io.push_back({reinterpret_cast<const uint8_t*>(classes->data()),
-                        static_cast<size_t>(classes->size()) * 8, cout.data()});
+          add(GroupMember::Kind::kRows, "classes").row_bytes = 8;
+          io.back() = {reinterpret_cast<const uint8_t*>(classes->data()),
+                       static_cast<size_t>(classes->size()) * 8};
+        }
+        if (keypoints) {
+          STOKER_CHECK(keypoints->ndim() == 3 && keypoints->shape(2) == 3, UsageError,
+                       "keypoints are (n, k, 3)");
+          GroupMember& g = add(GroupMember::Kind::kKeypoints, "keypoints");
+          g.num_keypoints = static_cast<int>(keypoints->shape(1));
+          g.normalized = keypoints_normalized;
+          io.back() = {reinterpret_cast<const uint8_t*>(keypoints->data()),
+                       static_cast<size_t>(keypoints->size()) * 4};
+        }
+        const TransformGroup group(spec);
+        std::pair<int, int> hw;
+        {
+          py::gil_scoped_release nogil;
+          hw = group.output_size(io.data());
+        }
+        const auto [h, w] = hw;
+        const bool chw = spec.image.layout == ImageLayout::kCHW;
+        py::dict r;
+        py::array out_img, out_mask;
+        std::vector<py::array> rows;
+        size_t k = 0;
+        if (image) {
+          const std::vector<py::ssize_t> shape =
+              chw ? std::vector<py::ssize_t>{3, h, w} : std::vector<py::ssize_t>{h, w, 3};
+          switch (group.image_dtype()) {
+            case DType::kUInt8:
+              out_img = py::array_t<uint8_t>(shape);
+              break;
+            case DType::kFloat32:
+              out_img = py::array_t<float>(shape);
+              break;
+            case DType::kFloat16:
+              out_img = py::array(py::dtype("float16"), shape);
+              break;
+            default:
+              out_img = py::array(py::dtype("uint16"), shape);  // bfloat16's bits
+              break;
+          }
+          io[k++].out = out_img.mutable_data();
+        }
+        if (mask) {
+          // A default py::array is an empty float64 array, not a null handle: the
+          // member's own flag says whether the mask came as an array.
+          const bool from_array = !spec.members[k].encoded;
+          out_mask = from_array ? py::array(mask_array.dtype(), std::vector<py::ssize_t>{h, w})
+                                : py::array(py::array_t<uint8_t>({h, w}));
+          io[k++].out = out_mask.mutable_data();
+        }
+        std::vector<std::vector<uint8_t>> bufs;
+        bufs.reserve(3);
+        for (size_t i = k; i < io.size(); ++i) {
+          bufs.emplace_back(io[i].size);
+          io[i].out = bufs.back().data();
         }
         {
           py::gil_scoped_release nogil;
-          pipe.run(io.data(), seed, h, w);
+          group.run(io.data(), seed, h, w);
         }
-        py::dict r;
-        r["image"] = out_img;
+        if (image) r["image"] = out_img;
         if (mask) r["mask"] = out_mask;
-        size_t k = 1 + (mask ? 1 : 0);
-        if (boxes) {
-          const int64_t n = io[k++].out_rows;
-          py::array_t<float> b({static_cast<py::ssize_t>(n), py::ssize_t{4}});
-          std::memcpy(b.mutable_data(), bout.data(), static_cast<size_t>(n) * 16);
-          r["boxes"] = b;
-        }
-        if (classes) {
-          const int64_t n = io[k++].out_rows;
-          r["classes"] = py::array_t<int64_t>(n, cout.data());
+        size_t b = 0;
+        for (size_t i = k; i < io.size(); ++i, ++b) {
+          const GroupMember& g = spec.members[i];
+          const int64_t n = io[i].out_rows;
+          if (g.kind == GroupMember::Kind::kBoxes) {
+            py::array_t<float> a({static_cast<py::ssize_t>(n), py::ssize_t{4}});
+            std::memcpy(a.mutable_data(), bufs[b].data(), static_cast<size_t>(n) * 16);
+            r["boxes"] = a;
+          } else if (g.kind == GroupMember::Kind::kRows) {
+            r["classes"] = py::array_t<int64_t>(n, reinterpret_cast<int64_t*>(bufs[b].data()));
+          } else {
+            py::array_t<float> a({static_cast<py::ssize_t>(n),
+                                  static_cast<py::ssize_t>(g.num_keypoints), py::ssize_t{3}});
+            std::memcpy(a.mutable_data(), bufs[b].data(),
+                        static_cast<size_t>(n) * g.num_keypoints * 12);
+            r["keypoints"] = a;
+          }
         }
         return r;
       },
-      py::arg("image"), py::arg("mask") = py::none(), py::arg("boxes") = py::none(),
+      py::arg("image") = py::none(), py::arg("mask") = py::none(), py::arg("boxes") = py::none(),
       py::arg("format") = "xyxy", py::arg("normalized") = false, py::arg("classes") = py::none(),
-      py::arg("ops") = std::vector<py::dict>{}, py::arg("seed") = 0, py::arg("min_area") = 0.0,
-      py::arg("min_visibility") = 0.0,
-      "One sample through a transform group (ops as dicts); {image, mask, boxes, classes}.");
+      py::arg("keypoints") = py::none(), py::arg("keypoints_normalized") = false,
+      py::arg("ops") = std::vector<ImageOp>{}, py::arg("seed") = 0, py::arg("layout") = "HWC",
+      "One sample through a transform group (ops: stoker.ops._specs(...)); a dict of the "
+      "members given: image, mask, boxes, classes, keypoints.");
 }
 
 }  // namespace stoker::bindings

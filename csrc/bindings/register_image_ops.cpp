@@ -9,13 +9,16 @@
 
 #include <array>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "common/error.h"
+#include "decode/batch_mix.h"
 #include "decode/image_ops.h"
 #include "decode/image_pipeline.h"
 #include "producers/record_producer.h"
@@ -62,6 +65,17 @@ void convert(py::handle v, std::array<double, N>& out, const char* param, const 
 }
 
 template <typename Op>
+void convert(py::handle v, std::vector<int>& out, const char* param, const char* what) {
+  if (py::isinstance<py::str>(v) || !py::isinstance<py::sequence>(v)) bad_value<Op>(param, what, v);
+  out.clear();
+  for (py::handle x : v.cast<py::sequence>()) {
+    int i = 0;
+    convert<Op>(x, i, param, what);
+    out.push_back(i);
+  }
+}
+
+template <typename Op>
 void convert(py::handle v, DType& out, const char* param, const char* what) {
   if (!py::isinstance<py::str>(v)) bad_value<Op>(param, what, v);
   try {
@@ -74,6 +88,11 @@ void convert(py::handle v, DType& out, const char* param, const char* what) {
 py::object to_python(double v) { return py::float_(v); }
 py::object to_python(int v) { return py::int_(v); }
 py::object to_python(DType v) { return py::str(dtype_name(v)); }
+py::object to_python(const std::vector<int>& v) {
+  py::tuple t(v.size());
+  for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
+  return t;
+}
 template <size_t N>
 py::object to_python(const std::array<double, N>& v) {
   py::tuple t(N);
@@ -130,12 +149,16 @@ void bind_op(py::module_& m, py::dict& kinds) {
   cls.def("__repr__", [](const Op& op) {
     std::string out = std::string(Op::kName) + "(";
     bool first = true;
+    const Op defaults{};
     std::apply(
         [&](const auto&... p) {
-          ((out += (first ? "" : ", ") + std::string(p.name) + "=" +
-                   py::repr(to_python(op.*(p.member))).template cast<std::string>(),
-            first = false),
-           ...);
+          [[maybe_unused]] auto one = [&](const auto& param) {
+            if (param.quiet && op.*(param.member) == defaults.*(param.member)) return;
+            out += (first ? "" : ", ") + std::string(param.name) + "=" +
+                   py::repr(to_python(op.*(param.member))).template cast<std::string>();
+            first = false;
+          };
+          (one(p), ...);
         },
         Op::params());
     return out + ")";
@@ -176,16 +199,66 @@ void register_image_ops(py::module_& m) {
                              [](const ImageFieldSpec& s) { return image_layout_name(s.layout); })
       .def_readonly("max_pixels", &ImageFieldSpec::max_pixels);
 
+  py::class_<TargetSpec>(m, "TargetSpec", "What one field of a transform group is.")
+      .def(py::init([](const std::string& kind, const std::string& format, bool normalized) {
+             TargetSpec t;
+             if (kind == "image")
+               t.kind = GroupMember::Kind::kImage;
+             else if (kind == "mask")
+               t.kind = GroupMember::Kind::kMask;
+             else if (kind == "boxes")
+               t.kind = GroupMember::Kind::kBoxes;
+             else if (kind == "keypoints")
+               t.kind = GroupMember::Kind::kKeypoints;
+             else if (kind == "rows")
+               t.kind = GroupMember::Kind::kRows;
+             else
+               STOKER_THROW(UsageError,
+                            "target kind must be image, mask, boxes, keypoints or "
+                            "rows, got '",
+                            kind, "'");
+             t.format = box_format_from_name(format);
+             t.normalized = normalized;
+             return t;
+           }),
+           py::arg("kind"), py::arg("format") = "xyxy", py::arg("normalized") = false);
+
   py::class_<TransformSpec>(m, "TransformSpec",
                             "Ops applied to a group of fields, with one set of random draws per "
                             "sample.")
-      .def(py::init([](std::vector<std::string> fields, std::vector<ImageOp> ops) {
+      .def(py::init([](std::vector<std::string> fields, std::vector<ImageOp> ops,
+                       std::vector<TargetSpec> targets) {
              check_image_ops(ops);
-             return TransformSpec{std::move(fields), std::move(ops)};
+             return TransformSpec{std::move(fields), std::move(ops), std::move(targets)};
            }),
-           py::arg("fields"), py::arg("ops"))
+           py::arg("fields"), py::arg("ops"), py::arg("targets") = std::vector<TargetSpec>{})
       .def_readonly("fields", &TransformSpec::fields)
       .def_readonly("ops", &TransformSpec::ops);
+
+  py::class_<BatchMixOptions>(m, "BatchMixOptions",
+                              "MixUp and/or CutMix on each batch (batch_transforms).")
+      .def(py::init([](const std::string& image, const std::string& labels, int num_classes,
+                       std::optional<std::tuple<double, double, double>> mixup,
+                       std::optional<std::tuple<double, double, double>> cutmix,
+                       double switch_prob) {
+             BatchMixOptions o;
+             auto params = [](const std::tuple<double, double, double>& t) {
+               return MixParams{std::get<0>(t), std::get<1>(t), std::get<2>(t)};
+             };
+             if (mixup) o.spec.mixup = params(*mixup);
+             if (cutmix) o.spec.cutmix = params(*cutmix);
+             o.spec.switch_prob = switch_prob;
+             o.spec.num_classes = num_classes;
+             o.image = image;
+             o.labels = labels;
+             check_batch_mix(o.spec);
+             return o;
+           }),
+           py::kw_only(), py::arg("image"), py::arg("labels"), py::arg("num_classes"),
+           py::arg("mixup") = py::none(), py::arg("cutmix") = py::none(),
+           py::arg("switch_prob") = 0.5,
+           "mixup/cutmix: (alpha, p, label_smoothing); with both, CutMix with probability "
+           "switch_prob per batch.");
 }
 
 }  // namespace stoker::bindings

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <optional>
 #include <vector>
 
 #include "bindings/dlpack.h"
@@ -155,13 +156,20 @@ void register_loader(py::module_& m) {
       .def(py::init([](SamplerOptions sampler, bool skip_errors,
                        std::map<std::string, ImageFieldSpec> images,
                        std::vector<TransformSpec> transforms, int threads_hint,
-                       int64_t unit_samples, bool handoff, int64_t warm_bytes) {
+                       int64_t unit_samples, bool handoff, int64_t warm_bytes,
+                       const std::map<std::string, py::bytes>& pad_values,
+                       std::optional<BatchMixOptions> mix) {
              RecordOptions o;
              o.handoff = handoff;
              o.sampler = sampler;
              o.skip_errors = skip_errors;
              o.images = std::move(images);
              o.transforms = std::move(transforms);
+             for (const auto& [name, value] : pad_values) {
+               const std::string v = value;
+               o.pad_values[name] = std::vector<uint8_t>(v.begin(), v.end());
+             }
+             o.mix = std::move(mix);
              o.threads_hint = threads_hint;
              o.unit_samples = unit_samples;
              o.warm_bytes = warm_bytes;
@@ -171,11 +179,13 @@ void register_loader(py::module_& m) {
            py::arg("images") = std::map<std::string, ImageFieldSpec>{},
            py::arg("transforms") = std::vector<TransformSpec>{}, py::arg("threads_hint") = 1,
            py::arg("unit_samples") = 0, py::arg("handoff") = false, py::arg("warm_bytes") = -1,
+           py::arg("pad_values") = std::map<std::string, py::bytes>{}, py::arg("mix") = py::none(),
            "images: {field: ImageFieldSpec}; transforms: [TransformSpec]; threads_hint sizes the "
            "units of work (unit_samples: samples per unit, 0 = from it); handoff: each batch "
            "goes to the loader's finisher (batch_map in the Python stage); warm_bytes: shards "
            "the first epoch reads mapped and faulted in ahead (-1: an eighth of the memory, 0: "
-           "none).")
+           "none); pad_values: {field: one element's bytes}; mix: BatchMixOptions "
+           "(batch_transforms).")
       .def_readonly("sampler", &RecordOptions::sampler)
       .def_readonly("skip_errors", &RecordOptions::skip_errors)
       .def_readonly("images", &RecordOptions::images)

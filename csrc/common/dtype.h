@@ -25,6 +25,8 @@ enum class DType : uint8_t {
 
 /// Size of one element in bytes.
 size_t dtype_size(DType t);
+/// Whether the type holds integers (signed or not; not bool).
+inline bool dtype_is_integer(DType t) { return t >= DType::kUInt8 && t <= DType::kInt64; }
 /// NumPy-style name ("uint8", "float32", ...).
 const char* dtype_name(DType t);
 /// Parses a NumPy-style name; throws UsageError on an unknown one.

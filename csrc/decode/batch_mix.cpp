@@ -12,6 +12,24 @@
 
 namespace stoker {
 
+void check_batch_mix(const BatchMixSpec& spec) {
+  STOKER_CHECK(spec.mixup || spec.cutmix, UsageError, "a batch mix needs MixUp or CutMix");
+  for (const auto* m : {&spec.mixup, &spec.cutmix}) {
+    if (!*m) continue;
+    const char* name = m == &spec.mixup ? "MixUp" : "CutMix";
+    const MixParams& q = **m;
+    STOKER_CHECK(std::isfinite(q.alpha) && q.alpha > 0, UsageError, name,
+                 ": alpha must be > 0, got ", q.alpha);
+    STOKER_CHECK(q.p >= 0 && q.p <= 1, UsageError, name, ": p must be in [0, 1], got ", q.p);
+    STOKER_CHECK(q.label_smoothing >= 0 && q.label_smoothing < 1, UsageError, name,
+                 ": label_smoothing must be in [0, 1), got ", q.label_smoothing);
+  }
+  STOKER_CHECK(spec.switch_prob >= 0 && spec.switch_prob <= 1, UsageError,
+               "MixUp/CutMix: switch_prob must be in [0, 1], got ", spec.switch_prob);
+  STOKER_CHECK(spec.num_classes >= 1, UsageError, "MixUp/CutMix: num_classes must be >= 1, got ",
+               spec.num_classes);
+}
+
 MixDraw draw_batch_mix(const BatchMixSpec& spec, int height, int width, detail::SplitMix64& rng) {
   STOKER_CHECK(spec.mixup || spec.cutmix, UsageError, "a batch mix needs MixUp or CutMix");
   MixDraw d;

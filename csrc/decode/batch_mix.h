@@ -27,6 +27,10 @@ struct BatchMixSpec {
   int num_classes = 0;
 };
 
+/// UsageError naming the op for alpha <= 0, a probability or a label
+/// smoothing outside [0, 1], or num_classes < 1.
+void check_batch_mix(const BatchMixSpec& spec);
+
 /// One batch's draw.
 struct MixDraw {
   bool applied = false;  ///< false: images untouched, labels one-hot (smoothed)

@@ -65,4 +65,10 @@ ImageInfo png_decode(const uint8_t*, size_t, int64_t, std::vector<uint8_t>&) {
   return {};
 }
 
+ImageInfo png_decode_gray(const uint8_t*, size_t, int64_t, std::vector<uint8_t>&,
+                          std::vector<uint8_t>&) {
+  require_image_codecs();
+  return {};
+}
+
 }  // namespace stoker

@@ -15,17 +15,20 @@
 //     void check() const;                 // UsageError naming the op and the parameter
 //     void apply(OpContext& ctx) const;   // the kernel (image_ops.cpp)
 //     // optional: size_after(hw) and fixes_size() if it changes the size,
-//     // out_dtype() if it changes the dtype, kLast if it must come last
+//     // out_dtype() if it changes the dtype, kLast if it must come last,
+//     // kTargets if targets do not simply follow it (TargetRule below)
 //   };
 //
 // and its name in the ImageOp variant below. Kernels draw their randomness
 // from ctx.rng() only, in a fixed order, and move the image only through ctx
-// (crop, resize, flip), which keeps the sample's geometry (geometry.h) with
-// the pixels: that is what lets targets follow the image and one set of draws
-// serve a group of fields (one crop for an image and its mask).
+// (crop, resize, flip, window, warp), which keeps the sample's geometry
+// (geometry.h) with the pixels: that is what lets targets follow the image and
+// one set of draws serve a group of fields (one crop for an image, its mask
+// and its boxes: transform_group.h).
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "decode/warp.h"
 
 namespace stoker {
 
@@ -44,15 +48,20 @@ class SplitMix64;  // detail/rng.h
 namespace ops {
 
 /// One parameter of an op: its name (Python's keyword), the member that holds
-/// it, and what it must be (said by the errors about it).
+/// it, and what it must be (said by the errors about it). A parameter added to
+/// an op later is `quiet`: its repr leaves it out while it has its default, so
+/// the op reads as it did before.
 template <typename Op, typename T>
 struct Param {
   const char* name;
   T Op::*member;
   const char* what;
+  bool quiet = false;
 };
 template <typename Op, typename T>
 Param(const char*, T Op::*, const char*) -> Param<Op, T>;
+template <typename Op, typename T>
+Param(const char*, T Op::*, const char*, bool) -> Param<Op, T>;
 
 // What parameters must be, as errors say it.
 inline constexpr const char* kPositiveWhole = "a positive whole number";
@@ -60,7 +69,30 @@ inline constexpr const char* kWholeOrZero = "a whole number >= 0";
 inline constexpr const char* kNumber = "a finite number";
 inline constexpr const char* kInUnit = "a number in [0, 1]";
 inline constexpr const char* kRgb = "3 values (RGB)";
-inline constexpr const char* kFloatType = "'float32' or 'float16'";
+inline constexpr const char* kFloatType = "'float32', 'float16' or 'bfloat16'";
+inline constexpr const char* kFlag = "0 or 1";
+inline constexpr const char* kInterpolation = "0 (nearest) or 1 (bilinear)";
+inline constexpr const char* kPairs = "pairs of keypoint indices, flattened";
+
+/// How an op treats the targets of a transform group (transform_group.h):
+/// masks, boxes and keypoints follow every move an op makes through OpContext,
+/// unless its rule says otherwise.
+enum class TargetRule : uint8_t {
+  kFollow,     ///< moves the image: targets follow (the default)
+  kImageOnly,  ///< changes pixel values only (colour, blur, Normalize, RandomErasing):
+               ///< targets stay as they are; refused where a group has no RGB image
+  kNone,       ///< moves pixels in ways targets cannot follow (the auto-augment
+               ///< policies' shears and rotations): refused in a group with targets
+  kBoxes,      ///< acts on the boxes of a group only (SanitizeBoundingBoxes)
+};
+
+template <typename Op>
+constexpr TargetRule target_rule() {
+  if constexpr (requires { Op::kTargets; })
+    return Op::kTargets;
+  else
+    return TargetRule::kFollow;
+}
 
 /// torchvision's RandomResizedCrop: a random crop of area fraction in
 /// [scale_lo, scale_hi] and aspect ratio in [ratio_lo, ratio_hi] (drawn
@@ -86,19 +118,24 @@ struct RandomResizedCrop {
 
 /// torchvision's Resize: with `shorter` > 0, the shorter side becomes
 /// `shorter` and the longer int(shorter * long / short); otherwise exactly
-/// (h, w). An antialiased triangle filter (PIL's BILINEAR).
+/// (h, w). With `max_size` > 0 (and no (h, w)), the longer side is then at
+/// most `max_size` (shrunk to it with the shorter side scaled alike); with
+/// `max_size` alone, the longer side becomes `max_size`. An antialiased
+/// triangle filter (PIL's BILINEAR).
 struct Resize {
   static constexpr const char* kKind = "resize";
   static constexpr const char* kName = "Resize";
   int h = 0, w = 0;
   int shorter = 0;
+  int max_size = 0;
   static constexpr auto params() {
     return std::tuple{Param{"h", &Resize::h, kWholeOrZero}, Param{"w", &Resize::w, kWholeOrZero},
-                      Param{"shorter", &Resize::shorter, kWholeOrZero}};
+                      Param{"shorter", &Resize::shorter, kWholeOrZero},
+                      Param{"max_size", &Resize::max_size, kWholeOrZero, true}};
   }
   void check() const;
   std::pair<int, int> size_after(std::pair<int, int> hw) const;
-  bool fixes_size() const { return shorter == 0; }
+  bool fixes_size() const { return shorter == 0 && max_size == 0; }
   void apply(OpContext& ctx) const;
 };
 
@@ -118,23 +155,38 @@ struct CenterCrop {
   void apply(OpContext& ctx) const;
 };
 
-/// A left-right mirror with probability p.
+/// A left-right mirror with probability p. Keypoints of a group swap left
+/// and right by `flip_pairs` (pairs of keypoint indices, flattened), as
+/// ultralytics' flip_idx.
 struct RandomHorizontalFlip {
   static constexpr const char* kKind = "random_horizontal_flip";
   static constexpr const char* kName = "RandomHorizontalFlip";
   double p = 0.5;
+  std::vector<int> flip_pairs = {};
   static constexpr auto params() {
-    return std::tuple{Param{"p", &RandomHorizontalFlip::p, kInUnit}};
+    return std::tuple{Param{"p", &RandomHorizontalFlip::p, kInUnit},
+                      Param{"flip_pairs", &RandomHorizontalFlip::flip_pairs, kPairs, true}};
   }
   void check() const;
   void apply(OpContext& ctx) const;
 };
 
-/// (x / 255 - mean) / std per RGB channel, written as float32 or float16.
+/// A top-bottom mirror with probability p.
+struct RandomVerticalFlip {
+  static constexpr const char* kKind = "random_vertical_flip";
+  static constexpr const char* kName = "RandomVerticalFlip";
+  double p = 0.5;
+  static constexpr auto params() { return std::tuple{Param{"p", &RandomVerticalFlip::p, kInUnit}}; }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// (x / 255 - mean) / std per RGB channel, written as float32, float16 or bfloat16.
 struct Normalize {
   static constexpr const char* kKind = "normalize";
   static constexpr const char* kName = "Normalize";
   static constexpr bool kLast = true;  // the output's dtype is no longer uint8
+  static constexpr TargetRule kTargets = TargetRule::kImageOnly;
   std::array<double, 3> mean = {0, 0, 0};
   std::array<double, 3> stddev = {1, 1, 1};
   DType dtype = DType::kFloat32;
@@ -153,12 +205,14 @@ struct Normalize {
 // (auto_augment.h); none moves the image, so the geometry stays as it is.
 
 inline constexpr const char* kRange = "a pair (lo, hi) with lo <= hi";
+inline constexpr const char* kMaskFill = "a whole number in [0, 255]";
 
 /// ColorJitter: factors drawn uniformly in each range, applied in a random
 /// order; a range (1, 1) (hue: (0, 0)) leaves that property alone.
 struct ColorJitter {
   static constexpr const char* kKind = "color_jitter";
   static constexpr const char* kName = "ColorJitter";
+  static constexpr TargetRule kTargets = TargetRule::kImageOnly;
   std::array<double, 2> brightness = {1, 1}, contrast = {1, 1}, saturation = {1, 1};
   std::array<double, 2> hue = {0, 0};
   static constexpr auto params() {
@@ -175,6 +229,7 @@ struct ColorJitter {
 struct RandomGrayscale {
   static constexpr const char* kKind = "random_grayscale";
   static constexpr const char* kName = "RandomGrayscale";
+  static constexpr TargetRule kTargets = TargetRule::kImageOnly;
   double p = 0.1;
   static constexpr auto params() { return std::tuple{Param{"p", &RandomGrayscale::p, kInUnit}}; }
   void check() const;
@@ -185,6 +240,7 @@ struct RandomGrayscale {
 struct GaussianBlur {
   static constexpr const char* kKind = "gaussian_blur";
   static constexpr const char* kName = "GaussianBlur";
+  static constexpr TargetRule kTargets = TargetRule::kImageOnly;
   int kh = 3, kw = 3;
   std::array<double, 2> sigma = {0.1, 2.0};
   static constexpr auto params() {
@@ -200,6 +256,7 @@ struct GaussianBlur {
 struct HSVJitter {
   static constexpr const char* kKind = "hsv_jitter";
   static constexpr const char* kName = "HSVJitter";
+  static constexpr TargetRule kTargets = TargetRule::kImageOnly;
   double h = 0.015, s = 0.7, v = 0.4;
   static constexpr auto params() {
     using T = HSVJitter;
@@ -214,6 +271,7 @@ struct HSVJitter {
 struct RandAugment {
   static constexpr const char* kKind = "rand_augment";
   static constexpr const char* kName = "RandAugment";
+  static constexpr TargetRule kTargets = TargetRule::kNone;
   int num_ops = 2, magnitude = 9, num_magnitude_bins = 31;
   static constexpr auto params() {
     using T = RandAugment;
@@ -229,6 +287,7 @@ struct RandAugment {
 struct TrivialAugmentWide {
   static constexpr const char* kKind = "trivial_augment_wide";
   static constexpr const char* kName = "TrivialAugmentWide";
+  static constexpr TargetRule kTargets = TargetRule::kNone;
   int num_magnitude_bins = 31;
   static constexpr auto params() {
     return std::tuple{
@@ -242,6 +301,7 @@ struct TrivialAugmentWide {
 struct AutoAugment {
   static constexpr const char* kKind = "auto_augment";
   static constexpr const char* kName = "AutoAugment";
+  static constexpr TargetRule kTargets = TargetRule::kNone;
   static constexpr auto params() { return std::tuple{}; }
   void check() const {}
   void apply(OpContext& ctx) const;
@@ -253,6 +313,7 @@ struct AutoAugment {
 struct RandomErasing {
   static constexpr const char* kKind = "random_erasing";
   static constexpr const char* kName = "RandomErasing";
+  static constexpr TargetRule kTargets = TargetRule::kImageOnly;
   static constexpr bool kOutput = true;  // may follow Normalize
   double p = 0.5;
   std::array<double, 2> scale = {0.02, 0.33};
@@ -272,7 +333,8 @@ struct RandomErasing {
 };
 
 /// RandomCrop(size, padding, pad_if_needed, fill, padding_mode): torchvision's;
-/// padding_mode 0 constant (fill), 1 edge, 2 reflect, 3 symmetric.
+/// padding_mode 0 constant (fill), 1 edge, 2 reflect, 3 symmetric. Masks of a
+/// group are padded with `mask_fill` (a class id, or an ignore index).
 struct RandomCrop {
   static constexpr const char* kKind = "random_crop";
   static constexpr const char* kName = "RandomCrop";
@@ -281,6 +343,7 @@ struct RandomCrop {
   int pad_if_needed = 0;
   std::array<double, 3> fill = {0, 0, 0};
   int padding_mode = 0;
+  int mask_fill = 0;
   static constexpr auto params() {
     using T = RandomCrop;
     return std::tuple{Param{"h", &T::h, kPositiveWhole},
@@ -291,7 +354,8 @@ struct RandomCrop {
                       Param{"pad_bottom", &T::pad_bottom, kWholeOrZero},
                       Param{"pad_if_needed", &T::pad_if_needed, "0 or 1"},
                       Param{"fill", &T::fill, kRgb},
-                      Param{"padding_mode", &T::padding_mode, "0 to 3"}};
+                      Param{"padding_mode", &T::padding_mode, "0 to 3"},
+                      Param{"mask_fill", &T::mask_fill, kMaskFill}};
   }
   void check() const;
   std::pair<int, int> size_after(std::pair<int, int>) const { return {h, w}; }
@@ -306,12 +370,16 @@ struct Pad {
   int left = 0, top = 0, right = 0, bottom = 0;
   std::array<double, 3> fill = {0, 0, 0};
   int padding_mode = 0;
+  int mask_fill = 0;
   static constexpr auto params() {
     using T = Pad;
-    return std::tuple{
-        Param{"left", &T::left, kWholeOrZero},   Param{"top", &T::top, kWholeOrZero},
-        Param{"right", &T::right, kWholeOrZero}, Param{"bottom", &T::bottom, kWholeOrZero},
-        Param{"fill", &T::fill, kRgb},           Param{"padding_mode", &T::padding_mode, "0 to 3"}};
+    return std::tuple{Param{"left", &T::left, kWholeOrZero},
+                      Param{"top", &T::top, kWholeOrZero},
+                      Param{"right", &T::right, kWholeOrZero},
+                      Param{"bottom", &T::bottom, kWholeOrZero},
+                      Param{"fill", &T::fill, kRgb},
+                      Param{"padding_mode", &T::padding_mode, "0 to 3"},
+                      Param{"mask_fill", &T::mask_fill, kMaskFill}};
   }
   void check() const;
   std::pair<int, int> size_after(std::pair<int, int> hw) const {
@@ -321,6 +389,142 @@ struct Pad {
   void apply(OpContext& ctx) const;
 };
 
+// ---- geometry beyond crops (kernels in image_ops_geometry.cpp) ---------------
+// Warps resample through the plane maps of transform2d.h as torchvision's
+// tensor kernels (grid_sample, align_corners=False; warp.h), with its fill
+// blend; masks of a group take the same map with nearest sampling and their
+// own `mask_fill`.
+
+/// Letterbox(size, fill): ultralytics' LetterBox (YOLO): resized to fit (h, w)
+/// keeping the aspect ratio (never enlarged unless `scaleup`), centred, the
+/// rest `fill`.
+struct Letterbox {
+  static constexpr const char* kKind = "letterbox";
+  static constexpr const char* kName = "Letterbox";
+  int h = 0, w = 0;
+  std::array<double, 3> fill = {114, 114, 114};
+  int mask_fill = 0;
+  int scaleup = 1;
+  static constexpr auto params() {
+    using T = Letterbox;
+    return std::tuple{Param{"h", &T::h, kPositiveWhole}, Param{"w", &T::w, kPositiveWhole},
+                      Param{"fill", &T::fill, kRgb}, Param{"mask_fill", &T::mask_fill, kMaskFill},
+                      Param{"scaleup", &T::scaleup, kFlag}};
+  }
+  void check() const;
+  std::pair<int, int> size_after(std::pair<int, int>) const { return {h, w}; }
+  bool fixes_size() const { return true; }
+  void apply(OpContext& ctx) const;
+  /// The placement of a (w x h) image: the resized size and the offset.
+  struct Fit {
+    int w = 0, h = 0, left = 0, top = 0;
+  };
+  Fit fit(int img_w, int img_h) const;
+};
+
+/// RandomRotation(degrees, interpolation, expand, center, fill): an angle
+/// drawn uniformly in `degrees`, counter-clockwise, about `center` (the
+/// image's centre unless `has_center`); `expand` enlarges the output to hold
+/// the whole rotated image (a size of its own per image: an op that fixes
+/// the size must follow).
+struct RandomRotation {
+  static constexpr const char* kKind = "random_rotation";
+  static constexpr const char* kName = "RandomRotation";
+  std::array<double, 2> degrees = {0, 0};
+  int interpolation = 0;
+  int expand = 0;
+  std::array<double, 2> center = {0, 0};
+  int has_center = 0;
+  std::array<double, 3> fill = {0, 0, 0};
+  int mask_fill = 0;
+  static constexpr auto params() {
+    using T = RandomRotation;
+    return std::tuple{Param{"degrees", &T::degrees, kRange},
+                      Param{"interpolation", &T::interpolation, kInterpolation},
+                      Param{"expand", &T::expand, kFlag},
+                      Param{"center", &T::center, "a point (x, y)"},
+                      Param{"has_center", &T::has_center, kFlag},
+                      Param{"fill", &T::fill, kRgb},
+                      Param{"mask_fill", &T::mask_fill, kMaskFill}};
+  }
+  void check() const;
+  std::pair<int, int> size_after(std::pair<int, int> hw) const { return hw; }
+  bool fixes_size() const { return false; }
+  bool random_size() const { return expand != 0; }
+  void apply(OpContext& ctx) const;
+};
+
+/// RandomAffine(degrees, translate, scale, shear, interpolation, fill, center):
+/// torchvision's draws (angle, then the translation in pixels, rounded, then
+/// the scale, then the shears) and its affine map.
+struct RandomAffine {
+  static constexpr const char* kKind = "random_affine";
+  static constexpr const char* kName = "RandomAffine";
+  std::array<double, 2> degrees = {0, 0};
+  std::array<double, 2> translate = {0, 0};  ///< the largest fractions of (w, h)
+  std::array<double, 2> scale = {1, 1};
+  std::array<double, 4> shear = {0, 0, 0, 0};  ///< x lo, x hi, y lo, y hi
+  int interpolation = 0;
+  std::array<double, 3> fill = {0, 0, 0};
+  int mask_fill = 0;
+  std::array<double, 2> center = {0, 0};
+  int has_center = 0;
+  static constexpr auto params() {
+    using T = RandomAffine;
+    return std::tuple{Param{"degrees", &T::degrees, kRange},
+                      Param{"translate", &T::translate, "a pair of fractions in [0, 1]"},
+                      Param{"scale", &T::scale, kRange},
+                      Param{"shear", &T::shear, "4 values (x lo, x hi, y lo, y hi)"},
+                      Param{"interpolation", &T::interpolation, kInterpolation},
+                      Param{"fill", &T::fill, kRgb},
+                      Param{"mask_fill", &T::mask_fill, kMaskFill},
+                      Param{"center", &T::center, "a point (x, y)"},
+                      Param{"has_center", &T::has_center, kFlag}};
+  }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// RandomPerspective(distortion_scale, p, interpolation, fill): torchvision's
+/// corner draws and homography.
+struct RandomPerspective {
+  static constexpr const char* kKind = "random_perspective";
+  static constexpr const char* kName = "RandomPerspective";
+  double distortion_scale = 0.5;
+  double p = 0.5;
+  int interpolation = 1;
+  std::array<double, 3> fill = {0, 0, 0};
+  int mask_fill = 0;
+  static constexpr auto params() {
+    using T = RandomPerspective;
+    return std::tuple{Param{"distortion_scale", &T::distortion_scale, kInUnit},
+                      Param{"p", &T::p, kInUnit},
+                      Param{"interpolation", &T::interpolation, kInterpolation},
+                      Param{"fill", &T::fill, kRgb}, Param{"mask_fill", &T::mask_fill, kMaskFill}};
+  }
+  void check() const;
+  void apply(OpContext& ctx) const;
+};
+
+/// SanitizeBoundingBoxes(min_size, min_area, min_visibility): what the boxes
+/// of a group must keep to stay (target_geometry.h's BoxFilter), whatever its
+/// place in the list; the rows of the group's other per-box fields go with
+/// the boxes dropped.
+struct SanitizeBoundingBoxes {
+  static constexpr const char* kKind = "sanitize_bounding_boxes";
+  static constexpr const char* kName = "SanitizeBoundingBoxes";
+  static constexpr TargetRule kTargets = TargetRule::kBoxes;
+  double min_size = 1.0, min_area = 1.0, min_visibility = 0.0;
+  static constexpr auto params() {
+    using T = SanitizeBoundingBoxes;
+    return std::tuple{Param{"min_size", &T::min_size, kNumber},
+                      Param{"min_area", &T::min_area, kNumber},
+                      Param{"min_visibility", &T::min_visibility, kInUnit}};
+  }
+  void check() const;
+  void apply(OpContext&) const {}
+};
+
 }  // namespace ops
 
 /// Every image op, in no particular order.
@@ -328,12 +532,21 @@ using ImageOp =
     std::variant<ops::RandomResizedCrop, ops::Resize, ops::CenterCrop, ops::RandomHorizontalFlip,
                  ops::Normalize, ops::ColorJitter, ops::RandomGrayscale, ops::GaussianBlur,
                  ops::HSVJitter, ops::RandAugment, ops::TrivialAugmentWide, ops::AutoAugment,
-                 ops::RandomErasing, ops::RandomCrop, ops::Pad>;
+                 ops::RandomErasing, ops::RandomCrop, ops::Pad, ops::RandomVerticalFlip,
+                 ops::Letterbox, ops::RandomRotation, ops::RandomAffine, ops::RandomPerspective,
+                 ops::SanitizeBoundingBoxes>;
+
+/// The op's name as stoker.ops spells it ("RandomCrop"), for messages.
+const char* op_name(const ImageOp& op);
+/// The op's TargetRule.
+ops::TargetRule op_target_rule(const ImageOp& op);
 
 /// Checks every op (UsageError naming the op and the reason) and the list: an
 /// op that must come last (Normalize) is last, but for ops on the output
-/// (RandomErasing) after it. The one validation of ops: the
-/// bindings call it when Python builds them, and ImagePipeline when it is made.
+/// (RandomErasing) after it; an op that gives every image a size of its own
+/// (RandomRotation(expand=True)) is followed by one that fixes it. The one
+/// validation of ops: the bindings call it when Python builds them, and
+/// ImagePipeline and TransformGroup when they are made.
 void check_image_ops(const std::vector<ImageOp>& ops);
 
 /// The (h, w) an image of size (h, w) has after `op` (sizes only, no pixels).

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "decode/auto_augment.h"
 #include "decode/color_ops.h"
+#include "decode/detail/op_checks.h"
 #include "decode/erasing.h"
 #include "decode/gaussian_blur.h"
 #include "decode/hsv_jitter.h"
@@ -72,7 +73,7 @@ void ColorJitter::apply(OpContext& ctx) const {
   for (int k : order)
     if (!((*ranges[k])[0] == centre[k] && (*ranges[k])[1] == centre[k]))
       steps[n++] = {kinds[k], factor[k]};
-  if (n) apply_color_steps(ctx.pixels(), steps, n);
+  if (n) ctx.color(steps, n);
 }
 
 // ---- RandomGrayscale ----------------------------------------------------------
@@ -82,7 +83,7 @@ void RandomGrayscale::check() const { check_unit(kName, "p", p); }
 void RandomGrayscale::apply(OpContext& ctx) const {
   if (!(ctx.rng().uniform(0, 1) < p)) return;
   const ColorStep gray{ColorKind::kGrayscale, 0};
-  apply_color_steps(ctx.pixels(), &gray, 1);
+  ctx.color(&gray, 1);
 }
 
 // ---- GaussianBlur ---------------------------------------------------------------
@@ -177,11 +178,18 @@ void RandomErasing::erase(void* out, DType dtype, bool chw, int h, int w,
 
 namespace {
 
-void check_fill(const char* op, const std::array<double, 3>& fill, int mode) {
-  for (double v : fill)
-    STOKER_CHECK(v >= 0 && v <= 255, UsageError, op, ": fill must be 3 values in [0, 255]");
+void check_mode(const char* op, int mode) {
   STOKER_CHECK(mode >= 0 && mode <= 3, UsageError, op,
                ": padding_mode must be constant, edge, reflect or symmetric");
+}
+
+}  // namespace
+
+void check_fill(const char* op, const std::array<double, 3>& fill, int mask_fill) {
+  for (double v : fill)
+    STOKER_CHECK(v >= 0 && v <= 255, UsageError, op, ": fill must be 3 values in [0, 255]");
+  STOKER_CHECK(mask_fill >= 0 && mask_fill <= 255, UsageError, op, ": mask_fill must be ",
+               kMaskFill, ", got ", mask_fill);
 }
 
 Fill fill_of(const std::array<double, 3>& f) {
@@ -190,14 +198,13 @@ Fill fill_of(const std::array<double, 3>& f) {
   return out;
 }
 
-}  // namespace
-
 void RandomCrop::check() const {
   STOKER_CHECK(h > 0 && w > 0 && pad_left >= 0 && pad_top >= 0 && pad_right >= 0 && pad_bottom >= 0,
                UsageError, kName, ": size must be positive and padding non-negative");
   STOKER_CHECK(pad_if_needed == 0 || pad_if_needed == 1, UsageError, kName,
                ": pad_if_needed must be 0 or 1");
-  check_fill(kName, fill, padding_mode);
+  check_fill(kName, fill, mask_fill);
+  check_mode(kName, padding_mode);
 }
 
 void RandomCrop::apply(OpContext& ctx) const {
@@ -225,7 +232,8 @@ void RandomCrop::apply(OpContext& ctx) const {
 void Pad::check() const {
   STOKER_CHECK(left >= 0 && top >= 0 && right >= 0 && bottom >= 0, UsageError, kName,
                ": padding must be non-negative");
-  check_fill(kName, fill, padding_mode);
+  check_fill(kName, fill, mask_fill);
+  check_mode(kName, padding_mode);
 }
 
 void Pad::apply(OpContext& ctx) const {

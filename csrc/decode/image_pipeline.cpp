@@ -53,6 +53,7 @@ void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
   detail::SplitMix64 rng(seed);
   OpContext ctx(ops, c, rng);
   for (const ImageOp& op : ops_) std::visit([&](const auto& o) { o.apply(ctx); }, op);
+  ctx.flush();  // colour steps still pending
   if (geometry) *geometry = ctx.geometry();
   if (c.view.w != out_w || c.view.h != out_h)
     STOKER_THROW(DecodeError, "image comes out ", c.view.h, "x", c.view.w,

@@ -1,7 +1,14 @@
 // What an op's kernel (image_ops.h) sees of the image it transforms: the size
 // of the view so far, the random draws of the sample, and the moves it may
 // make. Each move changes the pixels (lazily: canvas.h) and the geometry
-// (geometry.h) together, so no op can move one without the other.
+// (geometry.h) together, so no op can move one without the other, and the
+// targets of a transform group (masks, boxes, keypoints) follow every op
+// without any op knowing about them.
+//
+// A context without pixels moves the geometry only: a group whose only
+// pixels are masks (transform_group.h) runs its ops that way and resamples
+// the masks through the result. Ops that need pixels are refused for such
+// groups when they are made, so they never reach one.
 #pragma once
 
 #include <array>
@@ -9,66 +16,83 @@
 #include "common/error.h"
 #include "decode/canvas.h"
 #include "decode/canvas_pixels.h"
+#include "decode/color_ops.h"
 #include "decode/detail/rng.h"
 #include "decode/geometry.h"
 #include "decode/image_info.h"
 #include "decode/image_ops.h"
 #include "decode/padding.h"
+#include "decode/warp.h"
 
 namespace stoker {
 
 class OpContext {
  public:
-  /// @param rng the draws of this sample's transform group, in op order
+  /// On an image. @param rng the draws of this sample's transform group, in op order
   OpContext(CanvasOps& pixels, Canvas& canvas, detail::SplitMix64& rng)
-      : pixels_(pixels),
-        canvas_(canvas),
-        rng_(rng),
-        geometry_(Geometry::identity(canvas.view.w, canvas.view.h)) {}
+      : pixels_(&pixels), canvas_(&canvas), rng_(rng), geometry_(canvas.view.w, canvas.view.h) {}
+  /// On the geometry of a (w x h) image only.
+  OpContext(int width, int height, detail::SplitMix64& rng) : rng_(rng), geometry_(width, height) {}
 
   /// The random draws: the same for the same sample, whatever the thread.
   detail::SplitMix64& rng() { return rng_; }
   /// Size of the image so far.
-  int width() const { return canvas_.view.w; }
-  int height() const { return canvas_.view.h; }
+  int width() const { return geometry_.width(); }
+  int height() const { return geometry_.height(); }
 
   /// Keeps the rectangle `r` of the image as it is now (it may reach past the
   /// edges: zeros there).
   void crop(const PixelRect& r) {
-    CanvasOps::crop(canvas_, r);
+    if (canvas_) {
+      flush();
+      CanvasOps::crop(*canvas_, r);
+    }
     geometry_.crop(r.x, r.y, r.w, r.h);
   }
   /// Resamples the image to (w x h).
   void resize(int w, int h) {
-    pixels_.resize(canvas_, w, h);
+    if (canvas_) {
+      flush();
+      pixels_->resize(*canvas_, w, h);
+    }
     geometry_.resize(w, h);
   }
   /// Mirrors the image left-right.
   void flip() {
-    canvas_.flip = !canvas_.flip;
-    geometry_.flip();
+    if (canvas_) {
+      flush();
+      canvas_->flip = !canvas_->flip;
+    }
+    geometry_.hflip();
+  }
+  /// Mirrors the image top-bottom.
+  void vflip();
+  /// Keeps the rectangle `r` (which may reach past the edges), what lies
+  /// outside the image filled by `mode` (padding.h) and `fill`.
+  void window(const PixelRect& r, PadMode mode, const Fill& fill);
+  /// Resamples the image through the plane map `forward` (from this image's
+  /// coordinates to the new ones) onto (w x h); outside the image, `fill`
+  /// blended as torchvision does (null: zero padding, no blend; warp.h).
+  void warp(const Transform2D& forward, int w, int h, Interpolation interp, const Fill* fill);
+  /// Colour steps (already drawn), run on the pixels with the steps of the
+  /// ops around them in one fused pass (color_ops.h) before the next move or
+  /// pixel access. Colour ops do not move the image.
+  void color(const ColorStep* steps, size_t n);
+  /// The image as plain pixels, to change in place (blur, auto-augment): they
+  /// do not move it, so the geometry stays.
+  Pixels pixels() {
+    flush();
+    return canvas_pixels(*pixels_, *canvas_);
+  }
+  /// Runs the colour steps still pending (before the image is written).
+  void flush() {
+    if (num_steps_ == 0) return;
+    const size_t n = num_steps_;
+    num_steps_ = 0;
+    apply_color_steps(canvas_pixels(*pixels_, *canvas_), steps_.data(), n);
   }
   /// The output is normalised (written as floats) by `n`.
   void normalize(const ops::Normalize& n) { normalize_ = &n; }
-  /// Keeps the rectangle `r` (which may reach past the edges), what lies
-  /// outside the image filled by `mode` (padding.h) and `fill`.
-  void window(const PixelRect& r, PadMode mode, const Fill& fill) {
-    const bool inside = r.x >= 0 && r.y >= 0 && r.x + r.w <= width() && r.y + r.h <= height();
-    const bool zeros =
-        mode == PadMode::kConstant && fill.v[0] == 0 && fill.v[1] == 0 && fill.v[2] == 0;
-    if (inside || zeros) {
-      crop(r);  // lazy: zeros past the edges
-      return;
-    }
-    const Pixels src = pixels();
-    const Pixels out = canvas_spare(canvas_, r.w, r.h);
-    copy_window(src, r.x, r.y, out, mode, fill);
-    adopt_pixels(canvas_, out);
-    geometry_.crop(r.x, r.y, r.w, r.h);
-  }
-  /// The image as plain pixels, to change in place (colour ops, blur,
-  /// auto-augment): they do not move it, so the geometry stays.
-  Pixels pixels() { return canvas_pixels(pixels_, canvas_); }
   /// Runs `op` on the written output (RandomErasing), after Normalize.
   void on_output(const ops::RandomErasing& op);
   /// The ops on the output, in order.
@@ -80,12 +104,14 @@ class OpContext {
   const ops::Normalize* normalization() const { return normalize_; }
 
  private:
-  CanvasOps& pixels_;
-  Canvas& canvas_;
+  CanvasOps* pixels_ = nullptr;  // null: geometry only
+  Canvas* canvas_ = nullptr;
   detail::SplitMix64& rng_;
   Geometry geometry_;
+  std::array<ColorStep, 16> steps_{};  // pending colour steps: no allocation per sample
+  size_t num_steps_ = 0;
   const ops::Normalize* normalize_ = nullptr;
-  std::array<const ops::RandomErasing*, 8> erasing_{};  // no allocation per sample
+  std::array<const ops::RandomErasing*, 8> erasing_{};
   int num_erasing_ = 0;
 };
 
@@ -93,6 +119,16 @@ inline void OpContext::on_output(const ops::RandomErasing& op) {
   STOKER_CHECK(num_erasing_ < static_cast<int>(erasing_.size()), UsageError,
                "at most 8 RandomErasing ops in a list");
   erasing_[num_erasing_++] = &op;
+}
+
+inline void OpContext::color(const ColorStep* steps, size_t n) {
+  if (!canvas_) return;  // groups of masks refuse colour ops; nothing to colour
+  if (num_steps_ + n > steps_.size()) flush();
+  if (n > steps_.size()) {  // more than a pass can hold: run them now
+    apply_color_steps(pixels(), steps, n);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) steps_[num_steps_++] = steps[i];
 }
 
 }  // namespace stoker

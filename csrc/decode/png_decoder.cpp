@@ -113,4 +113,58 @@ ImageInfo png_decode(const uint8_t* data, size_t n, int64_t max_pixels, std::vec
   return info;
 }
 
+ImageInfo png_decode_gray(const uint8_t* data, size_t n, int64_t max_pixels,
+                          std::vector<uint8_t>& gray, std::vector<uint8_t>& rgb_scratch) {
+  int color = 0;
+  {
+    Reader r(data, n);
+    if (setjmp(png_jmpbuf(r.png))) fail(r.src, true);
+    png_read_info(r.png, r.info);
+    color = png_get_color_type(r.png, r.info);
+  }
+  if (color != PNG_COLOR_TYPE_GRAY && color != PNG_COLOR_TYPE_GRAY_ALPHA &&
+      color != PNG_COLOR_TYPE_PALETTE) {
+    const ImageInfo info = png_decode(data, n, max_pixels, rgb_scratch);
+    const size_t px = static_cast<size_t>(info.width) * info.height;
+    gray.resize(px);
+    const uint8_t* p = rgb_scratch.data();
+    for (size_t i = 0; i < px; ++i, p += 3)
+      gray[i] =
+          static_cast<uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+    return info;
+  }
+  Reader r(data, n);
+  thread_local std::vector<png_bytep> rows;
+  ImageInfo info;
+  volatile bool header = true;
+  if (setjmp(png_jmpbuf(r.png))) fail(r.src, header);
+  png_read_info(r.png, r.info);
+  header = false;
+  info = {static_cast<int>(png_get_image_width(r.png, r.info)),
+          static_cast<int>(png_get_image_height(r.png, r.info))};
+  const int64_t px = int64_t{info.width} * info.height;
+  if (info.width <= 0 || info.height <= 0)
+    STOKER_THROW(DecodeError, "PNG declares an empty image (", info.width, "x", info.height, ")");
+  if (px > max_pixels)
+    STOKER_THROW(DecodeError, "image declares ", info.width, "x", info.height, " = ", px,
+                 " pixels, above the limit of ", max_pixels);
+  if (color == PNG_COLOR_TYPE_PALETTE)
+    png_set_packing(r.png);  // indices of 1, 2 or 4 bits as bytes; no expansion to colours
+  else
+    png_set_expand_gray_1_2_4_to_8(r.png);
+  png_set_strip_16(r.png);
+  png_set_strip_alpha(r.png);
+  png_set_interlace_handling(r.png);
+  png_read_update_info(r.png, r.info);
+  if (png_get_channels(r.png, r.info) != 1 || png_get_bit_depth(r.png, r.info) != 8)
+    STOKER_THROW(DecodeError, "unsupported PNG pixel format for a one-channel image");
+  gray.resize(static_cast<size_t>(px));
+  rows.resize(static_cast<size_t>(info.height));
+  for (int y = 0; y < info.height; ++y)
+    rows[static_cast<size_t>(y)] = gray.data() + static_cast<size_t>(y) * info.width;
+  png_read_image(r.png, rows.data());
+  png_read_end(r.png, nullptr);
+  return info;
+}
+
 }  // namespace stoker

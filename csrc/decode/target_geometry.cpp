@@ -27,49 +27,8 @@ BoxFormat box_format_from_name(const std::string& name) {
   STOKER_THROW(UsageError, "box format must be 'xyxy', 'xywh' or 'cxcywh', got '", name, "'");
 }
 
-TargetGeometry::TargetGeometry(int width, int height)
-    : in_w_(width), in_h_(height), w_(width), h_(height) {}
-
-void TargetGeometry::then(const Transform2D& box, const Transform2D& point) {
-  box_ = box_.then(box);
-  point_ = point_.then(point);
-  moved_ = true;
-}
-
-void TargetGeometry::crop(int x, int y, int w, int h) {
-  if (x != 0 || y != 0) then(Transform2D::translation(-x, -y));
-  w_ = w;
-  h_ = h;
-}
-
-void TargetGeometry::resize(int w, int h) {
-  if (w == w_ && h == h_) return;
-  then(Transform2D::scaling(static_cast<double>(w) / w_, static_cast<double>(h) / h_));
-  w_ = w;
-  h_ = h;
-}
-
-void TargetGeometry::hflip() {
-  then(Transform2D::mirror_x(w_), Transform2D::mirror_x(w_ - 1));
-  mirrored_ = !mirrored_;
-}
-
-void TargetGeometry::vflip() { then(Transform2D::mirror_y(h_), Transform2D::mirror_y(h_ - 1)); }
-
-void TargetGeometry::pad(int left, int top, int right, int bottom) {
-  if (left != 0 || top != 0) then(Transform2D::translation(left, top));
-  w_ += left + right;
-  h_ += top + bottom;
-}
-
-void TargetGeometry::warp(const Transform2D& forward, int w, int h) {
-  then(forward);
-  w_ = w;
-  h_ = h;
-}
-
-int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized,
-                        const TargetGeometry& g, const BoxFilter& filter, uint8_t* keep) {
+int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized, const Geometry& g,
+                        const BoxFilter& filter, uint8_t* keep) {
   const double in_sx = normalized ? g.in_width() : 1.0, in_sy = normalized ? g.in_height() : 1.0;
   const double W = g.width(), H = g.height();
   const Transform2D& t = g.box_map();
@@ -130,7 +89,7 @@ int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized,
   return kept;
 }
 
-void transform_keypoints(float* points, int64_t n, int k, bool normalized, const TargetGeometry& g,
+void transform_keypoints(float* points, int64_t n, int k, bool normalized, const Geometry& g,
                          const int32_t* flip_perm) {
   const double in_sx = normalized ? g.in_width() : 1.0, in_sy = normalized ? g.in_height() : 1.0;
   const double W = g.width(), H = g.height();

@@ -3,7 +3,7 @@
 // perspective), clipped to the output canvas and filtered, with the per-box
 // rows of the other fields dropped alongside.
 //
-// The ops of a group compose one map (TargetGeometry), applied once per
+// The ops of a group compose one map (Geometry, geometry.h), applied once per
 // target after the image is done. Coordinates are continuous (transform2d.h):
 // a box [x1, x2] covers the pixels whose centres lie inside it, and boxes
 // follow torchvision: a box's four corners are transformed and their
@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <string>
 
-#include "decode/transform2d.h"
+#include "decode/geometry.h"
 
 namespace stoker {
 
@@ -31,50 +31,14 @@ const char* box_format_name(BoxFormat f);
 /// UsageError naming the formats for an unknown name.
 BoxFormat box_format_from_name(const std::string& name);
 
-/// What a box must keep to stay (albumentations' BboxParams and torchvision's
-/// SanitizeBoundingBoxes, measured on the clipped box in output pixels).
+/// What a box must keep to stay, measured on the clipped box in output pixels
+/// (torchvision's SanitizeBoundingBoxes and albumentations' BboxParams). A box
+/// with nothing left inside the output (no width or no height) is always
+/// dropped; the defaults drop nothing else.
 struct BoxFilter {
-  double min_area = 1.0;        ///< area, pixels^2
+  double min_area = 0.0;        ///< area, pixels^2
   double min_visibility = 0.0;  ///< clipped area / area of the moved box before clipping
-  double min_size = 1.0;        ///< both width and height, pixels
-};
-
-/// The composed geometry of a group: maps for boxes and for keypoints, the
-/// canvas before the first op and now, and whether keypoints' left and right
-/// swap (an odd number of horizontal flips).
-class TargetGeometry {
- public:
-  TargetGeometry(int width, int height);
-
-  /// The window (x, y, w, h) becomes the canvas; it may reach past the edges.
-  void crop(int x, int y, int w, int h);
-  /// The canvas is resampled to (w x h).
-  void resize(int w, int h);
-  void hflip();
-  void vflip();
-  /// Borders added around the canvas.
-  void pad(int left, int top, int right, int bottom);
-  /// A warp whose forward map is `forward`, onto a canvas of (w x h).
-  void warp(const Transform2D& forward, int w, int h);
-
-  int in_width() const { return in_w_; }
-  int in_height() const { return in_h_; }
-  int width() const { return w_; }
-  int height() const { return h_; }
-  const Transform2D& box_map() const { return box_; }
-  const Transform2D& point_map() const { return point_; }
-  bool mirrored() const { return mirrored_; }
-  /// Whether any op moved anything (the identity leaves targets untouched).
-  bool moved() const { return moved_; }
-
- private:
-  void then(const Transform2D& t) { then(t, t); }
-  void then(const Transform2D& box, const Transform2D& point);
-
-  int in_w_, in_h_, w_, h_;
-  Transform2D box_, point_;
-  bool mirrored_ = false;
-  bool moved_ = false;
+  double min_size = 0.0;        ///< both width and height, pixels
 };
 
 /// Moves `n` boxes (rows of 4 float32 in `fmt`; normalised by the canvas size
@@ -82,8 +46,8 @@ class TargetGeometry {
 /// and writes them back; keep[i] is 1 when box i passes `filter`, else 0 (its
 /// values are then unspecified). Non-finite boxes are dropped. @return the
 /// number kept.
-int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized,
-                        const TargetGeometry& g, const BoxFilter& filter, uint8_t* keep);
+int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized, const Geometry& g,
+                        const BoxFilter& filter, uint8_t* keep);
 
 /// Moves `n` instances of `k` keypoints (rows of k x (x, y, visibility)
 /// float32, pixel coordinates, or normalised when `normalized`) through `g`.
@@ -91,7 +55,7 @@ int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized,
 /// When g.mirrored(), keypoint j of each instance becomes the moved keypoint
 /// flip_perm[j] (the left/right swap of pose skeletons, as ultralytics'
 /// flip_idx; null: none).
-void transform_keypoints(float* points, int64_t n, int k, bool normalized, const TargetGeometry& g,
+void transform_keypoints(float* points, int64_t n, int k, bool normalized, const Geometry& g,
                          const int32_t* flip_perm);
 
 /// Moves the kept rows of an (n x row_bytes) array to its front, in order.

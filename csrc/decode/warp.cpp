@@ -46,9 +46,8 @@ struct Row {
 };
 
 template <int C>
-void warp_nearest(const Pixels& src, const Pixels& dst, const Transform2D& t, const Fill* fill) {
-  uint8_t outside[C];
-  for (int c = 0; c < C; ++c) outside[c] = fill ? fill->v[c] : 0;
+void warp_nearest(const Pixels& src, const Pixels& dst, const Transform2D& t,
+                  const uint8_t* outside) {
   const int w = src.width, h = src.height;
   for (int i = 0; i < dst.height; ++i) {
     const Row row(t, i);
@@ -152,15 +151,41 @@ void warp_pixels(const Pixels& src, const Pixels& dst, const Transform2D& inv, I
     return;
   }
   if (interp == Interpolation::kNearest) {
+    const uint8_t outside[3] = {fill ? fill->v[0] : uint8_t{0}, fill ? fill->v[1] : uint8_t{0},
+                                fill ? fill->v[2] : uint8_t{0}};
     if (src.channels == 1)
-      warp_nearest<1>(src, dst, inv, fill);
+      warp_nearest<1>(src, dst, inv, outside);
     else
-      warp_nearest<3>(src, dst, inv, fill);
+      warp_nearest<3>(src, dst, inv, outside);
   } else {
     if (src.channels == 1)
       warp_bilinear<1>(src, dst, inv, fill);
     else
       warp_bilinear<3>(src, dst, inv, fill);
+  }
+}
+
+void warp_nearest_elements(const Pixels& src, const Pixels& dst, const Transform2D& inv,
+                           const uint8_t* fill) {
+  const int e = src.channels;
+  STOKER_CHECK(dst.channels == e && (e == 1 || e == 2 || e == 4 || e == 8), UsageError,
+               "warp: elements of 1, 2, 4 or 8 bytes, the same in and out");
+  if (dst.empty()) return;
+  if (src.empty()) {
+    for (int i = 0; i < dst.height; ++i)
+      for (int j = 0; j < dst.width; ++j)
+        std::memcpy(dst.row(i) + static_cast<size_t>(j) * e, fill, e);
+    return;
+  }
+  switch (e) {
+    case 1:
+      return warp_nearest<1>(src, dst, inv, fill);
+    case 2:
+      return warp_nearest<2>(src, dst, inv, fill);
+    case 4:
+      return warp_nearest<4>(src, dst, inv, fill);
+    default:
+      return warp_nearest<8>(src, dst, inv, fill);
   }
 }
 

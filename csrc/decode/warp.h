@@ -29,4 +29,10 @@ enum class Interpolation : uint8_t {
 void warp_pixels(const Pixels& src, const Pixels& dst, const Transform2D& inv, Interpolation interp,
                  const Fill* fill);
 
+/// Nearest-neighbour sampling of elements of `src.channels` bytes (1, 2, 4 or
+/// 8: a mask of uint8 to int64 class ids), copied whole; `fill` (one element)
+/// outside the source. For masks, which are never interpolated.
+void warp_nearest_elements(const Pixels& src, const Pixels& dst, const Transform2D& inv,
+                           const uint8_t* fill);
+
 }  // namespace stoker

@@ -12,7 +12,8 @@
 //   batch k is due         ->    plan_batch(epoch, k)     once, by one worker: layout + units
 //   memory for layout.bytes      (the core allocates a slot from its block pool)
 //   units 0..U-1 (any threads) -> BatchWork::run(u, base, ctx)
-//   all units done         ->    batch handed to the consumer in order
+//   all units done         ->    BatchWork::finish(base, ctx)  by the thread that ran the last
+//                                batch handed to the consumer in order
 //
 // A batch must be a pure function of (key, k): whatever thread runs which
 // unit, the bytes are the same. Units must write disjoint bytes.
@@ -92,6 +93,11 @@ class BatchWork {
   /// unit's first bad item; the core keeps the error of the lowest unit, so
   /// the error a batch reports does not depend on scheduling.
   virtual void run(int u, uint8_t* base, WorkerContext& ctx) = 0;
+
+  /// Work on the whole batch once every unit is written (a batch transform:
+  /// MixUp, CutMix), run by the thread that finished the last unit; not run
+  /// when a unit failed or the stream stopped. Throws: the batch's error.
+  virtual void finish(uint8_t* /*base*/, WorkerContext& /*ctx*/) {}
 
   /// Items replaced under on_error="skip", and source bytes read, counted when
   /// the batch is delivered (units add to them).

@@ -44,6 +44,8 @@ void run_units(BatchWork& w, uint8_t* base, int threads) {
   loop();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
+  WorkerContext ctx;
+  w.finish(base, ctx);
 }
 
 RunBatchesResult run_batches(const BatchProducer& producer, const EpochPlan& plan, int64_t first,
@@ -62,6 +64,7 @@ RunBatchesResult run_batches(const BatchProducer& producer, const EpochPlan& pla
         auto w = producer.plan_batch(plan, k);
         if (!buf || buf->size() < w->bytes) buf = std::make_unique<BatchBuffer>(w->bytes);
         for (int u = 0; u < w->units; ++u) w->run(u, buf->data(), ctx);
+        w->finish(buf->data(), ctx);
         out_bytes.fetch_add(static_cast<int64_t>(w->bytes), std::memory_order_relaxed);
       }
     } catch (...) {

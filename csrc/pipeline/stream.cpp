@@ -156,7 +156,7 @@ void Stream::run(const Unit& u, WorkerContext& ctx) {
       job.error = std::current_exception();
     }
   }
-  finish(u.pos, job);
+  finish(u.pos, job, ctx);
 }
 
 // A handed-off batch (batch_handoff.h). It names its position in a stream it
@@ -239,9 +239,20 @@ class Stream::Handle final : public HandedOffBatch {
   std::atomic<bool> done_{false};
 };
 
-void Stream::finish(int64_t pos, Job& job) {
+void Stream::finish(int64_t pos, Job& job, WorkerContext& ctx) {
   const int count = units_count(job.units.load(std::memory_order_relaxed));
   if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 != count) return;
+  // The whole batch's work (BatchWork::finish: batch_transforms), after every
+  // unit (the acq_rel above saw the other units' bytes and errors), before a
+  // handoff to the Python stage, so that batch_map sees the mixed batch.
+  if (job.work && !job.error && !job.cut_short.load(std::memory_order_relaxed)) {
+    try {
+      job.work->finish(job.memory.get(), ctx);
+      if (ctx.stopped()) job.cut_short.store(true, std::memory_order_relaxed);
+    } catch (...) {
+      job.error = std::current_exception();
+    }
+  }
   if (job.work && job.work->handoff && !job.error &&
       !job.cut_short.load(std::memory_order_relaxed) && !stopped()) {
     finisher_->hand_off(std::make_shared<Handle>(weak_from_this(), pos, job));

@@ -175,7 +175,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
   bool extend(int64_t pos);
   void plan(int64_t pos, Job& job);
   void note_bytes(size_t bytes);
-  void finish(int64_t pos, Job& job);
+  void finish(int64_t pos, Job& job, WorkerContext& ctx);
 
   const std::shared_ptr<const BatchProducer> producer_;
   const std::shared_ptr<BlockPool> pool_;

@@ -73,49 +73,95 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
 
   std::vector<RecordView> views(schema.fields.size());
   Held hold;  // the shard the views point into (releasable datasets)
+  // The output size of every image and group whose ops do not fix it: the one
+  // size all its images share, read from their headers.
+  auto common_size = [&](const std::string& name, const auto& size_of) {
+    std::exception_ptr first_error;
+    bool have = false;
+    std::pair<int, int> hw;
+    for (int64_t p = 0; p < len; ++p) {
+      const int64_t idx = b.indices[static_cast<size_t>(p)];
+      const Dataset& ds = b.dataset_of(p);  // a mixture's row: its own source's
+      // An image header is parsed: verified first (a corrupt one is that sample's
+      // DataError, never a misleading size error).
+      if (!read_for_plan(src, ds, idx, name, views, hold, true, first_error)) continue;
+      std::pair<int, int> s;
+      try {
+        try {
+          s = size_of();
+        } catch (...) {
+          rethrow_with_context(ds, idx, name);
+        }
+      } catch (...) {
+        if (!src.skip_errors) throw;
+        if (!first_error) first_error = std::current_exception();
+        continue;
+      }
+      if (!have) {
+        hw = s;
+        have = true;
+      } else if (s != hw) {
+        STOKER_THROW(UsageError, "images of field '", name, "' have different sizes (", hw.first,
+                     "x", hw.second, " and ", s.first, "x", s.second, " at sample ", idx,
+                     "); add a crop to its transforms, e.g. stoker.ops.CenterCrop(224), "
+                     "to batch them");
+      }
+    }
+    if (!have && first_error) std::rethrow_exception(first_error);
+    return hw;  // (0, 0) for an empty batch
+  };
+  std::vector<std::pair<int, int>> group_hw(src.groups.size());
+  std::vector<MemberIO> io;
+  for (size_t g = 0; g < src.groups.size(); ++g) {
+    const TransformGroup& group = *src.groups[g];
+    if (auto fixed = group.fixed_size()) {
+      group_hw[g] = *fixed;
+      continue;
+    }
+    const std::vector<size_t>& fields = src.group_fields[g];
+    group_hw[g] = common_size(schema.fields[src.group_leader[g]].name, [&] {
+      io.assign(fields.size(), MemberIO{});
+      for (size_t i = 0; i < fields.size(); ++i)
+        io[i] = {views[fields[i]].data, views[fields[i]].size};
+      return group.output_size(io.data());
+    });
+  }
+
   for (size_t f = 0; f < schema.fields.size(); ++f) {
     const FieldSpec& spec = schema.fields[f];
     FieldPlan& plan = b.plans[f];
-    if (spec.kind == FieldKind::kImage) {
+    const int g = src.group_of[f];
+    const GroupMember* member =
+        g >= 0 ? &src.groups[g]->spec().members[static_cast<size_t>(src.member_of[f])] : nullptr;
+    const bool chw = src.layouts[f] == ImageLayout::kCHW;
+    if (member && member->kind == GroupMember::Kind::kImage) {
+      const auto [h, w] = group_hw[g];
+      const DType dt = src.groups[g]->image_dtype();
+      plan.img_h = h;
+      plan.img_w = w;
+      plan.sample_bytes = static_cast<size_t>(h) * w * 3 * dtype_size(dt);
+      plan.out =
+          add_tensor(spec.name, dt,
+                     chw ? std::vector<int64_t>{len, 3, h, w} : std::vector<int64_t>{len, h, w, 3});
+    } else if (member && member->kind == GroupMember::Kind::kMask) {
+      const auto [h, w] = group_hw[g];
+      plan.img_h = h;
+      plan.img_w = w;
+      plan.sample_bytes = static_cast<size_t>(h) * w * member->elem_bytes;
+      std::vector<int64_t> shape;
+      if (member->encoded)  // an image of one channel, in its layout
+        shape = chw ? std::vector<int64_t>{len, 1, h, w} : std::vector<int64_t>{len, h, w, 1};
+      else  // an array of the field's shape, at the output size
+        shape = spec.shape.size() == 3 ? std::vector<int64_t>{len, h, w, 1}
+                                       : std::vector<int64_t>{len, h, w};
+      plan.out = add_tensor(spec.name, member->encoded ? DType::kUInt8 : spec.dtype, shape);
+    } else if (spec.kind == FieldKind::kImage) {
       const ImagePipeline& pipe = *src.pipelines[f];
       std::pair<int, int> hw;
-      if (auto fixed = pipe.fixed_size()) {
+      if (auto fixed = pipe.fixed_size())
         hw = *fixed;
-      } else {
-        // No op fixes the size: every image of the batch must come out the same.
-        std::exception_ptr first_error;
-        bool have = false;
-        for (int64_t p = 0; p < len; ++p) {
-          const int64_t idx = b.indices[static_cast<size_t>(p)];
-          const Dataset& ds = b.dataset_of(p);
-          // An image header is parsed: verified first (a corrupt one is that sample's
-          // DataError, never a misleading size error).
-          if (!read_for_plan(src, ds, idx, spec.name, views, hold, true, first_error)) continue;
-          std::pair<int, int> s;
-          try {
-            try {
-              s = pipe.output_size(views[f].data, views[f].size);
-            } catch (...) {
-              rethrow_with_context(ds, idx, spec.name);
-            }
-          } catch (...) {
-            if (!src.skip_errors) throw;
-            if (!first_error) first_error = std::current_exception();
-            continue;
-          }
-          if (!have) {
-            hw = s;
-            have = true;
-          } else if (s != hw) {
-            STOKER_THROW(UsageError, "images of field '", spec.name, "' have different sizes (",
-                         hw.first, "x", hw.second, " and ", s.first, "x", s.second, " at sample ",
-                         idx,
-                         "); add a crop to its transforms, e.g. stoker.ops.CenterCrop(224), "
-                         "to batch them");
-          }
-        }
-        if (!have) std::rethrow_exception(first_error);
-      }
+      else
+        hw = common_size(spec.name, [&] { return pipe.output_size(views[f].data, views[f].size); });
       plan.img_h = hw.first;
       plan.img_w = hw.second;
       plan.sample_bytes =
@@ -125,9 +171,16 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
                                        : std::vector<int64_t>{len, hw.first, hw.second, 3};
       plan.out = add_tensor(spec.name, pipe.out_dtype(), shape);
     } else if (!spec.variable()) {
+      plan.sample_bytes = spec.fixed_bytes();
+      if (src.mix && src.mix->labels == f) {
+        // Soft labels out, the integer labels written aside for finish().
+        plan.out = add_tensor(spec.name, DType::kFloat32, {len, src.mix->spec.num_classes});
+        plan.raw = offset;
+        offset = align_up(offset + static_cast<size_t>(len) * plan.sample_bytes);
+        continue;
+      }
       std::vector<int64_t> shape{len};
       shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-      plan.sample_bytes = spec.fixed_bytes();
       plan.out = add_tensor(spec.name, spec.dtype, shape);
     } else {
       // Padded to the longest valid sample of the batch.

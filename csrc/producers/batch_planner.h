@@ -7,6 +7,8 @@
 // is left to the sample writer, which replaces it with a sample that fits),
 // lengths without the checksum (bounded by the record's size; the sample
 // writer verifies every record it copies, so planning costs no second hash).
+// The variable fields of a transform group (boxes, per-box rows) are padded to
+// their longest input: a group drops rows, never adds them.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +26,10 @@ struct FieldPlan {
   size_t lengths = SIZE_MAX;  ///< index of "<name>_lengths", if variable
   size_t sample_bytes = 0;    ///< bytes per sample in the output tensor
   int64_t max_rows = 0;       ///< padded length of a variable field
-  int img_h = 0, img_w = 0;   ///< output size of an image field
+  int img_h = 0, img_w = 0;   ///< output size of an image field (or of its group)
+  /// Where samples are written when that is not the tensor (the integer
+  /// labels that batch_transforms turn into the soft labels of the tensor).
+  size_t raw = SIZE_MAX;
 };
 
 /// A planned batch of records; run() is the sample writer (sample_writer.cpp).
@@ -34,6 +39,8 @@ class RecordBatch final : public BatchWork {
       : src_(std::move(src)), sample_seed_(sample_seed) {}
 
   void run(int u, uint8_t* base, WorkerContext& ctx) override;
+  /// batch_transforms (MixUp, CutMix) on the written batch.
+  void finish(uint8_t* base, WorkerContext& ctx) override;
 
   std::vector<int64_t> indices;  ///< dataset index of each sample
   std::vector<FieldPlan> plans;  ///< per schema field

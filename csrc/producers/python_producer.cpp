@@ -67,7 +67,7 @@ std::unique_ptr<BatchWork> PythonProducer::plan_batch(const EpochPlan& epoch, in
   b->indices.resize(static_cast<size_t>(len));
   e.order.batch_indices(k, b->indices.data());
   // A URL's shards not local yet: the first batch's records are asked for by
-  // range now, together (NOTE [ Records by range ] in format/dataset.h).
+  // range now, together (NOTE [ Records by range ] in format/record_ranges.h).
   if (k == 0 && ds_) ds_->want_records(b->indices.data(), b->indices.size());
   b->samples = len;
   b->units = 1;

@@ -26,6 +26,7 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
   STOKER_CHECK(ds != nullptr, UsageError, "RecordProducer: no dataset");
   auto source = std::make_shared<RecordSource>();
   const Schema& schema = ds->schema();
+  const size_t nf = schema.fields.size();
   auto image_field = [&](const std::string& name, const char* what) {
     const size_t f = schema.index_of(name);
     STOKER_CHECK(schema.fields[f].kind == FieldKind::kImage, UsageError, "field '", name,
@@ -33,37 +34,151 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
     return f;
   };
   for (const auto& [name, spec] : opts.images) image_field(name, "image options");
+  auto image_spec = [&](const std::string& name) {
+    auto it = opts.images.find(name);
+    return it != opts.images.end() ? it->second : ImageFieldSpec{};
+  };
   // NOTE [ Random draws ]: each field is keyed by its group.
-  std::vector<const TransformSpec*> group_of(schema.fields.size(), nullptr);
-  source->draw_keys.resize(schema.fields.size());
-  for (size_t f = 0; f < schema.fields.size(); ++f) source->draw_keys[f] = f;
+  RecordSource& src = *source;
+  std::vector<const TransformSpec*> group_of(nf, nullptr);
+  src.draw_keys.resize(nf);
+  src.group_of.assign(nf, -1);
+  src.member_of.assign(nf, -1);
+  src.pad_values.resize(nf);
+  src.layouts.resize(nf);
+  for (size_t f = 0; f < nf; ++f) {
+    src.draw_keys[f] = f;
+    src.layouts[f] = image_spec(schema.fields[f].name).layout;
+  }
   for (const TransformSpec& t : opts.transforms) {
     STOKER_CHECK(!t.fields.empty(), UsageError, "a transform names no field");
-    // Groups need targets that follow the image (masks, boxes); until those
-    // exist a group is one image field.
-    STOKER_CHECK(t.fields.size() == 1, UsageError, "transforms of a group of fields (",
-                 t.fields.size(), " fields, '", t.fields[0],
-                 "', ...) are not supported: give each image field its own ops");
+    STOKER_CHECK(t.targets.empty() || t.targets.size() == t.fields.size(), UsageError,
+                 "a transform group gives ", t.targets.size(), " target kinds for ",
+                 t.fields.size(), " fields");
+    std::vector<size_t> fields;
     for (const std::string& name : t.fields) {
-      const size_t f = image_field(name, "image ops");
+      const size_t f = schema.index_of(name);
       STOKER_CHECK(group_of[f] == nullptr, UsageError, "field '", name,
                    "' has two lists of transforms");
       group_of[f] = &t;
-      source->draw_keys[f] = schema.index_of(t.fields[0]);
+      src.draw_keys[f] = schema.index_of(t.fields[0]);
+      fields.push_back(f);
     }
+    const bool one_image = t.fields.size() == 1 &&
+                           (t.targets.empty() || t.targets[0].kind == GroupMember::Kind::kImage);
+    GroupSpec g;
+    g.ops = t.ops;
+    bool have_image = false;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const FieldSpec& fs = schema.fields[fields[i]];
+      const TargetSpec ts = t.targets.empty() ? TargetSpec{} : t.targets[i];
+      GroupMember m;
+      m.kind = ts.kind;
+      m.name = fs.name;
+      const bool floats = fs.dtype == DType::kFloat32 && fs.kind == FieldKind::kNDArray;
+      switch (ts.kind) {
+        case GroupMember::Kind::kImage:
+          image_field(fs.name, "image ops");
+          g.image = image_spec(fs.name);
+          have_image = true;
+          break;
+        case GroupMember::Kind::kMask:
+          if (fs.kind == FieldKind::kImage) {
+            m.encoded = true;
+            if (!have_image) g.image = image_spec(fs.name);
+          } else {
+            const auto& sh = fs.shape;
+            const bool shaped = fs.kind == FieldKind::kNDArray && !fs.variable() &&
+                                (sh.size() == 2 || (sh.size() == 3 && sh[2] == 1)) && sh[0] > 0 &&
+                                sh[1] > 0;
+            STOKER_CHECK(shaped && dtype_is_integer(fs.dtype), UsageError, "field '", fs.name,
+                         "' cannot be a mask: a mask is stoker.image(mode='L') or an integer "
+                         "ndarray of fixed shape (h, w) or (h, w, 1)");
+            m.encoded = false;
+            m.elem_bytes = static_cast<int>(dtype_size(fs.dtype));
+            m.array_h = static_cast<int>(sh[0]);
+            m.array_w = static_cast<int>(sh[1]);
+          }
+          break;
+        case GroupMember::Kind::kBoxes:
+          STOKER_CHECK(floats && fs.shape == std::vector<int64_t>({-1, 4}), UsageError, "field '",
+                       fs.name, "' cannot be boxes: boxes are float32 (None, 4) (stoker.boxes())");
+          m.format = ts.format;
+          m.normalized = ts.normalized;
+          break;
+        case GroupMember::Kind::kKeypoints:
+          STOKER_CHECK(floats && fs.shape.size() == 3 && fs.shape[0] == -1 && fs.shape[1] > 0 &&
+                           fs.shape[2] == 3,
+                       UsageError, "field '", fs.name,
+                       "' cannot be keypoints: keypoints are float32 (None, k, 3) "
+                       "(stoker.keypoints(k))");
+          m.num_keypoints = static_cast<int>(fs.shape[1]);
+          m.normalized = ts.normalized;
+          break;
+        case GroupMember::Kind::kRows:
+          STOKER_CHECK(fs.variable() && fs.kind != FieldKind::kImage, UsageError, "field '",
+                       fs.name,
+                       "' has no geometry to follow: a group takes images, masks, boxes, "
+                       "keypoints and variable-length per-box rows (class ids), not a "
+                       "fixed-size field");
+          m.row_bytes = fs.row_bytes();
+          break;
+      }
+      g.members.push_back(std::move(m));
+    }
+    // Every group is checked as a group (ops that need boxes or keypoints, mask
+    // fills); an RGB image alone then runs on its own pipeline, as before groups.
+    auto group = std::make_unique<TransformGroup>(std::move(g));
+    if (one_image) continue;
+    const int gi = static_cast<int>(src.groups.size());
+    for (size_t i = 0; i < fields.size(); ++i) {
+      src.group_of[fields[i]] = gi;
+      src.member_of[fields[i]] = static_cast<int>(i);
+    }
+    src.group_leader.push_back(*std::min_element(fields.begin(), fields.end()));
+    src.group_fields.push_back(fields);
+    src.groups.push_back(std::move(group));
   }
-  for (size_t f = 0; f < schema.fields.size(); ++f) {
-    if (schema.fields[f].kind != FieldKind::kImage) {
-      source->pipelines.emplace_back();
+  for (size_t f = 0; f < nf; ++f) {
+    if (schema.fields[f].kind != FieldKind::kImage || src.group_of[f] >= 0) {
+      src.pipelines.emplace_back();
       continue;
     }
-    auto it = opts.images.find(schema.fields[f].name);
-    source->pipelines.push_back(
-        std::make_unique<ImagePipeline>(it != opts.images.end() ? it->second : ImageFieldSpec{},
+    src.pipelines.push_back(
+        std::make_unique<ImagePipeline>(image_spec(schema.fields[f].name),
                                         group_of[f] ? group_of[f]->ops : std::vector<ImageOp>{}));
   }
-  source->ds = std::move(ds);
-  source->skip_errors = opts.skip_errors;
+  for (const auto& [name, value] : opts.pad_values) {
+    const size_t f = schema.index_of(name);
+    const FieldSpec& fs = schema.fields[f];
+    STOKER_CHECK(fs.variable() && fs.kind != FieldKind::kImage, UsageError, "pad_values: field '",
+                 name, "' is not a variable-length field: only those are padded");
+    const size_t elem = fs.kind == FieldKind::kBlob ? 1 : dtype_size(fs.dtype);
+    STOKER_CHECK(value.size() == elem, UsageError, "pad_values: field '", name, "' takes ", elem,
+                 "-byte values, got ", value.size(), " bytes");
+    src.pad_values[f] = value;
+  }
+  if (opts.mix) {
+    const BatchMixOptions& m = *opts.mix;
+    STOKER_CHECK(m.spec.mixup || m.spec.cutmix, UsageError,
+                 "batch_transforms: MixUp or CutMix, got neither");
+    STOKER_CHECK(m.spec.num_classes > 0, UsageError, "batch_transforms: num_classes must be > 0");
+    BatchMixSource mix;
+    mix.spec = m.spec;
+    mix.image = image_field(m.image, "MixUp and CutMix");
+    STOKER_CHECK(
+        src.group_of[mix.image] < 0 ||
+            src.groups[src.group_of[mix.image]]->image_member() == src.member_of[mix.image],
+        UsageError, "batch_transforms: '", m.image, "' is a mask, not an RGB image");
+    mix.labels = schema.index_of(m.labels);
+    const FieldSpec& lf = schema.fields[mix.labels];
+    STOKER_CHECK(lf.kind == FieldKind::kScalar && dtype_is_integer(lf.dtype), UsageError,
+                 "batch_transforms: labels field '", m.labels,
+                 "' must be an integer scalar (stoker.scalar('int64')), one class id per sample");
+    src.mix = mix;
+  }
+  src.ds = std::move(ds);
+  src.skip_errors = opts.skip_errors;
   return source;
 }
 

@@ -10,10 +10,13 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "decode/batch_mix.h"
 #include "decode/image_pipeline.h"
+#include "decode/transform_group.h"
 #include "format/dataset.h"
 #include "pipeline/batch_producer.h"
 #include "producers/mapping_warmer.h"
@@ -22,11 +25,32 @@
 
 namespace stoker {
 
+/// What one field of a transform group is, as its Python field type says
+/// (transform_group.h): an RGB image, a mask (an image of mode "L", or an
+/// integer array of the image's size), boxes, keypoints, or per-box rows.
+/// The rest (row sizes, the number of keypoints, an array mask's size and
+/// element size) comes from the schema.
+struct TargetSpec {
+  GroupMember::Kind kind = GroupMember::Kind::kImage;
+  BoxFormat format = BoxFormat::kXYXY;  ///< boxes
+  bool normalized = false;              ///< boxes, keypoints
+};
+
 /// Ops applied to a group of fields with one set of random draws per sample
 /// (NOTE [ Random draws ]).
 struct TransformSpec {
-  std::vector<std::string> fields;  ///< today one image field per group
+  std::vector<std::string> fields;
   std::vector<ImageOp> ops;         ///< applied in order
+  std::vector<TargetSpec> targets;  ///< per field; empty: RGB images
+};
+
+/// MixUp / CutMix on each assembled batch (decode/batch_mix.h): `image` mixed
+/// in place, the integer field `labels` delivered as soft labels, float32
+/// (batch, num_classes).
+struct BatchMixOptions {
+  BatchMixSpec spec;
+  std::string image;
+  std::string labels;
 };
 
 struct RecordOptions {
@@ -34,6 +58,10 @@ struct RecordOptions {
   bool skip_errors = false;  ///< replace a bad sample by the next valid one, counted
   std::map<std::string, ImageFieldSpec> images;  ///< per image field; others use defaults
   std::vector<TransformSpec> transforms;         ///< a field is in one group at most
+  /// Per variable-length field: one element (its dtype's bytes) that pads
+  /// samples shorter than the batch's longest; others pad with zeros.
+  std::map<std::string, std::vector<uint8_t>> pad_values;
+  std::optional<BatchMixOptions> mix;
   /// Samples per unit of work; 0 = chosen from the batch size and `threads`.
   int64_t unit_samples = 0;
   int threads_hint = 1;
@@ -60,13 +88,29 @@ inline uint64_t sample_draw_seed(uint64_t epoch_seed, int64_t index, uint64_t ke
   return hash_combine(epoch_seed, static_cast<uint64_t>(index) * 64 + key);
 }
 
-/// What workers share: the dataset and one image pipeline per image field.
+/// The mix of batch_transforms, resolved to schema fields.
+struct BatchMixSource {
+  BatchMixSpec spec;
+  size_t image = 0;   ///< field index
+  size_t labels = 0;  ///< field index
+};
+
+/// What workers share: the dataset, one image pipeline per RGB image field
+/// alone, one TransformGroup per group with targets.
 struct RecordSource {
   std::shared_ptr<const Dataset> ds;
   /// A mixture's datasets, all with ds's schema (sets[0] is ds); empty otherwise.
   std::vector<std::shared_ptr<const Dataset>> sets;
-  std::vector<std::unique_ptr<ImagePipeline>> pipelines;  ///< per field; null if not an image
+  std::vector<std::unique_ptr<ImagePipeline>> pipelines;  ///< per field; null if not an image alone
+  std::vector<std::unique_ptr<TransformGroup>> groups;
+  std::vector<int> group_of;                      ///< per field: its TransformGroup, or -1
+  std::vector<int> member_of;                     ///< per field in a group: its member index there
+  std::vector<size_t> group_leader;               ///< per group: its first field in schema order
+  std::vector<std::vector<size_t>> group_fields;  ///< per group: the field of each member
+  std::vector<ImageLayout> layouts;               ///< per field: an image field's layout
   std::vector<uint64_t> draw_keys;  ///< per field: its group's key (NOTE [ Random draws ])
+  std::vector<std::vector<uint8_t>> pad_values;  ///< per field: one element; empty: zeros
+  std::optional<BatchMixSource> mix;
   bool skip_errors = false;
 
   /// The dataset of a batch's source `s` (a mixture's), else ds.

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/stream_copy.h"
+#include "decode/detail/rng.h"
 #include "format/record_prefetch.h"
 #include "producers/batch_planner.h"
 #include "sampler/permutation.h"
@@ -75,7 +76,8 @@ class SampleWriter {
         base_(base),
         ctx_(ctx),
         views_(views_buffer(schema_.fields.size())),
-        time_each_(std::any_of(src_.pipelines.begin(), src_.pipelines.end(),
+        time_each_(!src_.groups.empty() ||
+                   std::any_of(src_.pipelines.begin(), src_.pipelines.end(),
                                [](const auto& p) { return p != nullptr; })) {}
 
   // Samples [lo, hi) of the batch. Returns early (leaving the rest unwritten)
@@ -225,14 +227,14 @@ class SampleWriter {
     const FieldSpec& spec = schema_.fields[f];
     const FieldPlan& plan = b_.plans[f];
     const TensorDesc& out = b_.tensors[plan.out];
-    uint8_t* dst = base_ + out.offset + static_cast<size_t>(pos) * plan.sample_bytes;
+    uint8_t* dst = base_ + (plan.raw != SIZE_MAX ? plan.raw : out.offset) +
+                   static_cast<size_t>(pos) * plan.sample_bytes;
     const RecordView& v = views_[f];
-    if (spec.kind == FieldKind::kImage) {
-      // a mixture's sample: its key, unique per occurrence (NOTE [ Random draws ])
-      const int64_t key = b_.sample_keys.empty()
-                              ? index
-                              : static_cast<int64_t>(b_.sample_keys[static_cast<size_t>(pos)]);
-      const uint64_t seed = sample_draw_seed(b_.sample_seed_, key, src_.draw_keys[f]);
+    if (const int g = src_.group_of[f]; g >= 0) {
+      if (src_.group_leader[g] == f) write_group(static_cast<size_t>(g), pos, index);
+    } else if (spec.kind == FieldKind::kImage) {
+      const uint64_t seed =
+          sample_draw_seed(b_.sample_seed_, draw_key(pos, index), src_.draw_keys[f]);
       if (image_decode_ns_ < 0) image_decode_ns_ = 0;
       src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_);
       set_activity(Activity::kDecoding);
@@ -246,10 +248,59 @@ class SampleWriter {
                      " rows)");
       stream_copy(dst, v.data, v.size, next_.data, next_.size);
       next_ = {};
-      std::memset(dst + v.size, 0, plan.sample_bytes - v.size);
-      const TensorDesc& lt = b_.tensors[plan.lengths];
-      std::memcpy(base_ + lt.offset + static_cast<size_t>(pos) * 8, &rows, 8);
+      finish_rows(f, pos, rows);
     }
+  }
+
+  // What sample `index` at `pos` keys its random draws by: its index, or a
+  // mixture's per-row key, unique per occurrence (NOTE [ Random draws ]).
+  int64_t draw_key(int64_t pos, int64_t index) const {
+    return b_.sample_keys.empty() ? index
+                                  : static_cast<int64_t>(b_.sample_keys[static_cast<size_t>(pos)]);
+  }
+
+  // The padding after `rows` rows of variable field f at `pos`, and its length.
+  void finish_rows(size_t f, int64_t pos, int64_t rows) {
+    const FieldPlan& plan = b_.plans[f];
+    uint8_t* dst =
+        base_ + b_.tensors[plan.out].offset + static_cast<size_t>(pos) * plan.sample_bytes;
+    const size_t used = static_cast<size_t>(rows) * schema_.fields[f].row_bytes();
+    const std::vector<uint8_t>& pad = src_.pad_values[f];
+    if (pad.empty()) {
+      std::memset(dst + used, 0, plan.sample_bytes - used);
+    } else {
+      for (size_t i = used; i < plan.sample_bytes; i += pad.size())
+        std::memcpy(dst + i, pad.data(), pad.size());
+    }
+    const TensorDesc& lt = b_.tensors[plan.lengths];
+    std::memcpy(base_ + lt.offset + static_cast<size_t>(pos) * 8, &rows, 8);
+  }
+
+  // Every field of transform group g, at once (transform_group.h).
+  void write_group(size_t g, int64_t pos, int64_t index) {
+    const TransformGroup& group = *src_.groups[g];
+    const std::vector<size_t>& fields = src_.group_fields[g];
+    thread_local std::vector<MemberIO> io;
+    io.assign(fields.size(), MemberIO{});
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const size_t f = fields[i];
+      const FieldPlan& plan = b_.plans[f];
+      const RecordView& v = views_[f];
+      if (schema_.fields[f].variable() && schema_.fields[f].kind != FieldKind::kImage &&
+          static_cast<int64_t>(v.size / schema_.fields[f].row_bytes()) > plan.max_rows)
+        STOKER_THROW(DataError, "length of '", schema_.fields[f].name,
+                     "' changed while reading (more than ", plan.max_rows, " rows)");
+      io[i] = {v.data, v.size,
+               base_ + b_.tensors[plan.out].offset + static_cast<size_t>(pos) * plan.sample_bytes};
+    }
+    const FieldPlan& lead = b_.plans[src_.group_leader[g]];
+    const uint64_t seed =
+        sample_draw_seed(b_.sample_seed_, draw_key(pos, index), src_.draw_keys[fields[0]]);
+    if (image_decode_ns_ < 0) image_decode_ns_ = 0;
+    group.run(io.data(), seed, lead.img_h, lead.img_w, &image_decode_ns_);
+    set_activity(Activity::kDecoding);
+    for (size_t i = 0; i < fields.size(); ++i)
+      if (b_.plans[fields[i]].lengths != SIZE_MAX) finish_rows(fields[i], pos, io[i].out_rows);
   }
 
   // Whether the sample in views_ fits the batch's plan (padded length, image size).
@@ -257,7 +308,19 @@ class SampleWriter {
     for (size_t f = 0; f < schema_.fields.size(); ++f) {
       const FieldSpec& spec = schema_.fields[f];
       const FieldPlan& plan = b_.plans[f];
-      if (spec.kind == FieldKind::kImage) {
+      if (const int g = src_.group_of[f]; g >= 0) {
+        const TransformGroup& group = *src_.groups[g];
+        if (src_.group_leader[g] == f && !group.fixed_size()) {
+          const std::vector<size_t>& fields = src_.group_fields[g];
+          std::vector<MemberIO> io(fields.size());
+          for (size_t i = 0; i < fields.size(); ++i)
+            io[i] = {views_[fields[i]].data, views_[fields[i]].size};
+          if (group.output_size(io.data()) != std::make_pair(plan.img_h, plan.img_w)) return false;
+        }
+        if (spec.variable() && spec.kind != FieldKind::kImage &&
+            static_cast<int64_t>(views_[f].size / spec.row_bytes()) > plan.max_rows)
+          return false;
+      } else if (spec.kind == FieldKind::kImage) {
         const ImagePipeline& pipe = *src_.pipelines[f];
         if (pipe.fixed_size()) continue;
         auto s = pipe.output_size(views_[f].data, views_[f].size);
@@ -308,6 +371,97 @@ void RecordBatch::run(int u, uint8_t* base, WorkerContext& ctx) {
     const int64_t s = sources[static_cast<size_t>(p)];
     std::memcpy(base + t.offset + static_cast<size_t>(p) * sizeof s, &s, sizeof s);
   }
+}
+
+// NOTE [ Batch transforms ]
+// MixUp and CutMix mix each row with the row before it, so they run once the
+// whole batch is written (BatchWork::finish). Their draw is keyed by (seed,
+// epoch) and the batch's first dataset index and length: the same batch gets
+// the same mix whatever the thread count, and a resumed loader, whose batches
+// are the same, gets the same mixes. A mixture's batch is keyed by its first
+// row's draw key in place of the index (which several sources share): the key
+// of one source's c-th row, which no other batch of the epoch holds.
+void RecordBatch::finish(uint8_t* base, WorkerContext& ctx) {
+  if (!src_->mix || indices.empty()) return;
+  set_activity(Activity::kDecoding);
+  const auto t0 = std::chrono::steady_clock::now();
+  const BatchMixSource& mix = *src_->mix;
+  const Schema& schema = src_->ds->schema();
+  const int64_t len = static_cast<int64_t>(indices.size());
+  // The integer labels, as int64, each checked against num_classes with the
+  // sample's file and record in the error.
+  const FieldPlan& lp = plans[mix.labels];
+  const FieldSpec& lf = schema.fields[mix.labels];
+  thread_local std::vector<int64_t> labels;
+  labels.resize(static_cast<size_t>(len));
+  for (int64_t i = 0; i < len; ++i) {
+    const uint8_t* p = base + lp.raw + static_cast<size_t>(i) * lp.sample_bytes;
+    int64_t y = 0;
+    switch (lf.dtype) {
+      case DType::kUInt8:
+        y = *p;
+        break;
+      case DType::kInt8:
+        y = static_cast<int8_t>(*p);
+        break;
+      case DType::kUInt16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        y = v;
+        break;
+      }
+      case DType::kInt16: {
+        int16_t v;
+        std::memcpy(&v, p, 2);
+        y = v;
+        break;
+      }
+      case DType::kUInt32: {
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        y = v;
+        break;
+      }
+      case DType::kInt32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        y = v;
+        break;
+      }
+      case DType::kUInt64: {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        y = v > static_cast<uint64_t>(INT64_MAX) ? -1 : static_cast<int64_t>(v);
+        break;
+      }
+      default:
+        std::memcpy(&y, p, 8);
+        break;
+    }
+    if (y < 0 || y >= mix.spec.num_classes) {
+      try {
+        STOKER_THROW(DataError, "batch_transforms: label ", y,
+                     " is outside [0, num_classes=", mix.spec.num_classes, ")");
+      } catch (...) {
+        rethrow_with_context(dataset_of(i), indices[static_cast<size_t>(i)], lf.name);
+      }
+    }
+    labels[static_cast<size_t>(i)] = y;
+  }
+  const FieldPlan& ip = plans[mix.image];
+  const TensorDesc& img = tensors[ip.out];
+  const bool chw = src_->layouts[mix.image] == ImageLayout::kCHW;
+  const uint64_t first = sample_keys.empty() ? static_cast<uint64_t>(indices[0]) : sample_keys[0];
+  uint64_t key = hash_combine(hash_combine(sample_seed_, 0x6d69787570ull /* "mixup" */), first);
+  key = hash_combine(key, static_cast<uint64_t>(len));
+  detail::SplitMix64 rng(key);
+  const MixDraw d = draw_batch_mix(mix.spec, ip.img_h, ip.img_w, rng);
+  mix_images(base + img.offset, img.dtype, chw, len, ip.img_h, ip.img_w, 3, d);
+  mix_labels(labels.data(), len, mix.spec.num_classes, d,
+             reinterpret_cast<float*>(base + tensors[lp.out].offset));
+  ctx.times.ops_ns +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
 }
 
 }  // namespace stoker

@@ -12,12 +12,13 @@ import os
 import warnings
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 import torch.distributed
 
 from . import _core
-from .fields import Field, Image
-from .ops import Op
+from .fields import Boxes, Field, Image, KeyPoints, NDArray
+from .ops import BatchOp, Op
 
 DEFAULT_MAX_PIXELS = 100_000_000
 # prefetch=None: the ring's capacity, the largest window the tuner may choose (within
@@ -198,28 +199,140 @@ def world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
 
 
 def check_transforms(fields: Mapping[str, Field],
-                     transforms: Mapping[str, Sequence[Op]]) -> Dict[str, list]:
-    """``{field: [op, ...]}`` over image fields, a single op taken as a list of one."""
+                     transforms: Mapping[Any, Sequence[Op]]) -> Dict[Any, list]:
+    """``{field: [op, ...]}`` over image fields, a single op taken as a list of one. A key
+    may be a tuple of fields that move together (a transform group): images, masks, boxes,
+    keypoints and per-box rows (:func:`group_targets`)."""
     if not isinstance(transforms, Mapping):
         raise TypeError(f"transforms must be a dict {{field name: [ops]}}, got "
                         f"{type(transforms).__name__}")
-    out = {}
-    for name, ops in transforms.items():
-        if name not in fields:
-            raise ValueError(f"transforms: no field {name!r} in the dataset "
-                             f"(fields: {', '.join(fields)})")
-        if not isinstance(fields[name], Image):
-            raise ValueError(f"transforms: field {name!r} is not an image field; ops apply "
-                             "to stoker.image() fields")
+    out: Dict[Any, list] = {}
+    for key, ops in transforms.items():
+        names = key if isinstance(key, tuple) else (key,)
+        if not names:
+            raise ValueError("transforms: an empty tuple of fields")
+        for name in names:
+            if not isinstance(name, str) or name not in fields:
+                raise ValueError(f"transforms: no field {name!r} in the dataset "
+                                 f"(fields: {', '.join(fields)})")
+        if not isinstance(key, tuple) and not isinstance(fields[key], Image):
+            raise ValueError(f"transforms: field {key!r} is not an image field; ops apply "
+                             "to stoker.image() fields (put masks, boxes and keypoints in a "
+                             "tuple key with their image)")
+        if isinstance(key, tuple):
+            group_targets(fields, key)  # a field that cannot follow the geometry: now
         if isinstance(ops, Op):
             ops = [ops]
         ops = list(ops)
         for op in ops:
             if not isinstance(op, Op):
-                raise ValueError(f"transforms[{name!r}]: expected stoker.ops objects, got "
+                raise ValueError(f"transforms[{key!r}]: expected stoker.ops objects, got "
                                  f"{type(op).__name__}")
-        out[name] = ops
+        out[key] = ops
     return out
+
+
+def group_targets(fields: Mapping[str, Field], names: Sequence[str]) -> list:
+    """What each field of a transform group is, as ``_core.TargetSpec``: an RGB image, a
+    mask (``stoker.image(mode="L")`` or an integer ndarray of fixed shape (h, w) or
+    (h, w, 1)), boxes, keypoints, or per-box rows (any other variable-length field)."""
+    out = []
+    for name in names:
+        f = fields[name]
+        if isinstance(f, Image):
+            out.append(_core.TargetSpec("mask" if f.mode == "L" else "image"))
+        elif isinstance(f, Boxes):
+            out.append(_core.TargetSpec("boxes", f.format, f.normalized))
+        elif isinstance(f, KeyPoints):
+            out.append(_core.TargetSpec("keypoints", "xyxy", f.normalized))
+        elif isinstance(f, NDArray) and f.variable:
+            out.append(_core.TargetSpec("rows"))
+        elif isinstance(f, NDArray) and f.dtype.kind in "iu" and (
+                len(f.shape) == 2 or (len(f.shape) == 3 and f.shape[2] == 1)):
+            out.append(_core.TargetSpec("mask"))
+        else:
+            raise ValueError(f"transforms: field {name!r} ({f!r}) has no geometry to follow: "
+                             "a group takes images, masks (stoker.image(mode='L') or an "
+                             "integer ndarray (h, w)), stoker.boxes(), stoker.keypoints() and "
+                             "variable-length per-box rows such as class ids")
+    return out
+
+
+def check_pad_values(fields: Mapping[str, Field], pad_values: Optional[Mapping[str, Any]]
+                     ) -> Dict[str, bytes]:
+    """``{field: value}`` for variable-length ndarray fields: one element of the field's
+    dtype that pads its batches in place of 0, as bytes."""
+    if pad_values is None:
+        return {}
+    if not isinstance(pad_values, Mapping):
+        raise TypeError(f"pad_values must be a dict {{field name: value}}, got "
+                        f"{type(pad_values).__name__}")
+    out = {}
+    for name, value in pad_values.items():
+        f = fields.get(name)
+        if not isinstance(f, NDArray) or not f.variable:
+            raise ValueError(f"pad_values: {name!r} is not a variable-length ndarray field of "
+                             f"the dataset (only those are padded)")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise ValueError(f"pad_values[{name!r}]: expected a number, got {value!r}")
+        cast = np.array(value).astype(f.dtype)
+        if cast.item() != value:
+            raise ValueError(f"pad_values[{name!r}]: {value!r} does not fit the field's dtype "
+                             f"{f.dtype.name}")
+        out[name] = cast.astype(f.dtype.newbyteorder("<")).tobytes()
+    return out
+
+
+def check_batch_transforms(fields: Mapping[str, Field], batch_transforms: Any) -> Any:
+    """``[MixUp(...), CutMix(...)]`` (one of each at most) as ``_core.BatchMixOptions``,
+    or None. The image is the one RGB image field unless an op names it; the labels,
+    "label" or "labels" unless an op names them."""
+    if not batch_transforms:
+        return None
+    if isinstance(batch_transforms, BatchOp):
+        batch_transforms = [batch_transforms]
+    ops = list(batch_transforms)
+    by_kind: Dict[str, BatchOp] = {}
+    for op in ops:
+        if not isinstance(op, BatchOp):
+            raise ValueError(f"batch_transforms: expected stoker.ops.MixUp or CutMix, got "
+                             f"{type(op).__name__}")
+        if op._name in by_kind:
+            raise ValueError(f"batch_transforms: two {type(op).__name__} ops")
+        by_kind[op._name] = op
+
+    def agreed(what: str, default: Any) -> Any:
+        given = {getattr(op, what) for op in ops if getattr(op, what) is not None}
+        if len(given) > 1:
+            raise ValueError(f"batch_transforms: MixUp and CutMix disagree on {what} "
+                             f"({sorted(map(repr, given))})")
+        return given.pop() if given else default
+
+    num_classes = agreed("num_classes", None)
+    switch_prob = agreed("switch_prob", 0.5)
+    image = agreed("image", None)
+    if image is None:
+        rgb = [n for n, f in fields.items() if isinstance(f, Image) and f.mode == "RGB"]
+        if len(rgb) != 1:
+            raise ValueError(f"batch_transforms: say which image to mix (image=...): the "
+                             f"dataset has {len(rgb)} RGB image fields")
+        image = rgb[0]
+    labels = agreed("labels", None)
+    if labels is None:
+        found = [n for n in ("label", "labels") if n in fields]
+        if not found:
+            raise ValueError("batch_transforms: say which field holds the class ids "
+                             "(labels=...): the dataset has no 'label' or 'labels' field")
+        labels = found[0]
+    for what, name in (("image", image), ("labels", labels)):
+        if name not in fields:
+            raise ValueError(f"batch_transforms: {what}={name!r} is no field of the dataset "
+                             f"(fields: {', '.join(fields)})")
+    mixup, cutmix = by_kind.get("mixup"), by_kind.get("cutmix")
+    return _core.BatchMixOptions(image=image, labels=labels, num_classes=num_classes,
+                                 mixup=mixup.params() if mixup else None,
+                                 cutmix=cutmix.params() if cutmix else None,
+                                 switch_prob=float(switch_prob))
 
 
 # -- the device -----------------------------------------------------------------------------

@@ -140,6 +140,14 @@ class Loader:
             correctly), else 0 and 1. Every rank gets the same number of batches (the order
             wraps around to pad, as DistributedSampler does, unless drop_last).
         transforms: ``{field: [op, ...]}`` with ops from :mod:`stoker.ops` (image fields).
+            A key may be a tuple of fields that move together, with one set of random draws
+            per sample: ``{("image", "mask", "boxes", "classes"): [...]}``; masks, boxes,
+            keypoints and per-box rows follow the image's geometry (docs/augment.md).
+        batch_transforms: ``[stoker.ops.MixUp(...), stoker.ops.CutMix(...)]``, run by the
+            workers on each assembled batch; the integer label field comes as float32 soft
+            labels ``(batch, num_classes)``.
+        pad_values: ``{field: value}``: what pads a variable-length field's batches in
+            place of 0 (``{"classes": -1}``, as 0 is a valid class id).
         on_error: ``"raise"`` (default) or ``"skip"``.
         max_image_pixels: images whose header declares more pixels are refused.
         prefetch_next_epoch: start loading the next epoch's first batches while this
@@ -198,7 +206,7 @@ class Loader:
         pin_memory: Optional[bool] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
-        transforms: Optional[Mapping[str, Sequence[Op]]] = None,
+        transforms: Optional[Mapping[Any, Sequence[Op]]] = None,
         on_error: str = "raise",
         max_image_pixels: int = args.DEFAULT_MAX_PIXELS,
         prefetch_next_epoch: bool = True,
@@ -212,6 +220,8 @@ class Loader:
         stall_warning: Optional[float] = args.DEFAULT_STALL_WARNING,
         shard_window: Optional[int] = None,
         labels: str = "shifted",
+        batch_transforms: Optional[Sequence[Any]] = None,
+        pad_values: Optional[Mapping[str, Any]] = None,
         map: Optional[Any] = None,
         batch_map: Optional[Any] = None,
         collate_fn: Optional[Any] = None,
@@ -239,7 +249,8 @@ class Loader:
                           even_batches=even_batches, seq_len=seq_len, packing=packing,
                           token_dtype=token_dtype, max_tokens=max_tokens,
                           max_memory=max_memory, stall_warning=stall_warning,
-                          shard_window=shard_window, labels=labels, map=map_fn,
+                          shard_window=shard_window, labels=labels,
+                          batch_transforms=batch_transforms, pad_values=pad_values, map=map_fn,
                           batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields,
                           names=names, python_workers=python_workers, **token_options)
         self._stage: Optional[_python_stage.PythonStage] = None
@@ -255,9 +266,11 @@ class Loader:
             raise ValueError("labels= applies to token batches (seq_len=, packing=, "
                              "max_tokens=)")
         self._mix: Optional[MixRun] = None  # a stoker.Mix (stoker/mix.py)
-        if self._tokens and (transforms or image_layout is not None):
-            raise ValueError("transforms and image_layout apply to image fields, not to token "
-                             "batches (seq_len=, packing=, max_tokens=)")
+        if self._tokens and (transforms or image_layout is not None or batch_transforms or
+                             pad_values):
+            raise ValueError("transforms, batch_transforms, pad_values and image_layout apply "
+                             "to record datasets, not to token batches (seq_len=, packing=, "
+                             "max_tokens=)")
         processes = _python_stage.check_stage_args(
             dataset, map_style=map_style, tokens=self._tokens, map_fn=map_fn,
             batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields, names=names,
@@ -362,8 +375,20 @@ class Loader:
                         nchw_views.append(name)
                     images[name] = _core.ImageFieldSpec(layout, max_image_pixels)
             self._nchw_views = tuple(nchw_views)
-            groups = [_core.TransformSpec([name], _specs(ops))
-                      for name, ops in self.transforms.items() if ops]
+            # A one-channel image (stoker.image(mode="L")) is a mask wherever it is: one
+            # channel, nearest-neighbour, no colour ops; alone, a group of one.
+            groups = [_core.TransformSpec(list(keys), _specs(ops),
+                                          args.group_targets(dataset.fields, keys))
+                      for keys, ops in ((k if isinstance(k, tuple) else (k,), ops)
+                                        for k, ops in self.transforms.items())
+                      if ops or any(getattr(dataset.fields[n], "mode", "") == "L"
+                                    for n in keys)]
+            grouped = {n for k in self.transforms for n in (k if isinstance(k, tuple) else (k,))}
+            groups += [_core.TransformSpec([n], [], [_core.TargetSpec("mask")])
+                       for n, f in dataset.fields.items()
+                       if isinstance(f, Image) and f.mode == "L" and n not in grouped]
+            mix = args.check_batch_transforms(dataset.fields, batch_transforms)
+            pads = args.check_pad_values(dataset.fields, pad_values)
             sampler = _core.SamplerOptions(
                 batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
                 drop_last=self.drop_last, even_batches=self.even_batches,
@@ -376,7 +401,7 @@ class Loader:
                 self._mix = MixRun(dataset, tokens=False, record_options=_core.RecordOptions(
                     sampler=sampler, skip_errors=on_error == "skip", images=images,
                     transforms=groups, threads_hint=self.num_threads,
-                    handoff=batch_map is not None),
+                    handoff=batch_map is not None, pad_values=pads, mix=mix),
                     batch_size=batch_size, shuffle=self.shuffle, seed=seed,
                     drop_last=self.drop_last, shard_window=shard_window,
                     world_size=self._world()[1], token_options={})
@@ -385,6 +410,14 @@ class Loader:
             elif map_fn is not None or collate_fn is not None:
                 # Samples are fetched by the stage's threads (the C++ decode, GIL released)
                 # as map receives them: images in their decoded layout.
+                if any(isinstance(k, tuple) for k in self.transforms) or mix or pads:
+                    raise ValueError("transform groups (tuple keys of transforms), "
+                                     "batch_transforms and pad_values do not work with map= "
+                                     "or collate_fn= yet: use batch_map=, which sees the "
+                                     "batches they make")
+                # images alone, decoded by the stage's fetcher (one-channel ones too, as RGB)
+                groups = [_core.TransformSpec([k], _specs(ops))
+                          for k, ops in self.transforms.items() if ops]
                 producer = _core.PythonProducer(
                     dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
                     self.drop_last, self.even_batches, shard_window or 0)
@@ -397,7 +430,7 @@ class Loader:
                 producer = _core.RecordProducer(dataset._core, _core.RecordOptions(
                     sampler=sampler, skip_errors=on_error == "skip", images=images,
                     transforms=groups, threads_hint=self.num_threads,
-                    handoff=batch_map is not None))
+                    handoff=batch_map is not None, pad_values=pads, mix=mix))
                 source = None
             if map_fn is not None or collate_fn is not None or batch_map is not None:
                 self._stage = _python_stage.PythonStage(

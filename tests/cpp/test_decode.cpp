@@ -385,7 +385,7 @@ void test_op_validation() {
                           "Normalize must be the last op"));
   CHECK(test::throws_with([] { pipeline({ops::Normalize{{0, 0, 0}, {1, 0, 1}}}); }, "non-zero"));
   CHECK(test::throws_with([] { pipeline({ops::Normalize{{0, 0, 0}, {1, 1, 1}, DType::kInt32}}); },
-                          "dtype must be 'float32' or 'float16'"));
+                          "dtype must be 'float32', 'float16' or 'bfloat16'"));
   ImagePipeline p =
       pipeline({ops::RandomResizedCrop{24, 32, 0.08, 1, kR0, kR1}, ops::RandomHorizontalFlip{0.5},
                 ops::Normalize{{0, 0, 0}, {1, 1, 1}, DType::kFloat16}});
@@ -421,12 +421,13 @@ void test_geometry_follows_the_pixels() {
     Bytes out(static_cast<size_t>(oh) * ow * 3);
     Geometry g;
     p.run(png.data(), png.size(), 0, out.data(), oh, ow, nullptr, &g);
-    CHECK(g.width == ow && g.height == oh && g.xy == 0 && g.yx == 0);
+    const Transform2D& m = g.box_map();
+    CHECK(g.width() == ow && g.height() == oh && m[1] == 0 && m[3] == 0 && m.is_affine());
     for (int y = 0; y < oh; ++y)
       for (int x = 0; x < ow; ++x) {
         // The source point under the output pixel's centre (the map is diagonal).
-        const int sx = static_cast<int>(std::floor((x + 0.5 - g.x0) / g.xx));
-        const int sy = static_cast<int>(std::floor((y + 0.5 - g.y0) / g.yy));
+        const int sx = static_cast<int>(std::floor((x + 0.5 - m[2]) / m[0]));
+        const int sy = static_cast<int>(std::floor((y + 0.5 - m[5]) / m[4]));
         const bool inside = sx >= 0 && sx < w && sy >= 0 && sy < h;
         const uint8_t* px = &out[(static_cast<size_t>(y) * ow + x) * 3];
         CHECK(px[0] == (inside ? sx : 0) && px[1] == (inside ? sy : 0));
@@ -438,9 +439,9 @@ void test_geometry_follows_the_pixels() {
       pipeline({ops::CenterCrop{20, 24}, ops::RandomHorizontalFlip{1}, ops::Resize{10, 12}});
   Bytes out(10 * 12 * 3);
   p.run(png.data(), png.size(), 0, out.data(), 10, 12, nullptr, &g);
-  CHECK(g.map(8, 5) == std::make_pair(12.0, 0.0));
-  CHECK(g.map(32, 25) == std::make_pair(0.0, 10.0));
-  CHECK(g.width == 12 && g.height == 10);
+  CHECK(g.map(8, 5).x == 12.0 && g.map(8, 5).y == 0.0);
+  CHECK(g.map(32, 25).x == 0.0 && g.map(32, 25).y == 10.0);
+  CHECK(g.width() == 12 && g.height() == 10);
 }
 
 void test_center_crop_of_jpeg_equals_full_decode_crop() {

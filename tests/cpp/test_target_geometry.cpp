@@ -46,7 +46,7 @@ void test_transform2d_basics() {
 
 void test_boxes_through_crop_flip_resize() {
   // A 100 x 80 canvas, box (10, 20) - (30, 60).
-  TargetGeometry g(100, 80);
+  Geometry g(100, 80);
   g.crop(5, 10, 50, 60);  // box -> (5, 10) - (25, 50)
   g.hflip();              // -> (25, 10) - (45, 50) on a width of 50
   g.resize(100, 30);      // x * 2, y / 2 -> (50, 5) - (90, 25)
@@ -64,7 +64,7 @@ void test_boxes_through_crop_flip_resize() {
 }
 
 void test_boxes_are_clipped_and_filtered() {
-  TargetGeometry g(100, 100);
+  Geometry g(100, 100);
   g.crop(50, 50, 50, 50);
   std::vector<float> b = {
       40, 40, 60, 60,  // a quarter inside: (0, 0) - (10, 10), visibility 0.25
@@ -97,9 +97,9 @@ void test_boxes_are_clipped_and_filtered() {
 
 void test_boxes_through_pad_letterbox_rotation() {
   // Letterbox of a 200 x 100 image into 64 x 64: resize to 64 x 32, pad 16 top/bottom.
-  TargetGeometry g(200, 100);
+  Geometry g(200, 100);
   g.resize(64, 32);
-  g.pad(0, 16, 0, 16);
+  g.crop(0, -16, 64, 64);  // 16 rows of padding above and below
   std::vector<float> b = {50, 25, 150, 75};
   uint8_t keep[1];
   transform_boxes(b.data(), 1, BoxFormat::kXYXY, false, g, BoxFilter{}, keep);
@@ -107,13 +107,13 @@ void test_boxes_through_pad_letterbox_rotation() {
   CHECK(g.width() == 64 && g.height() == 64);
   // Rotation by 90 about the centre of a 100 x 100 canvas: (10, 20)-(30, 40)
   // -> corners mapped (x, y) -> (100 - y, x): (60, 10) - (80, 30).
-  TargetGeometry r(100, 100);
+  Geometry r(100, 100);
   r.warp(Transform2D::affine(90, 0, 0, 1, 0, 0, {50, 50}), 100, 100);
   b = {10, 20, 30, 40};
   transform_boxes(b.data(), 1, BoxFormat::kXYXY, false, r, BoxFilter{}, keep);
   CHECK(box_is(b.data(), 60, 10, 80, 30, 1e-3));
   // 45 degrees: the enclosing box of the rotated corners (torchvision's rule).
-  TargetGeometry r45(100, 100);
+  Geometry r45(100, 100);
   r45.warp(Transform2D::affine(45, 0, 0, 1, 0, 0, {50, 50}), 100, 100);
   b = {40, 40, 60, 60};
   transform_boxes(b.data(), 1, BoxFormat::kXYXY, false, r45, BoxFilter{}, keep);
@@ -125,7 +125,7 @@ void test_boxes_through_perspective() {
   const std::array<Point2, 4> start = {Point2{0, 0}, {99, 0}, {99, 99}, {0, 99}};
   const std::array<Point2, 4> end = {Point2{10, 5}, {90, 0}, {99, 95}, {0, 99}};
   const Transform2D fwd = Transform2D::from_perspective_coeffs(perspective_coeffs(start, end));
-  TargetGeometry g(100, 100);
+  Geometry g(100, 100);
   g.warp(fwd, 100, 100);
   std::vector<float> b = {0, 0, 99, 99};
   uint8_t keep[1];
@@ -139,7 +139,7 @@ void test_boxes_through_perspective() {
 
 void test_keypoints_flip_pairs_and_visibility() {
   // Two instances of 3 keypoints: (left, right, nose).
-  TargetGeometry g(100, 50);
+  Geometry g(100, 50);
   g.hflip();
   std::vector<float> kp = {
       10, 5, 2, 30, 5,  2, 20, 40, 1,  // instance 0
@@ -154,7 +154,7 @@ void test_keypoints_flip_pairs_and_visibility() {
   };
   CHECK(kp == want);
   // Two flips swap back; points moved off the canvas become invisible.
-  TargetGeometry g2(100, 50);
+  Geometry g2(100, 50);
   g2.hflip();
   g2.hflip();
   g2.crop(20, 0, 50, 50);
@@ -162,13 +162,13 @@ void test_keypoints_flip_pairs_and_visibility() {
   transform_keypoints(k2.data(), 1, 3, false, g2, perm);
   CHECK((k2 == std::vector<float>{0, 0, 0, 10, 5, 2, 49.5f, 1, 1}));
   // Normalised keypoints flip as 1 - x (ultralytics).
-  TargetGeometry g3(100, 50);
+  Geometry g3(100, 50);
   g3.hflip();
   std::vector<float> k3 = {0.25f, 0.5f, 2};
   transform_keypoints(k3.data(), 1, 1, true, g3, nullptr);
   CHECK(near(k3[0], 0.75) && near(k3[1], 0.5) && k3[2] == 2);
   // Keypoints and boxes agree under resize and rotation (same map).
-  TargetGeometry g4(100, 100);
+  Geometry g4(100, 100);
   g4.resize(50, 200);
   g4.warp(Transform2D::affine(30, 0, 0, 1, 0, 0, {25, 100}), 50, 200);
   std::vector<float> p = {20, 30, 2};
@@ -185,7 +185,7 @@ void test_compact_rows() {
 }
 
 void test_identity_geometry_leaves_boxes_untouched() {
-  TargetGeometry g(64, 64);
+  Geometry g(64, 64);
   CHECK(!g.moved());
   std::vector<float> b = {1.25f, 2.5f, 3.75f, 60.125f};
   uint8_t keep[1];
