@@ -713,8 +713,19 @@ def test_record_mixture_with_a_transform_group_and_mixup(scenes):
         np.testing.assert_allclose(b["label"].sum(1), 1, atol=1e-6)
         mixed += int(((b["label"] > 0).sum(1) == 2).any())
     assert mixed > 0
-    # the draws of the same batch position differ across the epoch's batches
-    assert len({float(b["label"].max()) for b in one}) > 1
+    # source a (6 samples) is read twice in an epoch of 12 of its rows: each occurrence
+    # draws its own flip (keyed by the occurrence, not the index), so its 12 masks are
+    # more than its 6 samples' (a sample's mask and its mirror image)
+    masks = {b["mask"][i].tobytes() for b in one[:4] for i in np.flatnonzero(b["source"] == 0)}
+    assert 6 < len(masks) <= 12
+    # MixUp keyed by the batch: in order, batches 0 and 2 both begin with source a's samples
+    # 0, 1, 2 (labels 0, 1, 2; a is read twice an epoch), yet mix with their own lam (row 1
+    # holds lam at its own class, row 0's class the rest)
+    ordered = list(stoker.Loader(mix, num_threads=2, **dict(kw, shuffle=False)))
+    for b in (ordered[0], ordered[2]):
+        assert b["source"][:3].tolist() == [0, 0, 0]
+        assert b["label"][1, 1] + b["label"][1, 0] == pytest.approx(1)
+    assert ordered[0]["label"][1, 1] != ordered[2]["label"][1, 1]
     head, state = load(2, epochs=(0,), stop=3)
     rest, _ = load(1, epochs=(0,), state=state)
     assert len(head) + len(rest) == 4
