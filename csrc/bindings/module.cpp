@@ -19,6 +19,7 @@ void register_cuda(py::module_& m);
 void register_checksum(py::module_& m);
 void register_tokens(py::module_& m);
 void register_fetch_plan(py::module_& m);
+void register_mixture(py::module_& m);
 void register_python_stage(py::module_& m);
 void register_augment(py::module_& m);
 }  // namespace stoker::bindings
@@ -79,6 +80,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   stoker::bindings::register_checksum(m);
   stoker::bindings::register_tokens(m);
   stoker::bindings::register_fetch_plan(m);
+  stoker::bindings::register_mixture(m);
   stoker::bindings::register_python_stage(m);
   stoker::bindings::register_augment(m);
 }

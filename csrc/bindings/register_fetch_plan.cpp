@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "pipeline/loader_core.h"
+#include "producers/mix_record_producer.h"
 #include "producers/python_producer.h"
 #include "producers/record_producer.h"
 #include "sampler/fetch_plan.h"
@@ -36,6 +37,26 @@ void follow(FetchPlan& p, const std::shared_ptr<LoaderCore>& core,
   p.follow(reinterpret_cast<uintptr_t>(core.get()), std::move(f));
 }
 
+// Source `source` of a record mixture: its stream of passes, followed as a
+// plain one-rank reader of that source (MixRecordProducer::source_position).
+void follow_source(FetchPlan& p, const std::shared_ptr<LoaderCore>& core,
+                   const std::shared_ptr<MixRecordProducer>& producer, size_t source) {
+  producer->source_order(source, 0);  // checks `source`
+  std::weak_ptr<LoaderCore> weak = core;
+  FetchPlan::Follower f;
+  f.position = [weak, producer, source]() -> std::optional<ReadPosition> {
+    std::shared_ptr<LoaderCore> c = weak.lock();
+    if (!c) return std::nullopt;
+    const LoaderState st = c->state();
+    return producer->source_position(source, st.epoch, st.offset);
+  };
+  f.order = [producer, source](uint64_t pass, int64_t) {
+    return producer->source_order(source, pass);
+  };
+  f.world_size = 1;
+  p.follow(reinterpret_cast<uintptr_t>(core.get()), std::move(f));
+}
+
 }  // namespace
 
 void register_fetch_plan(py::module_& m) {
@@ -49,6 +70,8 @@ void register_fetch_plan(py::module_& m) {
       .def("follow", &follow<PythonProducer>, py::arg("core"), py::arg("producer"),
            py::arg("world_size"),
            "Follows a loader whose samples go through the Python stage (map=, collate_fn=).")
+      .def("follow", &follow_source, py::arg("core"), py::arg("producer"), py::arg("source"),
+           "Follows source `source` of a loader over a record mixture (stoker.Mix).")
       .def_property_readonly("followers", &FetchPlan::followers)
       .def(
           "turn",

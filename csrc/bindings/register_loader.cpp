@@ -62,6 +62,7 @@ py::dict stats_dict(const LoaderStatsSnapshot& s) {
   d["samples"] = s.samples;
   d["bytes_read"] = s.bytes_read;
   d["skipped"] = s.skipped;
+  d["source_counts"] = s.sources;  // a mixture's (stoker/mix.py shapes them)
   d["read_seconds"] = s.read_seconds;
   d["decode_seconds"] = s.decode_seconds;
   d["ops_seconds"] = s.ops_seconds;

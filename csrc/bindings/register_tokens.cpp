@@ -190,6 +190,10 @@ void register_tokens(py::module_& m) {
           py::arg("attention_mask") = true, py::arg("unshifted") = false)
       .def("num_batches", &TokenProducer::num_batches, py::arg("rank") = 0,
            py::arg("world_size") = 1)
+      .def_property_readonly("num_samples", &TokenProducer::num_samples,
+                             "What a mixture draws: windows, packed rows or budget batches.")
+      .def_property_readonly("real_tokens", &TokenProducer::real_tokens,
+                             "Real (non-pad) tokens of all of them.")
       .def("epoch_samples", &TokenProducer::epoch_samples)
       .def(
           "consumed_after",

@@ -29,6 +29,7 @@ struct BatchCounters {
   int64_t samples = 0;
   int64_t skipped = 0;
   int64_t bytes_read = 0;
+  std::vector<int64_t> sources;  ///< BatchWork::source_counts (a mixture's)
 };
 
 /// A complete batch in host memory, or the error of the batch at its position.

@@ -103,6 +103,8 @@ class BatchWork {
   /// the batch is delivered (units add to them).
   std::atomic<int64_t> skipped{0};
   std::atomic<int64_t> bytes_read{0};
+  /// A mixture's batch: per source, its rows then its real tokens (empty otherwise).
+  std::vector<int64_t> source_counts;
 };
 
 /// Per-epoch state a producer computes once (a permutation, a packing plan),

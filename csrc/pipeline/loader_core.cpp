@@ -485,6 +485,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
   st.samples.fetch_add(out.counters.samples, std::memory_order_relaxed);
   st.bytes_read.fetch_add(out.counters.bytes_read, std::memory_order_relaxed);
   st.skipped.fetch_add(out.counters.skipped, std::memory_order_relaxed);
+  if (!out.counters.sources.empty()) st.add_sources(out.counters.sources);
   if (yielded == 0 && main_) {
     st.first_batch_ns.store(ns_between(opened_, t1), std::memory_order_relaxed);
     int64_t none = -1;

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include "pipeline/batch_producer.h"
 
@@ -54,11 +56,26 @@ struct LoaderStats {
     }
   }
 
+  // A mixture's rows and tokens per source (BatchWork::source_counts), delivered.
+  void add_sources(const std::vector<int64_t>& counts) {
+    std::lock_guard<std::mutex> lock(sources_mu_);
+    if (sources_.size() < counts.size()) sources_.resize(counts.size(), 0);
+    for (size_t i = 0; i < counts.size(); ++i) sources_[i] += counts[i];
+  }
+  std::vector<int64_t> sources() const {
+    std::lock_guard<std::mutex> lock(sources_mu_);
+    return sources_;
+  }
+
   void add(const StageTimes& t) {
     read_ns.fetch_add(t.read_ns, std::memory_order_relaxed);
     decode_ns.fetch_add(t.decode_ns, std::memory_order_relaxed);
     ops_ns.fetch_add(t.ops_ns, std::memory_order_relaxed);
   }
+
+ private:
+  mutable std::mutex sources_mu_;
+  std::vector<int64_t> sources_;  // guarded by sources_mu_
 };
 
 }  // namespace stoker

@@ -275,6 +275,7 @@ LoaderStatsSnapshot LoaderTelemetry::snapshot(const Live& live) const {
   s.samples = st.samples.load(std::memory_order_relaxed);
   s.bytes_read = st.bytes_read.load(std::memory_order_relaxed);
   s.skipped = st.skipped.load(std::memory_order_relaxed);
+  s.sources = st.sources();
   s.read_seconds = sec(st.read_ns);
   s.decode_seconds = sec(st.decode_ns);
   s.ops_seconds = sec(st.ops_ns);

@@ -38,6 +38,7 @@ struct StageSecondsPerBatch {
 
 struct LoaderStatsSnapshot {
   int64_t batches = 0, samples = 0, bytes_read = 0, skipped = 0;
+  std::vector<int64_t> sources;  ///< a mixture's: per source, rows then real tokens
   double read_seconds = 0, decode_seconds = 0, ops_seconds = 0, plan_seconds = 0;
   double python_seconds = 0, python_cpu_seconds = 0, python_wait_seconds = 0;  ///< Python stage
   double worker_busy_seconds = 0, worker_idle_seconds = 0;

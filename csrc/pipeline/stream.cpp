@@ -379,7 +379,7 @@ Stream::Read Stream::read(HostBatch& out, Clock::time_point deadline) {
     out.pinned = pool_->kind() == MemoryKind::kPinned;
     out.tensors = std::move(w.tensors);
     out.counters = {w.samples, w.skipped.load(std::memory_order_relaxed),
-                    w.bytes_read.load(std::memory_order_relaxed)};
+                    w.bytes_read.load(std::memory_order_relaxed), std::move(w.source_counts)};
     out.ticket = job.ticket;
   }
   job.work.reset();

@@ -16,24 +16,32 @@ namespace {
 constexpr size_t kTensorAlign = 64;
 size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTensorAlign; }
 
-// Reads sample `index` verified and split into `views`, which stay valid while
-// `hold` holds its shard or record (deferred shards: NOTE [ Released shards ] and
-// NOTE [ Records by range ] in format/record_ranges.h); a failure is that sample's
-// error, with its file, record and field.
-bool read_for_plan(const RecordSource& src, int64_t index, const std::string& field,
-                   std::vector<RecordView>& views, Dataset::ShardPin& hold, bool verify,
-                   std::exception_ptr& first_error) {
+// A pin, and the dataset it is of (a mixture's batch reads several).
+struct Held {
+  Dataset::ShardPin pin;
+  const Dataset* ds = nullptr;
+};
+
+// Reads sample `index` of `ds` verified and split into `views`, which stay valid
+// while `hold` holds its shard or record (deferred shards: NOTE [ Released shards ]
+// in format/shard_gate.h, NOTE [ Records by range ] in format/record_ranges.h); a
+// failure is that sample's error, with its file, record and field.
+
+bool read_for_plan(const RecordSource& src, const Dataset& ds, int64_t index,
+                   const std::string& field, std::vector<RecordView>& views, Held& hold,
+                   bool verify, std::exception_ptr& first_error) {
   try {
     try {
-      const Dataset::Location loc = src.ds->locate(index);
-      if (src.ds->deferred() && !hold.holds(loc.shard)) {
-        hold.reset();  // never hold one shard while waiting for another
-        hold = src.ds->pin_record(loc);
+      const Dataset::Location loc = ds.locate(index);
+      if (ds.deferred() && (hold.ds != &ds || !hold.pin.holds(loc.shard))) {
+        hold.pin.reset();  // never hold one shard while waiting for another
+        hold.pin = ds.pin_record(loc);
+        hold.ds = &ds;
       }
-      src.ds->read(hold, loc, views.data(), verify);
+      ds.read(hold.pin, loc, views.data(), verify);
       return true;
     } catch (...) {
-      rethrow_with_context(*src.ds, index, field);
+      rethrow_with_context(ds, index, field);
     }
   } catch (...) {
     // on_error="skip" passes over a failed download too (its shard is fetched again
@@ -49,12 +57,14 @@ bool read_for_plan(const RecordSource& src, int64_t index, const std::string& fi
 // order), so that a batch is sized by what it will hold even when none of its
 // own samples can be read (a whole batch inside a shard whose download failed).
 // False if there is none, or the worker's stream stopped.
-bool read_replacement(const RecordSource& src, int64_t index, const std::string& field,
-                      std::vector<RecordView>& views, Dataset::ShardPin& hold, bool verify) {
-  const int64_t n = src.ds->size();
+bool read_replacement(const RecordSource& src, const Dataset& ds, int64_t index,
+                      const std::string& field, std::vector<RecordView>& views, Held& hold,
+                      bool verify) {
+  const int64_t n = ds.size();
   for (int64_t step = 1; step < n && !stop_requested(); ++step) {
     std::exception_ptr ignored;
-    if (read_for_plan(src, (index + step) % n, field, views, hold, verify, ignored)) return true;
+    if (read_for_plan(src, ds, (index + step) % n, field, views, hold, verify, ignored))
+      return true;
   }
   return false;
 }
@@ -81,7 +91,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
   };
 
   std::vector<RecordView> views(schema.fields.size());
-  Dataset::ShardPin hold;  // the shard the views point into (releasable datasets)
+  Held hold;  // the shard the views point into (releasable datasets)
   // The output size of every image and group whose ops do not fix it: the one
   // size all its images share, read from their headers.
   auto common_size = [&](const std::string& name, const auto& size_of) {
@@ -90,17 +100,18 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
     std::pair<int, int> hw;
     for (int64_t p = 0; p < len; ++p) {
       const int64_t idx = b.indices[static_cast<size_t>(p)];
+      const Dataset& ds = b.dataset_of(p);  // a mixture's row: its own source's
       // An image header is parsed: verified first (a corrupt one is that sample's
       // DataError, never a misleading size error).
-      if (!read_for_plan(src, idx, name, views, hold, true, first_error) &&
-          !read_replacement(src, idx, name, views, hold, true))
+      if (!read_for_plan(src, ds, idx, name, views, hold, true, first_error) &&
+          !read_replacement(src, ds, idx, name, views, hold, true))
         continue;
       std::pair<int, int> s;
       try {
         try {
           s = size_of();
         } catch (...) {
-          rethrow_with_context(*src.ds, idx, name);
+          rethrow_with_context(ds, idx, name);
         }
       } catch (...) {
         if (!src.skip_errors) throw;
@@ -204,8 +215,9 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
         // verified one is that sample's error, or under on_error="skip" a padding a
         // little longer than needed).
         const int64_t idx = b.indices[static_cast<size_t>(p)];
-        if (!read_for_plan(src, idx, spec.name, views, hold, false, first_error) &&
-            !read_replacement(src, idx, spec.name, views, hold, false))
+        const Dataset& ds = b.dataset_of(p);
+        if (!read_for_plan(src, ds, idx, spec.name, views, hold, false, first_error) &&
+            !read_replacement(src, ds, idx, spec.name, views, hold, false))
           continue;
         have = true;
         max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(views[f].size / row));
@@ -221,6 +233,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       plan.lengths = add_tensor(spec.name + "_lengths", DType::kInt64, {len});
     }
   }
+  if (!b.sources.empty()) b.source_tensor = add_tensor("source", DType::kInt64, {len});
   b.bytes = offset;
 }
 

@@ -45,6 +45,17 @@ class RecordBatch final : public BatchWork {
   std::vector<int64_t> indices;  ///< dataset index of each sample
   std::vector<FieldPlan> plans;  ///< per schema field
   int64_t unit_samples = 1;
+  // A mixture's batch: each sample's source (RecordSource::sets), the key its
+  // random draws take in place of its index (NOTE [ Random draws ]: unique per
+  // occurrence, so a source read twice in an epoch draws anew), and the
+  // "source" tensor (index into tensors).
+  std::vector<uint16_t> sources;
+  std::vector<uint64_t> sample_keys;
+  size_t source_tensor = SIZE_MAX;
+
+  const Dataset& dataset_of(int64_t pos) const {
+    return sources.empty() ? *src_->ds : src_->dataset(sources[static_cast<size_t>(pos)]);
+  }
 
  private:
   friend class SampleWriter;
@@ -52,7 +63,8 @@ class RecordBatch final : public BatchWork {
   uint64_t sample_seed_;  // hash of (seed, epoch): per-sample random draws
 };
 
-/// Fills `b.indices`, `b.plans`, `b.tensors`, `b.bytes`, `b.units`.
+/// Fills `b.indices`, `b.plans`, `b.tensors`, `b.bytes`, `b.units` (with
+/// `b.sources` set first: a mixture's, and its "source" tensor).
 void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, int64_t unit_samples,
                        RecordBatch& b);
 

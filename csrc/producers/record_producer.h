@@ -99,6 +99,8 @@ struct BatchMixSource {
 /// alone, one TransformGroup per group with targets.
 struct RecordSource {
   std::shared_ptr<const Dataset> ds;
+  /// A mixture's datasets, all with ds's schema (sets[0] is ds); empty otherwise.
+  std::vector<std::shared_ptr<const Dataset>> sets;
   std::vector<std::unique_ptr<ImagePipeline>> pipelines;  ///< per field; null if not an image alone
   std::vector<std::unique_ptr<TransformGroup>> groups;
   std::vector<int> group_of;                      ///< per field: its TransformGroup, or -1
@@ -110,6 +112,9 @@ struct RecordSource {
   std::vector<std::vector<uint8_t>> pad_values;  ///< per field: one element; empty: zeros
   std::optional<BatchMixSource> mix;
   bool skip_errors = false;
+
+  /// The dataset of a batch's source `s` (a mixture's), else ds.
+  const Dataset& dataset(size_t s) const { return sets.empty() ? *ds : *sets[s]; }
 };
 
 /// The source of `opts`'s batches (also the Python stage's fetch of one

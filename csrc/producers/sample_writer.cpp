@@ -66,10 +66,12 @@ class SampleWriter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  SampleWriter(RecordBatch& b, uint8_t* base, WorkerContext& ctx)
+  /// Writes samples of `b` that come from `ds` (a mixture's batch: one run of
+  /// samples of one source at a time).
+  SampleWriter(RecordBatch& b, const Dataset& ds, uint8_t* base, WorkerContext& ctx)
       : b_(b),
         src_(*b.src_),
-        ds_(*src_.ds),
+        ds_(ds),
         schema_(ds_.schema()),
         base_(base),
         ctx_(ctx),
@@ -229,7 +231,8 @@ class SampleWriter {
     if (const int g = src_.group_of[f]; g >= 0) {
       if (src_.group_leader[g] == f) write_group(static_cast<size_t>(g), pos, index);
     } else if (spec.kind == FieldKind::kImage) {
-      const uint64_t seed = sample_draw_seed(b_.sample_seed_, index, src_.draw_keys[f]);
+      const uint64_t seed =
+          sample_draw_seed(b_.sample_seed_, draw_key(pos, index), src_.draw_keys[f]);
       if (image_decode_ns_ < 0) image_decode_ns_ = 0;
       src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_);
       set_activity(Activity::kDecoding);
@@ -245,6 +248,13 @@ class SampleWriter {
       next_ = {};
       finish_rows(f, pos, rows);
     }
+  }
+
+  // What sample `index` at `pos` keys its random draws by: its index, or a
+  // mixture's per-row key, unique per occurrence (NOTE [ Random draws ]).
+  int64_t draw_key(int64_t pos, int64_t index) const {
+    return b_.sample_keys.empty() ? index
+                                  : static_cast<int64_t>(b_.sample_keys[static_cast<size_t>(pos)]);
   }
 
   // The padding after `rows` rows of variable field f at `pos`, and its length.
@@ -282,7 +292,8 @@ class SampleWriter {
                base_ + b_.tensors[plan.out].offset + static_cast<size_t>(pos) * plan.sample_bytes};
     }
     const FieldPlan& lead = b_.plans[src_.group_leader[g]];
-    const uint64_t seed = sample_draw_seed(b_.sample_seed_, index, src_.draw_keys[fields[0]]);
+    const uint64_t seed =
+        sample_draw_seed(b_.sample_seed_, draw_key(pos, index), src_.draw_keys[fields[0]]);
     if (image_decode_ns_ < 0) image_decode_ns_ = 0;
     group.run(io.data(), seed, lead.img_h, lead.img_w, &image_decode_ns_);
     set_activity(Activity::kDecoding);
@@ -340,7 +351,24 @@ void RecordBatch::run(int u, uint8_t* base, WorkerContext& ctx) {
   const int64_t len = static_cast<int64_t>(indices.size());
   const int64_t lo = static_cast<int64_t>(u) * unit_samples;
   const int64_t hi = std::min(len, lo + unit_samples);
-  SampleWriter(*this, base, ctx).run(lo, hi);
+  if (sources.empty()) {
+    SampleWriter(*this, *src_->ds, base, ctx).run(lo, hi);
+    return;
+  }
+  // A mixture's batch: its samples come grouped by source, a run of each.
+  for (int64_t a = lo; a < hi;) {
+    const uint16_t s = sources[static_cast<size_t>(a)];
+    int64_t e = a + 1;
+    while (e < hi && sources[static_cast<size_t>(e)] == s) ++e;
+    SampleWriter(*this, src_->dataset(s), base, ctx).run(a, e);
+    if (ctx.stopped()) return;
+    a = e;
+  }
+  const TensorDesc& t = tensors[source_tensor];
+  for (int64_t p = lo; p < hi; ++p) {
+    const int64_t s = sources[static_cast<size_t>(p)];
+    std::memcpy(base + t.offset + static_cast<size_t>(p) * sizeof s, &s, sizeof s);
+  }
 }
 
 // NOTE [ Batch transforms ]
@@ -348,7 +376,9 @@ void RecordBatch::run(int u, uint8_t* base, WorkerContext& ctx) {
 // whole batch is written (BatchWork::finish). Their draw is keyed by (seed,
 // epoch) and the batch's first dataset index and length: the same batch gets
 // the same mix whatever the thread count, and a resumed loader, whose batches
-// are the same, gets the same mixes.
+// are the same, gets the same mixes. A mixture's batch is keyed by its first
+// row's draw key in place of the index (which several sources share): the key
+// of one source's c-th row, which no other batch of the epoch holds.
 void RecordBatch::finish(uint8_t* base, WorkerContext& ctx) {
   if (!src_->mix || indices.empty()) return;
   set_activity(Activity::kDecoding);
@@ -411,7 +441,7 @@ void RecordBatch::finish(uint8_t* base, WorkerContext& ctx) {
         STOKER_THROW(DataError, "batch_transforms: label ", y,
                      " is outside [0, num_classes=", mix.spec.num_classes, ")");
       } catch (...) {
-        rethrow_with_context(*src_->ds, indices[static_cast<size_t>(i)], lf.name);
+        rethrow_with_context(dataset_of(i), indices[static_cast<size_t>(i)], lf.name);
       }
     }
     labels[static_cast<size_t>(i)] = y;
@@ -419,8 +449,8 @@ void RecordBatch::finish(uint8_t* base, WorkerContext& ctx) {
   const FieldPlan& ip = plans[mix.image];
   const TensorDesc& img = tensors[ip.out];
   const bool chw = src_->layouts[mix.image] == ImageLayout::kCHW;
-  uint64_t key = hash_combine(hash_combine(sample_seed_, 0x6d69787570ull /* "mixup" */),
-                              static_cast<uint64_t>(indices[0]));
+  const uint64_t first = sample_keys.empty() ? static_cast<uint64_t>(indices[0]) : sample_keys[0];
+  uint64_t key = hash_combine(hash_combine(sample_seed_, 0x6d69787570ull /* "mixup" */), first);
   key = hash_combine(key, static_cast<uint64_t>(len));
   detail::SplitMix64 rng(key);
   const MixDraw d = draw_batch_mix(mix.spec, ip.img_h, ip.img_w, rng);

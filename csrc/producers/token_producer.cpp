@@ -60,7 +60,11 @@ struct TokenProducer::Plan : EpochPlan {
 };
 
 struct TokenProducer::Work : BatchWork {
-  const TokenProducer* p = nullptr;
+  const TokenProducer* p = nullptr;  // the options (a mixture's sources share them)
+  // A mixture's rows come from several producers: row r's (empty: p's), and the
+  // index of its source for the "source" tensor.
+  std::vector<const TokenProducer*> row_p;
+  std::vector<int64_t> row_source;
   int64_t rows = 0, width = 0;
   int rows_per_unit = 1;
   std::vector<int64_t> row_start;        // kWindows: first token of each window
@@ -69,7 +73,7 @@ struct TokenProducer::Work : BatchWork {
   std::vector<int64_t> row_seg_begin;    // packed: the row's first sequence in cu_seqlens
   int32_t max_seqlen = 0;
   size_t off_input = 0, off_labels = 0, off_pos = 0, off_cu = 0, off_max = 0, off_loss = 0,
-         off_attn = 0;
+         off_attn = 0, off_source = 0;
   bool packed = false, budget = false, has_attn = false;
 
   size_t add(const std::string& name, DType t, std::vector<int64_t> shape) {
@@ -81,21 +85,26 @@ struct TokenProducer::Work : BatchWork {
     return off;
   }
 
+  const TokenProducer& of(int64_t r) const {
+    return row_p.empty() ? *p : *row_p[static_cast<size_t>(r)];
+  }
   void run(int u, uint8_t* base, WorkerContext& ctx) override;
   void run_window(int64_t r, uint8_t* base, int64_t& read) const;
   void run_pieces(int64_t r, uint8_t* base, int64_t& read) const;
-  [[noreturn]] void bad_token(int64_t d, const TokenSpan& span, int64_t i) const;
+  [[noreturn]] void bad_token(const TokenProducer& from, int64_t d, const TokenSpan& span,
+                              int64_t i) const;
 };
 
-void TokenProducer::Work::bad_token(int64_t d, const TokenSpan& span, int64_t i) const {
-  const TokenSource& src = *p->src_;
+void TokenProducer::Work::bad_token(const TokenProducer& from, int64_t d, const TokenSpan& span,
+                                    int64_t i) const {
+  const TokenSource& src = *from.src_;
   const int64_t v = token_at(span.data, src.dtype(), i);
-  const TokenOptions& o = p->o_;
-  std::string why = o.vocab_size > 0 && p->limit_ == o.vocab_size
+  const TokenOptions& o = from.o_;
+  std::string why = o.vocab_size > 0 && from.limit_ == o.vocab_size
                         ? detail::concat("vocab_size=", o.vocab_size)
                         : detail::concat("what token_dtype=", dtype_name(o.token_dtype), " holds");
   STOKER_THROW(DataError, src.where(d), ": token ", i, " of the document is ", v, ", outside [0, ",
-               p->limit_, ") (", why, ")");
+               from.limit_, ") (", why, ")");
 }
 
 void TokenProducer::Work::run(int u, uint8_t* base, WorkerContext& ctx) {
@@ -110,6 +119,9 @@ void TokenProducer::Work::run(int u, uint8_t* base, WorkerContext& ctx) {
     else
       run_pieces(r, base, read);
   }
+  if (!row_source.empty() && r1 > r0)
+    std::memcpy(base + off_source + static_cast<size_t>(r0) * sizeof(int64_t),
+                row_source.data() + r0, static_cast<size_t>(r1 - r0) * sizeof(int64_t));
   // The tokens copied came from a file that may have been cut short under its
   // mapping meanwhile (NOTE [ Shards changed under a reader ]): then zeros.
   p->src_->check_intact();
@@ -124,7 +136,8 @@ void TokenProducer::Work::run(int u, uint8_t* base, WorkerContext& ctx) {
 }
 
 void TokenProducer::Work::run_window(int64_t r, uint8_t* base, int64_t& read) const {
-  const TokenSource& src = *p->src_;
+  const TokenProducer& from = of(r);
+  const TokenSource& src = *from.src_;
   const DType out = p->o_.token_dtype;
   const size_t item = dtype_size(src.dtype()), oitem = dtype_size(out);
   const int64_t L = width, s = row_start[static_cast<size_t>(r)], end = s + L + 1;
@@ -137,19 +150,19 @@ void TokenProducer::Work::run_window(int64_t r, uint8_t* base, int64_t& read) co
     const int64_t take = std::min(src.doc_length(d) - off, end - t);
     if (take <= 0) continue;
     const TokenSpan span = src.doc(d);
-    const uint8_t* from = span.data + static_cast<size_t>(off) * item;
+    const uint8_t* at = span.data + static_cast<size_t>(off) * item;
     const int64_t j0 = t - s;  // window index of this run's first token
     // input_ids: window indices [0, L); labels: [1, L + 1) shifted down by one
     if (j0 < L) {
       const int64_t n = std::min(take, L - j0);
-      const int64_t bad = copy_tokens(from, src.dtype(), n, input + j0 * oitem, out, p->limit_);
-      if (bad >= 0) bad_token(d, span, off + bad);
+      const int64_t bad = copy_tokens(at, src.dtype(), n, input + j0 * oitem, out, from.limit_);
+      if (bad >= 0) bad_token(from, d, span, off + bad);
     }
     const int64_t a = std::max<int64_t>(j0, 1), b = j0 + take;
     if (shifted && b > a) {
-      const int64_t bad = copy_tokens(from + static_cast<size_t>(a - j0) * item, src.dtype(), b - a,
-                                      labels + (a - 1) * oitem, out, p->limit_);
-      if (bad >= 0) bad_token(d, span, off + (a - j0) + bad);
+      const int64_t bad = copy_tokens(at + static_cast<size_t>(a - j0) * item, src.dtype(), b - a,
+                                      labels + (a - 1) * oitem, out, from.limit_);
+      if (bad >= 0) bad_token(from, d, span, off + (a - j0) + bad);
     }
     read += take * static_cast<int64_t>(item);
     t += take;
@@ -161,7 +174,8 @@ void TokenProducer::Work::run_window(int64_t r, uint8_t* base, int64_t& read) co
 }
 
 void TokenProducer::Work::run_pieces(int64_t r, uint8_t* base, int64_t& read) const {
-  const TokenSource& src = *p->src_;
+  const TokenProducer& from = of(r);
+  const TokenSource& src = *from.src_;
   const TokenOptions& o = p->o_;
   const DType out = o.token_dtype;
   const size_t item = dtype_size(src.dtype()), oitem = dtype_size(out);
@@ -178,9 +192,9 @@ void TokenProducer::Work::run_pieces(int64_t r, uint8_t* base, int64_t& read) co
        i < row_piece_begin[static_cast<size_t>(r) + 1]; ++i) {
     const PackPiece& pc = pieces[static_cast<size_t>(i)];
     const TokenSpan span = src.doc(pc.doc);
-    const uint8_t* from = span.data + static_cast<size_t>(pc.offset) * item;
-    int64_t bad = copy_tokens(from, src.dtype(), pc.length, input + c * oitem, out, p->limit_);
-    if (bad >= 0) bad_token(pc.doc, span, pc.offset + bad);
+    const uint8_t* at = span.data + static_cast<size_t>(pc.offset) * item;
+    int64_t bad = copy_tokens(at, src.dtype(), pc.length, input + c * oitem, out, from.limit_);
+    if (bad >= 0) bad_token(from, pc.doc, span, pc.offset + bad);
     if (o.unshifted) {
       // the tokens themselves, bar the sequence's first (nothing before it in the
       // sequence predicts it) and the prompt's
@@ -192,8 +206,8 @@ void TokenProducer::Work::run_pieces(int64_t r, uint8_t* base, int64_t& read) co
     } else {
       // labels: the next token of the same document, where there is one
       const int64_t have = std::min(pc.length, span.length - pc.offset - 1);
-      bad = copy_tokens(from + item, src.dtype(), have, labels + c * oitem, out, p->limit_);
-      if (bad >= 0) bad_token(pc.doc, span, pc.offset + 1 + bad);
+      bad = copy_tokens(at + item, src.dtype(), have, labels + c * oitem, out, from.limit_);
+      if (bad >= 0) bad_token(from, pc.doc, span, pc.offset + 1 + bad);
       fill(labels, out, c + have, c + pc.length, o.ignore_index);
       std::memset(loss + c, 1, static_cast<size_t>(have));
       std::memset(loss + c + have, 0, static_cast<size_t>(pc.length - have));
@@ -377,100 +391,183 @@ std::unique_ptr<BatchWork> TokenProducer::plan_batch(const EpochPlan& epoch, int
   const Plan& plan = static_cast<const Plan&>(epoch);
   STOKER_CHECK(k >= 0 && k < plan.split.batches, UsageError, "batch ", k, " out of range [0, ",
                plan.split.batches, ")");
+  if (o_.mode == TokenMode::kBudget)
+    return plan_budget_batch(plan.at(plan.split.global(k, 0)), plan.key.epoch, -1, 0);
+  const int64_t R = plan.split.batch_length(k);
+  std::vector<int64_t> rows(static_cast<size_t>(R));
+  for (int64_t j = 0; j < R; ++j) rows[static_cast<size_t>(j)] = plan.at(plan.split.global(k, j));
   auto w = std::make_unique<Work>();
   w->p = this;
-  const DType out = o_.token_dtype;
-  const int64_t L = o_.seq_len;
+  add_rows(*w, *this, rows.data(), R);
+  finish(*w, 0);
+  return w;
+}
 
-  if (o_.mode == TokenMode::kBudget) {
-    const int64_t b = plan.at(plan.split.global(k, 0));
-    const BudgetPlan::Batch& bb = budget_->batch(b);
-    w->budget = true;
-    w->rows = bb.end - bb.begin;
-    w->width = bb.width;
-    w->row_piece_begin.reserve(static_cast<size_t>(w->rows) + 1);
-    w->row_piece_begin.push_back(0);
-    for (int64_t i = bb.begin; i < bb.end; ++i) {
-      const int64_t d = budget_->doc_at(plan.key.epoch, i);
-      w->pieces.push_back({d, 0, budget_->used_length(src_->doc_length(d))});
-      w->row_piece_begin.push_back(static_cast<int64_t>(w->pieces.size()));
+std::unique_ptr<BatchWork> TokenProducer::plan_rows(
+    const std::vector<std::pair<const TokenProducer*, int64_t>>& rows,
+    const std::vector<int64_t>& source, size_t num_sources) const {
+  STOKER_CHECK(o_.mode != TokenMode::kBudget, UsageError, "token-budget batches are whole");
+  STOKER_CHECK(source.size() == rows.size(), UsageError, "a source for every row");
+  auto w = std::make_unique<Work>();
+  w->p = this;
+  w->row_p.reserve(rows.size());
+  std::vector<int64_t> run;
+  for (size_t j = 0; j < rows.size();) {  // runs of rows of one producer at a time
+    const TokenProducer* from = rows[j].first;
+    STOKER_CHECK(from->o_.mode == o_.mode && from->o_.seq_len == o_.seq_len &&
+                     from->o_.token_dtype == o_.token_dtype,
+                 UsageError, "a mixture's token sources must share their batch options");
+    run.clear();
+    for (; j < rows.size() && rows[j].first == from; ++j) {
+      run.push_back(rows[j].second);
+      w->row_p.push_back(from);
     }
-  } else {
-    w->rows = plan.split.batch_length(k);
-    w->width = L;
-    if (o_.mode == TokenMode::kWindows) {
-      w->row_start.resize(static_cast<size_t>(w->rows));
-      for (int64_t j = 0; j < w->rows; ++j)
-        w->row_start[static_cast<size_t>(j)] = plan.at(plan.split.global(k, j)) * o_.stride;
-    } else {
-      w->packed = true;
-      w->row_piece_begin.push_back(0);
-      w->row_seg_begin.push_back(0);
-      int64_t segs = 0, longest = 0;
-      for (int64_t j = 0; j < w->rows; ++j) {
-        const int64_t row = plan.at(plan.split.global(k, j));
-        int64_t used = 0;
-        if (o_.mode == TokenMode::kConcat) {
-          const int64_t t0 = row * L;
-          for (int64_t d = src_->doc_of(t0); used < L; ++d) {
-            const int64_t off = t0 + used - src_->doc_start(d);
-            const int64_t take = std::min(src_->doc_length(d) - off, L - used);
-            if (take <= 0) continue;
-            w->pieces.push_back({d, off, take});
-            used += take;
-          }
-        } else {
-          const PackPiece* pp = pack_->row_pieces(row);
-          for (int64_t i = 0; i < pack_->row_num_pieces(row); ++i) {
-            w->pieces.push_back(pp[i]);
-            used += pp[i].length;
-          }
-        }
-        for (size_t i = static_cast<size_t>(w->row_piece_begin.back()); i < w->pieces.size(); ++i)
-          longest = std::max(longest, w->pieces[i].length);
-        segs +=
-            static_cast<int64_t>(w->pieces.size()) - w->row_piece_begin.back() + (used < L ? 1 : 0);
-        if (used < L) longest = std::max(longest, L - used);
-        w->row_piece_begin.push_back(static_cast<int64_t>(w->pieces.size()));
-        w->row_seg_begin.push_back(segs);
-      }
-      w->max_seqlen = static_cast<int32_t>(longest);
-    }
+    add_rows(*w, *from, run.data(), static_cast<int64_t>(run.size()));
   }
+  w->row_source = source;
+  finish(*w, num_sources);
+  return w;
+}
 
-  const int64_t R = w->rows, W = w->width;
-  w->samples = R;
-  w->off_input = w->add("input_ids", out, {R, W});
-  w->off_labels = w->add("labels", out, {R, W});
-  if (w->packed && o_.unshifted) {
+std::unique_ptr<BatchWork> TokenProducer::plan_budget_batch(int64_t b, uint64_t epoch,
+                                                            int64_t source,
+                                                            size_t num_sources) const {
+  STOKER_CHECK(o_.mode == TokenMode::kBudget && b >= 0 && b < budget_->num_batches(), UsageError,
+               "no token-budget batch ", b);
+  auto w = std::make_unique<Work>();
+  w->p = this;
+  const BudgetPlan::Batch& bb = budget_->batch(b);
+  w->budget = true;
+  w->rows = bb.end - bb.begin;
+  w->width = bb.width;
+  w->row_piece_begin.reserve(static_cast<size_t>(w->rows) + 1);
+  w->row_piece_begin.push_back(0);
+  for (int64_t i = bb.begin; i < bb.end; ++i) {
+    const int64_t d = budget_->doc_at(epoch, i);
+    w->pieces.push_back({d, 0, budget_->used_length(src_->doc_length(d))});
+    w->row_piece_begin.push_back(static_cast<int64_t>(w->pieces.size()));
+  }
+  if (source >= 0) w->row_source.assign(static_cast<size_t>(w->rows), source);
+  finish(*w, num_sources);
+  return w;
+}
+
+// Appends rows `rows[0, n)` of `from` (windows, concat or packed rows) to `w`.
+void TokenProducer::add_rows(Work& w, const TokenProducer& from, const int64_t* rows,
+                             int64_t n) const {
+  const TokenSource& src = *from.src_;
+  const int64_t L = o_.seq_len;
+  w.width = L;
+  if (o_.mode == TokenMode::kWindows) {
+    for (int64_t j = 0; j < n; ++j) w.row_start.push_back(rows[j] * from.o_.stride);
+    w.rows += n;
+    return;
+  }
+  w.packed = true;
+  if (w.row_piece_begin.empty()) {
+    w.row_piece_begin.push_back(0);
+    w.row_seg_begin.push_back(0);
+  }
+  int64_t longest = w.max_seqlen;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t row = rows[j];
+    int64_t used = 0;
+    if (o_.mode == TokenMode::kConcat) {
+      const int64_t t0 = row * L;
+      for (int64_t d = src.doc_of(t0); used < L; ++d) {
+        const int64_t off = t0 + used - src.doc_start(d);
+        const int64_t take = std::min(src.doc_length(d) - off, L - used);
+        if (take <= 0) continue;
+        w.pieces.push_back({d, off, take});
+        used += take;
+      }
+    } else {
+      const PackPiece* pp = from.pack_->row_pieces(row);
+      for (int64_t i = 0; i < from.pack_->row_num_pieces(row); ++i) {
+        w.pieces.push_back(pp[i]);
+        used += pp[i].length;
+      }
+    }
+    for (size_t i = static_cast<size_t>(w.row_piece_begin.back()); i < w.pieces.size(); ++i)
+      longest = std::max(longest, w.pieces[i].length);
+    const int64_t segs = w.row_seg_begin.back() + static_cast<int64_t>(w.pieces.size()) -
+                         w.row_piece_begin.back() + (used < L ? 1 : 0);
+    if (used < L) longest = std::max(longest, L - used);
+    w.row_piece_begin.push_back(static_cast<int64_t>(w.pieces.size()));
+    w.row_seg_begin.push_back(segs);
+    ++w.rows;
+  }
+  w.max_seqlen = static_cast<int32_t>(longest);
+}
+
+// The layout of a planned batch and its units; with `num_sources`, the
+// "source" tensor and each source's rows and real tokens (BatchWork::source_counts).
+void TokenProducer::finish(Work& w, size_t num_sources) const {
+  const DType out = o_.token_dtype;
+  const int64_t R = w.rows, W = w.width;
+  w.samples = R;
+  w.off_input = w.add("input_ids", out, {R, W});
+  w.off_labels = w.add("labels", out, {R, W});
+  if (w.packed && o_.unshifted) {
     // HF's names (DataCollatorWithFlattening): cu_seq_lens_q and _k are one buffer;
     // the longest sequence travels as a shape (see the header)
-    w->off_pos = w->add("position_ids", out, {R, W});
-    const int64_t segs = w->row_seg_begin.back() + 1;
-    w->off_cu = w->add("cu_seq_lens_q", DType::kInt32, {segs});
-    w->tensors.push_back({"cu_seq_lens_k",
-                          DType::kInt32,
-                          {segs},
-                          w->off_cu,
-                          static_cast<size_t>(segs) * sizeof(int32_t)});
-    w->add("max_length", DType::kInt32, {w->max_seqlen, 0});
-  } else if (w->packed) {
-    w->off_pos = w->add("position_ids", out, {R, W});
-    w->off_cu = w->add("cu_seqlens", DType::kInt32, {w->row_seg_begin.back() + 1});
-    w->off_max = w->add("max_seqlen", DType::kInt32, {});
+    w.off_pos = w.add("position_ids", out, {R, W});
+    const int64_t segs = w.row_seg_begin.back() + 1;
+    w.off_cu = w.add("cu_seq_lens_q", DType::kInt32, {segs});
+    w.tensors.push_back({"cu_seq_lens_k",
+                         DType::kInt32,
+                         {segs},
+                         w.off_cu,
+                         static_cast<size_t>(segs) * sizeof(int32_t)});
+    w.add("max_length", DType::kInt32, {w.max_seqlen, 0});
+  } else if (w.packed) {
+    w.off_pos = w.add("position_ids", out, {R, W});
+    w.off_cu = w.add("cu_seqlens", DType::kInt32, {w.row_seg_begin.back() + 1});
+    w.off_max = w.add("max_seqlen", DType::kInt32, {});
   }
-  if ((w->packed || w->budget) && !o_.unshifted)
-    w->off_loss = w->add("loss_mask", DType::kBool, {R, W});
-  if (w->budget && o_.attention_mask) {
-    w->has_attn = true;
-    w->off_attn = w->add("attention_mask", out, {R, W});
+  if ((w.packed || w.budget) && !o_.unshifted)
+    w.off_loss = w.add("loss_mask", DType::kBool, {R, W});
+  if (w.budget && o_.attention_mask) {
+    w.has_attn = true;
+    w.off_attn = w.add("attention_mask", out, {R, W});
   }
-
+  if (num_sources > 0) {
+    w.off_source = w.add("source", DType::kInt64, {R});
+    w.source_counts.assign(2 * num_sources, 0);
+    for (int64_t r = 0; r < R; ++r) {
+      int64_t tokens = W;  // a window's input positions
+      if (!w.row_piece_begin.empty()) {
+        tokens = 0;
+        for (int64_t i = w.row_piece_begin[static_cast<size_t>(r)];
+             i < w.row_piece_begin[static_cast<size_t>(r) + 1]; ++i)
+          tokens += w.pieces[static_cast<size_t>(i)].length;
+      }
+      const size_t s = static_cast<size_t>(w.row_source[static_cast<size_t>(r)]);
+      w.source_counts[2 * s] += 1;
+      w.source_counts[2 * s + 1] += tokens;
+    }
+  }
   int64_t rpu = std::max<int64_t>(1, (kTokensPerUnit + W - 1) / std::max<int64_t>(W, 1));
   rpu = std::max(rpu, (R + kMaxUnits - 1) / kMaxUnits);
-  w->rows_per_unit = static_cast<int>(rpu);
-  w->units = static_cast<int>(std::max<int64_t>(1, (R + rpu - 1) / rpu));
-  return w;
+  w.rows_per_unit = static_cast<int>(rpu);
+  w.units = static_cast<int>(std::max<int64_t>(1, (R + rpu - 1) / rpu));
+}
+
+int64_t TokenProducer::num_samples() const {
+  return o_.mode == TokenMode::kBudget ? budget_->num_batches() : samples_;
+}
+
+int64_t TokenProducer::real_tokens() const {
+  switch (o_.mode) {
+    case TokenMode::kWindows:
+    case TokenMode::kConcat:
+      return rows_ * o_.seq_len;
+    case TokenMode::kDocument:
+      return rows_ * o_.seq_len - pad_;
+    case TokenMode::kBudget:
+      return budget_->real_tokens();
+  }
+  return 0;
 }
 
 }  // namespace stoker

@@ -55,6 +55,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -112,10 +113,31 @@ class TokenProducer : public BatchProducer {
   /// Rows of one epoch (windows, packed rows, or documents for budgets).
   int64_t epoch_rows() const { return rows_; }
 
+  // -- mixtures (producers/mix_token_producer.h) ------------------------------
+  /// The units a mixture draws from this source: windows, packed rows, or whole
+  /// token-budget batches.
+  int64_t num_samples() const;
+  /// Real (non-pad) tokens of all of them: windows count seq_len inputs each.
+  int64_t real_tokens() const;
+  /// A batch of rows of several producers made with the same options but
+  /// their own sources and seeds: row j is unit rows[j].second of
+  /// *rows[j].first, with source[j] written to the int64 tensor "source", and
+  /// each source's rows and real tokens to BatchWork::source_counts. Not for
+  /// token budgets.
+  std::unique_ptr<BatchWork> plan_rows(
+      const std::vector<std::pair<const TokenProducer*, int64_t>>& rows,
+      const std::vector<int64_t>& source, size_t num_sources) const;
+  /// Token-budget batch `b` of this producer, its documents in the order of
+  /// `epoch`; with source >= 0, every row's "source" is it (of num_sources).
+  std::unique_ptr<BatchWork> plan_budget_batch(int64_t b, uint64_t epoch, int64_t source,
+                                               size_t num_sources) const;
+
  private:
   struct Plan;
   struct Work;
   int64_t global_batch_samples(int64_t g) const;  // kBudget: rows of batch g
+  void add_rows(Work& w, const TokenProducer& from, const int64_t* rows, int64_t n) const;
+  void finish(Work& w, size_t num_sources) const;
 
   std::shared_ptr<const TokenSource> src_;
   TokenOptions o_;

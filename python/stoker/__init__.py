@@ -36,6 +36,7 @@ from .fields import (
     scalar,
     tokens,
 )
+from .mix import Mix
 from .token_dataset import TokenDataset
 from .writer import ShardWriter, WriterLockError
 
@@ -73,6 +74,7 @@ __all__ = [
     "Image",
     "KeyPoints",
     "Loader",
+    "Mix",
     "NDArray",
     "Scalar",
     "ShardWriter",

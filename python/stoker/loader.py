@@ -24,6 +24,7 @@ from . import _loader_state as state_mod
 from ._loader_args import check_int
 from .dataset import Dataset
 from .fields import Image
+from .mix import Mix, MixRun
 from .ops import Op, _specs
 from .token_dataset import TokenDataset, _make_producer
 
@@ -194,7 +195,7 @@ class Loader:
 
     def __init__(
         self,
-        dataset: Union[Dataset, TokenDataset, str, os.PathLike],
+        dataset: Union[Dataset, TokenDataset, Mix, str, os.PathLike],
         batch_size: Optional[int] = None,
         shuffle: bool = False,
         seed: int = 0,
@@ -255,14 +256,16 @@ class Loader:
         self._stage: Optional[_python_stage.PythonStage] = None
         # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
         self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
-            max_tokens is not None or packing is not None or bool(token_options)
-        if not self._tokens and not map_style and not isinstance(dataset, Dataset):
+            max_tokens is not None or packing is not None or bool(token_options) or \
+            (isinstance(dataset, Mix) and dataset.tokens)
+        if not self._tokens and not map_style and not isinstance(dataset, (Dataset, Mix)):
             dataset = Dataset(dataset)
         if getattr(dataset, "closed", False):
             raise ValueError(f"{dataset.path}: the stoker.Dataset is closed")
         if not self._tokens and labels != "shifted":
             raise ValueError("labels= applies to token batches (seq_len=, packing=, "
                              "max_tokens=)")
+        self._mix: Optional[MixRun] = None  # a stoker.Mix (stoker/mix.py)
         if self._tokens and (transforms or image_layout is not None or batch_transforms or
                              pad_values):
             raise ValueError("transforms, batch_transforms, pad_values and image_layout apply "
@@ -319,7 +322,19 @@ class Loader:
 
         self._nchw_views: Tuple[str, ...] = ()
         on_device = torch.device(device).type == "cuda"
-        if self._tokens:
+        if self._tokens and isinstance(dataset, Mix):
+            self.transforms = {}
+            dataset = dataset.as_tokens(token_options.get("field"))  # sources with token fields
+            self.dataset = dataset
+            self._mix = MixRun(dataset, tokens=True, record_options=None,
+                               batch_size=batch_size, shuffle=self.shuffle, seed=seed,
+                               drop_last=self.drop_last, shard_window=shard_window,
+                               world_size=self._world()[1],
+                               token_options=dict(seq_len=seq_len, packing=packing,
+                                                  token_dtype=token_dtype, max_tokens=max_tokens,
+                                                  labels=labels, **token_options))
+            producer = self._mix.producer
+        elif self._tokens:
             self.transforms = {}
             producer = _make_producer(dataset, batch_size=batch_size, shuffle=self.shuffle,
                                       seed=seed, drop_last=self.drop_last, seq_len=seq_len,
@@ -378,7 +393,21 @@ class Loader:
                 batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
                 drop_last=self.drop_last, even_batches=self.even_batches,
                 shard_window=shard_window or 0)
-            if map_fn is not None or collate_fn is not None:
+            if isinstance(dataset, Mix):
+                if map_fn is not None or collate_fn is not None:
+                    raise ValueError("map= and collate_fn= take samples of one stoker.Dataset, "
+                                     "not of a stoker.Mix; batch_map= takes a mixture's "
+                                     "batches (with their 'source')")
+                self._mix = MixRun(dataset, tokens=False, record_options=_core.RecordOptions(
+                    sampler=sampler, skip_errors=on_error == "skip", images=images,
+                    transforms=groups, threads_hint=self.num_threads,
+                    handoff=batch_map is not None, pad_values=pads, mix=mix),
+                    batch_size=batch_size, shuffle=self.shuffle, seed=seed,
+                    drop_last=self.drop_last, shard_window=shard_window,
+                    world_size=self._world()[1], token_options={})
+                producer = self._mix.producer
+                source = None
+            elif map_fn is not None or collate_fn is not None:
                 # Samples are fetched by the stage's threads (the C++ decode, GIL released)
                 # as map receives them: images in their decoded layout.
                 if any(isinstance(k, tuple) for k in self.transforms) or mix or pads:
@@ -570,6 +599,8 @@ class Loader:
             # process's fetcher here.
             self._following = remote.follow(self._core, self._producer, world,
                                             self.shard_window)
+        if self._mix is not None:
+            self._mix.follow(self)  # each remote source ahead of its own stream
         self._skip = None  # the iterator takes a pending skip from here
         if self._stage is not None:
             self._stage.start()
@@ -579,8 +610,9 @@ class Loader:
 
     def _identity(self) -> Dict[str, Any]:
         if self._ident is None:  # fixed for the loader's life (the dataset may be closed)
-            self._ident = state_mod.dataset_identity(self.dataset, self._tokens,
-                                                     self._producer.epoch_samples())
+            self._ident = self._mix.identity() if self._mix is not None else \
+                state_mod.dataset_identity(self.dataset, self._tokens,
+                                           self._producer.epoch_samples())
         return self._ident
 
     def _sampling(self) -> Dict[str, Any]:
@@ -593,8 +625,11 @@ class Loader:
         samples of it the whole job has consumed. ``load_state_dict`` on any rank, at any
         world size and thread count, continues with exactly the samples not yet yielded."""
         epoch, position, world = self._core.state()
-        return state_mod.make_state(epoch, position, world or self._world()[1],
-                                    self._sampling(), self._identity())
+        state = state_mod.make_state(epoch, position, world or self._world()[1],
+                                     self._sampling(), self._identity())
+        if self._mix is not None:
+            state["mix"] = self._mix.state()  # a schedule's rows per step
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes from ``state_dict()`` (of any rank): the next iterator continues that
@@ -605,6 +640,8 @@ class Loader:
                                                        self._identity(), epoch_samples)
         state_mod.check_lightning_resume(self._world()[1], world, position, epoch_samples,
                                          sys._getframe(1))
+        if self._mix is not None:
+            self._mix.load(state)
         self._core.load_state(epoch, position, world)
         self._skip = None
         self._loaded = tuple(self._core.state())
@@ -686,7 +723,10 @@ class Loader:
         host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
         copy_seconds (device time), copy_gbps, device_buffers, device_bytes."""
         s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
-        if self._tokens:
+        counts = s.pop("source_counts")
+        if self._mix is not None:
+            s["sources"] = self._mix.stats(counts, self._core.state())
+        elif self._tokens:
             s["pad_fraction"] = self._producer.pad_fraction
             s["unused_tokens"] = self._producer.unused_tokens
         if not self._map_style and getattr(self.dataset, "remote", None) is not None:  # a URL

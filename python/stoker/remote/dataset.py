@@ -174,15 +174,16 @@ class RemoteDataset:
                 "use a smaller shard_window or a larger cache_limit")
 
     def follow(self, core: Any, producer: Any, world_size: int,
-               shard_window: Optional[int] = None) -> Fetcher:
+               shard_window: Optional[int] = None, source: Optional[int] = None) -> Fetcher:
         """Downloads ahead of a loader (its core and record producer: the shards the rest
         of its epoch reads, then the next one's), for as long as it lives; returns the
-        fetcher that follows it."""
+        fetcher that follows it. ``source``: this dataset is that source of the loader's
+        record mixture (``producer``), whose stream of passes is followed."""
         self.serve_here()
         fetcher = self._fetcher
         if fetcher is None:
             raise RemoteError(f"{self.url}: this remote dataset is not open")
-        fetcher.follow(core, producer, world_size, self.window_need(shard_window))
+        fetcher.follow(core, producer, world_size, self.window_need(shard_window), source)
         return fetcher
 
     @contextlib.contextmanager

@@ -114,10 +114,15 @@ class Fetcher:
 
     # -- what readers ask ------------------------------------------------------------------
 
-    def follow(self, core: Any, producer: Any, world_size: int, need: int) -> None:
+    def follow(self, core: Any, producer: Any, world_size: int, need: int,
+               source: Optional[int] = None) -> None:
         """Follows a loader (its core and record producer) for as long as it lives;
-        ``need``: the bytes of its working set (its window's shards)."""
-        self.plan.follow(core, producer, world_size)
+        ``need``: the bytes of its working set (its window's shards). ``source``: this
+        dataset is that source of the loader's record mixture (``producer``)."""
+        if source is None:
+            self.plan.follow(core, producer, world_size)
+        else:
+            self.plan.follow(core, producer, source=source)
         with self._mu:
             self._needs[core] = int(need)
         self.core.gate_notify()
