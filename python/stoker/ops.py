@@ -884,8 +884,10 @@ class BatchOp:
         self.switch_prob = switch_prob
         self.labels, self.image = labels, image
         # the C++ check, now rather than at Loader(...)
+        params = self.params()
         _core.BatchMixOptions(image="", labels="", num_classes=num_classes,
-                              **{self._name: self.params()})
+                              mixup=params if self._name == "mixup" else None,
+                              cutmix=params if self._name == "cutmix" else None)
 
     def params(self) -> Tuple[float, float, float]:
         """(alpha, p, label_smoothing), as the C++ batch mix takes them."""
