@@ -117,25 +117,23 @@ std::unique_ptr<BatchWork> MixRecordProducer::plan_batch(const EpochPlan& epoch,
   return b;
 }
 
-std::vector<size_t> MixRecordProducer::shard_schedule(size_t s, uint64_t epoch, int64_t position,
-                                                      size_t max_shards) const {
+int64_t MixRecordProducer::stream_position(size_t s, uint64_t epoch, int64_t position) const {
   STOKER_CHECK(s < streams_.size(), UsageError, "no source ", s);
   STOKER_CHECK(position >= 0 && position <= epoch_rows_, UsageError, "position ", position,
                " outside the epoch's ", epoch_rows_, " rows");
   STOKER_CHECK(epoch < static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / epoch_rows_),
                UsageError, "epoch ", epoch, " is past 2**63 rows");
   const int64_t row = static_cast<int64_t>(epoch) * epoch_rows_ + position;
-  return streams_[s].shard_schedule(sequence().counts(row)[s], max_shards);
+  return sequence().counts(row)[s];  // samples of the source's stream before it
+}
+
+std::vector<size_t> MixRecordProducer::shard_schedule(size_t s, uint64_t epoch, int64_t position,
+                                                      size_t max_shards) const {
+  return streams_[s].shard_schedule(stream_position(s, epoch, position), max_shards);
 }
 
 ReadPosition MixRecordProducer::source_position(size_t s, uint64_t epoch, int64_t position) const {
-  STOKER_CHECK(s < streams_.size(), UsageError, "no source ", s);
-  STOKER_CHECK(position >= 0 && position <= epoch_rows_, UsageError, "position ", position,
-               " outside the epoch's ", epoch_rows_, " rows");
-  STOKER_CHECK(epoch < static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / epoch_rows_),
-               UsageError, "epoch ", epoch, " is past 2**63 rows");
-  const int64_t row = static_cast<int64_t>(epoch) * epoch_rows_ + position;
-  const int64_t c = sequence().counts(row)[s];  // samples of the source's stream before it
+  const int64_t c = stream_position(s, epoch, position);
   const int64_t n = streams_[s].size();
   return ReadPosition{static_cast<uint64_t>(c / n), c % n, 1};
 }

@@ -56,6 +56,8 @@ class MixRecordProducer final : public BatchProducer {
 
  private:
   MixSplit split(const EpochKey& key) const;
+  /// Samples of source `s`'s stream before global position `position` of `epoch`.
+  int64_t stream_position(size_t s, uint64_t epoch, int64_t position) const;
 
   std::shared_ptr<RecordSource> source_;
   std::vector<SourceStream> streams_;
