@@ -102,18 +102,12 @@ def in_threads(*jobs, timeout=120):
 def test_train_and_val_share_one_budget(www, nginx, tmp_path):
     """A bounded train set and a bounded val set in one directory whose cache_limit is just
     above the sum of their windows: both finish two epochs, at the same time, and the
-    directory never holds more than the budget."""
+    directory never holds more than the budget. (Their times against each alone:
+    bench/bench_remote_shared.py.)"""
     size = shard_bytes(www, "train")
     window = 2
     limit = 2 * window * size + size // 2
     cache = tmp_path / "cache"
-    alone = {}
-    for name in ("train", "val"):  # each alone, for the times printed below
-        t0 = time.monotonic()
-        ds = open_remote(nginx, name, tmp_path / f"alone-{name}", limit)
-        run_epochs(ds, window)
-        ds.remote.close()
-        alone[name] = time.monotonic() - t0
     train = open_remote(nginx, "train", cache, limit)
     val = open_remote(nginx, "val", cache, limit)
     assert train.remote.cache.directory.budget() == limit
@@ -128,23 +122,67 @@ def test_train_and_val_share_one_budget(www, nginx, tmp_path):
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    t0 = time.monotonic()
     try:
         got_train, got_val = in_threads((run_epochs, (train, window)), (run_epochs, (val, window)))
     finally:
         stop.set()
         watcher.join()
-    both = time.monotonic() - t0
     assert sorted(got_train) == sorted(2 * list(range(24 * PER_SHARD)))
     assert sorted(got_val) == sorted(2 * list(range(10**6, 10**6 + 16 * PER_SHARD)))
     assert peak[0] <= limit
     for ds in (train, val):
         st = ds.remote.stats()
         assert st["released"] > 0 and st["evictions"] + st["released"] > 0
-    print(f"\nalone: train {alone['train']:.2f} s, val {alone['val']:.2f} s; "
-          f"together: {both:.2f} s")
     train.remote.close()
     val.remote.close()
+    assert os.listdir(cache / "tmp") == [] and os.listdir(cache / "holders") == []
+
+
+# A rate at which a shard (~66 KB) downloads for a second or so: long enough for the
+# downloads in flight to be seen by sampling them.
+SLOW = "40000"
+
+
+@pytest.mark.parametrize("room", ["windows", "double"])
+def test_each_dataset_keeps_its_downloads_in_flight(www, nginx, tmp_path, room):
+    """Sharing a budget costs a dataset no downloads that the budget has room for. With
+    room for both windows (``windows``: the budget just above their sum), each dataset
+    has its whole window downloading at once with the other's, and the two together never
+    have more downloads reserved than the budget holds; with room for each one's next
+    window too (``double``), each keeps all its ``max_inflight`` downloads going at once
+    with the other's, as it does alone."""
+    size = shard_bytes(www, "train")
+    window = 2
+    per = {"windows": window, "double": 2 * window}[room]  # shards of room per dataset
+    limit = 2 * per * size + size // 2
+    cache = tmp_path / "cache"
+    sets = [stoker.Dataset(f"{nginx.url}/{name}", cache_dir=cache, cache_limit=limit,
+                           storage_options={"headers": {"X-Test-Rate": SLOW}})
+            for name in ("train", "val")]
+    samples = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(0.002):
+            samples.append(tuple(ds.remote.stats()["downloads_in_flight"] for ds in sets))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        got = in_threads(*((run_epochs, (ds, window, 1)) for ds in sets), timeout=150)
+    finally:
+        stop.set()
+        watcher.join()
+    assert sorted(got[0]) == list(range(24 * PER_SHARD))
+    assert sorted(got[1]) == list(range(10**6, 10**6 + 16 * PER_SHARD))
+    # never more reserved than the budget holds (each download reserves its whole shard)
+    assert max(a + b for a, b in samples) <= limit // size
+    # each with its own share downloading at once: a window, or max_inflight (4)
+    each = min(per, sets[0].remote.max_inflight)
+    assert any(a >= each and b >= each for a, b in samples), sorted(set(samples))
+    for ds in sets:  # (a loader still alive prefetches its next epoch: close cancels it)
+        ds.remote.close()
+        assert ds.remote.stats()["downloads_in_flight"] == 0
     assert os.listdir(cache / "tmp") == [] and os.listdir(cache / "holders") == []
 
 

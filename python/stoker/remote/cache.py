@@ -310,9 +310,11 @@ class ShardCache:
         """``downloads``, ``bytes_downloaded``, ``cache_hits`` (shards found local),
         ``shared_hits`` (of those, fetched meanwhile by another process), ``retries``,
         ``evictions``, ``network_wait_seconds`` (readers blocked in :meth:`path`),
-        ``download_seconds`` (time spent downloading, all threads)."""
+        ``download_seconds`` (time spent downloading, all threads), and
+        ``downloads_in_flight`` (downloads that have their room in the directory's budget
+        now: the ``.part`` files this cache is writing)."""
         with self._mu:
-            return dict(self._stats)
+            return dict(self._stats, downloads_in_flight=len(self._parts))
 
     def close(self) -> None:
         """Cancels the downloads in flight (waiting for them at most :attr:`CLOSE_WAIT`
