@@ -23,6 +23,9 @@ PER_SHARD = 16
 # once, so at this rate a shard (~66 KB) is not slowed: the tests check progress and
 # budgets, not times (a slower rate makes every download take a second or more).
 RATE = "4000000"
+# A rate at which a shard downloads for a second or so: long enough for the downloads in
+# flight to be seen by sampling them, and for two readers to overlap.
+SLOW = "40000"
 
 
 def write(path, n, offset):
@@ -53,9 +56,9 @@ def shard_bytes(www, name):
     return max(s["bytes"] for s in stoker.Dataset(www / name).shards)
 
 
-def open_remote(nginx, name, cache, limit):
+def open_remote(nginx, name, cache, limit, rate=RATE):
     return stoker.Dataset(f"{nginx.url}/{name}", cache_dir=cache, cache_limit=limit,
-                          storage_options={"headers": {"X-Test-Rate": RATE}})
+                          storage_options={"headers": {"X-Test-Rate": rate}})
 
 
 def run_epochs(ds, window, epochs=2, seed=0, out=None):
@@ -136,11 +139,6 @@ def test_train_and_val_share_one_budget(www, nginx, tmp_path):
     train.remote.close()
     val.remote.close()
     assert os.listdir(cache / "tmp") == [] and os.listdir(cache / "holders") == []
-
-
-# A rate at which a shard (~66 KB) downloads for a second or so: long enough for the
-# downloads in flight to be seen by sampling them.
-SLOW = "40000"
 
 
 @pytest.mark.parametrize("room", ["windows", "double"])
@@ -239,8 +237,10 @@ def test_windows_that_cannot_fit_together_are_named(www, nginx, tmp_path):
     window = 3
     limit = 4 * size
     cache = tmp_path / "cache"
-    train = open_remote(nginx, "train", cache, limit)
-    val = open_remote(nginx, "val", cache, limit)
+    # slow downloads: the two readers overlap even when one thread starts late on a busy
+    # machine (at full speed one could read both its epochs before the other begins)
+    train = open_remote(nginx, "train", cache, limit, SLOW)
+    val = open_remote(nginx, "val", cache, limit, SLOW)
     with pytest.raises(RemoteError) as e:
         in_threads((run_epochs, (train, window)), (run_epochs, (val, window)), timeout=90)
     msg = str(e.value)
