@@ -201,7 +201,7 @@ class NDArray(_Typed, Field):
         for i, d in enumerate(shape):
             if d is None and i == 0:
                 continue
-            if not _is_int(d) or d < 0:
+            if d is None or not _is_int(d) or d < 0:
                 raise ValueError(
                     f"ndarray shape {shape}: dimensions must be non-negative ints "
                     "(only the first may be None)")
