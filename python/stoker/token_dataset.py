@@ -336,7 +336,7 @@ def _producer_args(dataset: Any, *, batch_size: Optional[int] = None,
                    pack_fit: str = "best_fit", pack_window: int = 64, overlong: str = "split",
                    max_length: Optional[int] = None, pad_to_multiple_of: Optional[int] = None,
                    attention_mask: bool = True, field: Optional[str] = None,
-                   labels: str = "shifted") -> tuple:
+                   labels: str = "shifted", even_batches: bool = True) -> tuple:
     """Checks the token arguments of ``Loader``: returns the :class:`TokenDataset` and the
     keyword arguments of ``_core.TokenProducer`` (which the tests' plain-Python
     ``_token_reference.Reference`` takes too).
@@ -376,10 +376,15 @@ def _producer_args(dataset: Any, *, batch_size: Optional[int] = None,
                          f"HuggingFace's), got {labels!r}")
     common = dict(shuffle=bool(shuffle), seed=seed, drop_last=bool(drop_last),
                   token_dtype=token_dtype, pad_id=pad_id, ignore_index=ignore_index,
-                  vocab_size=ds.vocab_size or 0, unshifted=labels == "unshifted")
+                  vocab_size=ds.vocab_size or 0, unshifted=labels == "unshifted",
+                  even_batches=bool(even_batches))
 
     if max_tokens is not None:
         max_tokens = _int_arg("max_tokens", max_tokens, 1, 2**31 - 1)
+        if not even_batches and not drop_last:
+            raise ValueError("even_batches=False does not apply to max_tokens batches: they are "
+                             "whole, and a rank with none left would need an empty one (keep "
+                             "even_batches=True, or pass drop_last=True)")
         if seq_len is not None:
             raise ValueError("seq_len does not apply with max_tokens (token-budget batches "
                              "hold whole documents); use max_length= to cut long ones")
