@@ -77,16 +77,20 @@ def bucket_key(seed: int, epoch: int, g: int) -> int:
 
 
 class Split:
-    """Rank r of w takes global positions offset + r, offset + r + w, ... (wrapping)."""
+    """Rank r of w takes global positions offset + r, offset + r + w, ... (wrapping; without
+    `even`, only the real ones, in as many batches as every rank has)."""
 
-    def __init__(self, n: int, offset: int, rank: int, world: int, batch: int, drop_last: bool):
+    def __init__(self, n: int, offset: int, rank: int, world: int, batch: int, drop_last: bool,
+                 even: bool = True):
         self.n, self.offset, self.rank, self.world, self.batch = n, offset, rank, world, batch
         left = n - offset
-        self.share = left // world if drop_last else -(-left // world)
-        self.batches = self.share // batch if drop_last else -(-self.share // batch)
+        self.per_rank = left // world if drop_last else -(-left // world)
+        self.share = self.per_rank if even or drop_last else \
+            len(range(offset + rank, n, world))
+        self.batches = self.per_rank // batch if drop_last else -(-self.per_rank // batch)
 
     def positions(self, k: int) -> List[int]:
-        count = min(self.batch, self.share - k * self.batch)
+        count = max(0, min(self.batch, self.share - k * self.batch))
         out = []
         for j in range(count):
             q = self.offset + self.rank + (k * self.batch + j) * self.world
@@ -94,7 +98,7 @@ class Split:
         return out
 
     def consumed_after(self, k: int) -> int:
-        return min(self.n, self.offset + min(self.share, k * self.batch) * self.world)
+        return min(self.n, self.offset + min(self.per_rank, k * self.batch) * self.world)
 
 
 def pack_rows(lengths: Sequence[int], seq_len: int, fit: str, window: int, overlong: str,
@@ -158,12 +162,13 @@ class Reference:
                  drop_last: bool = False, token_dtype: str = "int64", pad_id: int = 0,
                  ignore_index: int = -100, pack_fit: str = "best_fit", pack_window: int = 64,
                  overlong: str = "split", vocab_size: int = 0, attention_mask: bool = True,
-                 unshifted: bool = False):
+                 unshifted: bool = False, even_batches: bool = True):
         self.docs = [np.asarray(d).astype(np.int64) for d in docs]
         self.prompts = list(prompts) or [0] * len(self.docs)  # leading tokens with no label
         self.mode, self.L, self.B = mode, seq_len, batch_size
         self.stride = stride or seq_len
         self.shuffle, self.seed, self.drop_last = shuffle, seed % 2**64, drop_last
+        self.even = even_batches
         self.dtype = np.dtype(token_dtype)
         self.pad_id, self.ignore = pad_id, ignore_index
         self.attention_mask = attention_mask
@@ -225,11 +230,11 @@ class Reference:
     def num_batches(self, rank: int = 0, world: int = 1) -> int:
         if self.mode == "budget":
             return Split(len(self.batches), 0, rank, world, 1, self.drop_last).batches
-        return Split(self.n, 0, rank, world, self.B, self.drop_last).batches
+        return Split(self.n, 0, rank, world, self.B, self.drop_last, self.even).batches
 
     def consumed_after(self, epoch: int, rank: int, world: int, offset: int, batches: int) -> int:
         if self.mode != "budget":
-            return Split(self.n, offset, rank, world, self.B, self.drop_last) \
+            return Split(self.n, offset, rank, world, self.B, self.drop_last, self.even) \
                 .consumed_after(batches)
         order, split = self._budget_split(epoch, rank, world, offset)
         end = split.consumed_after(batches)
@@ -311,7 +316,7 @@ class Reference:
                     am[i, :r["used"]] = 1
                 out["attention_mask"] = am.astype(dt)
             return out
-        split = Split(self.n, offset, rank, world, self.B, self.drop_last)
+        split = Split(self.n, offset, rank, world, self.B, self.drop_last, self.even)
         order = self._order(self.n, epoch)
         ids = [order(q) for q in split.positions(k)]
         L = self.L

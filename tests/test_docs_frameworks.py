@@ -2,17 +2,15 @@
 torchrun with DDP, Lightning with DDP, accelerate under torchrun."""
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import stoker
-from conftest import epoch_labels, write_dataset
+from conftest import epoch_labels, run_framework_script, write_dataset
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
 
@@ -37,9 +35,7 @@ def workdir(tmp_path, monkeypatch):
 
 
 def _run(args, cwd):
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    p = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=240, env=env)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    run_framework_script(args, cwd=cwd)
 
 
 def _script(workdir, title, footer=""):

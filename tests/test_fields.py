@@ -58,6 +58,32 @@ def test_schema_hash_depends_on_names_types_and_order():
     assert schema_hash(a) != schema_hash({"x": stoker.scalar("int32"), "y": stoker.blob()})
 
 
+def test_every_spelling_of_a_dtype_gives_the_same_field():
+    """Names are checked without NumPy (opening a dataset does not import it); NumPy types,
+    dtype strings and NumPy integers as dimensions give the same fields, and ``dtype`` is
+    the little-endian NumPy dtype."""
+    want = stoker.ndarray("float32", (3, 2))
+    for spelling in (np.float32, np.dtype("float32"), "<f4", "f4", np.dtype(">f4")):
+        f = stoker.ndarray(spelling, (np.int64(3), np.uint8(2)))
+        assert f == want and f.spec() == want.spec() and repr(f) == repr(want)
+        assert f.shape == (3, 2) and all(type(d) is int for d in f.shape)
+    assert isinstance(want.dtype, np.dtype) and want.dtype == np.dtype("<f4")
+    assert want.dtype.itemsize == 4 and want.dtype.byteorder in ("<", "=")
+    assert stoker.scalar(np.int64).dtype == np.dtype("<i8") == stoker.scalar("int64").dtype
+    assert stoker.tokens(np.uint16) == stoker.tokens("uint16")
+    assert stoker.keypoints(np.int64(17)) == stoker.keypoints(17)
+    for bad in ("complex64", "f8x", "bfloat16", np.complex64, object):
+        with pytest.raises(ValueError):
+            stoker.scalar(bad)
+    for bad_dim in (True, np.bool_(True), 2.0, np.float32(2), -1):
+        with pytest.raises(ValueError, match="dimensions must be non-negative ints"):
+            stoker.ndarray("uint8", (bad_dim,))
+    with pytest.raises(ValueError, match="num_keypoints"):
+        stoker.keypoints(True)
+    with pytest.raises(ValueError, match="token dtype"):
+        stoker.tokens("float32")
+
+
 def test_torch_dtypes_name_the_same_fields():
     """`stoker.ndarray(x.dtype, ...)` with a tensor's dtype, as a DataLoader user writes."""
     import torch

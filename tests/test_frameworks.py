@@ -5,13 +5,12 @@ scripts in tests/frameworks/ are written as a user would write them."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import stoker
-from conftest import epoch_labels, write_dataset
+from conftest import epoch_labels, run_framework_script, write_dataset
 
 HERE = os.path.join(os.path.dirname(__file__), "frameworks")
 pytest.importorskip("lightning", reason="the test extra installs lightning")
@@ -19,10 +18,7 @@ pytest.importorskip("accelerate", reason="the test extra installs accelerate")
 
 
 def _run(args, timeout=240, returncode=0):
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
-    assert p.returncode == returncode, p.stdout[-3000:] + p.stderr[-3000:]
-    return p
+    return run_framework_script(args, timeout=timeout, returncode=returncode)
 
 
 def _torchrun(script, *args):

@@ -506,6 +506,36 @@ def test_packed_token_mixture_elastic_two_to_three_ranks(tmp_path, weights):
     assert epoch_rows == 480
 
 
+@pytest.mark.parametrize("batch_size", [4, 7])
+def test_mixtures_without_even_batches_give_every_row_to_one_rank(tmp_path, labelled,
+                                                                  batch_size):
+    """even_batches=False on a mixture, records and packed tokens, at world size 3: the
+    epoch's rows (a single rank's run) split over the ranks with none repeated, the same
+    number of batches on each, and num_samples what each rank yields."""
+    paths = _doc_sources(tmp_path, (("long", 60, 120, 200), ("short", 3, 30, 900)))
+    tokens = stoker.Mix({n: stoker.TokenDataset(p) for n, p in paths.items()},
+                        weights={"long": 0.4, "short": 0.6}, samples_per_epoch=301)
+    records = stoker.Mix(labelled, weights={"a": 0.5, "b": 0.3, "c": 0.2},
+                         samples_per_epoch=301)
+    row = {"tokens": lambda b: zip(b["source"].tolist(),
+                                   (ids.numpy().tobytes() for ids in b["input_ids"])),
+           "records": lambda b: zip(b["source"].tolist(), b["label"].tolist())}
+    for name, mix, kw in (("tokens", tokens, dict(seq_len=128, packing="document")),
+                          ("records", records, {})):
+        kw = dict(batch_size=batch_size, shuffle=True, seed=5, **kw)
+        whole = sorted(r for b in stoker.Loader(mix, **kw) for r in row[name](b))
+        assert len(whole) == 301
+        split, counts = [], set()
+        for rank in range(3):
+            loader = stoker.Loader(mix, rank=rank, world_size=3, even_batches=False, **kw)
+            mine = [list(row[name](b)) for b in loader]
+            counts.add(len(mine))
+            assert sum(map(len, mine)) == loader.num_samples, (name, rank)
+            split += [r for b in mine for r in b]
+        assert len(counts) == 1, name
+        assert sorted(split) == whole, name
+
+
 def test_schedule_resume_at_another_world_size_keeps_the_weights(labelled):
     """A schedule's steps are those of the run that saved the state: resumed at another
     world size, each row of the stream still comes from the source it would have come

@@ -93,6 +93,64 @@ def test_ranks_share_the_epoch(ds):
     assert set(seen) <= rows and len(rows) - len(seen) < 3 * 4
 
 
+@pytest.mark.parametrize("kwargs", [
+    dict(batch_size=4, seq_len=64),
+    dict(batch_size=5, seq_len=64, packing="concat"),
+    dict(batch_size=4, seq_len=128, packing="document"),
+    dict(batch_size=3, seq_len=128, packing="document"),  # 479 rows: rank 2 ends empty
+])
+def test_even_batches_false_gives_every_row_to_one_rank(ds, kwargs):
+    """Evaluation at world size 3: every row of the epoch on exactly one rank, none
+    repeated to pad, every rank the same number of batches (its last ones short, or
+    empty), num_samples what the rank yields; resuming mid-epoch keeps all of it."""
+    Loader = stoker.Loader
+    single = batches(Loader(ds, shuffle=True, seed=4, **kwargs))  # packing follows the seed
+    rows = sorted(tuple(r.tolist()) for b in single for r in b["input_ids"])
+    assert len(rows) % 3 != 0  # so the default (even_batches=True) would repeat rows
+    seen, lengths, empty = [], set(), False
+    for rank in range(3):
+        loader = Loader(ds, rank=rank, world_size=3, even_batches=False, shuffle=True, seed=4,
+                        **kwargs)
+        got = batches(loader)
+        lengths.add((len(got), len(loader)))
+        mine = [tuple(r.tolist()) for b in got for r in b["input_ids"]]
+        assert len(mine) == loader.num_samples
+        assert all(len(b["input_ids"]) <= kwargs["batch_size"] for b in got)
+        last = got[-1]
+        assert last["input_ids"].shape[1:] == (kwargs["seq_len"],)
+        assert all(v.shape[:1] == last["input_ids"].shape[:1]
+                   for k, v in last.items() if k not in ("cu_seqlens", "max_seqlen"))
+        if "cu_seqlens" in last:
+            assert int(last["cu_seqlens"][-1]) == last["input_ids"].numel()
+        empty = empty or len(last["input_ids"]) == 0
+        seen += mine
+    assert len(lengths) == 1 and lengths.pop()[0] == len(Loader(ds, world_size=3, **kwargs))
+    assert sorted(seen) == rows
+    assert empty == (kwargs["batch_size"] == 3)
+    padded = [tuple(r.tolist()) for rank in range(3)
+              for b in Loader(ds, rank=rank, world_size=3, shuffle=True, seed=4, **kwargs)
+              for r in b["input_ids"]]
+    assert len(padded) > len(rows)  # the default pads by wrapping around
+    # a state saved after 2 batches of every rank resumes at world size 2, still exactly
+    first = [Loader(ds, rank=r, world_size=3, even_batches=False, shuffle=True, seed=4,
+                    **kwargs) for r in range(3)]
+    its = [iter(loader) for loader in first]
+    head = [tuple(r.tolist()) for it in its for _ in range(2) for r in next(it)["input_ids"]]
+    state = first[0].state_dict()
+    rest = []
+    for rank in range(2):
+        loader = Loader(ds, rank=rank, world_size=2, even_batches=False, shuffle=True, seed=4,
+                        **kwargs)
+        loader.load_state_dict(state)
+        rest += [tuple(r.tolist()) for b in batches(loader) for r in b["input_ids"]]
+    assert sorted(head + rest) == rows
+
+
+def test_even_batches_false_refused_for_token_budgets(ds):
+    with pytest.raises(ValueError, match="even_batches=False does not apply to max_tokens"):
+        stoker.Loader(ds, max_tokens=2048, even_batches=False)
+
+
 def test_stats_pad_fraction(ds):
     Loader = stoker.Loader
     loader = Loader(ds, batch_size=4, seq_len=128, packing="document", shuffle=True)

@@ -143,7 +143,7 @@ void register_tokens(py::module_& m) {
                       int64_t pad_to_multiple_of, bool shuffle, uint64_t seed, bool drop_last,
                       const std::string& token_dtype, int64_t pad_id, int64_t ignore_index,
                       const std::string& pack_fit, int64_t pack_window, const std::string& overlong,
-                      int64_t vocab_size, bool attention_mask, bool unshifted) {
+                      int64_t vocab_size, bool attention_mask, bool unshifted, bool even_batches) {
             TokenOptions o;
             o.mode = mode_from(mode);
             o.seq_len = seq_len;
@@ -178,6 +178,7 @@ void register_tokens(py::module_& m) {
             o.vocab_size = vocab_size;
             o.attention_mask = attention_mask;
             o.unshifted = unshifted;
+            o.even_batches = even_batches;
             py::gil_scoped_release nogil;
             return std::make_shared<TokenProducer>(std::move(source), o);
           }),
@@ -187,7 +188,8 @@ void register_tokens(py::module_& m) {
           py::arg("seed") = 0, py::arg("drop_last") = false, py::arg("token_dtype") = "int64",
           py::arg("pad_id") = 0, py::arg("ignore_index") = -100, py::arg("pack_fit") = "best_fit",
           py::arg("pack_window") = 64, py::arg("overlong") = "split", py::arg("vocab_size") = 0,
-          py::arg("attention_mask") = true, py::arg("unshifted") = false)
+          py::arg("attention_mask") = true, py::arg("unshifted") = false,
+          py::arg("even_batches") = true)
       .def("num_batches", &TokenProducer::num_batches, py::arg("rank") = 0,
            py::arg("world_size") = 1)
       .def_property_readonly("num_samples", &TokenProducer::num_samples,

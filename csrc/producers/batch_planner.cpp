@@ -233,7 +233,7 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       plan.lengths = add_tensor(spec.name + "_lengths", DType::kInt64, {len});
     }
   }
-  if (!b.sources.empty()) b.source_tensor = add_tensor("source", DType::kInt64, {len});
+  if (b.mixture) b.source_tensor = add_tensor("source", DType::kInt64, {len});
   b.bytes = offset;
 }
 

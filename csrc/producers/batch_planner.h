@@ -52,6 +52,7 @@ class RecordBatch final : public BatchWork {
   std::vector<uint16_t> sources;
   std::vector<uint64_t> sample_keys;
   size_t source_tensor = SIZE_MAX;
+  bool mixture = false;  ///< a mixture's: a "source" tensor even with no samples
 
   const Dataset& dataset_of(int64_t pos) const {
     return sources.empty() ? *src_->ds : src_->dataset(sources[static_cast<size_t>(pos)]);

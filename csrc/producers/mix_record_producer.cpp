@@ -86,6 +86,7 @@ std::unique_ptr<BatchWork> MixRecordProducer::plan_batch(const EpochPlan& epoch,
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a] < src[b]; });
   auto b = std::make_unique<RecordBatch>(source_, plan.sample_seed);
+  b->mixture = true;
   b->sources.resize(static_cast<size_t>(n));
   b->sample_keys.resize(static_cast<size_t>(n));
   std::vector<int64_t> at(static_cast<size_t>(n)), indices(static_cast<size_t>(n));

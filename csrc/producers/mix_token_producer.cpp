@@ -21,19 +21,20 @@ MixTokenProducer::MixTokenProducer(std::vector<std::shared_ptr<const TokenProduc
   budget_ = o.mode == TokenMode::kBudget;
   batch_ = budget_ ? 1 : o.batch_size;
   drop_last_ = o.drop_last;
+  even_batches_ = o.even_batches;
   for (size_t s = 0; s < sources_.size(); ++s) {
     const TokenOptions& os = sources_[s]->options();
     STOKER_CHECK(os.mode == o.mode && os.seq_len == o.seq_len && os.batch_size == o.batch_size &&
                      os.token_dtype == o.token_dtype && os.shuffle == o.shuffle &&
-                     os.drop_last == o.drop_last,
+                     os.drop_last == o.drop_last && os.even_batches == o.even_batches,
                  UsageError, "a mixture's token sources must share their batch options");
     streams_.emplace_back(std::vector<int64_t>{sources_[s]->num_samples()}, o.shuffle, 0, keys[s]);
   }
 }
 
 MixSplit MixTokenProducer::split(const EpochKey& key) const {
-  return MixSplit(epoch_rows_, key.offset, key.rank, key.world_size, batch_, drop_last_, true,
-                  key.pad_from);
+  return MixSplit(epoch_rows_, key.offset, key.rank, key.world_size, batch_, drop_last_,
+                  even_batches_, key.pad_from);
 }
 
 int64_t MixTokenProducer::num_batches(int64_t rank, int64_t world_size) const {

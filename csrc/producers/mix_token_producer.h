@@ -54,7 +54,7 @@ class MixTokenProducer final : public BatchProducer {
   MixSequenceSlot seq_;
   int64_t epoch_rows_;
   int64_t batch_;  // rows per rank per step (1: token-budget batches)
-  bool budget_, drop_last_;
+  bool budget_, drop_last_, even_batches_;
 };
 
 }  // namespace stoker

@@ -255,6 +255,9 @@ TokenProducer::TokenProducer(std::shared_ptr<const TokenSource> source, TokenOpt
   const int64_t N = src_->num_tokens();
   const int64_t L = o_.seq_len;
   auto where = [this](int64_t d) { return src_->where(d); };
+  STOKER_CHECK(o_.mode != TokenMode::kBudget || o_.even_batches || o_.drop_last, UsageError,
+               "even_batches=False does not apply to max_tokens batches: they are whole, and a "
+               "rank with none left would need an empty one (keep even_batches, or drop_last)");
   if (o_.mode != TokenMode::kBudget) {
     STOKER_CHECK(L >= 1, UsageError, "seq_len must be >= 1, got ", L);
     STOKER_CHECK(o_.batch_size >= 1, UsageError, "batch_size must be >= 1, got ", o_.batch_size);
@@ -347,7 +350,8 @@ int64_t TokenProducer::global_batch_samples(int64_t b) const {
 int64_t TokenProducer::num_batches(int64_t rank, int64_t world_size) const {
   if (o_.mode == TokenMode::kBudget)
     return EpochSplit(budget_->num_batches(), 0, rank, world_size, 1, o_.drop_last).batches;
-  return EpochSplit(samples_, 0, rank, world_size, o_.batch_size, o_.drop_last).batches;
+  return EpochSplit(samples_, 0, rank, world_size, o_.batch_size, o_.drop_last, o_.even_batches)
+      .batches;
 }
 
 std::shared_ptr<const EpochPlan> TokenProducer::plan_epoch(const EpochKey& key) const {
@@ -357,8 +361,8 @@ std::shared_ptr<const EpochPlan> TokenProducer::plan_epoch(const EpochKey& key) 
     if (o_.shuffle && samples_ > 1)
       plan->order.emplace(static_cast<uint64_t>(samples_),
                           token_keys::epoch_order(o_.seed, key.epoch));
-    plan->split =
-        EpochSplit(samples_, key.offset, key.rank, key.world_size, o_.batch_size, o_.drop_last);
+    plan->split = EpochSplit(samples_, key.offset, key.rank, key.world_size, o_.batch_size,
+                             o_.drop_last, o_.even_batches);
     return plan;
   }
   const int64_t nb = budget_->num_batches();
@@ -377,7 +381,8 @@ std::shared_ptr<const EpochPlan> TokenProducer::plan_epoch(const EpochKey& key) 
 
 int64_t TokenProducer::consumed_after(const EpochKey& key, int64_t batches) const {
   if (o_.mode != TokenMode::kBudget)
-    return EpochSplit(samples_, key.offset, key.rank, key.world_size, o_.batch_size, o_.drop_last)
+    return EpochSplit(samples_, key.offset, key.rank, key.world_size, o_.batch_size, o_.drop_last,
+                      o_.even_batches)
         .consumed_after(batches);
   auto plan = std::static_pointer_cast<const Plan>(plan_epoch(key));
   const EpochSplit& s = plan->split;

@@ -79,6 +79,9 @@ struct TokenOptions {
   bool shuffle = false;
   uint64_t seed = 0;
   bool drop_last = false;
+  /// false: no row repeated across ranks (a rank's last batches may be short or
+  /// empty; not for kBudget, whose batches are whole)
+  bool even_batches = true;
   DType token_dtype = DType::kInt64;  ///< input_ids, labels, position_ids: kInt64 or kInt32
   int64_t pad_id = 0;
   int64_t ignore_index = -100;

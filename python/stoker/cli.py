@@ -1,10 +1,11 @@
 """The ``stoker`` command line.
 
 Commands import what they need when they run, so that ``stoker --help``, ``inspect`` and
-``merge`` start without importing torch. Every error is one line on stderr,
-``stoker CMD: error: ...``, with exit status 2 for usage (bad arguments, missing or
-unreadable paths, an output in the way) and 1 for bad data (corrupt, undecodable, not what
-the arguments describe) or data that cannot be fetched (a server that does not answer);
+``merge`` start without importing torch or NumPy (tests/test_cli_errors.py checks it).
+Every error is one line on stderr, ``stoker CMD: error: ...``, with exit status 2 for
+usage (bad arguments, missing or unreadable paths, an output in the way) and 1 for bad
+data (corrupt, undecodable, not what the arguments describe) or data that cannot be
+fetched (a server that does not answer);
 ``STOKER_TRACEBACK=1`` shows the traceback as well.
 """
 

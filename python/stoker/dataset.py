@@ -76,14 +76,18 @@ class Dataset:
                  preload: Union[bool, str] = False, retry: Any = None,
                  stall_timeout: Optional[float] = None):
         # A URL (s3://, https://, any fsspec URL): shards come through a local cache
-        # (stoker.remote); ``self.remote`` holds it, its stats and the pins.
-        from .remote import is_url
+        # (stoker.remote); ``self.remote`` holds it, its stats and the pins. stoker.remote
+        # (http.client, ssl) is imported for a URL only: a local open stays quick.
+        url = isinstance(path, str) and "://" in path
+        if url:
+            from .remote import is_url
 
+            url = is_url(path)
         if preload not in (True, False, "auto"):
             raise ValueError(f"preload must be True, False or 'auto', got {preload!r}")
         self.remote = None
         self._preload = preload
-        if is_url(path):
+        if url:
             from .remote import RemoteDataset
 
             self.url = path

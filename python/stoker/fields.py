@@ -20,9 +20,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+import sys
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+# NumPy is imported where values are encoded or decoded, not when a schema is built: opening
+# a dataset (its index names the fields) and the command line (`stoker inspect`, `merge`)
+# then start without it (about 0.15 s). A dtype given as one of these names is checked here;
+# anything else (np.float32, "<f4", torch.int64) goes through np.dtype.
 
 # Largest record the shard format holds: record lengths are u32 (csrc/format/shard_format.h).
 MAX_RECORD_BYTES = 0xFFFFFFFF
@@ -30,26 +37,60 @@ MAX_RECORD_BYTES = 0xFFFFFFFF
 __all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "Tokens", "Boxes", "KeyPoints", "scalar",
            "ndarray", "blob", "image", "tokens", "boxes", "keypoints"]
 
-_DTYPES = (
-    "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
-    "float16", "float32", "float64",
-)
+_ITEMSIZES = {
+    "bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32": 4, "int32": 4,
+    "uint64": 8, "int64": 8, "float16": 2, "float32": 4, "float64": 8,
+}
+_DTYPES = tuple(_ITEMSIZES)
 
 
-def _check_dtype(dtype: Any) -> np.dtype:
+def _check_dtype(dtype: Any) -> str:
+    """The name of a supported dtype (stored little-endian), or ValueError."""
+    if isinstance(dtype, str) and dtype in _ITEMSIZES:
+        return dtype
     if type(dtype).__module__ == "torch":  # torch.float32 -> "float32", without importing torch
         dtype = str(dtype).rsplit(".", 1)[-1]
+    import numpy as np
+
     try:
         dt: np.dtype[Any] = np.dtype(dtype)
     except TypeError as e:
         raise ValueError(f"unsupported dtype {dtype!r}") from e
     if dt.name not in _DTYPES:
         raise ValueError(f"unsupported dtype {dt.name!r}; use one of {', '.join(_DTYPES)}")
-    return dt.newbyteorder("<")
+    return dt.name
+
+
+def _is_int(value: Any) -> bool:
+    """An int or a NumPy integer (not a bool); a NumPy integer exists only once NumPy is
+    imported, so this does not import it."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.integer)
+
+
+class _Typed:
+    """A field of one dtype: ``dtype`` (a little-endian NumPy dtype) is made on first use."""
+
+    _dtype_name: str
+    _dtype: Optional["np.dtype[Any]"] = None
+
+    @property
+    def dtype(self) -> "np.dtype[Any]":
+        if self._dtype is None:
+            import numpy as np
+
+            self._dtype = np.dtype(self._dtype_name).newbyteorder("<")
+        return self._dtype
 
 
 def _as_array(value: Any, dtype: np.dtype, what: str) -> np.ndarray:
     """Value as an array of `dtype`, refusing anything that would change values."""
+    import numpy as np
+
     if isinstance(value, np.ndarray):
         arr = np.asarray(value)
         if arr.dtype.newbyteorder("=") != dtype.newbyteorder("="):
@@ -118,13 +159,13 @@ class Field:
         return hash(json.dumps(self.spec(), sort_keys=True))
 
 
-class Scalar(Field):
+class Scalar(_Typed, Field):
     """One number per sample; batches as a 1-D tensor of ``dtype``."""
 
     kind = "scalar"
 
     def __init__(self, dtype: Any):
-        self.dtype = _check_dtype(dtype)
+        self._dtype_name = _check_dtype(dtype)
 
     def encode(self, value: Any, what: str = "value") -> bytes:
         arr = _as_array(value, self.dtype, what)
@@ -133,19 +174,21 @@ class Scalar(Field):
         return arr.tobytes()
 
     def decode(self, payload: bytes) -> Any:
+        import numpy as np
+
         return np.frombuffer(payload, dtype=self.dtype)[0]
 
     def spec(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "dtype": self.dtype.name}
+        return {"kind": self.kind, "dtype": self._dtype_name}
 
     def _core_spec(self, name: str) -> Dict[str, Any]:
-        return {"name": name, "kind": self.kind, "dtype": self.dtype.name, "shape": []}
+        return {"name": name, "kind": self.kind, "dtype": self._dtype_name, "shape": []}
 
     def __repr__(self) -> str:
-        return f"stoker.scalar({self.dtype.name!r})"
+        return f"stoker.scalar({self._dtype_name!r})"
 
 
-class NDArray(Field):
+class NDArray(_Typed, Field):
     """An array per sample. ``shape`` is fixed, except that the first dimension may be
     ``None`` (variable length): such a field batches padded with zeros to the longest
     sample, with the lengths in ``"<name>_lengths"``."""
@@ -153,19 +196,19 @@ class NDArray(Field):
     kind = "ndarray"
 
     def __init__(self, dtype: Any, shape: Sequence[Optional[int]]):
-        self.dtype = _check_dtype(dtype)
+        self._dtype_name = _check_dtype(dtype)
         shape = tuple(shape)
         for i, d in enumerate(shape):
             if d is None and i == 0:
                 continue
-            if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0:
+            if d is None or not _is_int(d) or d < 0:
                 raise ValueError(
                     f"ndarray shape {shape}: dimensions must be non-negative ints "
                     "(only the first may be None)")
         self.shape: Tuple[Optional[int], ...] = tuple(None if d is None else int(d)
                                                       for d in shape)
         # a fixed sample, or one row of a variable one, must fit a record (u32 lengths)
-        row = self.dtype.itemsize * math.prod(d for d in self.shape if d is not None)
+        row = _ITEMSIZES[self._dtype_name] * math.prod(d for d in self.shape if d is not None)
         if row > MAX_RECORD_BYTES:
             raise ValueError(f"ndarray shape {shape}: {row} bytes per sample"
                              f"{' row' if self.variable else ''} exceeds a record's limit "
@@ -183,21 +226,23 @@ class NDArray(Field):
             want = tuple("None" if d is None else d for d in self.shape)
             raise ValueError(f"{what}: expected shape ({', '.join(map(str, want))}), "
                              f"got {arr.shape}")
-        return np.ascontiguousarray(arr).tobytes()
+        return arr.tobytes(order="C")
 
     def decode(self, payload: bytes) -> np.ndarray:
+        import numpy as np
+
         arr = np.frombuffer(payload, dtype=self.dtype)
         return arr.reshape([-1 if d is None else d for d in self.shape])
 
     def spec(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "dtype": self.dtype.name, "shape": list(self.shape)}
+        return {"kind": self.kind, "dtype": self._dtype_name, "shape": list(self.shape)}
 
     def _core_spec(self, name: str) -> Dict[str, Any]:
-        return {"name": name, "kind": self.kind, "dtype": self.dtype.name,
+        return {"name": name, "kind": self.kind, "dtype": self._dtype_name,
                 "shape": [-1 if d is None else d for d in self.shape]}
 
     def __repr__(self) -> str:
-        return f"stoker.ndarray({self.dtype.name!r}, {self.shape})"
+        return f"stoker.ndarray({self._dtype_name!r}, {self.shape})"
 
 
 class Blob(Field):
@@ -278,6 +323,8 @@ _BOX_FORMATS = ("xyxy", "xywh", "cxcywh")
 
 
 def _numbers(value: Any, what: str, kind: str) -> np.ndarray:
+    import numpy as np
+
     try:
         arr = np.asarray(value)
     except Exception as e:  # ragged lists and the like
@@ -312,6 +359,8 @@ class Boxes(NDArray):
         self.normalized = normalized
 
     def encode(self, value: Any, what: str = "value") -> bytes:
+        import numpy as np
+
         arr = _numbers(value, what, "boxes")
         if arr.ndim == 1 and arr.size == 0:
             arr = arr.reshape(0, 4)
@@ -350,8 +399,7 @@ class KeyPoints(NDArray):
     kind = "keypoints"
 
     def __init__(self, num_keypoints: int, normalized: bool = False):
-        if isinstance(num_keypoints, bool) or not isinstance(num_keypoints, (int, np.integer)) \
-                or num_keypoints < 1:
+        if not _is_int(num_keypoints) or num_keypoints < 1:
             raise ValueError(f"keypoints: num_keypoints must be a positive int, got "
                              f"{num_keypoints!r}")
         if not isinstance(normalized, bool):
@@ -361,6 +409,8 @@ class KeyPoints(NDArray):
         self.normalized = normalized
 
     def encode(self, value: Any, what: str = "value") -> bytes:
+        import numpy as np
+
         arr = _numbers(value, what, "keypoints")
         k = self.num_keypoints
         if arr.size == 0 and arr.ndim <= 1:
@@ -393,7 +443,7 @@ class KeyPoints(NDArray):
 _TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
 
 
-class Tokens(Field):
+class Tokens(_Typed, Field):
     """A document of token ids per sample: a 1-D array of ``dtype`` (``uint16`` for
     vocabularies up to 65,536 ids, ``uint32`` beyond), checksummed like every record.
 
@@ -406,13 +456,15 @@ class Tokens(Field):
     kind = "tokens"
 
     def __init__(self, dtype: Any = "uint32"):
-        dt = _check_dtype(dtype)
-        if dt.name not in _TOKEN_DTYPES:
+        name = _check_dtype(dtype)
+        if name not in _TOKEN_DTYPES:
             raise ValueError(f"token dtype must be one of {', '.join(_TOKEN_DTYPES)}, "
-                             f"got {dt.name!r}")
-        self.dtype = dt
+                             f"got {name!r}")
+        self._dtype_name = name
 
     def encode(self, value: Any, what: str = "value") -> bytes:
+        import numpy as np
+
         try:
             arr = np.asarray(value)
         except Exception as e:  # ragged lists and the like
@@ -433,17 +485,19 @@ class Tokens(Field):
         return arr.astype(self.dtype, copy=False).tobytes()
 
     def decode(self, payload: bytes) -> np.ndarray:
+        import numpy as np
+
         return np.frombuffer(payload, dtype=self.dtype)
 
     def spec(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "dtype": self.dtype.name}
+        return {"kind": self.kind, "dtype": self._dtype_name}
 
     def _core_spec(self, name: str) -> Dict[str, Any]:
         # stored as a variable-length array; the token reader checks the dtype
-        return {"name": name, "kind": "ndarray", "dtype": self.dtype.name, "shape": [-1]}
+        return {"name": name, "kind": "ndarray", "dtype": self._dtype_name, "shape": [-1]}
 
     def __repr__(self) -> str:
-        return f"stoker.tokens({self.dtype.name!r})"
+        return f"stoker.tokens({self._dtype_name!r})"
 
 
 def tokens(dtype: Any = "uint32") -> Tokens:

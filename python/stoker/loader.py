@@ -168,8 +168,10 @@ class Loader:
             by wrapping around (True, as DistributedSampler). False, for evaluation: no
             sample is repeated across ranks; every rank still yields ``len(loader)``
             batches, so a rank's last batch may be shorter (or empty), and gathering the
-            results of all ranks gives exactly the dataset. False with ``drop_last=True``
-            is an error (drop_last already repeats nothing).
+            results of all ranks gives exactly the dataset (windows or packed rows for
+            token batches, a mixture's rows for a ``stoker.Mix``). False with
+            ``drop_last=True`` is an error (drop_last already repeats nothing), and so is
+            False with ``max_tokens=`` (budget batches are whole).
         map: ``fn(sample, rng) -> dict`` per sample, after the C++ read, decode and
             ``transforms``; ``rng`` is a ``numpy.random.Generator`` keyed by (seed, epoch,
             dataset index). The outputs are batched natively (docs/python.md).
@@ -332,14 +334,16 @@ class Loader:
                                world_size=self._world()[1],
                                token_options=dict(seq_len=seq_len, packing=packing,
                                                   token_dtype=token_dtype, max_tokens=max_tokens,
-                                                  labels=labels, **token_options))
+                                                  labels=labels, even_batches=self.even_batches,
+                                                  **token_options))
             producer = self._mix.producer
         elif self._tokens:
             self.transforms = {}
             producer = _make_producer(dataset, batch_size=batch_size, shuffle=self.shuffle,
                                       seed=seed, drop_last=self.drop_last, seq_len=seq_len,
                                       packing=packing, token_dtype=token_dtype,
-                                      max_tokens=max_tokens, labels=labels, **token_options)
+                                      max_tokens=max_tokens, labels=labels,
+                                      even_batches=self.even_batches, **token_options)
             if not isinstance(dataset, TokenDataset):
                 dataset = TokenDataset(dataset, field=token_options.get("field"))
             self.dataset = dataset
@@ -518,7 +522,17 @@ class Loader:
         """Samples per epoch for this rank (including wrap-around padding)."""
         rank, world = self._world()
         n = self._producer.epoch_samples()
-        if self._tokens:  # windows, packed rows or documents
+        if self._mix is not None and not self._mix.budget:
+            # a mixture's global batch k is the rows [k B w, (k+1) B w), rank r's the r-th B
+            # of them; the last one is split evenly (MixSplit in csrc/sampler/mixture.h)
+            b = int(self.batch_size or 1)
+            full, rem = divmod(n, b * world)
+            last = -(-rem // world)
+            if self.drop_last:
+                return full * b
+            return full * b + (last if self.even_batches else
+                               min(last, max(0, rem - rank * last)))
+        if self._tokens and (self.even_batches or self.drop_last):  # windows, rows, documents
             return n // world if self.drop_last else -(-n // world)
         if self.drop_last:
             return n // world

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import Any, List, Optional, Sequence, Union
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 from . import _core
 from ._index import INDEX_NAME
 from .dataset import Dataset
 from .fields import NDArray, Tokens
+
+if TYPE_CHECKING:  # imported where arrays are made: `import stoker` stays quick
+    import numpy as np
 
 __all__ = ["TokenDataset", "PACKING_MODES", "TOKEN_DTYPES", "LABEL_CONVENTIONS"]
 
@@ -187,7 +188,7 @@ class TokenDataset:
                 if dtype is None:
                     raise ValueError(f"{paths[0]}: flat token files record no dtype; pass "
                                      "dtype= (nanoGPT's GPT-2 files are 'uint16')")
-                dt = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+                dt = dtype if isinstance(dtype, str) else _np().dtype(dtype).name
                 if dt not in _FLAT_DTYPES:
                     raise ValueError(f"dtype must be one of {', '.join(_FLAT_DTYPES)}, "
                                      f"got {dtype!r}")
@@ -197,9 +198,9 @@ class TokenDataset:
             if self.eos_id is not None:
                 raise ValueError(f"eos_id= applies to flat token files; {self.kind} datasets "
                                  "record their document boundaries")
-            if dtype is not None and np.dtype(dtype).name != self._source.dtype:
+            if dtype is not None and _np().dtype(dtype).name != self._source.dtype:
                 raise ValueError(f"{self.paths[0]}: tokens are {self._source.dtype}, not "
-                                 f"{np.dtype(dtype).name}")
+                                 f"{_np().dtype(dtype).name}")
         self.dtype: str = self._source.dtype
         self.vocab_size = None if vocab_size is None else _int_arg("vocab_size", vocab_size, 1)
         self._fingerprint: Optional[List[List[int]]] = None
@@ -230,6 +231,7 @@ class TokenDataset:
     def prompt_lengths(self) -> np.ndarray:
         """Leading prompt tokens of every document (zeros without a prompt field); reads
         every record."""
+        np = _np()
         return np.array([self._source.no_loss_prefix(i) for i in range(len(self))], np.int64)
 
     def doc_lengths(self) -> np.ndarray:
@@ -301,10 +303,16 @@ def _int_arg(name: str, value: Any, low: Optional[int] = None, high: int = 2**63
     return number
 
 
+def _np() -> Any:
+    import numpy
+
+    return numpy
+
+
 def _dtype_name(value: Any, name: str, allowed: Sequence[str]) -> str:
     try:
         s = str(value).replace("torch.", "") if not isinstance(value, str) else value
-        s = np.dtype(s).name
+        s = _np().dtype(s).name
     except TypeError:
         s = None
     if s not in allowed:
@@ -328,7 +336,7 @@ def _producer_args(dataset: Any, *, batch_size: Optional[int] = None,
                    pack_fit: str = "best_fit", pack_window: int = 64, overlong: str = "split",
                    max_length: Optional[int] = None, pad_to_multiple_of: Optional[int] = None,
                    attention_mask: bool = True, field: Optional[str] = None,
-                   labels: str = "shifted") -> tuple:
+                   labels: str = "shifted", even_batches: bool = True) -> tuple:
     """Checks the token arguments of ``Loader``: returns the :class:`TokenDataset` and the
     keyword arguments of ``_core.TokenProducer`` (which the tests' plain-Python
     ``_token_reference.Reference`` takes too).
@@ -368,10 +376,15 @@ def _producer_args(dataset: Any, *, batch_size: Optional[int] = None,
                          f"HuggingFace's), got {labels!r}")
     common = dict(shuffle=bool(shuffle), seed=seed, drop_last=bool(drop_last),
                   token_dtype=token_dtype, pad_id=pad_id, ignore_index=ignore_index,
-                  vocab_size=ds.vocab_size or 0, unshifted=labels == "unshifted")
+                  vocab_size=ds.vocab_size or 0, unshifted=labels == "unshifted",
+                  even_batches=bool(even_batches))
 
     if max_tokens is not None:
         max_tokens = _int_arg("max_tokens", max_tokens, 1, 2**31 - 1)
+        if not even_batches and not drop_last:
+            raise ValueError("even_batches=False does not apply to max_tokens batches: they are "
+                             "whole, and a rank with none left would need an empty one (keep "
+                             "even_batches=True, or pass drop_last=True)")
         if seq_len is not None:
             raise ValueError("seq_len does not apply with max_tokens (token-budget batches "
                              "hold whole documents); use max_length= to cut long ones")

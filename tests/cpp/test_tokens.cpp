@@ -408,6 +408,28 @@ static void split_and_resume() {
       else
         CHECK_EQ(static_cast<int64_t>(all.size()), n / 3 / 4 * 4 * 3);
     }
+  // Without even: every position exactly once, every rank the padded count of
+  // batches (the last ones short or empty), and the same consumption.
+  for (int64_t n : {0, 1, 7, 12, 13, 100, 101})
+    for (int64_t offset : {int64_t{0}, n / 2}) {
+      std::multiset<int64_t> all;
+      std::set<int64_t> counts;
+      for (int64_t r = 0; r < 3; ++r) {
+        EpochSplit s(n, offset, r, 3, 4, false, false);
+        EpochSplit padded(n, offset, r, 3, 4, false);
+        CHECK_EQ(s.batches, padded.batches);
+        counts.insert(s.batches);
+        for (int64_t k = 0; k <= s.batches; ++k)
+          CHECK_EQ(s.consumed_after(k), padded.consumed_after(k));
+        for (int64_t k = 0; k < s.batches; ++k) {
+          CHECK(s.batch_length(k) >= 0 && s.batch_length(k) <= 4);
+          for (int64_t j = 0; j < s.batch_length(k); ++j) all.insert(s.global(k, j));
+        }
+      }
+      CHECK_EQ(counts.size(), size_t{1});
+      CHECK_EQ(static_cast<int64_t>(all.size()), n - offset);
+      for (int64_t i = offset; i < n; ++i) CHECK_EQ(all.count(i), size_t{1});
+    }
   EpochSplit a(100, 0, 0, 1, 8, false);
   EpochSplit b(100, a.consumed_after(5), 0, 1, 8, false);
   for (int64_t k = 0; k < b.batches; ++k)
