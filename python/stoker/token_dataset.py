@@ -381,10 +381,6 @@ def _producer_args(dataset: Any, *, batch_size: Optional[int] = None,
 
     if max_tokens is not None:
         max_tokens = _int_arg("max_tokens", max_tokens, 1, 2**31 - 1)
-        if not even_batches and not drop_last:
-            raise ValueError("even_batches=False does not apply to max_tokens batches: they are "
-                             "whole, and a rank with none left would need an empty one (keep "
-                             "even_batches=True, or pass drop_last=True)")
         if seq_len is not None:
             raise ValueError("seq_len does not apply with max_tokens (token-budget batches "
                              "hold whole documents); use max_length= to cut long ones")
