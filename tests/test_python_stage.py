@@ -651,6 +651,7 @@ def test_batch_map_on_the_device_after_the_copy(img_ds):
                               batch_map=stamp, num_threads=2)
     got = list(fake)
     same_batches(got, cpu)
+    fake.close()  # copies are counted once the copy thread sees them done: it waits at close
     assert fake.stats()["copies"] >= len(cpu)
     mapped = fake_device_loader(img_ds, 300, batch_size=8, shuffle=True, seed=5,
                                 transforms=CROP, map=jitter, map_fields=JITTER_FIELDS,
