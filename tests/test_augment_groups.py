@@ -55,6 +55,29 @@ def test_letterbox_matches_pillow_resize_and_pad():
     assert out["classes"].tolist() == [5, 6]
 
 
+@pytest.mark.parametrize("frame", [
+    [T.Letterbox(64)],                                  # rows of 114 above and below
+    [T.Letterbox((40, 64), fill=0)],                    # zeros: the lazy window
+    [T.Pad([3, 1, 4, 2], fill=(9, 8, 7))],
+    [T.RandomCrop(32, padding=6, fill=(200, 10, 10))],  # a frame on some sides, or none
+    [T.RandomCrop(10, padding=30, fill=(90, 20, 50))],  # often no content at all
+    [T.Pad(5, fill=(1, 2, 3)), T.RandomHorizontalFlip(p=1.0)],
+])
+def test_hsv_on_a_framed_image_equals_hsv_on_every_pixel(frame):
+    """After a window with a constant fill, HSVJitter maps the content and the fill colour
+    once (then repaints the frame): the same bytes as mapping every pixel. Pad(0) between
+    them (a window inside the image) makes the second run map every pixel."""
+    img, _, _ = scene(30, 40)
+    hsv = [T.HSVJitter(0.5, 0.7, 0.4), T.HSVJitter(0.1, 0.2, 0.3)]
+    changed = 0
+    for seed in range(12):
+        fast = group(img, ops=frame + hsv, seed=seed)["image"]
+        full = group(img, ops=frame + [T.Pad(0)] + hsv, seed=seed)["image"]
+        np.testing.assert_array_equal(fast, full)
+        changed += not np.array_equal(fast, group(img, ops=frame, seed=seed)["image"])
+    assert changed == 12
+
+
 @pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "symmetric"])
 def test_pad_matches_numpy(mode):
     img, _, _ = scene(20, 24)

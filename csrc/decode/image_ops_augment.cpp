@@ -110,7 +110,7 @@ void HSVJitter::check() const {
 
 void HSVJitter::apply(OpContext& ctx) const {
   const HsvGains g = draw_hsv_gains(h, s, v, ctx.rng());
-  apply_hsv_gains(ctx.pixels(), g);
+  ctx.map_pixels([&g](Pixels p) { apply_hsv_gains(p, g); });
 }
 
 // ---- RandAugment, TrivialAugmentWide, AutoAugment -------------------------------------

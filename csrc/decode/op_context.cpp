@@ -5,6 +5,22 @@
 
 namespace stoker {
 
+void paint_frame(const Pixels& p, const PixelRect& c, const Fill& fill) {
+  const auto paint = [&](uint8_t* px, int n) {
+    for (int i = 0; i < n; ++i, px += 3) std::memcpy(px, fill.v, 3);
+  };
+  const bool empty = c.w <= 0 || c.h <= 0;
+  for (int y = 0; y < p.height; ++y) {
+    uint8_t* row = p.row(y);
+    if (empty || y < c.y || y >= c.y + c.h) {
+      paint(row, p.width);
+    } else {
+      paint(row, c.x);
+      paint(row + 3 * static_cast<size_t>(c.x + c.w), p.width - c.x - c.w);
+    }
+  }
+}
+
 void OpContext::vflip() {
   if (canvas_) {
     const Pixels p = pixels();
@@ -20,8 +36,12 @@ void OpContext::window(const PixelRect& r, PadMode mode, const Fill& fill) {
   const bool inside = r.x >= 0 && r.y >= 0 && r.x + r.w <= width() && r.y + r.h <= height();
   const bool zeros =
       mode == PadMode::kConstant && fill.v[0] == 0 && fill.v[1] == 0 && fill.v[2] == 0;
+  // What of the window the image covers, in the window's coordinates.
+  const int x0 = std::max(0, -r.x), y0 = std::max(0, -r.y);
+  const int x1 = std::min(r.w, width() - r.x), y1 = std::min(r.h, height() - r.y);
   if (!canvas_ || inside || zeros) {
     crop(r);  // lazy: zeros past the edges
+    if (canvas_ && !inside) set_frame({x0, y0, std::max(0, x1 - x0), std::max(0, y1 - y0)}, fill);
     return;
   }
   const Pixels src = pixels();
@@ -29,6 +49,14 @@ void OpContext::window(const PixelRect& r, PadMode mode, const Fill& fill) {
   copy_window(src, r.x, r.y, out, mode, fill);
   adopt_pixels(*canvas_, out);
   geometry_.crop(r.x, r.y, r.w, r.h);
+  if (mode == PadMode::kConstant)
+    set_frame({x0, y0, std::max(0, x1 - x0), std::max(0, y1 - y0)}, fill);
+}
+
+void OpContext::set_frame(const PixelRect& content, const Fill& fill) {
+  border_ = true;
+  content_ = content;
+  fill_ = fill;
 }
 
 void OpContext::warp(const Transform2D& forward, int w, int h, Interpolation interp,
@@ -38,6 +66,7 @@ void OpContext::warp(const Transform2D& forward, int w, int h, Interpolation int
     const Pixels out = canvas_spare(*canvas_, w, h);
     warp_pixels(src, out, forward.inverse(), interp, fill);
     adopt_pixels(*canvas_, out);
+    border_ = false;
   }
   geometry_.warp(forward, w, h);
 }

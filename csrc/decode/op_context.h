@@ -26,6 +26,9 @@
 
 namespace stoker {
 
+/// Paints every pixel of `p` outside `content` with `fill` (3 channels).
+void paint_frame(const Pixels& p, const PixelRect& content, const Fill& fill);
+
 class OpContext {
  public:
   /// On an image. @param rng the draws of this sample's transform group, in op order
@@ -46,6 +49,7 @@ class OpContext {
     if (canvas_) {
       flush();
       CanvasOps::crop(*canvas_, r);
+      border_ = false;
     }
     geometry_.crop(r.x, r.y, r.w, r.h);
   }
@@ -54,6 +58,7 @@ class OpContext {
     if (canvas_) {
       flush();
       pixels_->resize(*canvas_, w, h);
+      border_ = false;
     }
     geometry_.resize(w, h);
   }
@@ -62,6 +67,7 @@ class OpContext {
     if (canvas_) {
       flush();
       canvas_->flip = !canvas_->flip;
+      border_ = false;
     }
     geometry_.hflip();
   }
@@ -82,13 +88,22 @@ class OpContext {
   /// do not move it, so the geometry stays.
   Pixels pixels() {
     flush();
+    border_ = false;  // the caller may change any pixel
     return canvas_pixels(*pixels_, *canvas_);
   }
+  /// Runs `f(Pixels)`, a map of each pixel's colour on its own (HSV jitter), on the
+  /// image in place. Where the image is its content framed by one fill colour (just
+  /// after a window with a constant fill: Letterbox, Pad), `f` runs on the content
+  /// and on one pixel of the fill, which then repaints the frame: a letterbox is
+  /// often a third fill.
+  template <class F>
+  void map_pixels(F&& f);
   /// Runs the colour steps still pending (before the image is written).
   void flush() {
     if (num_steps_ == 0) return;
     const size_t n = num_steps_;
     num_steps_ = 0;
+    border_ = false;  // the steps change the frame too (some, e.g. contrast, read it)
     apply_color_steps(canvas_pixels(*pixels_, *canvas_), steps_.data(), n);
   }
   /// The output is normalised (written as floats) by `n`.
@@ -104,6 +119,8 @@ class OpContext {
   const ops::Normalize* normalization() const { return normalize_; }
 
  private:
+  void set_frame(const PixelRect& content, const Fill& fill);
+
   CanvasOps* pixels_ = nullptr;  // null: geometry only
   Canvas* canvas_ = nullptr;
   detail::SplitMix64& rng_;
@@ -111,6 +128,11 @@ class OpContext {
   std::array<ColorStep, 16> steps_{};  // pending colour steps: no allocation per sample
   size_t num_steps_ = 0;
   const ops::Normalize* normalize_ = nullptr;
+  // Whether the pixels are `content_` framed by `fill_` (set by window(), cleared by
+  // every other move and by pixels()).
+  bool border_ = false;
+  PixelRect content_{};
+  Fill fill_{};
   std::array<const ops::RandomErasing*, 8> erasing_{};
   int num_erasing_ = 0;
 };
@@ -119,6 +141,23 @@ inline void OpContext::on_output(const ops::RandomErasing& op) {
   STOKER_CHECK(num_erasing_ < static_cast<int>(erasing_.size()), UsageError,
                "at most 8 RandomErasing ops in a list");
   erasing_[num_erasing_++] = &op;
+}
+
+template <class F>
+void OpContext::map_pixels(F&& f) {
+  if (!canvas_) return;
+  flush();
+  const Pixels all = canvas_pixels(*pixels_, *canvas_);
+  if (!border_ || all.channels != 3) {
+    border_ = false;
+    f(all);
+    return;
+  }
+  const PixelRect& c = content_;
+  if (c.w > 0 && c.h > 0)
+    f(Pixels{all.row(c.y) + 3 * static_cast<size_t>(c.x), c.w, c.h, 3, all.stride});
+  f(packed_pixels(fill_.v, 1, 1, 3));
+  paint_frame(all, c, fill_);
 }
 
 inline void OpContext::color(const ColorStep* steps, size_t n) {
