@@ -107,13 +107,13 @@ def dataset_content(path):
 _GLOO_EXIT_ABORT = "terminate called without an active exception"
 
 
-def run_framework_script(args, *, cwd=None, timeout=240, returncode=0):
+def run_framework_script(args, *, cwd=None, timeout=240, returncode=0, env=None):
     """Runs a framework script (torchrun, Lightning DDP, accelerate) in a subprocess and
-    asserts its exit code; returns the CompletedProcess."""
+    asserts its exit code; returns the CompletedProcess. `env`: variables to add."""
     import subprocess
 
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1",
-           "PYTHONFAULTHANDLER": "1"}
+           "PYTHONFAULTHANDLER": "1", **(env or {})}
     for attempt in range(2):
         p = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                            env=env)
@@ -124,3 +124,26 @@ def run_framework_script(args, *, cwd=None, timeout=240, returncode=0):
         print(f"torch aborted at interpreter exit (gloo); running again: {args}")
     assert p.returncode == returncode, p.stdout[-3000:] + p.stderr[-3000:]
     return p
+
+
+def run_framework_scripts(*runs, timeout=240, returncodes=None):
+    """Runs independent framework scripts (each an argument list) at the same time, as
+    run_framework_script does one: a script's start-up (imports) takes one core, and these
+    machines have two. `returncodes`: each run's expected exit status (default 0). Every run
+    is waited for; the first failure is raised."""
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    # A port for each run's process group (Lightning's DDP reads MASTER_PORT), distinct:
+    # each picking its own free port at the same moment could pick the same one.
+    socks = [socket.socket() for _ in runs]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = [pool.submit(run_framework_script, args, timeout=timeout, returncode=code,
+                               env={"MASTER_PORT": str(port)})
+                   for args, port, code in zip(runs, ports, returncodes or [0] * len(runs))]
+        return [f.result() for f in futures]

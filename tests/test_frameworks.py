@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import stoker
-from conftest import epoch_labels, run_framework_script, write_dataset
+from conftest import epoch_labels, run_framework_script, run_framework_scripts, write_dataset
 
 HERE = os.path.join(os.path.dirname(__file__), "frameworks")
 pytest.importorskip("lightning", reason="the test extra installs lightning")
@@ -134,16 +134,19 @@ def test_even_batches_false_with_drop_last_is_an_error(ds):
 def test_lightning_single_process_epochs_and_checkpoint_resume(ds, tmp_path):
     out = str(tmp_path / "run")
     script = os.path.join(HERE, "lightning_train.py")
-    _run([sys.executable, script, ds.path, out + "-full", "--max-epochs", "3"])
+    # interrupted mid-epoch (step 3 of 10) and at an epoch's end (step 10), then resumed
+    steps = (3, 10)
+    run_framework_scripts(
+        [sys.executable, script, ds.path, out + "-full", "--max-epochs", "3"],
+        *([sys.executable, script, ds.path, out + f"-a{step}", "--max-steps", str(step),
+           "--ckpt-dir", str(tmp_path / f"ck{step}"), "--every-n-steps", str(step)]
+          for step in steps))
+    run_framework_scripts(*(
+        [sys.executable, script, ds.path, out + f"-b{step}", "--max-epochs", "3",
+         "--resume", str(tmp_path / f"ck{step}" / f"step={step}.ckpt")] for step in steps))
     full = _results(out + "-full", 1)[0]
     assert _by_epoch(full["seen"], 3) == [_order(ds, e) for e in range(3)]
-    # interrupted mid-epoch (step 3 of 10) and at an epoch's end (step 10), then resumed
-    for step in (3, 10):
-        ck = str(tmp_path / f"ck{step}")
-        _run([sys.executable, script, ds.path, out + f"-a{step}", "--max-steps", str(step),
-              "--ckpt-dir", ck, "--every-n-steps", str(step)])
-        _run([sys.executable, script, ds.path, out + f"-b{step}", "--max-epochs", "3",
-              "--resume", os.path.join(ck, f"step={step}.ckpt")])
+    for step in steps:
         seen = _results(out + f"-a{step}", 1)[0]["seen"] + _results(out + f"-b{step}", 1)[0]["seen"]
         assert seen == full["seen"], f"resumed at step {step}"
 
@@ -155,14 +158,15 @@ def test_lightning_with_a_python_stage_resumes_exactly(ds, tmp_path):
     not stopped."""
     out = str(tmp_path / "run")
     script = os.path.join(HERE, "lightning_train.py")
-    _run([sys.executable, script, ds.path, out + "-plain", "--max-epochs", "2"])
-    _run([sys.executable, script, ds.path, out + "-full", "--max-epochs", "2", "--map"])
+    ck = str(tmp_path / "ck")
+    run_framework_scripts(
+        [sys.executable, script, ds.path, out + "-plain", "--max-epochs", "2"],
+        [sys.executable, script, ds.path, out + "-full", "--max-epochs", "2", "--map"],
+        [sys.executable, script, ds.path, out + "-a", "--max-steps", "13", "--ckpt-dir", ck,
+         "--every-n-steps", "13", "--map"])
     plain, full = _results(out + "-plain", 1)[0], _results(out + "-full", 1)[0]
     assert _by_epoch(full["seen"], 2) == [_order(ds, e) for e in range(2)]
     assert len(full["rows"]) == 80 and not set(full["rows"]) & set(plain["rows"])
-    ck = str(tmp_path / "ck")
-    _run([sys.executable, script, ds.path, out + "-a", "--max-steps", "13", "--ckpt-dir", ck,
-          "--every-n-steps", "13", "--map"])
     _run([sys.executable, script, ds.path, out + "-b", "--max-epochs", "2", "--map",
           "--resume", os.path.join(ck, "step=13.ckpt")])
     a, b = _results(out + "-a", 1)[0], _results(out + "-b", 1)[0]
@@ -209,8 +213,12 @@ def test_lightning_ddp_two_processes_shard_evaluate_and_resume(ds, tmp_path):
     script = os.path.join(HERE, "lightning_train.py")
     out = str(tmp_path / "ddp")
     val = ["--val", evalset.path]
-    _run([sys.executable, script, ds.path, out, "--devices", "2", "--max-epochs", "2", *val,
-          "--evaluate"])
+    ck = str(tmp_path / "ck")
+    run_framework_scripts(
+        [sys.executable, script, ds.path, out, "--devices", "2", "--max-epochs", "2", *val,
+         "--evaluate"],
+        [sys.executable, script, ds.path, out + "-a", "--devices", "2", "--max-steps", "2",
+         "--ckpt-dir", ck, "--every-n-steps", "2", *val])
     res = _results(out, 2)
     assert {r["world"] for r in res} == {2}
     for r in res:
@@ -223,9 +231,6 @@ def test_lightning_ddp_two_processes_shard_evaluate_and_resume(ds, tmp_path):
         for a, b in zip(*per_rank):
             assert len(a) == len(b) == 3  # ceil(23 / 2 / 5) batches on each rank
             assert sorted(sum(a + b, [])) == list(range(23))  # every sample once
-    ck = str(tmp_path / "ck")
-    _run([sys.executable, script, ds.path, out + "-a", "--devices", "2", "--max-steps", "2",
-          "--ckpt-dir", ck, "--every-n-steps", "2", *val])
     _run([sys.executable, script, ds.path, out + "-b", "--devices", "2", "--max-epochs", "2",
           "--resume", os.path.join(ck, "step=2.ckpt"), *val])
     for a, b, full in zip(_results(out + "-a", 2), _results(out + "-b", 2), res):
@@ -259,20 +264,24 @@ def test_lightning_elastic_resume_gives_every_row_of_the_epoch_once(tmp_path):
                    for i in range(48))
     script = os.path.join(HERE, "lightning_train.py")
 
-    def run(out, devices, *more):
-        _run([sys.executable, script, d.path, str(tmp_path / out), "--devices", str(devices),
-              "--batch-size", "2", *more])
-        return _results(tmp_path / out, devices)
+    def args(out, devices, *more):
+        return [sys.executable, script, d.path, str(tmp_path / out), "--devices", str(devices),
+                "--batch-size", "2", *more]
 
     def checkpoint(out, devices, steps):
-        res = run(out, devices, "--max-steps", str(steps), "--ckpt-dir", str(tmp_path / out),
-                  "--every-n-steps", str(steps))
-        return sum((r["rows"] for r in res), []), str(tmp_path / out / f"step={steps}.ckpt")
+        return args(out, devices, "--max-steps", str(steps), "--ckpt-dir", str(tmp_path / out),
+                    "--every-n-steps", str(steps))
 
-    before1, ck1 = checkpoint("one", 1, 6)    # 12 of 48 rows
-    before2, ck2 = checkpoint("two", 2, 3)    # 12 of 48 rows
-    for before, ck, devices in ((before1, ck1, 2), (before2, ck2, 1), (before2, ck2, 3)):
-        res = run(f"{devices}-from-{ck[-6]}", devices, "--max-epochs", "1", "--resume", ck)
+    # mid-epoch checkpoints, each of 12 of the 48 rows, then resumed on other world sizes
+    run_framework_scripts(checkpoint("one", 1, 6), checkpoint("two", 2, 3))
+    before1 = sum((r["rows"] for r in _results(tmp_path / "one", 1)), [])
+    before2 = sum((r["rows"] for r in _results(tmp_path / "two", 2)), [])
+    ck1, ck2 = str(tmp_path / "one" / "step=6.ckpt"), str(tmp_path / "two" / "step=3.ckpt")
+    resumes = ((before1, ck1, 2), (before2, ck2, 1), (before2, ck2, 3))
+    run_framework_scripts(*(args(f"{devices}-from-{ck[-6]}", devices, "--max-epochs", "1",
+                                 "--resume", ck) for _, ck, devices in resumes))
+    for before, ck, devices in resumes:
+        res = _results(tmp_path / f"{devices}-from-{ck[-6]}", devices)
         after = [_rows_of_epoch(r, 0) for r in res]
         assert len({len(a) for a in after}) == 1  # every rank the same share
         assert sorted(before + sum(after, [])) == every, (devices, ck)
@@ -402,9 +411,9 @@ def test_hf_trainer_resumes_a_killed_run_exactly(tmp_path):
     np.random.default_rng(0).integers(0, 64, 645).astype(np.uint16).tofile(tokens)
     script = os.path.join(HERE, "hf_trainer.py")
     full, first, rest = (str(tmp_path / f"{n}.json") for n in ("full", "first", "rest"))
-    _run([sys.executable, script, tokens, tmp_path / "full", full])
-    _run([sys.executable, script, tokens, tmp_path / "run", first, "--save-steps", "13",
-          "--kill-at", "15"], returncode=-9)
+    run_framework_scripts([sys.executable, script, tokens, tmp_path / "full", full],
+                          [sys.executable, script, tokens, tmp_path / "run", first,
+                           "--save-steps", "13", "--kill-at", "15"], returncodes=[0, -9])
     _run([sys.executable, script, tokens, tmp_path / "run", rest, "--save-steps", "13",
           "--resume", tmp_path / "run" / "checkpoint-13"])
     full, first, rest = (json.loads(Path(f).read_text()) for f in (full, first, rest))
