@@ -62,6 +62,8 @@ def test_letterbox_matches_pillow_resize_and_pad():
     [T.RandomCrop(32, padding=6, fill=(200, 10, 10))],  # a frame on some sides, or none
     [T.RandomCrop(10, padding=30, fill=(90, 20, 50))],  # often no content at all
     [T.Pad(5, fill=(1, 2, 3)), T.RandomHorizontalFlip(p=1.0)],
+    [T.RandomHorizontalFlip(p=1.0), T.Pad([3, 1, 9, 2], fill=0)],  # a mirrored lazy window
+    [T.RandomHorizontalFlip(p=1.0), T.Pad([3, 1, 9, 2], fill=(5, 250, 5))],
 ])
 def test_hsv_on_a_framed_image_equals_hsv_on_every_pixel(frame):
     """After a window with a constant fill, HSVJitter maps the content and the fill colour
