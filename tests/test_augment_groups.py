@@ -55,6 +55,23 @@ def test_letterbox_matches_pillow_resize_and_pad():
     assert out["classes"].tolist() == [5, 6]
 
 
+@pytest.mark.parametrize("before", [[], [T.RandomHorizontalFlip(p=1.0)]])
+@pytest.mark.parametrize("pad", [[0, 8, 0, 8], [5, 0, 3, 2]])
+def test_a_frame_around_a_resize_equals_framing_the_resized_pixels(before, pad):
+    """A constant-fill window around all of a pending resize (Letterbox) runs the resize
+    straight into the framed image; RandomRotation(0) (a nearest warp by the identity, the
+    same pixels) in between makes the window copy the resized pixels instead: same bytes,
+    and boxes the same."""
+    img, mask, boxes = scene(30, 40)
+    ops = before + [T.Resize((48, 64))]
+    frame = [T.Pad(pad, fill=(114, 20, 200))]
+    fast = group(img, mask, boxes, np.array([5, 6]), ops + frame)
+    slow = group(img, mask, boxes, np.array([5, 6]), ops + [T.RandomRotation(0)] + frame)
+    for key in ("image", "mask", "boxes", "classes"):
+        np.testing.assert_array_equal(fast[key], slow[key])
+    assert fast["image"].shape == (48 + pad[1] + pad[3], 64 + pad[0] + pad[2], 3)
+
+
 @pytest.mark.parametrize("frame", [
     [T.Letterbox(64)],                                  # rows of 114 above and below
     [T.Letterbox((40, 64), fill=0)],                    # zeros: the lazy window

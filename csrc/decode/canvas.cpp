@@ -122,15 +122,15 @@ void CanvasOps::materialize(Canvas& c) {
   c.pix = {dst.data(), c.src_w, c.src_h, stride};
 }
 
-bool CanvasOps::try_resize_into(Canvas& c, uint8_t* out) {
+bool CanvasOps::try_resize_into(Canvas& c, uint8_t* out, size_t stride) {
   if (!c.pending || !c.whole_view()) return false;
-  run_pending(c, out, c.flip);
+  run_pending(c, out, c.flip, stride);
   return true;
 }
 
-void CanvasOps::run_pending(Canvas& c, uint8_t* out, bool mirror) {
-  resize_rgb(c.pend_src, c.pend_box, out, static_cast<size_t>(c.src_w) * 3, c.src_w, c.src_h,
-             mirror);
+void CanvasOps::run_pending(Canvas& c, uint8_t* out, bool mirror, size_t stride) {
+  resize_rgb(c.pend_src, c.pend_box, out, stride ? stride : static_cast<size_t>(c.src_w) * 3,
+             c.src_w, c.src_h, mirror);
   c.pending = false;
 }
 

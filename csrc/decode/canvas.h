@@ -69,9 +69,10 @@ class CanvasOps {
   /// Runs a pending resize into a scratch buffer (applying a pending flip when
   /// the view is the whole output).
   void materialize(Canvas& c);
-  /// Runs a pending resize straight into `out` (packed HWC uint8 of the view's
-  /// size) if the view is all of its output; false if there is none to run so.
-  bool try_resize_into(Canvas& c, uint8_t* out);
+  /// Runs a pending resize straight into `out` (HWC uint8 of the view's size,
+  /// rows `stride` bytes apart; 0: packed) if the view is all of its output;
+  /// false if there is none to run so.
+  bool try_resize_into(Canvas& c, uint8_t* out, size_t stride = 0);
   /// Decodes the whole image straight into `out` when nothing else is to be done.
   bool try_decode_into(Canvas& c, uint8_t* out);
   /// Decodes (at full scale) what the view needs, if nothing has been decoded
@@ -80,7 +81,7 @@ class CanvasOps {
 
  private:
   using Clock = std::chrono::steady_clock;
-  static void run_pending(Canvas& c, uint8_t* out, bool mirror);
+  static void run_pending(Canvas& c, uint8_t* out, bool mirror, size_t stride = 0);
   void pad(Canvas& c);
   Clock::time_point begin_decode() const;
   void end_decode(Clock::time_point t0);

@@ -44,6 +44,21 @@ void OpContext::window(const PixelRect& r, PadMode mode, const Fill& fill) {
     if (canvas_ && !inside) set_frame({x0, y0, std::max(0, x1 - x0), std::max(0, y1 - y0)}, fill);
     return;
   }
+  flush();
+  const bool frames_all = r.x <= 0 && r.y <= 0 && r.x + r.w >= width() && r.y + r.h >= height();
+  if (mode == PadMode::kConstant && frames_all && canvas_->pending && canvas_->whole_view()) {
+    // A resize then a frame around all of it (Letterbox): the resize runs straight
+    // into the framed image, not into a buffer copied into it.
+    const Pixels out = canvas_spare(*canvas_, r.w, r.h);
+    const PixelRect content{-r.x, -r.y, width(), height()};
+    paint_frame(out, content, fill);
+    pixels_->try_resize_into(*canvas_, out.row(content.y) + 3 * static_cast<size_t>(content.x),
+                             out.stride);
+    adopt_pixels(*canvas_, out);
+    geometry_.crop(r.x, r.y, r.w, r.h);
+    set_frame(content, fill);
+    return;
+  }
   const Pixels src = pixels();
   const Pixels out = canvas_spare(*canvas_, r.w, r.h);
   copy_window(src, r.x, r.y, out, mode, fill);
