@@ -38,11 +38,13 @@ void emit_messages(LoaderCore& core) {
 py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool with_ticket,
                       uintptr_t side_stream) {
   DeliveredBatch b;
+  Clock::time_point got;  // the batch in hand: from here on, counted with the wait
   for (;;) {
     LoaderCore::Iterator::Status s;
     {
       py::gil_scoped_release nogil;
       s = it.next(b, Clock::now() + kSignalSlice, consumer_stream, side_stream);
+      got = Clock::now();
     }
     emit_messages(it.core());
     if (s == LoaderCore::Iterator::Status::kBatch) break;
@@ -52,6 +54,7 @@ py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool 
   const bool host = b.device < 0;
   py::list caps =
       batch_to_capsules(b.memory, b.tensors, host ? kDLCPU : kDLCUDA, host ? 0 : b.device);
+  it.note_wait(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - got).count());
   if (with_ticket) return py::make_tuple(caps, b.ticket);
   return caps;
 }
@@ -274,6 +277,8 @@ void register_loader(py::module_& m) {
            "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none); "
            "side_stream: also ordered after the device copy (batch_map's stream).")
       .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
+      .def("note_wait", &LoaderCore::Iterator::note_wait, py::arg("ns"),
+           "Adds ns of the consumer's next() outside next() to the loader's wait.")
       .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
       .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)
       .def_property_readonly("claimed", &LoaderCore::Iterator::claimed)

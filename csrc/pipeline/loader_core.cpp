@@ -403,6 +403,10 @@ LoaderCore::Iterator::~Iterator() {
   close();
 }
 
+void LoaderCore::Iterator::note_wait(int64_t ns) {
+  if (ns > 0) core_->stats_->wait_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
 void LoaderCore::Iterator::close() {
   if (core_->forked()) return;
   closed_.store(true, std::memory_order_release);

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
@@ -789,6 +790,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         return self._it.remaining
 
     def __next__(self) -> Dict[str, torch.Tensor]:
+        entered = time.perf_counter_ns()
         if os.getpid() != self._pid:
             raise RuntimeError("this loader iterator was started in another process (before "
                                "os.fork()); create a new Loader in this process")
@@ -812,12 +814,15 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         if self._stream_device is not None:
             # The batch belongs to the stream current now (docs/gpu.md).
             stream = torch.cuda.current_stream(self._stream_device).cuda_stream
+            calling = time.perf_counter_ns()
             caps = self._it.next(stream)
         else:
+            calling = time.perf_counter_ns()
             caps = self._it.next()
         if caps is None:
             self._loader._report_skipped()
             raise StopIteration
+        t0 = time.perf_counter_ns()
         batch = {name: _tensor_from_capsule(cap) for name, cap in caps}
         # Images decoded HWC (libjpeg-turbo's interleaved RGB) reach the loop in
         # PyTorch's NCHW shape: the same memory, with channels_last strides.
@@ -825,6 +830,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             batch[name] = batch[name].permute(0, 3, 1, 2)
         if self._hf_lengths:
             batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
+        # The loop's time in next() outside the C++ next(): counted with its wait.
+        self._it.note_wait(calling - entered + time.perf_counter_ns() - t0)
         return batch
 
     @property
