@@ -278,7 +278,8 @@ void register_loader(py::module_& m) {
            "side_stream: also ordered after the device copy (batch_map's stream).")
       .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
       .def("note_wait", &LoaderCore::Iterator::note_wait, py::arg("ns"),
-           "Adds ns of the consumer's next() outside next() to the loader's wait.")
+           "Adds ns of the consumer's next() outside next() to the loader's wait_seconds "
+           "(and data_stall), not to the tuner's.")
       .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
       .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)
       .def_property_readonly("claimed", &LoaderCore::Iterator::claimed)

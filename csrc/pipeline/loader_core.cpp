@@ -404,7 +404,7 @@ LoaderCore::Iterator::~Iterator() {
 }
 
 void LoaderCore::Iterator::note_wait(int64_t ns) {
-  if (ns > 0) core_->stats_->wait_ns.fetch_add(ns, std::memory_order_relaxed);
+  if (ns > 0) core_->stats_->handoff_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
 void LoaderCore::Iterator::close() {

@@ -212,8 +212,9 @@ class LoaderCore::Iterator {
   /// Ends the iterator and stops its stream; batches handed out stay valid. Any thread.
   void close();
   /// Time the consumer spent in its next() outside next() here (making the batch's
-  /// Python objects): counted with the wait, so that data_stall is the share of the
-  /// loop spent in the loader's next(), not only in waiting for a batch.
+  /// Python objects): data_stall counts it (the share of the loop spent in the
+  /// loader's next()); the tuner and the verdict do not (more workers would not
+  /// shorten it).
   void note_wait(int64_t ns);
 
   /// Batches left: for an iterator not yet advanced, those of the epoch it would claim now.

@@ -29,6 +29,7 @@ struct LoaderStats {
   std::atomic<int64_t> worker_idle_ns{0};  ///< workers parked while a stream was open
   // The consumer.
   std::atomic<int64_t> wait_ns{0};          ///< time the iterating thread waited in next()
+  std::atomic<int64_t> handoff_ns{0};       ///< the rest of its next(): the batch's Python objects
   std::atomic<int64_t> run_ns{0};           ///< time iterators were open (closed ones)
   std::atomic<int64_t> first_batch_ns{-1};  ///< the last epoch's first batch, from its iter()
   std::atomic<int64_t> warmup_ns{-1};       ///< the loader's first batch, from its first next()

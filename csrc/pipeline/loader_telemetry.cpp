@@ -285,7 +285,7 @@ LoaderStatsSnapshot LoaderTelemetry::snapshot(const Live& live) const {
   s.python_wait_seconds = sec(st.python_wait_ns);
   s.worker_busy_seconds = sec(st.worker_busy_ns);
   s.worker_idle_seconds = sec(st.worker_idle_ns);
-  s.wait_seconds = sec(st.wait_ns);
+  s.wait_seconds = sec(st.wait_ns) + sec(st.handoff_ns);
   s.run_seconds = sec(st.run_ns) + live.run_seconds;
   s.first_batch_seconds = optional_sec(st.first_batch_ns);
   s.warmup_seconds = optional_sec(st.warmup_ns);
@@ -333,7 +333,7 @@ LoaderStatsSnapshot LoaderTelemetry::snapshot(const Live& live) const {
   TuneInterval iv;
   const double warm_s = std::max(0.0, s.warmup_seconds);
   iv.wall = std::max(0.0, s.run_seconds - warm_s);
-  iv.wait = std::max(0.0, s.wait_seconds - warm_s);
+  iv.wait = std::max(0.0, sec(st.wait_ns) - warm_s);  // waiting for workers only
   iv.busy = s.worker_busy_seconds;
   iv.read = s.read_seconds;
   iv.decode = s.decode_seconds;
