@@ -54,7 +54,7 @@ py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool 
   const bool host = b.device < 0;
   py::list caps =
       batch_to_capsules(b.memory, b.tensors, host ? kDLCPU : kDLCUDA, host ? 0 : b.device);
-  it.note_wait(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - got).count());
+  it.note_handoff(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - got).count());
   if (with_ticket) return py::make_tuple(caps, b.ticket);
   return caps;
 }
@@ -277,9 +277,9 @@ void register_loader(py::module_& m) {
            "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none); "
            "side_stream: also ordered after the device copy (batch_map's stream).")
       .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
-      .def("note_wait", &LoaderCore::Iterator::note_wait, py::arg("ns"),
-           "Adds ns of the consumer's next() outside next() to the loader's wait_seconds "
-           "(and data_stall), not to the tuner's.")
+      .def("note_handoff", &LoaderCore::Iterator::note_handoff, py::arg("ns"),
+           "Adds ns of the consumer's next() outside next() (the batch's Python objects) to "
+           "wait_seconds and data_stall, not to the tuner's wait.")
       .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
       .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)
       .def_property_readonly("claimed", &LoaderCore::Iterator::claimed)

@@ -403,7 +403,7 @@ LoaderCore::Iterator::~Iterator() {
   close();
 }
 
-void LoaderCore::Iterator::note_wait(int64_t ns) {
+void LoaderCore::Iterator::note_handoff(int64_t ns) {
   if (ns > 0) core_->stats_->handoff_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 

@@ -215,7 +215,7 @@ class LoaderCore::Iterator {
   /// Python objects): data_stall counts it (the share of the loop spent in the
   /// loader's next()); the tuner and the verdict do not (more workers would not
   /// shorten it).
-  void note_wait(int64_t ns);
+  void note_handoff(int64_t ns);
 
   /// Batches left: for an iterator not yet advanced, those of the epoch it would claim now.
   int64_t remaining() const;

@@ -831,7 +831,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         if self._hf_lengths:
             batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
         # The loop's time in next() outside the C++ next(): counted with its wait.
-        self._it.note_wait(calling - entered + time.perf_counter_ns() - t0)
+        self._it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
         return batch
 
     @property
