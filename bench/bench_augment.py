@@ -20,6 +20,10 @@ Two parts (both by default):
             stoker's own RandomResizedCrop(224) + flip as the reference for the timm-style
             cost. Targets (2 cores): timm-style >= 2x the best peer and within 25% of
             stoker's RRC + flip; YOLO-style >= 2x the best peer.
+            Steady state, as a training run sees it: each loader is made once a round,
+            runs one untimed epoch (start-up: DataLoader forks its workers, kept with
+            persistent_workers=True; stoker touches its new batch buffers for the first
+            time, 4x as many bytes with a float32 output), then --epochs timed epochs.
 
 Files are read right before each timed run (an idle minute may evict the page cache).
 """
@@ -514,34 +518,48 @@ def synthetic_labels(n, seed=0):
     return out
 
 
-def time_dataloader(dataset, batch_size, workers, paths, collate=None):
+def _timed_epochs(loader, epochs, paths, count, set_epoch=None):
+    """Images/s over `epochs` epochs of `loader` after one untimed epoch: the steady
+    state a training run sees (start-up, such as forking workers or the first touch of
+    new batch buffers, is in the first epoch, not here)."""
+    for e in range(epochs + 1):
+        if set_epoch is not None:
+            set_epoch(e)
+        if e == 1:
+            warm(paths)  # the files are in the page cache for the timed epochs
+            t0 = time.perf_counter()
+            n = 0
+        for batch in loader:
+            if e:
+                n += count(batch)
+    return n / (time.perf_counter() - t0)
+
+
+def time_dataloader(dataset, batch_size, workers, paths, epochs, collate=None):
     import torch
 
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
-                                         num_workers=workers, collate_fn=collate)
+                                         num_workers=workers, collate_fn=collate,
+                                         persistent_workers=workers > 0)
     warm(paths)
-    t0 = time.perf_counter()
-    n = 0
-    for batch in loader:
-        n += len(batch[0]) if isinstance(batch, (tuple, list)) else len(batch)
-    return n / (time.perf_counter() - t0)
+    return _timed_epochs(loader, epochs, paths, lambda batch: len(
+        batch[0]) if isinstance(batch, (tuple, list)) else len(batch))
 
 
-def time_stoker(path, shards, batch_size, transforms, epoch, **kw):
+def time_stoker(path, shards, batch_size, transforms, epoch, epochs, **kw):
     import stoker
 
     loader = stoker.Loader(stoker.Dataset(path), batch_size=batch_size, shuffle=True, seed=0,
-                           transforms=transforms, **kw)
-    loader.set_epoch(epoch)
+                           transforms=transforms, stall_warning=None, **kw)
     warm(shards)
-    t0 = time.perf_counter()
-    n = 0
-    for batch in loader:
-        n += len(batch["image"])
-    return n / (time.perf_counter() - t0)
+    try:
+        return _timed_epochs(loader, epochs, shards, lambda batch: len(batch["image"]),
+                             lambda e: loader.set_epoch(epoch * 100 + e))
+    finally:
+        loader.close()
 
 
-def run_recipes(paths, files, batch_size, repeats, workers):
+def run_recipes(paths, files, batch_size, repeats, workers, epochs):
     import stoker
 
     ops = stoker.ops
@@ -553,7 +571,7 @@ def run_recipes(paths, files, batch_size, repeats, workers):
     yolo = {("image", "boxes", "classes"): [
         ops.Letterbox(640), ops.HSVJitter(0.015, 0.7, 0.4), ops.RandomHorizontalFlip()]}
     results = {}
-    epochs = iter(range(10_000))
+    rounds = iter(range(10_000))
     with tempfile.TemporaryDirectory(prefix="stoker-bench-") as tmp:
         path = os.path.join(tmp, "ds")
         fields = {"image": stoker.image(), "label": stoker.scalar("int64"),
@@ -571,18 +589,19 @@ def run_recipes(paths, files, batch_size, repeats, workers):
             for name, tf in contenders:
                 kw = {"pad_values": {"classes": -1}} if "YOLO" in name else {}
                 results.setdefault(name, []).append(
-                    time_stoker(path, shards, batch_size, tf, next(epochs), **kw))
+                    time_stoker(path, shards, batch_size, tf, next(rounds), epochs, **kw))
             for backend, label in (("pil", "Pillow"), ("alb", "albumentations")):
                 for wk in workers:
                     results.setdefault(f"DataLoader+{label} timm-style workers={wk}", []).append(
-                        time_dataloader(TimmPeer(paths, backend), batch_size, wk, paths))
+                        time_dataloader(TimmPeer(paths, backend), batch_size, wk, paths, epochs))
                     results.setdefault(f"DataLoader+{label} YOLO-style workers={wk}",
                                        []).append(
                         time_dataloader(YoloPeer(paths, labels, backend), batch_size, wk,
-                                        paths, yolo_collate))
+                                        paths, epochs, yolo_collate))
     med = {k: statistics.median(v) for k, v in results.items()}
     width = max(map(len, med))
-    print(f"\nrecipes: images/s, median of {repeats} interleaved rounds, batch {batch_size}")
+    print(f"\nrecipes: images/s over {epochs} epochs after an untimed one, median of {repeats} "
+          f"interleaved rounds, batch {batch_size}")
     for k, v in med.items():
         print(f"  {k:<{width}}  {v:8.0f}")
     best_timm = max(v for k, v in med.items() if "timm" in k and k.startswith("DataLoader"))
@@ -606,6 +625,8 @@ def main():
     p.add_argument("--rounds", type=int, default=5, help="ops: rounds per op")
     p.add_argument("--limit", type=int, default=None, help="use the first N images")
     p.add_argument("--workers", default="0,1,2", help="DataLoader num_workers to try")
+    p.add_argument("--epochs", type=int, default=2,
+                   help="recipes: timed epochs per loader, after an untimed one")
     args = p.parse_args()
     paths = sorted(glob.glob(os.path.join(args.images, "*.jp*g")))[: args.limit]
     if not paths:
@@ -620,7 +641,7 @@ def main():
         run_batch_mixes(args.rounds)
     if args.recipes or both:
         run_recipes(paths, files, args.batch_size, args.repeats,
-                    [int(w) for w in args.workers.split(",")])
+                    [int(w) for w in args.workers.split(",")], args.epochs)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
     python bench/bench_python.py [--repeats 3] [--images 512] [--boxes 2048] [--only a|b|c]
 
-Two workloads, each timed as a whole epoch (iterator start to last batch), in one run,
-configurations interleaved, medians of --repeats:
+Three workloads, each loader timed over --epochs epochs after an untimed first one (the
+steady state of a training run; the first epoch holds the start-up and gives the time to
+the first batch), in one run, configurations interleaved, medians of --repeats:
 
   (a) GIL-releasing: JPEG -> 224x224 random resized crop -> albumentations ColorJitter,
       Rotate(20), GaussianBlur (OpenCV and NumPy: they release the GIL).
@@ -101,18 +102,37 @@ class PeakPss:
         self.peak = max(self.peak, tree_pss())
 
 
-def timed_epoch(make_iter):
-    """(samples/s, seconds to the first batch, peak PSS) of one epoch."""
+def timed_epochs(make, epochs):
+    """(samples/s, seconds to the first batch, peak PSS) of one loader: an untimed first
+    epoch (start-up: DataLoader forks its workers, kept with persistent_workers=True;
+    stoker starts its threads and any process workers; the first batch's time is taken
+    here), then `epochs` timed epochs, the steady state a training run sees. The tree's
+    PSS is sampled through the first epoch and once after the last: reading it costs
+    milliseconds of a core per sample, which would slow the timed epochs (more so
+    DataLoader's, whose workers are read too)."""
+    loader = make()
     with PeakPss() as mem:
         t0 = time.perf_counter()
         first = None
-        n = 0
-        for batch in make_iter():
+        for _batch in _epoch(loader, 0):
             if first is None:
                 first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n = 0
+    for e in range(1, epochs + 1):
+        for batch in _epoch(loader, e):
             n += _batch_len(batch)
-        wall = time.perf_counter() - t0
-    return n / wall, first, mem.peak
+    wall = time.perf_counter() - t0
+    peak = max(mem.peak, tree_pss())
+    if hasattr(loader, "close"):
+        loader.close()
+    return n / wall, first, peak
+
+
+def _epoch(loader, e):
+    if hasattr(loader, "set_epoch"):
+        loader.set_epoch(e)
+    return iter(loader)
 
 
 def _batch_len(batch):
@@ -341,15 +361,9 @@ def configs(workload, tmp, n_images, n_boxes):
         zero_kw = dict(map_fields=box_fields())
         warm = [os.path.join(ds.path, s["path"]) for s in ds.shards]
 
-    epoch = iter(range(10_000))
-
     def stoker_run(**kw):
-        def make():
-            loader = stoker.Loader(ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
-                                   prefetch_next_epoch=False, stall_warning=None, **stoker_kw, **kw)
-            loader.set_epoch(next(epoch))
-            return loader
-        return make
+        return lambda: stoker.Loader(ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
+                                     stall_warning=None, **stoker_kw, **kw)
 
     out["stoker threads (num_threads=2)"] = stoker_run()
     if has_process_workers():
@@ -357,10 +371,11 @@ def configs(workload, tmp, n_images, n_boxes):
             python_workers="process")
     out["stoker threads over the torch Dataset"] = lambda: stoker.Loader(
         torch_ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
-        prefetch_next_epoch=False, stall_warning=None, **zero_kw)
+        stall_warning=None, **zero_kw)
     for w in (0, 1, 2):
         out[f"DataLoader num_workers={w}"] = (lambda w=w: torch.utils.data.DataLoader(
-            torch_ds, batch_size=BATCH, shuffle=True, num_workers=w, **dl_kw))
+            torch_ds, batch_size=BATCH, shuffle=True, num_workers=w,
+            persistent_workers=w > 0, **dl_kw))
     return out, warm
 
 
@@ -377,7 +392,7 @@ def run(workload, title, args, tmp):
     for _ in range(args.repeats):  # interleaved: drift hits every configuration alike
         for name, make in runs.items():
             warm_files(warm)  # the page cache may have dropped the data since the last run
-            results[name].append(timed_epoch(lambda make=make: iter(make())))
+            results[name].append(timed_epochs(make, args.epochs))
     med = {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs),
                   statistics.median(r[2] for r in rs)) for name, rs in results.items()}
     best_dl = max(v[0] for k, v in med.items() if k.startswith("DataLoader"))
@@ -400,6 +415,8 @@ def main():
     p.add_argument("--images", type=int, default=512, help="JPEGs in workload (a)")
     p.add_argument("--boxes", type=int, default=2048, help="samples in workload (b)")
     p.add_argument("--only", choices=["a", "b", "c"], default=None)
+    p.add_argument("--epochs", type=int, default=2,
+                   help="timed epochs per loader, after an untimed first one")
     args = p.parse_args()
     import torch
 

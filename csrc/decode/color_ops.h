@@ -55,6 +55,14 @@ namespace detail {
 /// pixels (a read-only statistics pass counts as one). For tests of the fusion.
 int color_pass_count(const ColorStep* steps, size_t n, int channels);
 
+/// p[i] = luts[c][p[i]] over n bytes: one table (tables == 1) or three for
+/// interleaved channels (tables == 3; n a multiple of 3, p[0] of channel 0).
+/// AVX-512 VBMI where the CPU has it and `simd` (NOTE [ Byte tables with VBMI ]),
+/// else one byte at a time: the same bytes either way.
+void lookup_bytes(const uint8_t* const* luts, int tables, uint8_t* p, size_t n, bool simd = true);
+/// Whether lookup_bytes has its SIMD path on this CPU.
+bool lookup_bytes_has_simd();
+
 }  // namespace detail
 
 }  // namespace stoker
