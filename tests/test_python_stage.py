@@ -661,6 +661,40 @@ def test_batch_map_on_the_device_after_the_copy(img_ds):
     same_batches(list(mapped), want)
 
 
+def test_data_stall_counts_the_python_stage_time_in_next(img_ds):
+    """data_stall is the share of the loop spent in next(), the Python stage's part of it
+    too: here batch_map runs in next() (device='cuda' through the host fake runs it on
+    the consumer's thread) for 20 ms a batch, while the workers keep batches ready, so
+    next() barely waits for the core and the loop is nearly all next()."""
+    from conftest import fake_device_loader
+
+    def slow(batch, rng):
+        time.sleep(0.02)
+        return batch
+
+    loader = fake_device_loader(img_ds, batch_size=8, transforms=CROP, batch_map=slow,
+                                stall_warning=None)
+    in_next = 0.0
+    it = iter(loader)
+    t_start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        try:
+            next(it)
+        except StopIteration:
+            in_next += time.perf_counter() - t0
+            break
+        in_next += time.perf_counter() - t0
+    wall = time.perf_counter() - t_start
+    loader.close()
+    s = loader.stats()
+    assert in_next / wall > 0.9
+    assert s["data_stall"] == pytest.approx(in_next / wall, abs=0.05)
+    assert s["wait_seconds"] >= 0.02 * s["batches"]
+    # the workers kept up: the verdict says so, and names next()'s own time
+    assert s["bottleneck"] == "consumer" and "next() itself took" in s["verdict"]
+
+
 # -- torchrun, docs -------------------------------------------------------------------
 
 def test_python_dataset_under_torchrun_two_processes(tmp_path):

@@ -38,9 +38,10 @@ namespace stoker {
 
 /// What the loader measured over one stretch of the consumer's time.
 struct TuneInterval {
-  double wall = 0;                                 ///< seconds of the stretch
-  double wait = 0;                                 ///< seconds the consumer waited in next()
-  double busy = 0;                                 ///< worker-seconds spent on units and planning
+  double wall = 0;     ///< seconds of the stretch
+  double wait = 0;     ///< seconds the consumer waited in next()
+  double handoff = 0;  ///< seconds in next() making the batch (LoaderStats::handoff_ns)
+  double busy = 0;     ///< worker-seconds spent on units and planning
   double read = 0, decode = 0, ops = 0, plan = 0;  ///< worker-seconds per stage
   double python = 0;       ///< thread-seconds in the Python stage (user code)
   double python_cpu = 0;   ///< CPU seconds of those threads meanwhile (NOTE [ Python stage ])
@@ -83,6 +84,9 @@ Diagnosis diagnose(const TuneInterval& iv, double stall_threshold);
 /// work wait runnable instead, which is not the GIL.
 bool gil_bound(const TuneInterval& iv);
 constexpr double kGilBlockedShare = 0.3;
+/// A consumer-bound verdict names next()'s own time (TuneInterval::handoff) from this
+/// share of the loop.
+constexpr double kHandoffShown = 0.1;
 
 class Autotuner {
  public:

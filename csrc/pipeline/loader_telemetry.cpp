@@ -334,6 +334,7 @@ LoaderStatsSnapshot LoaderTelemetry::snapshot(const Live& live) const {
   const double warm_s = std::max(0.0, s.warmup_seconds);
   iv.wall = std::max(0.0, s.run_seconds - warm_s);
   iv.wait = std::max(0.0, sec(st.wait_ns) - warm_s);  // waiting for workers only
+  iv.handoff = sec(st.handoff_ns);
   iv.busy = s.worker_busy_seconds;
   iv.read = s.read_seconds;
   iv.decode = s.decode_seconds;

@@ -983,10 +983,14 @@ class PythonStage:
                 t.record_stream(consumer)
         return out
 
-    def next(self, it: Any, consumer_stream: Optional[int]) -> Any:
+    def next(self, it: Any, consumer_stream: Optional[int], entered: int = 0) -> Any:
         """The consumer's next batch from core iterator `it` (None at the end): the
-        user's exception object when the batch failed in the stage."""
+        user's exception object when the batch failed in the stage. The loop's time in
+        next() outside the core's wait (since `entered`, perf_counter_ns; now if 0)
+        goes to the iterator's hand-off time, counted in data_stall as the plain path's."""
         from . import _core
+
+        entered = entered or time.perf_counter_ns()
 
         if self.pool is not None and not self.pool.running():
             self.pool.start()
@@ -999,6 +1003,7 @@ class PythonStage:
 
                 self._side = torch.cuda.Stream(self.side_device)
             side = self._side.cuda_stream
+        calling = time.perf_counter_ns()
         try:
             got = it.next(consumer_stream or 0, with_ticket=True, side_stream=side)
         except _core.PythonStageError as e:
@@ -1010,8 +1015,11 @@ class PythonStage:
             raise failed  # outside the except block: the user's exception, as it was
         if got is None:
             return None
+        t0 = time.perf_counter_ns()
         caps, ticket = got
-        return self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps}, ticket)
+        batch = self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps}, ticket)
+        it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
+        return batch
 
     def _purge(self) -> None:
         """Drops the deliveries of batches their stream dropped (stop, close, break): they

@@ -805,7 +805,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         if stage is not None:  # NOTE [ Python stage ] in stoker/_python_stage.py
             stream = None if self._stream_device is None else \
                 torch.cuda.current_stream(self._stream_device).cuda_stream
-            batch = stage.next(self._it, stream)
+            batch = stage.next(self._it, stream, entered)
             if batch is None:
                 self._loader._report_skipped()
                 raise StopIteration

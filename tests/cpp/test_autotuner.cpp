@@ -181,6 +181,16 @@ void diagnosis_of_nothing_and_of_a_fast_loader() {
   CHECK(d.kind == Bottleneck::kConsumer);
   CHECK(d.stage.empty());
   CHECK(d.text.find("consumer-bound") == 0);
+  CHECK(d.text.find("next() itself") == std::string::npos);
+  // The consumer's own time in next() (batch_map on its thread) is named from 10% of the
+  // loop; the verdict stays consumer-bound: no worker would shorten it.
+  TuneInterval slow_next = model(2, 4, 0.010, 0.050, 8);
+  slow_next.handoff = 0.4 * slow_next.wall;
+  const Diagnosis named = diagnose(slow_next, 0.05);
+  CHECK(named.kind == Bottleneck::kConsumer);
+  CHECK(named.text.find("next() itself took 40% of the loop") != std::string::npos);
+  slow_next.handoff = 0.05 * slow_next.wall;
+  CHECK(diagnose(slow_next, 0.05).text.find("next() itself") == std::string::npos);
   // Loader-bound below the maximum: the advice is more threads.
   const Diagnosis more = diagnose(model(2, 4, 0.040, 0.001, 2, 8), 0.05);
   CHECK(more.text.find("num_threads=8") != std::string::npos);
