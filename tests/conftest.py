@@ -1,4 +1,5 @@
 import os
+import time
 
 import numpy as np
 import pytest
@@ -147,3 +148,31 @@ def run_framework_scripts(*runs, timeout=240, returncodes=None):
                                env={"MASTER_PORT": str(port)})
                    for args, port, code in zip(runs, ports, returncodes or [0] * len(runs))]
         return [f.result() for f in futures]
+
+
+def timed_loop(loader, step_s, limit=None, slept=None):
+    """(seconds spent in next(), wall seconds from the first next() to the end, batches),
+    measured here, around the loader; `slept` (a list) gets the seconds actually slept."""
+    it = iter(loader)
+    in_next = asleep = 0.0
+    n = 0
+    t_start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        try:
+            next(it)
+        except StopIteration:
+            in_next += time.perf_counter() - t0
+            break
+        t1 = time.perf_counter()
+        in_next += t1 - t0
+        n += 1
+        time.sleep(step_s)
+        asleep += time.perf_counter() - t1
+        if limit and n >= limit:
+            break
+    wall = time.perf_counter() - t_start
+    it.close()  # (a device's copy thread may take a moment to stop: not the loop's time)
+    if slept is not None:
+        slept.append(asleep)
+    return in_next, wall, n

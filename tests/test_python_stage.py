@@ -666,7 +666,7 @@ def test_data_stall_counts_the_python_stage_time_in_next(img_ds):
     too: here batch_map runs in next() (device='cuda' through the host fake runs it on
     the consumer's thread) for 20 ms a batch, while the workers keep batches ready, so
     next() barely waits for the core and the loop is nearly all next()."""
-    from conftest import fake_device_loader
+    from conftest import fake_device_loader, timed_loop
 
     def slow(batch, rng):
         time.sleep(0.02)
@@ -674,18 +674,7 @@ def test_data_stall_counts_the_python_stage_time_in_next(img_ds):
 
     loader = fake_device_loader(img_ds, batch_size=8, transforms=CROP, batch_map=slow,
                                 stall_warning=None)
-    in_next = 0.0
-    it = iter(loader)
-    t_start = time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        try:
-            next(it)
-        except StopIteration:
-            in_next += time.perf_counter() - t0
-            break
-        in_next += time.perf_counter() - t0
-    wall = time.perf_counter() - t_start
+    in_next, wall, _ = timed_loop(loader, 0)
     loader.close()
     s = loader.stats()
     assert in_next / wall > 0.9

@@ -17,7 +17,7 @@ import stoker
 import stoker._loader_args as loader_args
 import stoker.loader as loader_mod
 import torch
-from conftest import write_dataset
+from conftest import timed_loop, write_dataset
 
 RAW_SHAPE = (3, 16, 16)
 
@@ -202,34 +202,6 @@ def test_max_memory_and_stall_warning_are_checked(raw_ds):
 
 
 # -- stall telemetry ---------------------------------------------------------------------------
-
-def timed_loop(loader, step_s, limit=None, slept=None):
-    """(seconds spent in next(), wall seconds from the first next() to the end, batches),
-    measured here, around the loader; `slept` (a list) gets the seconds actually slept."""
-    it = iter(loader)
-    in_next = asleep = 0.0
-    n = 0
-    t_start = time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        try:
-            next(it)
-        except StopIteration:
-            in_next += time.perf_counter() - t0
-            break
-        t1 = time.perf_counter()
-        in_next += t1 - t0
-        n += 1
-        time.sleep(step_s)
-        asleep += time.perf_counter() - t1
-        if limit and n >= limit:
-            break
-    wall = time.perf_counter() - t_start
-    it.close()  # (a device's copy thread may take a moment to stop: not the loop's time)
-    if slept is not None:
-        slept.append(asleep)
-    return in_next, wall, n
-
 
 @pytest.mark.parametrize("step_ms", [0, 3, 30])
 def test_data_stall_is_the_share_of_the_loop_spent_in_next(jpeg_ds, step_ms):
