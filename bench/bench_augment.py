@@ -628,6 +628,8 @@ def main():
     p.add_argument("--epochs", type=int, default=2,
                    help="recipes: timed epochs per loader, after an untimed one")
     args = p.parse_args()
+    if args.epochs < 1:
+        p.error("--epochs must be at least 1")
     paths = sorted(glob.glob(os.path.join(args.images, "*.jp*g")))[: args.limit]
     if not paths:
         sys.exit(f"no JPEGs in {args.images}: run bench/make_jpegs.py first")

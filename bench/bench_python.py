@@ -418,6 +418,8 @@ def main():
     p.add_argument("--epochs", type=int, default=2,
                    help="timed epochs per loader, after an untimed first one")
     args = p.parse_args()
+    if args.epochs < 1:
+        p.error("--epochs must be at least 1")
     import torch
 
     torch.set_num_threads(1)  # as DataLoader's workers do: the cores are the loaders'
