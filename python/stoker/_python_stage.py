@@ -983,14 +983,12 @@ class PythonStage:
                 t.record_stream(consumer)
         return out
 
-    def next(self, it: Any, consumer_stream: Optional[int], entered: int = 0) -> Any:
+    def next(self, it: Any, consumer_stream: Optional[int], entered: int) -> Any:
         """The consumer's next batch from core iterator `it` (None at the end): the
         user's exception object when the batch failed in the stage. The loop's time in
-        next() outside the core's wait (since `entered`, perf_counter_ns; now if 0)
-        goes to the iterator's hand-off time, counted in data_stall as the plain path's."""
+        next() outside the core's wait (since `entered`, perf_counter_ns) goes to the
+        iterator's hand-off time, counted in data_stall as the plain path's."""
         from . import _core
-
-        entered = entered or time.perf_counter_ns()
 
         if self.pool is not None and not self.pool.running():
             self.pool.start()

@@ -801,24 +801,19 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
                 raise RuntimeError(
                     f"the distributed world changed while an epoch was running (rank, "
                     f"world_size) {self._world} -> {now}; start a new iterator")
+        # The batch belongs to the stream current now (docs/gpu.md).
+        stream = None if self._stream_device is None else \
+            torch.cuda.current_stream(self._stream_device).cuda_stream
         stage = self._loader._stage
         if stage is not None:  # NOTE [ Python stage ] in stoker/_python_stage.py
-            stream = None if self._stream_device is None else \
-                torch.cuda.current_stream(self._stream_device).cuda_stream
             batch = stage.next(self._it, stream, entered)
             if batch is None:
                 self._loader._report_skipped()
                 raise StopIteration
             stage.follow(self._loader._core.active_threads)
             return batch
-        if self._stream_device is not None:
-            # The batch belongs to the stream current now (docs/gpu.md).
-            stream = torch.cuda.current_stream(self._stream_device).cuda_stream
-            calling = time.perf_counter_ns()
-            caps = self._it.next(stream)
-        else:
-            calling = time.perf_counter_ns()
-            caps = self._it.next()
+        calling = time.perf_counter_ns()
+        caps = self._it.next() if stream is None else self._it.next(stream)
         if caps is None:
             self._loader._report_skipped()
             raise StopIteration
