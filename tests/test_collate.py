@@ -53,6 +53,29 @@ def test_variable_leading_dim_padded_with_lengths():
         assert not out["boxes"][i, n:].any() and not out["cls"][i, n:].any()
 
 
+@pytest.mark.parametrize("tail, longest", [((), 5), ((4,), 5), ((2, 3), 5), ((4,), 0),
+                                           ((1024,), 5)])
+def test_padded_rows_match_a_row_by_row_reference(tail, longest):
+    """Small rows go in by one masked copy for the batch, large ones (here 1024 x 4 bytes
+    a row on average) row by row: both give each row, zeros after it, and its length,
+    over garbage, for rows of every length, all full, and all empty."""
+    rng = np.random.default_rng(len(tail) + longest)
+    for lengths in ([0, longest, 1, longest // 2, 0, 3], [longest] * 4, [0] * 3,
+                    list(rng.integers(0, longest + 1, 9))):
+        lengths = [min(int(n), longest) for n in lengths]
+        layout = BatchLayout({"x": stoker.ndarray("float32", (None,) + tail)})
+        samples = [{"x": rng.standard_normal((n,) + tail).astype(np.float32)}
+                   for n in lengths]
+        out, _ = batch(layout, samples)
+        width = max(lengths)
+        assert out["x"].shape == (len(lengths), width) + tail
+        assert out["x_lengths"].tolist() == lengths
+        for i, s in enumerate(samples):
+            want = np.zeros((width,) + tail, np.float32)
+            want[:lengths[i]] = s["x"]
+            assert np.array_equal(out["x"][i].numpy(), want), (lengths, i)
+
+
 def test_blob_declared_batches_as_padded_bytes():
     layout = BatchLayout({"raw": stoker.blob()})
     out, _ = batch(layout, [{"raw": b"ab"}, {"raw": b"xyz"}])

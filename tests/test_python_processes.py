@@ -117,6 +117,53 @@ def big_map(s, rng):
     return {"a": np.full((300, 300), int(s["label"]), np.float32), "label": s["label"]}
 
 
+def tagged_map(s, rng):
+    """Every array of the output holds the sample's label: a row overwritten by a later
+    chunk shows."""
+    label = int(s["label"])
+    return {"a": np.full((40, 40), label, np.float32), "meta": np.full(3, label, np.int64),
+            "label": s["label"]}
+
+
+def test_rows_are_not_overwritten_by_later_chunks(img_ds):  # noqa: F811
+    """Rows are views of a worker's arena until their batch is assembled, and an object
+    field keeps copies: every batch, kept to the end of two epochs, still holds its own
+    values (NOTE [ Python stage processes ])."""
+    loader = stoker.Loader(img_ds, batch_size=5, shuffle=True, seed=1, map=tagged_map,
+                           map_fields={"meta": object}, python_workers="process",
+                           num_threads=2)
+    kept = []
+    for e in range(2):
+        loader.set_epoch(e)
+        kept += list(loader)
+    assert len(kept) == 2 * (len(img_ds) // 5 + (len(img_ds) % 5 > 0))
+    for b in kept:
+        labels = b["label"].tolist()
+        for row, meta, label in zip(b["a"], b["meta"], labels):
+            assert bool((row == label).all())
+            assert isinstance(meta, np.ndarray) and meta.tolist() == [label] * 3
+    loader.close()
+
+
+def test_arenas_are_reused_after_breaks(img_ds):  # noqa: F811
+    """A batch dropped before all its chunks ran (break) gives its arenas back too: after
+    many breaks and a whole epoch, each worker holds a few arenas, all free."""
+    loader = stoker.Loader(img_ds, batch_size=2, map=tagged_map, map_fields={"meta": object},
+                           python_workers="process", num_threads=2,
+                           prefetch_next_epoch=False)
+    for _ in range(40):
+        it = iter(loader)
+        next(it)
+        del it  # the stream stops with chunks of later batches in flight or queued
+    assert len(list(loader)) == -(-len(img_ds) // 2)
+    for w in loader._stage.workers._workers:
+        # a batch's chunks in flight at once, from the prefetch window (without dropping
+        # stopped batches: over 30)
+        assert len(w.arenas) <= 8, len(w.arenas)
+        assert sorted(w.free) == list(range(len(w.arenas)))  # the epoch's batches are done
+    loader.close()
+
+
 def test_no_files_in_dev_shm(img_ds):  # noqa: F811
     before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     loader = stoker.Loader(img_ds, batch_size=6, map=big_map, python_workers="process")

@@ -433,9 +433,14 @@ class BatchLayout:
             else:
                 lengths = _view(buffer, by_key[f"{f.key}_lengths"])
                 longest = spec.shape[1]
+                ns = [len(c) for c in column]
+                lengths[:] = ns
+                if f.dtype != _BF16 and column and \
+                        spec.nbytes <= _SMALL_ROWS * len(column):
+                    _write_padded(dst, column, ns, lengths, longest)
+                    continue
                 for j, c in enumerate(column):
-                    n = len(c)
-                    lengths[j] = n
+                    n = ns[j]
                     if f.dtype == _BF16:
                         dst[j, :n].copy_(c)
                         dst[j, n:].zero_()
@@ -444,6 +449,29 @@ class BatchLayout:
                         if n < longest:
                             dst[j, n:] = 0
         return objects
+
+
+# Padded rows of at most this many bytes on average are written by one masked copy for the
+# batch; larger ones row by row (a few array operations per row, but no concatenated
+# copy of the whole field first).
+_SMALL_ROWS = 16384
+
+
+def _write_padded(dst: np.ndarray, column: Sequence[np.ndarray], ns: Sequence[int],
+                  lengths: np.ndarray, longest: int) -> None:
+    """Rows of a variable leading dimension into `dst` [B, longest, ...], zero padded: a
+    handful of array operations for the batch, not a few per row (boxes, labels and
+    short token lists are rows of a few hundred bytes)."""
+    total = sum(ns)
+    if total == len(column) * longest:  # no padding: the rows are the field
+        np.concatenate(column, out=dst.reshape((total,) + dst.shape[2:]))
+        return
+    if total == 0:
+        dst[...] = 0
+        return
+    mask = np.arange(longest) < lengths[:, None]
+    dst[~mask] = 0
+    dst[mask] = np.concatenate(column)
 
 
 def _python_fits(value: Any, dtype: Any) -> bool:

@@ -3,18 +3,30 @@
 NOTE [ Python stage processes ]
 Pure-Python code (loops over boxes, dicts, string handling) holds the GIL, so the stage's
 threads take turns and a loader gets one core's worth of it. With process workers, each
-stage thread (NOTE [ Python stage ]) has a worker process of its own and hands it the
-chunks it takes; everything else stays in the loader's process:
+of num_threads worker processes serves two stage threads (NOTE [ Python stage ]), which
+hand it the chunks they take; everything else stays in the loader's process:
 
-  stage thread i (loader's process)            worker process i
-  ---------------------------------            ----------------
+  stage threads 2i, 2i+1 (loader's process)     worker process i
+  -----------------------------------------     ----------------
   take() a chunk (GIL released)
-  send (epoch, indices)            ------>     fetch + map each sample (its own GIL)
-                                               arrays -> its shared arena (memfd),
-                                               the rest (numbers, str, structure) pickled
-  rows <- views of the arena       <------     reply: where each array is
-  checked, copied out (GIL released)
-  the batch's last chunk: native batching, collate_fn, batch_map, complete()
+  send (epoch, indices, arena a)   ------>      fetch + map each sample (its own GIL)
+                                                arrays -> arena a (shared memfd),
+                                                the rest (numbers, str, structure) pickled
+  rows <- views of arena a         <------      reply: where each array is
+  checked; arena a stays leased to the batch
+  the batch's last chunk: native batching (the one copy out of the arenas), collate_fn,
+  batch_map, complete(); the batch's arenas are free again
+
+  * Two stage threads per worker keep a second chunk queued at it: while one thread
+    checks its reply (and perhaps assembles a batch), the worker already maps the other
+    thread's chunk, so it never idles between chunks. Replies come back in the order
+    the requests went out; each thread reads its own (a ticket per request). The tuner's
+    count of active threads moves both threads of a worker.
+  * Rows are views of the arena they arrived in, not copies: each request names a free
+    arena of its worker, which stays leased until the batch that holds the rows is
+    assembled (or dropped), so one chunk never overwrites another's rows. A chunk's
+    arrays are copied once, from the arena into the batch. Values under a collate_fn,
+    nested arrays and object fields are copied out at once (user code may keep them).
 
   * Started once per loader, by fork() from the loader's process at the first iter(), so
     the map function, the dataset object and everything they refer to are there without
@@ -26,8 +38,9 @@ chunks it takes; everything else stays in the loader's process:
     never restarted in a loop.
   * Array data never goes through pickle or a file: a worker writes every array leaf of
     what it returns into an anonymous shared mapping (memfd_create: no /dev/shm file to
-    fill up or vanish under a reader), which the loader's process maps too; a larger
-    chunk gets a larger arena, whose descriptor travels over the socket (SCM_RIGHTS).
+    fill up or vanish under a reader), which the loader's process maps too; arenas are
+    made by the loader's process as leases need them, and a chunk that does not fit
+    gets a larger one from the worker; descriptors travel over the socket (SCM_RIGHTS).
   * A stoker dataset is reopened in the worker by path and identity (the same
     generation): a mutex that one of the loader's threads held at fork() time is not
     inherited in a locked state by the worker's reads. A remote dataset is refused (its
@@ -39,6 +52,7 @@ chunks it takes; everything else stays in the loader's process:
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import pickle
@@ -53,7 +67,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["ProcessWorkers"]
+__all__ = ["Lease", "ProcessWorkers"]
 
 _ARENA_BYTES = 64 << 20  # a worker's first arena; a larger chunk gets a larger one
 _HEADER = struct.Struct("<Q")
@@ -166,20 +180,36 @@ class _Writer:
         return offsets
 
 
-def _decode(value: Any, arena: _Arena, offsets: List[int]) -> Any:
-    """The value with its array leaves copied out of the arena (in the loader's process)."""
+_DTYPES: Dict[str, np.dtype] = {}
+
+
+def _dtype(code: str) -> np.dtype:
+    dt = _DTYPES.get(code)
+    if dt is None:
+        dt = _DTYPES[code] = np.dtype(code)
+    return dt
+
+
+def _decode(value: Any, arena: _Arena, offsets: List[int], view: bool = False) -> Any:
+    """The value with its array leaves out of the arena (in the loader's process): if
+    `view` and it is a dict, its own arrays as views of the arena (the caller holds its
+    lease); every other array leaf copied."""
     if type(value) is tuple and len(value) == 2 and value[0] in ("__stoker_array__",
                                                                   "__stoker_tensor__"):
         i, dtype, shape = value[1]
-        dt = np.dtype(dtype)
-        n = dt.itemsize * int(np.prod(shape, dtype=np.int64))
-        a = arena.array[offsets[i]: offsets[i] + n].view(dt).reshape(shape).copy()
+        dt = _dtype(dtype)
+        n = dt.itemsize * math.prod(shape)
+        a = arena.array[offsets[i]: offsets[i] + n].view(dt).reshape(shape)
+        if not view:
+            a = a.copy()
         if value[0] == "__stoker_tensor__":
             import torch
 
             return torch.from_numpy(a)
         return a
     if type(value) is dict:
+        if view:
+            return {k: _decode(v, arena, offsets, type(v) is tuple) for k, v in value.items()}
         return {k: _decode(v, arena, offsets) for k, v in value.items()}
     if type(value) is list:
         return [_decode(v, arena, offsets) for v in value]
@@ -218,15 +248,21 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
         torch.set_num_threads(1)  # the workers are the parallelism, as DataLoader's
     except Exception:
         pass
+    arenas: Dict[int, _Arena] = {0: arena}
     while True:
         try:
-            data, _ = _recv(sock)
+            data, fds = _recv(sock)
         except (EOFError, OSError):
             return
         msg = pickle.loads(data)
         if msg[0] == "stop":
             return
-        _, epoch, indices = msg
+        _, epoch, indices, slot, size = msg
+        if fds:  # a new arena for this slot, made by the loader's process
+            if slot in arenas:
+                arenas[slot].close()
+            arenas[slot] = _Arena(fds[0], size)
+        arena = arenas[slot]
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
         from ._python_stage import _times
@@ -253,19 +289,19 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
             errors[pos] = _portable_error(first)
         writer = _Writer()
         encoded = [None if r is None else writer.encode(r) for r in rows]
-        fds: Tuple[int, ...] = ()
+        out_fds: Tuple[int, ...] = ()
         if writer.total > arena.size:
             old = arena
-            arena = _Arena.create(max(writer.total, 2 * old.size))
+            arena = arenas[slot] = _Arena.create(max(writer.total, 2 * old.size))
             old.close()
-            fds = (arena.fd,)
+            out_fds = (arena.fd,)
         offsets = writer.write(arena)
         wall = time.perf_counter_ns() - wall0
         cpu1, wait1 = thread_sched()
         cpu = cpu1 - cpu0
         py = max(0, wall - times.native_ns)
         wait = (wait1 - wait0) * py // wall if wall > 0 else 0  # the Python part's share
-        reply = ("rows", encoded, offsets, errors, skipped, arena.size if fds else 0,
+        reply = ("rows", encoded, offsets, errors, skipped, arena.size if out_fds else 0,
                  (py, max(0, cpu - times.native_ns), times.read_ns, times.decode_ns,
                   times.ops_ns, times.bytes, wait, times.native_ns))
         try:
@@ -273,9 +309,9 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
         except Exception as e:  # an unpicklable output: the chunk's first sample fails
             payload = pickle.dumps(("rows", [None] * len(rows), [], {0: _portable_error(
                 TypeError(f"map returned a value that cannot leave the worker process: {e}"))},
-                0, 0, (wall, cpu, 0, 0, 0, 0, 0, 0)))
+                0, arena.size if out_fds else 0, (wall, cpu, 0, 0, 0, 0, 0, 0)))
         try:
-            _send(sock, payload, fds)
+            _send(sock, payload, out_fds)
         except OSError:
             return
 
@@ -283,18 +319,68 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
 # -- the loader's side ----------------------------------------------------------------
 
 class _Worker:
-    __slots__ = ("pid", "sock", "arena", "lock", "dead")
+    """The loader's side of one worker process: its socket, its arenas (leased to
+    requests), and the order of its replies."""
+
+    __slots__ = ("pid", "sock", "arenas", "free", "known", "lock", "send_lock", "turn",
+                 "sent", "received", "dead")
 
     def __init__(self, pid: int, sock: socket.socket, arena: _Arena):
         self.pid = pid
         self.sock = sock
-        self.arena = arena
-        self.lock = threading.Lock()
+        self.arenas: List[_Arena] = [arena]  # by slot; the worker maps the same
+        self.free: List[int] = [0]
+        self.known: List[bool] = [True]  # whether the worker has this slot's arena
+        self.lock = threading.Lock()  # new arenas
+        self.send_lock = threading.Lock()
+        self.turn = threading.Condition(threading.Lock())  # replies, in request order
+        self.sent = 0
+        self.received = 0
         self.dead: Optional[str] = None
+
+    def lease(self) -> int:
+        try:
+            return self.free.pop()  # atomic: give_back may run in a finalizer, any time
+        except IndexError:
+            pass
+        with self.lock:
+            self.arenas.append(_Arena.create(_ARENA_BYTES))
+            self.known.append(False)
+            return len(self.arenas) - 1
+
+    def give_back(self, slot: int) -> None:
+        self.free.append(slot)  # no lock: Lease.__del__ may call it from a collection
+
+    def close_arenas(self) -> None:
+        with self.lock:
+            arenas, self.arenas = self.arenas, []
+            self.free = []
+        for a in arenas:  # views still alive (rows of a dropped batch) keep their mapping
+            a.close()
+
+
+class Lease:
+    """Rows that are views of a worker's arena: release() lets the worker write into it
+    again. Released when the batch holding the rows is assembled or dropped (also when
+    this object goes away)."""
+
+    __slots__ = ("_worker", "_slot", "__weakref__")
+
+    def __init__(self, worker: _Worker, slot: int):
+        self._worker: Optional[_Worker] = worker
+        self._slot = slot
+
+    def release(self) -> None:
+        w, self._worker = self._worker, None
+        if w is not None:
+            w.give_back(self._slot)
+
+    def __del__(self) -> None:
+        self.release()
 
 
 class ProcessWorkers:
-    """The worker processes of one loader's stage, one per stage thread."""
+    """The worker processes of one loader's stage (NOTE [ Python stage processes ])."""
 
     def __init__(self, count: int):
         import weakref
@@ -344,27 +430,60 @@ class ProcessWorkers:
         child.close()
         return _Worker(pid, parent, arena)
 
-    def run(self, slot: int, epoch: int, indices: List[int]) -> Tuple[Any, ...]:
-        """Maps `indices` on worker `slot`: (rows, errors, skipped, times). Rows are the
-        samples' values with arrays copied out of the worker's arena."""
-        w = self._workers[slot % self.count]
+    def run(self, worker: int, epoch: int, indices: List[int],
+            copy: bool = False) -> Tuple[Any, ...]:
+        """Maps `indices` on worker `worker`: (rows, errors, skipped, times, lease). The
+        top-level arrays of each row are views of an arena that `lease` holds until its
+        release() (all arrays copied out with `copy`, and the lease released at once)."""
+        w = self._workers[worker]
         if w is None or w.dead is not None:
-            raise WorkerDied(self._died_message(w, slot))
-        with w.lock:
+            raise WorkerDied(self._died_message(w, worker))
+        slot = w.lease()
+        lease = Lease(w, slot)
+        with w.send_lock:
+            new = not w.known[slot]
+            arena = w.arenas[slot]
+            ticket = w.sent
             try:
-                _send(w.sock, pickle.dumps(("chunk", epoch, indices)))
+                _send(w.sock, pickle.dumps(("chunk", epoch, indices, slot,
+                                            arena.size if new else 0)),
+                      (arena.fd,) if new else ())
+                w.known[slot] = True
+                w.sent += 1
+            except OSError:
+                self._lost(w)
+                with w.turn:
+                    w.turn.notify_all()
+                raise WorkerDied(self._died_message(w, worker)) from None
+        with w.turn:  # the replies come in the order the requests went out
+            while w.received != ticket and w.dead is None:
+                w.turn.wait()
+            try:
+                if w.dead is not None:
+                    raise EOFError
                 data, fds = _recv(w.sock)
             except (EOFError, OSError):
-                w.dead = self._exit_status(w)
-                raise WorkerDied(self._died_message(w, slot)) from None
-            reply = pickle.loads(data)
-            _, encoded, offsets, errors, skipped, new_size, times = reply
-            if fds:
-                old = w.arena
-                w.arena = _Arena(fds[0], new_size)
-                old.close()
-            rows = [None if r is None else _decode(r, w.arena, offsets) for r in encoded]
-        return rows, errors, skipped, times
+                self._lost(w)
+                w.turn.notify_all()
+                raise WorkerDied(self._died_message(w, worker)) from None
+            w.received += 1
+            w.turn.notify_all()
+        reply = pickle.loads(data)
+        _, encoded, offsets, errors, skipped, new_size, times = reply
+        if fds:  # the worker needed a larger arena for this slot
+            with w.lock:
+                old, w.arenas[slot] = w.arenas[slot], _Arena(fds[0], new_size)
+            old.close()
+        arena = w.arenas[slot]
+        view = not copy
+        rows = [None if r is None else _decode(r, arena, offsets, view) for r in encoded]
+        if copy:
+            lease.release()
+        return rows, errors, skipped, times, lease
+
+    def _lost(self, w: _Worker) -> None:
+        if w.dead is None:
+            w.dead = self._exit_status(w)
 
     def _died_message(self, w: Optional[_Worker], slot: int) -> str:
         what = w.dead if w is not None and w.dead else "is not running"
@@ -403,7 +522,7 @@ class ProcessWorkers:
             os.waitpid(w.pid, 0)
         except ChildProcessError:
             pass
-        w.arena.close()
+        w.close_arenas()
 
     def stop(self) -> None:
         """Ends every worker (they read "stop", or EOF), waits for them."""
@@ -415,7 +534,7 @@ class ProcessWorkers:
         for w in workers:
             if w is None:
                 continue
-            with w.lock:  # after the chunk it may be running
+            with w.send_lock:  # after the chunks it may be running
                 try:
                     _send(w.sock, pickle.dumps(("stop",)))
                 except OSError:
@@ -436,7 +555,7 @@ class ProcessWorkers:
             else:
                 self._reap(w)
                 continue
-            w.arena.close()
+            w.close_arenas()
 
     def pids(self) -> List[int]:  # noqa: D102
         return [w.pid for w in self._workers if w is not None and w.dead is None]

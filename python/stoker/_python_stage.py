@@ -532,13 +532,21 @@ def _report_internal() -> None:
 class _Pending:
     """A batch being mapped: each chunk fills its positions (NOTE [ Python stage ])."""
 
-    __slots__ = ("rows", "errors", "skipped", "internal")
+    __slots__ = ("rows", "errors", "skipped", "internal", "leases", "task")
 
-    def __init__(self, samples: int):
-        self.rows: List[Any] = [None] * samples
+    def __init__(self, task: Any):
+        self.rows: List[Any] = [None] * task.samples
         self.errors: Dict[int, BaseException] = {}
         self.skipped = 0
         self.internal: Optional[BaseException] = None
+        self.leases: List[Any] = []  # process workers' arenas that rows are views of
+        self.task = task
+
+    def release(self) -> None:
+        """The rows are no longer read: their arenas may be written again."""
+        leases, self.leases = self.leases, []
+        for lease in leases:
+            lease.release()
 
 
 class _Delivery:
@@ -613,6 +621,9 @@ class PythonStage:
         self.handoff: Any = None
         self.pool: Optional[StagePool] = None
         self.processes = bool(processes) and self.per_sample
+        # Stage threads per Python thread of num_threads: two per worker process (NOTE
+        # [ Python stage processes ]), one when the threads run the code themselves.
+        self._per_worker = PROCESS_THREADS_PER_WORKER if self.processes else 1
         # Image fields of a C++-assembled batch that the loop gets as NCHW views of their
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
         self.nchw_views = tuple(nchw_views)
@@ -625,7 +636,8 @@ class PythonStage:
     def attach(self, handoff: Any) -> None:
         """Serves `handoff` (``_core.PythonHandoff``: take() gives (task, lo, hi))."""
         self.handoff = handoff
-        self.pool = StagePool(self, _Taker(handoff), "run_chunk", self._threads)
+        self.pool = StagePool(self, _Taker(handoff), "run_chunk",
+                              self._threads * self._per_worker)
 
     def start(self) -> None:
         """At iter(): the threads, and the worker processes (a worker that died is
@@ -643,8 +655,14 @@ class PythonStage:
             self.pool.start()
 
     def stop(self) -> None:
+        """close(): the threads end, and the work they held (every stream stopped)."""
         if self.pool is not None:
             self.pool.stop()
+        with self._lock:
+            dropped = list(self._pending.values())
+            self._pending.clear()
+        for p in dropped:
+            p.release()
         if self.workers is not None:
             self.workers.stop()
 
@@ -652,10 +670,14 @@ class PythonStage:
 
     def run_chunk(self, item: Tuple[Any, int, int], slot: int = 0) -> None:
         task, lo, hi = item
+        dropped: List[_Pending] = []
         with self._lock:
             pending = self._pending.get(task.id)
             if pending is None:
-                pending = self._pending[task.id] = _Pending(task.samples)
+                pending = self._pending[task.id] = _Pending(task)
+                dropped = self._drop_stopped()
+        for p in dropped:
+            p.release()
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
         times = _times.reset()
@@ -700,10 +722,14 @@ class PythonStage:
 
         indices = [int(i) for i in task.indices[lo:hi]]
         try:
-            rows, errors, skipped, times = self.workers.run(slot, task.epoch, indices)
+            rows, errors, skipped, times, lease = self.workers.run(
+                slot // PROCESS_THREADS_PER_WORKER, task.epoch, indices,
+                copy=self.collate_fn is not None)
         except WorkerDied as e:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)
+        pending.leases.append(lease)  # released with the batch (or with pending, dropped)
+        objects = self._object_positions()
         for j, row in enumerate(rows):
             pos = lo + j
             if j in errors:
@@ -712,13 +738,25 @@ class PythonStage:
                 pending.rows[pos] = row
             else:
                 try:
-                    pending.rows[pos] = self.layout.check(
-                        row, lambda j=j: self.source.describe(indices[j]))
+                    checked = self.layout.check(row, lambda j=j: self.source.describe(indices[j]))
+                    if objects is None:
+                        objects = self._object_positions()
+                    for i in objects:  # kept as they are in the batch: not arena views
+                        checked[i] = _copied(checked[i])
+                    pending.rows[pos] = checked
                 except Exception as e:
                     pending.errors[pos] = e
         with self._lock:
             pending.skipped += skipped
         return times
+
+    def _object_positions(self) -> Optional[List[int]]:
+        """Positions of the layout's object fields in a checked row (None until the
+        layout is fixed)."""
+        fields = self.layout.fields
+        if fields is None:
+            return None
+        return [i for i, f in enumerate(fields.values()) if f.kind == "object"]
 
     def _one(self, task: Any, pending: _Pending, pos: int, index: int,
              key: Optional[np.ndarray]) -> None:
@@ -814,6 +852,7 @@ class PythonStage:
         with self._lock:
             self._pending.pop(task.id, None)
         if task.stopped:
+            pending.release()
             return
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
@@ -822,6 +861,7 @@ class PythonStage:
         except BaseException as e:  # a bug of the stage: the batch fails with it
             self._fail(task, e)
         finally:
+            pending.release()
             wall = time.perf_counter_ns() - wall0
             cpu1, wait1 = thread_sched()
             task.add_times(wall, cpu1 - cpu0, 0, 0, 0, 0, wait1 - wait0)
@@ -852,6 +892,7 @@ class PythonStage:
             specs, nbytes = self.layout.plan(pending.rows)
             buffer = task.allocate(nbytes)
             d.objects = self.layout.write(pending.rows, specs, buffer)
+            pending.release()  # the rows are in the batch now
             if self.batch_map is not None and not self.batch_map_on_consumer:
                 from ._collate import tensors_of
 
@@ -1030,9 +1071,23 @@ class PythonStage:
             stale = [t for t, d in self._deliveries.items() if d.task.stopped]
             for t in stale:
                 del self._deliveries[t]
+            dropped = self._drop_stopped()
+        for p in dropped:
+            p.release()
+
+    def _drop_stopped(self) -> List[_Pending]:
+        """Batches whose stream stopped before all their chunks were taken (break,
+        close): no thread will finish them, so they leave the table here, at each new
+        batch and with the consumer's purge (a thread running one of their chunks keeps
+        its own reference). Called with the lock held; the caller releases them."""
+        dropped = [p for p in self._pending.values() if p.task.stopped]
+        for p in dropped:
+            del self._pending[p.task.id]
+        return dropped
 
     def follow(self, active: int) -> None:
         """Keeps `active` of the stage's threads working (the tuner's thread count)."""
+        active *= self._per_worker
         if self.pool is not None and active != self.pool.active:
             self.pool.set_active(active)
 
@@ -1105,6 +1160,16 @@ def _tensors(value: Any) -> List[Any]:
     return out
 
 
+def _copied(value: Any) -> Any:
+    """An object field's value that may be a view of a process worker's arena, as a
+    value of its own (the batch's lists outlive the arena's lease)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if type(value).__module__.startswith("torch") and hasattr(value, "clone"):
+        return value.clone()
+    return value
+
+
 def _tensor_from_capsule(cap: Any) -> Any:
     import torch
 
@@ -1142,10 +1207,17 @@ def check_hook(name: str, fn: Any) -> Optional[Callable]:
     return fn
 
 
-def chunk_samples(batch_size: int, threads: int) -> int:
+PROCESS_THREADS_PER_WORKER = 2
+
+
+def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int:
     """Samples per chunk: about four chunks per thread in a batch, so that the first batch
-    is ready after about 1/T of its work, while a claim (one C++ call) stays rare."""
-    return max(1, -(-int(batch_size) // (4 * max(1, int(threads)))))
+    is ready after about 1/T of its work, while a claim (one C++ call) stays rare. With
+    process workers, one chunk per worker and batch: a chunk costs a round trip to its
+    worker (two messages, two thread switches), which a handful of samples does not
+    amortise, and the second stage thread of each worker keeps it busy meanwhile."""
+    per = 1 if processes else 4
+    return max(1, -(-int(batch_size) // (per * max(1, int(threads)))))
 
 
 def check_picklable(args: Mapping[str, Any]) -> None:

@@ -472,7 +472,8 @@ class Loader:
         handoff = None
         if self._stage is not None and self._stage.needs_handoff:
             handoff = _core.PythonHandoff(
-                _python_stage.chunk_samples(batch_size, self.num_threads), batch_size)
+                _python_stage.chunk_samples(batch_size, self.num_threads,
+                                            self._stage.processes), batch_size)
             options.finisher = handoff
         fake = api is not None and api.fake  # the host fake's "device" memory is host memory
         self.device = torch.device("cpu") if fake else target
