@@ -2,7 +2,7 @@
 [ Cache budget ] in stoker/remote/space.py) against each of them alone, in one run.
 
     python bench/bench_remote_shared.py [--rate 40000] [--repeats 3] [--window 2]
-                                        [--budgets windows,double]
+                                        [--budgets windows,double] [--step 0]
 
 A train set (24 shards of ~66 KB) and a val set (16 shards) are served by nginx on
 loopback, each download limited to --rate bytes/s (nginx ``limit_rate``: a per-connection
@@ -17,6 +17,12 @@ Budgets (``--budgets``): ``windows`` is just above the sum of the two windows (e
 gets one window: its downloads for the next window cannot start before it gives back the
 last); ``double`` is just above twice that (room for each set's next window while it reads
 the current one, as each has alone with the ``windows`` budget).
+
+Each batch of 8 costs the reading loop --step seconds (a training step: 0 by default, so
+the downloads are the bottleneck). With a step and a fast enough --rate, the sets are
+bound by their loops, as training mostly is, e.g. ``--rate 1000000 --step 0.05``: each
+shard is then downloaded faster than it is read, and what is measured is whether sharing
+the budget makes either set wait.
 
 It prints, per budget, the median and min-max over the repeats of each time, of the ratio
 of together to the slower alone, and of each set's downloads in flight (those with their
@@ -75,7 +81,7 @@ class InFlight:
         return (statistics.fmean(self.samples) if self.samples else 0.0), self.peak
 
 
-def epochs(ds, window, out):
+def epochs(ds, window, step, out):
     loader = stoker.Loader(ds, batch_size=8, shuffle=True, shard_window=window, seed=0,
                            num_threads=2, stall_warning=None)
     n = 0
@@ -83,10 +89,12 @@ def epochs(ds, window, out):
         loader.set_epoch(e)
         for b in loader:
             n += len(b["label"])
+            if step:
+                time.sleep(step)  # the training step: the GPU works, the host waits
     out.append(n)
 
 
-def run(url, names, cache, limit, window, rate):
+def run(url, names, cache, limit, window, rate, step):
     """Seconds to read two epochs of each of ``names`` at once, and each one's downloads
     in flight (mean, peak)."""
     sets = [stoker.Dataset(f"{url}/{n}", cache_dir=cache, cache_limit=limit,
@@ -95,7 +103,7 @@ def run(url, names, cache, limit, window, rate):
     watch = [InFlight(ds) for ds in sets]
     done = []
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=epochs, args=(ds, window, done)) for ds in sets]
+    threads = [threading.Thread(target=epochs, args=(ds, window, step, done)) for ds in sets]
     for t in threads:
         t.start()
     for t in threads:
@@ -120,6 +128,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--window", type=int, default=2)
     ap.add_argument("--budgets", default="windows,double")
+    ap.add_argument("--step", type=float, default=0.0,
+                    help="seconds of training step per batch of 8 (0: download-bound)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="stoker-bench-shared-")
     try:
@@ -134,7 +144,8 @@ def main():
                 limit = windows * args.window * size + size // 2
                 print(f"budget {budget}: cache_limit {limit} bytes ({limit / size:.1f} "
                       f"shards), window {args.window}, {args.rate} B/s per download, "
-                      f"{args.repeats} repeats; median [min-max]")
+                      f"step {args.step} s per batch, {args.repeats} repeats; "
+                      "median [min-max]")
                 times = {k: [] for k in ("train", "val", "both", "train/2", "val/2")}
                 flight = {k: [] for k in ("train", "val", "both:train", "both:val")}
                 ratios, ratios_half = [], []
@@ -145,7 +156,8 @@ def main():
                     cases = cases[r % len(cases):] + cases[:r % len(cases)]  # interleave
                     for key, names, lim in cases:
                         cache = tempfile.mkdtemp(dir=tmp, prefix="cache-")
-                        secs, fl = run(server.url, names, cache, lim, args.window, args.rate)
+                        secs, fl = run(server.url, names, cache, lim, args.window, args.rate,
+                                       args.step)
                         shutil.rmtree(cache)
                         times[key].append(secs)
                         if key == "both":
