@@ -31,7 +31,9 @@ hand it the chunks they take; everything else stays in the loader's process:
   * Started once per loader, by fork() from the loader's process at the first iter(), so
     the map function, the dataset object and everything they refer to are there without
     pickling, from a script, a notebook or a module alike: nothing depends on the user's
-    ``if __name__ == "__main__"`` guard, and nothing re-imports the script. The workers
+    ``if __name__ == "__main__"`` guard, and nothing re-imports the script. What a worker
+    inherits is frozen for its garbage collector (gc.freeze), whose walk would otherwise
+    write to every object's header and so copy the pages it shares with the loader. The workers
     live until close() (or the loader is dropped, or its process exits: a worker reads
     EOF and ends). A worker that dies (killed, a crash in native code) fails the batch of
     its chunk with its exit status; the next iter() starts one in its place, once: it is
@@ -52,6 +54,7 @@ hand it the chunks they take; everything else stays in the loader's process:
 
 from __future__ import annotations
 
+import gc
 import math
 import mmap
 import os
@@ -413,7 +416,20 @@ class ProcessWorkers:
         arena = _Arena.create(_ARENA_BYTES)
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        # The objects the worker inherits go to the collector's permanent generation in
+        # the worker: its collections never walk them, so their pages stay shared with
+        # the loader's process instead of being copied as the walk writes to each
+        # object's header (the parent takes them back at once). Left alone if the
+        # program froze objects itself: unfreezing would undo its own freeze.
+        pid = -1
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
+        try:
+            pid = os.fork()
+        finally:
+            if pid != 0 and freeze:
+                gc.unfreeze()
         if pid == 0:  # the worker: never returns into the loader's code
             code = 0
             try:
