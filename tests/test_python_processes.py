@@ -184,6 +184,28 @@ def test_workers_do_not_collect_what_they_inherit(img_ds):  # noqa: F811
     loader.close()
 
 
+def spin_map(s, rng):
+    end = time.thread_time() + 0.003
+    while time.thread_time() < end:  # pure Python, on the worker's CPU
+        pass
+    return {"label": s["label"]}
+
+
+def test_python_time_is_the_workers_not_the_queue(img_ds):  # noqa: F811
+    """With two stage threads per worker, a chunk waits while the worker maps the other
+    thread's: the stage's Python time is the workers' (and the threads' own CPU), so it
+    is not blocked time (which the verdict would read as GIL-bound)."""
+    loader = stoker.Loader(img_ds, batch_size=6, map=spin_map, python_workers="process",
+                           num_threads=2, stall_warning=None)
+    assert len(list(loader)) == 10
+    s = loader.stats()
+    blocked = s["python_seconds"] - s["python_cpu_seconds"] - s["python_wait_seconds"]
+    assert s["python_cpu_seconds"] >= 60 * 0.003 * 0.9
+    assert blocked < 0.25 * s["python_seconds"], s
+    assert "GIL-bound" not in s["verdict"]
+    loader.close()
+
+
 def test_no_files_in_dev_shm(img_ds):  # noqa: F811
     before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     loader = stoker.Loader(img_ds, batch_size=6, map=big_map, python_workers="process")

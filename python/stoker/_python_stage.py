@@ -702,11 +702,11 @@ class PythonStage:
             wall = time.perf_counter_ns() - wall0
             cpu1, wait1 = thread_sched()
             cpu, wait = cpu1 - cpu0, wait1 - wait0
-            if remote is not None:  # this thread waited for its worker: the chunk's wall
-                # time is the stage's (less the C++ fetch in the worker); CPU and time
-                # waiting for a CPU are the worker's and this thread's
-                task.add_times(max(0, wall - remote[7]), remote[1] + cpu, remote[2],
-                               remote[3], remote[4], remote[5], remote[6] + wait)
+            if remote is not None:  # the worker's time in Python (less its C++ fetch)
+                # and this thread's CPU on the reply; not this thread's wall time, which
+                # includes waiting while the worker maps the other thread's chunk
+                task.add_times(remote[0] + cpu, remote[1] + cpu, remote[2], remote[3],
+                               remote[4], remote[5], remote[6] + wait)
             else:  # the wait for a core, shared out in proportion to the Python part
                 py = max(0, wall - times.native_ns)
                 task.add_times(py, max(0, cpu - times.native_ns), times.read_ns,
