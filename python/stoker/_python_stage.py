@@ -57,8 +57,8 @@ Why there, and what it keeps:
     for a core, and time blocked, which for threads running about one core's worth
     between them is the GIL ("GIL-bound" in the verdict; pipeline/autotuner.h).
   * Pure-Python code can run in worker processes instead (NOTE [ Python stage
-    processes ] in _process_workers.py): each stage thread hands its chunks to a
-    process of its own; everything above is unchanged.
+    processes ] in _process_workers.py): two stage threads per process hand it their
+    chunks (one chunk per worker and batch); everything above is unchanged.
   * Threads: as many as num_threads, following the tuner's active count (parked
     threads hold neither the pool nor the loader); they end at close(), when the loader
     is dropped, and before the interpreter exits.
