@@ -557,6 +557,20 @@ def test_break_close_and_two_iterators(img_ds):
     assert len(list(loader)) == 15  # usable after close()
 
 
+def test_batches_dropped_by_a_break_leave_nothing_behind(img_ds):
+    """A batch whose stream stopped before all its chunks were taken is never finished:
+    the stage drops its partial rows (27 of 30 stayed, before)."""
+    loader = stoker.Loader(img_ds, batch_size=8, map=lambda s, rng: {"y": s["label"]},
+                           num_threads=2, prefetch_next_epoch=False)
+    for _ in range(30):
+        it = iter(loader)
+        next(it)
+        del it
+    assert len(list(loader)) == 8
+    assert len(loader._stage._pending) == 0
+    loader.close()
+
+
 def test_dropped_loader_ends_its_threads(img_ds):
     python_threads(settle=True)
     loader = stoker.Loader(img_ds, batch_size=4, map=slow_map, num_threads=2)
