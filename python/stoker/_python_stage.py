@@ -58,7 +58,7 @@ Why there, and what it keeps:
     between them is the GIL ("GIL-bound" in the verdict; pipeline/autotuner.h).
   * Pure-Python code can run in worker processes instead (NOTE [ Python stage
     processes ] in _process_workers.py): two stage threads per process hand it their
-    chunks (one chunk per worker and batch); everything above is unchanged.
+    chunks (as many chunks in a batch as workers); everything above is unchanged.
   * Threads: as many as num_threads, following the tuner's active count (parked
     threads hold neither the pool nor the loader); they end at close(), when the loader
     is dropped, and before the interpreter exits.
@@ -1213,7 +1213,7 @@ PROCESS_THREADS_PER_WORKER = 2
 def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int:
     """Samples per chunk: about four chunks per thread in a batch, so that the first batch
     is ready after about 1/T of its work, while a claim (one C++ call) stays rare. With
-    process workers, one chunk per worker and batch: a chunk costs a round trip to its
+    process workers, as many chunks in a batch as workers: a chunk costs a round trip to its
     worker (two messages, two thread switches), which a handful of samples does not
     amortise, and the second stage thread of each worker keeps it busy meanwhile."""
     per = 1 if processes else 4
