@@ -1,6 +1,7 @@
 #include "producers/python_handoff.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "producers/batch_planner.h"
 #include "producers/python_producer.h"
@@ -82,8 +83,16 @@ void PythonHandoff::hand_off(std::shared_ptr<HandedOffBatch> batch) {
   if (closed()) return;  // dropped: its handle fails nothing on a stopped stream
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::make_shared<PythonTask>(next_id_++, std::move(batch), chunk_samples_,
-                                                  batch_size_, stats_));
+    auto task = std::make_shared<PythonTask>(next_id_++, std::move(batch), chunk_samples_,
+                                             batch_size_, stats_);
+    // In the order the consumer reads them: the pool's workers may finish
+    // batch p + 1 before batch p, and take() serves the front first.
+    auto before = [&task](const std::shared_ptr<PythonTask>& q) {
+      return task->epoch < q->epoch || (task->epoch == q->epoch && task->number < q->number);
+    };
+    auto at = queue_.end();
+    while (at != queue_.begin() && before(*std::prev(at))) --at;
+    queue_.insert(at, std::move(task));
   }
   ready_.notify();
 }

@@ -259,6 +259,11 @@ void stopped_stream_drops_its_batches_and_a_dropped_batch_fails() {
   Setup y = make(40, s, 2, 4);
   auto yit = y.core->iter(0, 1);
   CHECK(yit->next(b, Clock::now() + 20ms) == Status::kTimeout);
+  // Both batches of the window are handed off (the pool's two workers may
+  // finish them in either order); the front is the one the consumer reads next.
+  const auto both = Clock::now() + 5s;
+  while (y.handoff->waiting() < 2 && Clock::now() < both) std::this_thread::sleep_for(1ms);
+  CHECK_EQ(y.handoff->waiting(), 2u);
   {
     PythonHandoff::Chunk d;
     CHECK(y.handoff->take(d, Clock::now() + 1s));
@@ -300,9 +305,42 @@ void closed_handoff_returns_at_once() {
   CHECK(Clock::now() - t0 < 1s);
 }
 
+// A handed-off batch without a stream: its planned batch and nothing else.
+class LooseBatch final : public HandedOffBatch {
+ public:
+  LooseBatch(uint64_t epoch, int64_t index) {
+    work_.indices = {index};
+    work_.key.epoch = epoch;
+    work_.index = index;
+  }
+  const BatchWork& work() const override { return work_; }
+  std::shared_ptr<uint8_t> memory() const override { return nullptr; }
+  bool stopped() const override { return false; }
+  std::shared_ptr<uint8_t> allocate(size_t) override { return nullptr; }
+  void complete(std::vector<TensorDesc>, size_t, uint64_t, int64_t, int64_t) override {}
+  void fail(std::exception_ptr) override {}
+
+ private:
+  PythonBatch work_;
+};
+
+void chunks_are_served_in_the_order_the_consumer_reads() {
+  // Workers hand batches off in whatever order they finish them; the stage
+  // serves the earliest first (epoch, then number), not the first handed off.
+  PythonHandoff h(4, 1);
+  const std::vector<std::pair<uint64_t, int64_t>> handed = {{0, 2}, {1, 0}, {0, 0}, {0, 3}, {0, 1}};
+  for (const auto& [epoch, index] : handed) h.hand_off(std::make_shared<LooseBatch>(epoch, index));
+  std::vector<std::pair<uint64_t, int64_t>> served;
+  PythonHandoff::Chunk c;
+  while (h.take(c, Clock::now())) served.emplace_back(c.task->epoch, c.task->number);
+  const std::vector<std::pair<uint64_t, int64_t>> want = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}};
+  CHECK(served == want);
+}
+
 }  // namespace
 
-TEST_MAIN(batches_in_order_whatever_order_they_finish();
+TEST_MAIN(chunks_are_served_in_the_order_the_consumer_reads();
+          batches_in_order_whatever_order_they_finish();
           failed_batch_carries_its_ticket_and_ends_the_iterator();
           resume_hands_off_exactly_the_rest();
           stopped_stream_drops_its_batches_and_a_dropped_batch_fails();
