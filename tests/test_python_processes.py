@@ -113,6 +113,40 @@ def test_large_outputs_grow_the_arena(img_ds, monkeypatch):  # noqa: F811
             assert row.shape == (300, 300) and bool((row == label).all())
 
 
+def outsized_map(s, rng, flag):
+    """While `flag` exists, the first batch's samples are 18 MB each."""
+    n = 18 << 20 if int(s["label"]) < 4 and os.path.exists(flag) else 8
+    return {"a": np.full(n, int(s["label"]), np.uint8), "label": s["label"]}
+
+
+def arena_bytes(loader):
+    return sum(a.resident() for w in loader._stage.workers._workers for a in w.arenas)
+
+
+def test_arenas_give_back_what_outsized_chunks_took(img_ds, tmp_path):  # noqa: F811
+    """Memory an outsized chunk took is given back once later chunks no longer need it
+    (NOTE [ Python stage processes ])."""
+    import functools
+
+    flag = tmp_path / "big"
+    flag.touch()
+    loader = stoker.Loader(img_ds, batch_size=4, map=functools.partial(outsized_map,
+                                                                        flag=str(flag)),
+                           map_fields={"a": stoker.ndarray("uint8", (None,))},
+                           python_workers="process", num_threads=2)
+    first = list(loader)
+    assert first[0]["a"].shape == (4, 18 << 20) and first[1]["a"].shape == (4, 8)
+    del first
+    took = arena_bytes(loader)
+    assert took >= 36 << 20  # two samples of 18 MB per chunk, in some worker's arena
+    flag.unlink()  # the next epoch's first batch may already be mapped: big once more
+    for e in range(10):  # each arena is leased in turn: 8 small chunks each, and more
+        for b in loader:
+            assert e == 0 or b["a"].shape == (4, 8)
+    assert arena_bytes(loader) < 4 << 20, (took, arena_bytes(loader))
+    loader.close()
+
+
 def big_map(s, rng):
     return {"a": np.full((300, 300), int(s["label"]), np.float32), "label": s["label"]}
 

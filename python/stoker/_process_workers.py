@@ -43,6 +43,10 @@ hand it the chunks they take; everything else stays in the loader's process:
     fill up or vanish under a reader), which the loader's process maps too; arenas are
     made by the loader's process as leases need them, and a chunk that does not fit
     gets a larger one from the worker; descriptors travel over the socket (SCM_RIGHTS).
+    An arena holds only the pages written into it, and gives back those above what its
+    last 8 chunks needed once that frees 16 MB and half of what it holds
+    (madvise(MADV_REMOVE)): a few outsized samples do not keep their memory for the
+    loader's life.
   * A stoker dataset is reopened in the worker by path and identity (the same
     generation): a mutex that one of the loader's threads held at fork() time is not
     inherited in a locked state by the worker's reads. A remote dataset is refused (its
@@ -73,6 +77,11 @@ import numpy as np
 __all__ = ["Lease", "ProcessWorkers"]
 
 _ARENA_BYTES = 64 << 20  # a worker's first arena; a larger chunk gets a larger one
+# An arena whose recent chunks all used less than half of what it once held gives the
+# rest of its pages back (NOTE [ Python stage processes ]): after this many uses ...
+_SHRINK_AFTER = 8
+# ... when at least this much would go.
+_SHRINK_BYTES = 16 << 20
 _HEADER = struct.Struct("<Q")
 
 
@@ -131,6 +140,10 @@ class _Arena:
         os.ftruncate(fd, size)
         return cls(fd, size)
 
+    def resident(self) -> int:
+        """Bytes of memory the arena holds (its pages that were written)."""
+        return os.fstat(self.fd).st_blocks * 512
+
     def close(self) -> None:
         self.array = None
         try:
@@ -138,6 +151,40 @@ class _Arena:
         except BufferError:  # views still exported: the mapping goes with them
             pass
         os.close(self.fd)
+
+
+class _Usage:
+    """What each of a worker's arenas holds and what its last _SHRINK_AFTER chunks used:
+    an arena gives the pages above that back to the system when it is written again (the
+    loader has leased it for this chunk, so no rows live in it), once that frees at least
+    _SHRINK_BYTES and half of what it holds. A later chunk that writes there again gets
+    fresh zero pages. Leases go round the free arenas (_Worker.lease), so each is
+    written, and checked, in turn."""
+
+    def __init__(self) -> None:
+        self.recent: Dict[int, List[int]] = {}  # slot -> bytes its last chunks used
+        self.held: Dict[int, int] = {}  # slot -> bytes written since pages were given back
+
+    def reset(self, slot: int) -> None:  # a new arena for the slot
+        self.recent.pop(slot, None)
+        self.held.pop(slot, None)
+
+    def used(self, arena: _Arena, slot: int, nbytes: int) -> None:
+        page = mmap.PAGESIZE
+        nbytes = min(arena.size, (nbytes + page - 1) // page * page)
+        recent = self.recent.setdefault(slot, [])
+        recent.append(nbytes)
+        if len(recent) > _SHRINK_AFTER:
+            del recent[0]
+        held = max(self.held.get(slot, 0), nbytes)
+        keep = max(recent)
+        if len(recent) == _SHRINK_AFTER and held - keep >= max(_SHRINK_BYTES, keep):
+            try:
+                arena.map.madvise(mmap.MADV_REMOVE, keep, held - keep)
+                held = keep
+            except (AttributeError, OSError):  # no MADV_REMOVE here: keep the pages
+                pass
+        self.held[slot] = held
 
 
 class _Writer:
@@ -252,6 +299,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
     except Exception:
         pass
     arenas: Dict[int, _Arena] = {0: arena}
+    usage = _Usage()
     while True:
         try:
             data, fds = _recv(sock)
@@ -265,6 +313,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
             if slot in arenas:
                 arenas[slot].close()
             arenas[slot] = _Arena(fds[0], size)
+            usage.reset(slot)
         arena = arenas[slot]
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
@@ -297,8 +346,10 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
             old = arena
             arena = arenas[slot] = _Arena.create(max(writer.total, 2 * old.size))
             old.close()
+            usage.reset(slot)
             out_fds = (arena.fd,)
         offsets = writer.write(arena)
+        usage.used(arena, slot, writer.total)
         wall = time.perf_counter_ns() - wall0
         cpu1, wait1 = thread_sched()
         cpu = cpu1 - cpu0
@@ -343,7 +394,10 @@ class _Worker:
 
     def lease(self) -> int:
         try:
-            return self.free.pop()  # atomic: give_back may run in a finalizer, any time
+            # Round the free arenas, oldest first, so that each is written (and can give
+            # back what it does not need, _Usage) in turn. Atomic: give_back may run in
+            # a finalizer, any time.
+            return self.free.pop(0)
         except IndexError:
             pass
         with self.lock:
