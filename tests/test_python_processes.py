@@ -104,6 +104,35 @@ def test_a_killed_worker_fails_its_batch_and_is_replaced_once(img_ds):  # noqa: 
     assert len(new) == 2 and victim not in new
 
 
+def slower_map(s, rng):
+    time.sleep(0.05)
+    return {"label": s["label"]}
+
+
+def test_a_worker_killed_with_two_chunks_queued_fails_once_and_hangs_nothing(img_ds):  # noqa: F811
+    """Both stage threads of a worker wait on it (one for its reply, one for its turn)
+    when it dies: both fail their batch with its exit status, nothing waits forever, and
+    the next iter() runs a whole epoch."""
+    loader = stoker.Loader(img_ds, batch_size=4, map=slower_map, python_workers="process",
+                           num_threads=2, prefetch=4)
+    it = iter(loader)
+    next(it)
+    w = loader._stage.workers._workers[0]
+    deadline = time.monotonic() + 10
+    while w.sent - w.received < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert w.sent - w.received >= 2  # a chunk in the worker, another queued behind it
+    os.kill(w.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"worker process 0 \(pid \d+\) was killed"):
+        for _ in it:
+            pass
+    assert time.monotonic() - t0 < 30
+    assert len(list(loader)) == 15
+    assert w.pid not in loader._stage.workers.pids()
+    loader.close()
+
+
 def test_large_outputs_grow_the_arena(img_ds, monkeypatch):  # noqa: F811
     monkeypatch.setattr(_process_workers, "_ARENA_BYTES", 1 << 12)
     big = stoker.Loader(img_ds, batch_size=6, map=big_map, python_workers="process",
