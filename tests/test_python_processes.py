@@ -169,7 +169,10 @@ def test_arenas_give_back_what_outsized_chunks_took(img_ds, tmp_path):  # noqa: 
     took = arena_bytes(loader)
     assert took >= 36 << 20  # two samples of 18 MB per chunk, in some worker's arena
     flag.unlink()  # the next epoch's first batch may already be mapped: big once more
-    for e in range(10):  # each arena is leased in turn: 8 small chunks each, and more
+    # An arena gives back what the worker's last 64 chunks did not need in it when it is
+    # next written; every 16th lease takes the arena idle longest: 20 epochs (about 320
+    # chunks a worker, 5 or 6 arenas each) write every arena after that horizon.
+    for e in range(20):
         for b in loader:
             assert e == 0 or b["a"].shape == (4, 8)
     assert arena_bytes(loader) < 4 << 20, (took, arena_bytes(loader))
