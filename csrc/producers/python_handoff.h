@@ -2,8 +2,9 @@
 // python/stoker/_python_stage.py): the loader's BatchFinisher when it has
 // `map=`, `collate_fn=` or a map-style dataset. A worker hands it each planned
 // batch (producers/python_producer.h: its sample indices); the stage's Python
-// threads take the batches in chunks of a few samples, oldest batch first, so
-// that all threads work on the batch the consumer needs next; the thread that
+// threads take the batches in chunks of a few samples, earliest batch first (by
+// epoch and number, whatever order the workers finished them in), so that all
+// threads work on the batch the consumer needs next; the thread that
 // finishes a batch's last chunk assembles it and completes it, which
 // publishes it to the stream's reader in order.
 //
@@ -118,7 +119,7 @@ class PythonHandoff final : public BatchFinisher {
     std::shared_ptr<PythonTask> task;
     int64_t lo = 0, hi = 0;
   };
-  /// A chunk of the oldest batch with chunks left, waiting until `deadline`.
+  /// A chunk of the earliest batch (epoch, number) with chunks left, waiting until `deadline`.
   /// False at the deadline or once closed. Batches whose stream stopped are
   /// dropped here.
   bool take(Chunk& out, Clock::time_point deadline);
