@@ -13,7 +13,9 @@
 
 namespace stoker::test {
 
-/// Threads of this process whose name (comm) starts with `prefix`.
+/// Threads of this process whose name (comm) starts with `prefix`. A joined
+/// thread can still be listed for a moment (the kernel reaps its task after
+/// join() returns), so check that threads are gone with eventually().
 inline int threads_named(const std::string& prefix) {
   int n = 0;
   DIR* d = opendir("/proc/self/task");
