@@ -1,5 +1,6 @@
-"""Native batching of Python outputs (stoker/_stage/collate.py): layouts inferred or declared,
-padding with lengths, scalars, object lists, and the errors for samples that disagree."""
+"""Native batching of Python outputs (stoker/_stage/collate.py): default_collate's structure,
+layouts inferred or declared, padding with lengths, scalars, object lists, and the errors
+for samples that disagree."""
 
 import numpy as np
 import pytest
@@ -13,9 +14,7 @@ def batch(layout, samples, where="sample {}"):
     specs, nbytes = layout.plan(rows)
     buf = np.full(nbytes + 7, 0xAB, np.uint8)  # garbage: padding must be written
     objects = layout.write(rows, specs, buf)
-    out = tensors_of(buf, specs)
-    out.update(objects)
-    return out, specs
+    return layout.assemble(tensors_of(buf, specs), objects), specs
 
 
 def test_fixed_arrays_scalars_and_objects_as_default_collate():
@@ -25,15 +24,13 @@ def test_fixed_arrays_scalars_and_objects_as_default_collate():
                 "path": f"img{i}.jpg", "raw": bytes([i]), "meta": {"i": i}}
                for i in range(5)]
     out, specs = batch(layout, samples)
-    ref = torch.utils.data.default_collate([{k: v for k, v in s.items()
-                                             if k not in ("path", "raw", "meta")}
-                                            for s in samples])
+    ref = torch.utils.data.default_collate(samples)
     for k in ("img", "label", "w", "flag", "f32", "t"):
         assert out[k].dtype == ref[k].dtype, k
         assert torch.equal(out[k], ref[k]), k
-    assert out["path"] == [s["path"] for s in samples]
-    assert out["raw"] == [bytes([i]) for i in range(5)]
-    assert out["meta"] == [{"i": i} for i in range(5)]
+    assert out["path"] == ref["path"] == [s["path"] for s in samples]
+    assert out["raw"] == ref["raw"]
+    assert torch.equal(out["meta"]["i"], ref["meta"]["i"])  # a nested dict, batched
     assert [s.offset % 64 for s in specs] == [0] * len(specs)
     assert list(out) == ["img", "label", "w", "flag", "f32", "t", "path", "raw", "meta"]
 
@@ -118,48 +115,69 @@ def test_tuple_keys_keep_their_type():
 
 def test_later_sample_with_another_shape_names_sample_field_and_shapes():
     layout = BatchLayout()
-    layout.check({"boxes": np.zeros((3, 4), np.float32)}, "sample 10")
+    layout.check((np.zeros((3, 4), np.float32), 1), "sample 10")
     with pytest.raises(ValueError) as e:
-        layout.check({"boxes": np.zeros((5, 4), np.float32)}, "sample 17 (dataset index 17)")
+        layout.check((np.zeros((5, 4), np.float32), 1), "sample 17 (dataset index 17)")
     msg = str(e.value)
-    assert "sample 17" in msg and "'boxes'" in msg and "(5, 4)" in msg and "(3, 4)" in msg
+    assert "sample 17" in msg and "field 0" in msg and "(5, 4)" in msg and "(3, 4)" in msg
     assert "inferred from sample 10" in msg
     assert "stoker.ndarray('float32', (None, 4))" in msg  # says how to declare it
-    with pytest.raises(ValueError, match=r"'boxes' has dtype float64.*float32"):
-        layout.check({"boxes": np.zeros((3, 4))}, "sample 2")
+    with pytest.raises(ValueError, match=r"field 0 has dtype float64.*float32"):
+        layout.check((np.zeros((3, 4)), 1), "sample 2")
+    # a dict's value whose first dimension varies is padded where it does
+    layout = BatchLayout()
+    out, _ = batch(layout, [{"b": np.ones((n, 4), np.float32)} for n in (3, 5)])
+    assert out["b"].shape == (2, 5, 4) and out["b_lengths"].tolist() == [3, 5]
 
 
 def test_keys_must_agree():
     layout = BatchLayout()
     layout.check({"a": 1, "b": 2}, "sample 0")
-    with pytest.raises(ValueError, match=r"sample 3.*has field\(s\) 'c'.*lacks field\(s\) 'b'"):
+    with pytest.raises(ValueError, match=r"sample 3.*has key\(s\) 'c'.*lacks key\(s\) 'b'"):
         layout.check({"a": 1, "c": 2}, "sample 3")
     with pytest.raises(ValueError, match="declares"):
         BatchLayout({"b": stoker.scalar("int64")}).check({"a": 1}, "sample 0")
-
-
-@pytest.mark.parametrize("value, match", [
-    (np.zeros((4, 4), np.float32)[:, ::2], "non-contiguous array"),
-    (np.array([1, "x"], dtype=object), "object array"),
-    (torch.zeros(4, 4).t(), "non-contiguous tensor"),
-    (torch.zeros(2, dtype=torch.complex64), "complex64"),
-    (np.zeros(2, np.complex64), "complex64"),
-    (torch.zeros(2, device="meta"), "tensor on meta"),
-])
-def test_values_that_cannot_be_batched(value, match):
-    with pytest.raises(ValueError, match=match) as e:
-        BatchLayout().check({"x": value}, "sample 5")
-    assert "sample 5" in str(e.value) and "'x'" in str(e.value)
-    # the same value after a good first sample
     layout = BatchLayout()
-    layout.check({"x": np.zeros((4, 2), np.float32)}, "sample 0")
-    with pytest.raises(ValueError, match=match):
-        layout.check({"x": value}, "sample 6")
+    layout.check({"x": {"y": 1}}, "sample 0")
+    with pytest.raises(TypeError, match=r"sample 4: \['x'\] of the map output is a list, "
+                                        r"where the first sample has a dict"):
+        layout.check({"x": [1]}, "sample 4")
 
 
-def test_not_a_dict():
-    with pytest.raises(TypeError, match="sample 1: the map output must be a dict.*list"):
-        BatchLayout().check([1, 2], "sample 1")
+@pytest.mark.parametrize("value", [
+    np.arange(16, dtype=np.float32).reshape(4, 4)[:, ::2],  # a view
+    torch.arange(16.0).view(4, 4).t(),                      # pil_to_tensor-like strides
+    np.array([1, "x"], dtype=object),                       # a list of them
+    torch.full((2,), 1 + 2j, dtype=torch.complex64),        # stacked by torch
+    np.full(2, 3 - 1j, np.complex64),
+])
+def test_values_batched_as_default_collate(value):
+    samples = [{"x": value}, {"x": value}]
+    out, _ = batch(BatchLayout(), samples)
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        assert all(a is value for a in out["x"])  # default_collate refuses these
+        return
+    ref = torch.utils.data.default_collate(samples)
+    assert out["x"].dtype == ref["x"].dtype and torch.equal(out["x"], ref["x"])
+
+
+def test_values_that_cannot_be_batched():
+    with pytest.raises(ValueError, match="tensor on meta") as e:
+        BatchLayout().check({"x": torch.zeros(2, device="meta")}, "sample 5")
+    assert "sample 5" in str(e.value) and "'x'" in str(e.value)
+
+
+def test_structures_as_default_collate():
+    for samples in ([[1, 2.0], [3, 4.0]], [(np.int8(1), "a"), (np.int8(2), "b")],
+                    [torch.ones(2), torch.zeros(2)], [7, 8]):
+        out, _ = batch(BatchLayout(), samples)
+        ref = torch.utils.data.default_collate(samples)
+        assert type(out) is type(ref)
+        if isinstance(ref, torch.Tensor):
+            assert torch.equal(out, ref)
+        else:
+            for a, b in zip(out, ref, strict=True):
+                assert a == b if isinstance(b, tuple) else torch.equal(a, b)
 
 
 def test_empty_batch_after_layout():

@@ -230,9 +230,10 @@ def test_dataloader_workers_of_any_start_method_read_a_stoker_dataset(small_ds, 
 
 # -- migration errors ------------------------------------------------------------------------
 
-def test_dataloader_arguments_say_what_to_use_instead(small_ds):
-    with pytest.raises(TypeError, match="num_threads"):
-        stoker.Loader(small_ds, num_workers=4)
+def test_dataloader_arguments_keep_their_meaning(small_ds):
+    # DataLoader's arguments are stoker's too (tests/test_dataloader_args.py); without a
+    # Python stage num_workers is the C++ workers' count
+    assert stoker.Loader(small_ds, num_workers=3).num_threads == 3
     with pytest.raises(TypeError, match="unexpected keyword argument 'bach_size'"):
         stoker.Loader(small_ds, bach_size=4)
 
@@ -244,5 +245,5 @@ def test_dataloader_arguments_say_what_to_use_instead(small_ds):
         def __getitem__(self, i):
             return i * i
 
-    assert [b[0].tolist() for b in stoker.Loader(Squares(), batch_size=2)] == [[0, 1], [4, 9]]
+    assert [b.tolist() for b in stoker.Loader(Squares(), batch_size=2)] == [[0, 1], [4, 9]]
     assert list(stoker.Loader(Squares(), batch_size=2, collate_fn=sum)) == [1, 13]

@@ -435,6 +435,19 @@ def test_hf_trainer_resumes_a_killed_run_exactly(tmp_path):
     assert "saved by 2 process(es) and this run has 1" in p.stderr
 
 
+def test_hf_trainer_refuses_labels_shifted_twice(tmp_path):
+    """labels='shifted' (nanoGPT's) under transformers' Trainer, whose models shift the
+    labels again, would train on token t+2 in silence: refused, naming the fix."""
+    import numpy as np
+
+    tokens = tmp_path / "tokens.bin"
+    np.random.default_rng(0).integers(0, 64, 645).astype(np.uint16).tofile(tokens)
+    script = os.path.join(HERE, "hf_trainer.py")
+    p = _run([sys.executable, script, tokens, tmp_path / "run", tmp_path / "r.json",
+              "--labels", "shifted"], returncode=1)
+    assert "labels='unshifted'" in p.stderr and "t+2" in p.stderr
+
+
 @pytest.mark.parametrize("packing", [None, "document"])
 def test_hf_causal_lm_loss_is_the_intended_target(tmp_path, packing):
     """labels="unshifted": a HuggingFace causal LM (a tiny GPT-2, random weights) given a

@@ -95,7 +95,7 @@ def test_argument_errors(small_ds):
     # bools are not ints here, and what would overflow the core's 64-bit ints is refused
     # in Python with the argument's name, not as a binding's TypeError
     for kwargs, message in [
-        (dict(batch_size=True), "batch_size must be a positive int, got True"),
+        (dict(batch_size=True), "batch_size must be a positive int or None, got True"),
         (dict(batch_size=2**70), "batch_size must be at most"),
         (dict(batch_size=4, prefetch=True), "prefetch must be a positive int"),
         (dict(batch_size=4, prefetch=2**40), "prefetch must be at most"),

@@ -23,7 +23,8 @@ def no_new_threads(fn):
 def test_loader_signature_and_plan_defaults_agree():
     params = inspect.signature(stoker.Loader.__init__).parameters
     named = {k: p.default for k, p in params.items()
-             if k not in ("self", "dataset") and p.kind is p.POSITIONAL_OR_KEYWORD}
+             if k not in ("self", "dataset") and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                             p.KEYWORD_ONLY)}
     assert named == _plan.DEFAULTS
 
 

@@ -1,6 +1,7 @@
 // Bindings of csrc/pipeline: the record producer, the loader core and its
 // iterators. No logic here beyond converting arguments and waiting with the
 // GIL released.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -36,20 +37,24 @@ void emit_messages(LoaderCore& core) {
 }
 
 py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool with_ticket,
-                      uintptr_t side_stream) {
+                      uintptr_t side_stream, int64_t timeout_ms) {
   DeliveredBatch b;
   Clock::time_point got;  // the batch in hand: from here on, counted with the wait
+  const auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                       : Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     LoaderCore::Iterator::Status s;
     {
       py::gil_scoped_release nogil;
-      s = it.next(b, Clock::now() + kSignalSlice, consumer_stream, side_stream);
+      s = it.next(b, std::min(deadline, Clock::now() + kSignalSlice), consumer_stream,
+                  side_stream);
       got = Clock::now();
     }
     emit_messages(it.core());
     if (s == LoaderCore::Iterator::Status::kBatch) break;
     if (s == LoaderCore::Iterator::Status::kEnd) return py::none();
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (got >= deadline) return py::bool_(false);  // not yet: the caller decides
   }
   const bool host = b.device < 0;
   py::list caps =
@@ -139,15 +144,38 @@ void register_loader(py::module_& m) {
           py::arg("batches"),
           "Global samples consumed once every rank has taken `batches` batches of that epoch.");
 
+  py::class_<ListedOrders, std::shared_ptr<ListedOrders>>(
+      m, "ListedOrders", "Per epoch, the order a user's sampler gives (sampler/listed_order.h).")
+      .def(py::init<>())
+      .def(
+          "set",
+          [](ListedOrders& o, uint64_t epoch,
+             py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices,
+             py::array_t<int64_t, py::array::c_style | py::array::forcecast> ends,
+             int64_t num_records) {
+            std::vector<int64_t> idx(indices.data(), indices.data() + indices.size());
+            std::vector<int64_t> end(ends.data(), ends.data() + ends.size());
+            py::gil_scoped_release release;
+            o.set(epoch, std::move(idx), std::move(end), num_records);
+          },
+          py::arg("epoch"), py::arg("indices"), py::arg("ends"), py::arg("num_records"))
+      .def("set_hint", &ListedOrders::set_hint, py::arg("batches"), py::arg("samples"))
+      .def_property_readonly("num_batches", &ListedOrders::num_batches)
+      .def_property_readonly("num_samples", &ListedOrders::num_samples);
+
   py::class_<SamplerOptions>(m, "SamplerOptions", "Which samples go into which batch.")
       .def(
           py::init([](int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
-                      bool even_batches, int64_t shard_window) {
-            return SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches, shard_window};
+                      bool even_batches, int64_t shard_window,
+                      std::shared_ptr<ListedOrders> listed) {
+            return SamplerOptions{batch_size,   shuffle,      seed,  drop_last,
+                                  even_batches, shard_window, listed};
           }),
           py::kw_only(), py::arg("batch_size"), py::arg("shuffle") = false, py::arg("seed") = 0,
           py::arg("drop_last") = false, py::arg("even_batches") = true, py::arg("shard_window") = 0,
-          "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle.")
+          py::arg("listed") = nullptr,
+          "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle; "
+          "listed: a user sampler's orders (replacing shuffle and the rank split).")
       .def_readonly("batch_size", &SamplerOptions::batch_size)
       .def_readonly("shuffle", &SamplerOptions::shuffle)
       .def_readonly("seed", &SamplerOptions::seed)
@@ -274,10 +302,11 @@ void register_loader(py::module_& m) {
 
   py::class_<LoaderCore::Iterator, std::shared_ptr<LoaderCore::Iterator>>(m, "LoaderIterator")
       .def("next", &next_batch, py::arg("consumer_stream") = 0, py::arg("with_ticket") = false,
-           py::arg("side_stream") = 0,
+           py::arg("side_stream") = 0, py::arg("timeout_ms") = -1,
            "The next batch as [(name, dltensor capsule)], or None at the end of the epoch; "
            "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none); "
-           "side_stream: also ordered after the device copy (batch_map's stream).")
+           "side_stream: also ordered after the device copy (batch_map's stream); "
+           "timeout_ms >= 0: False if no batch came within it.")
       .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
       .def("note_handoff", &LoaderCore::Iterator::note_handoff, py::arg("ns"),
            "Adds ns of the consumer's next() outside next() (the batch's Python objects) to "

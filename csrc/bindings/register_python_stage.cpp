@@ -55,8 +55,10 @@ std::vector<TensorDesc> tensors_from_py(const py::list& specs) {
 }
 
 SamplerOptions sampler_options(int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
-                               bool even_batches, int64_t shard_window) {
-  return SamplerOptions{batch_size, shuffle, seed, drop_last, even_batches, shard_window};
+                               bool even_batches, int64_t shard_window,
+                               std::shared_ptr<ListedOrders> listed) {
+  return SamplerOptions{batch_size,   shuffle,      seed,  drop_last,
+                        even_batches, shard_window, std::move(listed)};
 }
 
 }  // namespace
@@ -89,20 +91,23 @@ void register_python_stage(py::module_& m) {
       "Batches of sample indices for the Python stage: the loader's sampler over a map-style "
       "dataset or a stoker dataset.")
       .def(py::init([](int64_t n, int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
-                       bool even_batches) {
+                       bool even_batches, std::shared_ptr<ListedOrders> listed) {
              return std::make_shared<PythonProducer>(
-                 n, sampler_options(batch_size, shuffle, seed, drop_last, even_batches, 0));
+                 n, sampler_options(batch_size, shuffle, seed, drop_last, even_batches, 0,
+                                    std::move(listed)));
            }),
            py::arg("num_samples"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
-           py::arg("drop_last"), py::arg("even_batches"))
+           py::arg("drop_last"), py::arg("even_batches"), py::arg("listed") = nullptr)
       .def(py::init([](std::shared_ptr<Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed,
-                       bool drop_last, bool even_batches, int64_t shard_window) {
+                       bool drop_last, bool even_batches, int64_t shard_window,
+                       std::shared_ptr<ListedOrders> listed) {
              return std::make_shared<PythonProducer>(
-                 std::move(ds),
-                 sampler_options(batch_size, shuffle, seed, drop_last, even_batches, shard_window));
+                 std::move(ds), sampler_options(batch_size, shuffle, seed, drop_last, even_batches,
+                                                shard_window, std::move(listed)));
            }),
            py::arg("dataset"), py::arg("batch_size"), py::arg("shuffle"), py::arg("seed"),
-           py::arg("drop_last"), py::arg("even_batches"), py::arg("shard_window"))
+           py::arg("drop_last"), py::arg("even_batches"), py::arg("shard_window"),
+           py::arg("listed") = nullptr)
       .def("shard_schedule", &PythonProducer::shard_schedule, py::arg("epoch"),
            py::arg("world_size"), py::arg("position"), py::arg("max_shards"));
 

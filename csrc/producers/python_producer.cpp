@@ -21,7 +21,7 @@ PythonProducer::PythonProducer(int64_t num_records, const SamplerOptions& opts)
   STOKER_CHECK(num_records >= 0, UsageError, "a dataset of ", num_records, " samples");
   STOKER_CHECK(opts.shard_window == 0, UsageError,
                "shard_window needs a stoker dataset (a map-style dataset has no shards)");
-  EpochOrder(shard_records_, opts_, 0, 0, 1, 0);  // validates the options once
+  if (!opts_.listed) EpochOrder(shard_records_, opts_, 0, 0, 1, 0);  // validates the options
 }
 
 PythonProducer::PythonProducer(std::shared_ptr<const Dataset> ds, const SamplerOptions& opts)
@@ -31,14 +31,16 @@ PythonProducer::PythonProducer(std::shared_ptr<const Dataset> ds, const SamplerO
   shard_records_.reserve(ds_->num_shards());
   for (size_t s = 0; s < ds_->num_shards(); ++s)
     shard_records_.push_back(ds_->shard_info(s).num_records);
-  EpochOrder(shard_records_, opts_, 0, 0, 1, 0);
+  if (!opts_.listed) EpochOrder(shard_records_, opts_, 0, 0, 1, 0);
 }
 
 int64_t PythonProducer::num_batches(int64_t rank, int64_t world_size) const {
+  if (opts_.listed) return opts_.listed->num_batches();
   return EpochOrder(n_, opts_, 0, rank, world_size, 0).num_batches();
 }
 
 int64_t PythonProducer::rank_samples(int64_t rank, int64_t world_size) const {
+  if (opts_.listed) return opts_.listed->num_samples();
   return EpochOrder(n_, opts_, 0, rank, world_size, 0).num_samples();
 }
 

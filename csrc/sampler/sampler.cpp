@@ -18,6 +18,29 @@ EpochOrder::EpochOrder(std::span<const int64_t> shard_records, const SamplerOpti
                        uint64_t epoch, int64_t rank, int64_t world_size, int64_t offset,
                        int64_t pad_from)
     : batch_size_(opts.batch_size) {
+  if (opts.listed) {
+    // A user sampler's order (listed_order.h): its batches, from the one at `offset`.
+    listed_ = opts.listed->get(epoch);
+    const auto& ends = listed_->ends;
+    n_ = listed_->indices.size();
+    rank_ = 0;
+    world_ = 1;
+    STOKER_CHECK(offset >= 0 && static_cast<uint64_t>(offset) <= n_, UsageError,
+                 "epoch offset ", offset, " outside [0, ", n_, "]");
+    offset_ = static_cast<uint64_t>(offset);
+    pad_from_ = 0;
+    auto it = std::lower_bound(ends.begin(), ends.end(), offset);
+    first_ = offset == 0 ? 0 : static_cast<int64_t>(it - ends.begin()) + 1;
+    STOKER_CHECK(offset == 0 || (it != ends.end() && *it == offset), UsageError,
+                 "epoch offset ", offset, " is not where a batch of the sampler ends");
+    batches_ = static_cast<int64_t>(ends.size()) - first_;
+    share_ = rank_share_ = static_cast<int64_t>(n_) - offset;
+    read_end_ = n_;
+    int64_t shard_total = 0;
+    shard_start_.push_back(0);
+    for (int64_t r : shard_records) shard_start_.push_back(static_cast<uint64_t>(shard_total += r));
+    return;
+  }
   shard_start_.reserve(shard_records.size() + 1);
   uint64_t total = 0;
   for (int64_t r : shard_records) {
@@ -68,11 +91,13 @@ EpochOrder::EpochOrder(std::span<const int64_t> shard_records, const SamplerOpti
 }
 
 int64_t EpochOrder::batch_length(int64_t k) const {
+  if (listed_) return k < 0 || k >= batches_ ? 0 : listed_start(first_ + k + 1) - listed_start(first_ + k);
   // k < batches_, so k * batch_size_ <= share_ cannot overflow.
   return std::max<int64_t>(0, std::min(batch_size_, rank_share_ - k * batch_size_));
 }
 
 uint64_t EpochOrder::position(int64_t k, int64_t pos) const {
+  if (listed_) return static_cast<uint64_t>(listed_start(first_ + k) + pos);
   // p < share_ <= ceil(left / w), so p * w < left + w: no overflow in 64 unsigned bits.
   const uint64_t p = static_cast<uint64_t>(k * batch_size_ + pos);
   uint64_t q = offset_ + rank_ + p * world_;                 // position in the epoch order
@@ -81,6 +106,7 @@ uint64_t EpochOrder::position(int64_t k, int64_t pos) const {
 }
 
 uint64_t EpochOrder::map(uint64_t q) const {
+  if (listed_) return static_cast<uint64_t>(listed_->indices[q]);
   if (perm_) return (*perm_)(q);
   if (windows_) return (*windows_)(q);
   return q;
@@ -92,6 +118,11 @@ int64_t EpochOrder::index(int64_t k, int64_t pos) const {
 
 void EpochOrder::batch_indices(int64_t k, int64_t* out) const {
   const int64_t len = batch_length(k);
+  if (listed_) {
+    const int64_t* from = listed_->indices.data() + listed_start(first_ + k);
+    std::copy(from, from + len, out);
+    return;
+  }
   static_assert(sizeof(int64_t) == sizeof(uint64_t));
   auto* q = reinterpret_cast<uint64_t*>(out);  // positions, then mapped in place
   for (int64_t p = 0; p < len; ++p) q[p] = position(k, p);
@@ -102,6 +133,9 @@ void EpochOrder::batch_indices(int64_t k, int64_t* out) const {
 }
 
 int64_t EpochOrder::consumed_after(int64_t batches) const {
+  if (listed_)
+    return batches <= 0 ? static_cast<int64_t>(offset_)
+                        : listed_start(first_ + std::min(batches, batches_));
   const __int128 per_rank =
       std::min<__int128>(static_cast<__int128>(batches) * batch_size_, share_);
   const __int128 done = static_cast<__int128>(offset_) + per_rank * world_;
@@ -119,6 +153,14 @@ std::vector<size_t> EpochOrder::shard_schedule(int64_t from_position, size_t max
                "schedule position ", from_position, " outside [0, ", n_, "]");
   std::vector<size_t> out;
   const uint64_t from = static_cast<uint64_t>(from_position);
+  if (listed_) {  // the shards of the listed indices, in the order they come (a bounded look)
+    constexpr uint64_t kLook = 1 << 16;
+    for (uint64_t q = from; q < n_ && q < from + kLook && out.size() < max_shards; ++q) {
+      const size_t s = shard_of(static_cast<uint64_t>(listed_->indices[q]));
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+    return out;
+  }
   const uint64_t end = std::min(read_end_, n_);  // the positions read before any padding
   if (from < end) {
     if (windows_) {

@@ -17,10 +17,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "sampler/listed_order.h"
 #include "sampler/permutation.h"
 #include "sampler/shard_windows.h"
 
@@ -40,6 +42,10 @@ struct SamplerOptions {
   /// With shuffle: shards per window of the shard-window order (NOTE [ Shard
   /// windows ]); 0 = the global shuffle. Needs shuffle.
   int64_t shard_window = 0;
+  /// The order a user's sampler gives, listed per epoch (listed_order.h): it
+  /// replaces the permutation, the rank split and padding; batch_size and
+  /// drop_last were the sampler's to apply.
+  std::shared_ptr<const ListedOrders> listed;
 };
 
 /// One rank's share of one epoch (or of the rest of it, from an offset).
@@ -98,6 +104,11 @@ class EpochOrder {
   std::vector<uint64_t> shard_start_;    // dataset index of each shard's first record; then n
   std::optional<Permutation> perm_;      // the global shuffle
   std::optional<ShardWindows> windows_;  // the shard-window order
+  std::shared_ptr<const ListedOrders::Epoch> listed_;  // a user sampler's order
+  int64_t first_ = 0;                                  // listed: the segment's first batch
+  int64_t listed_start(int64_t batch) const {          // listed: batch's first position
+    return batch == 0 ? 0 : listed_->ends[static_cast<size_t>(batch - 1)];
+  }
 };
 
 }  // namespace stoker

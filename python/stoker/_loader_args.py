@@ -39,23 +39,17 @@ SLOW_FIRST_BATCH_SECONDS = 2.0
 TOKEN_OPTIONS = ("stride", "pad_id", "ignore_index", "pack_fit", "pack_window", "overlong",
                  "max_length", "pad_to_multiple_of", "attention_mask", "field")
 
-# torch.utils.data.DataLoader arguments that stoker replaces, with what to do instead.
-DATALOADER_ONLY = {
-    "num_workers": "stoker uses C++ worker threads, not processes: pass num_threads=N "
-                   "(None, the default, tunes it online within the cores available to this "
-                   "rank)",
-    "sampler": "stoker samples itself (shuffle, seed, rank/world_size); for a custom order, "
-               "write the dataset in that order and use shuffle=False",
-    "batch_sampler": "stoker batches itself: use batch_size (and drop_last)",
-    "worker_init_fn": "stoker runs your code (map=, batch_map=, a dataset's __getitem__) in "
-                      "its own threads of this process: set up shared state before the loop",
-    "persistent_workers": "stoker's workers persist across epochs by design",
-    "prefetch_factor": "use prefetch=N: batches in flight (None = automatic)",
-    "pin_memory_device": "use device='cuda:N' (batches arrive on the GPU) or pin_memory=True",
-    "multiprocessing_context": "stoker uses threads, not processes",
-    "timeout": "stoker never hangs: a worker error surfaces in your loop at its batch",
-    "generator": "use seed=N: the order is a function of (seed, epoch)",
-}
+
+
+class DefaultBatchSize(int):
+    """``batch_size``'s default: 1, as DataLoader's, told apart from an explicit 1 (token
+    batches with ``max_tokens=`` then cap no rows) and from an explicit None (unbatched)."""
+
+    def __repr__(self) -> str:
+        return "1"
+
+
+DEFAULT_BATCH_SIZE = DefaultBatchSize(1)
 
 
 # -- this machine -------------------------------------------------------------------------
@@ -130,15 +124,12 @@ def check_int(name: str, value: Any, low: int, high: int = 2**63 - 1,
 
 def token_options(options: Mapping[str, Any]) -> Dict[str, Any]:
     """The token options among the keyword arguments beyond the named ones; any other name
-    is a TypeError (saying what to use instead of a DataLoader argument)."""
+    is a TypeError."""
     out = {}
     for name, value in options.items():
         if name in TOKEN_OPTIONS:
             out[name] = value
             continue
-        hint = DATALOADER_ONLY.get(name)
-        if hint is not None:
-            raise TypeError(f"stoker.Loader has no argument {name!r}: {hint}")
         raise TypeError(f"stoker.Loader got an unexpected keyword argument {name!r}")
     return out
 
@@ -366,10 +357,19 @@ def check_device(device: torch.device) -> None:
 
 
 def resolve_device(device: torch.device, pin_memory: Optional[bool],
-                   open_device: Optional[Callable[[int], Any]]) -> Tuple[torch.device, bool, Any]:
+                   open_device: Optional[Callable[[int], Any]],
+                   pin_device: str = "") -> Tuple[torch.device, bool, Any]:
     """(where batches go, whether slots are page-locked, the device API or None).
     `open_device` opens the API of a device index in place of the CUDA driver's (tests
-    substitute the host fake); None: the driver's, after checking CUDA is usable."""
+    substitute the host fake); None: the driver's, after checking CUDA is usable.
+    `pin_device` (DataLoader's pin_memory_device): for host batches, the CUDA device whose
+    context pins them (default: the current one)."""
+    if device.type == "cpu" and pin_device:
+        index = torch.device(pin_device).index
+        device = torch.device("cpu") if index is None else device
+        pin_index: Optional[int] = index
+    else:
+        pin_index = None
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {str(device)!r}")
     is_cuda = device.type == "cuda"
@@ -385,7 +385,7 @@ def resolve_device(device: torch.device, pin_memory: Optional[bool],
             warnings.warn("pin_memory=True but no CUDA device is available; batches use "
                           "pageable memory", RuntimeWarning, stacklevel=3)
             return device, False, None
-        index = device.index
+        index = device.index if is_cuda else pin_index
         if index is None:  # the current device, as torch's pin_memory uses
             index = torch.cuda.current_device() if torch.cuda.is_available() else 0
         if index >= count:
@@ -393,4 +393,4 @@ def resolve_device(device: torch.device, pin_memory: Optional[bool],
         if is_cuda:
             device = torch.device("cuda", index)
         return device, pin, _core.cuda_device(index)
-    return device, pin, open_device(device.index or 0)
+    return device, pin, open_device((device.index if is_cuda else pin_index) or 0)

@@ -46,13 +46,18 @@ __all__ = ["LoaderPlan", "plan", "build", "DEFAULTS"]
 # Loader's arguments and their defaults: plan() takes exactly these (Loader's signature
 # says the same; tests/test_plan.py checks that they agree).
 DEFAULTS: Dict[str, Any] = dict(
-    batch_size=None, shuffle=False, seed=0, drop_last=False, num_threads=None, prefetch=None,
+    batch_size=args.DEFAULT_BATCH_SIZE, shuffle=False, seed=0, drop_last=False,
+    num_threads=None, prefetch=None,
     device="cpu", pin_memory=None, rank=None, world_size=None, transforms=None,
     on_error="raise", max_image_pixels=args.DEFAULT_MAX_PIXELS, prefetch_next_epoch=True,
     image_layout=None, even_batches=True, seq_len=None, packing=None, token_dtype="int64",
     max_tokens=None, max_memory=None, stall_warning=args.DEFAULT_STALL_WARNING,
     shard_window=None, labels="shifted", batch_transforms=None, pad_values=None, map=None,
-    batch_map=None, collate_fn=None, map_fields=None, names=None, python_workers="thread",
+    batch_map=None, collate_fn=None, map_fields=None, names=None, python_workers="auto",
+    # DataLoader's, with its meanings (NOTE [ DataLoader's arguments ])
+    sampler=None, batch_sampler=None, num_workers=None, worker_init_fn=None, generator=None,
+    timeout=0, prefetch_factor=None, persistent_workers=False, pin_memory_device="",
+    multiprocessing_context=None, in_order=True,
 )
 
 _MASK = 0xFFFFFFFFFFFFFFFF
@@ -72,6 +77,11 @@ class Sampling:
     shard_window: Optional[int]
     rank: Optional[int]  # None: torch.distributed's at each iter() and len()
     world_size: Optional[int]
+    # A user's sampler or batch sampler (NOTE [ User samplers ]): iterated once per epoch,
+    # its order replaces shuffle, the rank split and (a batch sampler) batch_size
+    sampler: Any = dataclasses.field(default=None, compare=False)
+    batch_sampler: Any = dataclasses.field(default=None, compare=False)
+    unbatched: bool = False  # batch_size=None: each sample alone, as DataLoader's
 
     @property
     def seed64(self) -> int:
@@ -111,19 +121,28 @@ class RecordPlan:
 class StagePlan:
     """The Python stage (NOTE [ Python stage ] in stoker/_stage/__init__.py)."""
 
-    fetch: str  # "records": C++ fetch per sample; "map-style": obj[i]; "batches": C++-assembled
+    fetch: str  # "records": C++ fetch per sample; "map-style": obj[i]; "batches": C++-assembled;
+    #             "iterable": an IterableDataset's stream
     map: Optional[Callable] = None
     batch_map: Optional[Callable] = None
     collate_fn: Optional[Callable] = None
     map_fields: Optional[Mapping[Any, Any]] = None
     names: Optional[Tuple[Any, ...]] = None
-    workers: str = "thread"  # or "process"
+    workers: str = "thread"  # "process", or "auto": threads, processes once GIL-bound
     batch_map_on_consumer: bool = False  # device batches: batch_map after the copy
     records: Optional[RecordPlan] = None  # fetch="records": what the C++ fetch does
+    num_workers: Optional[int] = None  # DataLoader's: None follows num_threads; 0: inline
+    worker_init_fn: Optional[Callable] = None
+    unbatched: bool = False  # each sample alone, default_convert'ed (batch_size=None)
 
     @property
     def processes(self) -> bool:
         return self.workers == "process"
+
+    @property
+    def inline(self) -> bool:
+        """num_workers=0: the user's code runs in the loop's thread, in next()."""
+        return self.num_workers == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,13 +152,14 @@ class DeliveryPlan:
     image_layout: Optional[str]
     nchw_views: Tuple[str, ...] = ()  # HWC images delivered as NCHW views
     hf_lengths: bool = False  # labels="unshifted" + packing: max_length_q/_k as ints
+    pin_device: str = ""  # DataLoader's pin_memory_device: the CUDA device pinning goes through
 
 
 @dataclasses.dataclass(frozen=True)
 class LoaderPlan:
     """What a loader is, checked and printable (NOTE [ Loader plan ])."""
 
-    source: str  # "records", "tokens", "mixture", "token mixture", "map-style"
+    source: str  # "records", "tokens", "mixture", "token mixture", "map-style", "iterable"
     dataset: Any
     sampling: Sampling
     producer: str  # the C++ producer's class in _core
@@ -151,8 +171,10 @@ class LoaderPlan:
     on_error: str
     prefetch_next_epoch: bool
     labels: str
+    timeout: float = 0.0  # seconds next() waits for a batch before an error; 0: forever
     # as given (pickling rebuilds the loader from them); not part of what the plan is
-    arguments: Mapping[str, Any] = dataclasses.field(compare=False, repr=False)
+    arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False,
+                                                     repr=False)
 
     @property
     def is_tokens(self) -> bool:
@@ -182,7 +204,7 @@ class LoaderPlan:
             hooks = [f"{k}={_name(getattr(st, k))}" for k in ("map", "batch_map", "collate_fn")
                      if getattr(st, k) is not None]
             where = {"records": "samples fetched by C++ (read, decode, ops)",
-                     "map-style": "dataset[i]",
+                     "map-style": "dataset[i]", "iterable": "iter(dataset) per worker",
                      "batches": "batches assembled by C++"}[st.fetch]
             lines.append(f"  stage: {', '.join(hooks) or 'native batching'}; {where}; "
                          f"{st.workers} workers" +
@@ -260,16 +282,20 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     map_fn = _hook("map", a["map"])
     batch_map = _hook("batch_map", a["batch_map"])
     collate_fn = _hook("collate_fn", a["collate_fn"])
-    if isinstance(dataset, torch.utils.data.IterableDataset):
-        raise TypeError("stoker.Loader needs a map-style dataset (__len__ and __getitem__): "
-                        "it samples, shards across ranks and resumes by index; an "
-                        "IterableDataset has no index")
-    map_style = is_map_style(dataset)
+    worker_init_fn = _hook("worker_init_fn", a["worker_init_fn"])
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+    if iterable:
+        _check_iterable(a)
+    map_style = not iterable and is_map_style(dataset)
     seq_len, packing, max_tokens = a["seq_len"], a["packing"], a["max_tokens"]
     tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
         max_tokens is not None or packing is not None or bool(token_options) or \
         (isinstance(dataset, Mix) and dataset.tokens)
-    if not tokens and not map_style and not isinstance(dataset, (Dataset, Mix)):
+    if iterable and tokens:
+        raise ValueError("token batches (seq_len=, packing=, max_tokens=) read a stoker "
+                         "TokenDataset; an IterableDataset yields its own samples")
+    if not tokens and not map_style and not iterable and \
+            not isinstance(dataset, (Dataset, Mix)):
         dataset = Dataset(dataset)
     if getattr(dataset, "closed", False):
         raise ValueError(f"{dataset.path}: the stoker.Dataset is closed")
@@ -283,19 +309,27 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                          "record datasets, not to token batches (seq_len=, packing=, "
                          "max_tokens=)")
     device = torch.device(a["device"])
+    dl = _dataloader_args(a, tokens=tokens, mix=isinstance(dataset, Mix))
     workers = _check_stage_args(
-        dataset, map_style=map_style, tokens=tokens, map_fn=map_fn, batch_map=batch_map,
+        dataset, map_style=map_style or iterable, tokens=tokens, map_fn=map_fn,
+        batch_map=batch_map,
         collate_fn=collate_fn, map_fields=a["map_fields"], names=a["names"],
         python_workers=a["python_workers"], transforms=transforms,
-        image_layout=image_layout, device=device)
+        image_layout=image_layout, device=device, context=dl["context"])
 
     batch_size = a["batch_size"]
-    if tokens and batch_size is None and max_tokens is None:
-        batch_size = 1
-    if not tokens:
-        batch_size = check_int("batch_size", 1 if batch_size is None else batch_size, 1)
-    elif batch_size is not None:
-        batch_size = check_int("batch_size", batch_size, 1)
+    default_batch = type(batch_size) is args.DefaultBatchSize
+    unbatched = batch_size is None and not tokens and dl["batch_sampler"] is None
+    if tokens:  # None (or the default): one row, or a budget's rows without a cap
+        batch_size = None if default_batch else batch_size
+        if batch_size is None and max_tokens is None:
+            batch_size = 1
+        elif batch_size is not None:
+            batch_size = check_int("batch_size", batch_size, 1)
+    elif dl["batch_sampler"] is not None or unbatched:
+        batch_size = None  # the batch sampler's batches; or each sample alone
+    else:
+        batch_size = check_int("batch_size", batch_size, 1, what="a positive int or None")
     drop_last, even_batches = bool(a["drop_last"]), bool(a["even_batches"])
     if drop_last and not even_batches:
         raise ValueError("even_batches=False does nothing with drop_last=True: drop_last "
@@ -306,7 +340,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused rather
     # than silently aliased to a smaller one
-    seed = check_int("seed", a["seed"], -2**63, 2**64 - 1)
+    seed = a["seed"] if dl["seed"] is None else dl["seed"]
+    seed = check_int("seed", seed, -2**63, 2**64 - 1)
     shard_window = a["shard_window"]
     if shard_window is not None:
         shard_window = check_int("shard_window", shard_window, 1, 2**63 - 1,
@@ -321,22 +356,34 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         if map_style:
             raise ValueError("shard_window shuffles the shards of a stoker.Dataset; a "
                              "map-style dataset has none (shuffle=True shuffles it whole)")
-    settings = args.check_settings(a["num_threads"], a["prefetch"], a["max_memory"],
-                                   a["stall_warning"])
+    _check_samplers(dl, a, shard_window=shard_window, explicit_batch=not default_batch)
+    num_threads, prefetch = a["num_threads"], a["prefetch"]
+    per_sample = map_style or iterable or map_fn is not None or collate_fn is not None
+    if num_threads is None and dl["num_workers"] and not per_sample:
+        num_threads = dl["num_workers"]  # no Python per sample: the C++ workers
+    if prefetch is None and dl["prefetch_factor"] is not None:
+        prefetch = dl["prefetch_factor"] * max(1, dl["num_workers"] or 1)
+    settings = args.check_settings(num_threads, prefetch, a["max_memory"], a["stall_warning"])
     rank, world_size = args.check_ranks(a["rank"], a["world_size"])
     if image_layout not in (None, "HWC", "CHW"):
         raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
     max_pixels = check_int("max_image_pixels", a["max_image_pixels"], 1)
     args.check_device(device)
-    sampling = Sampling(batch_size, bool(a["shuffle"]), seed, drop_last, even_batches,
-                        shard_window, rank, world_size)
+    sampling = Sampling(batch_size if not unbatched else 1, bool(a["shuffle"]), seed,
+                        drop_last, even_batches, shard_window, rank, world_size,
+                        dl["sampler"], dl["batch_sampler"], unbatched)
     on_device = device.type == "cuda"
+    prefetch_next = bool(a["prefetch_next_epoch"])
+    if sampling.sampler is not None or sampling.batch_sampler is not None:
+        prefetch_next = False  # the next epoch's order is the sampler's, asked at iter()
 
     records: Optional[RecordPlan] = None
     token_kw: Optional[Dict[str, Any]] = None
     stage: Optional[StagePlan] = None
     nchw: Tuple[str, ...] = ()
     hooks = map_fn is not None or collate_fn is not None
+    stage_kw = dict(num_workers=dl["num_workers"], worker_init_fn=worker_init_fn,
+                    unbatched=unbatched)
     if tokens:
         token_kw = dict(seq_len=seq_len, packing=packing, token_dtype=a["token_dtype"],
                         max_tokens=max_tokens, labels=labels, even_batches=even_batches,
@@ -354,11 +401,15 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             ds, kw = _producer_args(dataset, batch_size=batch_size, shuffle=sampling.shuffle,
                                     seed=sampling.seed64, drop_last=drop_last, **token_kw)
             dataset, token_kw = ds, kw
+    elif iterable:  # NOTE [ Iterable datasets ] in stoker/_stage/iterable.py
+        source, producer = "iterable", "IterableStream"
+        stage = StagePlan("iterable", map_fn, batch_map, collate_fn, a["map_fields"], None,
+                          "thread", False, **stage_kw)
     elif map_style:
         source, producer = "map-style", "PythonProducer"
         stage = StagePlan("map-style", map_fn, batch_map, collate_fn, a["map_fields"],
                           None if a["names"] is None else tuple(a["names"]), workers,
-                          on_device)
+                          on_device, **stage_kw)
     else:
         source = "mixture" if isinstance(dataset, Mix) else "records"
         remote = getattr(dataset, "remote", None)
@@ -393,7 +444,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             fetch = RecordPlan(images, tuple(GroupPlan((k,), tuple(ops))
                                              for k, ops in checked.items() if ops))
             stage = StagePlan("records", map_fn, batch_map, collate_fn, a["map_fields"],
-                              None, workers, on_device, fetch)
+                              None, workers, on_device, fetch, **stage_kw)
         else:
             # batch_map alone (or nothing): the C++ workers assemble the batch; with
             # batch_map it goes to the stage (on a device: batch_map runs after the copy,
@@ -403,11 +454,145 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                                  batch_map is not None)
         if batch_map is not None and stage is None:
             stage = StagePlan("batches", None, batch_map, None, a["map_fields"], None,
-                              workers, on_device)
+                              "thread", on_device, num_workers=dl["num_workers"])
     delivery = DeliveryPlan(str(device), a["pin_memory"], image_layout, nchw,
-                            tokens and labels == "unshifted" and packing is not None)
+                            tokens and labels == "unshifted" and packing is not None,
+                            a["pin_memory_device"])
     return LoaderPlan(source, dataset, sampling, producer, records, token_kw, stage, delivery,
-                      settings, on_error, bool(a["prefetch_next_epoch"]), labels, given)
+                      settings, on_error, prefetch_next, labels, dl["timeout"], given)
+
+
+def _dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[str, Any]:
+    """NOTE [ DataLoader's arguments ]
+    DataLoader's arguments, with DataLoader's meanings where the idea carries over:
+
+      sampler, batch_sampler   any torch Sampler (NOTE [ User samplers ]): its indices, in
+                               its order, iterated once per epoch ahead of the workers
+      num_workers              the Python stage's workers (threads or processes,
+                               python_workers=); 0: the user's code runs in the loop's
+                               thread, in next(); without a Python stage, num_threads
+      worker_init_fn           called once in each worker thread or process, where
+                               torch.utils.data.get_worker_info() answers
+      generator                the order's seed (generator.initial_seed())
+      timeout                  next() raises after waiting that many seconds for a batch
+      prefetch_factor          batches in flight: prefetch_factor * num_workers
+      persistent_workers       accepted: stoker's workers always persist across epochs
+      pin_memory_device        with pin_memory: the CUDA device whose memory is pinned
+      multiprocessing_context  "fork" (or None): how process workers start; stoker's fork
+                               (the dataset is inherited, never pickled), so "spawn" and
+                               "forkserver" are refused with python_workers="process"
+      in_order                 accepted: stoker always delivers in order
+
+    Each is checked as DataLoader checks it (the same combinations refused)."""
+    out: Dict[str, Any] = {}
+    num_workers = a["num_workers"]
+    if num_workers is not None:
+        num_workers = check_int("num_workers", num_workers, 0, 4096,
+                                "a non-negative int (0: in the loop's thread) or None")
+    out["num_workers"] = num_workers
+    pf = a["prefetch_factor"]
+    if pf is not None:
+        if not num_workers:
+            raise ValueError("prefetch_factor option could only be specified with num_workers "
+                             "> 0 (as DataLoader): batches in flight are prefetch_factor * "
+                             "num_workers; or pass prefetch=N")
+        pf = check_int("prefetch_factor", pf, 1)
+    out["prefetch_factor"] = pf
+    if a["persistent_workers"] and num_workers == 0:
+        raise ValueError("persistent_workers option needs num_workers > 0 (as DataLoader)")
+    timeout = a["timeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout option should be non-negative, got {timeout!r}")
+    out["timeout"] = float(timeout)
+    gen = a["generator"]
+    out["seed"] = None
+    if gen is not None:
+        if not isinstance(gen, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(gen).__name__}")
+        if a["seed"] not in (0, gen.initial_seed()):
+            raise ValueError(f"seed={a['seed']} and generator (initial seed "
+                             f"{gen.initial_seed()}) disagree: pass one of them")
+        out["seed"] = gen.initial_seed()
+    ctx = a["multiprocessing_context"]
+    if ctx is not None and not isinstance(ctx, str):
+        ctx = getattr(ctx, "get_start_method", lambda: None)()
+    if ctx not in (None, "fork", "spawn", "forkserver"):
+        raise ValueError(f"multiprocessing_context option should specify a valid start "
+                         f"method in ['fork', 'spawn', 'forkserver'], got {ctx!r}")
+    out["context"] = ctx
+    device = a["pin_memory_device"]
+    if not isinstance(device, str) or (device and torch.device(device).type != "cuda"):
+        raise ValueError(f"pin_memory_device must be '' or a CUDA device, got {device!r}")
+    if not isinstance(a["in_order"], bool):
+        raise ValueError(f"in_order must be a bool, got {a['in_order']!r}")
+    out["sampler"], out["batch_sampler"] = a["sampler"], a["batch_sampler"]
+    if (out["sampler"] is not None or out["batch_sampler"] is not None) and (tokens or mix):
+        raise ValueError("sampler= and batch_sampler= give the indices of a map-style dataset "
+                         "or a stoker.Dataset; token batches and mixtures have their own "
+                         "orders")
+    return out
+
+
+def _check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
+                    shard_window: Optional[int], explicit_batch: bool) -> None:
+    """NOTE [ User samplers ]
+    A sampler (or batch sampler) is iterated once per epoch, at iter() (after set_epoch,
+    which stoker passes on to the sampler's own set_epoch, as DistributedSampler needs),
+    and its indices, in its order, become the epoch's order in C++ (ListedOrders in
+    csrc/sampler/listed_order.h): the workers read ahead of the loop as usual, the batch
+    count is the sampler's, and resume state is the samples consumed in that order. The
+    sampler decides what a rank reads, so stoker does not split it again. A resume is
+    exact when the epoch's order can be made again: a sampler with state_dict() (torchdata's
+    protocol), one drawing from its own torch.Generator (its state is kept), or one that
+    draws nothing (SequentialSampler, DistributedSampler after set_epoch); otherwise
+    state_dict() says why not, rather than replaying another order."""
+    sampler, batch_sampler = dl["sampler"], dl["batch_sampler"]
+    if batch_sampler is not None:
+        if explicit_batch or a["shuffle"] or sampler is not None or a["drop_last"]:
+            raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
+                             "shuffle, sampler, and drop_last (as DataLoader)")
+        _iterable("batch_sampler", batch_sampler)
+    if sampler is not None:
+        if a["shuffle"]:
+            raise ValueError("sampler option is mutually exclusive with shuffle (as "
+                             "DataLoader)")
+        _iterable("sampler", sampler)
+    if sampler is not None or batch_sampler is not None:
+        if a["rank"] is not None or a["world_size"] is not None:
+            raise ValueError("a sampler decides what each rank reads (DistributedSampler): "
+                             "rank= and world_size= apply to stoker's own sampling")
+        if shard_window is not None or not a["even_batches"]:
+            raise ValueError("shard_window and even_batches apply to stoker's own sampling, "
+                             "not to a user's sampler")
+
+
+def _check_iterable(a: Mapping[str, Any]) -> None:
+    """DataLoader's rules for an IterableDataset, and stoker's."""
+    for name in ("sampler", "batch_sampler"):
+        if a[name] is not None:
+            raise ValueError(f"DataLoader with IterableDataset: expected unspecified {name} "
+                             f"option, but got {name}={a[name]!r} (as DataLoader)")
+    if a["shuffle"]:
+        raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
+                         "option, but got shuffle=True (as DataLoader): shuffle in the dataset")
+    if a["python_workers"] == "process":
+        raise ValueError("an IterableDataset runs on the loader's worker threads (NOTE "
+                         "[ Iterable datasets ]): python_workers='process' is for map-style "
+                         "datasets")
+    if torch.device(a["device"]).type == "cuda":
+        raise ValueError("an IterableDataset's batches are made in Python: use device='cpu' "
+                         "(with pin_memory=True) and move them in the loop")
+    for name in ("transforms", "batch_transforms", "pad_values", "names", "shard_window",
+                 "image_layout"):
+        if a[name] is not None:
+            raise ValueError(f"{name}= applies to a stoker.Dataset (or a map-style dataset), "
+                             "not to an IterableDataset")
+
+
+def _iterable(name: str, obj: Any) -> None:
+    if not hasattr(obj, "__iter__"):
+        raise TypeError(f"{name} must be an iterable of indices (a torch Sampler), got "
+                        f"{type(obj).__name__}")
 
 
 def _images(fields: Mapping[str, Any], image_layout: Optional[str],
@@ -446,9 +631,10 @@ def _groups(fields: Mapping[str, Any], transforms: Mapping[Any, list]) -> Tuple[
 def _check_stage_args(dataset: Any, *, map_style: bool, tokens: bool, map_fn: Any,
                       batch_map: Any, collate_fn: Any, map_fields: Any, names: Any,
                       python_workers: str, transforms: Any, image_layout: Any,
-                      device: Any) -> str:
-    """The Loader's arguments of the Python stage, checked together; "thread" or
-    "process"."""
+                      device: Any, context: Optional[str] = None) -> str:
+    """The Loader's arguments of the Python stage, checked together; "thread", "process"
+    or "auto" (threads, switching to processes when the stage measures that its Python
+    holds the GIL: NOTE [ Python stage processes ])."""
     hooks = [n for n, v in (("map", map_fn), ("batch_map", batch_map),
                             ("collate_fn", collate_fn), ("map_fields", map_fields),
                             ("names", names)) if v is not None]
@@ -464,9 +650,17 @@ def _check_stage_args(dataset: Any, *, map_style: bool, tokens: bool, map_fn: An
                          "stoker.Dataset's samples are dicts of its fields")
     if map_fields is not None and map_fn is None and not map_style:
         raise ValueError("map_fields= declares what map= returns: pass map= too")
-    if python_workers not in ("thread", "process"):
-        raise ValueError(f"python_workers must be 'thread' or 'process', got {python_workers!r}")
+    if python_workers not in ("auto", "thread", "process"):
+        raise ValueError(f"python_workers must be 'auto', 'thread' or 'process', got "
+                         f"{python_workers!r}")
     processes = python_workers == "process"
+    if processes and context in ("spawn", "forkserver"):
+        raise ValueError(f"multiprocessing_context={context!r}: stoker's worker processes "
+                         "start by fork (the dataset and your functions are inherited, never "
+                         "pickled); use the default (fork), or python_workers='thread'")
+    if python_workers == "auto" and (context in ("spawn", "forkserver") or (
+            not map_style and getattr(dataset, "remote", None) is not None)):
+        python_workers = "thread"  # processes are not an option here
     if processes and not (map_style or map_fn is not None or collate_fn is not None):
         raise ValueError("python_workers='process' runs map= and a map-style dataset's "
                          "__getitem__ in worker processes: pass one of them")
@@ -510,6 +704,7 @@ class Parts(NamedTuple):
     device: torch.device  # where batches are (cpu for the host fake)
     stream_device: Optional[torch.device]  # the CUDA device whose stream a batch joins
     pin_memory: bool
+    listed: Any  # _core.ListedOrders of a user's sampler, else None
 
 
 def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int:
@@ -523,10 +718,11 @@ def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int
     return max(1, -(-int(batch_size) // (per * max(1, int(threads)))))
 
 
-def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0) -> Any:
+def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
+                   listed: Any = None) -> Any:
     """A RecordPlan as the ``_core.RecordOptions`` its producer takes."""
     return _core.RecordOptions(
-        sampler=sampler_options(sampling),
+        sampler=sampler_options(sampling, listed),
         skip_errors=r.skip_errors,
         images={name: _core.ImageFieldSpec(layout, pixels) for name, layout, pixels in r.images},
         transforms=[_core.TransformSpec(list(g.fields), _specs(list(g.ops)),
@@ -536,10 +732,50 @@ def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0) -> 
         mix=None if r.batch_mix is None else r.batch_mix.options())
 
 
-def sampler_options(s: Sampling) -> Any:
+def sampler_options(s: Sampling, listed: Any = None) -> Any:
     return _core.SamplerOptions(batch_size=s.batch_size or 1, shuffle=s.shuffle,
                                 seed=s.seed64, drop_last=s.drop_last,
-                                even_batches=s.even_batches, shard_window=s.shard_window or 0)
+                                even_batches=s.even_batches, shard_window=s.shard_window or 0,
+                                listed=listed)
+
+
+def _listed(s: Sampling) -> Any:
+    """The C++ side of a user's sampler (NOTE [ User samplers ]), with its len() as the
+    length of an epoch until the first is listed; None without one."""
+    user = s.batch_sampler if s.batch_sampler is not None else s.sampler
+    if user is None:
+        return None
+    listed = _core.ListedOrders()
+    try:
+        n = len(user)
+    except TypeError:
+        n = 0
+    if s.batch_sampler is not None:
+        listed.set_hint(n, n * int(getattr(user, "batch_size", 1) or 1))
+    else:
+        b = s.batch_size or 1
+        listed.set_hint(n // b if s.drop_last else -(-n // b), n)
+    return listed
+
+
+def _build_iterable(p: LoaderPlan, open_device: Optional[Callable[[int], Any]]) -> Parts:
+    from ._stage.iterable import IterableStream
+
+    s, st = p.sampling, p.stage
+    assert st is not None
+    # one reader by default: the stream of num_workers=0, read ahead of the loop; more
+    # workers shard the dataset by get_worker_info(), which changes the stream's order
+    workers = 1 if st.num_workers is None else st.num_workers
+    stream = IterableStream(p.dataset, batch_size=s.batch_size or 1, drop_last=s.drop_last,
+                            even_batches=s.even_batches, seed=s.seed, workers=workers,
+                            worker_init_fn=st.worker_init_fn, map_fn=st.map,
+                            batch_map=st.batch_map, collate_fn=st.collate_fn,
+                            map_fields=st.map_fields, unbatched=st.unbatched,
+                            timeout=p.timeout)
+    _, pin, api = args.resolve_device(torch.device("cpu"), p.delivery.pin_memory, open_device,
+                                      p.delivery.pin_device)
+    stream.pin = pin and api is not None and not getattr(api, "fake", False)
+    return Parts(stream, stream, stream, None, torch.device("cpu"), None, pin, None)
 
 
 def build(p: LoaderPlan, world_size: int,
@@ -553,6 +789,9 @@ def build(p: LoaderPlan, world_size: int,
     s, t = p.sampling, p.settings
     mix: Optional[MixRun] = None
     stage = None
+    listed = _listed(s)
+    if p.source == "iterable":  # NOTE [ Iterable datasets ]: the stream is core and stage
+        return _build_iterable(p, open_device)
     if p.source == "token mixture":
         mix = MixRun(p.dataset, tokens=True, record_options=None, batch_size=s.batch_size,
                      shuffle=s.shuffle, seed=s.seed, drop_last=s.drop_last,
@@ -570,15 +809,16 @@ def build(p: LoaderPlan, world_size: int,
                      world_size=world_size, token_options={})
         producer = mix.producer
     elif p.source == "map-style":
-        producer = _core.PythonProducer(len(p.dataset), s.batch_size, s.shuffle, s.seed64,
-                                        s.drop_last, s.even_batches)
+        producer = _core.PythonProducer(len(p.dataset), s.batch_size or 1, s.shuffle,
+                                        s.seed64, s.drop_last, s.even_batches, listed=listed)
     elif p.producer == "PythonProducer":  # records through map / collate_fn
-        producer = _core.PythonProducer(p.dataset._core, s.batch_size, s.shuffle, s.seed64,
-                                        s.drop_last, s.even_batches, s.shard_window or 0)
+        producer = _core.PythonProducer(p.dataset._core, s.batch_size or 1, s.shuffle,
+                                        s.seed64, s.drop_last, s.even_batches,
+                                        s.shard_window or 0, listed=listed)
     else:
         assert p.records is not None
         producer = _core.RecordProducer(p.dataset._core,
-                                        record_options(p.records, s, t.num_threads))
+                                        record_options(p.records, s, t.num_threads, listed))
     if p.stage is not None:
         st = p.stage
         if st.fetch == "map-style":
@@ -588,11 +828,14 @@ def build(p: LoaderPlan, world_size: int,
             source = DatasetSource(p.dataset, record_options(st.records, s))
         else:
             source = None
+        workers = t.num_threads if st.num_workers is None else st.num_workers
         stage = PythonStage(source, map_fn=st.map, batch_map=st.batch_map,
                             collate_fn=st.collate_fn, map_fields=st.map_fields, seed=s.seed,
-                            skip=p.on_error == "skip", threads=t.num_threads,
+                            skip=p.on_error == "skip", threads=max(1, workers),
                             batch_map_on_consumer=st.batch_map_on_consumer,
-                            processes=st.processes, nchw_views=p.delivery.nchw_views)
+                            workers=st.workers, nchw_views=p.delivery.nchw_views,
+                            inline=workers == 0, worker_init_fn=st.worker_init_fn,
+                            unbatched=st.unbatched)
 
     options = _core.LoaderOptions()
     options.num_threads = t.num_threads
@@ -604,7 +847,8 @@ def build(p: LoaderPlan, world_size: int,
     options.slow_first_batch_ms = int(args.SLOW_FIRST_BATCH_SECONDS * 1000)
     options.prefetch_next_epoch = p.prefetch_next_epoch
     target, pin, api = args.resolve_device(torch.device(p.delivery.device),
-                                           p.delivery.pin_memory, open_device)
+                                           p.delivery.pin_memory, open_device,
+                                           p.delivery.pin_device)
     if pin and api is not None:
         options.host_memory = _core.pinned_memory(api)
     if target.type == "cuda":
@@ -612,10 +856,11 @@ def build(p: LoaderPlan, world_size: int,
         options.delivery = _core.device_delivery(api, ahead)
     handoff = None
     if stage is not None and stage.needs_handoff:
+        per_batch = s.batch_size or int(getattr(s.batch_sampler, "batch_size", 1) or 1)
         handoff = _core.PythonHandoff(
-            chunk_samples(s.batch_size or 1, t.num_threads, stage.processes),
-            s.batch_size or 1)
+            chunk_samples(per_batch, stage.threads, stage.processes), per_batch)
         options.finisher = handoff
+        stage.batch_size = per_batch
     fake = api is not None and api.fake  # the host fake's "device" memory is host memory
     core = _core.LoaderCore(producer, options)
     stream_device = target if target.type == "cuda" and not fake else None
@@ -624,5 +869,5 @@ def build(p: LoaderPlan, world_size: int,
         stage.attach(handoff)
         stage.side_device = stream_device
     return Parts(producer, core, stage, mix, torch.device("cpu") if fake else target,
-                 stream_device, pin)
+                 stream_device, pin, listed)
 

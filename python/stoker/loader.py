@@ -23,10 +23,10 @@ from . import _core, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
 from ._loader_args import check_int
-from .dataset import Dataset
-from .mix import Mix, MixRun
+from ._samplers import UserSampler
+from ._stage.stage import END
+from .mix import MixRun
 from .ops import Op
-from .token_dataset import TokenDataset
 
 __all__ = ["Loader"]
 
@@ -193,15 +193,30 @@ class Loader:
 
     def __init__(
         self,
-        dataset: Union[Dataset, TokenDataset, Mix, str, os.PathLike],
-        batch_size: Optional[int] = None,
+        dataset: Any,
+        batch_size: Optional[int] = args.DEFAULT_BATCH_SIZE,
         shuffle: bool = False,
-        seed: int = 0,
+        # DataLoader's arguments, in DataLoader's order (NOTE [ DataLoader's arguments ])
+        sampler: Optional[Any] = None,
+        batch_sampler: Optional[Any] = None,
+        num_workers: Optional[int] = None,
+        collate_fn: Optional[Any] = None,
+        pin_memory: Optional[bool] = None,
         drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Optional[Any] = None,
+        multiprocessing_context: Optional[Any] = None,
+        generator: Optional[Any] = None,
+        *,
+        prefetch_factor: Optional[int] = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        # stoker's own
+        seed: int = 0,
         num_threads: Optional[int] = None,
         prefetch: Optional[int] = None,
         device: Union[str, torch.device] = "cpu",
-        pin_memory: Optional[bool] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         transforms: Optional[Mapping[Any, Sequence[Op]]] = None,
@@ -222,10 +237,9 @@ class Loader:
         pad_values: Optional[Mapping[str, Any]] = None,
         map: Optional[Any] = None,
         batch_map: Optional[Any] = None,
-        collate_fn: Optional[Any] = None,
         map_fields: Optional[Mapping[Any, Any]] = None,
         names: Optional[Sequence[Any]] = None,
-        python_workers: str = "thread",
+        python_workers: str = "auto",
         **options: Any,
     ):
         # Declare, then build (NOTE [ Loader plan ] in stoker/_plan.py): every check first.
@@ -235,7 +249,21 @@ class Loader:
         p = self.plan
         s = p.sampling
         self.dataset = p.dataset
-        self.batch_size = s.batch_size
+        # DataLoader's attributes, as DataLoader sets them
+        self.batch_size = None if s.unbatched else s.batch_size
+        self.timeout = p.timeout
+        self.num_workers = 0 if p.stage is None or p.stage.num_workers is None \
+            else p.stage.num_workers
+        self.worker_init_fn = worker_init_fn
+        self.generator = generator
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.multiprocessing_context = multiprocessing_context
+        self.pin_memory_device = pin_memory_device
+        self.in_order = in_order
+        self._user_sampler = s.batch_sampler if s.batch_sampler is not None else s.sampler
+        if s.batch_sampler is not None:
+            self.batch_sampler = s.batch_sampler
         self.shuffle = s.shuffle
         self.seed = s.seed
         self.drop_last = s.drop_last
@@ -255,7 +283,7 @@ class Loader:
             {g.fields if len(g.fields) > 1 else g.fields[0]: list(g.ops)
              for g in ((p.records or p.stage.records).groups) if g.ops}
         self._tokens = p.is_tokens
-        self._map_style = p.source == "map-style"
+        self._map_style = p.source in ("map-style", "iterable")  # not stoker records
         self._nchw_views = p.delivery.nchw_views
         self._hf_lengths = p.delivery.hf_lengths
         if p.stage is not None and p.stage.collate_fn is not None:
@@ -267,6 +295,11 @@ class Loader:
         self._mix: Optional[MixRun] = parts.mix
         self.device, self._stream_device = parts.device, parts.stream_device
         self.pin_memory = parts.pin_memory
+        self._samplers: Optional[UserSampler] = None  # a user's sampler (stoker/_samplers.py)
+        if parts.listed is not None:
+            self._samplers = UserSampler(
+                self._user_sampler, s.batch_sampler is not None, s.batch_size or 1,
+                s.drop_last, len(p.dataset), parts.listed)
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()
         self._pid = os.getpid()
@@ -310,20 +343,11 @@ class Loader:
 
     # DataLoader's attributes that frameworks read by name (Lightning's
     # _is_dataloader_shuffled reads batch_sampler directly once `sampler` exists; accelerate
-    # and transformers use getattr): answered as a DataLoader without worker processes or a
-    # collate function would answer them, never by raising. stoker samples and batches in
-    # C++, so there is no batch sampler to iterate; `sampler` is the set_epoch hook.
+    # and transformers use getattr): answered as DataLoader answers them, never by raising.
+    # `sampler` is the set_epoch hook (it passes set_epoch on to a user's sampler);
+    # `batch_sampler` the user's, if one was given. The rest are set in __init__.
     batch_sampler: Any = None
     collate_fn: Any = None
-    # Lightning assigns it under PL_SEED_WORKERS=1; stoker's workers run no Python, and
-    # their randomness is keyed by (seed, epoch, sample) already.
-    worker_init_fn: Any = None
-    num_workers = 0  # no worker processes: the workers are C++ threads (num_threads)
-    timeout = 0
-    multiprocessing_context: Any = None
-    generator: Any = None
-    prefetch_factor: Any = None
-    persistent_workers = False
 
     def skip(self, num_batches: int) -> "Loader":
         """The next iterator starts at batch ``num_batches`` of its epoch (the one
@@ -348,6 +372,8 @@ class Loader:
         from ``load_state_dict`` is kept when it is for this epoch; a pending ``skip(n)``
         applies to this epoch."""
         self._core.set_epoch(check_int("epoch", epoch, 0))
+        if self._samplers is not None:  # a DistributedSampler's set_epoch, as frameworks call
+            self._samplers.set_epoch(epoch)
 
     @property
     def epoch(self) -> int:
@@ -360,6 +386,12 @@ class Loader:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
+        if self._tokens and self.labels == "shifted" and _under_hf_trainer(sys._getframe(1)):
+            raise ValueError(
+                "this token loader gives labels shifted by one (labels='shifted', nanoGPT's "
+                "x, y), and transformers' Trainer passes them to a model that shifts them "
+                "again: it would train on token t+2. Pass labels='unshifted' (HF's "
+                "convention: labels = input_ids, -100 where no loss; docs/tokens.md)")
         rank, world = self._world()
         remote = None if self._map_style else getattr(self.dataset, "remote", None)
         if remote is not None and not self._tokens and self.dataset._core.deferred:
@@ -372,6 +404,8 @@ class Loader:
             # a schedule's steps are batches of the whole job: the world known now
             self._mix.at_world(world)
             self._mix.follow(self)  # each remote source ahead of its own stream
+        if self._samplers is not None:  # the sampler's order for the epoch, once
+            self._samplers.list_epoch(self._core.epoch)
         if self._stage is not None:
             self._stage.start()
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
@@ -379,6 +413,8 @@ class Loader:
     # -- resume ---------------------------------------------------------------
 
     def _identity(self) -> Dict[str, Any]:
+        if self._ident is None and self.plan.source == "iterable":
+            self._ident = {"iterable": type(self.dataset).__qualname__}
         if self._ident is None:  # fixed for the loader's life (the dataset may be closed)
             self._ident = self._mix.identity() if self._mix is not None else \
                 state_mod.dataset_identity(self.dataset, self._tokens,
@@ -387,7 +423,14 @@ class Loader:
 
     def _parts(self) -> Dict[str, Any]:
         """The stateful parts of this loader, by the key of their state."""
-        return {} if self._mix is None or not self._mix.mix.is_schedule else {"mix": self._mix}
+        parts: Dict[str, Any] = {}
+        if self._mix is not None and self._mix.mix.is_schedule:
+            parts["mix"] = self._mix
+        if self._samplers is not None:
+            parts["sampler"] = _SamplerPart(self._samplers, self._core)
+        if self.plan.source == "iterable":
+            parts["stream"] = _IterablePart(self._core)
+        return parts
 
     def state(self) -> state_mod.LoaderState:
         """``state_dict()`` as a typed :class:`LoaderState` (stoker/_loader_state.py)."""
@@ -412,6 +455,10 @@ class Loader:
                                             self._identity(), epoch_samples, tuple(parts))
         state_mod.check_lightning_resume(self._world()[1], s.world_size, s.position,
                                          epoch_samples, sys._getframe(1))
+        if "sampler" in s.parts and s.parts["sampler"].get("epoch") != s.epoch:
+            raise ValueError(f"cannot resume: the state's sampler part is for epoch "
+                             f"{s.parts['sampler'].get('epoch')!r}, the state's epoch is "
+                             f"{s.epoch}")
         for key, part in parts.items():
             part.load(s.parts[key])
         self._core.load_state(s.epoch, s.position, s.world_size)
@@ -527,6 +574,51 @@ class Loader:
                 f"device={str(self.device)!r})")
 
 
+def _under_hf_trainer(frame: Any) -> bool:
+    """Whether transformers' Trainer is what iterates (a few frames up)."""
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__") == "transformers.trainer":
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _SamplerPart:
+    """A user sampler as a part of the loader state: the epoch of the core's state."""
+
+    def __init__(self, samplers: UserSampler, core: Any):
+        self._samplers, self._core = samplers, core
+
+    def state(self) -> Dict[str, Any]:
+        return self._samplers.state(self._core.state()[0])
+
+    def load(self, part: Mapping[str, Any]) -> None:
+        self._samplers.load(dict(part), int(part.get("epoch", -1)))
+
+
+class _IterablePart:
+    """An IterableDataset's own state when the epoch started (NOTE [ Iterable datasets ])."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def state(self) -> Dict[str, Any]:
+        epoch, position, _ = self._stream.state()
+        saved = self._stream.dataset_state(epoch)
+        if saved is None and position > 0:
+            name = type(self._stream.dataset).__name__
+            raise RuntimeError(
+                f"stoker cannot save an exact mid-epoch state of the IterableDataset {name}: "
+                "it has no state_dict()/load_state_dict() to make the epoch's stream again. "
+                "Give it those (torchdata's protocol), or save the state between epochs")
+        return {"state": saved}
+
+    def load(self, part: Mapping[str, Any]) -> None:
+        self._stream.pending_dataset_state = part.get("state")
+
+
 class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
 
@@ -539,6 +631,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._stream_device = loader._stream_device
         self._hf_lengths = loader._hf_lengths
         self._nchw_views = loader._nchw_views
+        self._timeout = loader.timeout
+        self._unbatched = loader.plan.sampling.unbatched
 
     def __iter__(self) -> "_LoaderIter":
         return self
@@ -563,14 +657,14 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             torch.cuda.current_stream(self._stream_device).cuda_stream
         stage = self._loader._stage
         if stage is not None:  # NOTE [ Python stage ] in stoker/_stage/__init__.py
-            batch = stage.next(self._it, stream, entered)
-            if batch is None:
+            batch = stage.next(self._it, stream, entered, self._timeout, self._loader._core)
+            if batch is END:
                 self._loader._report_skipped()
                 raise StopIteration
             stage.follow(self._loader._core.active_threads)
             return batch
         calling = time.perf_counter_ns()
-        caps = self._it.next() if stream is None else self._it.next(stream)
+        caps = self._it.next(stream or 0) if self._timeout <= 0 else self._timed(stream or 0)
         if caps is None:
             self._loader._report_skipped()
             raise StopIteration
@@ -580,11 +674,21 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         # PyTorch's NCHW shape: the same memory, with channels_last strides.
         for name in self._nchw_views:
             batch[name] = batch[name].permute(0, 3, 1, 2)
+        if self._unbatched:  # batch_size=None: the sample alone, as DataLoader's
+            batch = {name: t[0] for name, t in batch.items()}
         if self._hf_lengths:
             batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
         # The loop's time in next() outside the C++ next(): counted with its wait.
         self._it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
         return batch
+
+    def _timed(self, stream: int) -> Any:
+        """The core's next batch within DataLoader's timeout, else an error."""
+        got = self._it.next(stream, timeout_ms=int(self._timeout * 1000))
+        if got is False:
+            raise RuntimeError(f"stoker: no batch came within timeout={self._timeout:g} "
+                               "seconds (DataLoader's timeout=)")
+        return got
 
     @property
     def epoch(self) -> int:

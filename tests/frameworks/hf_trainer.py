@@ -22,6 +22,7 @@ p.add_argument("record")
 p.add_argument("--save-steps", type=int, default=1000)
 p.add_argument("--kill-at", type=int, default=0)
 p.add_argument("--resume")
+p.add_argument("--labels", default="unshifted")
 args = p.parse_args()
 
 
@@ -29,7 +30,7 @@ class StokerTrainer(Trainer):
     def get_train_dataloader(self):
         return stoker.Loader(stoker.TokenDataset(args.tokens, dtype="uint16"), batch_size=2,
                              seq_len=16, shuffle=True, seed=self.args.seed, num_threads=1,
-                             labels="unshifted")
+                             labels=args.labels)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         seen.append(inputs["input_ids"].tolist())

@@ -1,29 +1,41 @@
-"""Native batching of what Python code returns (``map=``, a map-style dataset) into one
-buffer, laid out as stoker lays out the batches of stored fields.
+"""Native batching of what Python code returns (``map=``, a map-style or iterable
+dataset) into one buffer, laid out as stoker lays out the batches of stored fields, in
+the structure ``torch.utils.data.default_collate`` gives.
 
 NOTE [ Batching Python outputs ]
-A batch of samples (dicts) becomes one buffer of tensors at 64-byte aligned offsets, the
-layout the C++ planner gives stored fields (``csrc/producers/batch_planner.cpp``), so the
-batch takes the same road afterwards: the device copy, DLPack, the block pool.
+A batch of samples becomes one buffer of tensors at 64-byte aligned offsets, the layout
+the C++ planner gives stored fields (``csrc/producers/batch_planner.cpp``), so the batch
+takes the same road afterwards: the device copy, DLPack, the block pool. Its structure is
+default_collate's, so a DataLoader user's loop works unchanged:
 
-  value of a sample                        in the batch
-  -----------------                        ------------
-  array / CPU tensor, fixed shape S        [B, *S] of its dtype, stacked
-  ... declared with a leading None         [B, L, *S[1:]] padded with zeros to the longest
-                                           L of the batch, and "<name>_lengths" int64 [B]
-  number, NumPy scalar, 0-d array          [B] (Python int -> int64, float -> float64,
-                                           bool -> bool, as torch's default_collate)
-  str, bytes, anything else                a Python list of the B values, under its key
+  sample                                   batch (as default_collate)
+  ------                                   --------------------------
+  dict / Mapping                           the same type, each value batched
+  namedtuple                               the same namedtuple, each field batched
+  tuple / list / other sequence            a list (a tuple too: default_collate's rule),
+                                           one entry per position, each batched
+  tensor / array, fixed shape S            [B, *S] of its dtype, stacked (views too)
+  ... a dict value whose first dimension   [B, L, *S[1:]] padded with zeros to the longest
+      varies in the batch (or declared     L, and "<name>_lengths" int64 [B] beside it
+      with a leading None)
+  number, NumPy scalar, 0-d array          [B] (int -> int64, float -> float64, bool ->
+                                           bool, a NumPy scalar its dtype)
+  str, bytes, anything else                a Python list of the B values
 
-The layout is declared (``map_fields={name: stoker.ndarray(dtype, (None, 4)), ...}``) or
-inferred from the first sample batched; every sample is checked against it, and a sample
-that disagrees is an error naming that sample, the field, and both shapes or types. A
-shape is never widened silently: a field whose first dimension varies must say so with
-a leading ``None``, so that every batch of an epoch has the same keys and ranks.
+The leaves (what is not a container) are batched natively, never by a per-sample
+``torch.stack``. The structure and each leaf's layout are declared (``map_fields=`` for
+the keys of a dict) or inferred from the first sample batched; every sample is checked
+against them, and one that disagrees is an error naming that sample, the field and both
+shapes or types. A dict value whose first dimension varies within a batch is padded in
+that batch, with its lengths (a batch depends on its samples only, whatever the threads
+did first; declare it with a leading ``None`` to have its lengths in every batch); a
+varying shape elsewhere (inside a tuple, a nested container) is an error, as it is for
+default_collate.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
@@ -78,11 +90,14 @@ class FieldLayout:
     """How one key of the samples is batched: ``kind`` is "array" (fixed shape), "var"
     (leading dimension padded, with lengths), "scalar" or "object"."""
 
-    __slots__ = ("key", "kind", "dtype", "shape", "source")
+    __slots__ = ("key", "kind", "dtype", "shape", "source", "name", "path", "can_pad")
 
     def __init__(self, key: Hashable, kind: str, dtype: Any = None,
                  shape: Tuple[int, ...] = (), source: str = ""):
         self.key = key
+        self.name = str(key)  # the tensor's name; a nested leaf's is its path, "meta.boxes"
+        self.path: Tuple[Hashable, ...] = (key,)
+        self.can_pad = True  # a value of a top dict: "<name>_lengths" has a place
         self.kind = kind
         self.dtype = dtype  # np.dtype, or "bfloat16" (torch tensors only)
         self.shape = shape  # "array": the sample's shape; "var": the shape of one row
@@ -91,6 +106,8 @@ class FieldLayout:
     def describe(self) -> str:
         if self.kind == "object":
             return "a Python object (batched as a list)"
+        if self.kind == "stack":
+            return f"a {self.dtype} tensor of shape {_shape_str(self.shape)} (stacked)"
         if self.kind == "scalar":
             return f"a {_dtype_name(self.dtype)} scalar"
         if self.kind == "var":
@@ -156,38 +173,37 @@ def _declared(key: Hashable, spec: Any) -> FieldLayout:
                     f"stoker.scalar(...), stoker.blob() or object, got {spec!r}")
 
 
+class _Stacked:
+    """A tensor of a dtype the batch buffer does not hold (complex, ...): batched by
+    ``torch.stack`` when the batch is assembled, as default_collate does."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
 def _as_array(value: Any) -> Any:
     """A sample value as an array (np.ndarray, or a torch tensor for bfloat16), a
-    ``("scalar", np.dtype, value)`` tuple, or None for an object. Raises _Mismatch for
-    values that cannot be batched as they are (GPU tensors, object or strided arrays)."""
+    ``("scalar", np.dtype, value)`` tuple, a _Stacked tensor, or None for an object.
+    Views (non-contiguous tensors and arrays) are taken as they are: the batch copies
+    them. Raises _Mismatch for values that cannot be batched (GPU tensors)."""
     if isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
             raise _Mismatch(f"is a tensor on {value.device}: return CPU tensors or arrays "
                             "(batch_map receives the batch on the device with device='cuda')")
         if value.dtype == torch.bfloat16:
-            if not value.is_contiguous():
-                raise _Mismatch(f"is a non-contiguous tensor (strides {value.stride()}): "
-                                "return tensor.contiguous()")
             return value.detach()
         if value.dtype not in _TORCH_TO_NUMPY:
-            raise _Mismatch(f"is a tensor of {value.dtype}, which stoker does not batch: "
-                            "convert it, or return it inside a list to pass it through")
-        if not value.is_contiguous():
-            raise _Mismatch(f"is a non-contiguous tensor (strides {value.stride()}): return "
-                            "tensor.contiguous()")
+            return _Stacked(value.detach())
         if value.is_conj() or value.is_neg():
             value = value.resolve_conj().resolve_neg()
         return value.detach().numpy()
     if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            raise _Mismatch("is an object array: return an array of numbers, or a list to "
-                            "batch it as a list")
         if value.dtype.char not in _NATIVE_CHARS:
-            raise _Mismatch(f"is an array of {value.dtype}, which stoker does not batch "
-                            f"(supported: {', '.join(sorted(_NATIVE))})")
-        if not value.flags.c_contiguous:
-            raise _Mismatch(f"is a non-contiguous array (shape {value.shape}, strides "
-                            f"{value.strides}): return np.ascontiguousarray(x)")
+            if value.dtype.kind in "biufc":  # complex and the like: as default_collate
+                return _Stacked(torch.as_tensor(value))
+            return None  # str, bytes, object arrays: a list of them
         return value
     if isinstance(value, (bool, np.bool_)):
         return ("scalar", np.dtype("bool"), value)
@@ -197,7 +213,9 @@ def _as_array(value: Any) -> Any:
         return ("scalar", np.dtype("float64"), value)
     if isinstance(value, np.generic):
         if value.dtype.char not in _NATIVE_CHARS:
-            raise _Mismatch(f"is a NumPy {value.dtype} scalar, which stoker does not batch")
+            if value.dtype.kind in "biufc":
+                return _Stacked(torch.as_tensor(value))
+            return None
         return ("scalar", value.dtype, value)
     return None
 
@@ -210,6 +228,8 @@ def _infer(key: Hashable, value: Any, where: str) -> FieldLayout:
         raise ValueError(f"{where}: field {_key_name(key)} {e}") from None
     if v is None:
         return FieldLayout(key, "object", source=source)
+    if isinstance(v, _Stacked):
+        return FieldLayout(key, "stack", v.tensor.dtype, tuple(v.tensor.shape), source)
     if isinstance(v, tuple):
         return FieldLayout(key, "scalar", v[1].newbyteorder("="), (), source)
     if isinstance(v, torch.Tensor):  # bfloat16
@@ -221,15 +241,164 @@ def _infer(key: Hashable, value: Any, where: str) -> FieldLayout:
     return FieldLayout(key, "array", v.dtype.newbyteorder("="), tuple(v.shape), source)
 
 
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(value, "_fields")
+
+
+def _path_str(path: Tuple[Hashable, ...]) -> str:
+    """A leaf's place in a sample, for errors: ['boxes'], [1], ['meta'][0]."""
+    return "".join(f"[{p!r}]" for p in path) or "the sample"
+
+
+class _Node:
+    """The structure of a sample (default_collate's view of it): a leaf, or a container
+    (``dict`` for mappings, ``seq`` for lists and tuples, ``named`` for namedtuples) of
+    nodes. Leaves are numbered in order; ``leaf`` is the leaf's number."""
+
+    __slots__ = ("kind", "type", "keys", "children", "leaf")
+
+    def __init__(self, kind: str, type_: Any = None, keys: Tuple[Hashable, ...] = (),
+                 children: Tuple["_Node", ...] = (), leaf: int = -1):
+        self.kind = kind
+        self.type = type_
+        self.keys = keys
+        self.children = children
+        self.leaf = leaf
+
+
+def _container(value: Any, declared: bool) -> Optional[str]:
+    """The container kind of a value default_collate recurses into, else None (a leaf).
+    A value declared in map_fields is a leaf whatever it is."""
+    if declared:
+        return None
+    if isinstance(value, Mapping):
+        return "dict"
+    if _is_namedtuple(value):
+        return "named"
+    if isinstance(value, (list, tuple)):
+        return "seq"
+    return None
+
+
+class _Structure:
+    """A sample's structure, fixed from the first sample: flattens every sample to its
+    leaves (checking it has that structure) and builds a batch from batched leaves."""
+
+    def __init__(self, sample: Any, top_declared: Mapping[Hashable, Any]):
+        self.paths: List[Tuple[Hashable, ...]] = []
+        # leaves inside a sequence: default_collate gives their lists as tuples (zip's)
+        self.in_sequence: List[bool] = []
+        self.root = self._node(sample, (), top_declared)
+        # one leaf at the top of a plain dict of leaves: flatten by its keys (fast path)
+        r = self.root
+        self.flat_dict: Optional[Tuple[Hashable, ...]] = \
+            r.keys if r.kind == "dict" and all(c.kind == "leaf" for c in r.children) else None
+
+    def _node(self, value: Any, path: Tuple[Hashable, ...],
+              top_declared: Mapping[Hashable, Any], in_sequence: bool = False) -> _Node:
+        declared = len(path) == 1 and path[0] in top_declared
+        kind = _container(value, declared)
+        if kind is None:
+            self.paths.append(path)
+            self.in_sequence.append(in_sequence)
+            return _Node("leaf", leaf=len(self.paths) - 1)
+        if kind == "dict":
+            keys = tuple(value.keys())
+            children = tuple(self._node(value[k], path + (k,), top_declared) for k in keys)
+            return _Node("dict", type(value), keys, children)
+        children = tuple(self._node(v, path + (i,), top_declared, True)
+                         for i, v in enumerate(value))
+        return _Node(kind, type(value), tuple(range(len(value))), children)
+
+    def flatten(self, sample: Any, where: Any, what: str) -> List[Any]:
+        keys = self.flat_dict
+        if keys is not None and type(sample) is dict and len(sample) == len(keys):
+            try:
+                return [sample[k] for k in keys]
+            except KeyError:
+                pass  # the slow path says which
+        out: List[Any] = []
+        self._flatten(self.root, sample, (), out, where, what)
+        return out
+
+    def _flatten(self, node: _Node, value: Any, path: Tuple[Hashable, ...], out: List[Any],
+                 where: Any, what: str) -> None:
+        if node.kind == "leaf":
+            out.append(value)
+            return
+        if node.kind == "dict":
+            if not isinstance(value, Mapping):
+                raise TypeError(f"{_where(where)}: {_path_str(path)} of the {what} is a "
+                                f"{type(value).__name__}, where the first sample has a dict")
+            if len(value) != len(node.keys) or any(k not in value for k in node.keys):
+                extra = [k for k in value if k not in node.keys]
+                missing = [k for k in node.keys if k not in value]
+                parts = []
+                if extra:
+                    parts.append(f"has key(s) {', '.join(map(_key_name, extra))} that the "
+                                 "first sample does not")
+                if missing:
+                    parts.append(f"lacks key(s) {', '.join(map(_key_name, missing))}")
+                at = "" if not path else f" at {_path_str(path)}"
+                raise ValueError(f"{_where(where)}: the {what}{at} {' and '.join(parts)} "
+                                 f"(keys of the first sample: "
+                                 f"{', '.join(map(_key_name, node.keys))}); every sample must "
+                                 "have the same keys")
+            for k, child in zip(node.keys, node.children):
+                self._flatten(child, value[k], path + (k,), out, where, what)
+            return
+        if not isinstance(value, (list, tuple)) or (node.kind == "named") != \
+                _is_namedtuple(value):
+            raise TypeError(f"{_where(where)}: {_path_str(path)} of the {what} is a "
+                            f"{type(value).__name__}, where the first sample has a "
+                            f"{node.type.__name__}")
+        if len(value) != len(node.children):
+            raise ValueError(f"{_where(where)}: {_path_str(path)} of the {what} has "
+                             f"{len(value)} elements, the first sample's {len(node.children)}: "
+                             "each element in a batch should be of equal size (as "
+                             "default_collate requires)")
+        for i, (v, child) in enumerate(zip(value, node.children)):
+            self._flatten(child, v, path + (i,), out, where, what)
+
+    def build(self, leaves: Sequence[Any], lengths: Mapping[int, Any]) -> Any:
+        """The batch: `leaves[i]` the batched leaf i; `lengths[i]` the lengths of a padded
+        leaf (a value of the top dict: "<key>_lengths" goes beside it)."""
+        return self._build(self.root, leaves, lengths, top=True)
+
+    def _build(self, node: _Node, leaves: Sequence[Any], lengths: Mapping[int, Any],
+               top: bool = False) -> Any:
+        if node.kind == "leaf":
+            return leaves[node.leaf]
+        if node.kind == "dict":
+            d: Dict[Hashable, Any] = {}
+            for k, child in zip(node.keys, node.children):
+                d[k] = self._build(child, leaves, lengths)
+                if top and child.kind == "leaf" and child.leaf in lengths:
+                    d[f"{k}_lengths"] = lengths[child.leaf]
+            if node.type is dict:
+                return d
+            try:  # default_collate keeps the mapping's type where it can
+                return node.type(d)
+            except Exception:
+                return d
+        values = [self._build(child, leaves, lengths) for child in node.children]
+        if node.kind == "named":
+            return node.type(*values)
+        return values  # a list, for a tuple too (default_collate's rule)
+
+
 class BatchLayout:
-    """The keys of a stream of samples and how each is batched (NOTE [ Batching Python
-    outputs ]). Thread-safe: the first sample batched fixes what ``map_fields`` leaves
-    open, once.
+    """The structure of a stream of samples and how each leaf is batched (NOTE [ Batching
+    Python outputs ]). Thread-safe: the first sample batched fixes what ``map_fields``
+    leaves open, once.
 
     Args:
         declared: ``map_fields``, ``{key: stoker.ndarray(...) | stoker.scalar(...) |
-            stoker.blob() | object}``; keys not declared are inferred.
+            stoker.blob() | object}`` for keys of a dict sample (or positions of a tuple);
+            keys not declared are inferred.
         what: what produced the samples, for errors ("map output", "dataset item").
+        defaults: layouts for keys the samples may have, used when present and not
+            declared (a stoker dataset's variable-length fields and blobs).
     """
 
     def __init__(self, declared: Optional[Mapping[Hashable, Any]] = None,
@@ -240,87 +409,102 @@ class BatchLayout:
                             f"{type(declared).__name__}")
         self.what = what
         self._declared = {k: _declared(k, v) for k, v in (declared or {}).items()}
-        # Layouts for keys the samples may have, used when present and not declared:
-        # a stoker dataset's variable-length fields and blobs, batched as the loader
-        # batches them without map (padded, with lengths).
+        # a stoker dataset's variable-length fields and blobs, batched as the loader batches
+        # them without map (padded, with lengths)
         self._defaults = {k: _declared(k, v) for k, v in (defaults or {}).items()
                           if k not in self._declared}
         for f in self._defaults.values():
             f.source = "the dataset's field type"
-        self._fields: Optional[Dict[Hashable, FieldLayout]] = None
+        self._fields: Optional[Dict[str, FieldLayout]] = None
+        self._list: List[FieldLayout] = []
+        self.structure: Optional[_Structure] = None
         self._lock = threading.Lock()
 
     @property
-    def fields(self) -> Optional[Dict[Hashable, FieldLayout]]:
-        """Key -> FieldLayout once known (None before the first sample)."""
+    def fields(self) -> Optional[Dict[str, FieldLayout]]:
+        """Leaf name -> FieldLayout once known (None before the first sample)."""
         return self._fields
 
-    def _establish(self, sample: Mapping[Hashable, Any], where: str) -> Dict[Hashable,
-                                                                              FieldLayout]:
+    def _establish(self, sample: Any, where: str) -> List[FieldLayout]:
         with self._lock:
             if self._fields is None:
-                missing = [k for k in self._declared if k not in sample]
+                top = sample if isinstance(sample, Mapping) else None
+                if self._declared and top is None and not isinstance(sample, (list, tuple)):
+                    raise ValueError(f"{where}: map_fields names keys, but the {self.what} "
+                                     f"is a {type(sample).__name__}")
+                have = set(sample.keys()) if top is not None else \
+                    set(range(len(sample))) if isinstance(sample, (list, tuple)) else set()
+                missing = [k for k in self._declared if k not in have]
                 if missing:
                     raise ValueError(
                         f"{where}: the {self.what} has no field "
                         f"{', '.join(map(_key_name, missing))} that map_fields declares "
-                        f"(it has {', '.join(map(_key_name, sample)) or 'none'})")
-                fields = {}
-                for k, v in sample.items():
-                    if k in self._declared:
-                        fields[k] = self._declared[k]
-                    elif k in self._defaults:
-                        fields[k] = self._defaults[k]
+                        f"(it has {', '.join(map(_key_name, have)) or 'none'})")
+                structure = _Structure(sample, self._declared)
+                leaves = structure.flatten(sample, where, self.what)
+                fields: Dict[str, FieldLayout] = {}
+                layouts = []
+                for path, value in zip(structure.paths, leaves):
+                    key = path[0] if len(path) == 1 else None
+                    name = ".".join(map(str, path)) if path else "0"
+                    if len(path) == 1 and key in self._declared:
+                        f = self._declared[key]
+                    elif len(path) == 1 and key in self._defaults:
+                        f = self._defaults[key]
                     else:
-                        fields[k] = _infer(k, v, where)
-                names = {}
-                for k in fields:
-                    n = str(k)
-                    if n in names:
-                        raise ValueError(f"{where}: keys {names[n]!r} and {k!r} of the "
-                                         f"{self.what} have the same name {n!r}")
-                    names[n] = k
-                for k, f in fields.items():
-                    if f.kind == "var" and f"{k}_lengths" in names:
+                        f = _infer(path[0] if len(path) == 1 else name, value, where)
+                    f = copy.copy(f)
+                    f.name, f.path = name, path
+                    # padding has a place only beside a value of the top dict
+                    f.can_pad = len(path) == 1 and top is not None
+                    if f.kind == "var" and not f.can_pad:
+                        raise ValueError(f"{where}: {_path_str(path)} of the {self.what} is "
+                                         "declared with a variable first dimension, whose "
+                                         "lengths go under '<name>_lengths' in a dict: return "
+                                         "a dict (or pass names=)")
+                    if name in fields:
+                        raise ValueError(f"{where}: keys {fields[name].key!r} and "
+                                         f"{f.key!r} of the {self.what} have the same name "
+                                         f"{name!r}")
+                    fields[name] = f
+                    layouts.append(f)
+                for f in layouts:
+                    if f.can_pad and f"{f.name}_lengths" in fields:
                         raise ValueError(f"{where}: the {self.what} has a field "
-                                         f"'{k}_lengths', the name of field {_key_name(k)}'s "
-                                         "lengths in the batch")
+                                         f"'{f.name}_lengths', the name of field "
+                                         f"{_key_name(f.key)}'s lengths in the batch")
+                self.structure = structure
+                self._list = layouts
                 self._fields = fields
-            return self._fields
+            return self._list
 
     def check(self, sample: Any, where: Any) -> List[Any]:
-        """The sample's values in layout order, as arrays / ("scalar", dtype, value) /
+        """The sample's leaves in layout order, as arrays / ("scalar", dtype, value) /
         objects, checked against the layout (fixing it at the first sample). ValueError
         naming `where` (a str, or a callable that makes it), the field and both shapes
-        when the sample disagrees; TypeError when the sample is not a dict."""
-        if type(sample) is not dict and not isinstance(sample, Mapping):
-            raise TypeError(f"{_where(where)}: the {self.what} must be a dict of field "
-                            f"values, got {type(sample).__name__}")
-        fields = self._fields or self._establish(sample, _where(where))
-        if len(sample) != len(fields) or any(k not in sample for k in fields):
-            where = _where(where)
-            extra = [k for k in sample if k not in fields]
-            missing = [k for k in fields if k not in sample]
-            parts = []
-            if extra:
-                parts.append(f"has field(s) {', '.join(map(_key_name, extra))} that the "
-                             "layout does not")
-            if missing:
-                parts.append(f"lacks field(s) {', '.join(map(_key_name, missing))}")
-            first = next(iter(fields.values())).source if fields else "the first sample"
-            raise ValueError(f"{where}: the {self.what} {' and '.join(parts)} (keys "
-                             f"{first}: {', '.join(map(_key_name, fields))}); every sample "
-                             "must return the same keys")
+        when the sample disagrees."""
+        layouts = self._list if self._fields is not None else \
+            self._establish(sample, _where(where))
+        assert self.structure is not None
+        leaves = self.structure.flatten(sample, where, self.what)
         out = []
-        for k, f in fields.items():
-            value = sample[k]
+        for i, f in enumerate(layouts):
+            value = leaves[i]
             kind = f.kind
             if kind == "object":
                 out.append(value)
                 continue
+            if kind == "stack":
+                v = _as_array(value)
+                t = v.tensor if isinstance(v, _Stacked) else None
+                if t is None or t.dtype != f.dtype or tuple(t.shape) != f.shape:
+                    raise ValueError(f"{_where(where)}: field {_key_name(f.key)} is not a "
+                                     f"{f.dtype} tensor of shape {_shape_str(f.shape)}, as "
+                                     f"the layout ({f.source})")
+                out.append(t)
+                continue
             # The common case first: an array that fits as it is.
-            if type(value) is np.ndarray and kind != "scalar" and value.dtype == f.dtype \
-                    and value.flags.c_contiguous:
+            if type(value) is np.ndarray and kind != "scalar" and value.dtype == f.dtype:
                 shape = value.shape
                 if shape == f.shape if kind == "array" else \
                         (len(shape) == len(f.shape) + 1 and shape[1:] == f.shape):
@@ -331,16 +515,18 @@ class BatchLayout:
                 if f.dtype == "uint8" and f.kind == "var" and isinstance(value, (bytes,
                                                                                  bytearray)):
                     v = np.frombuffer(value, np.uint8)  # a blob: padded bytes + lengths
-                if v is None:
-                    raise _Mismatch(f"is a {type(value).__name__}, not an array or number")
-                out.append(self._fit(f, v))
+                if v is None or isinstance(v, _Stacked):
+                    raise _Mismatch(f"is a {type(value).__name__}, not an array or number "
+                                    "of a dtype the batch holds")
+                out.append(self._fit(i, v))
             except _Mismatch as e:
-                raise ValueError(f"{_where(where)}: field {_key_name(k)} {e}; the layout "
+                f = self._list[i]
+                raise ValueError(f"{_where(where)}: field {_key_name(f.key)} {e}; the layout "
                                  f"({f.source}) has {f.describe()}") from None
         return out
 
-    @staticmethod
-    def _fit(f: FieldLayout, v: Any) -> Any:
+    def _fit(self, i: int, v: Any) -> Any:
+        f = self._list[i]
         if isinstance(v, tuple):  # a scalar
             if f.kind != "scalar":
                 raise _Mismatch(f"is a scalar ({v[1].name})")
@@ -354,9 +540,13 @@ class BatchLayout:
                 raise _Mismatch(f"has shape {_shape_str(shape)}")
         elif f.kind == "array":
             if shape != f.shape:
+                if f.can_pad and f.source != "declared" and len(shape) == len(f.shape) and \
+                        shape and shape[1:] == f.shape[1:] and dtype == f.dtype:
+                    return v  # the first dimension varies: padded in a batch where it does
                 hint = ""
                 if len(shape) == len(f.shape) and shape and shape[1:] == f.shape[1:]:
-                    hint = (f" (for a variable first dimension declare map_fields="
+                    hint = (" (a varying first dimension is padded in a dict's values: "
+                            "return a dict, or declare it: map_fields="
                             f"{{{_key_name(f.key)}: stoker.ndarray('{_dtype_name(f.dtype)}', "
                             f"{_shape_str((None,) + f.shape[1:])})}})")
                 raise _Mismatch(f"has shape {_shape_str(shape)}{hint}")
@@ -372,49 +562,50 @@ class BatchLayout:
     def plan(self, rows: Sequence[List[Any]]) -> Tuple[List[TensorSpec], int]:
         """The tensors of a batch of checked samples (``check``'s lists) and the bytes of
         the buffer that holds them."""
-        fields = self._fields
-        if fields is None:
+        if self._fields is None:
             return [], 0
         b = len(rows)
         specs: List[TensorSpec] = []
         offset = 0
 
-        def add(key: Hashable, dtype: Any, shape: Tuple[int, ...]) -> None:
+        def add(name: str, dtype: Any, shape: Tuple[int, ...]) -> None:
             nonlocal offset
             itemsize = 2 if dtype == _BF16 else np.dtype(dtype).itemsize
             nbytes = itemsize * math.prod(shape)
-            specs.append(TensorSpec(key, str(key), dtype, shape, offset, nbytes))
+            specs.append(TensorSpec(name, name, dtype, shape, offset, nbytes))
             offset = _align(offset + nbytes)
 
-        for i, f in enumerate(fields.values()):
-            if f.kind == "object":
+        for i, f in enumerate(self._list):
+            if f.kind in ("object", "stack"):
                 continue
             if f.kind == "scalar":
-                add(f.key, f.dtype, (b,))
-            elif f.kind == "array":
-                add(f.key, f.dtype, (b,) + f.shape)
-            else:
+                add(f.name, f.dtype, (b,))
+            elif f.kind == "array" and _uniform(rows, i):
+                add(f.name, f.dtype, (b,) + (tuple(rows[0][i].shape) if rows else f.shape))
+            else:  # padded: declared so, or a dict value whose first dimension varies here
+                rest = f.shape if f.kind == "var" else f.shape[1:]
                 longest = max((len(r[i]) for r in rows), default=0)
-                add(f.key, f.dtype, (b, longest) + f.shape)
-                lengths_key = f"{f.key}_lengths"
-                add(lengths_key, np.dtype("int64"), (b,))
+                add(f.name, f.dtype, (b, longest) + rest)
+                add(f"{f.name}_lengths", np.dtype("int64"), (b,))
         return specs, offset
 
     def write(self, rows: Sequence[List[Any]], specs: Sequence[TensorSpec],
-              buffer: np.ndarray) -> Dict[Hashable, List[Any]]:
+              buffer: np.ndarray) -> Dict[str, List[Any]]:
         """Writes the samples into `buffer` (a writable uint8 array of at least the planned
-        bytes) at the planned offsets; returns the object fields as lists."""
-        fields = self._fields
-        objects: Dict[Hashable, List[Any]] = {}
-        if fields is None:
+        bytes) at the planned offsets; returns the object leaves as lists, by name."""
+        objects: Dict[str, List[Any]] = {}
+        if self._fields is None:
             return objects
-        by_key = {s.key: s for s in specs}
-        for i, f in enumerate(fields.values()):
+        by_name = {s.name: s for s in specs}
+        for i, f in enumerate(self._list):
             column = [r[i] for r in rows]
             if f.kind == "object":
-                objects[f.key] = column
+                objects[f.name] = column
                 continue
-            spec = by_key[f.key]
+            if f.kind == "stack":
+                objects[f.name] = [torch.stack(column)] if column else []
+                continue
+            spec = by_name[f.name]
             dst = _view(buffer, spec)
             if f.kind == "scalar":
                 if not column:
@@ -423,7 +614,7 @@ class BatchLayout:
                     torch.stack(column, out=dst)
                 else:
                     dst[:] = [c[2] if isinstance(c, tuple) else c for c in column]
-            elif f.kind == "array":
+            elif f"{f.name}_lengths" not in by_name:
                 if not column:
                     continue
                 if f.dtype == _BF16:
@@ -431,12 +622,13 @@ class BatchLayout:
                 else:
                     np.stack(column, out=dst)
             else:
-                lengths = _view(buffer, by_key[f"{f.key}_lengths"])
+                lengths = _view(buffer, by_name[f"{f.name}_lengths"])
                 longest = spec.shape[1]
                 ns = [len(c) for c in column]
                 lengths[:] = ns
                 if f.dtype != _BF16 and column and \
-                        spec.nbytes <= _SMALL_ROWS * len(column):
+                        spec.nbytes <= _SMALL_ROWS * len(column) and \
+                        all(c.flags.c_contiguous for c in column):
                     _write_padded(dst, column, ns, lengths, longest)
                     continue
                 for j, c in enumerate(column):
@@ -449,6 +641,37 @@ class BatchLayout:
                         if n < longest:
                             dst[j, n:] = 0
         return objects
+
+    def assemble(self, tensors: Mapping[str, Any], objects: Mapping[str, List[Any]]) -> Any:
+        """The batch in the samples' structure (default_collate's): `tensors` by name (a
+        padded leaf's "<name>_lengths" too), `objects` the object leaves' lists."""
+        if self.structure is None:
+            return {}
+        leaves: List[Any] = []
+        lengths: Dict[int, Any] = {}
+        in_sequence = self.structure.in_sequence
+        for i, f in enumerate(self._list):
+            if f.kind == "object":
+                column = objects.get(f.name, [])
+                leaves.append(tuple(column) if in_sequence[i] else column)
+                continue
+            if f.kind == "stack":
+                got = objects.get(f.name)
+                leaves.append(got[0] if got else torch.empty((0,) + f.shape, dtype=f.dtype))
+                continue
+            leaves.append(tensors[f.name])
+            lk = f"{f.name}_lengths"
+            if lk in tensors:
+                lengths[i] = tensors[lk]
+        return self.structure.build(leaves, lengths)
+
+
+def _uniform(rows: Sequence[List[Any]], i: int) -> bool:
+    """Whether leaf i has one shape in every row of the batch."""
+    if not rows:
+        return True
+    shape = rows[0][i].shape
+    return all(r[i].shape == shape for r in rows)
 
 
 # Padded rows of at most this many bytes on average are written by one masked copy for the
@@ -503,10 +726,10 @@ def _view(buffer: Any, spec: TensorSpec) -> Any:
 
 def tensors_of(buffer: np.ndarray, specs: Sequence[TensorSpec],
                to_tensor: Callable[[np.ndarray], torch.Tensor] = torch.from_numpy
-               ) -> Dict[Hashable, torch.Tensor]:
+               ) -> Dict[str, torch.Tensor]:
     """The planned tensors of a written buffer as torch tensors (no copy)."""
     out = {}
     for s in specs:
         v = _view(buffer, s)
-        out[s.key] = v if isinstance(v, torch.Tensor) else to_tensor(v)
+        out[s.name] = v if isinstance(v, torch.Tensor) else to_tensor(v)
     return out

@@ -31,10 +31,13 @@ class StagePool:
     """
 
     def __init__(self, owner: Any, wait: Callable[[int], Any], handle_name: str,
-                 threads: int, name: str = "stoker-python"):
+                 threads: int, name: str = "stoker-python", start_name: str = ""):
         self._owner = weakref.ref(owner)
         self._wait = wait
         self._handle_name = handle_name
+        self._start_name = start_name  # the owner's method each thread calls first (slot)
+        self.paused = False  # quiesce(): every thread parks after its current unit
+        self._parked = [0]  # threads parked now (a holder: parked threads hold no pool)
         self._name = name
         self._size = max(1, int(threads))
         self._active = self._size
@@ -54,6 +57,38 @@ class StagePool:
 
     def alive(self) -> int:
         return sum(t.is_alive() for t in self._threads)
+
+    def grow(self, n: int) -> None:
+        """At least `n` threads from now on (those added start at once if the pool runs)."""
+        with self._lock:
+            if n <= self._size:
+                return
+            old, self._size = self._size, n
+            self._active = n
+            if not self._threads or self._stop.is_set():
+                return  # start() makes them all
+            for i in range(old, n):
+                self._threads.append(self._thread(i))
+                self._threads[-1].start()
+
+    def quiesce(self, timeout: float) -> bool:
+        """Parks every thread once it has finished the unit it holds; True once all are
+        parked (within `timeout` s), else False (resume() either way)."""
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            self.paused = True
+            self._wake.notify_all()
+            while self._parked[0] < self.alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(min(left, 0.05))
+        return True
+
+    def resume(self) -> None:
+        with self._wake:
+            self.paused = False
+            self._wake.notify_all()
 
     def set_active(self, n: int) -> None:
         with self._wake:
@@ -90,12 +125,15 @@ class StagePool:
             self._stop = threading.Event()
             self._threads = []
             for i in range(self._size):
-                t = threading.Thread(target=_pool_loop,
-                                     args=(self._owner, self._wait, self._handle_name, i,
-                                           self._stop, weakref.ref(self)),
-                                     name=f"{self._name}-{i}", daemon=True)
+                t = self._thread(i)
                 self._threads.append(t)
                 t.start()
+
+    def _thread(self, i: int) -> threading.Thread:
+        return threading.Thread(target=_pool_loop,
+                                args=(self._owner, self._wait, self._handle_name, i,
+                                      self._stop, weakref.ref(self), self._start_name),
+                                name=f"{self._name}-{i}", daemon=True)
 
     def stop(self, join: bool = True) -> None:
         with self._wake:
@@ -133,11 +171,16 @@ def _stop_every_stage_thread() -> None:
 
 
 def _pool_loop(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_name: str,
-               slot: int, stop: threading.Event, pool_ref: "weakref.ref[StagePool]") -> None:
+               slot: int, stop: threading.Event, pool_ref: "weakref.ref[StagePool]",
+               start_name: str = "") -> None:
     me = threading.current_thread()
     with _running_lock:
         _running[me] = (stop, wait)
     try:
+        owner = owner_ref()
+        if start_name and owner is not None:
+            getattr(owner, start_name)(slot)  # reports its own failure to the owner
+        del owner
         _serve(owner_ref, wait, handle_name, slot, stop, pool_ref)
     finally:
         with _running_lock:
@@ -154,11 +197,14 @@ def _serve(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_nam
         pool = pool_ref()
         if pool is None or owner_ref() is None:
             return
-        if slot >= pool._active:  # parked by the tuner: wait, holding neither pool nor owner
-            wake = pool._wake
+        if slot >= pool._active or pool.paused:  # parked (the tuner, a quiesce): wait,
+            wake, parked = pool._wake, pool._parked  # holding neither pool nor owner
             del pool
             with wake:
+                parked[0] += 1
+                wake.notify_all()
                 wake.wait(0.5)
+                parked[0] -= 1
             continue
         del pool
         try:

@@ -292,10 +292,14 @@ def _portable_error(exc: BaseException) -> Any:
                             f"{os.getpid()}:\n{text.rstrip()}")
 
 
-def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
+def _worker_main(sock: socket.socket, arena: _Arena, stage: Any, worker_id: int = 0,
+                 num_workers: int = 1) -> None:
     """A worker's loop: chunks in, rows out, until EOF or "stop"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     stage = stage.worker_copy()
+    # DataLoader's worker protocol: get_worker_info(), then worker_init_fn; an error of it
+    # fails every sample this worker is given, in the loop
+    init_error = stage.worker_started(worker_id, num_workers)
     try:
         import torch
 
@@ -327,6 +331,10 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
         errors: Dict[int, Any] = {}
         skipped = 0
         for pos, index in enumerate(indices):
+            if init_error is not None:
+                rows.append(None)
+                errors[pos] = _portable_error(init_error)
+                continue
             try:
                 rows.append(stage.worker_sample(index, epoch,
                                                 None if keys is None else keys[pos]))
@@ -467,10 +475,10 @@ class ProcessWorkers:
                 if w is None or w.dead is not None:
                     if w is not None:
                         self._reap(w)
-                    self._workers[i] = self._spawn(stage)
+                    self._workers[i] = self._spawn(stage, i)
                     self._all.append(self._workers[i])
 
-    def _spawn(self, stage: Any) -> _Worker:
+    def _spawn(self, stage: Any, worker_id: int = 0) -> _Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         arena = _Arena.create(_ARENA_BYTES)
         sys.stdout.flush()
@@ -493,7 +501,7 @@ class ProcessWorkers:
             code = 0
             try:
                 parent.close()
-                _worker_main(child, arena, stage)
+                _worker_main(child, arena, stage, worker_id, self.count)
             except BaseException:
                 code = 1
                 try:

@@ -19,11 +19,12 @@ __all__ = ["normalize_item", "MapStyleSource", "DatasetSource", "fetch_sample"]
 
 
 
-def normalize_item(item: Any, names: Optional[Sequence[Hashable]], where: Any) -> Dict:
-    """A map-style dataset's item as a dict: dicts as they are; a tuple or list as keys
-    0, 1, ... (or `names`); any other value (a tensor, an array, a number) as key 0 (or
-    ``names[0]``). `where` names the item in errors (a str, or a callable making it)."""
-    if type(item) is dict and names is None:
+def normalize_item(item: Any, names: Optional[Sequence[Hashable]], where: Any) -> Any:
+    """A map-style dataset's item as the stage batches it: as it is (batched in
+    default_collate's structure), or with `names` a dict: a tuple or list's values under
+    those names, any other value (a tensor, an array, a number) under ``names[0]``.
+    `where` names the item in errors (a str, or a callable making it)."""
+    if names is None:
         return item
     if callable(where):
         where = where()
@@ -33,8 +34,6 @@ def normalize_item(item: Any, names: Optional[Sequence[Hashable]], where: Any) -
                             "single values; this item is a dict (its keys are the names)")
         return item if isinstance(item, dict) else dict(item)
     values = list(item) if isinstance(item, (tuple, list)) else [item]
-    if names is None:
-        return dict(enumerate(values))
     if len(names) != len(values):
         raise ValueError(f"{where}: the item has {len(values)} value(s) but names= gives "
                          f"{len(names)} ({', '.join(map(repr, names))})")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from .. import _core
+from .._loader_args import available_cores
 from .collate import BatchLayout, tensors_of
 from .errors import add_note, format_exception_summary, names_itself
 from .pool import StagePool
@@ -19,8 +21,15 @@ from .processes import ProcessWorkers, WorkerDied
 from .rng import batch_rng, rng_from_key, rng_keys
 from .sources import DatasetSource, MapStyleSource
 from .telemetry import native_times, thread_sched
+from .workers import (
+    draws_globals,
+    seed_globals,
+    set_process_worker_info,
+    set_thread_worker_info,
+    worker_info_wanted,
+)
 
-__all__ = ["PythonStage", "PROCESS_THREADS_PER_WORKER"]
+__all__ = ["PythonStage", "PROCESS_THREADS_PER_WORKER", "END"]
 
 # Stage threads per worker process (NOTE [ Python stage processes ] in processes.py).
 PROCESS_THREADS_PER_WORKER = 2
@@ -65,6 +74,7 @@ class _Delivery:
 
 
 _UNSET = object()  # a delivery that carries no whole batch
+END = _END = object()  # PythonStage.next(): the epoch is over (a batch may be None)
 
 
 class PythonStage:
@@ -78,20 +88,33 @@ class PythonStage:
         map_fields: declared layout (``BatchLayout``).
         seed: the loader's seed.
         skip: on_error="skip".
-        threads: Python threads.
+        threads: workers (Python threads, or processes).
         batch_map_on_consumer: batch_map runs when the consumer takes the batch (device
             batches: after the copy), not in the stage.
+        workers: "thread", "process", or "auto" (threads, then processes once the stage
+            measures that its Python holds the GIL: NOTE [ Python stage processes ]).
+        inline: num_workers=0: the consumer's thread runs the chunks, in next().
+        worker_init_fn: DataLoader's, called once in each worker thread or process.
+        unbatched: batch_size=None: a batch is one sample, as default_convert makes it
+            (or as collate_fn makes it from that one sample).
     """
 
     def __init__(self, source: Any, *, map_fn: Optional[Callable] = None,
                  batch_map: Optional[Callable] = None, collate_fn: Optional[Callable] = None,
                  map_fields: Optional[Mapping] = None, seed: int = 0, skip: bool = False,
                  threads: int = 1, batch_map_on_consumer: bool = False,
-                 processes: bool = False, nchw_views: Sequence[str] = ()):
+                 workers: str = "thread", nchw_views: Sequence[str] = (),
+                 inline: bool = False, worker_init_fn: Optional[Callable] = None,
+                 unbatched: bool = False):
         self.source = source
         self.map_fn = map_fn
         self.batch_map = batch_map
+        self.unbatched = bool(unbatched)
+        if unbatched and collate_fn is None:
+            collate_fn = torch.utils.data.default_convert  # DataLoader's, for batch_size=None
         self.collate_fn = collate_fn
+        self.inline = bool(inline)
+        self.worker_init_fn = worker_init_fn
         self.seed = int(seed)
         self.skip = bool(skip)
         self.batch_map_on_consumer = batch_map_on_consumer
@@ -108,16 +131,22 @@ class PythonStage:
         self._deliveries: Dict[int, _Delivery] = {}
         self._next_ticket = 1
         self._purge_count = 0
-        self._names: Dict[str, Hashable] = {}
         # batch_map on a CUDA device: its stream (NOTE [ batch_map on the device ]).
         self.side_device: Any = None
         self._side: Any = None
         self.handoff: Any = None
         self.pool: Optional[StagePool] = None
-        self.processes = bool(processes) and self.per_sample
-        # Stage threads per Python thread of num_threads: two per worker process (NOTE
-        # [ Python stage processes ]), one when the threads run the code themselves.
+        # "auto" starts on threads (and may switch: _maybe_switch); "process" from the start
+        self.auto = workers == "auto" and self.per_sample and not self.inline
+        self.processes = workers == "process" and self.per_sample and not self.inline
+        # Stage threads per worker: two per worker process (NOTE [ Python stage
+        # processes ]), one when the threads run the code themselves.
         self._per_worker = PROCESS_THREADS_PER_WORKER if self.processes else 1
+        self._delivered = 0  # batches the consumer took (auto: when to measure)
+        self.batch_size = 1  # samples in a batch (build() sets it): chunk sizes
+        self._init_error: Optional[BaseException] = None  # worker_init_fn's, raised in next()
+        self._probed = False  # the global generators watched over one sample
+        self._global_draws = False  # ... and it drew from them
         # Image fields of a C++-assembled batch that the loop gets as NCHW views of their
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
         self.nchw_views = tuple(nchw_views)
@@ -125,13 +154,37 @@ class PythonStage:
 
     needs_handoff = True  # every batch goes through the stage's threads
 
+    @property
+    def threads(self) -> int:
+        """Workers: the stage's Python threads, or its processes."""
+        return self._threads
+
     # -- threads ---------------------------------------------------------------------
 
     def attach(self, handoff: Any) -> None:
-        """Serves `handoff` (``_core.PythonHandoff``: take() gives (task, lo, hi))."""
+        """Serves `handoff` (``_core.PythonHandoff``: take() gives (task, lo, hi)). Inline
+        (num_workers=0) there are no threads: the consumer runs the chunks in next()."""
         self.handoff = handoff
+        if self.inline:
+            return
         self.pool = StagePool(self, _Taker(handoff), "run_chunk",
-                              self._threads * self._per_worker)
+                              self._threads * self._per_worker, start_name="_thread_started")
+
+    def _thread_started(self, slot: int) -> None:
+        """In each stage thread as it starts: DataLoader's worker_init_fn, with
+        get_worker_info() answering there (threads running the code themselves). Its
+        error fails the next batch, in the loop."""
+        if self.processes:
+            return  # the worker processes call it (a process per two threads)
+        try:
+            if self.worker_init_fn is not None or worker_info_wanted(self.source):
+                set_thread_worker_info(slot, self._threads, self.seed,
+                                       getattr(self.source, "obj", self.source))
+            if self.worker_init_fn is not None:
+                self.worker_init_fn(slot)
+        except BaseException as e:
+            add_note(e, f"stoker: raised by worker_init_fn in worker thread {slot}")
+            self._init_error = e
 
     def start(self) -> None:
         """At iter(): the threads, and the worker processes (a worker that died is
@@ -145,6 +198,75 @@ class PythonStage:
             self.workers.start(self)
         if not self.pool.running():
             self.pool.start()
+
+    def _claim_probe(self) -> bool:
+        """The first sample a thread runs is watched (once per loader, by one thread)."""
+        with self._lock:
+            if self._probed:
+                return False
+            self._probed = True
+            return not self.processes and not self.inline
+
+    def _global_draws_seen(self) -> None:
+        """On the consumer's thread, once the watched sample drew from the global
+        generators: auto goes to processes now; threads warn, once."""
+        self._global_draws = False
+        if self.auto:
+            self._to_processes()
+            return
+        if self.processes:
+            return
+        warnings.warn(
+            "stoker: the dataset's __getitem__ (or map) draws from the global random "
+            "generators (random, numpy.random or torch): on worker threads, which sample gets "
+            "which draw depends on timing, so batches differ from run to run and a resume is "
+            "not exact. Use python_workers='process' (each sample's global generators seeded "
+            "from (seed, epoch, index)), or draw from map's rng", RuntimeWarning, stacklevel=4)
+
+    def _to_processes(self) -> bool:
+        """python_workers="auto": from now on the worker processes run the user's code
+        (NOTE [ Python stage processes ]). The stage's threads are parked first, each after
+        the chunk it holds, so that none is inside user code at the fork; batches already
+        handed to the threads are finished by them, and are the same bytes either way."""
+        pool = self.pool
+        if pool is not None and pool.running() and not pool.quiesce(10.0):
+            pool.resume()
+            return False  # a thread stuck in user code: stay on threads
+        try:
+            workers = ProcessWorkers(self._threads)
+            self.workers = workers
+            self.processes, self.auto = True, False
+            self._per_worker = PROCESS_THREADS_PER_WORKER
+            workers.start(self)
+            if self.handoff is not None and hasattr(self.handoff, "set_chunk_samples"):
+                # as many chunks in a batch as workers (chunk_samples in stoker/_plan.py)
+                self.handoff.set_chunk_samples(-(-self.batch_size // self._threads))
+            if pool is not None:  # two stage threads per worker process
+                pool.grow(self._threads * PROCESS_THREADS_PER_WORKER)
+        finally:
+            if pool is not None:
+                pool.resume()
+        return True
+
+    def _maybe_switch(self, core: Any) -> None:
+        """python_workers="auto", on threads: every few batches, whether the user's Python
+        holds the GIL (the verdict's rule, csrc/pipeline/autotuner.cpp gil_bound: two or
+        more threads blocked a third of their time or more, at about one core between
+        them); if so, processes from here on."""
+        self._delivered += 1
+        if self._delivered < 4 or self._delivered % 4:
+            return
+        if self.pool is None or self.pool.active < 2 or available_cores() < 2:
+            self.auto = self._delivered < 64  # no second core: threads it is
+            return
+        s = core.stats()
+        py, cpu, wait = s["python_seconds"], s["python_cpu_seconds"], s["python_wait_seconds"]
+        if py < 0.05:
+            return
+        blocked = py - cpu - wait
+        cores = self.pool.active * cpu / py
+        if blocked > 0.3 * py and 0.6 < cores < 1.5:  # not sleeps or I/O: the GIL
+            self._to_processes()
 
     def stop(self) -> None:
         """close(): the threads end, and the work they held (every stream stopped)."""
@@ -251,6 +373,16 @@ class PythonStage:
     def _one(self, task: Any, pending: _Pending, pos: int, index: int,
              key: Optional[np.ndarray]) -> None:
         try:
+            if not self._probed and self._claim_probe():
+                # NOTE [ Global random generators ] in workers.py: the first sample run on a
+                # thread is watched
+                drew, row = draws_globals(lambda: self._sample(index, task.epoch, key))
+                pending.rows[pos] = row
+                if drew:
+                    self._global_draws = True
+                    if self.auto and self.pool is not None:
+                        self.pool.paused = True  # no more on threads: the consumer forks
+                return
             pending.rows[pos] = self._sample(index, task.epoch, key)
             return
         except Exception as e:
@@ -311,9 +443,28 @@ class PythonStage:
             return sample
         return self.layout.check(sample, lambda: self.source.describe(index))
 
+    def worker_started(self, worker_id: int, num_workers: int) -> Optional[BaseException]:
+        """In a worker process, first: get_worker_info() answers, worker_init_fn runs; its
+        error, if it raised."""
+        dataset = getattr(self.source, "obj", None)
+        if dataset is None:
+            dataset = getattr(self.source, "dataset", None)
+        set_process_worker_info(worker_id, num_workers, self.seed, dataset)
+        if self.worker_init_fn is None:
+            return None
+        try:
+            self.worker_init_fn(worker_id)
+        except BaseException as e:
+            return add_note(e, f"stoker: raised by worker_init_fn in worker process "
+                               f"{worker_id}")
+        return None
+
     def worker_sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
         """In a worker process: _produce's value, checked there too (so that on_error=
-        "skip" replaces a sample that does not fit), sent as it is."""
+        "skip" replaces a sample that does not fit), sent as it is. Python's, NumPy's and
+        torch's global generators are seeded for the sample first (NOTE [ Global random
+        generators ] in workers.py)."""
+        seed_globals(self.seed, epoch, index)
         sample = self._produce(index, epoch, key)
         if self.collate_fn is None:
             self.layout.check(sample, lambda: self.source.describe(index))
@@ -374,7 +525,7 @@ class PythonStage:
                                     for name, cap in task.tensors})
         elif self.collate_fn is not None:
             try:
-                d.whole = self.collate_fn(pending.rows)
+                d.whole = self.collate_fn(pending.rows[0] if self.unbatched else pending.rows)
             except Exception as e:
                 self._fail(task, add_note(e, f"stoker: raised by collate_fn for {what}"))
                 return
@@ -384,7 +535,7 @@ class PythonStage:
             d.objects = self.layout.write(pending.rows, specs, buffer)
             pending.release()  # the rows are in the batch now
             if self.batch_map is not None and not self.batch_map_on_consumer:
-                d.whole = self._merge(tensors_of(buffer, specs), d.objects)
+                d.whole = self.layout.assemble(tensors_of(buffer, specs), d.objects)
                 specs, nbytes = [], 0
         if self.batch_map is not None and not self.batch_map_on_consumer:
             try:
@@ -423,37 +574,11 @@ class PythonStage:
 
     # -- the consumer ----------------------------------------------------------------
 
-    def _merge(self, tensors: Dict[Hashable, Any], objects: Dict[Hashable, List[Any]]) -> Dict:
-        """The batch dict in the layout's key order: tensors (each variable field followed
-        by its lengths) and object lists."""
-        fields = self.layout.fields or {}
-        out: Dict[Hashable, Any] = {}
-        for key, f in fields.items():
-            if f.kind == "object":
-                out[key] = objects.get(key, [])
-                continue
-            out[key] = tensors[key]
-            if f.kind == "var":
-                lk = f"{key}_lengths"
-                out[lk] = tensors[lk]
-        return out
-
     def _viewed(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         for name in self.nchw_views:
             if name in batch:
                 batch[name] = batch[name].permute(0, 3, 1, 2)
         return batch
-
-    def key_of(self, name: str) -> Hashable:
-        """The batch key of the tensor a batch names `name` (an int for tuple items)."""
-        key = self._names.get(name)
-        if key is None:
-            for k, f in (self.layout.fields or {}).items():
-                self._names[str(k)] = k
-                if f.kind == "var":
-                    self._names[f"{k}_lengths"] = f"{k}_lengths"
-            key = self._names.get(name, name)
-        return key
 
     def take_delivery(self, ticket: int) -> Optional[_Delivery]:
         if not ticket:
@@ -467,8 +592,7 @@ class PythonStage:
         if d is not None and d.whole is not _UNSET:
             return d.whole
         if self.per_sample:
-            batch = self._merge({self.key_of(n): t for n, t in tensors.items()},
-                                d.objects if d is not None else {})
+            batch = self.layout.assemble(tensors, d.objects if d is not None else {})
         else:  # a batch the C++ workers assembled, named by its fields
             batch = self._viewed(dict(tensors))
         if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
@@ -510,23 +634,30 @@ class PythonStage:
                 t.record_stream(consumer)
         return out
 
-    def next(self, it: Any, consumer_stream: Optional[int], entered: int) -> Any:
-        """The consumer's next batch from core iterator `it` (None at the end): the
-        user's exception object when the batch failed in the stage. The loop's time in
-        next() outside the core's wait (since `entered`, perf_counter_ns) goes to the
-        iterator's hand-off time, counted in data_stall as the plain path's."""
+    def next(self, it: Any, consumer_stream: Optional[int], entered: int,
+             timeout: float = 0.0, core: Any = None) -> Any:
+        """The consumer's next batch from core iterator `it` (END at the end; a batch may
+        be None: a collate_fn's value): the user's exception object when the batch failed
+        in the stage. The loop's time in next() outside the core's wait (since `entered`,
+        perf_counter_ns) goes to the iterator's hand-off time, counted in data_stall as
+        the plain path's."""
         if self.pool is not None and not self.pool.running():
             self.pool.start()
+        if self._init_error is not None:  # a worker thread's worker_init_fn raised
+            e, self._init_error = self._init_error, None
+            raise e
+        if self._global_draws:
+            self._global_draws_seen()
         failed: Optional[BaseException] = None
         side = 0
         if consumer_stream is not None and self.batch_map_on_consumer and \
                 self.batch_map is not None:
             if self._side is None:
-                        self._side = torch.cuda.Stream(self.side_device)
+                self._side = torch.cuda.Stream(self.side_device)
             side = self._side.cuda_stream
         calling = time.perf_counter_ns()
         try:
-            got = it.next(consumer_stream or 0, with_ticket=True, side_stream=side)
+            got = self._wait(it, consumer_stream or 0, side, timeout)
         except _core.PythonStageError as e:
             failed = self.error(e.ticket)
             if failed is None:
@@ -535,12 +666,36 @@ class PythonStage:
         if failed is not None:
             raise failed  # outside the except block: the user's exception, as it was
         if got is None:
-            return None
+            return _END
         t0 = time.perf_counter_ns()
         caps, ticket = got
         batch = self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps}, ticket)
         it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
+        if self.auto:
+            self._maybe_switch(core)
         return batch
+
+    def _wait(self, it: Any, stream: int, side: int, timeout: float) -> Any:
+        """The core's next batch; inline (num_workers=0) this thread runs the chunks
+        meanwhile. `timeout` > 0: DataLoader's, an error after that many seconds."""
+        if not self.inline and timeout <= 0 and not self.auto:
+            return it.next(stream, with_ticket=True, side_stream=side)
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        while True:
+            got = it.next(stream, with_ticket=True, side_stream=side,
+                          timeout_ms=0 if self.inline else 50)
+            if got is not False:
+                return got
+            if self._global_draws:  # auto: the threads paused, waiting for the processes
+                self._global_draws_seen()
+            if self.inline:
+                item = self.handoff.take(0 if deadline is None else 20)
+                if item is not None:
+                    self.run_chunk(item)
+                    continue
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError(f"stoker: no batch came within timeout={timeout:g} seconds "
+                                   "(DataLoader's timeout=): a worker is stuck or too slow")
 
     def _purge(self) -> None:
         """Drops the deliveries of batches their stream dropped (stop, close, break): they

@@ -1,0 +1,174 @@
+"""A user's sampler or batch sampler (NOTE [ User samplers ] in stoker/_plan.py): listed
+once per epoch into the C++ order (``_core.ListedOrders``), and kept resumable.
+
+What makes an epoch's order again, for a resume:
+  * a sampler with ``state_dict()``/``load_state_dict()`` (torchdata's protocol): its
+    state before the epoch was listed;
+  * otherwise the random generators it draws from: its own (torch.Generator, NumPy
+    Generator, random.Random, found among its attributes and those of the sampler it
+    wraps) and the global ones (torch's default generator, numpy.random, random), taken
+    before the epoch was listed and given back after listing it again. The first epoch
+    listed is listed twice to check that this makes the same order; a sampler with other
+    state (a counter, a file) fails the check, and then ``state_dict()`` says so.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+__all__ = ["UserSampler"]
+
+
+def _inner(obj: Any) -> List[Any]:
+    """The sampler and those it wraps (a BatchSampler's sampler, ...)."""
+    out, seen = [], set()
+    while obj is not None and id(obj) not in seen:
+        seen.add(id(obj))
+        out.append(obj)
+        obj = getattr(obj, "sampler", None)
+    return out
+
+
+def _generators(sampler: Any) -> List[Any]:
+    gens = []
+    for s in _inner(sampler):
+        for v in list(getattr(s, "__dict__", {}).values()):
+            if isinstance(v, (torch.Generator, np.random.Generator, random.Random)):
+                gens.append(v)
+    return gens
+
+
+def _get(g: Any) -> Any:
+    if isinstance(g, torch.Generator):
+        return g.get_state()
+    if isinstance(g, np.random.Generator):
+        return g.bit_generator.state
+    return g.getstate()
+
+
+def _set(g: Any, state: Any) -> None:
+    if isinstance(g, torch.Generator):
+        g.set_state(state)
+    elif isinstance(g, np.random.Generator):
+        g.bit_generator.state = state
+    else:
+        g.setstate(state)
+
+
+class UserSampler:
+    """A loader's user sampler: lists epochs, keeps what makes them again."""
+
+    def __init__(self, sampler: Any, batched: bool, batch_size: int, drop_last: bool,
+                 num_records: int, listed: Any):
+        self.sampler = sampler
+        self.batched = batched  # a batch sampler (its items are lists of indices)
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.num_records = num_records
+        self.listed = listed  # _core.ListedOrders
+        self.stateful = callable(getattr(sampler, "state_dict", None)) and \
+            callable(getattr(sampler, "load_state_dict", None))
+        self.gens = [] if self.stateful else _generators(sampler)
+        self.kept: Dict[int, Any] = {}  # epoch -> what makes its order again
+        self.checked: Optional[bool] = None  # the first listing, made twice, agreed
+
+    def set_epoch(self, epoch: int) -> None:
+        for s in _inner(self.sampler):
+            fn = getattr(s, "set_epoch", None)
+            if callable(fn):
+                fn(epoch)
+                return
+
+    # -- listing ------------------------------------------------------------------------
+
+    def _snapshot(self) -> Any:
+        if self.stateful:
+            return ("state_dict", self.sampler.state_dict())
+        return ("generators", [_get(g) for g in self.gens],
+                (torch.random.get_rng_state(), np.random.get_state(), random.getstate()))
+
+    def _restore(self, snap: Any) -> None:
+        if snap[0] == "state_dict":
+            self.sampler.load_state_dict(snap[1])
+            return
+        for g, state in zip(self.gens, snap[1]):
+            _set(g, state)
+        torch.random.set_rng_state(snap[2][0])
+        np.random.set_state(snap[2][1])
+        random.setstate(snap[2][2])
+
+    def _list(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The sampler's epoch: (indices, where each batch ends)."""
+        if self.batched:
+            batches = [list(map(int, b)) for b in self.sampler]
+            indices = np.fromiter((i for b in batches for i in b), np.int64)
+            ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
+            if any(len(b) == 0 for b in batches):
+                raise ValueError("the batch_sampler gave an empty batch")
+        else:
+            indices = np.fromiter((int(i) for i in self.sampler), np.int64)
+            n, b = len(indices), self.batch_size
+            full = n // b
+            ends = np.arange(1, full + 1, dtype=np.int64) * b
+            if n % b and not self.drop_last:
+                ends = np.append(ends, n)
+            elif self.drop_last:
+                indices = indices[: full * b]
+        return indices, ends
+
+    def list_epoch(self, epoch: int) -> None:
+        """Lists `epoch` (once: a later iter() of the same epoch runs the same order)."""
+        if epoch in self.kept:
+            return
+        snap = self._snapshot()
+        indices, ends = self._list()
+        if self.checked is None and not self.stateful:
+            # listed again from the same generators: the same order?
+            after = self._snapshot()
+            self._restore(snap)
+            again, again_ends = self._list()
+            self._restore(after)
+            self.checked = np.array_equal(indices, again) and np.array_equal(ends, again_ends)
+        self.listed.set(epoch, indices, ends, self.num_records)
+        self.kept[epoch] = snap
+        for old in sorted(self.kept)[:-4]:
+            del self.kept[old]
+
+    # -- resume -------------------------------------------------------------------------
+
+    def state(self, epoch: int) -> Dict[str, Any]:
+        """The loader state's "sampler" part for a state in `epoch`."""
+        name = type(self.sampler).__name__
+        if not self.stateful and self.checked is False:
+            raise RuntimeError(
+                f"stoker cannot save an exact resume state: the {name} gives another order "
+                "when listed again from the same random generators (it keeps other state). "
+                "Give it state_dict()/load_state_dict() (torchdata's protocol), or draw from "
+                "a torch.Generator it holds")
+        snap = self.kept.get(epoch)
+        if snap is None:  # an epoch not listed yet: the sampler as it is now
+            snap = self._snapshot()
+        return {"epoch": epoch, "snapshot": snap}
+
+    def load(self, part: Any, epoch: int) -> None:
+        """Makes `epoch`'s order again from a state's "sampler" part."""
+        if not isinstance(part, dict) or part.get("epoch") != epoch or \
+                not isinstance(part.get("snapshot"), tuple):
+            raise ValueError(f"cannot resume: the state's sampler part is {part!r}, not "
+                             f"the order of epoch {epoch}")
+        snap = part["snapshot"]
+        if snap[0] != ("state_dict" if self.stateful else "generators"):
+            raise ValueError("cannot resume: the state's sampler part is of another sampler")
+        now = None if self.stateful else self._snapshot()
+        self._restore(snap)
+        self.kept.pop(epoch, None)
+        self.set_epoch(epoch)
+        self.list_epoch(epoch)
+        if now is not None:  # the global generators go on as they were
+            torch.random.set_rng_state(now[2][0])
+            np.random.set_state(now[2][1])
+            random.setstate(now[2][2])

@@ -1,0 +1,122 @@
+"""DataLoader's worker protocol inside stoker's workers, and the global random generators.
+
+* ``torch.utils.data.get_worker_info()`` answers in every worker as in DataLoader's: in a
+  worker process it is the process's (``_utils.worker._worker_info``, which DataLoader's
+  workers set too); in a worker thread, stoker's own answer for that thread (torch's
+  function is replaced once, in torch.utils.data and in every module that imported the
+  name, by one that looks at the calling thread first, then asks torch's), and None in
+  the loop's thread.
+* ``worker_init_fn(worker_id)`` runs once in each worker, after its info is set.
+* NOTE [ Global random generators ]
+  Code written for DataLoader draws from Python's ``random``, NumPy's global generator and
+  torch's default generator (torchvision's transforms do). In a worker process stoker seeds
+  all three before each sample from (seed, epoch, index), so the draws of a sample are the
+  same whatever worker runs it and however many there are, and a resume is exact. Threads
+  share one set of globals, so which sample gets which draw depends on timing: the first
+  sample a stage thread runs is watched (``draws_globals``); if it drew, the threads take
+  no more work and the stage goes to processes at once (python_workers="auto": the chunks
+  the threads held are the only ones made without seeding), or it warns once
+  (python_workers="thread").
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from typing import Any, Callable, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from .rng import rng_keys
+
+__all__ = ["set_thread_worker_info", "set_process_worker_info", "seed_globals",
+           "draws_globals", "worker_info_wanted"]
+
+_GLOBAL_DOMAIN = 0x5354_4B52_4E47_0003  # "STKRNG" 3: a sample's global generators
+_local = threading.local()
+_patch_lock = threading.Lock()
+_original: Optional[Callable[[], Any]] = None
+
+
+def _get_worker_info() -> Any:
+    """torch.utils.data.get_worker_info, answering in stoker's worker threads too."""
+    info = getattr(_local, "info", None)
+    if info is not None:
+        return info
+    assert _original is not None
+    return _original()
+
+
+def _install() -> None:
+    global _original
+    with _patch_lock:
+        if _original is not None:
+            return
+        import torch.utils.data._utils.worker as worker
+
+        _original = worker.get_worker_info
+        worker.get_worker_info = _get_worker_info
+        torch.utils.data.get_worker_info = _get_worker_info
+        # modules that imported the name itself (from torch.utils.data import
+        # get_worker_info) hold torch's function: theirs is replaced too
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if isinstance(namespace, dict) and namespace.get("get_worker_info") is _original:
+                namespace["get_worker_info"] = _get_worker_info
+
+
+def _info(worker_id: int, num_workers: int, seed: int, dataset: Any) -> Any:
+    from torch.utils.data._utils.worker import WorkerInfo
+
+    return WorkerInfo(id=worker_id, num_workers=num_workers,
+                      seed=(int(seed) + worker_id) & 0xFFFFFFFFFFFFFFFF, dataset=dataset)
+
+
+def set_thread_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Any) -> None:
+    """The calling thread is worker `worker_id` of `num_workers`."""
+    _install()
+    _local.info = _info(worker_id, num_workers, seed, dataset)
+
+
+def set_process_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Any) -> None:
+    """This process is worker `worker_id` of `num_workers` (as DataLoader's workers)."""
+    import torch.utils.data._utils.worker as worker
+
+    worker._worker_info = _info(worker_id, num_workers, seed, dataset)
+
+
+def worker_info_wanted(source: Any) -> bool:
+    """Whether the stage's threads need get_worker_info() without a worker_init_fn (an
+    IterableDataset shards by it)."""
+    return bool(getattr(source, "wants_worker_info", False))
+
+
+def seed_globals(seed: int, epoch: int, index: int) -> None:
+    """Seeds random, numpy.random and torch's default generator for sample `index` of
+    `epoch` (NOTE [ Global random generators ])."""
+    k = rng_keys(seed, epoch, [index], _GLOBAL_DOMAIN)[0]
+    random.seed(int(k[0]))
+    np.random.seed(k[1:3].view(np.uint32))
+    torch.manual_seed(int(k[3]) & 0x7FFFFFFFFFFFFFFF)
+
+
+def _snapshot() -> Any:
+    return (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+
+
+def draws_globals(run: Callable[[], Any]) -> Tuple[bool, Any]:
+    """(whether `run()` (one sample) drew from random, numpy.random or torch's default
+    generator, what it returned)."""
+    before = _snapshot()
+    out = run()
+    after = _snapshot()
+    drew = (before[0] != after[0] or not _same_np(before[1], after[1])
+            or not torch.equal(before[2], after[2]))
+    return drew, out
+
+
+def _same_np(a: Any, b: Any) -> bool:
+    return a[2] == b[2] and np.array_equal(a[1], b[1])

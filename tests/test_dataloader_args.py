@@ -1,0 +1,296 @@
+"""Drop-in for DataLoader: DataLoader's arguments with DataLoader's meanings (NOTE
+[ DataLoader's arguments ] in stoker/_plan.py), each compared with DataLoader itself where
+the meaning is the same."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import stoker
+import torch
+from conftest import write_dataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+    Sampler,
+    SubsetRandomSampler,
+    TensorDataset,
+    WeightedRandomSampler,
+)
+
+N = 37
+
+
+@pytest.fixture(scope="module")
+def tds():
+    return TensorDataset(torch.arange(N) * 10, torch.arange(N))
+
+
+def _labels(batches):
+    return [b[1].tolist() for b in batches]
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+class EveryThird(Sampler):
+    """A user's sampler class: indices 0, 3, 6, ... then the rest."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(list(range(0, self.n, 3)) + [i for i in range(self.n) if i % 3])
+
+    def __len__(self):
+        return self.n
+
+
+SAMPLERS = {
+    "sequential": lambda: SequentialSampler(range(N)),
+    "random": lambda: RandomSampler(range(N), generator=_gen(3)),
+    "random_replacement": lambda: RandomSampler(range(N), replacement=True, num_samples=50,
+                                                generator=_gen(4)),
+    "weighted": lambda: WeightedRandomSampler(np.linspace(0.1, 1, N), 60, generator=_gen(5)),
+    "subset": lambda: SubsetRandomSampler(list(range(5, 30)), generator=_gen(6)),
+    "distributed": lambda: DistributedSampler(range(N), num_replicas=3, rank=1, shuffle=True,
+                                              seed=7),
+    "user_class": lambda: EveryThird(N),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_sampler_gives_dataloaders_batches(tds, name, drop_last):
+    mine, theirs = SAMPLERS[name](), SAMPLERS[name]()
+    want = [_labels(DataLoader(tds, batch_size=8, sampler=theirs, drop_last=drop_last))
+            for _ in range(2)]  # two epochs: a random sampler's order differs between them
+    loader = stoker.Loader(tds, batch_size=8, sampler=mine, drop_last=drop_last)
+    got = [_labels(loader) for _ in range(2)]
+    assert got == want
+    assert len(loader) == len(want[1])
+
+
+def test_distributed_sampler_follows_set_epoch(tds):
+    mine = DistributedSampler(range(N), num_replicas=2, rank=0, shuffle=True, seed=1)
+    theirs = DistributedSampler(range(N), num_replicas=2, rank=0, shuffle=True, seed=1)
+    loader = stoker.Loader(tds, batch_size=4, sampler=mine)
+    dl = DataLoader(tds, batch_size=4, sampler=theirs)
+    for epoch in (0, 1, 5):
+        loader.set_epoch(epoch)  # passed on to the sampler, as Lightning's calls are
+        theirs.set_epoch(epoch)
+        assert _labels(loader) == _labels(dl)
+
+
+class Buckets(Sampler):
+    """A batch sampler of varying batch sizes (length bucketing)."""
+
+    def __iter__(self):
+        yield from ([0, 1, 2], [5], [3, 4, 6, 7, 8], [9, 10])
+
+    def __len__(self):
+        return 4
+
+
+def test_batch_sampler_gives_dataloaders_batches(tds):
+    for make in (lambda: BatchSampler(RandomSampler(range(N), generator=_gen(2)), 5, False),
+                 lambda: BatchSampler(SequentialSampler(range(N)), 6, True), Buckets):
+        want = _labels(DataLoader(tds, batch_sampler=make()))
+        loader = stoker.Loader(tds, batch_sampler=make())
+        assert _labels(loader) == want
+        assert len(loader) == len(want)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        stoker.Loader(tds, batch_size=4, batch_sampler=Buckets())
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        stoker.Loader(tds, sampler=SequentialSampler(tds), shuffle=True)
+
+
+def test_sampler_over_a_stoker_dataset(tmp_path):
+    """A sampler's order over records: the C++ workers read in that order."""
+    ds = write_dataset(tmp_path / "ds", 30)
+    sampler = WeightedRandomSampler(np.linspace(1, 2, 30), 40, generator=_gen(9))
+    ref = list(WeightedRandomSampler(np.linspace(1, 2, 30), 40, generator=_gen(9)))
+    got = [b["label"].tolist() for b in stoker.Loader(ds, batch_size=16, sampler=sampler)]
+    assert sum(got, []) == [int(i) for i in ref]
+    assert [len(b) for b in got] == [16, 16, 8]
+
+
+@pytest.mark.parametrize("make", ["random", "random_no_generator", "stateful", "weighted"])
+def test_state_dict_with_a_sampler_resumes_exactly(tds, make):
+    def sampler():
+        if make == "random":
+            return RandomSampler(range(N), generator=_gen(11))
+        if make == "random_no_generator":
+            return RandomSampler(range(N))  # draws from torch's global generator
+        if make == "weighted":
+            return WeightedRandomSampler(np.ones(N), N, generator=_gen(12))
+        return Stateful(N)
+
+    torch.manual_seed(0)
+    loader = stoker.Loader(tds, batch_size=4, sampler=sampler())
+    first = _labels(loader)  # epoch 0
+    it = iter(loader)  # epoch 1, cut after 3 batches
+    head = [next(it)[1].tolist() for _ in range(3)]
+    state = loader.state_dict()
+    rest_here = [b[1].tolist() for b in it]
+    torch.manual_seed(123)  # whatever the global generator did since
+    other = stoker.Loader(tds, batch_size=4, sampler=sampler())
+    other.load_state_dict(state)
+    assert _labels(other) == rest_here
+    assert sorted(sum(head + rest_here, [])) == sorted(sum(first, [])) or make != "stateful"
+
+
+class Stateful(Sampler):
+    """torchdata's protocol: state_dict/load_state_dict; its order advances per epoch."""
+
+    def __init__(self, n):
+        self.n, self.epoch = n, 0
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(100 + self.epoch)
+        self.epoch += 1
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self):
+        return self.n
+
+    def state_dict(self):
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, s):
+        self.epoch = s["epoch"]
+
+
+class Counting(Sampler):
+    """A sampler with hidden state and no state_dict: not resumable exactly."""
+
+    def __init__(self, n):
+        self.n, self.calls = n, 0
+
+    def __iter__(self):
+        self.calls += 1
+        return iter([(i + self.calls) % self.n for i in range(self.n)])
+
+    def __len__(self):
+        return self.n
+
+
+def test_state_dict_refuses_a_sampler_it_cannot_resume(tds):
+    loader = stoker.Loader(tds, batch_size=4, sampler=Counting(N))
+    it = iter(loader)
+    next(it)
+    with pytest.raises(RuntimeError, match="Counting.*state_dict"):
+        loader.state_dict()
+
+
+def test_num_workers_zero_runs_in_the_loop_thread():
+    seen = set()
+
+    class D(Dataset):
+        def __len__(self):
+            return 20
+
+        def __getitem__(self, i):
+            seen.add(threading.current_thread().name)
+            return i
+
+    got = [b.tolist() for b in stoker.Loader(D(), batch_size=5, num_workers=0)]
+    assert got == [b.tolist() for b in DataLoader(D(), batch_size=5, num_workers=0)]
+    assert seen == {threading.main_thread().name}
+
+
+@pytest.mark.parametrize("workers", ["thread", "process"])
+def test_worker_init_fn_and_get_worker_info(workers, tmp_path):
+    class D(Dataset):
+        def __len__(self):
+            return 24
+
+        def __getitem__(self, i):
+            info = torch.utils.data.get_worker_info()
+            return {"i": i, "worker": -1 if info is None else info.id,
+                    "n": 0 if info is None else info.num_workers,
+                    "init": getattr(info.dataset, "inited", -1) if info else -1}
+
+    def init(worker_id):
+        info = torch.utils.data.get_worker_info()
+        assert info is not None and info.id == worker_id
+        info.dataset.inited = worker_id
+
+    loader = stoker.Loader(D(), batch_size=4, num_workers=2, worker_init_fn=init,
+                           python_workers=workers)
+    batches = list(loader)
+    assert [b["i"].tolist() for b in batches] == [list(range(k, k + 4)) for k in range(0, 24, 4)]
+    workers_seen = {w for b in batches for w in b["worker"].tolist()}
+    assert workers_seen <= {0, 1} and workers_seen
+    assert all(n == 2 for b in batches for n in b["n"].tolist())
+    if workers == "process":  # each worker process set its own copy of the dataset
+        assert all(a == w for b in batches for a, w in zip(b["init"].tolist(),
+                                                           b["worker"].tolist(), strict=True))
+    assert torch.utils.data.get_worker_info() is None  # not in the loop's thread
+
+
+def test_generator_is_the_orders_seed(tds):
+    a = _labels(stoker.Loader(tds, batch_size=8, shuffle=True, generator=_gen(42)))
+    b = _labels(stoker.Loader(tds, batch_size=8, shuffle=True, seed=42))
+    c = _labels(stoker.Loader(tds, batch_size=8, shuffle=True, seed=41))
+    assert a == b != c
+    with pytest.raises(ValueError, match="disagree"):
+        stoker.Loader(tds, shuffle=True, seed=1, generator=_gen(2))
+
+
+def test_timeout_raises_when_no_batch_comes():
+    release = threading.Event()
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            release.wait(10)
+            return i
+
+    loader = stoker.Loader(Slow(), batch_size=2, timeout=0.3, python_workers="thread")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="timeout=0.3"):
+        next(iter(loader))
+    assert time.monotonic() - start < 5
+    release.set()
+    loader.close()
+
+
+def test_the_other_arguments_are_accepted_with_their_meaning(tds):
+    loader = stoker.Loader(tds, batch_size=4, num_workers=2, prefetch_factor=3,
+                           persistent_workers=True, in_order=False,
+                           multiprocessing_context="fork", pin_memory_device="")
+    assert loader.prefetch == 6 and not loader.auto_prefetch
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (2, 3, True)
+    assert _labels(loader) == _labels(DataLoader(tds, batch_size=4))
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        stoker.Loader(tds, prefetch_factor=2)  # num_workers=0, as DataLoader refuses
+    with pytest.raises(ValueError, match="persistent_workers"):
+        stoker.Loader(tds, num_workers=0, persistent_workers=True)
+    with pytest.raises(ValueError, match="fork"):
+        stoker.Loader(tds, python_workers="process", multiprocessing_context="spawn")
+    # spawn with threads: nothing to spawn
+    assert _labels(stoker.Loader(tds, batch_size=4, multiprocessing_context="spawn")) == \
+        _labels(DataLoader(tds, batch_size=4))
+
+
+def test_positional_arguments_as_dataloader(tds):
+    sampler = SequentialSampler(range(N))
+    want = _labels(DataLoader(tds, 5, False, sampler, None, 0, None, False, True))
+    got = _labels(stoker.Loader(tds, 5, False, sampler, None, 0, None, False, True))
+    assert got == want
+
+
+def test_unbatched_stoker_dataset(tmp_path):
+    ds = write_dataset(tmp_path / "ds", 5)
+    samples = list(stoker.Loader(ds, batch_size=None))
+    assert [int(s["label"]) for s in samples] == list(range(5))
+    assert samples[0]["x"].shape == (3, 4, 4)

@@ -1,0 +1,163 @@
+"""Drop-in for DataLoader: the same batches as ``torch.utils.data.DataLoader`` for the same
+dataset and arguments, compared batch by batch (structure, types, dtypes, shapes,
+values) over a corpus of datasets of every type default_collate handles."""
+
+import collections
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import stoker
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+Point = collections.namedtuple("Point", "x y")
+
+
+def same(a, b, where="batch"):
+    """Asserts that `a` (stoker's) is `b` (DataLoader's): the same structure and types,
+    tensors of the same dtype, shape and values."""
+    if isinstance(b, torch.Tensor):
+        assert isinstance(a, torch.Tensor), (where, type(a))
+        assert a.dtype == b.dtype, (where, a.dtype, b.dtype)
+        assert a.shape == b.shape, (where, a.shape, b.shape)
+        assert torch.equal(a, b), where
+        return
+    assert type(a) is type(b), (where, type(a), type(b))
+    if isinstance(b, dict):
+        assert list(a.keys()) == list(b.keys()), (where, list(a), list(b))
+        for k in b:
+            same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(b, (list, tuple)):
+        assert len(a) == len(b), (where, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+class Items(Dataset):
+    """A dataset whose item i is make(i)."""
+
+    def __init__(self, n, make):
+        self.n, self.make = n, make
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.make(i)
+
+
+class Batched(Items):
+    """A dataset with __getitems__ (as HF datasets have): DataLoader calls it per batch."""
+
+    def __getitems__(self, indices):
+        return [self.make(i) for i in indices]
+
+
+def _rng(i):
+    return np.random.default_rng(i)
+
+
+CORPUS = {
+    "tensor_dataset": TensorDataset(torch.randn(13, 3, 4), torch.arange(13)),
+    "tuple_numpy": Items(13, lambda i: (_rng(i).random((2, 3)).astype(np.float32), i)),
+    "list": Items(13, lambda i: [torch.full((2,), i), i * 0.5, f"s{i}"]),
+    "namedtuple": Items(13, lambda i: Point(torch.tensor([i, i]), np.int16(i))),
+    "bare_tensor": Items(13, lambda i: torch.arange(4) * i),
+    "bare_number": Items(13, lambda i: i * 1.5),
+    "bare_int": Items(13, lambda i: i),
+    "bare_string": Items(13, lambda i: f"item {i}"),
+    "bytes": Items(13, lambda i: {"raw": bytes([i, i + 1]), "y": i}),
+    "dict": Items(13, lambda i: {"x": torch.randn(2, 2, generator=torch.Generator().manual_seed(i)),
+                                  "label": i, "w": 0.25 * i,
+                                  "flag": i % 2 == 0}),
+    "ordered_dict": Items(13, lambda i: OrderedDict(b=i, a=torch.tensor(float(i)))),
+    "nested": Items(13, lambda i: {"img": torch.arange(6).view(2, 3) + i,
+                                   "meta": {"id": i, "name": str(i),
+                                            "p": Point(i, [i, 2.0])},
+                                   "pair": (np.float64(i), np.arange(3, dtype=np.uint8))}),
+    "views": Items(13, lambda i: {"chw": torch.arange(24, dtype=torch.uint8).view(2, 3, 4)
+                                  .permute(2, 0, 1) + i,       # pil_to_tensor's layout
+                                  "strided": np.arange(20.0)[::2] + i,
+                                  "t": torch.arange(6).view(2, 3).t()}),
+    "numpy_scalars": Items(13, lambda i: (np.float32(i), np.int8(i), np.bool_(i % 2),
+                                          np.array(i, dtype=np.int32))),
+    "bf16_complex": Items(13, lambda i: (torch.full((2,), i, dtype=torch.bfloat16),
+                                         torch.full((2,), i, dtype=torch.complex64))),
+    "getitems": Batched(13, lambda i: {"x": torch.full((3,), float(i)), "i": i}),
+    "list_of_tensors": Items(13, lambda i: {"boxes": [torch.ones(4) * i, torch.zeros(4)]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+@pytest.mark.parametrize("batch_size, drop_last", [(4, False), (4, True), (1, False)])
+def test_the_same_batches_as_dataloader(name, batch_size, drop_last):
+    ds = CORPUS[name]
+    want = list(DataLoader(ds, batch_size=batch_size, drop_last=drop_last))
+    got = list(stoker.Loader(ds, batch_size=batch_size, drop_last=drop_last, num_threads=2))
+    assert len(got) == len(want)
+    for k, (a, b) in enumerate(zip(got, want)):
+        same(a, b, f"{name} batch {k}")
+
+
+@pytest.mark.parametrize("name", ["dict", "nested", "tuple_numpy", "bare_tensor"])
+def test_the_same_batches_with_process_workers(name):
+    ds = CORPUS[name]
+    want = list(DataLoader(ds, batch_size=4))
+    got = list(stoker.Loader(ds, batch_size=4, num_threads=2, python_workers="process"))
+    assert len(got) == len(want)
+    for k, (a, b) in enumerate(zip(got, want)):
+        same(a, b, f"{name} batch {k}")
+
+
+@pytest.mark.parametrize("name", ["dict", "nested", "tuple_numpy", "bare_number", "views"])
+def test_unbatched_as_dataloader(name):
+    """batch_size=None: each sample as default_convert makes it, as DataLoader does."""
+    ds = CORPUS[name]
+    want = list(DataLoader(ds, batch_size=None))
+    got = list(stoker.Loader(ds, batch_size=None, num_threads=2))
+    assert len(got) == len(want) == len(ds)
+    for k, (a, b) in enumerate(zip(got, want)):
+        same(a, b, f"{name} sample {k}")
+
+
+def test_for_x_y_in_loader():
+    ds = CORPUS["tensor_dataset"]
+    seen = 0
+    for x, y in stoker.Loader(ds, batch_size=5):
+        assert x.shape[1:] == (3, 4) and y.dtype == torch.int64
+        seen += len(y)
+    assert seen == len(ds)
+
+
+def test_a_varying_first_dimension_is_padded_in_a_dict():
+    """A dict value whose first dimension varies within a batch is padded in that batch,
+    with its lengths (DataLoader would fail to stack it); a batch where it does not vary
+    is stacked as DataLoader stacks it. Each batch depends on its own samples only."""
+    ds = Items(12, lambda i: {"boxes": np.ones((1 + (4 <= i < 8) * i, 4), np.float32) * i,
+                              "label": i})
+    for threads in (1, 2, 3):
+        batches = list(stoker.Loader(ds, batch_size=4, num_workers=threads))
+        assert len(batches) == 3
+        for k in (0, 2):
+            assert batches[k]["boxes"].shape == (4, 1, 4) and "boxes_lengths" not in batches[k]
+        b = batches[1]
+        assert b["boxes"].shape == (4, 8, 4)
+        assert b["boxes_lengths"].tolist() == [5, 6, 7, 8]
+        for j, n in enumerate([5, 6, 7, 8]):
+            assert torch.equal(b["boxes"][j, :n], torch.full((n, 4), 4.0 + j))
+            assert not b["boxes"][j, n:].any()
+
+
+def test_a_varying_shape_inside_a_tuple_is_an_error_naming_it():
+    ds = Items(8, lambda i: (np.zeros((1 + i, 2)), i))
+    with pytest.raises(ValueError, match=r"\[0\].*shape|shape.*\[0\]|field 0 has shape"):
+        list(stoker.Loader(ds, batch_size=4))
+
+
+def test_names_still_give_a_dict():
+    ds = CORPUS["tensor_dataset"]
+    batch = next(iter(stoker.Loader(ds, batch_size=4, names=("x", "y"))))
+    assert list(batch) == ["x", "y"] and batch["x"].shape == (4, 3, 4)

@@ -1,0 +1,115 @@
+"""IterableDataset (NOTE [ Iterable datasets ] in stoker/_stage/iterable.py): accepted as
+DataLoader accepts it, with a batch count that does not depend on the workers, equal
+batches across ranks, and an exact resume when the dataset has a state_dict."""
+
+import math
+
+import pytest
+import stoker
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+
+class Range(IterableDataset):
+    """n samples, sharded across workers by get_worker_info(), as the docs of
+    IterableDataset show."""
+
+    def __init__(self, n, start=0):
+        self.n, self.start = n, start
+
+    def __iter__(self):
+        info = get_worker_info()
+        lo, hi = self.start, self.start + self.n
+        if info is not None:
+            per = math.ceil(self.n / info.num_workers)
+            lo = self.start + info.id * per
+            hi = min(lo + per, self.start + self.n)
+        for i in range(lo, hi):
+            yield {"x": torch.full((2,), float(i)), "i": i}
+
+
+def _ids(batches):
+    return [b["i"].tolist() for b in batches]
+
+
+def test_as_dataloader_without_workers():
+    ds = Range(23)
+    want = _ids(DataLoader(ds, batch_size=5))
+    got = _ids(stoker.Loader(ds, batch_size=5, num_workers=0))
+    assert got == want
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 4])
+def test_batch_count_does_not_depend_on_workers(workers):
+    ds = Range(23)
+    got = _ids(stoker.Loader(ds, batch_size=5, num_workers=workers))
+    assert len(got) == 5 and [len(b) for b in got] == [5, 5, 5, 5, 3]
+    assert sorted(sum(got, [])) == list(range(23))  # each sample once
+    if workers == 2:  # DataLoader's count changes with the workers: each its own last batch
+        assert len(list(DataLoader(ds, batch_size=5, num_workers=workers))) == 6
+
+
+@pytest.mark.parametrize("even", [True, False])
+def test_ranks_get_equal_batches(even):
+    ds = Range(23)
+    per_rank = [_ids(stoker.Loader(ds, batch_size=4, num_workers=2, rank=r, world_size=2,
+                                   even_batches=even)) for r in range(2)]
+    assert len(per_rank[0]) == len(per_rank[1]) == 3
+    rows = sorted(sum(per_rank[0] + per_rank[1], []))
+    if even:  # padding repeats samples of the epoch's start
+        assert len(rows) == 24 and set(rows) == set(range(23))
+    else:
+        assert rows == list(range(23))
+
+
+class Resumable(Range):
+    """A stream with its own state: where it starts."""
+
+    def state_dict(self):
+        return {"start": self.start}
+
+    def load_state_dict(self, s):
+        self.start = s["start"]
+
+
+def test_state_dict_resumes_exactly_with_a_dataset_state():
+    loader = stoker.Loader(Resumable(30), batch_size=4)
+    it = iter(loader)
+    head = [next(it)["i"].tolist() for _ in range(3)]
+    state = loader.state_dict()
+    rest = [b["i"].tolist() for b in it]
+    other = stoker.Loader(Resumable(30), batch_size=4)
+    other.load_state_dict(state)
+    assert _ids(other) == rest
+    assert sum(head + rest, []) == list(range(30))
+
+
+def test_state_dict_without_a_dataset_state_is_a_clear_error():
+    loader = stoker.Loader(Range(30), batch_size=4)
+    it = iter(loader)
+    next(it)
+    with pytest.raises(RuntimeError, match="Range.*state_dict"):
+        loader.state_dict()
+
+
+def test_dataloader_rules():
+    with pytest.raises(ValueError, match="shuffle"):
+        stoker.Loader(Range(4), shuffle=True)
+    with pytest.raises(ValueError, match="sampler"):
+        stoker.Loader(Range(4), sampler=[0, 1])
+    with pytest.raises(TypeError, match="len"):
+        len(stoker.Loader(Range(4), batch_size=2))
+
+
+def test_errors_and_worker_init_fn():
+    class Bad(IterableDataset):
+        def __iter__(self):
+            yield {"i": 0}
+            raise KeyError("broken stream")
+
+    with pytest.raises(KeyError, match="broken stream"):
+        list(stoker.Loader(Bad(), batch_size=1, num_workers=1))
+    seen = []
+    got = _ids(stoker.Loader(Range(8), batch_size=4, num_workers=2,
+                             worker_init_fn=lambda w: seen.append(w)))
+    assert sorted(seen) == [0, 1] and sorted(sum(got, [])) == list(range(8))
