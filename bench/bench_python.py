@@ -24,9 +24,10 @@ the first batch), in one run, configurations interleaved, medians of --repeats:
         DataLoader:  a torch Dataset over the same arrays, the processing in __getitem__,
                      a collate_fn that pads boxes as stoker does
 
-Rows: stoker with threads (num_threads=2), stoker with process workers
-(python_workers="process", when this build has them), stoker over the *same* torch
-Dataset (the zero-conversion path), DataLoader with num_workers 0/1/2. Columns: samples/s,
+Rows: stoker's default loader with no flags at all (python_workers="auto": threads,
+processes once its Python is GIL-bound; workers tuned online), stoker with threads and
+with process workers (num_threads=2), stoker over the *same* torch Dataset with no flags
+(the drop-in: one word changed), DataLoader with num_workers 0/1/2. Columns: samples/s,
 the ratio to the best DataLoader, time to first batch, and the peak PSS of the whole process
 tree (the main process and its workers, from /proc/<pid>/smaps_rollup).
 """
@@ -358,20 +359,23 @@ def configs(workload, tmp, n_images, n_boxes):
         torch_ds = BoxArrays(boxes, classes)
         stoker_kw = dict(map=box_map, map_fields=box_fields())
         dl_kw = dict(collate_fn=pad_collate)
-        zero_kw = dict(map_fields=box_fields())
+        zero_kw = {}  # a dict value whose length varies is padded with its lengths
         warm = [os.path.join(ds.path, s["path"]) for s in ds.shards]
 
     def stoker_run(**kw):
         return lambda: stoker.Loader(ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
                                      stall_warning=None, **stoker_kw, **kw)
 
-    out["stoker threads (num_threads=2)"] = stoker_run()
+    # first: the default loader, no flags at all (python_workers="auto", workers tuned)
+    out["stoker default (no flags)"] = lambda: stoker.Loader(
+        ds, batch_size=BATCH, shuffle=True, **stoker_kw)
+    out["stoker threads (python_workers='thread', 2)"] = stoker_run(python_workers="thread") \
+        if has_process_workers() else stoker_run()
     if has_process_workers():
         out["stoker processes (python_workers='process', 2)"] = stoker_run(
             python_workers="process")
-    out["stoker threads over the torch Dataset"] = lambda: stoker.Loader(
-        torch_ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
-        stall_warning=None, **zero_kw)
+    out["stoker over the torch Dataset (no flags)"] = lambda: stoker.Loader(
+        torch_ds, batch_size=BATCH, shuffle=True, **zero_kw)
     for w in (0, 1, 2):
         out[f"DataLoader num_workers={w}"] = (lambda w=w: torch.utils.data.DataLoader(
             torch_ds, batch_size=BATCH, shuffle=True, num_workers=w,
