@@ -2,7 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "common/error.h"
-#include "decode/codecs.h"
+#include "codecs/codecs.h"
 
 #ifndef STOKER_VERSION
 #define STOKER_VERSION "unknown"  // built outside scikit-build-core

@@ -12,16 +12,16 @@
 #include <vector>
 
 #include "common/error.h"
-#include "decode/auto_augment.h"
-#include "decode/batch_mix.h"
-#include "decode/color_ops.h"
-#include "decode/erasing.h"
-#include "decode/gaussian_blur.h"
-#include "decode/hsv_jitter.h"
-#include "decode/padding.h"
-#include "decode/target_geometry.h"
-#include "decode/transform_group.h"
-#include "decode/warp.h"
+#include "augment/auto_augment.h"
+#include "augment/batch_mix.h"
+#include "augment/color_ops.h"
+#include "augment/erasing.h"
+#include "augment/gaussian_blur.h"
+#include "augment/hsv_jitter.h"
+#include "geometry/padding.h"
+#include "geometry/target_geometry.h"
+#include "geometry/transform_group.h"
+#include "geometry/warp.h"
 
 namespace py = pybind11;
 

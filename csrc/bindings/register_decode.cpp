@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "common/error.h"
-#include "decode/decode_benchmark.h"
-#include "decode/image_pipeline.h"
+#include "codecs/decode_benchmark.h"
+#include "geometry/image_pipeline.h"
 
 namespace py = pybind11;
 

@@ -19,9 +19,9 @@
 #include "bindings/dlpack.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
-#include "producers/python_handoff.h"
-#include "producers/python_producer.h"
-#include "producers/python_sample.h"
+#include "stage/python_handoff.h"
+#include "stage/python_producer.h"
+#include "stage/sample_fetcher.h"
 
 namespace py = pybind11;
 
@@ -107,7 +107,7 @@ void register_python_stage(py::module_& m) {
            py::arg("world_size"), py::arg("position"), py::arg("max_shards"));
 
   py::class_<PythonTask, std::shared_ptr<PythonTask>>(
-      m, "PythonTask", "A batch handed to the Python stage (producers/python_handoff.h).")
+      m, "PythonTask", "A batch handed to the Python stage (stage/python_handoff.h).")
       .def_readonly("id", &PythonTask::id)
       .def_readonly("epoch", &PythonTask::epoch)
       .def_readonly("rank", &PythonTask::rank)

@@ -7,7 +7,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
-#include "decode/token_copy.h"
+#include "codecs/token_copy.h"
 #include "sampler/epoch_split.h"
 #include "sampler/permutation.h"
 #include "sampler/token_keys.h"
