@@ -90,6 +90,8 @@ class PythonTask {
   /// HandedOffBatch's: memory from the loader's pool, publication.
   std::shared_ptr<uint8_t> allocate(size_t bytes) { return batch_->allocate(bytes); }
   void complete(std::vector<TensorDesc> tensors, size_t bytes, uint64_t ticket, int64_t skipped);
+  /// Publishes what the C++ units wrote (`tensors`, `memory`) as it is, with `ticket`.
+  void keep(uint64_t ticket) { complete(tensors, bytes, ticket, 0); }
   /// The batch fails with PythonStageError(ticket, message).
   void fail(uint64_t ticket, const std::string& message);
 

@@ -1,6 +1,7 @@
 #include "stage/sample_fetcher.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "common/error.h"
 #include "producers/sample_writer.h"
@@ -48,6 +49,44 @@ void SampleFetcher::read(int64_t index, Sample& out, PythonTimes& times) const {
   for (const RecordView& v : out.views) bytes += static_cast<int64_t>(v.size);
   times.bytes += bytes;
   times.read_ns += ns_since(t0);
+}
+
+std::vector<SampleFetcher::FieldOut> SampleFetcher::outputs(const Sample& s) const {
+  const Schema& schema = source_->ds->schema();
+  std::vector<FieldOut> out(schema.fields.size());
+  for (size_t f = 0; f < out.size(); ++f) {
+    const FieldSpec& spec = schema.fields[f];
+    const RecordView& v = s.views[f];
+    FieldOut& o = out[f];
+    o.data = v.data;
+    o.size = v.size;
+    if (const ImagePipeline* pipe = pipeline(f)) {
+      const auto [h, w] = s.image_hw[f];
+      o.kind = FieldOut::Kind::kImage;
+      o.dtype = pipe->out_dtype();
+      o.shape = pipe->layout() == ImageLayout::kCHW ? std::vector<int64_t>{3, h, w}
+                                                    : std::vector<int64_t>{h, w, 3};
+    } else if (spec.kind == FieldKind::kBlob) {
+      o.kind = FieldOut::Kind::kBytes;
+    } else {  // Python gives it its shape
+      o.kind = FieldOut::Kind::kArray;
+      o.dtype = spec.dtype;
+      o.shape = {static_cast<int64_t>(v.size / dtype_size(spec.dtype))};
+    }
+  }
+  return out;
+}
+
+void SampleFetcher::write(Sample& s, const std::vector<void*>& dst, uint64_t epoch,
+                          PythonTimes& times) const {
+  const std::vector<FieldOut> out = outputs(s);
+  STOKER_CHECK(dst.size() == out.size(), UsageError, "SampleFetcher::write: ", dst.size(),
+               " destinations for ", out.size(), " fields");
+  for (size_t f = 0; f < out.size(); ++f)
+    if (out[f].kind == FieldOut::Kind::kArray) std::memcpy(dst[f], out[f].data, out[f].size);
+  for (size_t f = 0; f < out.size(); ++f)
+    if (out[f].kind == FieldOut::Kind::kImage) decode_image(s, f, epoch, dst[f], times);
+  release(s);
 }
 
 void SampleFetcher::decode_image(const Sample& s, size_t f, uint64_t epoch, void* dst,

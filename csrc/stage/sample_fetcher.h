@@ -3,8 +3,10 @@
 // read and verified, images decoded and transformed by the loader's ops with
 // the same random draws (NOTE [ Random draws ] in record_producer.h), so that
 // `map=lambda s, rng: s` sees exactly the pixels the loader gives without map.
-// The bindings call it in two steps with the GIL released (read, then decode
-// into arrays they allocate in between).
+// It decides what each field becomes (outputs(): an image array, the stored
+// bytes, or a flat array of the field's dtype); the bindings only make those
+// objects, between the two steps they call with the GIL released (read(),
+// then write() into the arrays they made).
 #pragma once
 
 #include <cstdint>
@@ -14,9 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/dtype.h"
 #include "format/dataset.h"
-#include "stage/python_handoff.h"
 #include "producers/record_producer.h"
+#include "stage/python_handoff.h"
 
 namespace stoker {
 
@@ -40,6 +43,30 @@ class SampleFetcher {
   /// Reads sample `index` (waiting for a remote shard as a worker does) and
   /// sizes its images. Errors name the shard file, record and field.
   void read(int64_t index, Sample& out, PythonTimes& times) const;
+
+  /// What one field of a sample becomes for Python.
+  struct FieldOut {
+    enum class Kind : uint8_t {
+      kImage,  ///< decoded and transformed: (h, w, 3) or (3, h, w) of the pipeline's dtype
+      kBytes,  ///< the stored bytes as they are (a blob): `data`, `size`
+      kArray,  ///< a writable copy of the stored bytes, flat: (size / item size,) of `dtype`
+    };
+    Kind kind = Kind::kBytes;
+    DType dtype = DType::kUInt8;  ///< of the array to make (kImage, kArray)
+    std::vector<int64_t> shape;   ///< of the array to make (kImage, kArray)
+    const uint8_t* data = nullptr;  ///< the stored bytes, valid until write()
+    size_t size = 0;
+  };
+  /// What each field of `s` (read()) becomes, in schema order.
+  std::vector<FieldOut> outputs(const Sample& s) const;
+  /// Fills the arrays made as outputs(s) says, `dst[f]` for field f (ignored for
+  /// kBytes): the kArray fields' bytes copied, then each image decoded and
+  /// transformed with the loader's draws for `epoch`; then checks that nothing
+  /// copied out of `s` was cut short under the read (format/mapped_file.h) and
+  /// releases its shard. Errors name the shard file, record and field.
+  void write(Sample& s, const std::vector<void*>& dst, uint64_t epoch, PythonTimes& times) const;
+
+ private:
   /// Decodes and transforms image field `f` of `s` into `dst` (h * w * 3
   /// elements of the pipeline's dtype, in its layout).
   void decode_image(const Sample& s, size_t f, uint64_t epoch, void* dst, PythonTimes& times) const;
@@ -47,7 +74,6 @@ class SampleFetcher {
   /// (format/mapped_file.h); then releases its shard.
   void release(Sample& s) const;
 
- private:
   std::shared_ptr<const RecordSource> source_;
   uint64_t seed_;
 };
