@@ -143,8 +143,4 @@ void apply_hsv_gains(Pixels img, const HsvGains& g) {
   }
 }
 
-void hsv_gains_pixel(const HsvGains& g, uint8_t* rgb) {
-  apply_hsv_gains(packed_pixels(rgb, 1, 1, 3), g);
-}
-
 }  // namespace stoker

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "geometry/detail/rng.h"
 #include "codecs/pixels.h"
+#include "geometry/detail/rng.h"
 
 namespace stoker {
 
@@ -24,8 +24,5 @@ HsvGains draw_hsv_gains(double h_gain, double s_gain, double v_gain, detail::Spl
 
 /// Applies the gains to an RGB image in place. Thread-safe; no allocation.
 void apply_hsv_gains(Pixels img, const HsvGains& g);
-
-/// The colour a single RGB pixel becomes (for a constant fill, e.g. letterbox padding).
-void hsv_gains_pixel(const HsvGains& g, uint8_t* rgb);
 
 }  // namespace stoker

@@ -74,7 +74,6 @@ class PythonTask {
   std::shared_ptr<uint8_t> memory;
   size_t bytes = 0;
   int64_t samples() const { return static_cast<int64_t>(indices.size()); }
-  int chunks() const { return chunks_; }
   int64_t chunk_samples() const { return chunk_samples_; }
 
   /// Nobody will read the batch (its stream stopped): drop the work.
