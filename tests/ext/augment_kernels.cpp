@@ -1,6 +1,7 @@
-// Bindings of the augmentation kernels one at a time, on NumPy arrays: what
-// the reference tests (tests/test_augment_kernels.py) hold to definitions
-// written in NumPy. The loader runs the same kernels from its workers.
+// stoker._testing: the augmentation kernels one at a time, on NumPy arrays: what
+// the reference tests (tests/test_augment_kernels.py, test_augment_groups.py)
+// hold to definitions written in NumPy, and bench/bench_augment.py times. The
+// loader runs the same kernels from its workers; none of this ships in the wheel.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,13 +12,13 @@
 #include <tuple>
 #include <vector>
 
-#include "common/error.h"
 #include "augment/auto_augment.h"
 #include "augment/batch_mix.h"
 #include "augment/color_ops.h"
 #include "augment/erasing.h"
 #include "augment/gaussian_blur.h"
 #include "augment/hsv_jitter.h"
+#include "common/error.h"
 #include "geometry/padding.h"
 #include "geometry/target_geometry.h"
 #include "geometry/transform_group.h"
@@ -25,7 +26,7 @@
 
 namespace py = pybind11;
 
-namespace stoker::bindings {
+namespace stoker::testing {
 
 namespace {
 
@@ -113,7 +114,7 @@ Geometry geometry_of(int in_w, int in_h, const std::vector<py::tuple>& ops) {
 
 }  // namespace
 
-void register_augment(py::module_& m) {
+void register_augment_kernels(py::module_& m) {
   m.def(
       "augment_color",
       [](const U8Array& img, const std::vector<std::pair<std::string, double>>& steps) {
@@ -505,4 +506,4 @@ void register_augment(py::module_& m) {
       "members given: image, mask, boxes, classes, keypoints.");
 }
 
-}  // namespace stoker::bindings
+}  // namespace stoker::testing
