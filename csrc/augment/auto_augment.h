@@ -2,14 +2,14 @@
 // torchvision.transforms.v2 defines them (_auto_augment.py): the op spaces,
 // magnitude bins (torch.linspace over num_bins), signs, probabilities and the
 // meaning of each op (colour steps through color_ops.h, shears, translations
-// and rotations through warp.h). Draws come from the per-sample stream.
+// and rotations through geometry/warp.h). Draws come from the per-sample stream.
 #pragma once
 
 #include <cstdint>
 
 #include "augment/color_ops.h"
-#include "geometry/detail/rng.h"
 #include "codecs/pixels.h"
+#include "geometry/detail/rng.h"
 #include "geometry/warp.h"
 
 namespace stoker {

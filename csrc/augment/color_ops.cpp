@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "common/error.h"
 #include "common/detail/multiversion.h"
+#include "common/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <optional>
 
+#include "codecs/image_info.h"
 #include "common/dtype.h"
 #include "geometry/detail/rng.h"
-#include "codecs/image_info.h"
 
 namespace stoker {
 

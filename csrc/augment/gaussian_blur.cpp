@@ -4,9 +4,9 @@
 #include <cmath>
 #include <vector>
 
-#include "common/error.h"
 #include "common/detail/multiversion.h"
 #include "common/detail/rounding.h"
+#include "common/error.h"
 #include "geometry/padding.h"
 
 namespace stoker {

@@ -1,16 +1,16 @@
-// The kernels of the augmentation ops of image_ops.h: each draws its
+// The kernels of the augmentation ops of geometry/image_ops.h: each draws its
 // parameters from the sample's stream in a fixed order, then runs the
 // kernels of color_ops.h, gaussian_blur.h, hsv_jitter.h, auto_augment.h or
 // erasing.h on the image's pixels (or, for RandomErasing, on the output).
 #include <cmath>
 
-#include "common/error.h"
 #include "augment/auto_augment.h"
 #include "augment/color_ops.h"
-#include "geometry/detail/op_checks.h"
 #include "augment/erasing.h"
 #include "augment/gaussian_blur.h"
 #include "augment/hsv_jitter.h"
+#include "common/error.h"
+#include "geometry/detail/op_checks.h"
 #include "geometry/image_ops.h"
 #include "geometry/op_context.h"
 #include "geometry/padding.h"

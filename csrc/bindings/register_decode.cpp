@@ -6,8 +6,8 @@
 
 #include <string_view>
 
-#include "common/error.h"
 #include "codecs/decode_benchmark.h"
+#include "common/error.h"
 #include "geometry/image_pipeline.h"
 
 namespace py = pybind11;

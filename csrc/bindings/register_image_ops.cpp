@@ -17,8 +17,8 @@
 #include <variant>
 #include <vector>
 
-#include "common/error.h"
 #include "augment/batch_mix.h"
+#include "common/error.h"
 #include "geometry/image_ops.h"
 #include "geometry/image_pipeline.h"
 #include "producers/record_producer.h"

@@ -4,10 +4,10 @@
 // error names the missing support rather than calling the data corrupt.
 #include <cstring>
 
-#include "common/error.h"
 #include "codecs/codecs.h"
 #include "codecs/jpeg_decoder.h"
 #include "codecs/png_decoder.h"
+#include "common/error.h"
 
 namespace stoker {
 

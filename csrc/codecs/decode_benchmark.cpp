@@ -6,10 +6,10 @@
 #include <mutex>
 #include <thread>
 
-#include "common/error.h"
 #include "codecs/codecs.h"
 #include "codecs/jpeg_decoder.h"
 #include "codecs/png_decoder.h"
+#include "common/error.h"
 
 namespace stoker {
 

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "codecs/png_decoder.h"
 #include "common/activity.h"
 #include "common/clock.h"
 #include "common/error.h"
-#include "codecs/png_decoder.h"
 
 namespace stoker {
 

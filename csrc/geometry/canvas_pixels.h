@@ -2,8 +2,8 @@
 // and write them (colour, blur, auto-augment, warps, padding with a fill).
 #pragma once
 
-#include "geometry/canvas.h"
 #include "codecs/pixels.h"
+#include "geometry/canvas.h"
 
 namespace stoker {
 

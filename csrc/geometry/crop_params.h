@@ -2,8 +2,8 @@
 // be tested on their own.
 #pragma once
 
-#include "geometry/detail/rng.h"
 #include "codecs/image_info.h"
+#include "geometry/detail/rng.h"
 
 namespace stoker {
 

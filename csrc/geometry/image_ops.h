@@ -199,10 +199,10 @@ struct Normalize {
   void apply(OpContext& ctx) const;
 };
 
-// ---- augmentation (kernels in image_ops_augment.cpp) -------------------------
-// Colour ops follow torchvision.transforms.v2 on uint8 tensors (color_ops.h);
+// ---- augmentation (kernels in augment/image_ops_augment.cpp) ---------------
+// Colour ops follow torchvision.transforms.v2 on uint8 tensors (augment/color_ops.h);
 // the auto-augment policies draw as torchvision and apply its ops
-// (auto_augment.h); none moves the image, so the geometry stays as it is.
+// (augment/auto_augment.h); none moves the image, so the geometry stays as it is.
 
 inline constexpr const char* kRange = "a pair (lo, hi) with lo <= hi";
 inline constexpr const char* kMaskFill = "a whole number in [0, 255]";
@@ -252,7 +252,7 @@ struct GaussianBlur {
   void apply(OpContext& ctx) const;
 };
 
-/// HSVJitter: ultralytics' augment_hsv (hsv_jitter.h), YOLO's colour jitter.
+/// HSVJitter: ultralytics' augment_hsv (augment/hsv_jitter.h), YOLO's colour jitter.
 struct HSVJitter {
   static constexpr const char* kKind = "hsv_jitter";
   static constexpr const char* kName = "HSVJitter";

@@ -2,13 +2,13 @@
 
 #include <variant>
 
+#include "codecs/codecs.h"
+#include "codecs/jpeg_decoder.h"
+#include "codecs/png_decoder.h"
 #include "common/error.h"
 #include "geometry/canvas.h"
-#include "codecs/codecs.h"
 #include "geometry/detail/rng.h"
-#include "codecs/jpeg_decoder.h"
 #include "geometry/op_context.h"
-#include "codecs/png_decoder.h"
 
 namespace stoker {
 

@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "codecs/image_info.h"
 #include "common/dtype.h"
 #include "geometry/geometry.h"
-#include "codecs/image_info.h"
 #include "geometry/image_ops.h"
 #include "geometry/pixel_writer.h"
 

@@ -9,17 +9,21 @@
 // pixels are masks (transform_group.h) runs its ops that way and resamples
 // the masks through the result. Ops that need pixels are refused for such
 // groups when they are made, so they never reach one.
+//
+// The one include of a higher folder (csrc/README.md): augment/color_ops.h, for
+// the colour steps the context holds back so that consecutive ones run as one
+// pass (NOTE [ Fused colour passes ] in augment/color_ops.cpp).
 #pragma once
 
 #include <array>
 
+#include "augment/color_ops.h"
+#include "codecs/image_info.h"
 #include "common/error.h"
 #include "geometry/canvas.h"
 #include "geometry/canvas_pixels.h"
-#include "augment/color_ops.h"
 #include "geometry/detail/rng.h"
 #include "geometry/geometry.h"
-#include "codecs/image_info.h"
 #include "geometry/image_ops.h"
 #include "geometry/padding.h"
 #include "geometry/warp.h"
@@ -81,7 +85,7 @@ class OpContext {
   /// blended as torchvision does (null: zero padding, no blend; warp.h).
   void warp(const Transform2D& forward, int w, int h, Interpolation interp, const Fill* fill);
   /// Colour steps (already drawn), run on the pixels with the steps of the
-  /// ops around them in one fused pass (color_ops.h) before the next move or
+  /// ops around them in one fused pass (augment/color_ops.h) before the next move or
   /// pixel access. Colour ops do not move the image.
   void color(const ColorStep* steps, size_t n);
   /// The image as plain pixels, to change in place (blur, auto-augment): they

@@ -2,9 +2,9 @@
 
 #include <cstring>
 
-#include "common/error.h"
 #include "common/detail/half.h"
 #include "common/detail/multiversion.h"
+#include "common/error.h"
 
 namespace stoker {
 

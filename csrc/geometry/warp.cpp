@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/error.h"
 #include "common/detail/rounding.h"
+#include "common/error.h"
 
 namespace stoker {
 

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "augment/batch_mix.h"
+#include "format/dataset.h"
 #include "geometry/image_pipeline.h"
 #include "geometry/transform_group.h"
-#include "format/dataset.h"
 #include "pipeline/batch_producer.h"
 #include "producers/mapping_warmer.h"
 #include "sampler/permutation.h"

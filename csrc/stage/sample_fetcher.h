@@ -1,7 +1,7 @@
 // One sample of a stoker dataset for the Python stage (NOTE [ Python stage ]
 // in python/stoker/_python_stage.py), fetched as a loader worker fetches it:
 // read and verified, images decoded and transformed by the loader's ops with
-// the same random draws (NOTE [ Random draws ] in record_producer.h), so that
+// the same random draws (NOTE [ Random draws ] in producers/record_producer.h), so that
 // `map=lambda s, rng: s` sees exactly the pixels the loader gives without map.
 // It decides what each field becomes (outputs(): an image array, the stored
 // bytes, or a flat array of the field's dtype); the bindings only make those
@@ -52,8 +52,8 @@ class SampleFetcher {
       kArray,  ///< a writable copy of the stored bytes, flat: (size / item size,) of `dtype`
     };
     Kind kind = Kind::kBytes;
-    DType dtype = DType::kUInt8;  ///< of the array to make (kImage, kArray)
-    std::vector<int64_t> shape;   ///< of the array to make (kImage, kArray)
+    DType dtype = DType::kUInt8;    ///< of the array to make (kImage, kArray)
+    std::vector<int64_t> shape;     ///< of the array to make (kImage, kArray)
     const uint8_t* data = nullptr;  ///< the stored bytes, valid until write()
     size_t size = 0;
   };

@@ -9,14 +9,14 @@
 #include <map>
 #include <vector>
 
-#include "check.h"
-#include "common/error.h"
 #include "augment/auto_augment.h"
 #include "augment/color_ops.h"
-#include "common/detail/half.h"
 #include "augment/detail/random_draws.h"
 #include "augment/erasing.h"
 #include "augment/gaussian_blur.h"
+#include "check.h"
+#include "common/detail/half.h"
+#include "common/error.h"
 #include "geometry/padding.h"
 #include "geometry/warp.h"
 

@@ -14,13 +14,13 @@
 #include <jpeglib.h>
 
 #include "check.h"
-#include "common/error.h"
-#include "geometry/crop_params.h"
 #include "codecs/decode_benchmark.h"
-#include "common/detail/half.h"
-#include "geometry/image_pipeline.h"
 #include "codecs/jpeg_decoder.h"
 #include "codecs/png_decoder.h"
+#include "common/detail/half.h"
+#include "common/error.h"
+#include "geometry/crop_params.h"
+#include "geometry/image_pipeline.h"
 #include "geometry/resize.h"
 #include "test_images.h"
 #include "test_util.h"

@@ -21,9 +21,9 @@
 #include "check.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
+#include "sampler/sampler.h"
 #include "stage/python_handoff.h"
 #include "stage/python_producer.h"
-#include "sampler/sampler.h"
 
 using namespace stoker;
 using namespace std::chrono_literals;

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
-#include "check.h"
-#include "common/error.h"
 #include "augment/batch_mix.h"
+#include "check.h"
 #include "common/detail/half.h"
+#include "common/error.h"
 #include "geometry/target_geometry.h"
 
 using namespace stoker;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "check.h"
-#include "common/error.h"
 #include "common/detail/half.h"
+#include "common/error.h"
 #include "geometry/image_pipeline.h"
 #include "geometry/transform_group.h"
 #include "test_images.h"

@@ -1,4 +1,4 @@
-// Distributions over the per-sample stream (rng.h) for the augmentations:
+// Distributions over the per-sample stream (geometry/detail/rng.h) for the augmentations:
 // normal (RandomErasing's noise), gamma and beta (MixUp/CutMix's lambda).
 // Each takes its draws from the stream only, so results depend on the seed
 // alone.
