@@ -4,6 +4,9 @@ and albumentations (OpenCV), on the same images and cores, in one run, printing 
     python bench/make_jpegs.py /tmp/jpegs --n 1000
     python bench/bench_augment.py /tmp/jpegs [--ops] [--recipes] [--batch-size 128]
 
+The ops part calls the kernels one at a time through stoker._testing, which a development
+install builds (pip install --no-build-isolation .) and the wheel leaves out.
+
 Two parts (both by default):
 
   ops       each op alone on 224x224 RGB crops of the JPEGs, one thread, microseconds per
@@ -190,7 +193,7 @@ def op_table():
     import albumentations as A
     import cv2
     from PIL import Image, ImageEnhance, ImageFilter, ImageOps
-    from stoker import _core
+    from stoker import _testing
 
     def pil(fn):
         return lambda a: np.asarray(fn(Image.fromarray(a)))
@@ -198,13 +201,13 @@ def op_table():
     def alb(t):
         return lambda a: t(image=a)["image"]
 
-    fwd = np.array(_core.augment_affine(15.0, 10, -5, 1.1, 8.0, 0.0, 112, 112)).reshape(3, 3)
+    fwd = np.array(_testing.augment_affine(15.0, 10, -5, 1.1, 8.0, 0.0, 112, 112)).reshape(3, 3)
     inv = np.linalg.inv(fwd).ravel().tolist()
-    rot = np.array(_core.augment_affine(-15.0, 0, 0, 1, 0, 0, 112, 112)).reshape(3, 3)
+    rot = np.array(_testing.augment_affine(-15.0, 0, 0, 1, 0, 0, 112, 112)).reshape(3, 3)
     rot_inv = np.linalg.inv(rot).ravel().tolist()
     start = [(0, 0), (223, 0), (223, 223), (0, 223)]
     end = [(20, 10), (210, 5), (220, 215), (8, 200)]
-    coeffs = _core.augment_perspective_coeffs(start, end)
+    coeffs = _testing.augment_perspective_coeffs(start, end)
     jitter = [("brightness", 1.2), ("contrast", 0.8), ("saturation", 1.3), ("hue", 0.05)]
 
     def pil_jitter(img):
@@ -217,7 +220,7 @@ def op_table():
 
     def stoker_erase(a):
         x = np.ones((3, 224, 224), np.float32)
-        _core.augment_erase(x, True, (30, 40, 100, 80), None, 1)
+        _testing.augment_erase(x, True, (30, 40, 100, 80), None, 1)
         return x
 
     def np_erase(a):
@@ -226,61 +229,62 @@ def op_table():
         return x
 
     return [
-        ("brightness", lambda a: _core.augment_color(a, [("brightness", 1.3)]),
+        ("brightness", lambda a: _testing.augment_color(a, [("brightness", 1.3)]),
          pil(lambda i: ImageEnhance.Brightness(i).enhance(1.3)),
          alb(A.ColorJitter(brightness=(1.3, 1.3), contrast=0, saturation=0, hue=0, p=1))),
-        ("contrast", lambda a: _core.augment_color(a, [("contrast", 1.3)]),
+        ("contrast", lambda a: _testing.augment_color(a, [("contrast", 1.3)]),
          pil(lambda i: ImageEnhance.Contrast(i).enhance(1.3)),
          alb(A.ColorJitter(brightness=0, contrast=(1.3, 1.3), saturation=0, hue=0, p=1))),
-        ("saturation", lambda a: _core.augment_color(a, [("saturation", 1.3)]),
+        ("saturation", lambda a: _testing.augment_color(a, [("saturation", 1.3)]),
          pil(lambda i: ImageEnhance.Color(i).enhance(1.3)),
          alb(A.ColorJitter(brightness=0, contrast=0, saturation=(1.3, 1.3), hue=0, p=1))),
-        ("hue", lambda a: _core.augment_color(a, [("hue", 0.05)]),
+        ("hue", lambda a: _testing.augment_color(a, [("hue", 0.05)]),
          pil(lambda i: Image.merge("HSV", [i.convert("HSV").split()[0].point(
              lambda x: (x + 12) % 256)] + list(i.convert("HSV").split()[1:])).convert("RGB")),
          alb(A.ColorJitter(brightness=0, contrast=0, saturation=0, hue=(0.05, 0.05), p=1))),
-        ("ColorJitter (4 factors)", lambda a: _core.augment_color(a, jitter), pil(pil_jitter),
+        ("ColorJitter (4 factors)", lambda a: _testing.augment_color(a, jitter), pil(pil_jitter),
          alb(A.ColorJitter(brightness=0.2, contrast=0.2, saturation=0.3, hue=0.05, p=1))),
-        ("grayscale", lambda a: _core.augment_color(a, [("grayscale", 0)]),
+        ("grayscale", lambda a: _testing.augment_color(a, [("grayscale", 0)]),
          pil(lambda i: i.convert("L").convert("RGB")), alb(A.ToGray(num_output_channels=3, p=1))),
-        ("posterize", lambda a: _core.augment_color(a, [("posterize", 4)]),
+        ("posterize", lambda a: _testing.augment_color(a, [("posterize", 4)]),
          pil(lambda i: ImageOps.posterize(i, 4)), alb(A.Posterize(num_bits=4, p=1))),
-        ("solarize", lambda a: _core.augment_color(a, [("solarize", 128.0)]),
+        ("solarize", lambda a: _testing.augment_color(a, [("solarize", 128.0)]),
          pil(lambda i: ImageOps.solarize(i, 128)),
          alb(A.Solarize(threshold_range=(0.5, 0.5), p=1))),
-        ("equalize", lambda a: _core.augment_color(a, [("equalize", 0)]),
+        ("equalize", lambda a: _testing.augment_color(a, [("equalize", 0)]),
          pil(ImageOps.equalize), alb(A.Equalize(p=1))),
-        ("autocontrast", lambda a: _core.augment_color(a, [("autocontrast", 0)]),
+        ("autocontrast", lambda a: _testing.augment_color(a, [("autocontrast", 0)]),
          pil(ImageOps.autocontrast), alb(A.AutoContrast(p=1))),
-        ("sharpness", lambda a: _core.augment_color(a, [("sharpness", 1.8)]),
+        ("sharpness", lambda a: _testing.augment_color(a, [("sharpness", 1.8)]),
          pil(lambda i: ImageEnhance.Sharpness(i).enhance(1.8)),
          alb(A.Sharpen(alpha=(0.5, 0.5), lightness=(1.0, 1.0), p=1))),
-        ("invert", lambda a: _core.augment_color(a, [("invert", 0)]), pil(ImageOps.invert),
+        ("invert", lambda a: _testing.augment_color(a, [("invert", 0)]), pil(ImageOps.invert),
          alb(A.InvertImg(p=1))),
-        ("GaussianBlur(23, sigma 2)", lambda a: _core.augment_blur(a, 23, 23, 2.0, 2.0),
+        ("GaussianBlur(23, sigma 2)", lambda a: _testing.augment_blur(a, 23, 23, 2.0, 2.0),
          pil(lambda i: i.filter(ImageFilter.GaussianBlur(2.0))),
          alb(A.GaussianBlur(blur_limit=(23, 23), sigma_limit=(2.0, 2.0), p=1))),
-        ("rotate 15 (nearest)", lambda a: _core.augment_warp(a, rot_inv, "nearest", None, 224, 224),
+        ("rotate 15 (nearest)",
+         lambda a: _testing.augment_warp(a, rot_inv, "nearest", None, 224, 224),
          pil(lambda i: i.rotate(15)),
          alb(A.Rotate(limit=(15, 15), interpolation=cv2.INTER_NEAREST, border_mode=0, p=1))),
-        ("affine (bilinear)", lambda a: _core.augment_warp(a, inv, "bilinear", [0], 224, 224),
+        ("affine (bilinear)", lambda a: _testing.augment_warp(a, inv, "bilinear", [0], 224, 224),
          pil(lambda i: pil_affine(i, 15.0, (10, -5), 1.1, (8.0, 0.0), resample=2)),
          alb(A.Affine(rotate=(15, 15), scale=(1.1, 1.1), shear={"x": (8, 8), "y": (0, 0)},
                       translate_px={"x": (10, 10), "y": (-5, -5)}, p=1))),
         ("perspective (bilinear)",
-         lambda a: _core.augment_warp(a, list(coeffs) + [1.0], "bilinear", [0], 224, 224),
+         lambda a: _testing.augment_warp(a, list(coeffs) + [1.0], "bilinear", [0], 224, 224),
          pil(lambda i: i.transform(i.size, Image.PERSPECTIVE, coeffs, Image.BILINEAR)),
          alb(A.Perspective(scale=(0.05, 0.05), p=1))),
-        ("pad 16 reflect", lambda a: _core.augment_window(a, -16, -16, 256, 256, "reflect"),
+        ("pad 16 reflect", lambda a: _testing.augment_window(a, -16, -16, 256, 256, "reflect"),
          lambda a: np.pad(a, ((16, 16), (16, 16), (0, 0)), mode="reflect"),
          alb(A.PadIfNeeded(256, 256, border_mode=cv2.BORDER_REFLECT_101, p=1))),
-        ("HSV jitter (YOLO's gains)", lambda a: _core.augment_hsv(a, 1.01, 1.3, 0.8),
+        ("HSV jitter (YOLO's gains)", lambda a: _testing.augment_hsv(a, 1.01, 1.3, 0.8),
          lambda a: ultralytics_hsv(a, (1.01, 1.3, 0.8)),
          alb(A.HueSaturationValue(hue_shift_limit=(2, 2), sat_shift_limit=(50, 50),
                                   val_shift_limit=(-30, -30), p=1))),
         ("RandomErasing noise (float CHW)", stoker_erase, np_erase, np_erase),
         ("RandAugment(2, 9)",
-         lambda a: _core.augment_auto(a, "rand", 2, 9, 31, "nearest", None,
+         lambda a: _testing.augment_auto(a, "rand", 2, 9, 31, "nearest", None,
                                       random.getrandbits(32))[0],
          pil(pil_rand_augment), alb(albumentations_rand_augment())),
     ]
@@ -303,7 +307,7 @@ def run_batch_mixes(rounds, batch=64):
     """MixUp and CutMix on a float32 NCHW batch: stoker's kernel (what the workers run in
     BatchWork::finish) against timm's torch code on the same batch, one thread."""
     import torch
-    from stoker import _core
+    from stoker import _testing
 
     torch.set_num_threads(1)
     x = torch.rand(batch, 3, 224, 224)
@@ -322,7 +326,7 @@ def run_batch_mixes(rounds, batch=64):
 
     def stoker_mix(kind):
         params = (1.0, 1.0, 0.0)
-        return lambda: _core.augment_mix(x.numpy().copy(), labels, 1000,
+        return lambda: _testing.augment_mix(x.numpy().copy(), labels, 1000,
                                          params if kind == "mixup" else None,
                                          params if kind == "cutmix" else None, 0.5, True,
                                          random.getrandbits(32))

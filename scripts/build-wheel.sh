@@ -2,7 +2,8 @@
 # Builds the binary wheel users install for one Python, and leaves it in dist/ (beside the
 # wheels built for other Pythons):
 #   1. sdist, then a wheel from the sdist (python -m build, isolated build environment),
-#      so the sdist is proven to build;
+#      so the sdist is proven to build; without stoker._testing (CMake option
+#      STOKER_TESTING_MODULE=OFF: the test-only entry points, tests/ext/);
 #   2. auditwheel repair: copies libjpeg-turbo and libpng into the wheel (stoker.libs/,
 #      renamed, RPATHs rewritten) and tags it manylinux_2_34 (README, "Install": why 2_34);
 #   3. zlib, which libpng needs, is copied in the same way: auditwheel's policy counts
@@ -70,7 +71,8 @@ mkdir -p "$work" build/sdist dist
 rm -f dist/stoker-*-"$tag"-*.whl  # this Python's previous wheel; others' stay
 
 step "sdist, then the wheel from the sdist (compiler progress below: ninja's [n/N])"
-"$frontend/bin/python" -m build --outdir "$work" . 2>&1
+# Without stoker._testing (tests/ext/): the test-only entry points are not the users'.
+"$frontend/bin/python" -m build -Ccmake.define.STOKER_TESTING_MODULE=OFF --outdir "$work" . 2>&1
 sdist=$(ls "$work"/stoker-*.tar.gz)
 raw=$(ls "$work"/stoker-*.whl)
 cp "$sdist" build/sdist/
@@ -113,6 +115,14 @@ case "$(ls "$work"/repaired/)" in
 esac
 [ -n "$wheel" ] && [ "$(echo "$wheel" | wc -l)" = 1 ] || {
   echo "build-wheel: expected one dist/stoker-*-$tag-*.whl, found: ${wheel:-none}" >&2; exit 1; }
+
+step "check: the wheel has no stoker._testing"
+"$tools/bin/python" - "$wheel" <<'EOF2'
+import sys, zipfile
+extra = [n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("stoker/_testing")]
+if extra:
+    sys.exit("build-wheel: the wheel carries the test-only module: " + " ".join(extra))
+EOF2
 
 step "auditwheel show $wheel"
 auditwheel show "$wheel"

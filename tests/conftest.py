@@ -58,14 +58,16 @@ def epoch_labels(loader):
 
 
 class FakeDeviceLoader(stoker.Loader):
-    """A Loader whose device is the host fake (``_core.fake_device``): the real transfer
+    """A Loader whose device is the host fake (``_testing.fake_device``): the real transfer
     engine, copy thread, events and device buffer pool, with "device" memory in host
     memory (CPU tensors). Pass ``device="cuda"``."""
 
     copy_delay_us = 0
 
     def _open_device(self, index):
-        return stoker._core.fake_device(self.copy_delay_us)
+        from stoker import _testing
+
+        return _testing.fake_device(self.copy_delay_us)
 
 
 def fake_device_loader(ds, delay_us=0, **kw):

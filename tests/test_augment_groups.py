@@ -13,7 +13,7 @@ import augment_reference as ref
 import numpy as np
 import pytest
 from PIL import Image
-from stoker import _core
+from stoker import _testing
 from stoker import ops as T
 
 
@@ -36,7 +36,7 @@ def scene(h=48, w=64, seed=0):
 
 
 def group(img, mask=None, boxes=None, classes=None, ops=(), seed=0, **kw):
-    return _core.augment_group(png(img), None if mask is None else png(mask), boxes,
+    return _testing.augment_group(png(img), None if mask is None else png(mask), boxes,
                                classes=classes,
                                ops=T._specs(list(ops)), seed=seed, **kw)
 

@@ -20,7 +20,7 @@ import math
 import augment_reference as ref
 import numpy as np
 import pytest
-from stoker import _core
+from stoker import _testing
 
 
 def photo(h, w, c=3, seed=0):
@@ -61,7 +61,7 @@ CASES = [
 @pytest.mark.parametrize("name, value", CASES)
 def test_colour_step_matches_reference(name, value, channels):
     img = photo(37, 53, channels, seed=len(name))
-    got = _core.augment_color(img, [(name, value)])
+    got = _testing.augment_color(img, [(name, value)])
     want = ref.COLOR[name](img, value)
     exact = name in ("brightness", "posterize", "solarize", "invert", "equalize", "autocontrast",
                      "grayscale", "saturation")
@@ -74,13 +74,13 @@ def test_colour_steps_on_flat_and_extreme_images():
         flat = np.full((5, 7, 3), v, np.uint8)
         for name, value in (("contrast", 0.3), ("equalize", 0), ("autocontrast", 0),
                             ("hue", 0.25), ("saturation", 3.0)):
-            assert_close(_core.augment_color(flat, [(name, value)]),
+            assert_close(_testing.augment_color(flat, [(name, value)]),
                          ref.COLOR[name](flat, value), 1, 0.0 if name != "hue" else 1.0)
     # Saturated primaries through hue: the sector arithmetic at its edges.
     prim = np.array([[[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0], [0, 255, 255],
                       [255, 0, 255], [128, 64, 0], [1, 0, 0]]], np.uint8)
     for shift in (-0.5, -1 / 3, -1 / 6, 0.0, 1 / 6, 0.25, 1 / 3, 0.5):
-        assert_close(_core.augment_color(prim, [("hue", shift)]), ref.hue(prim, shift), 1, 0.2)
+        assert_close(_testing.augment_color(prim, [("hue", shift)]), ref.hue(prim, shift), 1, 0.2)
 
 
 def test_colour_programs_fused_match_steps_applied_in_turn():
@@ -95,12 +95,12 @@ def test_colour_programs_fused_match_steps_applied_in_turn():
         want = img
         for name, value in prog:
             want = ref.COLOR[name](want, value)
-        assert_close(_core.augment_color(img, prog), want, 1, 0.01)
+        assert_close(_testing.augment_color(img, prog), want, 1, 0.01)
 
 
 def test_unknown_colour_step_is_refused():
     with pytest.raises(ValueError, match="unknown colour step 'gamma'"):
-        _core.augment_color(photo(4, 4), [("gamma", 1.0)])
+        _testing.augment_color(photo(4, 4), [("gamma", 1.0)])
 
 
 # --- blur ---------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_unknown_colour_step_is_refused():
 @pytest.mark.parametrize("channels", [3, 1])
 def test_gaussian_blur_matches_reference(kx, ky, sx, sy, channels):
     img = photo(40, 52, channels, seed=kx)
-    got = _core.augment_blur(img, kx, ky, sx, sy)
+    got = _testing.augment_blur(img, kx, ky, sx, sy)
     assert_close(got, ref.gaussian_blur(img, kx, ky, sx, sy), 1, 0.02)
 
 
@@ -119,9 +119,9 @@ def test_gaussian_blur_matches_reference(kx, ky, sx, sy, channels):
 def stoker_affine(img, angle, translate, scale, shear, mode, fill, center=None):
     h, w = img.shape[:2]
     c = (w * 0.5, h * 0.5) if center is None else center
-    fwd = np.array(_core.augment_affine(angle, *translate, scale, *shear, *c)).reshape(3, 3)
+    fwd = np.array(_testing.augment_affine(angle, *translate, scale, *shear, *c)).reshape(3, 3)
     inv = np.linalg.inv(fwd)
-    return _core.augment_warp(img, inv.ravel().tolist(), mode, fill, h, w)
+    return _testing.augment_warp(img, inv.ravel().tolist(), mode, fill, h, w)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
@@ -149,7 +149,7 @@ def test_affine_matches_reference(mode, fill, angle, translate, scale, shear, ce
 
 def test_affine_forward_matrix_is_torchvisions():
     for args in [(17.0, 3.0, -4.0, 1.2, 10.0, -5.0, 20.0, 15.0), (-90.0, 0, 0, 1, 0, 0, 8, 8)]:
-        got = np.array(_core.augment_affine(*args)).reshape(3, 3)
+        got = np.array(_testing.augment_affine(*args)).reshape(3, 3)
         angle, tx, ty, s, shx, shy, cx, cy = args
         want = ref.forward_affine_matrix((cx, cy), angle, (tx, ty), s, (shx, shy))
         np.testing.assert_allclose(got, want, atol=1e-12)
@@ -170,11 +170,11 @@ def test_perspective_matches_reference():
     h, w = img.shape[:2]
     start = [(0, 0), (w - 1, 0), (w - 1, h - 1), (0, h - 1)]
     end = [(4, 3), (w - 6, 1), (w - 2, h - 5), (2, h - 3)]
-    coeffs = _core.augment_perspective_coeffs(start, end)
+    coeffs = _testing.augment_perspective_coeffs(start, end)
     np.testing.assert_allclose(coeffs, ref.perspective_coeffs(start, end), rtol=1e-6, atol=1e-6)
     inv = np.array(list(coeffs) + [1.0])
     for mode, fill in (("bilinear", (0,)), ("nearest", None)):
-        got = _core.augment_warp(img, inv.tolist(), mode, fill, h, w)
+        got = _testing.augment_warp(img, inv.tolist(), mode, fill, h, w)
         want = ref.perspective_image(img, coeffs, mode, fill)
         if mode == "nearest":
             assert (got != want).any(-1).mean() < 0.01
@@ -192,7 +192,7 @@ def test_rotated_canvas_size_is_torchvisions(angle, w, h):
     tol = np.float32(1e-4)
     cmax = np.ceil(np.trunc(new.max(0) * np.float32(1e4)) * tol)
     cmin = np.floor(np.trunc(new.min(0) * np.float32(1e4)) * tol)
-    assert _core.augment_rotated_canvas_size(angle, w, h) == tuple(int(v) for v in cmax - cmin)
+    assert _testing.augment_rotated_canvas_size(angle, w, h) == tuple(int(v) for v in cmax - cmin)
 
 
 # --- padding --------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_rotated_canvas_size_is_torchvisions(angle, w, h):
                                             (0, 0, 32, 24)])
 def test_windows_match_numpy_pad(mode, x0, y0, ow, oh):
     img = photo(24, 32, 3, seed=1)
-    got = _core.augment_window(img, x0, y0, ow, oh, mode, [7, 8, 9])
+    got = _testing.augment_window(img, x0, y0, ow, oh, mode, [7, 8, 9])
     want = ref.pad_window(img, x0, y0, ow, oh, mode, 0)
     if mode == "constant":  # a fill per channel
         h, w = img.shape[:2]
@@ -218,16 +218,16 @@ def test_windows_match_numpy_pad(mode, x0, y0, ow, oh):
 
 def test_erasing_writes_value_or_noise_into_the_rectangle():
     out = np.ones((3, 20, 30), np.float32)
-    _core.augment_erase(out, True, (4, 5, 10, 6), [0.5, -1.0, 2.0])
+    _testing.augment_erase(out, True, (4, 5, 10, 6), [0.5, -1.0, 2.0])
     want = np.ones_like(out)
     want[:, 5:11, 4:14] = np.array([0.5, -1.0, 2.0], np.float32)[:, None, None]
     np.testing.assert_array_equal(out, want)
     noisy = np.zeros((64, 64, 3), np.float16)
-    _core.augment_erase(noisy, False, (0, 0, 64, 64), None, seed=3)
+    _testing.augment_erase(noisy, False, (0, 0, 64, 64), None, seed=3)
     assert abs(float(noisy.astype(np.float32).mean())) < 0.05
     assert abs(float(noisy.astype(np.float32).std()) - 1) < 0.05
     u8 = np.zeros((8, 8, 3), np.uint8)
-    _core.augment_erase(u8, False, (1, 1, 2, 2), [300.0, 12.4, -5.0])
+    _testing.augment_erase(u8, False, (1, 1, 2, 2), [300.0, 12.4, -5.0])
     assert (u8[1:3, 1:3] == [255, 12, 0]).all() and u8.sum() == 4 * (255 + 12)
 
 
@@ -235,7 +235,7 @@ def test_erasing_draw_follows_torchvisions_rule():
     areas, ratios, hits = [], [], 0
     for seed in range(3000):
         log_ratio = (math.log(0.3), math.log(3.3))
-        r = _core.augment_draw_erasing(0.5, (0.02, 0.33), log_ratio, 80, 60, seed)
+        r = _testing.augment_draw_erasing(0.5, (0.02, 0.33), log_ratio, 80, 60, seed)
         if r is None:
             continue
         hits += 1
@@ -275,7 +275,7 @@ def test_boxes_match_torchvision_box_kernels(ops, fmt, normalized):
     if normalized:
         boxes = boxes / [w, h, w, h]
     boxes = boxes.astype(np.float32)
-    got, keep, ow, oh = _core.augment_boxes(boxes, fmt, normalized, w, h, ops, 1.0, 0.3, 1.0)
+    got, keep, ow, oh = _testing.augment_boxes(boxes, fmt, normalized, w, h, ops, 1.0, 0.3, 1.0)
     src = ref.to_xyxy(boxes.astype(np.float64) * ([w, h, w, h] if normalized else 1), "xyxy"
                       if fmt == "xyxy" else fmt)
     clipped, moved, rw, rh = ref.boxes_through(src, w, h, ops)
@@ -294,7 +294,7 @@ def test_keypoints_follow_boxes_and_flip_pairs():
     ops = [("crop", 10, 5, 60, 40), ("resize", 120, 80), ("hflip",)]
     pts = np.array([[[20, 10, 2], [40, 10, 2], [30, 30, 1]],
                     [[5, 5, 2], [65, 40, 2], [0, 0, 0]]], np.float32)
-    got = _core.augment_keypoints(pts, False, w, h, ops, [1, 0, 2])
+    got = _testing.augment_keypoints(pts, False, w, h, ops, [1, 0, 2])
     # torchvision: crop subtracts, resize scales, horizontal flip is (w - 1) - x
     x = (pts[..., 0] - 10) * 2
     y = (pts[..., 1] - 5) * 2
@@ -304,7 +304,7 @@ def test_keypoints_follow_boxes_and_flip_pairs():
     want = want[:, [1, 0, 2]]
     np.testing.assert_allclose(got, want, atol=1e-4)
     with pytest.raises(ValueError, match="permutation"):
-        _core.augment_keypoints(pts, False, w, h, ops, [1, 0])
+        _testing.augment_keypoints(pts, False, w, h, ops, [1, 0])
 
 
 # --- auto augment ---------------------------------------------------------------------------
@@ -354,7 +354,7 @@ def test_auto_augment_applies_torchvisions_ops(policy):
     img = photo(40, 56, 3, seed=2)
     seen = set()
     for seed in range(60):
-        got, drawn = _core.augment_auto(img, policy, 2, 9, 31, "nearest", None, seed)
+        got, drawn = _testing.augment_auto(img, policy, 2, 9, 31, "nearest", None, seed)
         seen.update(name for name, _ in drawn)
         want = replay(img, drawn)
         d = np.abs(got.astype(int) - want.astype(int))
@@ -369,7 +369,7 @@ def test_rand_augment_magnitudes_are_torchvisions():
     img = photo(16, 331, 3)
     mags = {}
     for seed in range(400):
-        _, drawn = _core.augment_auto(img, "rand", 2, 9, 31, "nearest", None, seed)
+        _, drawn = _testing.augment_auto(img, "rand", 2, 9, 31, "nearest", None, seed)
         for name, m in drawn:
             mags.setdefault(name, set()).add(round(abs(m), 9))
     lin = lambda hi: round(float(np.linspace(0, hi, 31)[9]), 9)  # noqa: E731
@@ -393,7 +393,7 @@ def test_mixup_and_cutmix_match_torchvision(dtype, chw):
     for kind in ("mixup", "cutmix"):
         imgs = x.copy()
         params = (0.8, 1.0, 0.1)
-        soft, info = _core.augment_mix(imgs, labels, 5, params if kind == "mixup" else None,
+        soft, info = _testing.augment_mix(imgs, labels, 5, params if kind == "mixup" else None,
                                        params if kind == "cutmix" else None, 0.5, chw, 7)
         assert info["applied"] and info["cutmix"] == (kind == "cutmix")
         lam = info["lam"]
@@ -420,7 +420,7 @@ def test_mixup_and_cutmix_match_torchvision(dtype, chw):
 
 def test_mix_refuses_labels_out_of_range():
     with pytest.raises(Exception, match="label 5 of row 1 is outside"):
-        _core.augment_mix(np.zeros((2, 4, 4, 3), np.float32), np.array([0, 5]), 5,
+        _testing.augment_mix(np.zeros((2, 4, 4, 3), np.float32), np.array([0, 5]), 5,
                           (1.0, 1.0, 0.0), None)
 
 
@@ -433,7 +433,7 @@ def test_hsv_jitter_matches_ultralytics_with_opencv(gains):
     its versions and code paths: 1 level on < 15% of values against cv2 5."""
     cv2 = pytest.importorskip("cv2")
     img = photo(37, 53, 3, seed=3)
-    got = _core.augment_hsv(img, *gains)
+    got = _testing.augment_hsv(img, *gains)
     hue, sat, val = cv2.split(cv2.cvtColor(img, cv2.COLOR_RGB2HSV))
     x = np.arange(0, 256, dtype=np.float64)
     luts = (((x * gains[0]) % 180).astype(np.uint8), np.clip(x * gains[1], 0, 255).astype(np.uint8),

@@ -11,7 +11,7 @@ import stoker
 import torch
 from conftest import write_dataset
 from remote_servers import Nginx, nginx_binary
-from stoker import _core
+from stoker import _core, _testing
 from stoker.mix import rational_counts
 
 
@@ -168,7 +168,7 @@ def test_sequence_ratio_bound_per_batch():
 
 
 def test_source_stream_passes():
-    st = _core.SourceStream([10, 15], True, 0, 123)
+    st = _testing.SourceStream([10, 15], True, 0, 123)
     pos = np.arange(3 * 25, dtype=np.int64)
     out = st.map(pos)
     passes = out.reshape(3, 25)

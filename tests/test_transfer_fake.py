@@ -1,6 +1,6 @@
 """GPU delivery through the host fake device: no GPU needed.
 
-A Loader whose device is ``_core.fake_device()`` (conftest.fake_device_loader) runs the
+A Loader whose device is ``_testing.fake_device()`` (conftest.fake_device_loader) runs the
 real transfer engine (copy thread, copy stream, events, device buffer pool) over a fake
 device whose streams are threads and whose "device" memory is host memory, exported as
 CPU tensors. Batches must equal the CPU path bit for bit.
@@ -15,7 +15,7 @@ import pytest
 import stoker
 import torch
 from conftest import corrupt_record, fake_device_loader, thread_names, write_dataset
-from stoker import _core
+from stoker import _core, _testing
 
 
 def wait_until(pred, seconds=3.0):
@@ -132,7 +132,7 @@ def test_fake_transfer_error_surfaces_at_its_batch(tmp_path):
 
 
 def test_fake_pinned_memory_handle():
-    assert _core.pinned_memory(_core.fake_device()).pinned
+    assert _core.pinned_memory(_testing.fake_device()).pinned
 
 
 # -- through the Loader ---------------------------------------------------------

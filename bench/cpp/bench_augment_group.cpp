@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "decode/transform_group.h"
+#include "geometry/transform_group.h"
 
 using namespace stoker;
 using Clock = std::chrono::steady_clock;

@@ -1,8 +1,8 @@
 // stoker._core: the only translation unit set that includes pybind11.
 #include <pybind11/pybind11.h>
 
+#include "codecs/codecs.h"
 #include "common/error.h"
-#include "decode/codecs.h"
 
 #ifndef STOKER_VERSION
 #define STOKER_VERSION "unknown"  // built outside scikit-build-core
@@ -21,7 +21,6 @@ void register_tokens(py::module_& m);
 void register_fetch_plan(py::module_& m);
 void register_mixture(py::module_& m);
 void register_python_stage(py::module_& m);
-void register_augment(py::module_& m);
 }  // namespace stoker::bindings
 
 // Free-threading ready (docs/python.md, "Threads or processes"): the bindings touch Python
@@ -82,5 +81,4 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   stoker::bindings::register_fetch_plan(m);
   stoker::bindings::register_mixture(m);
   stoker::bindings::register_python_stage(m);
-  stoker::bindings::register_augment(m);
 }

@@ -1,15 +1,14 @@
-// Bindings of csrc/cuda: the driver probe, devices (the CUDA driver or the
-// host fake), page-locked slot memory and device delivery for the loader core.
+// Bindings of csrc/cuda: the driver probe, devices (the CUDA driver; the host
+// fake is stoker._testing's, tests/ext/fake_device.cpp), page-locked slot memory
+// and device delivery for the loader core.
 #include <pybind11/pybind11.h>
 
-#include <chrono>
 #include <memory>
 
 #include "common/error.h"
 #include "cuda/device_api.h"
 #include "cuda/device_delivery.h"
 #include "cuda/driver_probe.h"
-#include "cuda/fake_device_api.h"
 #include "cuda/pinned_allocator.h"
 
 namespace py = pybind11;
@@ -43,16 +42,6 @@ void register_cuda(py::module_& m) {
       py::arg("device"),
       "The CUDA driver on `device` (its primary context, shared with PyTorch). Raises CudaError "
       "when the driver or the device is missing.");
-  m.def(
-      "fake_device",
-      [](int64_t copy_delay_us) {
-        STOKER_CHECK(copy_delay_us >= 0, UsageError, "copy_delay_us must be >= 0");
-        return std::static_pointer_cast<DeviceApi>(
-            fake_device_api({0, std::chrono::microseconds(copy_delay_us)}));
-      },
-      py::arg("copy_delay_us") = 0,
-      "A host-only device with CUDA's stream and event semantics (streams are threads), for "
-      "tests: batches come out as CPU tensors.");
   m.def(
       "pinned_memory",
       [](std::shared_ptr<DeviceApi> device) { return pinned_host_allocator(std::move(device)); },

@@ -6,9 +6,9 @@
 
 #include <string_view>
 
+#include "codecs/decode_benchmark.h"
 #include "common/error.h"
-#include "decode/decode_benchmark.h"
-#include "decode/image_pipeline.h"
+#include "geometry/image_pipeline.h"
 
 namespace py = pybind11;
 

@@ -4,9 +4,9 @@
 
 #include "pipeline/loader_core.h"
 #include "producers/mix_record_producer.h"
-#include "producers/python_producer.h"
 #include "producers/record_producer.h"
 #include "sampler/fetch_plan.h"
+#include "stage/python_producer.h"
 
 namespace py = pybind11;
 

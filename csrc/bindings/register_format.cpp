@@ -85,11 +85,8 @@ void register_format(py::module_& m) {
         return checksum32(info.ptr, n);
       },
       py::arg("data"), "The shard format's checksum of a buffer (low 32 bits of XXH3-64).");
-  m.def("checksum_impl", &checksum_impl);
 
   m.def("live_mappings", &MappedFile::live_mappings, "Shard files mapped in this process now.");
-  m.def("mapping_faults", &MappedFile::total_faults,
-        "Reads of a mapped shard that found the file cut short (SIGBUS absorbed).");
 
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
       .def(py::init([](const py::list& fields, uint64_t schema_hash, const py::list& shards,

@@ -1,4 +1,4 @@
-// Bindings of the image ops (decode/image_ops.h) as types: every alternative of
+// Bindings of the image ops (geometry/image_ops.h) as types: every alternative of
 // ImageOp becomes a class of _core, built from its params() (positional in their
 // order, or by name) and checked by its check() at construction, and listed by
 // kind in _core.IMAGE_OPS; and
@@ -17,10 +17,10 @@
 #include <variant>
 #include <vector>
 
+#include "augment/batch_mix.h"
 #include "common/error.h"
-#include "decode/batch_mix.h"
-#include "decode/image_ops.h"
-#include "decode/image_pipeline.h"
+#include "geometry/image_ops.h"
+#include "geometry/image_pipeline.h"
 #include "producers/record_producer.h"
 
 namespace py = pybind11;

@@ -1,7 +1,7 @@
-// Bindings of mixtures: the sampler (sampler/mixture.h, sampler/source_stream.h),
-// the rows of a mixture's stream and its sources' streams, for the Python layer
-// (epoch lengths) and for tests that check them; and the two producers
-// (producers/mix_record_producer.h, producers/mix_token_producer.h).
+// Bindings of mixtures: the sampler (sampler/mixture.h), the rows of a mixture's
+// stream, for the Python layer (epoch lengths) and for tests that check them; and
+// the two producers (producers/mix_record_producer.h, producers/mix_token_producer.h).
+// A source's own stream (sampler/source_stream.h) is stoker._testing's.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -14,7 +14,6 @@
 #include "producers/mix_record_producer.h"
 #include "producers/mix_token_producer.h"
 #include "sampler/mixture.h"
-#include "sampler/source_stream.h"
 
 namespace py = pybind11;
 
@@ -56,28 +55,6 @@ void register_mixture(py::module_& m) {
       .def("weights_at", &MixSequence::weights_at, py::arg("row"))
       .def("rows_until", &MixSequence::rows_until, py::arg("source"), py::arg("count"),
            "One past the row of source's count-th row.");
-
-  py::class_<SourceStream>(m, "SourceStream",
-                           "A mixture source's samples pass after pass, each pass in a fresh "
-                           "keyed order.")
-      .def(py::init<std::vector<int64_t>, bool, int64_t, uint64_t>(), py::arg("shard_records"),
-           py::arg("shuffle"), py::arg("shard_window"), py::arg("key"))
-      .def_property_readonly("size", &SourceStream::size)
-      .def(
-          "map",
-          [](const SourceStream& st, py::array_t<int64_t, py::array::c_style> c) {
-            py::array_t<int64_t> out(c.size());
-            const int64_t* in = c.data();
-            const size_t n = static_cast<size_t>(c.size());
-            {
-              py::gil_scoped_release nogil;
-              st.map(in, out.mutable_data(), n);
-            }
-            return out;
-          },
-          py::arg("positions"), "The dataset index of each stream position.")
-      .def("shard_schedule", &SourceStream::shard_schedule, py::arg("position"),
-           py::arg("max_shards"));
 
   py::class_<MixRecordProducer, BatchProducer, std::shared_ptr<MixRecordProducer>>(
       m, "MixRecordProducer", "Batches of a mixture of record datasets with the same fields.")

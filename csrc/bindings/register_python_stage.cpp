@@ -9,8 +9,6 @@
 #include <pthread.h>
 
 #include <chrono>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -19,9 +17,9 @@
 #include "bindings/dlpack.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
-#include "producers/python_handoff.h"
-#include "producers/python_producer.h"
-#include "producers/python_sample.h"
+#include "stage/python_handoff.h"
+#include "stage/python_producer.h"
+#include "stage/sample_fetcher.h"
 
 namespace py = pybind11;
 
@@ -112,7 +110,7 @@ void register_python_stage(py::module_& m) {
            py::arg("world_size"), py::arg("position"), py::arg("max_shards"));
 
   py::class_<PythonTask, std::shared_ptr<PythonTask>>(
-      m, "PythonTask", "A batch handed to the Python stage (producers/python_handoff.h).")
+      m, "PythonTask", "A batch handed to the Python stage (stage/python_handoff.h).")
       .def_readonly("id", &PythonTask::id)
       .def_readonly("epoch", &PythonTask::epoch)
       .def_readonly("rank", &PythonTask::rank)
@@ -175,7 +173,7 @@ void register_python_stage(py::module_& m) {
           "keep",
           [](PythonTask& t, uint64_t ticket) {
             py::gil_scoped_release nogil;
-            t.complete(t.tensors, t.bytes, ticket, 0);
+            t.keep(ticket);
           },
           py::arg("ticket"), "Publishes a C++-assembled batch as it is, with `ticket`.")
       .def(
@@ -228,41 +226,29 @@ void register_python_stage(py::module_& m) {
       .def(
           "fetch",
           [](const SampleFetcher& f, int64_t index, uint64_t epoch) {
+            using Kind = SampleFetcher::FieldOut::Kind;
             PythonTimes times;
             SampleFetcher::Sample s;
             {
               py::gil_scoped_release nogil;
               f.read(index, s, times);
             }
-            const Schema& schema = f.dataset().schema();
             py::list values;
-            std::vector<std::pair<size_t, void*>> images;  // field, its array's data
-            for (size_t i = 0; i < schema.fields.size(); ++i) {
-              const FieldSpec& spec = schema.fields[i];
-              const RecordView& v = s.views[i];
-              const char* p = reinterpret_cast<const char*>(v.data);
-              if (const ImagePipeline* pipe = f.pipeline(i)) {
-                const auto [h, w] = s.image_hw[i];
-                std::vector<py::ssize_t> shape = pipe->layout() == ImageLayout::kCHW
-                                                     ? std::vector<py::ssize_t>{3, h, w}
-                                                     : std::vector<py::ssize_t>{h, w, 3};
-                py::array a(py::dtype(dtype_name(pipe->out_dtype())), shape);
-                images.emplace_back(i, a.mutable_data());
-                values.append(a);
-              } else if (spec.kind == FieldKind::kBlob) {
-                values.append(py::bytes(p, v.size));
-              } else {  // a writable copy of the stored bytes; Python gives it its shape
-                py::array a(py::dtype(dtype_name(spec.dtype)),
-                            std::vector<py::ssize_t>{
-                                static_cast<py::ssize_t>(v.size / dtype_size(spec.dtype))});
-                std::memcpy(a.mutable_data(), p, v.size);
+            std::vector<void*> dst;
+            for (const SampleFetcher::FieldOut& o : f.outputs(s)) {
+              if (o.kind == Kind::kBytes) {
+                values.append(py::bytes(reinterpret_cast<const char*>(o.data), o.size));
+                dst.push_back(nullptr);
+              } else {
+                py::array a(py::dtype(dtype_name(o.dtype)),
+                            std::vector<py::ssize_t>(o.shape.begin(), o.shape.end()));
+                dst.push_back(a.mutable_data());
                 values.append(a);
               }
             }
             {
               py::gil_scoped_release nogil;
-              for (auto& [i, data] : images) f.decode_image(s, i, epoch, data, times);
-              f.release(s);
+              f.write(s, dst, epoch, times);
             }
             return py::make_tuple(values, times.read_ns, times.decode_ns, times.ops_ns,
                                   times.bytes);

@@ -23,15 +23,6 @@ uint32_t checksum32(const void* data, size_t n) {
   return static_cast<uint32_t>(detail::xxh3_baseline(data, n));
 }
 
-const char* checksum_impl() {
-#if defined(__x86_64__)
-  if (cpu_has_avx512f()) return "xxh3-avx512";
-  return cpu_has_avx2() ? "xxh3-avx2" : "xxh3-sse2";
-#else
-  return "xxh3";
-#endif
-}
-
 struct StreamingChecksum::State {
   XXH3_state_t s;
 };

@@ -16,9 +16,6 @@ namespace stoker {
 /// Checksum of `n` bytes at `data`.
 uint32_t checksum32(const void* data, size_t n);
 
-/// The variant checksum32 uses ("xxh3-avx512", "xxh3-avx2" or "xxh3-sse2"), for `stoker --version`.
-const char* checksum_impl();
-
 /// Incremental form: update() over consecutive pieces gives checksum32 of the whole.
 class StreamingChecksum {
  public:

@@ -1,5 +1,5 @@
 // CPU features checked at run time, for kernels built with -mavx2 in files of
-// their own (checksum_avx2.cpp, resize_avx2.cpp) next to a portable version.
+// their own (checksum_avx2.cpp, geometry/resize_avx2.cpp) next to a portable version.
 #pragma once
 
 namespace stoker {

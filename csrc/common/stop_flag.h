@@ -12,9 +12,6 @@ namespace detail {
 inline thread_local const std::atomic<bool>* t_stop = nullptr;
 }  // namespace detail
 
-/// Binds `flag` (null: none) as this thread's stop flag.
-inline void bind_stop(const std::atomic<bool>* flag) noexcept { detail::t_stop = flag; }
-
 /// Whether this thread has a stop flag (it is a loader worker running a unit).
 inline bool stop_bound() noexcept { return detail::t_stop != nullptr; }
 

@@ -9,12 +9,6 @@
 
 namespace stoker {
 
-bool DatasetId::is_zero() const {
-  for (uint8_t b : bytes)
-    if (b != 0) return false;
-  return true;
-}
-
 std::string DatasetId::hex() const {
   static const char kDigits[] = "0123456789abcdef";
   std::string out;

@@ -12,7 +12,6 @@ namespace stoker {
 struct DatasetId {
   std::array<uint8_t, 16> bytes{};
 
-  bool is_zero() const;
   /// 32 lowercase hex digits, as index.json stores it.
   std::string hex() const;
   /// Parses 32 hex digits; UsageError otherwise.

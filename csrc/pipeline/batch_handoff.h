@@ -2,7 +2,7 @@
 // `BatchWork::handoff`: when its units are done (without error) the stream
 // does not publish it but hands it to the loader's BatchFinisher, and the
 // slot stays claimed, counted in the window, until the finisher completes it.
-// The Python stage is the one finisher (producers/python_handoff.h, NOTE
+// The Python stage is the one finisher (stage/python_handoff.h, NOTE
 // [ Python stage ] in python/stoker/_python_stage.py): its threads are Python
 // threads, so no C++ worker ever waits for Python or calls into it.
 //

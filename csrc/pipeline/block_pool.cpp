@@ -251,22 +251,12 @@ void BlockPool::release(Block b, std::optional<uintptr_t> reader) noexcept {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_ && idle_.size() < max_idle_) {
+    if (idle_.size() < max_idle_) {
       idle_.push_back(std::move(idle));
       return;
     }
   }
   retire(std::move(idle));
-}
-
-void BlockPool::close() noexcept {
-  std::vector<Idle> idle;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-    idle.swap(idle_);
-  }
-  for (Idle& i : idle) retire(std::move(i));
 }
 
 void BlockPool::set_max_idle(size_t n) {

@@ -110,10 +110,9 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   /// completed. Never waits; cheap when there are none.
   /// @return blocks still deferred
   size_t collect() noexcept;
-  /// Frees the idle blocks (deferring those whose fences are pending), and from
-  /// now on every block as it comes back.
-  void close() noexcept;
-  /// Sets how many idle blocks are kept (the loader's window may change).
+  /// Sets how many idle blocks are kept (the loader's window may change); those
+  /// over it are freed now (deferred while their fences are pending), and with 0
+  /// every block as it comes back.
   void set_max_idle(size_t n);
 
   MemoryKind kind() const { return alloc_->kind(); }
@@ -141,7 +140,6 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   std::vector<Idle> idle_;                 // guarded by mu_
   std::vector<Idle> deferred_;             // guarded by mu_: NOTE [ Deferred frees ]
   std::atomic<size_t> deferred_count_{0};  // deferred_.size(), for collect() without the lock
-  bool closed_ = false;                    // guarded by mu_
   size_t live_ = 0;                        // guarded by mu_
   size_t live_bytes_ = 0;                  // guarded by mu_
 };

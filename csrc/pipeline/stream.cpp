@@ -261,14 +261,6 @@ void Stream::finish(int64_t pos, Job& job, WorkerContext& ctx) {
   ring_.publish(pos);
 }
 
-bool Stream::wants_workers() const {
-  if (stop_.load(std::memory_order_acquire)) return false;
-  if (claim_pos_.load(std::memory_order_acquire) < limit_.load(std::memory_order_acquire))
-    return true;
-  std::lock_guard<std::mutex> lock(seg_mu_);
-  return next_.has_value() && !next_failed_;
-}
-
 // ---- segments ---------------------------------------------------------------------
 
 bool Stream::extend(int64_t pos) {

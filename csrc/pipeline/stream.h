@@ -103,8 +103,6 @@ class Stream : public std::enable_shared_from_this<Stream> {
   const std::atomic<bool>* stop_flag() const { return &stop_; }
   /// Runs a claimed unit and completes its position when it is the last.
   void run(const Unit& u, WorkerContext& ctx);
-  /// Whether a worker could find work here now or after the next release.
-  bool wants_workers() const;
 
   // -- the reader (one thread at a time) --------------------------------------
 

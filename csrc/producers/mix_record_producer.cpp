@@ -108,7 +108,7 @@ std::unique_ptr<BatchWork> MixRecordProducer::plan_batch(const EpochPlan& epoch,
     while (e < order.size() && b->sources[e] == s) ++e;
     streams_[s].map(at.data() + j, indices.data() + j, e - j);
     // A URL's shards not local yet: the first batch's records are asked for by
-    // range now, together (NOTE [ Records by range ] in format/dataset.h).
+    // range now, together (NOTE [ Records by range ] in format/record_ranges.h).
     if (k == 0) source_->dataset(s).want_records(indices.data() + j, e - j);
     b->source_counts[2 * s] += static_cast<int64_t>(e - j);
     j = e;

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "decode/batch_mix.h"
-#include "decode/image_pipeline.h"
-#include "decode/transform_group.h"
+#include "augment/batch_mix.h"
 #include "format/dataset.h"
+#include "geometry/image_pipeline.h"
+#include "geometry/transform_group.h"
 #include "pipeline/batch_producer.h"
 #include "producers/mapping_warmer.h"
 #include "sampler/permutation.h"
@@ -44,7 +44,7 @@ struct TransformSpec {
   std::vector<TargetSpec> targets;  ///< per field; empty: RGB images
 };
 
-/// MixUp / CutMix on each assembled batch (decode/batch_mix.h): `image` mixed
+/// MixUp / CutMix on each assembled batch (augment/batch_mix.h): `image` mixed
 /// in place, the integer field `labels` delivered as soft labels, float32
 /// (batch, num_classes).
 struct BatchMixOptions {
@@ -118,7 +118,7 @@ struct RecordSource {
 };
 
 /// The source of `opts`'s batches (also the Python stage's fetch of one
-/// sample: producers/python_sample.h). UsageError for image specs or
+/// sample: stage/sample_fetcher.h). UsageError for image specs or
 /// transforms naming non-image or unknown fields, or a field in two groups.
 std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> ds,
                                                  const RecordOptions& opts);

@@ -11,8 +11,8 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/stream_copy.h"
-#include "decode/detail/rng.h"
 #include "format/record_prefetch.h"
+#include "geometry/detail/rng.h"
 #include "producers/batch_planner.h"
 #include "sampler/permutation.h"
 

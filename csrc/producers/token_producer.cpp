@@ -5,9 +5,9 @@
 #include <cstring>
 #include <limits>
 
+#include "codecs/token_copy.h"
 #include "common/clock.h"
 #include "common/error.h"
-#include "decode/token_copy.h"
 #include "sampler/epoch_split.h"
 #include "sampler/permutation.h"
 #include "sampler/token_keys.h"

@@ -32,13 +32,6 @@ void FetchPlan::follow(uint64_t key, Follower f) {
   followers_.push_back(Followed{key, std::move(f), std::nullopt, std::nullopt, 0, 0, 0, 0});
 }
 
-void FetchPlan::unfollow(uint64_t key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  followers_.erase(std::remove_if(followers_.begin(), followers_.end(),
-                                  [&](const Followed& x) { return x.key == key; }),
-                   followers_.end());
-}
-
 size_t FetchPlan::followers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return followers_.size();

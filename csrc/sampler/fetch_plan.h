@@ -89,7 +89,6 @@ class FetchPlan {
 
   /// Follows a reader; a follower with the same `key` is replaced.
   void follow(uint64_t key, Follower f);
-  void unfollow(uint64_t key);
   size_t followers() const;
 
   /// One turn (NOTE [ Fetch plan ]). Thread-safe; turns are serialized.

@@ -84,12 +84,6 @@ class Index:
         self.shards: List[Dict[str, Any]] = raw["shards"]
         self.metadata: Any = raw.get("metadata")
 
-    def core_shards(self, path_of) -> List[Tuple[str, int, int, Any]]:
-        """The shard list ``_core.Dataset`` takes: (``path_of(i, entry)``, records, bytes,
-        identity)."""
-        return [(path_of(i, s), s["num_records"], s["bytes"], shard_identity(self.raw, i))
-                for i, s in enumerate(self.shards)]
-
 
 def shard_identity(index: Dict[str, Any], shard: int) -> Optional[Tuple[str, int, int, int]]:
     """Shard ``shard``'s identity as ``index.json`` (a parsed dict) gives it, in the form

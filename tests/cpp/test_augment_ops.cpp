@@ -9,16 +9,16 @@
 #include <map>
 #include <vector>
 
+#include "augment/auto_augment.h"
+#include "augment/color_ops.h"
+#include "augment/detail/random_draws.h"
+#include "augment/erasing.h"
+#include "augment/gaussian_blur.h"
 #include "check.h"
+#include "common/detail/half.h"
 #include "common/error.h"
-#include "decode/auto_augment.h"
-#include "decode/color_ops.h"
-#include "decode/detail/half.h"
-#include "decode/detail/random_draws.h"
-#include "decode/erasing.h"
-#include "decode/gaussian_blur.h"
-#include "decode/padding.h"
-#include "decode/warp.h"
+#include "geometry/padding.h"
+#include "geometry/warp.h"
 
 using namespace stoker;
 using Bytes = std::vector<uint8_t>;

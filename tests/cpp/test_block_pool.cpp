@@ -1,6 +1,6 @@
 // BlockPool (NOTE [ Block lifetime ]): best-fit reuse of idle blocks, the
 // max_idle bound, leases that come back when their last copy drops (also after
-// every other owner of the pool is gone), close(), the retry after an
+// every other owner of the pool is gone), set_max_idle(0), the retry after an
 // allocation failure, many threads at once, and the fence: over the fake
 // device, a block released with a reader stream is reused, and freed, only
 // behind that reader, and no release or pool end ever waits for it (NOTE
@@ -193,9 +193,9 @@ void shared_blocks() {
   CHECK_EQ(alloc->live(), 0u);
 }
 
-// close(): the idle blocks are freed now, the others as they come back; the
-// pool still works, keeping nothing.
-void close_frees_blocks() {
+// set_max_idle(0): the idle blocks are freed now, the others as they come back;
+// the pool still works, keeping nothing.
+void max_idle_zero_frees_blocks() {
   auto alloc = std::make_shared<CountingAllocator>();
   auto pool = BlockPool::create(alloc, nullptr, 8);
   std::vector<BlockPool::Block> idle;
@@ -204,7 +204,7 @@ void close_frees_blocks() {
   std::shared_ptr<uint8_t> shared = BlockPool::Lease::bytes(pool->lease(900));
   for (auto& b : idle) pool->release(b);
   CHECK_EQ(alloc->live(), 5u);
-  pool->close();
+  pool->set_max_idle(0);
   CHECK_EQ(alloc->live(), 2u);
   CHECK_EQ(pool->blocks(), 2u);
   pool->release(raw);
@@ -217,7 +217,6 @@ void close_frees_blocks() {
   CHECK(late.data != nullptr);
   pool->release(late);
   CHECK_EQ(alloc->live(), 0u);
-  pool->close();  // idempotent
   CHECK_THROWS(UsageError, BlockPool::create(nullptr, nullptr, 1));
 }
 
@@ -373,7 +372,7 @@ void fence_orders_reuse_after_reader() {
     pool->release(again);
   }
 
-  // Freeing waits for the reader too, but nothing waits for it: close() defers a
+  // Freeing waits for the reader too, but nothing waits for it: set_max_idle(0) defers a
   // block a kernel reads, and collect() frees it once the kernel is done.
   BlockPool::Block c = pool->acquire(100000, writer);
   std::memset(second.data(), 0xC3, kBytes);
@@ -388,7 +387,7 @@ void fence_orders_reuse_after_reader() {
     saw.store(std::all_of(data, data + kBytes, [](uint8_t v) { return v == 0xC3; }) ? 1 : 0);
   });
   pool->release(c, reader);
-  pool->close();  // returns at once
+  pool->set_max_idle(0);  // returns at once
   CHECK_EQ(pool->deferred(), 1u);
   CHECK_EQ(api->counts().device_buffers, 1);
   CHECK_EQ(pool->collect(), 1u);  // still read
@@ -488,6 +487,6 @@ void allocator_kinds() {
 
 }  // namespace
 
-TEST_MAIN(best_fit_reuse(); max_idle_bound(); shared_blocks(); close_frees_blocks();
+TEST_MAIN(best_fit_reuse(); max_idle_bound(); shared_blocks(); max_idle_zero_frees_blocks();
           out_of_memory_retry(); many_threads(); fence_orders_reuse_after_reader();
           deleters_never_wait(); fence_failures(); allocator_kinds())

@@ -14,14 +14,14 @@
 #include <jpeglib.h>
 
 #include "check.h"
+#include "codecs/decode_benchmark.h"
+#include "codecs/jpeg_decoder.h"
+#include "codecs/png_decoder.h"
+#include "common/detail/half.h"
 #include "common/error.h"
-#include "decode/crop_params.h"
-#include "decode/decode_benchmark.h"
-#include "decode/detail/half.h"
-#include "decode/image_pipeline.h"
-#include "decode/jpeg_decoder.h"
-#include "decode/png_decoder.h"
-#include "decode/resize.h"
+#include "geometry/crop_params.h"
+#include "geometry/image_pipeline.h"
+#include "geometry/resize.h"
 #include "test_images.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-// The Python stage's hand-off (producers/python_handoff.h) through a real
+// The Python stage's hand-off (stage/python_handoff.h) through a real
 // LoaderCore, with C++ threads in the role of the stage's Python threads:
 // batches arrive in order whatever order the finishers complete them in, the
 // window bounds what is handed off, a stopped stream's batches are dropped
@@ -21,9 +21,9 @@
 #include "check.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
-#include "producers/python_handoff.h"
-#include "producers/python_producer.h"
 #include "sampler/sampler.h"
+#include "stage/python_handoff.h"
+#include "stage/python_producer.h"
 
 using namespace stoker;
 using namespace std::chrono_literals;

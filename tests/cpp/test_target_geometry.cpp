@@ -1,15 +1,15 @@
-// Unit tests of the geometry of targets (decode/target_geometry, transform2d)
-// and of the batch mixes (decode/batch_mix): known boxes and keypoints placed
+// Unit tests of the geometry of targets (geometry/target_geometry, transform2d)
+// and of the batch mixes (augment/batch_mix): known boxes and keypoints placed
 // on a canvas and followed through every geometric op and combinations.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "augment/batch_mix.h"
 #include "check.h"
+#include "common/detail/half.h"
 #include "common/error.h"
-#include "decode/batch_mix.h"
-#include "decode/detail/half.h"
-#include "decode/target_geometry.h"
+#include "geometry/target_geometry.h"
 
 using namespace stoker;
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "check.h"
+#include "codecs/token_copy.h"
 #include "common/error.h"
-#include "decode/token_copy.h"
 #include "format/field_lengths.h"
 #include "format/megatron_index.h"
 #include "format/record_tokens.h"

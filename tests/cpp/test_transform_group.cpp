@@ -1,4 +1,4 @@
-// Unit tests of transform groups (decode/transform_group): an image with its
+// Unit tests of transform groups (geometry/transform_group): an image with its
 // mask, boxes, keypoints and per-box rows through one set of draws; masks
 // alone (the ops on their geometry), array masks, palette masks; the group's
 // refusals.
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "check.h"
+#include "common/detail/half.h"
 #include "common/error.h"
-#include "decode/detail/half.h"
-#include "decode/image_pipeline.h"
-#include "decode/transform_group.h"
+#include "geometry/image_pipeline.h"
+#include "geometry/transform_group.h"
 #include "test_images.h"
 
 using namespace stoker;

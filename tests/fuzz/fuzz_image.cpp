@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "decode/image_pipeline.h"
+#include "geometry/image_pipeline.h"
 
 using namespace stoker;
 

@@ -48,6 +48,8 @@ def test_imported_from_the_installed_wheel():
     assert PKG.parent in site, f"stoker imported from {PKG}, not from {site}"
     assert (PKG / "py.typed").is_file()
     assert (PKG / "_core.pyi").is_file()
+    # the test-only entry points (tests/ext/, stoker._testing) stay out of the wheel
+    assert not list(PKG.glob("_testing*")), sorted(PKG.glob("_testing*"))
 
 
 def test_version_everywhere():

@@ -44,11 +44,6 @@ class TimedMutex {
     return true;
   }
 
-  template <typename Rep, typename Period>
-  [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_lock_until(Clock::now() + d);
-  }
-
   void lock() {
     while (!try_lock_until(Clock::now() + std::chrono::hours(1))) {
     }

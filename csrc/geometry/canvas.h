@@ -1,0 +1,101 @@
+// The lazy canvas the image ops act on. Crops and flips only move a window
+// (`view`, possibly past the source's edges) and a mirror flag; a resize is
+// held back (`pending`) until something needs its pixels, so that when it is
+// the last op it runs straight into the batch slot; and a JPEG is decoded only
+// when pixels are needed, then only the window's rows and iMCU columns, at the
+// smallest DCT scale that still covers the resize target. See csrc/README.md
+// for the trade-offs.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "codecs/image_info.h"
+#include "codecs/jpeg_decoder.h"
+#include "geometry/resize.h"
+
+namespace stoker {
+
+/// Per-thread buffers, grown to the largest image seen and then reused.
+struct Scratch {
+  JpegDecoder jpeg;
+  std::vector<uint8_t> decoded;  // decoder output
+  std::vector<uint8_t> bufs[2];  // resize outputs, alternating
+  std::vector<uint8_t> padded;   // a view reaching past its source, zero-filled
+  std::vector<uint8_t> row;      // one output row before layout and dtype
+};
+
+/// This thread's scratch.
+Scratch& thread_scratch();
+
+/// A window of a pixel source, mirrored when `flip`. The source is the
+/// still-undecoded JPEG (its full-resolution size known from the header) until
+/// something needs pixels.
+struct Canvas {
+  bool have_pixels = false;
+  RgbView pix;    // valid once have_pixels and not pending
+  int src_w = 0;  // source size: the image's, then pix's (or the pending resize's output)
+  int src_h = 0;
+  PixelRect view;
+  bool flip = false;
+  bool pending = false;  // pix is the resize's output-to-be: resize pend_box of pend_src
+  RgbView pend_src;
+  ResizeBox pend_box;
+
+  /// Whether the view is all of the source.
+  bool whole_view() const { return view == PixelRect{0, 0, src_w, src_h}; }
+};
+
+/// The operations on a canvas over one encoded image.
+class CanvasOps {
+ public:
+  CanvasOps(Scratch& s, const uint8_t* data, size_t n) : s_(s), data_(data), n_(n) {}
+
+  /// Time spent in the codec (libjpeg-turbo, libpng) so far: an image is
+  /// decoded once, so this is two clock reads per image. The rest of the
+  /// pipeline's time is the ops' (stats: decode vs ops).
+  int64_t decode_ns = 0;
+
+  /// Starts on the image (a PNG is decoded at once: libpng has no region decode).
+  /// DecodeError for anything but a JPEG or PNG, or a declared size over `max_pixels`.
+  void open(int64_t max_pixels, Canvas& c);
+  /// A crop given in view coordinates (before the mirror).
+  static void crop(Canvas& c, const PixelRect& r);
+  /// Resamples the view to (out_w x out_h); afterwards the view is all of the
+  /// new pixels. The resampling itself waits in c.pending.
+  void resize(Canvas& c, int out_w, int out_h);
+  /// Runs a pending resize into a scratch buffer (applying a pending flip when
+  /// the view is the whole output).
+  void materialize(Canvas& c);
+  /// Runs a pending resize straight into `out` (HWC uint8 of the view's size,
+  /// rows `stride` bytes apart; 0: packed) if the view is all of its output;
+  /// false if there is none to run so.
+  bool try_resize_into(Canvas& c, uint8_t* out, size_t stride = 0);
+  /// Decodes the whole image straight into `out` when nothing else is to be done.
+  bool try_decode_into(Canvas& c, uint8_t* out);
+  /// Decodes (at full scale) what the view needs, if nothing has been decoded
+  /// yet, and runs a pending resize.
+  void ensure_pixels(Canvas& c);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static void run_pending(Canvas& c, uint8_t* out, bool mirror, size_t stride = 0);
+  void pad(Canvas& c);
+  Clock::time_point begin_decode() const;
+  void end_decode(Clock::time_point t0);
+
+  Scratch& s_;
+  const uint8_t* data_;
+  size_t n_;
+  int next_ = 0;
+};
+
+/// Throws DecodeError for a declared size that is empty or over `max_pixels`.
+void check_declared(const ImageInfo& info, int64_t max_pixels);
+
+/// DecodeError naming the first bytes of something that is not a JPEG or PNG.
+[[noreturn]] void not_an_image(const uint8_t* data, size_t n);
+
+}  // namespace stoker

@@ -1,0 +1,110 @@
+// A transform group: fields that move together, run through one list of ops
+// (image_ops.h) with one set of random draws per sample (NOTE [ Transform
+// groups ] in transform_group.cpp). An RGB image (at most one) goes through
+// its ImagePipeline, as an image alone would; the ops' moves compose one map
+// (geometry.h) that every target follows:
+//
+//   masks      one channel (an image field of mode "L": grayscale values or
+//              palette indices) or an integer array of the image's (h, w):
+//              resampled once through the map, nearest-neighbour, never
+//              recoloured; outside the image, the ops' mask_fill;
+//   boxes      float32 rows of 4 (xyxy, xywh, cxcywh; pixels or normalised):
+//              moved, clipped to the output, filtered (SanitizeBoundingBoxes);
+//   keypoints  float32 rows of k x (x, y, visibility): moved, hidden when
+//              off the output, left and right swapped by flip_pairs;
+//   rows       any other variable-length field: per-box rows (class ids, track
+//              ids), dropped with their boxes.
+//
+// A group without an RGB image runs its ops on the geometry of its first
+// mask; ops that need pixels (colour, blur, Normalize) are refused for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/dtype.h"
+#include "geometry/image_ops.h"
+#include "geometry/image_pipeline.h"
+#include "geometry/target_geometry.h"
+
+namespace stoker {
+
+/// One field of a group.
+struct GroupMember {
+  enum class Kind : uint8_t {
+    kImage,      ///< the RGB image the ops act on (at most one)
+    kMask,       ///< one channel: nearest, no colour ops
+    kBoxes,      ///< float32 rows of 4 (`format`, `normalized`)
+    kKeypoints,  ///< float32 rows of k x (x, y, visibility)
+    kRows,       ///< any other variable-length field: rows dropped with their boxes
+  };
+  Kind kind = Kind::kImage;
+  std::string name;  ///< for messages
+  /// kMask: encoded (a JPEG/PNG decoded to one channel), or an array of
+  /// (array_h, array_w) elements of `elem_bytes` bytes (an integer ndarray).
+  bool encoded = true;
+  int elem_bytes = 1;
+  int array_h = 0, array_w = 0;
+  BoxFormat format = BoxFormat::kXYXY;  ///< kBoxes
+  bool normalized = false;              ///< kBoxes, kKeypoints: fractions of the size
+  int num_keypoints = 0;                ///< kKeypoints
+  size_t row_bytes = 0;                 ///< kRows: bytes of one row
+};
+
+struct GroupSpec {
+  std::vector<GroupMember> members;
+  std::vector<ImageOp> ops;
+  ImageFieldSpec image;  ///< the RGB image's layout, and the decode limit of every member
+};
+
+/// A member's bytes in (a record's field) and where its output goes.
+struct MemberIO {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  void* out = nullptr;   ///< image: out_h x out_w x 3 of image_dtype() in the layout;
+                         ///< mask: out_h x out_w elements; rows: room for the input's rows
+  int64_t out_rows = 0;  ///< rows written (row members)
+};
+
+class TransformGroup {
+ public:
+  /// Checks the ops and the group (UsageError naming the field or op): at most
+  /// one RGB image, at least one image or mask, at most one boxes field; no op
+  /// that targets cannot follow (RandAugment and the other policies, padding
+  /// other than 'constant'), no op that needs pixels without an RGB image, no
+  /// SanitizeBoundingBoxes without boxes, flip_pairs naming keypoints that exist.
+  explicit TransformGroup(GroupSpec spec);
+
+  const GroupSpec& spec() const { return spec_; }
+  /// The RGB image member, or -1.
+  int image_member() const { return image_; }
+  /// The image's output dtype (kUInt8 without Normalize; kUInt8 without an image).
+  DType image_dtype() const;
+  /// (h, w) when the ops fix the output size, else nullopt.
+  std::optional<std::pair<int, int>> fixed_size() const { return fixed_; }
+  /// The output (h, w) of this sample, from the header (or shape) of the
+  /// member the ops act on. DecodeError.
+  std::pair<int, int> output_size(const MemberIO* io) const;
+
+  /// Runs the group on one sample: io[i] is member i. Draws come from `seed`
+  /// only. DataError naming the member for inconsistent inputs (a mask of
+  /// another size, per-box rows not matching the boxes). Thread-safe.
+  void run(MemberIO* io, uint64_t seed, int out_h, int out_w, int64_t* decode_ns = nullptr) const;
+
+ private:
+  GroupSpec spec_;
+  int image_ = -1;    // the RGB image member
+  int primary_ = -1;  // the member the ops act on: the image, else the first mask
+  std::unique_ptr<ImagePipeline> pipeline_;  // the image's
+  std::optional<std::pair<int, int>> fixed_;
+  BoxFilter filter_;
+  uint8_t mask_fill_ = 0;
+  std::vector<std::vector<int32_t>> flip_perm_;  // per member: keypoints' left/right swap
+};
+
+}  // namespace stoker
