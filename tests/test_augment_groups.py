@@ -1,4 +1,4 @@
-"""Transform groups (an image with its mask, boxes and class rows; csrc/decode/transform_group)
+"""Transform groups (an image with its mask, boxes and class rows; csrc/geometry/transform_group)
 against references of the definitions: torchvision's kernels in NumPy
 (tests/augment_reference.py) and Pillow, one sample at a time through a private binding.
 

@@ -1,4 +1,4 @@
-// Bindings of csrc/decode: one-image decode for tests and tools, and the
+// Bindings of csrc/codecs: one-image decode for tests and tools, and the
 // decode-only throughput that the image benchmark uses as its ceiling.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

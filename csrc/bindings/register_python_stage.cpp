@@ -1,5 +1,5 @@
 // Bindings of the Python stage (NOTE [ Python stage ] in
-// python/stoker/_python_stage.py): its producer, the hand-off its threads take
+// python/stoker/_stage/__init__.py): its producer, the hand-off its threads take
 // chunks from, and the fetch of one stoker sample by the C++ path. Every wait
 // and every read or decode runs with the GIL released.
 #include <pybind11/numpy.h>
@@ -70,7 +70,7 @@ void register_python_stage(py::module_& m) {
       },
       py::arg("name"), "Names the calling OS thread (the Python stage's threads by role).");
   // A failed batch of the stage: the consumer raises the Python exception the
-  // stage keeps under `ticket` (stoker/_python_stage.py). Registered after the
+  // stage keeps under `ticket` (stoker/_stage/stage.py). Registered after the
   // module's translator of stoker::Error, so it is tried first.
   static py::handle stage_error =
       py::exception<PythonStageError>(m, "PythonStageError", PyExc_RuntimeError).release();
@@ -211,7 +211,9 @@ void register_python_stage(py::module_& m) {
           "timeout_ms or once closed.")
       .def("close", &PythonHandoff::close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("waiting", &PythonHandoff::waiting)
-      .def_property_readonly("chunk_samples", &PythonHandoff::chunk_samples);
+      .def_property_readonly("chunk_samples", &PythonHandoff::chunk_samples)
+      .def("set_chunk_samples", &PythonHandoff::set_chunk_samples, py::arg("n"),
+           "Samples per chunk of the batches handed off from now on.");
 
   py::class_<SampleFetcher, std::shared_ptr<SampleFetcher>>(
       m, "SampleFetcher",

@@ -3,7 +3,7 @@
 // does not publish it but hands it to the loader's BatchFinisher, and the
 // slot stays claimed, counted in the window, until the finisher completes it.
 // The Python stage is the one finisher (stage/python_handoff.h, NOTE
-// [ Python stage ] in python/stoker/_python_stage.py): its threads are Python
+// [ Python stage ] in python/stoker/_stage/__init__.py): its threads are Python
 // threads, so no C++ worker ever waits for Python or calls into it.
 //
 //   worker: last unit of batch p done -> finisher.hand_off(h)     (h names p)

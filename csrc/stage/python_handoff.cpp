@@ -83,7 +83,7 @@ void PythonHandoff::hand_off(std::shared_ptr<HandedOffBatch> batch) {
   if (closed()) return;  // dropped: its handle fails nothing on a stopped stream
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto task = std::make_shared<PythonTask>(next_id_++, std::move(batch), chunk_samples_,
+    auto task = std::make_shared<PythonTask>(next_id_++, std::move(batch), chunk_samples(),
                                              batch_size_, stats_);
     // In the order the consumer reads them: the pool's workers may finish
     // batch p + 1 before batch p, and take() serves the front first.

@@ -1,5 +1,5 @@
 // The Python stage's hand-off (NOTE [ Python stage ] in
-// python/stoker/_python_stage.py): the loader's BatchFinisher when it has
+// python/stoker/_stage/__init__.py): the loader's BatchFinisher when it has
 // `map=`, `collate_fn=` or a map-style dataset. A worker hands it each planned
 // batch (stage/python_producer.h: its sample indices); the stage's Python
 // threads take the batches in chunks of a few samples, earliest batch first (by
@@ -17,6 +17,7 @@
 // they release the GIL to wait (bindings/register_python_stage.cpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -130,10 +131,15 @@ class PythonHandoff final : public BatchFinisher {
   bool closed() const { return closed_.load(std::memory_order_acquire); }
   /// Batches handed off and not fully claimed.
   size_t waiting() const;
-  int64_t chunk_samples() const { return chunk_samples_; }
+  int64_t chunk_samples() const { return chunk_samples_.load(std::memory_order_relaxed); }
+  /// Samples per chunk of the batches handed off from now on (the stage moved from
+  /// threads to worker processes: as many chunks in a batch as workers).
+  void set_chunk_samples(int64_t n) {
+    chunk_samples_.store(std::max<int64_t>(1, n), std::memory_order_relaxed);
+  }
 
  private:
-  const int64_t chunk_samples_;
+  std::atomic<int64_t> chunk_samples_;
   const int64_t batch_size_;
   mutable std::mutex mu_;
   std::shared_ptr<LoaderStats> stats_;             // guarded by mu_

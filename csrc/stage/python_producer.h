@@ -1,5 +1,5 @@
 // Batches whose samples are made by the Python stage (NOTE [ Python stage ] in
-// python/stoker/_python_stage.py): `map=` over a stoker dataset, or any
+// python/stoker/_stage/__init__.py): `map=` over a stoker dataset, or any
 // map-style dataset. The C++ side only decides which samples make batch k:
 // the same sampler as for records (permutation or shard windows, rank share,
 // padding, resume offset), so ranks, epochs, len(loader) and resume are those

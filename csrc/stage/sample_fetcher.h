@@ -1,5 +1,5 @@
 // One sample of a stoker dataset for the Python stage (NOTE [ Python stage ]
-// in python/stoker/_python_stage.py), fetched as a loader worker fetches it:
+// in python/stoker/_stage/__init__.py), fetched as a loader worker fetches it:
 // read and verified, images decoded and transformed by the loader's ops with
 // the same random draws (NOTE [ Random draws ] in producers/record_producer.h), so that
 // `map=lambda s, rng: s` sees exactly the pixels the loader gives without map.

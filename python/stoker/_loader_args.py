@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import os
+import pickle
 import warnings
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -394,3 +395,201 @@ def resolve_device(device: torch.device, pin_memory: Optional[bool],
             device = torch.device("cuda", index)
         return device, pin, _core.cuda_device(index)
     return device, pin, open_device((device.index if is_cuda else pin_index) or 0)
+
+
+# -- the Python stage, DataLoader's arguments, samplers (the plan calls them) ----------------
+
+def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[str, Any]:
+    """NOTE [ DataLoader's arguments ]
+    DataLoader's arguments, with DataLoader's meanings where the idea carries over:
+
+      sampler, batch_sampler   any torch Sampler (NOTE [ User samplers ]): its indices, in
+                               its order, iterated once per epoch ahead of the workers
+      num_workers              the Python stage's workers (threads or processes,
+                               python_workers=); 0: the user's code runs in the loop's
+                               thread, in next(); without a Python stage, num_threads
+      worker_init_fn           called once in each worker thread or process, where
+                               torch.utils.data.get_worker_info() answers
+      generator                the order's seed (generator.initial_seed())
+      timeout                  next() raises after waiting that many seconds for a batch
+      prefetch_factor          batches in flight: prefetch_factor * num_workers
+      persistent_workers       accepted: stoker's workers always persist across epochs
+      pin_memory_device        with pin_memory: the CUDA device whose memory is pinned
+      multiprocessing_context  "fork" (or None): how process workers start; stoker's fork
+                               (the dataset is inherited, never pickled), so "spawn" and
+                               "forkserver" are refused with python_workers="process"
+      in_order                 accepted: stoker always delivers in order
+
+    Each is checked as DataLoader checks it (the same combinations refused)."""
+    out: Dict[str, Any] = {}
+    num_workers = a["num_workers"]
+    if num_workers is not None:
+        num_workers = check_int("num_workers", num_workers, 0, 4096,
+                                "a non-negative int (0: in the loop's thread) or None")
+    out["num_workers"] = num_workers
+    pf = a["prefetch_factor"]
+    if pf is not None:
+        if not num_workers:
+            raise ValueError("prefetch_factor option could only be specified with num_workers "
+                             "> 0 (as DataLoader): batches in flight are prefetch_factor * "
+                             "num_workers; or pass prefetch=N")
+        pf = check_int("prefetch_factor", pf, 1)
+    out["prefetch_factor"] = pf
+    if a["persistent_workers"] and num_workers == 0:
+        raise ValueError("persistent_workers option needs num_workers > 0 (as DataLoader)")
+    timeout = a["timeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout option should be non-negative, got {timeout!r}")
+    out["timeout"] = float(timeout)
+    gen = a["generator"]
+    out["seed"] = None
+    if gen is not None:
+        if not isinstance(gen, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(gen).__name__}")
+        if a["seed"] not in (0, gen.initial_seed()):
+            raise ValueError(f"seed={a['seed']} and generator (initial seed "
+                             f"{gen.initial_seed()}) disagree: pass one of them")
+        out["seed"] = gen.initial_seed()
+    ctx = a["multiprocessing_context"]
+    if ctx is not None and not isinstance(ctx, str):
+        ctx = getattr(ctx, "get_start_method", lambda: None)()
+    if ctx not in (None, "fork", "spawn", "forkserver"):
+        raise ValueError(f"multiprocessing_context option should specify a valid start "
+                         f"method in ['fork', 'spawn', 'forkserver'], got {ctx!r}")
+    out["context"] = ctx
+    device = a["pin_memory_device"]
+    if not isinstance(device, str) or (device and torch.device(device).type != "cuda"):
+        raise ValueError(f"pin_memory_device must be '' or a CUDA device, got {device!r}")
+    if not isinstance(a["in_order"], bool):
+        raise ValueError(f"in_order must be a bool, got {a['in_order']!r}")
+    out["sampler"], out["batch_sampler"] = a["sampler"], a["batch_sampler"]
+    if (out["sampler"] is not None or out["batch_sampler"] is not None) and (tokens or mix):
+        raise ValueError("sampler= and batch_sampler= give the indices of a map-style dataset "
+                         "or a stoker.Dataset; token batches and mixtures have their own "
+                         "orders")
+    return out
+
+
+def check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
+                    shard_window: Optional[int], explicit_batch: bool) -> None:
+    """NOTE [ User samplers ]
+    A sampler (or batch sampler) is iterated once per epoch, at iter() (after set_epoch,
+    which stoker passes on to the sampler's own set_epoch, as DistributedSampler needs),
+    and its indices, in its order, become the epoch's order in C++ (ListedOrders in
+    csrc/sampler/listed_order.h): the workers read ahead of the loop as usual, the batch
+    count is the sampler's, and resume state is the samples consumed in that order. The
+    sampler decides what a rank reads, so stoker does not split it again. A resume is
+    exact when the epoch's order can be made again: a sampler with state_dict() (torchdata's
+    protocol), one drawing from its own torch.Generator (its state is kept), or one that
+    draws nothing (SequentialSampler, DistributedSampler after set_epoch); otherwise
+    state_dict() says why not, rather than replaying another order."""
+    sampler, batch_sampler = dl["sampler"], dl["batch_sampler"]
+    if batch_sampler is not None:
+        if explicit_batch or a["shuffle"] or sampler is not None or a["drop_last"]:
+            raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
+                             "shuffle, sampler, and drop_last (as DataLoader)")
+        _iterable("batch_sampler", batch_sampler)
+    if sampler is not None:
+        if a["shuffle"]:
+            raise ValueError("sampler option is mutually exclusive with shuffle (as "
+                             "DataLoader)")
+        _iterable("sampler", sampler)
+    if sampler is not None or batch_sampler is not None:
+        if a["rank"] is not None or a["world_size"] is not None:
+            raise ValueError("a sampler decides what each rank reads (DistributedSampler): "
+                             "rank= and world_size= apply to stoker's own sampling")
+        if shard_window is not None or not a["even_batches"]:
+            raise ValueError("shard_window and even_batches apply to stoker's own sampling, "
+                             "not to a user's sampler")
+
+
+def check_iterable(a: Mapping[str, Any]) -> None:
+    """DataLoader's rules for an IterableDataset, and stoker's."""
+    for name in ("sampler", "batch_sampler"):
+        if a[name] is not None:
+            raise ValueError(f"DataLoader with IterableDataset: expected unspecified {name} "
+                             f"option, but got {name}={a[name]!r} (as DataLoader)")
+    if a["shuffle"]:
+        raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
+                         "option, but got shuffle=True (as DataLoader): shuffle in the dataset")
+    if a["python_workers"] == "process":
+        raise ValueError("an IterableDataset runs on the loader's worker threads (NOTE "
+                         "[ Iterable datasets ]): python_workers='process' is for map-style "
+                         "datasets")
+    if torch.device(a["device"]).type == "cuda":
+        raise ValueError("an IterableDataset's batches are made in Python: use device='cpu' "
+                         "(with pin_memory=True) and move them in the loop")
+    for name in ("transforms", "batch_transforms", "pad_values", "names", "shard_window",
+                 "image_layout"):
+        if a[name] is not None:
+            raise ValueError(f"{name}= applies to a stoker.Dataset (or a map-style dataset), "
+                             "not to an IterableDataset")
+
+
+def _iterable(name: str, obj: Any) -> None:
+    if not hasattr(obj, "__iter__"):
+        raise TypeError(f"{name} must be an iterable of indices (a torch Sampler), got "
+                        f"{type(obj).__name__}")
+
+def check_stage_args(dataset: Any, *, map_style: bool, tokens: bool, map_fn: Any,
+                      batch_map: Any, collate_fn: Any, map_fields: Any, names: Any,
+                      python_workers: str, transforms: Any, image_layout: Any,
+                      device: Any, context: Optional[str] = None) -> str:
+    """The Loader's arguments of the Python stage, checked together; "thread", "process"
+    or "auto" (threads, switching to processes when the stage measures that its Python
+    holds the GIL: NOTE [ Python stage processes ])."""
+    hooks = [n for n, v in (("map", map_fn), ("batch_map", batch_map),
+                            ("collate_fn", collate_fn), ("map_fields", map_fields),
+                            ("names", names)) if v is not None]
+    if tokens and (hooks or map_style):
+        raise ValueError(f"{', '.join(hooks) or 'a map-style dataset'}: not for token batches "
+                         "(seq_len=, packing=, max_tokens=)")
+    if map_style and (transforms or image_layout is not None):
+        raise ValueError("transforms and image_layout apply to the image fields of a "
+                         "stoker.Dataset; with a map-style dataset, transform in its "
+                         "__getitem__ or in map=")
+    if names is not None and not map_style:
+        raise ValueError("names= names the values of a map-style dataset's tuple items; a "
+                         "stoker.Dataset's samples are dicts of its fields")
+    if map_fields is not None and map_fn is None and not map_style:
+        raise ValueError("map_fields= declares what map= returns: pass map= too")
+    if python_workers not in ("auto", "thread", "process"):
+        raise ValueError(f"python_workers must be 'auto', 'thread' or 'process', got "
+                         f"{python_workers!r}")
+    processes = python_workers == "process"
+    if processes and context in ("spawn", "forkserver"):
+        raise ValueError(f"multiprocessing_context={context!r}: stoker's worker processes "
+                         "start by fork (the dataset and your functions are inherited, never "
+                         "pickled); use the default (fork), or python_workers='thread'")
+    if python_workers == "auto" and (context in ("spawn", "forkserver") or (
+            not map_style and getattr(dataset, "remote", None) is not None)):
+        python_workers = "thread"  # processes are not an option here
+    if processes and not (map_style or map_fn is not None or collate_fn is not None):
+        raise ValueError("python_workers='process' runs map= and a map-style dataset's "
+                         "__getitem__ in worker processes: pass one of them")
+    if processes and not map_style and getattr(dataset, "remote", None) is not None:
+        raise ValueError("python_workers='process' reads a local stoker dataset in each "
+                         "worker; a dataset at a URL arrives through this process: use "
+                         "python_workers='thread'")
+    if collate_fn is not None and device.type == "cuda":
+        raise ValueError("collate_fn returns Python objects that stoker cannot copy to the "
+                         "device: with device='cuda' use batch_map= (it receives the native "
+                         "batch on the GPU), or device='cpu' and move the batch yourself")
+    return python_workers
+
+
+def check_picklable(arguments: Mapping[str, Any]) -> None:
+    """A loader pickles its hooks by reference, as DataLoader's workers get them under
+    spawn; a lambda or a nested function cannot be: say which, and what to do."""
+    for name in ("map", "batch_map", "collate_fn"):
+        fn = arguments.get(name)
+        if fn is None:
+            continue
+        try:
+            pickle.dumps(fn)
+        except Exception as e:
+            raise TypeError(
+                f"this stoker.Loader cannot be pickled: its {name}={fn!r} cannot be ({e}). "
+                "Functions are pickled by reference, as DataLoader's under spawn: define it at "
+                "the top level of a module (not a lambda or a nested function), or pass a "
+                "picklable callable object") from e

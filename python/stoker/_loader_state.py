@@ -151,3 +151,39 @@ def check_lightning_resume(world_now: int, saved_world: int, position: int,
         f"an entry point, which this installation lacks: import stoker.lightning and pass "
         f"callbacks=[stoker.lightning.ElasticResume()] to the Trainer, or resume on "
         f"{saved_world} processes")
+
+
+# -- the stateful parts of a loader, each under its own key ------------------------------
+
+class SamplerPart:
+    """A user sampler as a part of the loader state: the epoch of the core's state."""
+
+    def __init__(self, samplers: Any, core: Any):
+        self._samplers, self._core = samplers, core
+
+    def state(self) -> Dict[str, Any]:
+        return self._samplers.state(self._core.state()[0])
+
+    def load(self, part: Mapping[str, Any]) -> None:
+        self._samplers.load(dict(part), int(part.get("epoch", -1)))
+
+
+class IterablePart:
+    """An IterableDataset's own state when the epoch started (NOTE [ Iterable datasets ])."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def state(self) -> Dict[str, Any]:
+        epoch, position, _ = self._stream.state()
+        saved = self._stream.dataset_state(epoch)
+        if saved is None and position > 0:
+            name = type(self._stream.dataset).__name__
+            raise RuntimeError(
+                f"stoker cannot save an exact mid-epoch state of the IterableDataset {name}: "
+                "it has no state_dict()/load_state_dict() to make the epoch's stream again. "
+                "Give it those (torchdata's protocol), or save the state between epochs")
+        return {"state": saved}
+
+    def load(self, part: Mapping[str, Any]) -> None:
+        self._stream.pending_dataset_state = part.get("state")

@@ -1,11 +1,15 @@
-"""Declare, then build: a Loader's arguments as a frozen :class:`LoaderPlan`, and
-:func:`build`, the one place that wires the C++ core, the Python stage and the hand-off.
+"""Declare, then build: a Loader's arguments as a frozen :class:`LoaderPlan`; ``build``
+(stoker/_build.py) is the one place that wires the C++ core, the Python stage and the
+hand-off from it.
 
 NOTE [ Loader plan ]
 ``stoker.Loader(dataset, **arguments)`` is two steps::
 
-    plan(dataset, **arguments) -> LoaderPlan      every check; no thread, no C++ producer
-    build(plan)                -> Parts           the producer, the core, the stage
+    plan(dataset, **arguments) -> LoaderPlan      every check (here and in the checks of
+                                                  single arguments, _loader_args.py); no
+                                                  thread, no C++ producer
+    build(plan)                -> Parts           _build.py: the producer, the core, the
+                                                  stage
 
 A plan says what a loader is, in five parts, and prints them (``print(loader.plan)``):
 
@@ -27,12 +31,10 @@ checked plan; the Loader keeps iteration, state and stats (stoker/loader.py).
 from __future__ import annotations
 
 import dataclasses
-import pickle
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 
-from . import _core
 from . import _loader_args as args
 from ._loader_args import check_int
 from .dataset import Dataset
@@ -41,7 +43,7 @@ from .mix import Mix, MixRun
 from .ops import Op, _specs
 from .token_dataset import TokenDataset, _producer_args
 
-__all__ = ["LoaderPlan", "plan", "build", "DEFAULTS"]
+__all__ = ["LoaderPlan", "plan", "DEFAULTS"]
 
 # Loader's arguments and their defaults: plan() takes exactly these (Loader's signature
 # says the same; tests/test_plan.py checks that they agree).
@@ -285,7 +287,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     worker_init_fn = _hook("worker_init_fn", a["worker_init_fn"])
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)
     if iterable:
-        _check_iterable(a)
+        args.check_iterable(a)
     map_style = not iterable and is_map_style(dataset)
     seq_len, packing, max_tokens = a["seq_len"], a["packing"], a["max_tokens"]
     tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
@@ -309,8 +311,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                          "record datasets, not to token batches (seq_len=, packing=, "
                          "max_tokens=)")
     device = torch.device(a["device"])
-    dl = _dataloader_args(a, tokens=tokens, mix=isinstance(dataset, Mix))
-    workers = _check_stage_args(
+    dl = args.dataloader_args(a, tokens=tokens, mix=isinstance(dataset, Mix))
+    workers = args.check_stage_args(
         dataset, map_style=map_style or iterable, tokens=tokens, map_fn=map_fn,
         batch_map=batch_map,
         collate_fn=collate_fn, map_fields=a["map_fields"], names=a["names"],
@@ -356,7 +358,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         if map_style:
             raise ValueError("shard_window shuffles the shards of a stoker.Dataset; a "
                              "map-style dataset has none (shuffle=True shuffles it whole)")
-    _check_samplers(dl, a, shard_window=shard_window, explicit_batch=not default_batch)
+    args.check_samplers(dl, a, shard_window=shard_window, explicit_batch=not default_batch)
     num_threads, prefetch = a["num_threads"], a["prefetch"]
     per_sample = map_style or iterable or map_fn is not None or collate_fn is not None
     if num_threads is None and dl["num_workers"] and not per_sample:
@@ -462,144 +464,11 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                       settings, on_error, prefetch_next, labels, dl["timeout"], given)
 
 
-def _dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[str, Any]:
-    """NOTE [ DataLoader's arguments ]
-    DataLoader's arguments, with DataLoader's meanings where the idea carries over:
-
-      sampler, batch_sampler   any torch Sampler (NOTE [ User samplers ]): its indices, in
-                               its order, iterated once per epoch ahead of the workers
-      num_workers              the Python stage's workers (threads or processes,
-                               python_workers=); 0: the user's code runs in the loop's
-                               thread, in next(); without a Python stage, num_threads
-      worker_init_fn           called once in each worker thread or process, where
-                               torch.utils.data.get_worker_info() answers
-      generator                the order's seed (generator.initial_seed())
-      timeout                  next() raises after waiting that many seconds for a batch
-      prefetch_factor          batches in flight: prefetch_factor * num_workers
-      persistent_workers       accepted: stoker's workers always persist across epochs
-      pin_memory_device        with pin_memory: the CUDA device whose memory is pinned
-      multiprocessing_context  "fork" (or None): how process workers start; stoker's fork
-                               (the dataset is inherited, never pickled), so "spawn" and
-                               "forkserver" are refused with python_workers="process"
-      in_order                 accepted: stoker always delivers in order
-
-    Each is checked as DataLoader checks it (the same combinations refused)."""
-    out: Dict[str, Any] = {}
-    num_workers = a["num_workers"]
-    if num_workers is not None:
-        num_workers = check_int("num_workers", num_workers, 0, 4096,
-                                "a non-negative int (0: in the loop's thread) or None")
-    out["num_workers"] = num_workers
-    pf = a["prefetch_factor"]
-    if pf is not None:
-        if not num_workers:
-            raise ValueError("prefetch_factor option could only be specified with num_workers "
-                             "> 0 (as DataLoader): batches in flight are prefetch_factor * "
-                             "num_workers; or pass prefetch=N")
-        pf = check_int("prefetch_factor", pf, 1)
-    out["prefetch_factor"] = pf
-    if a["persistent_workers"] and num_workers == 0:
-        raise ValueError("persistent_workers option needs num_workers > 0 (as DataLoader)")
-    timeout = a["timeout"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise ValueError(f"timeout option should be non-negative, got {timeout!r}")
-    out["timeout"] = float(timeout)
-    gen = a["generator"]
-    out["seed"] = None
-    if gen is not None:
-        if not isinstance(gen, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(gen).__name__}")
-        if a["seed"] not in (0, gen.initial_seed()):
-            raise ValueError(f"seed={a['seed']} and generator (initial seed "
-                             f"{gen.initial_seed()}) disagree: pass one of them")
-        out["seed"] = gen.initial_seed()
-    ctx = a["multiprocessing_context"]
-    if ctx is not None and not isinstance(ctx, str):
-        ctx = getattr(ctx, "get_start_method", lambda: None)()
-    if ctx not in (None, "fork", "spawn", "forkserver"):
-        raise ValueError(f"multiprocessing_context option should specify a valid start "
-                         f"method in ['fork', 'spawn', 'forkserver'], got {ctx!r}")
-    out["context"] = ctx
-    device = a["pin_memory_device"]
-    if not isinstance(device, str) or (device and torch.device(device).type != "cuda"):
-        raise ValueError(f"pin_memory_device must be '' or a CUDA device, got {device!r}")
-    if not isinstance(a["in_order"], bool):
-        raise ValueError(f"in_order must be a bool, got {a['in_order']!r}")
-    out["sampler"], out["batch_sampler"] = a["sampler"], a["batch_sampler"]
-    if (out["sampler"] is not None or out["batch_sampler"] is not None) and (tokens or mix):
-        raise ValueError("sampler= and batch_sampler= give the indices of a map-style dataset "
-                         "or a stoker.Dataset; token batches and mixtures have their own "
-                         "orders")
-    return out
-
-
-def _check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
-                    shard_window: Optional[int], explicit_batch: bool) -> None:
-    """NOTE [ User samplers ]
-    A sampler (or batch sampler) is iterated once per epoch, at iter() (after set_epoch,
-    which stoker passes on to the sampler's own set_epoch, as DistributedSampler needs),
-    and its indices, in its order, become the epoch's order in C++ (ListedOrders in
-    csrc/sampler/listed_order.h): the workers read ahead of the loop as usual, the batch
-    count is the sampler's, and resume state is the samples consumed in that order. The
-    sampler decides what a rank reads, so stoker does not split it again. A resume is
-    exact when the epoch's order can be made again: a sampler with state_dict() (torchdata's
-    protocol), one drawing from its own torch.Generator (its state is kept), or one that
-    draws nothing (SequentialSampler, DistributedSampler after set_epoch); otherwise
-    state_dict() says why not, rather than replaying another order."""
-    sampler, batch_sampler = dl["sampler"], dl["batch_sampler"]
-    if batch_sampler is not None:
-        if explicit_batch or a["shuffle"] or sampler is not None or a["drop_last"]:
-            raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
-                             "shuffle, sampler, and drop_last (as DataLoader)")
-        _iterable("batch_sampler", batch_sampler)
-    if sampler is not None:
-        if a["shuffle"]:
-            raise ValueError("sampler option is mutually exclusive with shuffle (as "
-                             "DataLoader)")
-        _iterable("sampler", sampler)
-    if sampler is not None or batch_sampler is not None:
-        if a["rank"] is not None or a["world_size"] is not None:
-            raise ValueError("a sampler decides what each rank reads (DistributedSampler): "
-                             "rank= and world_size= apply to stoker's own sampling")
-        if shard_window is not None or not a["even_batches"]:
-            raise ValueError("shard_window and even_batches apply to stoker's own sampling, "
-                             "not to a user's sampler")
-
-
-def _check_iterable(a: Mapping[str, Any]) -> None:
-    """DataLoader's rules for an IterableDataset, and stoker's."""
-    for name in ("sampler", "batch_sampler"):
-        if a[name] is not None:
-            raise ValueError(f"DataLoader with IterableDataset: expected unspecified {name} "
-                             f"option, but got {name}={a[name]!r} (as DataLoader)")
-    if a["shuffle"]:
-        raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
-                         "option, but got shuffle=True (as DataLoader): shuffle in the dataset")
-    if a["python_workers"] == "process":
-        raise ValueError("an IterableDataset runs on the loader's worker threads (NOTE "
-                         "[ Iterable datasets ]): python_workers='process' is for map-style "
-                         "datasets")
-    if torch.device(a["device"]).type == "cuda":
-        raise ValueError("an IterableDataset's batches are made in Python: use device='cpu' "
-                         "(with pin_memory=True) and move them in the loop")
-    for name in ("transforms", "batch_transforms", "pad_values", "names", "shard_window",
-                 "image_layout"):
-        if a[name] is not None:
-            raise ValueError(f"{name}= applies to a stoker.Dataset (or a map-style dataset), "
-                             "not to an IterableDataset")
-
-
-def _iterable(name: str, obj: Any) -> None:
-    if not hasattr(obj, "__iter__"):
-        raise TypeError(f"{name} must be an iterable of indices (a torch Sampler), got "
-                        f"{type(obj).__name__}")
-
-
 def _images(fields: Mapping[str, Any], image_layout: Optional[str],
             max_pixels: int) -> Tuple[Tuple[Tuple[str, str, int], ...], Tuple[str, ...]]:
     """Each image field's decoded layout: the one asked for, else the field's own; by
     default delivered as NCHW in shape, an HWC decode viewed with channels_last strides
-    (no copy; NOTE in loader._LoaderIter.__next__)."""
+    (no copy; NOTE in _iterator.LoaderIter.__next__)."""
     images, nchw = [], []
     for name, f in fields.items():
         if isinstance(f, Image):
@@ -626,248 +495,3 @@ def _groups(fields: Mapping[str, Any], transforms: Mapping[Any, list]) -> Tuple[
     out += [GroupPlan((n,), (), (("mask",),)) for n, f in fields.items()
             if isinstance(f, Image) and f.mode == "L" and n not in grouped]
     return tuple(out)
-
-
-def _check_stage_args(dataset: Any, *, map_style: bool, tokens: bool, map_fn: Any,
-                      batch_map: Any, collate_fn: Any, map_fields: Any, names: Any,
-                      python_workers: str, transforms: Any, image_layout: Any,
-                      device: Any, context: Optional[str] = None) -> str:
-    """The Loader's arguments of the Python stage, checked together; "thread", "process"
-    or "auto" (threads, switching to processes when the stage measures that its Python
-    holds the GIL: NOTE [ Python stage processes ])."""
-    hooks = [n for n, v in (("map", map_fn), ("batch_map", batch_map),
-                            ("collate_fn", collate_fn), ("map_fields", map_fields),
-                            ("names", names)) if v is not None]
-    if tokens and (hooks or map_style):
-        raise ValueError(f"{', '.join(hooks) or 'a map-style dataset'}: not for token batches "
-                         "(seq_len=, packing=, max_tokens=)")
-    if map_style and (transforms or image_layout is not None):
-        raise ValueError("transforms and image_layout apply to the image fields of a "
-                         "stoker.Dataset; with a map-style dataset, transform in its "
-                         "__getitem__ or in map=")
-    if names is not None and not map_style:
-        raise ValueError("names= names the values of a map-style dataset's tuple items; a "
-                         "stoker.Dataset's samples are dicts of its fields")
-    if map_fields is not None and map_fn is None and not map_style:
-        raise ValueError("map_fields= declares what map= returns: pass map= too")
-    if python_workers not in ("auto", "thread", "process"):
-        raise ValueError(f"python_workers must be 'auto', 'thread' or 'process', got "
-                         f"{python_workers!r}")
-    processes = python_workers == "process"
-    if processes and context in ("spawn", "forkserver"):
-        raise ValueError(f"multiprocessing_context={context!r}: stoker's worker processes "
-                         "start by fork (the dataset and your functions are inherited, never "
-                         "pickled); use the default (fork), or python_workers='thread'")
-    if python_workers == "auto" and (context in ("spawn", "forkserver") or (
-            not map_style and getattr(dataset, "remote", None) is not None)):
-        python_workers = "thread"  # processes are not an option here
-    if processes and not (map_style or map_fn is not None or collate_fn is not None):
-        raise ValueError("python_workers='process' runs map= and a map-style dataset's "
-                         "__getitem__ in worker processes: pass one of them")
-    if processes and not map_style and getattr(dataset, "remote", None) is not None:
-        raise ValueError("python_workers='process' reads a local stoker dataset in each "
-                         "worker; a dataset at a URL arrives through this process: use "
-                         "python_workers='thread'")
-    if collate_fn is not None and device.type == "cuda":
-        raise ValueError("collate_fn returns Python objects that stoker cannot copy to the "
-                         "device: with device='cuda' use batch_map= (it receives the native "
-                         "batch on the GPU), or device='cpu' and move the batch yourself")
-    return python_workers
-
-
-def check_picklable(arguments: Mapping[str, Any]) -> None:
-    """A loader pickles its hooks by reference, as DataLoader's workers get them under
-    spawn; a lambda or a nested function cannot be: say which, and what to do."""
-    for name in ("map", "batch_map", "collate_fn"):
-        fn = arguments.get(name)
-        if fn is None:
-            continue
-        try:
-            pickle.dumps(fn)
-        except Exception as e:
-            raise TypeError(
-                f"this stoker.Loader cannot be pickled: its {name}={fn!r} cannot be ({e}). "
-                "Functions are pickled by reference, as DataLoader's under spawn: define it at "
-                "the top level of a module (not a lambda or a nested function), or pass a "
-                "picklable callable object") from e
-
-
-# -- building: the one place that wires the parts ---------------------------------------------
-
-class Parts(NamedTuple):
-    """What build() made: the Loader keeps them."""
-
-    producer: Any  # a _core.BatchProducer
-    core: Any  # _core.LoaderCore
-    stage: Any  # _stage.stage.PythonStage or None
-    mix: Optional[MixRun]
-    device: torch.device  # where batches are (cpu for the host fake)
-    stream_device: Optional[torch.device]  # the CUDA device whose stream a batch joins
-    pin_memory: bool
-    listed: Any  # _core.ListedOrders of a user's sampler, else None
-
-
-def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int:
-    """Samples per chunk of the Python stage: about four chunks per thread in a batch, so
-    that the first batch is ready after about 1/T of its work, while a claim (one C++
-    call) stays rare. With process workers, as many chunks in a batch as workers: a chunk
-    costs a round trip to its worker (two messages, two thread switches), which a handful
-    of samples does not amortise, and the second stage thread of each worker keeps it
-    busy meanwhile."""
-    per = 1 if processes else 4
-    return max(1, -(-int(batch_size) // (per * max(1, int(threads)))))
-
-
-def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
-                   listed: Any = None) -> Any:
-    """A RecordPlan as the ``_core.RecordOptions`` its producer takes."""
-    return _core.RecordOptions(
-        sampler=sampler_options(sampling, listed),
-        skip_errors=r.skip_errors,
-        images={name: _core.ImageFieldSpec(layout, pixels) for name, layout, pixels in r.images},
-        transforms=[_core.TransformSpec(list(g.fields), _specs(list(g.ops)),
-                                        [_core.TargetSpec(*t) for t in g.targets])
-                    for g in r.groups],
-        threads_hint=threads_hint, handoff=r.handoff, pad_values=dict(r.pad_values),
-        mix=None if r.batch_mix is None else r.batch_mix.options())
-
-
-def sampler_options(s: Sampling, listed: Any = None) -> Any:
-    return _core.SamplerOptions(batch_size=s.batch_size or 1, shuffle=s.shuffle,
-                                seed=s.seed64, drop_last=s.drop_last,
-                                even_batches=s.even_batches, shard_window=s.shard_window or 0,
-                                listed=listed)
-
-
-def _listed(s: Sampling) -> Any:
-    """The C++ side of a user's sampler (NOTE [ User samplers ]), with its len() as the
-    length of an epoch until the first is listed; None without one."""
-    user = s.batch_sampler if s.batch_sampler is not None else s.sampler
-    if user is None:
-        return None
-    listed = _core.ListedOrders()
-    try:
-        n = len(user)
-    except TypeError:
-        n = 0
-    if s.batch_sampler is not None:
-        listed.set_hint(n, n * int(getattr(user, "batch_size", 1) or 1))
-    else:
-        b = s.batch_size or 1
-        listed.set_hint(n // b if s.drop_last else -(-n // b), n)
-    return listed
-
-
-def _build_iterable(p: LoaderPlan, open_device: Optional[Callable[[int], Any]]) -> Parts:
-    from ._stage.iterable import IterableStream
-
-    s, st = p.sampling, p.stage
-    assert st is not None
-    # one reader by default: the stream of num_workers=0, read ahead of the loop; more
-    # workers shard the dataset by get_worker_info(), which changes the stream's order
-    workers = 1 if st.num_workers is None else st.num_workers
-    stream = IterableStream(p.dataset, batch_size=s.batch_size or 1, drop_last=s.drop_last,
-                            even_batches=s.even_batches, seed=s.seed, workers=workers,
-                            worker_init_fn=st.worker_init_fn, map_fn=st.map,
-                            batch_map=st.batch_map, collate_fn=st.collate_fn,
-                            map_fields=st.map_fields, unbatched=st.unbatched,
-                            timeout=p.timeout)
-    _, pin, api = args.resolve_device(torch.device("cpu"), p.delivery.pin_memory, open_device,
-                                      p.delivery.pin_device)
-    stream.pin = pin and api is not None and not getattr(api, "fake", False)
-    return Parts(stream, stream, stream, None, torch.device("cpu"), None, pin, None)
-
-
-def build(p: LoaderPlan, world_size: int,
-          open_device: Optional[Callable[[int], Any]] = None) -> Parts:
-    """The running parts of plan `p` (NOTE [ Loader plan ]). `world_size` is the world
-    now (a mixture's rows per step until the first iter() says otherwise); `open_device`
-    stands in for the CUDA driver (tests: the host fake)."""
-    from ._stage.sources import DatasetSource, MapStyleSource
-    from ._stage.stage import PythonStage
-
-    s, t = p.sampling, p.settings
-    mix: Optional[MixRun] = None
-    stage = None
-    listed = _listed(s)
-    if p.source == "iterable":  # NOTE [ Iterable datasets ]: the stream is core and stage
-        return _build_iterable(p, open_device)
-    if p.source == "token mixture":
-        mix = MixRun(p.dataset, tokens=True, record_options=None, batch_size=s.batch_size,
-                     shuffle=s.shuffle, seed=s.seed, drop_last=s.drop_last,
-                     shard_window=None, world_size=world_size, token_options=dict(
-                         {k: v for k, v in (p.tokens or {}).items()}))
-        producer = mix.producer
-    elif p.source == "tokens":
-        producer = _core.TokenProducer(p.dataset._source, **(p.tokens or {}))
-    elif p.source == "mixture":
-        assert p.records is not None
-        mix = MixRun(p.dataset, tokens=False,
-                     record_options=record_options(p.records, s, t.num_threads),
-                     batch_size=s.batch_size, shuffle=s.shuffle, seed=s.seed,
-                     drop_last=s.drop_last, shard_window=s.shard_window,
-                     world_size=world_size, token_options={})
-        producer = mix.producer
-    elif p.source == "map-style":
-        producer = _core.PythonProducer(len(p.dataset), s.batch_size or 1, s.shuffle,
-                                        s.seed64, s.drop_last, s.even_batches, listed=listed)
-    elif p.producer == "PythonProducer":  # records through map / collate_fn
-        producer = _core.PythonProducer(p.dataset._core, s.batch_size or 1, s.shuffle,
-                                        s.seed64, s.drop_last, s.even_batches,
-                                        s.shard_window or 0, listed=listed)
-    else:
-        assert p.records is not None
-        producer = _core.RecordProducer(p.dataset._core,
-                                        record_options(p.records, s, t.num_threads, listed))
-    if p.stage is not None:
-        st = p.stage
-        if st.fetch == "map-style":
-            source: Any = MapStyleSource(p.dataset, st.names)
-        elif st.fetch == "records":
-            assert st.records is not None
-            source = DatasetSource(p.dataset, record_options(st.records, s))
-        else:
-            source = None
-        workers = t.num_threads if st.num_workers is None else st.num_workers
-        stage = PythonStage(source, map_fn=st.map, batch_map=st.batch_map,
-                            collate_fn=st.collate_fn, map_fields=st.map_fields, seed=s.seed,
-                            skip=p.on_error == "skip", threads=max(1, workers),
-                            batch_map_on_consumer=st.batch_map_on_consumer,
-                            workers=st.workers, nchw_views=p.delivery.nchw_views,
-                            inline=workers == 0, worker_init_fn=st.worker_init_fn,
-                            unbatched=st.unbatched)
-
-    options = _core.LoaderOptions()
-    options.num_threads = t.num_threads
-    options.prefetch = t.prefetch
-    options.auto_threads = t.auto_threads
-    options.auto_prefetch = t.auto_prefetch
-    options.max_memory = t.max_memory
-    options.stall_warning = t.stall_warning
-    options.slow_first_batch_ms = int(args.SLOW_FIRST_BATCH_SECONDS * 1000)
-    options.prefetch_next_epoch = p.prefetch_next_epoch
-    target, pin, api = args.resolve_device(torch.device(p.delivery.device),
-                                           p.delivery.pin_memory, open_device,
-                                           p.delivery.pin_device)
-    if pin and api is not None:
-        options.host_memory = _core.pinned_memory(api)
-    if target.type == "cuda":
-        ahead = args.AUTO_DEVICE_PREFETCH if t.auto_prefetch else t.prefetch
-        options.delivery = _core.device_delivery(api, ahead)
-    handoff = None
-    if stage is not None and stage.needs_handoff:
-        per_batch = s.batch_size or int(getattr(s.batch_sampler, "batch_size", 1) or 1)
-        handoff = _core.PythonHandoff(
-            chunk_samples(per_batch, stage.threads, stage.processes), per_batch)
-        options.finisher = handoff
-        stage.batch_size = per_batch
-    fake = api is not None and api.fake  # the host fake's "device" memory is host memory
-    core = _core.LoaderCore(producer, options)
-    stream_device = target if target.type == "cuda" and not fake else None
-    if handoff is not None:
-        handoff.bind(core)
-        stage.attach(handoff)
-        stage.side_device = stream_device
-    return Parts(producer, core, stage, mix, torch.device("cpu") if fake else target,
-                 stream_device, pin, listed)
-

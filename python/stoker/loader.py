@@ -12,19 +12,18 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _core, _plan
+from . import _build, _core, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
+from ._iterator import LoaderIter
 from ._loader_args import check_int
 from ._samplers import UserSampler
-from ._stage.stage import END
 from .mix import MixRun
 from .ops import Op
 
@@ -38,11 +37,6 @@ _live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 def _stop_all() -> None:
     for loader in list(_live_loaders):
         loader.close()
-
-
-# A DLPack capsule as a tensor: torch.from_dlpack's own path for a capsule, without the
-# checks for objects with __dlpack__ (a few microseconds per tensor at every batch).
-_tensor_from_capsule = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
 
 
 class _EpochHook:
@@ -290,7 +284,7 @@ class Loader:
             self.collate_fn = p.stage.collate_fn  # DataLoader's attribute, as frameworks read it
         # a subclass's _open_device stands in for the CUDA driver (tests: the host fake)
         opener = None if type(self)._open_device is Loader._open_device else self._open_device
-        parts = _plan.build(p, self._world()[1], opener)
+        parts = _build.build(p, self._world()[1], opener)
         self._producer, self._core, self._stage = parts.producer, parts.core, parts.stage
         self._mix: Optional[MixRun] = parts.mix
         self.device, self._stream_device = parts.device, parts.stream_device
@@ -382,7 +376,7 @@ class Loader:
         rest of e is what a resume from that state continues; this loader starts e + 1."""
         return self._core.epoch
 
-    def __iter__(self) -> "_LoaderIter":
+    def __iter__(self) -> LoaderIter:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
@@ -408,7 +402,7 @@ class Loader:
             self._samplers.list_epoch(self._core.epoch)
         if self._stage is not None:
             self._stage.start()
-        return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
+        return LoaderIter(self, self._core.iter(rank, world), (rank, world))
 
     # -- resume ---------------------------------------------------------------
 
@@ -427,9 +421,9 @@ class Loader:
         if self._mix is not None and self._mix.mix.is_schedule:
             parts["mix"] = self._mix
         if self._samplers is not None:
-            parts["sampler"] = _SamplerPart(self._samplers, self._core)
+            parts["sampler"] = state_mod.SamplerPart(self._samplers, self._core)
         if self.plan.source == "iterable":
-            parts["stream"] = _IterablePart(self._core)
+            parts["stream"] = state_mod.IterablePart(self._core)
         return parts
 
     def state(self) -> state_mod.LoaderState:
@@ -495,7 +489,7 @@ class Loader:
     # -- pickling ---------------------------------------------------------------
 
     def __getstate__(self) -> Dict[str, Any]:
-        _plan.check_picklable(self.plan.arguments)
+        args.check_picklable(self.plan.arguments)
         return {"dataset": self.dataset, "args": dict(self.plan.arguments),
                 "state": self.state_dict()}
 
@@ -583,124 +577,3 @@ def _under_hf_trainer(frame: Any) -> bool:
             return True
         frame = frame.f_back
     return False
-
-
-class _SamplerPart:
-    """A user sampler as a part of the loader state: the epoch of the core's state."""
-
-    def __init__(self, samplers: UserSampler, core: Any):
-        self._samplers, self._core = samplers, core
-
-    def state(self) -> Dict[str, Any]:
-        return self._samplers.state(self._core.state()[0])
-
-    def load(self, part: Mapping[str, Any]) -> None:
-        self._samplers.load(dict(part), int(part.get("epoch", -1)))
-
-
-class _IterablePart:
-    """An IterableDataset's own state when the epoch started (NOTE [ Iterable datasets ])."""
-
-    def __init__(self, stream: Any):
-        self._stream = stream
-
-    def state(self) -> Dict[str, Any]:
-        epoch, position, _ = self._stream.state()
-        saved = self._stream.dataset_state(epoch)
-        if saved is None and position > 0:
-            name = type(self._stream.dataset).__name__
-            raise RuntimeError(
-                f"stoker cannot save an exact mid-epoch state of the IterableDataset {name}: "
-                "it has no state_dict()/load_state_dict() to make the epoch's stream again. "
-                "Give it those (torchdata's protocol), or save the state between epochs")
-        return {"state": saved}
-
-    def load(self, part: Mapping[str, Any]) -> None:
-        self._stream.pending_dataset_state = part.get("state")
-
-
-class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
-    """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
-
-    def __init__(self, loader: Loader, it: Any, world: Tuple[int, int]):
-        self._loader = loader
-        self._it = it
-        self._world = world
-        self._follow_dist = loader._rank is None or loader._world_size is None
-        self._pid = os.getpid()
-        self._stream_device = loader._stream_device
-        self._hf_lengths = loader._hf_lengths
-        self._nchw_views = loader._nchw_views
-        self._timeout = loader.timeout
-        self._unbatched = loader.plan.sampling.unbatched
-
-    def __iter__(self) -> "_LoaderIter":
-        return self
-
-    def __len__(self) -> int:
-        return self._it.remaining
-
-    def __next__(self) -> Dict[str, torch.Tensor]:
-        entered = time.perf_counter_ns()
-        if os.getpid() != self._pid:
-            raise RuntimeError("this loader iterator was started in another process (before "
-                               "os.fork()); create a new Loader in this process")
-        if self._follow_dist and self._it.claimed:
-            now = self._loader._world()
-            if now != self._world:
-                self.close()
-                raise RuntimeError(
-                    f"the distributed world changed while an epoch was running (rank, "
-                    f"world_size) {self._world} -> {now}; start a new iterator")
-        # The batch belongs to the stream current now (docs/gpu.md).
-        stream = None if self._stream_device is None else \
-            torch.cuda.current_stream(self._stream_device).cuda_stream
-        stage = self._loader._stage
-        if stage is not None:  # NOTE [ Python stage ] in stoker/_stage/__init__.py
-            batch = stage.next(self._it, stream, entered, self._timeout, self._loader._core)
-            if batch is END:
-                self._loader._report_skipped()
-                raise StopIteration
-            stage.follow(self._loader._core.active_threads)
-            return batch
-        calling = time.perf_counter_ns()
-        caps = self._it.next(stream or 0) if self._timeout <= 0 else self._timed(stream or 0)
-        if caps is None:
-            self._loader._report_skipped()
-            raise StopIteration
-        t0 = time.perf_counter_ns()
-        batch = {name: _tensor_from_capsule(cap) for name, cap in caps}
-        # Images decoded HWC (libjpeg-turbo's interleaved RGB) reach the loop in
-        # PyTorch's NCHW shape: the same memory, with channels_last strides.
-        for name in self._nchw_views:
-            batch[name] = batch[name].permute(0, 3, 1, 2)
-        if self._unbatched:  # batch_size=None: the sample alone, as DataLoader's
-            batch = {name: t[0] for name, t in batch.items()}
-        if self._hf_lengths:
-            batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
-        # The loop's time in next() outside the C++ next(): counted with its wait.
-        self._it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
-        return batch
-
-    def _timed(self, stream: int) -> Any:
-        """The core's next batch within DataLoader's timeout, else an error."""
-        got = self._it.next(stream, timeout_ms=int(self._timeout * 1000))
-        if got is False:
-            raise RuntimeError(f"stoker: no batch came within timeout={self._timeout:g} "
-                               "seconds (DataLoader's timeout=)")
-        return got
-
-    @property
-    def epoch(self) -> int:
-        return self._it.epoch
-
-    def close(self) -> None:
-        """Stops this iterator's threads; batches already yielded stay valid."""
-        if os.getpid() == self._pid:
-            self._it.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

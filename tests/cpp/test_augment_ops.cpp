@@ -1,4 +1,4 @@
-// Unit tests of the augmentation kernels on pixels (csrc/decode: color_ops,
+// Unit tests of the augmentation kernels on pixels (csrc/augment, csrc/geometry: color_ops,
 // gaussian_blur, warp, padding, erasing, auto_augment) and of the draws that
 // parametrise them. The reference tests against NumPy/Pillow definitions
 // are in tests/test_augment_kernels.py; these check the properties and the

@@ -1,4 +1,4 @@
-// Unit tests of csrc/decode: the JPEG/PNG decoders, the crop rules, the
+// Unit tests of csrc/codecs and csrc/geometry: the JPEG/PNG decoders, the crop rules, the
 // resampler and the op pipeline. Test images are encoded in-process
 // (test_images.h), so no binary files live in the repository.
 #include <png.h>

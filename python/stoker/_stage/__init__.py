@@ -2,9 +2,11 @@
 
 Modules, each importing only those before it: ``rng`` (per-sample generators),
 ``errors`` (notes on user exceptions), ``telemetry`` (where the time goes), ``sources``
-(stoker records, map-style datasets), ``pool`` (the threads), ``collate`` (native
-batching), ``processes`` (worker processes), ``stage`` (the stage itself). The Loader's
-arguments for it are checked in ``stoker/_plan.py``.
+(stoker records, map-style datasets), ``pool`` (the threads), ``structure`` (a sample's
+structure, as default_collate sees it), ``collate`` (native batching), ``workers``
+(DataLoader's worker protocol, the global random generators), ``processes`` (worker
+processes), ``stage`` (the stage itself), ``iterable`` (an IterableDataset's stream).
+The Loader's arguments for it are checked by the plan (``stoker/_plan.py``).
 
 NOTE [ Python stage ]
 User code runs in the loader's own Python threads ("stoker-python-N"), never on a C++

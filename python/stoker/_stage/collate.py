@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from ..fields import Blob, Field, NDArray, Scalar
+from .structure import Structure, key_name, path_str, where_text
 
 __all__ = ["BatchLayout", "FieldLayout", "TensorSpec", "is_object_spec"]
 
@@ -65,11 +66,6 @@ _BF16 = "bfloat16"
 
 # the same, by dtype character (dtype.name is slow: a NumPy call per value)
 _NATIVE_CHARS = frozenset(np.dtype(n).char for n in _NATIVE) | {"l", "L", "q", "Q"}
-
-
-def _where(where: Any) -> str:
-    """Errors name the sample; the name is made only for an error (a callable)."""
-    return where() if callable(where) else where
 
 
 def _align(n: int) -> int:
@@ -128,10 +124,6 @@ def _shape_str(shape: Sequence[Any]) -> str:
     return f"({inner},)" if len(shape) == 1 else f"({inner})"
 
 
-def _key_name(key: Hashable) -> str:
-    return repr(key) if not isinstance(key, str) else f"'{key}'"
-
-
 class TensorSpec:
     """One tensor of a planned batch: where it lies in the buffer."""
 
@@ -165,11 +157,11 @@ def _declared(key: Hashable, spec: Any) -> FieldLayout:
     if isinstance(spec, Blob):
         return FieldLayout(key, "var", np.dtype("uint8"), (), "declared")
     if isinstance(spec, Field):
-        raise TypeError(f"map_fields[{_key_name(key)}]: {spec!r} cannot describe a Python "
+        raise TypeError(f"map_fields[{key_name(key)}]: {spec!r} cannot describe a Python "
                         "output; use stoker.ndarray(dtype, shape) (a leading None for a "
                         "variable first dimension), stoker.scalar(dtype), stoker.blob(), or "
                         "object for a list")
-    raise TypeError(f"map_fields[{_key_name(key)}] must be stoker.ndarray(...), "
+    raise TypeError(f"map_fields[{key_name(key)}] must be stoker.ndarray(...), "
                     f"stoker.scalar(...), stoker.blob() or object, got {spec!r}")
 
 
@@ -225,7 +217,7 @@ def _infer(key: Hashable, value: Any, where: str) -> FieldLayout:
     try:
         v = _as_array(value)
     except _Mismatch as e:
-        raise ValueError(f"{where}: field {_key_name(key)} {e}") from None
+        raise ValueError(f"{where}: field {key_name(key)} {e}") from None
     if v is None:
         return FieldLayout(key, "object", source=source)
     if isinstance(v, _Stacked):
@@ -239,152 +231,6 @@ def _infer(key: Hashable, value: Any, where: str) -> FieldLayout:
     if v.ndim == 0:
         return FieldLayout(key, "scalar", v.dtype.newbyteorder("="), (), source)
     return FieldLayout(key, "array", v.dtype.newbyteorder("="), tuple(v.shape), source)
-
-
-def _is_namedtuple(value: Any) -> bool:
-    return isinstance(value, tuple) and hasattr(value, "_fields")
-
-
-def _path_str(path: Tuple[Hashable, ...]) -> str:
-    """A leaf's place in a sample, for errors: ['boxes'], [1], ['meta'][0]."""
-    return "".join(f"[{p!r}]" for p in path) or "the sample"
-
-
-class _Node:
-    """The structure of a sample (default_collate's view of it): a leaf, or a container
-    (``dict`` for mappings, ``seq`` for lists and tuples, ``named`` for namedtuples) of
-    nodes. Leaves are numbered in order; ``leaf`` is the leaf's number."""
-
-    __slots__ = ("kind", "type", "keys", "children", "leaf")
-
-    def __init__(self, kind: str, type_: Any = None, keys: Tuple[Hashable, ...] = (),
-                 children: Tuple["_Node", ...] = (), leaf: int = -1):
-        self.kind = kind
-        self.type = type_
-        self.keys = keys
-        self.children = children
-        self.leaf = leaf
-
-
-def _container(value: Any, declared: bool) -> Optional[str]:
-    """The container kind of a value default_collate recurses into, else None (a leaf).
-    A value declared in map_fields is a leaf whatever it is."""
-    if declared:
-        return None
-    if isinstance(value, Mapping):
-        return "dict"
-    if _is_namedtuple(value):
-        return "named"
-    if isinstance(value, (list, tuple)):
-        return "seq"
-    return None
-
-
-class _Structure:
-    """A sample's structure, fixed from the first sample: flattens every sample to its
-    leaves (checking it has that structure) and builds a batch from batched leaves."""
-
-    def __init__(self, sample: Any, top_declared: Mapping[Hashable, Any]):
-        self.paths: List[Tuple[Hashable, ...]] = []
-        # leaves inside a sequence: default_collate gives their lists as tuples (zip's)
-        self.in_sequence: List[bool] = []
-        self.root = self._node(sample, (), top_declared)
-        # one leaf at the top of a plain dict of leaves: flatten by its keys (fast path)
-        r = self.root
-        self.flat_dict: Optional[Tuple[Hashable, ...]] = \
-            r.keys if r.kind == "dict" and all(c.kind == "leaf" for c in r.children) else None
-
-    def _node(self, value: Any, path: Tuple[Hashable, ...],
-              top_declared: Mapping[Hashable, Any], in_sequence: bool = False) -> _Node:
-        declared = len(path) == 1 and path[0] in top_declared
-        kind = _container(value, declared)
-        if kind is None:
-            self.paths.append(path)
-            self.in_sequence.append(in_sequence)
-            return _Node("leaf", leaf=len(self.paths) - 1)
-        if kind == "dict":
-            keys = tuple(value.keys())
-            children = tuple(self._node(value[k], path + (k,), top_declared) for k in keys)
-            return _Node("dict", type(value), keys, children)
-        children = tuple(self._node(v, path + (i,), top_declared, True)
-                         for i, v in enumerate(value))
-        return _Node(kind, type(value), tuple(range(len(value))), children)
-
-    def flatten(self, sample: Any, where: Any, what: str) -> List[Any]:
-        keys = self.flat_dict
-        if keys is not None and type(sample) is dict and len(sample) == len(keys):
-            try:
-                return [sample[k] for k in keys]
-            except KeyError:
-                pass  # the slow path says which
-        out: List[Any] = []
-        self._flatten(self.root, sample, (), out, where, what)
-        return out
-
-    def _flatten(self, node: _Node, value: Any, path: Tuple[Hashable, ...], out: List[Any],
-                 where: Any, what: str) -> None:
-        if node.kind == "leaf":
-            out.append(value)
-            return
-        if node.kind == "dict":
-            if not isinstance(value, Mapping):
-                raise TypeError(f"{_where(where)}: {_path_str(path)} of the {what} is a "
-                                f"{type(value).__name__}, where the first sample has a dict")
-            if len(value) != len(node.keys) or any(k not in value for k in node.keys):
-                extra = [k for k in value if k not in node.keys]
-                missing = [k for k in node.keys if k not in value]
-                parts = []
-                if extra:
-                    parts.append(f"has key(s) {', '.join(map(_key_name, extra))} that the "
-                                 "first sample does not")
-                if missing:
-                    parts.append(f"lacks key(s) {', '.join(map(_key_name, missing))}")
-                at = "" if not path else f" at {_path_str(path)}"
-                raise ValueError(f"{_where(where)}: the {what}{at} {' and '.join(parts)} "
-                                 f"(keys of the first sample: "
-                                 f"{', '.join(map(_key_name, node.keys))}); every sample must "
-                                 "have the same keys")
-            for k, child in zip(node.keys, node.children):
-                self._flatten(child, value[k], path + (k,), out, where, what)
-            return
-        if not isinstance(value, (list, tuple)) or (node.kind == "named") != \
-                _is_namedtuple(value):
-            raise TypeError(f"{_where(where)}: {_path_str(path)} of the {what} is a "
-                            f"{type(value).__name__}, where the first sample has a "
-                            f"{node.type.__name__}")
-        if len(value) != len(node.children):
-            raise ValueError(f"{_where(where)}: {_path_str(path)} of the {what} has "
-                             f"{len(value)} elements, the first sample's {len(node.children)}: "
-                             "each element in a batch should be of equal size (as "
-                             "default_collate requires)")
-        for i, (v, child) in enumerate(zip(value, node.children)):
-            self._flatten(child, v, path + (i,), out, where, what)
-
-    def build(self, leaves: Sequence[Any], lengths: Mapping[int, Any]) -> Any:
-        """The batch: `leaves[i]` the batched leaf i; `lengths[i]` the lengths of a padded
-        leaf (a value of the top dict: "<key>_lengths" goes beside it)."""
-        return self._build(self.root, leaves, lengths, top=True)
-
-    def _build(self, node: _Node, leaves: Sequence[Any], lengths: Mapping[int, Any],
-               top: bool = False) -> Any:
-        if node.kind == "leaf":
-            return leaves[node.leaf]
-        if node.kind == "dict":
-            d: Dict[Hashable, Any] = {}
-            for k, child in zip(node.keys, node.children):
-                d[k] = self._build(child, leaves, lengths)
-                if top and child.kind == "leaf" and child.leaf in lengths:
-                    d[f"{k}_lengths"] = lengths[child.leaf]
-            if node.type is dict:
-                return d
-            try:  # default_collate keeps the mapping's type where it can
-                return node.type(d)
-            except Exception:
-                return d
-        values = [self._build(child, leaves, lengths) for child in node.children]
-        if node.kind == "named":
-            return node.type(*values)
-        return values  # a list, for a tuple too (default_collate's rule)
 
 
 class BatchLayout:
@@ -417,7 +263,7 @@ class BatchLayout:
             f.source = "the dataset's field type"
         self._fields: Optional[Dict[str, FieldLayout]] = None
         self._list: List[FieldLayout] = []
-        self.structure: Optional[_Structure] = None
+        self.structure: Optional[Structure] = None
         self._lock = threading.Lock()
 
     @property
@@ -438,9 +284,9 @@ class BatchLayout:
                 if missing:
                     raise ValueError(
                         f"{where}: the {self.what} has no field "
-                        f"{', '.join(map(_key_name, missing))} that map_fields declares "
-                        f"(it has {', '.join(map(_key_name, have)) or 'none'})")
-                structure = _Structure(sample, self._declared)
+                        f"{', '.join(map(key_name, missing))} that map_fields declares "
+                        f"(it has {', '.join(map(key_name, have)) or 'none'})")
+                structure = Structure(sample, self._declared)
                 leaves = structure.flatten(sample, where, self.what)
                 fields: Dict[str, FieldLayout] = {}
                 layouts = []
@@ -458,7 +304,7 @@ class BatchLayout:
                     # padding has a place only beside a value of the top dict
                     f.can_pad = len(path) == 1 and top is not None
                     if f.kind == "var" and not f.can_pad:
-                        raise ValueError(f"{where}: {_path_str(path)} of the {self.what} is "
+                        raise ValueError(f"{where}: {path_str(path)} of the {self.what} is "
                                          "declared with a variable first dimension, whose "
                                          "lengths go under '<name>_lengths' in a dict: return "
                                          "a dict (or pass names=)")
@@ -472,7 +318,7 @@ class BatchLayout:
                     if f.can_pad and f"{f.name}_lengths" in fields:
                         raise ValueError(f"{where}: the {self.what} has a field "
                                          f"'{f.name}_lengths', the name of field "
-                                         f"{_key_name(f.key)}'s lengths in the batch")
+                                         f"{key_name(f.key)}'s lengths in the batch")
                 self.structure = structure
                 self._list = layouts
                 self._fields = fields
@@ -484,7 +330,7 @@ class BatchLayout:
         naming `where` (a str, or a callable that makes it), the field and both shapes
         when the sample disagrees."""
         layouts = self._list if self._fields is not None else \
-            self._establish(sample, _where(where))
+            self._establish(sample, where_text(where))
         assert self.structure is not None
         leaves = self.structure.flatten(sample, where, self.what)
         out = []
@@ -498,7 +344,7 @@ class BatchLayout:
                 v = _as_array(value)
                 t = v.tensor if isinstance(v, _Stacked) else None
                 if t is None or t.dtype != f.dtype or tuple(t.shape) != f.shape:
-                    raise ValueError(f"{_where(where)}: field {_key_name(f.key)} is not a "
+                    raise ValueError(f"{where_text(where)}: field {key_name(f.key)} is not a "
                                      f"{f.dtype} tensor of shape {_shape_str(f.shape)}, as "
                                      f"the layout ({f.source})")
                 out.append(t)
@@ -521,7 +367,7 @@ class BatchLayout:
                 out.append(self._fit(i, v))
             except _Mismatch as e:
                 f = self._list[i]
-                raise ValueError(f"{_where(where)}: field {_key_name(f.key)} {e}; the layout "
+                raise ValueError(f"{where_text(where)}: field {key_name(f.key)} {e}; the layout "
                                  f"({f.source}) has {f.describe()}") from None
         return out
 
@@ -547,7 +393,7 @@ class BatchLayout:
                 if len(shape) == len(f.shape) and shape and shape[1:] == f.shape[1:]:
                     hint = (" (a varying first dimension is padded in a dict's values: "
                             "return a dict, or declare it: map_fields="
-                            f"{{{_key_name(f.key)}: stoker.ndarray('{_dtype_name(f.dtype)}', "
+                            f"{{{key_name(f.key)}: stoker.ndarray('{_dtype_name(f.dtype)}', "
                             f"{_shape_str((None,) + f.shape[1:])})}})")
                 raise _Mismatch(f"has shape {_shape_str(shape)}{hint}")
         else:  # var

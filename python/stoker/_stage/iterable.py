@@ -42,6 +42,7 @@ import torch
 from .collate import BatchLayout, tensors_of
 from .errors import add_note
 from .rng import batch_rng, rng_from_key, rng_keys
+from .stage import END
 from .workers import set_thread_worker_info
 
 __all__ = ["IterableStream"]
@@ -314,8 +315,6 @@ class IterableStream:
 
     def next(self, it: _Iter, consumer_stream: Any, entered: int, timeout: float = 0.0,
              core: Any = None) -> Any:
-        from .stage import END
-
         rows = it.next_rows()
         if rows is None:
             return END

@@ -61,7 +61,7 @@ import numpy as np
 from ._threads import DaemonPool
 from .retry import Cancelled, CancelToken, Retry
 from .space import CacheDirectory, Holder, close_locked, flock, open_locked
-from .transport import PermanentError, RemoteError, Source, TransientError
+from .transport import PermanentError, RemoteError, Source, TransientError, download_to_fd
 
 __all__ = ["ShardCache", "RemoteError", "default_cache_dir"]
 
@@ -491,41 +491,16 @@ class ShardCache:
             close_locked(evict_fd)
 
     def _download(self, s: _Shard, fd: int) -> None:
-        from .. import _core
-
+        from .. import _core  # deferred: the cache is imported without the extension
         url = self.url(s.index)
 
         def attempt() -> None:
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            digest = _core.Checksum32()
-            n = 0
-
-            def sink(chunk: bytes) -> None:
-                nonlocal n
-                self.cancel.check()
-                digest.update(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view):]
-                n += len(chunk)
-                if n > s.size:
-                    raise TransientError(f"body longer than the {s.size} bytes index.json "
-                                         "gives")
-
-            try:
-                self.source.stream(s.name, sink, cancel=self.cancel)
-            finally:
+            def counted(n: int) -> None:
                 with self._mu:
                     self._stats["bytes_downloaded"] += n
-            if n != s.size:
-                raise TransientError(f"got {n} bytes, index.json gives {s.size}")
-            got = digest.digest()
-            if s.checksum is not None and got != s.checksum:
-                # The whole body came: the server has other bytes than index.json says.
-                raise PermanentError(f"checksum {got:08x} differs from index.json's "
-                                     f"{s.checksum:08x} (the whole file came: the server has "
-                                     "other bytes, so it is not tried again)")
+
+            download_to_fd(self.source, s.name, fd, s.size, s.checksum, self.cancel,
+                           _core.Checksum32(), counted)
 
         def counted() -> None:
             with self._mu:

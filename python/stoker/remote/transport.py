@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import os
 import re
 import socket
 import urllib.parse
@@ -505,3 +506,38 @@ def open_source(url: str, *, timeout: float = 30.0,
     if scheme in ("s3", "s3a"):
         return S3Source(url, timeout=timeout, storage_options=storage_options)
     return FsspecSource(url, storage_options=storage_options)
+
+
+def download_to_fd(source: Source, name: str, fd: int, size: int, checksum: Optional[int],
+                   cancel: Any, digest: Any, counted: Callable[[int], None]) -> None:
+    """One attempt at object `name` into `fd` (from its start): exactly `size` bytes whose
+    checksum (`digest`, a fresh _core.Checksum32) is `checksum` (None: not known), else
+    TransientError (another attempt may do) or PermanentError (the server has other
+    bytes). `counted(n)` gets the bytes that came, whatever happened."""
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    n = 0
+
+    def sink(chunk: bytes) -> None:
+        nonlocal n
+        cancel.check()
+        digest.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view):]
+        n += len(chunk)
+        if n > size:
+            raise TransientError(f"body longer than the {size} bytes index.json gives")
+
+    try:
+        source.stream(name, sink, cancel=cancel)
+    finally:
+        counted(n)
+    if n != size:
+        raise TransientError(f"got {n} bytes, index.json gives {size}")
+    got = digest.digest()
+    if checksum is not None and got != checksum:
+        # The whole body came: the server has other bytes than index.json says.
+        raise PermanentError(f"checksum {got:08x} differs from index.json's {checksum:08x} "
+                             "(the whole file came: the server has other bytes, so it is not "
+                             "tried again)")

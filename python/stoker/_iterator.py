@@ -1,0 +1,106 @@
+"""One epoch of a Loader: :class:`LoaderIter`, what ``iter(loader)`` returns. It takes
+batches from the C++ core (or the Python stage) and hands them to the loop as tensors
+(DLPack, no copy)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Iterator, Tuple
+
+import torch
+
+from ._stage.stage import END
+
+__all__ = ["LoaderIter"]
+
+# A DLPack capsule as a tensor: torch.from_dlpack's own path for a capsule, without the
+# checks for objects with __dlpack__ (a few microseconds per tensor at every batch).
+_tensor_from_capsule = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
+
+
+class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
+    """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
+
+    def __init__(self, loader: Any, it: Any, world: Tuple[int, int]):
+        self._loader = loader
+        self._it = it
+        self._world = world
+        self._follow_dist = loader._rank is None or loader._world_size is None
+        self._pid = os.getpid()
+        self._stream_device = loader._stream_device
+        self._hf_lengths = loader._hf_lengths
+        self._nchw_views = loader._nchw_views
+        self._timeout = loader.timeout
+        self._unbatched = loader.plan.sampling.unbatched
+
+    def __iter__(self) -> "LoaderIter":
+        return self
+
+    def __len__(self) -> int:
+        return self._it.remaining
+
+    def __next__(self) -> Dict[str, torch.Tensor]:
+        entered = time.perf_counter_ns()
+        if os.getpid() != self._pid:
+            raise RuntimeError("this loader iterator was started in another process (before "
+                               "os.fork()); create a new Loader in this process")
+        if self._follow_dist and self._it.claimed:
+            now = self._loader._world()
+            if now != self._world:
+                self.close()
+                raise RuntimeError(
+                    f"the distributed world changed while an epoch was running (rank, "
+                    f"world_size) {self._world} -> {now}; start a new iterator")
+        # The batch belongs to the stream current now (docs/gpu.md).
+        stream = None if self._stream_device is None else \
+            torch.cuda.current_stream(self._stream_device).cuda_stream
+        stage = self._loader._stage
+        if stage is not None:  # NOTE [ Python stage ] in stoker/_stage/__init__.py
+            batch = stage.next(self._it, stream, entered, self._timeout, self._loader._core)
+            if batch is END:
+                self._loader._report_skipped()
+                raise StopIteration
+            stage.follow(self._loader._core.active_threads)
+            return batch
+        calling = time.perf_counter_ns()
+        caps = self._it.next(stream or 0) if self._timeout <= 0 else self._timed(stream or 0)
+        if caps is None:
+            self._loader._report_skipped()
+            raise StopIteration
+        t0 = time.perf_counter_ns()
+        batch = {name: _tensor_from_capsule(cap) for name, cap in caps}
+        # Images decoded HWC (libjpeg-turbo's interleaved RGB) reach the loop in
+        # PyTorch's NCHW shape: the same memory, with channels_last strides.
+        for name in self._nchw_views:
+            batch[name] = batch[name].permute(0, 3, 1, 2)
+        if self._unbatched:  # batch_size=None: the sample alone, as DataLoader's
+            batch = {name: t[0] for name, t in batch.items()}
+        if self._hf_lengths:
+            batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
+        # The loop's time in next() outside the C++ next(): counted with its wait.
+        self._it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
+        return batch
+
+    def _timed(self, stream: int) -> Any:
+        """The core's next batch within DataLoader's timeout, else an error."""
+        got = self._it.next(stream, timeout_ms=int(self._timeout * 1000))
+        if got is False:
+            raise RuntimeError(f"stoker: no batch came within timeout={self._timeout:g} "
+                               "seconds (DataLoader's timeout=)")
+        return got
+
+    @property
+    def epoch(self) -> int:
+        return self._it.epoch
+
+    def close(self) -> None:
+        """Stops this iterator's threads; batches already yielded stay valid."""
+        if os.getpid() == self._pid:
+            self._it.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

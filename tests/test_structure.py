@@ -1,0 +1,94 @@
+"""The package's structure: the import graph of stoker's Python modules has no circle,
+imports inside functions included (those under `if TYPE_CHECKING:` are for type checkers,
+not imports), and no source file is over 600 lines but the one documented kernel file."""
+
+import ast
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "python" / "stoker"
+# The one file allowed over 600 lines: the colour kernels, one function per op family
+# with their SIMD variants side by side (csrc/README.md).
+LONG_OK = {"csrc/augment/color_ops.cpp"}
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path, name: str) -> set:
+    """stoker modules `path` imports, at any depth (function bodies too)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(tree):  # names for type checkers only are no imports
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("stoker")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if not mod.startswith("stoker"):
+                continue
+            for a in node.names:  # `from . import x` names a module when x is one
+                sub = f"{mod}.{a.name}"
+                out.add(sub if _exists(sub) else mod)
+    return out
+
+
+def _exists(module: str) -> bool:
+    rel = Path(*module.split("."))
+    return (PKG.parent / rel).with_suffix(".py").exists() or \
+        (PKG.parent / rel / "__init__.py").exists()
+
+
+def test_the_import_graph_has_no_circle():
+    graph = {}
+    for path in PKG.rglob("*.py"):
+        name = _module(path)
+        graph[name] = {m for m in _imports(path, name) if m != name and _exists(m)}
+    # a package's __init__ importing its own submodules is how Python loads them, not a
+    # circle of meaning: edges from a package to its children are left out
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not m.startswith(name + ".")}
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(m):] + [m]))
+            if m not in state:
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
+
+
+def test_no_source_file_is_over_600_lines():
+    long = []
+    for top in ("python/stoker", "csrc"):
+        for dirpath, _, files in os.walk(ROOT / top):
+            for f in files:
+                if f.endswith((".py", ".cpp", ".h")):
+                    path = Path(dirpath) / f
+                    rel = str(path.relative_to(ROOT))
+                    n = len(path.read_text().splitlines())
+                    if n > 600 and rel not in LONG_OK:
+                        long.append(f"{rel}: {n}")
+    assert not long, long
