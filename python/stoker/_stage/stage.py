@@ -146,6 +146,7 @@ class PythonStage:
         self.batch_size = 1  # samples in a batch (build() sets it): chunk sizes
         self._init_error: Optional[BaseException] = None  # worker_init_fn's, raised in next()
         self._probed = False  # the global generators watched over one sample
+        self._probe_done = threading.Event()  # ... and its answer known
         self._global_draws = False  # ... and it drew from them
         # Image fields of a C++-assembled batch that the loop gets as NCHW views of their
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
@@ -205,7 +206,10 @@ class PythonStage:
             if self._probed:
                 return False
             self._probed = True
-            return not self.processes and not self.inline
+            if self.processes or self.inline:
+                self._probe_done.set()
+                return False
+            return True
 
     def _global_draws_seen(self) -> None:
         """On the consumer's thread, once the watched sample drew from the global
@@ -260,12 +264,8 @@ class PythonStage:
             self.auto = self._delivered < 64  # no second core: threads it is
             return
         s = core.stats()
-        py, cpu, wait = s["python_seconds"], s["python_cpu_seconds"], s["python_wait_seconds"]
-        if py < 0.05:
-            return
-        blocked = py - cpu - wait
-        cores = self.pool.active * cpu / py
-        if blocked > 0.3 * py and 0.6 < cores < 1.5:  # not sleeps or I/O: the GIL
+        if gil_bound(s["python_seconds"], s["python_cpu_seconds"], s["python_wait_seconds"],
+                     self.pool.active):
             self._to_processes()
 
     def stop(self) -> None:
@@ -373,16 +373,21 @@ class PythonStage:
     def _one(self, task: Any, pending: _Pending, pos: int, index: int,
              key: Optional[np.ndarray]) -> None:
         try:
-            if not self._probed and self._claim_probe():
-                # NOTE [ Global random generators ] in workers.py: the first sample run on a
-                # thread is watched
-                drew, row = draws_globals(lambda: self._sample(index, task.epoch, key))
-                pending.rows[pos] = row
-                if drew:
-                    self._global_draws = True
-                    if self.auto and self.pool is not None:
-                        self.pool.paused = True  # no more on threads: the consumer forks
-                return
+            if not self._probe_done.is_set():
+                if self._claim_probe():
+                    # NOTE [ Global random generators ] in workers.py: the first sample run
+                    # on a thread is watched, the other threads waiting for the answer
+                    try:
+                        drew, row = draws_globals(lambda: self._sample(index, task.epoch, key))
+                    finally:
+                        self._probe_done.set()
+                    pending.rows[pos] = row
+                    if drew:
+                        self._global_draws = True
+                        if self.auto and self.pool is not None:
+                            self.pool.paused = True  # no more on threads: the consumer forks
+                    return
+                self._probe_done.wait(60)
             pending.rows[pos] = self._sample(index, task.epoch, key)
             return
         except Exception as e:
@@ -732,6 +737,19 @@ class PythonStage:
         """The exception a failed batch carries (None if it is not known here)."""
         d = self.take_delivery(ticket)
         return None if d is None else d.error
+
+
+def gil_bound(python_s: float, cpu_s: float, wait_s: float, threads: int) -> bool:
+    """Whether `threads` stage threads that spent `python_s` in the user's Python, `cpu_s` of
+    it on a core and `wait_s` waiting for one, take turns on the GIL: blocked (neither on a
+    core nor waiting for one) a third of the time or more, at about one core between them
+    (csrc/pipeline/autotuner.cpp gil_bound: threads blocked on sleeps or I/O use much less;
+    a machine with no free core shows up as waiting, where processes would not help)."""
+    if threads < 2 or python_s < 0.05:
+        return False
+    blocked = python_s - cpu_s - wait_s
+    cores = threads * cpu_s / python_s
+    return blocked > 0.3 * python_s and 0.6 < cores < 1.5
 
 
 class _Taker:
