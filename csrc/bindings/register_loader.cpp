@@ -46,8 +46,7 @@ py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool 
     LoaderCore::Iterator::Status s;
     {
       py::gil_scoped_release nogil;
-      s = it.next(b, std::min(deadline, Clock::now() + kSignalSlice), consumer_stream,
-                  side_stream);
+      s = it.next(b, std::min(deadline, Clock::now() + kSignalSlice), consumer_stream, side_stream);
       got = Clock::now();
     }
     emit_messages(it.core());
@@ -164,18 +163,17 @@ void register_loader(py::module_& m) {
       .def_property_readonly("num_samples", &ListedOrders::num_samples);
 
   py::class_<SamplerOptions>(m, "SamplerOptions", "Which samples go into which batch.")
-      .def(
-          py::init([](int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
-                      bool even_batches, int64_t shard_window,
-                      std::shared_ptr<ListedOrders> listed) {
-            return SamplerOptions{batch_size,   shuffle,      seed,  drop_last,
-                                  even_batches, shard_window, listed};
-          }),
-          py::kw_only(), py::arg("batch_size"), py::arg("shuffle") = false, py::arg("seed") = 0,
-          py::arg("drop_last") = false, py::arg("even_batches") = true, py::arg("shard_window") = 0,
-          py::arg("listed") = nullptr,
-          "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle; "
-          "listed: a user sampler's orders (replacing shuffle and the rank split).")
+      .def(py::init([](int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
+                       bool even_batches, int64_t shard_window,
+                       std::shared_ptr<ListedOrders> listed) {
+             return SamplerOptions{batch_size,   shuffle,      seed,  drop_last,
+                                   even_batches, shard_window, listed};
+           }),
+           py::kw_only(), py::arg("batch_size"), py::arg("shuffle") = false, py::arg("seed") = 0,
+           py::arg("drop_last") = false, py::arg("even_batches") = true,
+           py::arg("shard_window") = 0, py::arg("listed") = nullptr,
+           "shard_window: shards per window of the shard-window shuffle, 0 = a global shuffle; "
+           "listed: a user sampler's orders (replacing shuffle and the rank split).")
       .def_readonly("batch_size", &SamplerOptions::batch_size)
       .def_readonly("shuffle", &SamplerOptions::shuffle)
       .def_readonly("seed", &SamplerOptions::seed)

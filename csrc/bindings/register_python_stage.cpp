@@ -55,8 +55,8 @@ std::vector<TensorDesc> tensors_from_py(const py::list& specs) {
 SamplerOptions sampler_options(int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
                                bool even_batches, int64_t shard_window,
                                std::shared_ptr<ListedOrders> listed) {
-  return SamplerOptions{batch_size,   shuffle,      seed,  drop_last,
-                        even_batches, shard_window, std::move(listed)};
+  return SamplerOptions{batch_size,   shuffle,          seed, drop_last, even_batches,
+                        shard_window, std::move(listed)};
 }
 
 }  // namespace

@@ -157,11 +157,11 @@ void LoaderCore::set_epoch(uint64_t epoch) {
   if (skip_ && skip_->epoch != epoch) {
     Skip s = *skip_;
     s.epoch = epoch;
-    resume_at(LoaderState{epoch,
-                          producer_->consumed_after(EpochKey{epoch, s.rank, s.world_size, 0},
-                                                    s.batches),
-                          s.world_size},
-              retired);
+    resume_at(
+        LoaderState{epoch,
+                    producer_->consumed_after(EpochKey{epoch, s.rank, s.world_size, 0}, s.batches),
+                    s.world_size},
+        retired);
     skip_ = s;
   }
   // The epoch that flows on after the running one, or the one waiting.
@@ -346,10 +346,10 @@ void LoaderCore::skip(int64_t batches, int64_t rank, int64_t world_size) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t epoch = resume_ ? resume_->epoch : pending_.value_or(next_epoch_);
   skip_ = Skip{epoch, batches, rank, world_size};
-  resume_at(LoaderState{epoch, producer_->consumed_after(EpochKey{epoch, rank, world_size, 0},
-                                                         batches),
-                        world_size},
-            retired);
+  resume_at(
+      LoaderState{epoch, producer_->consumed_after(EpochKey{epoch, rank, world_size, 0}, batches),
+                  world_size},
+      retired);
 }
 
 void LoaderCore::resume_at(const LoaderState& s, Retired& retired) {

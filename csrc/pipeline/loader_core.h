@@ -168,8 +168,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   bool forked() const;
   EpochKey prospective_key(int64_t rank, int64_t world) const;  // with mu_
   bool run_starts(const Run& run, const EpochKey& key) const;
-  std::shared_ptr<Run> new_run(const EpochKey& key);  // with mu_
-  void drop_spec(Retired& retired);                   // with mu_
+  std::shared_ptr<Run> new_run(const EpochKey& key);       // with mu_
+  void drop_spec(Retired& retired);                        // with mu_
   void resume_at(const LoaderState& s, Retired& retired);  // with mu_
   // With mu_: stops `run` without waiting and moves it to `retired`.
   void stop_run(std::shared_ptr<Run> run, Retired& retired);
@@ -198,9 +198,9 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
     uint64_t epoch;
     int64_t batches, rank, world_size;
   };
-  std::optional<Skip> skip_;  // guarded by mu_: skip()'s, until an iterator takes it
-  Main main_;                          // guarded by mu_
-  std::shared_ptr<Run> spec_;          // guarded by mu_: a stream waiting for its iterator
+  std::optional<Skip> skip_;   // guarded by mu_: skip()'s, until an iterator takes it
+  Main main_;                  // guarded by mu_
+  std::shared_ptr<Run> spec_;  // guarded by mu_: a stream waiting for its iterator
   std::vector<std::weak_ptr<Iterator>> iterators_;  // guarded by mu_
   std::vector<std::shared_ptr<Run>> runs_;          // guarded by mu_: every live run
 };

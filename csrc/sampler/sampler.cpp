@@ -25,14 +25,14 @@ EpochOrder::EpochOrder(std::span<const int64_t> shard_records, const SamplerOpti
     n_ = listed_->indices.size();
     rank_ = 0;
     world_ = 1;
-    STOKER_CHECK(offset >= 0 && static_cast<uint64_t>(offset) <= n_, UsageError,
-                 "epoch offset ", offset, " outside [0, ", n_, "]");
+    STOKER_CHECK(offset >= 0 && static_cast<uint64_t>(offset) <= n_, UsageError, "epoch offset ",
+                 offset, " outside [0, ", n_, "]");
     offset_ = static_cast<uint64_t>(offset);
     pad_from_ = 0;
     auto it = std::lower_bound(ends.begin(), ends.end(), offset);
     first_ = offset == 0 ? 0 : static_cast<int64_t>(it - ends.begin()) + 1;
-    STOKER_CHECK(offset == 0 || (it != ends.end() && *it == offset), UsageError,
-                 "epoch offset ", offset, " is not where a batch of the sampler ends");
+    STOKER_CHECK(offset == 0 || (it != ends.end() && *it == offset), UsageError, "epoch offset ",
+                 offset, " is not where a batch of the sampler ends");
     batches_ = static_cast<int64_t>(ends.size()) - first_;
     share_ = rank_share_ = static_cast<int64_t>(n_) - offset;
     read_end_ = n_;
@@ -91,7 +91,8 @@ EpochOrder::EpochOrder(std::span<const int64_t> shard_records, const SamplerOpti
 }
 
 int64_t EpochOrder::batch_length(int64_t k) const {
-  if (listed_) return k < 0 || k >= batches_ ? 0 : listed_start(first_ + k + 1) - listed_start(first_ + k);
+  if (listed_)
+    return k < 0 || k >= batches_ ? 0 : listed_start(first_ + k + 1) - listed_start(first_ + k);
   // k < batches_, so k * batch_size_ <= share_ cannot overflow.
   return std::max<int64_t>(0, std::min(batch_size_, rank_share_ - k * batch_size_));
 }

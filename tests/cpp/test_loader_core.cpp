@@ -618,6 +618,30 @@ void resume() {
   CHECK(sorted(rest) == sorted(want));
 }
 
+// skip(n): the next iterator starts at batch n of its epoch; a set_epoch before it
+// moves the skip to that epoch; an iterator takes it; load_state drops it.
+void skip_batches() {
+  std::printf("%s\n", __func__);
+  std::fflush(stdout);
+  auto ds = make_dataset(101);
+  const SamplerOptions s = sampler(4, true);
+  auto core = LoaderCore::create(records(ds, s), options(2, 3));
+  core->skip(3, 0, 1);
+  CHECK((core->state().epoch == 0 && core->state().offset == 12));
+  CHECK(run_epoch(*core) == tail(expected(101, s, 0), 3));
+  CHECK(run_epoch(*core) == expected(101, s, 1));  // taken: the next epoch is whole
+  core->skip(2, 0, 1);
+  core->set_epoch(5);  // transformers' Trainer skips first, sets the epoch after
+  CHECK((core->state().epoch == 5 && core->state().offset == 8));
+  CHECK(run_epoch(*core) == tail(expected(101, s, 5), 2));
+  core->skip(4, 1, 2);  // rank 1 of 2: four batches of every rank, 32 samples
+  CHECK_EQ(core->state().offset, 32);
+  core->load_state(LoaderState{9, 0, 1});
+  core->set_epoch(9);  // the skip was dropped: nothing moves to epoch 9
+  CHECK(run_epoch(*core) == expected(101, s, 9));
+  CHECK_THROWS(UsageError, core->skip(-1, 0, 1));
+}
+
 // The next epoch flows on in the same stream (NOTE [ Next-epoch prefetch ]).
 void next_epoch_flows_on() {
   std::printf("%s\n", __func__);
@@ -1410,8 +1434,8 @@ void stress() {
 }  // namespace
 
 TEST_MAIN(order_and_content(); determinism(); epochs_and_iterators(); concurrent_iterators();
-          resume(); next_epoch_flows_on(); corrupt_record_error_at_its_batch(); planning_errors();
-          error_at_epoch_end_then_new_iterator(); close_from_two_threads();
+          resume(); skip_batches(); next_epoch_flows_on(); corrupt_record_error_at_its_batch();
+          planning_errors(); error_at_epoch_end_then_new_iterator(); close_from_two_threads();
           close_while_an_iterator_starts(); close_during_next_near_epoch_end();
           stats_while_iterators_drop(); one_iterator_two_threads();
           cut_short_batch_never_delivered(); worker_lifetime(); bad_options();

@@ -400,6 +400,49 @@ static void shard_schedules() {
   CHECK(padded_windows.shard_schedule(20, SIZE_MAX) == want);
 }
 
+// A user sampler's order (sampler/listed_order.h): its batches as listed, from a batch
+// boundary, whatever rank and world size the order is asked for.
+static void listed_orders() {
+  auto lists = std::make_shared<ListedOrders>();
+  CHECK_THROWS(UsageError, lists->get(0));  // not listed yet
+  lists->set_hint(3, 9);
+  CHECK_EQ(lists->num_batches(), 3);
+  // batches of 3, 1 and 4 indices (a bucketing batch sampler), repeats allowed
+  lists->set(0, {5, 2, 7, 0, 9, 9, 1, 3}, {3, 4, 8}, 10);
+  CHECK_EQ(lists->num_batches(), 3);
+  CHECK_EQ(lists->num_samples(), 8);
+  SamplerOptions o = opts(100, true, 7, true);  // batch_size, shuffle, drop_last: the sampler's
+  o.listed = lists;
+  const std::vector<int64_t> shards{4, 6};  // indices 0-3, then 4-9
+  for (int64_t world : {1, 3}) {
+    EpochOrder e(shards, o, 0, world - 1, world, 0);
+    CHECK_EQ(e.num_batches(), 3);
+    CHECK_EQ(e.batch_length(0), 3);
+    CHECK_EQ(e.batch_length(1), 1);
+    CHECK_EQ(e.batch_length(2), 4);
+    std::vector<int64_t> b(4);
+    e.batch_indices(2, b.data());
+    CHECK((b == std::vector<int64_t>{9, 9, 1, 3}));
+    CHECK_EQ(e.index(0, 2), 7);
+    CHECK_EQ(e.consumed_after(0), 0);
+    CHECK_EQ(e.consumed_after(2), 4);
+    CHECK_EQ(e.consumed_after(9), 8);
+    CHECK((e.shard_schedule(0, SIZE_MAX) == std::vector<size_t>{1, 0}));
+  }
+  // resumed after the first batch: the rest, numbered from 0
+  EpochOrder rest(shards, o, 0, 0, 1, 3);
+  CHECK_EQ(rest.num_batches(), 2);
+  CHECK_EQ(rest.index(0, 0), 0);
+  CHECK_EQ(rest.consumed_after(1), 4);
+  CHECK_THROWS(UsageError, EpochOrder(shards, o, 0, 0, 1, 2));  // not a batch boundary
+  CHECK_THROWS(UsageError, EpochOrder(shards, o, 1, 0, 1, 0));  // epoch 1 not listed
+  // what the sampler gives is checked: an index outside the dataset, an empty batch
+  CHECK_THROWS(UsageError, lists->set(1, {0, 10}, {2}, 10));
+  CHECK_THROWS(UsageError, lists->set(1, {0, 1}, {0, 2}, 10));
+  CHECK_THROWS(UsageError, lists->set(1, {0, 1}, {1}, 10));
+}
+
 TEST_MAIN(permutation_is_bijective(); rank_shares(); resume_offsets(); huge_arguments();
           batched_images_match(); shard_window_is_a_permutation(); shard_window_reads_windows();
-          shard_window_keys_differ(); shard_window_ranks_and_resume(); shard_schedules())
+          shard_window_keys_differ(); shard_window_ranks_and_resume(); shard_schedules();
+          listed_orders())
