@@ -14,6 +14,9 @@ from conftest import dataset_content
 from stoker import cli
 from stoker.convert import merge, write_part
 
+# subprocesses of a framework with their own timeouts (pyproject: 120 s a test)
+pytestmark = pytest.mark.timeout(600)
+
 Image = pytest.importorskip("PIL.Image", reason="Pillow is in the test extra")
 
 FIELDS = {"img": stoker.image(), "label": stoker.scalar("int64"),

@@ -40,6 +40,9 @@ from typing import Dict, List, Optional
 
 import pytest
 
+# each block a subprocess with its own timeout (pyproject: 120 s a test)
+pytestmark = pytest.mark.timeout(600)
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNNABLE = {"python": "py", "bash": "sh", "sh": "sh"}
 DEFAULT_TIMEOUT = 180
