@@ -185,18 +185,24 @@ class LoaderPlan:
     def __str__(self) -> str:
         s = self.sampling
         lines = [f"LoaderPlan: {self.source} ({_describe_dataset(self.dataset)})"]
+        world = "torch.distributed's" if s.rank is None and s.world_size is None else \
+            f"rank {s.rank}, world_size {s.world_size}"
         order = "shuffled" if s.shuffle else "in order"
         if s.shard_window:
             order += f", shard_window={s.shard_window}"
-        world = "torch.distributed's" if s.rank is None and s.world_size is None else \
-            f"rank {s.rank}, world_size {s.world_size}"
-        lines.append(f"  sampling: batch_size={s.batch_size}, {order}, seed={s.seed}, "
+        user = s.batch_sampler if s.batch_sampler is not None else s.sampler
+        if user is not None:
+            what = "batch_sampler" if s.batch_sampler is not None else "sampler"
+            order = f"{what} {type(user).__name__}'s order, listed per epoch"
+            world = "the sampler's"
+        size = "None (unbatched)" if s.unbatched else s.batch_size
+        lines.append(f"  sampling: batch_size={size}, {order}, seed={s.seed}, "
                      f"drop_last={s.drop_last}, even_batches={s.even_batches}; ranks: {world}")
         lines.append(f"  producer: {self.producer}")
         if self.records is not None:
             lines += ["    " + x for x in _describe_records(self.records)]
         if self.tokens is not None:
-            keys = ("mode", "seq_len", "max_tokens", "token_dtype", "labels")
+            keys = ("mode", "seq_len", "max_tokens", "token_dtype", "labels", "unshifted")
             lines.append("    " + ", ".join(f"{k}={self.tokens[k]!r}" for k in keys
                                             if k in self.tokens))
         if self.stage is None:
@@ -208,8 +214,11 @@ class LoaderPlan:
             where = {"records": "samples fetched by C++ (read, decode, ops)",
                      "map-style": "dataset[i]", "iterable": "iter(dataset) per worker",
                      "batches": "batches assembled by C++"}[st.fetch]
+            count = "num_threads" if st.num_workers is None else st.num_workers
+            if st.inline:
+                count = "none: in the loop's thread"
             lines.append(f"  stage: {', '.join(hooks) or 'native batching'}; {where}; "
-                         f"{st.workers} workers" +
+                         f"{st.workers} workers ({count})" +
                          ("; batch_map after the device copy" if st.batch_map_on_consumer
                           else ""))
             if st.records is not None:
@@ -217,15 +226,16 @@ class LoaderPlan:
         d = self.delivery
         memory = "pinned" if d.pin_memory else "pageable" if d.pin_memory is not None else \
             ("pinned" if d.device.startswith("cuda") else "pageable")
-        layout = d.image_layout or ("NCHW views of HWC decodes" if d.nchw_views else
-                                    "as stored")
-        lines.append(f"  delivery: {d.device} ({memory} host memory); images {layout}")
+        layout = d.image_layout or ("NCHW views of HWC decodes" if d.nchw_views else "")
+        lines.append(f"  delivery: {d.device} ({memory} host memory)" +
+                     (f"; images {layout}" if layout else ""))
         t = self.settings
         threads = f"auto (up to {t.num_threads})" if t.auto_threads else str(t.num_threads)
         window = f"auto (up to {t.prefetch})" if t.auto_prefetch else str(t.prefetch)
         lines.append(f"  settings: threads {threads}, prefetch {window}, max_memory "
-                     f"{t.max_memory}, on_error={self.on_error!r}, "
-                     f"prefetch_next_epoch={self.prefetch_next_epoch}")
+                     f"{t.max_memory / 2**20:.0f} MiB, on_error={self.on_error!r}, "
+                     f"prefetch_next_epoch={self.prefetch_next_epoch}" +
+                     (f", timeout={self.timeout:g} s" if self.timeout else ""))
         return "\n".join(lines)
 
 
