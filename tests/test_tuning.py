@@ -281,7 +281,7 @@ def test_stall_warning_names_the_stage_once(jpeg_ds, caplog):
 
 def test_slow_first_batch_says_what_the_workers_do(tmp_path, monkeypatch, caplog):
     # big JPEGs, one worker: the first batch takes several full decodes
-    monkeypatch.setattr(loader_mod, "_SLOW_FIRST_BATCH_SECONDS", 0.05)
+    monkeypatch.setattr(loader_args, "SLOW_FIRST_BATCH_SECONDS", 0.05)
     big = [jpeg_bytes(1800, 2400, i, quality=95) for i in range(3)]
     fields = {"image": stoker.image(), "label": stoker.scalar("int64")}
     ds = write_dataset(tmp_path / "big", 3, fields=fields, shard_size="64MB",
@@ -319,7 +319,7 @@ def test_first_batch_waiting_for_downloads_says_so(raw_ds, tmp_path, monkeypatch
     import http.server
     import threading
 
-    monkeypatch.setattr(loader_mod, "_SLOW_FIRST_BATCH_SECONDS", 0.05)
+    monkeypatch.setattr(loader_args, "SLOW_FIRST_BATCH_SECONDS", 0.05)
 
     class Slow(http.server.SimpleHTTPRequestHandler):
         def do_GET(self):
