@@ -44,6 +44,9 @@ CHUNK = 1 << 20
 class RemoteError(OSError):
     """A remote object could not be fetched; the message names its URL and the reason."""
 
+    # Where in stoker's C++ sources it was raised, when it was (for bug reports).
+    source_location = None
+
 
 class TransientError(Exception):
     """A failure that a retry may fix."""
