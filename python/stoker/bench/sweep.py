@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence
 from .._progress import Progress
 from ..dataset import Dataset
 from ..loader import Loader
-from ._spread import Runs, differs
+from ._spread import Runs, change_text, differs
 from ._timing import warm
 
 STAGES = ("read", "decode", "ops", "plan")
@@ -264,7 +264,7 @@ def recommend(points: List[Point], in_cache: Optional[float] = None,
 
 
 def _change(a: Runs, b: Runs) -> str:
-    return f"{100 * (b.median / max(a.median, 1e-12) - 1):+.0f}%"
+    return change_text(a.median, b.median)
 
 
 def larger_batch(points: List[Point]) -> str:
@@ -293,7 +293,7 @@ def larger_batch(points: List[Point]) -> str:
         grew = differs(a.worker_ms_runs, z.worker_ms_runs) and \
             z.worker_ms_runs.median > a.worker_ms_runs.median
         parts = ", ".join(
-            f"{k} {100 * (z.worker_ms_per_sample[k] / a.worker_ms_per_sample[k] - 1):+.0f}%"
+            f"{k} {change_text(a.worker_ms_per_sample[k], z.worker_ms_per_sample[k])}"
             for k in STAGES if a.worker_ms_per_sample[k] > 0.02 * per_a)
         lines.append(f"  - worker time per sample {per_a:.3g} -> {per_z:.3g} ms "
                      f"({_change(a.worker_ms_runs, z.worker_ms_runs)}: {parts})"
@@ -330,7 +330,8 @@ def larger_batch(points: List[Point]) -> str:
                          "the first time is charged to the stage that writes it)")
     if slower:
         loss = 1 - z.rate_runs.median / a.rate_runs.median
-        lines.append(f"  Here a larger batch loads {100 * loss:.0f}% slower per sample, beyond "
+        lines.append(f"  Here a larger batch loads {change_text(1, 1 + loss)[1:]} slower per "
+                     "sample, beyond "
                      "the spread of the runs; training slows too once the model's step at "
                      "that size is faster than the figure above.")
     else:
