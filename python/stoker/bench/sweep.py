@@ -153,7 +153,7 @@ def sweep(path: str, batch_sizes: Optional[Sequence[int]] = None,
           seconds: float = 3.0, repeats: int = 3, plot: Optional[str] = None,
           progress: bool = True) -> List[Point]:
     """Runs the sweep and prints the table, the recommendation and the batch-size answer;
-    writes the plot to `plot` (a PNG; needs matplotlib: ``pip install stoker[plot]``).
+    writes the plot to `plot` (a PNG; needs matplotlib: ``pip install matplotlib``).
     Returns the points (the median run of `repeats` per setting, by samples/s, with every
     run's figures in ``rate_runs``, ``worker_ms_runs`` and ``first_batch_runs``)."""
     if plot is not None:
@@ -346,7 +346,8 @@ def _need_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ValueError("--plot needs matplotlib: pip install 'stoker[plot]'") from None
+        raise ValueError("--plot needs matplotlib: pip install matplotlib (stoker's [plot] "
+                         "extra)") from None
 
 
 def write_plot(points: List[Point], path: str, title: str) -> None:

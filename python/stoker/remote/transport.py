@@ -333,8 +333,8 @@ class S3Source(Source):
             import boto3
             from botocore.config import Config
         except ImportError:
-            raise ImportError("s3:// datasets need boto3 (pip install boto3, or "
-                              "stoker[remote])") from None
+            raise ImportError("s3:// datasets need boto3 (pip install boto3: "
+                              "stoker's [remote] extra)") from None
         parsed = urllib.parse.urlparse(self.url)
         self.bucket, self.prefix = parsed.netloc, parsed.path.lstrip("/")
         if not self.bucket:
