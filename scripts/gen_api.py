@@ -67,23 +67,24 @@ def _public_names(module: Any) -> List[str]:
     return [n for n in names if n not in SKIP.get(module.__name__, ())]
 
 
-def _param(p: inspect.Parameter) -> str:
+def _param(p: inspect.Parameter, names: Dict[int, str]) -> str:
     text = p.name
     if p.kind is p.VAR_POSITIONAL:
         text = "*" + text
     elif p.kind is p.VAR_KEYWORD:
         text = "**" + text
     if p.default is not p.empty:
-        text += "=" + _default(p.default)
+        text += "=" + _default(p.default, names)
     return text
 
 
-def _default(value: Any) -> str:
+def _default(value: Any, names: Optional[Dict[int, str]] = None) -> str:
     if inspect.isclass(value) or inspect.isfunction(value):
         return f"{value.__module__}.{value.__qualname__}"
     text = repr(value)
-    if " object at 0x" in text:  # an instance without a repr: its type, stably
-        return f"<{type(value).__name__}>"
+    if " object at 0x" in text:  # a sentinel such as _UNSET = object(): its name, stably
+        name = (names or {}).get(id(value))
+        return f"<{name.strip('_').lower()}>" if name else f"<{type(value).__name__}>"
     return text
 
 
@@ -94,6 +95,8 @@ def signature(name: str, obj: Callable[..., Any], drop_self: bool = False) -> Op
     except (TypeError, ValueError):
         return None
     params = list(sig.parameters.values())
+    func = getattr(obj, "__func__", obj)
+    names = {id(v): k for k, v in getattr(func, "__globals__", {}).items()}
     if drop_self and params and params[0].name in ("self", "cls"):
         params = params[1:]
     parts: List[str] = []
@@ -104,7 +107,7 @@ def signature(name: str, obj: Callable[..., Any], drop_self: bool = False) -> Op
             star = True
         if p.kind is p.VAR_POSITIONAL:
             star = True
-        parts.append(_param(p))
+        parts.append(_param(p, names))
         nxt = params[i + 1] if i + 1 < len(params) else None
         if p.kind is p.POSITIONAL_ONLY and (nxt is None or nxt.kind is not p.POSITIONAL_ONLY):
             parts.append("/")
