@@ -1,19 +1,39 @@
 #!/usr/bin/env bash
 # Measures the numbers the README quotes about installing and testing, on this machine:
 #   - the wheel's size (builds it: scripts/build-wheel.sh),
-#   - a full compile of the extension (a fresh Release build directory, ninja, all cores),
+#   - the first build of the README's install command (a fresh build directory: what
+#     `pip install --no-build-isolation .` takes in a new clone; -v shows its progress),
+#   - the README's test command, `python -m pytest tests -q` (stoker installed), with its
+#     summary line,
 #   - what the [test] extra adds to a venv that has torch (pip's dry-run report),
 #   - `stoker --help` and `stoker inspect` start-up (median of 5 runs each),
 #   - the fast tier's wall time (scripts/test-fast.sh).
-# Run it in the development venv (stoker installed). It takes about 20 minutes on 2 cores;
-# STEPS="wheel compile extra startup fast" picks some.
+# Run it in the development venv (stoker installed). All of it takes about 45 minutes on 2
+# cores; STEPS="wheel build tests extra startup fast" picks some. The load average is
+# noted first: on a machine busy with other work every time grows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps="${STEPS:-wheel compile extra startup fast}"
+steps="${STEPS:-wheel build tests extra startup fast}"
 out="build/readme-numbers.txt"
 mkdir -p build
 : >"$out"
 note() { echo "$*" | tee -a "$out"; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+# Runs "$@" (output to the log $1), and sets `took` to a line with its wall time, its CPU
+# time (user + system, children included) and the load average before and after it: on a
+# machine shared with other work the wall time grows, the CPU time much less.
+timed() {
+  local log=$1 before rc=0
+  shift
+  before=$(load)
+  /usr/bin/time -f "%e %U %S" -o build/readme-numbers-time.txt "$@" >"$log" 2>&1 || rc=$?
+  # (GNU time writes "Command exited with non-zero status N" first when it fails)
+  read -r wall user sys < <(tail -n 1 build/readme-numbers-time.txt)
+  took=$(awk -v w="$wall" -v c="$(echo "$user + $sys" | bc)" -v b="${before%% *}" \
+    -v a="$(load | cut -d' ' -f1)" 'BEGIN { printf "%.1f min wall, %.1f min CPU (load \
+average %s before, %s after)", w / 60, c / 60, b, a }')
+  return $rc
+}
 median5() {  # median wall seconds of 5 runs of "$@"
   local t=()
   for _ in 1 2 3 4 5; do
@@ -34,16 +54,22 @@ if [[ $steps == *wheel* ]]; then
     note "wheel: WARNING: test files inside"; fi
 fi
 
-if [[ $steps == *compile* ]]; then
-  dir=build/readme-numbers-compile
-  rm -rf "$dir"
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKER_BUILD_TESTS=OFF \
-    -Dpybind11_DIR="$(python -c 'import pybind11; print(pybind11.get_cmake_dir())')" \
-    -DPython_EXECUTABLE="$(command -v python)" >/dev/null
-  s=$SECONDS
-  cmake --build "$dir" >/dev/null
-  note "full compile (Release, $(nproc) jobs): $((SECONDS - s)) s"
-  rm -rf "$dir"
+if [[ $steps == *build* ]]; then
+  # The README's install command in a new clone: configure and compile from nothing (a
+  # fresh build directory), then package; `pip wheel` leaves the installed stoker alone.
+  dir=build/readme-numbers-build
+  rm -rf "$dir" build/readme-numbers-wheel
+  timed build/readme-numbers-build.log pip wheel -q --no-build-isolation --no-deps \
+    -Cbuild-dir="$dir" -w build/readme-numbers-wheel .
+  note "first build (pip install --no-build-isolation ., a fresh build dir, $(nproc) cores): $took"
+  rm -rf "$dir" build/readme-numbers-wheel
+fi
+
+if [[ $steps == *tests* ]]; then
+  rc=0
+  timed build/readme-numbers-tests.log python -m pytest tests -q -p no:cacheprovider || rc=$?
+  summary=$(grep -E "^=*.* (passed|failed)" build/readme-numbers-tests.log | tail -n 1 | tr -d '=')
+  note "test command (python -m pytest tests -q): $took; exit $rc:$summary"
 fi
 
 if [[ $steps == *extra* ]]; then

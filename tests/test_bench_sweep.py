@@ -54,3 +54,21 @@ def test_sweep_arguments_are_checked(ds, capsys):
     assert "argument --plot: goes with --sweep" in capsys.readouterr().err
     assert main(["bench", "--sweep"]) == 2
     assert main(["bench", ds.path, "--sweep", "--seconds", "0"]) == 2
+
+
+def test_changes_round_honestly():
+    """A change is never printed as "-0%" or "+0%", nor rounded to another sign."""
+    from stoker.bench._spread import change_text
+
+    assert change_text(100, 95) == "-5.0%"
+    assert change_text(100, 99.6) == "-0.4%"
+    assert change_text(100, 100.04) == "0%" and change_text(100, 100) == "0%"
+    assert change_text(100, 104.96) == "+5.0%"
+    assert change_text(100, 129) == "+29%" and change_text(100, 71) == "-29%"
+    assert change_text(100, 90.6) == "-9.4%" and change_text(100, 90.4) == "-10%"
+    for before in (1, 3, 7, 100):
+        for after in [before * (1 + k / 1000) for k in range(-200, 201)]:
+            text = change_text(before, after)
+            assert text not in ("-0%", "+0%", "-0.0%", "+0.0%"), (before, after)
+            if text != "0%":
+                assert (text[0] == "-") == (after < before), (before, after, text)

@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 import stoker
+import stoker.example_data
 import torch
 from conftest import write_dataset
 
@@ -23,7 +24,7 @@ def test_inspect_verify_exit_status(tmp_path):
     ds = write_dataset(tmp_path / "d", 50)
     r = run("inspect", str(tmp_path / "d"), "--verify")
     assert r.returncode == 0, r.stderr
-    assert "samples: 50" in r.stdout and "0 problem(s)" in r.stdout
+    assert "  samples         50\n" in r.stdout and "0 problem(s)" in r.stdout
     path = os.path.join(ds.path, ds.shards[0]["path"])
     with open(path, "r+b") as f:
         f.seek(70)
@@ -33,6 +34,62 @@ def test_inspect_verify_exit_status(tmp_path):
     r = run("inspect", str(tmp_path / "d"), "--verify")
     assert r.returncode == 1
     assert "BAD" in r.stdout and "record 0" in r.stdout
+
+
+def _png(h, w):
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((h, w, 3), np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_inspect_prints_a_table_and_json(tmp_path):
+    import json
+
+    path = tmp_path / "d"
+    with stoker.ShardWriter(path, {"image": stoker.image(), "label": stoker.scalar("int64"),
+                                   "x": stoker.ndarray("float32", (None, 3))},
+                            shard_size=1, metadata={"classes": ["cat", "dog"]}) as w:
+        for i in range(3):
+            w.write({"image": _png(8, 8), "label": i, "x": np.zeros((i, 3), np.float32)})
+    r = run("inspect", str(path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == str(path)
+    rows = {ln[2:17].strip(): ln[18:] for ln in lines[1:] if ln[2:17].strip()}
+    assert rows["samples"] == "3" and rows["shards"].startswith("3, ")
+    assert rows["format version"] == "2" and len(rows["dataset id"]) == 32
+    # fields as the constructors that declare them, one a line; no dict reprs
+    assert "image  stoker.image(layout='HWC')" in r.stdout
+    assert "label  stoker.scalar('int64')" in r.stdout
+    assert "x      stoker.ndarray('float32', (None, 3))" in r.stdout
+    assert "classes  [\"cat\", \"dog\"]" in r.stdout
+    assert "{'" not in r.stdout and "'kind'" not in r.stdout, r.stdout
+    info = json.loads(run("inspect", str(path), "--json").stdout)
+    assert info["samples"] == 3 and info["fields"]["label"] == {"kind": "scalar",
+                                                                "dtype": "int64"}
+    assert info["metadata"] == {"classes": ["cat", "dog"]}
+
+
+def test_example_data_writes_what_the_docs_read(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "stoker", "example-data", "records", "r",
+                        "images", "data/i", "tokens-bin", "t.bin", "megatron", "m/corpus",
+                        "jpeg-folder", "photos", "parts", "parts/"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert [stoker.Dataset(tmp_path / "r")[i]["label"] for i in (0, 39)] == [0, 39]
+    images = stoker.Dataset(tmp_path / "data" / "i")
+    assert len(images) == 48 and isinstance(images.fields["image"], stoker.Image)
+    assert np.fromfile(tmp_path / "t.bin", np.uint16).size == 100_000
+    assert len(stoker.TokenDataset(str(tmp_path / "m" / "corpus"))) == 200
+    assert sorted(os.listdir(tmp_path / "photos")) == ["cat", "dog", "fox"]
+    assert sorted(os.listdir(tmp_path / "parts")) == [f"part-00000{i}" for i in range(3)]
+    help_text = run("example-data", "--help").stdout
+    for kind in stoker.example_data.KINDS:
+        assert kind in help_text
 
 
 def test_inspect_missing_dataset_is_an_error(tmp_path):

@@ -30,6 +30,7 @@ def _closed_port():
 def work(tmp_path_factory):
     w = tmp_path_factory.mktemp("cli-errors")
     write_dataset(w / "ds", 20)
+    write_dataset(w / "ds2", 5)
     (w / "afile").write_text("not a dataset\n")
     (w / "empty").mkdir()
     np.save(w / "x.npy", np.arange(10))
@@ -92,6 +93,11 @@ CASES = [
     (["convert", "npy", "o1", "x=x.npy", "y=y5.npy"], 2, ["length"]),
     (["convert", "npy", NOT_UTF8, "x=x.npy"], 2, ["UTF-8", "OUT"]),
     (["convert", "npy", "o1", "x=x.npy", "--shard-size", "-5"], 2, ["--shard-size"]),
+    # an output that holds a dataset: the flag to pass, as the command line spells it
+    (["convert", "npy", "ds", "x=x.npy"], 2, ["ds", "already holds a dataset", "--overwrite"]),
+    (["merge", "ds", "ds2"], 2, ["ds2", "--overwrite"]),
+    (["example-data", "frob", "o8"], 2, ["frob", "images"]),
+    (["example-data", "images"], 2, ["PATH"]),
     (["demo", "--samples", "-1"], 2, ["--samples"]),
     (["demo", "--samples", "0"], 2, ["--samples"]),
     (["demo", "--batch-size", "0"], 2, ["--batch-size"]),

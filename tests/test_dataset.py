@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import struct
 
 import numpy as np
@@ -153,6 +154,36 @@ def test_corrupt_record_names_file_and_record(tmp_path):
     loader = stoker.Loader(ds, batch_size=4, num_threads=2)
     with pytest.raises(stoker.DataError, match=r"shard-00000.stk: record 3: checksum mismatch"):
         list(loader)
+
+
+def test_errors_name_the_file_and_keep_the_source_location_aside(tmp_path, monkeypatch):
+    """The message is the user's (their shard, their record, what to do); where in csrc/
+    it was raised is the exception's source_location, and in the message only with
+    STOKER_DEBUG=1."""
+    ds = write_dataset(tmp_path / "d", 10, shard_size="1MB")
+    flip(shard_path(ds), HEADER + 3 * (4 * 2 + 48 + 8) + 20)
+    ds = stoker.Dataset(tmp_path / "d")
+    for read in (lambda: ds[3], lambda: list(stoker.Loader(ds, batch_size=4))):
+        with pytest.raises(stoker.DataError) as e:
+            read()
+        assert "shard-00000.stk: record 3: checksum mismatch" in str(e.value)
+        assert "csrc/" not in str(e.value) and ".cpp:" not in str(e.value), str(e.value)
+        assert re.fullmatch(r"csrc/[\w/]+\.(cpp|h):\d+( <- csrc/[\w/]+\.(cpp|h):\d+)*",
+                            e.value.source_location), e.value.source_location
+    with pytest.raises(stoker.DataError) as e:  # the loader's says what to do
+        list(stoker.Loader(ds, batch_size=4))
+    assert 'on_error="skip"' in str(e.value)
+    monkeypatch.setenv("STOKER_DEBUG", "1")
+    with pytest.raises(stoker.DataError) as e:
+        ds[3]
+    assert str(e.value).endswith(f"[{e.value.source_location}]")
+    # raised from Python, or by C++ code without STOKER_THROW: no location, never an
+    # AttributeError
+    assert stoker.DataError("x").source_location is None
+    monkeypatch.delenv("STOKER_DEBUG")
+    with pytest.raises(ValueError) as e:  # a usage error from C++: a ValueError, located too
+        ds._core.read(10)
+    assert "csrc/" not in str(e.value) and e.value.source_location.startswith("csrc/format/")
 
 
 def test_every_single_byte_flip_is_detected(tmp_path):

@@ -5,25 +5,42 @@ Pages are found by name (README.md, docs/*.md), so a new page is tested without 
 here. A block is run by the kind its fence names:
 
 * ```` ```python ````: saved as a file and run with ``python FILE`` (a subprocess, under a
-  timeout) in a new empty folder, after the data it asks for is written there;
+  timeout) in a new empty folder;
 * ```` ```bash ```` (or ``sh``): saved and run with ``bash -e FILE`` likewise, with this
   environment's ``python`` and ``stoker`` first on ``PATH``;
 * ```` ```text ````: output, a layout or a command synopsis: never run;
 * any other fence, or one without a name: an error (name what it is).
 
-An HTML comment right before the fence says more, in words after ``stoker-docs:`` (several
-comments, or several words in one, add up)::
+**Data.** A block makes the data it reads, or says in its first lines, visibly, what it
+reads and the command that writes it, which is what the test runs first::
 
-    <!-- stoker-docs: reference: WHY -->        not run: a signature list, a fragment, an API
-                                                that needs a service (an S3 bucket, a cluster)
-    <!-- stoker-docs: needs KIND:PATH ... -->   data written first (KIND: tests/docs_data.py)
+    # Reads data/train, a dataset of JPEGs: stoker example-data images data/train
+
+(`stoker example-data KIND PATH ...`, python/stoker/example_data.py; a bash block simply
+runs the command). Every block runs in an empty folder, so a block that reads data it
+neither makes nor names fails here. README's blocks also run one after the other in one
+folder, as a reader going down the page runs them, and so do the blocks of a page that has
+`follows` steps.
+
+An HTML comment right before the fence says how to run a block, in words after
+``stoker-docs:`` (several comments, or several words in one, add up)::
+
+    <!-- stoker-docs: reference: WHY -->        not run: an API that needs a service (an S3
+                                                bucket, a cluster); WHY in words
     <!-- stoker-docs: continues -->             appended to the page's previous runnable
                                                 block: the two run as one script
+    <!-- stoker-docs: follows -->               a step that uses what the page's earlier
+                                                blocks wrote (a walk-through, in any
+                                                language): run only with them, in order
     <!-- stoker-docs: torchrun=N -->            run by torchrun with N processes on this host
     <!-- stoker-docs: gpu -->                   run only where torch sees a CUDA device
     <!-- stoker-docs: timeout=S -->             seconds allowed (default 180)
     <!-- stoker-docs: run-by tests/FILE.py -->  run by that test (which must name the page),
                                                 e.g. under Lightning or accelerate
+
+A comment is hidden on a rendered page, so a Python block that does not run as it is
+(reference, run-by, gpu, torchrun) starts with a comment line that tells the reader what it
+needs (a GPU, torchrun, a bucket), and every Python block parses.
 """
 
 from __future__ import annotations
@@ -48,6 +65,9 @@ RUNNABLE = {"python": "py", "bash": "sh", "sh": "sh"}
 DEFAULT_TIMEOUT = 180
 _MARK = re.compile(r"^\s*<!--\s*stoker-docs:\s*(.*?)\s*-->\s*$")
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)\s*$")
+# `stoker example-data KIND PATH [KIND PATH ...]` in a comment; the pairs end at a
+# character that is no part of a path (a backquote, a semicolon, a parenthesis)
+_DATA_COMMAND = re.compile(r"stoker example-data((?:\s+[\w-]+\s+[\w./-]+)+)")
 
 
 def pages() -> List[Path]:
@@ -75,16 +95,24 @@ class Block:
         return None
 
     @property
-    def needs(self) -> List[str]:
-        out, on = [], False
-        for w in self.words:
-            if w == "needs":
-                on = True
-            elif on and ":" in w and "=" not in w:
-                out.append(w)
-            else:
-                on = False
-        return out
+    def data_commands(self) -> List[List[str]]:
+        """The `stoker example-data KIND PATH ...` commands that the leading comment lines
+        of a Python block name, a command possibly spanning lines (a bash block runs its
+        own)."""
+        if self.lang != "python":
+            return []
+        return [["stoker", "example-data", *m.group(1).split()]
+                for m in _DATA_COMMAND.finditer(self.first_comment)]
+
+    @property
+    def first_comment(self) -> str:
+        """The leading comment lines of the code, joined: what a reader sees first."""
+        lines = []
+        for line in self.code.splitlines():
+            if not line.startswith("#"):
+                break
+            lines.append(line.lstrip("# ").strip())
+        return " ".join(lines)
 
     @property
     def runnable(self) -> bool:
@@ -148,16 +176,15 @@ def _word_problems(b: Block) -> List[str]:
     while i < len(words):
         w = words[i]
         if w == "needs":
+            problems.append(f"{b.where}: 'needs' is hidden on the page: name the data and "
+                            "its `stoker example-data KIND PATH` in the block's first line")
             i += 1
-            if i == len(words) or ":" not in words[i]:
-                problems.append(f"{b.where}: 'needs' wants KIND:PATH after it")
-            while i < len(words) and ":" in words[i]:
-                i += 1
             continue
         if w == "run-by":
             i += 2
             continue
-        if w not in ("continues", "gpu") and w.split("=", 1)[0] not in ("torchrun", "timeout"):
+        if w not in ("continues", "follows", "gpu") and \
+                w.split("=", 1)[0] not in ("torchrun", "timeout"):
             problems.append(f"{b.where}: unknown stoker-docs word {w!r}")
         i += 1
     return problems
@@ -166,7 +193,7 @@ def _word_problems(b: Block) -> List[str]:
 def test_every_block_is_run_or_marked():
     """Nothing is skipped unless the page says why: each block is runnable, output
     (```text), or marked reference / run-by; every word of a marker is known."""
-    import docs_data
+    from stoker.example_data import KINDS
 
     problems = []
     for b in ALL:
@@ -174,11 +201,11 @@ def test_every_block_is_run_or_marked():
             problems.append(f"{b.where}: fence {b.lang or '(none)'!r}: name it python, bash or "
                             "text (output, layouts, synopses)")
         problems += _word_problems(b)
-        for need in b.needs:
-            kind = need.split(":", 1)[0]
-            if not hasattr(docs_data, "make_" + kind.replace("-", "_")):
-                problems.append(f"{b.where}: needs {need!r}: no such data kind "
-                                "(tests/docs_data.py)")
+        for command in b.data_commands:
+            kinds = command[2::2]
+            if len(command) % 2 or any(k not in KINDS for k in kinds):
+                problems.append(f"{b.where}: {' '.join(command)}: not KIND PATH pairs of "
+                                f"the kinds {', '.join(KINDS)}")
         if b.run_by is not None:
             test = ROOT / b.run_by
             if not test.is_file() or b.page.name not in test.read_text():
@@ -188,16 +215,52 @@ def test_every_block_is_run_or_marked():
     assert sum(b.runnable for b in ALL) >= 10  # the finder finds the blocks
 
 
+# What the first comment of a block that does not run as it is must mention, by marker.
+_VISIBLE = {"gpu": ("GPU", "CUDA"), "torchrun": ("torchrun",)}
+
+
+def test_what_a_block_needs_is_visible():
+    """The markers are hidden on a rendered page: a Python block that does not run as it
+    is (reference, run-by, gpu, torchrun) starts with a comment saying what it needs, and
+    one for a GPU or torchrun says so by name."""
+    problems = []
+    for b in ALL:
+        if b.lang != "python":
+            continue
+        marked = [w for w in ("reference", "gpu") if w in b.words]
+        marked += ["run-by"] if b.run_by is not None else []
+        marked += ["torchrun"] if b.option("torchrun") is not None else []
+        if not marked:
+            continue
+        note = b.first_comment
+        if not note:
+            problems.append(f"{b.where}: {', '.join(marked)}: start the block with a comment "
+                            "that says what it needs to run")
+            continue
+        for w in marked:
+            if w in _VISIBLE and not any(k.lower() in note.lower() for k in _VISIBLE[w]):
+                problems.append(f"{b.where}: {w}: its first comment should say so "
+                                f"({' or '.join(_VISIBLE[w])}): {note[:80]!r}")
+    assert problems == [], "\n".join(problems)
+
+
+def test_python_blocks_parse():
+    """Every ```python block is Python (a signature list or a fragment is ```text)."""
+    problems = []
+    for b in ALL:
+        if b.lang == "python":
+            try:
+                compile(b.code, b.where, "exec")
+            except SyntaxError as e:
+                problems.append(f"{b.where}: line {e.lineno}: {e.msg}")
+    assert problems == [], "\n".join(problems)
+
+
 def _env() -> Dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.pop("PYTHONPATH", None)  # the installed stoker, as a user has it
     return env
-
-
-@pytest.fixture(scope="session")
-def data_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("docs-data-cache")
 
 
 @functools.lru_cache(maxsize=None)
@@ -208,19 +271,30 @@ def _cuda() -> bool:
 
 
 RUN = [b for b in ALL if b.runnable]
+ALONE = [b for b in RUN if "follows" not in b.words]
+# Pages read top to bottom: their blocks also run one after the other in one folder.
+IN_ORDER = sorted({b.page for b in RUN if "follows" in b.words} | {ROOT / "README.md"})
 
 
-@pytest.mark.parametrize("block", RUN, ids=[b.where for b in RUN])
-def test_block_runs(block, tmp_path, data_cache):
-    import docs_data
+def _run(cmd: List[str], cwd: Path, timeout: float, what: str) -> None:
+    try:
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
+                           timeout=timeout, env=_env(), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"")[-3000:]
+        err = (e.stderr or b"")[-3000:]
+        pytest.fail(f"{what}: `{shlex.join(cmd)}` did not finish in {timeout:g} s\n"
+                    f"stdout: {out!r}\nstderr: {err!r}")
+    assert r.returncode == 0, (f"{what}: `{shlex.join(cmd)}` exited {r.returncode}\n"
+                               f"--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-5000:]}")
 
-    if block.option("gpu") is not None and not _cuda():
-        pytest.skip("a GPU block: runs where torch sees a CUDA device")
-    for need in block.needs:
-        kind, spec = need.split(":", 1)
-        docs_data.prepare(kind, spec, tmp_path, data_cache)
+
+def run_block(block: Block, folder: Path) -> None:
+    """Runs the example-data commands the block names, then the block, in `folder`."""
+    for command in block.data_commands:
+        _run(command, folder, 120, block.where)
     ext = RUNNABLE[block.lang]
-    script = tmp_path / f"{block.page.stem}_{block.line}.{ext}"
+    script = folder / f"{block.page.stem}_{block.line}.{ext}"
     script.write_text(block.code, encoding="utf-8")
     if ext == "sh":
         cmd = ["bash", "-e", script.name]
@@ -229,17 +303,25 @@ def test_block_runs(block, tmp_path, data_cache):
                f"--nproc_per_node={block.option('torchrun') or 2}", script.name]
     else:
         cmd = [sys.executable, script.name]
-    timeout = float(block.option("timeout") or DEFAULT_TIMEOUT)
-    try:
-        r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True,
-                           timeout=timeout, env=_env(), stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"")[-3000:]
-        err = (e.stderr or b"")[-3000:]
-        pytest.fail(f"{block.where}: `{shlex.join(cmd)}` did not finish in {timeout:g} s\n"
-                    f"stdout: {out!r}\nstderr: {err!r}")
-    assert r.returncode == 0, (f"{block.where}: `{shlex.join(cmd)}` exited {r.returncode}\n"
-                               f"--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-5000:]}")
+    _run(cmd, folder, float(block.option("timeout") or DEFAULT_TIMEOUT), block.where)
+
+
+@pytest.mark.parametrize("block", ALONE, ids=[b.where for b in ALONE])
+def test_block_runs(block, tmp_path):
+    if block.option("gpu") is not None and not _cuda():
+        pytest.skip("a GPU block: runs where torch sees a CUDA device")
+    run_block(block, tmp_path)
+
+
+@pytest.mark.parametrize("page", IN_ORDER, ids=[p.name for p in IN_ORDER])
+def test_page_runs_in_order(page, tmp_path):
+    """A reader going down the page runs its blocks one after the other in one folder: no
+    block may step on the data of another, and a `follows` step finds what it needs."""
+    blocks_in_order = [b for b in RUN if b.page == page and
+                       (b.option("gpu") is None or _cuda())]
+    assert len(blocks_in_order) >= 3
+    for b in blocks_in_order:
+        run_block(b, tmp_path)
 
 
 # -- links ----------------------------------------------------------------------------------
@@ -249,14 +331,22 @@ _PATH_REF = re.compile(r"`([\w./-]+\.md)`")
 
 
 def _anchors(page: Path) -> set:
-    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes."""
-    out = set()
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes, and a
+    repeated one numbered (``-1``, ``-2``...). Headings inside code blocks are none."""
+    out: Dict[str, int] = {}
+    in_code = False
     for line in page.read_text(encoding="utf-8").splitlines():
-        m = re.match(r"^#{1,6}\s+(.*?)\s*$", line)
+        if _FENCE.match(line):
+            in_code = not in_code
+        m = None if in_code else re.match(r"^#{1,6}\s+(.*?)\s*$", line)
         if m:
-            text = re.sub(r"[`*_]", "", m.group(1)).strip().lower()
-            out.add(re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text)))
-    return out
+            text = re.sub(r"[`*]", "", m.group(1)).strip().lower()
+            base = re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
+            n = out.get(base, 0)
+            out[base] = n + 1
+            if n:
+                out[f"{base}-{n}"] = 1
+    return set(out)
 
 
 def _links():

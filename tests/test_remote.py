@@ -730,7 +730,7 @@ def test_inspect_a_url(local_ds, nginx, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
     assert cli.main(["inspect", f"{nginx.url}/ds", "--verify"]) == 0
     out = capsys.readouterr().out
-    assert f"samples: {N}" in out and "0 problem(s)" in out
+    assert f"verified {N} records" in out and "0 problem(s)" in out
     assert len(objects(tmp_path / "cache")) == len(local_ds[1].shards)
 
 

@@ -1,6 +1,9 @@
 // stoker._core: the only translation unit set that includes pybind11.
 #include <pybind11/pybind11.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "codecs/codecs.h"
 #include "common/error.h"
 
@@ -9,6 +12,27 @@
 #endif
 
 namespace py = pybind11;
+
+namespace {
+
+// Raises `e` as the Python exception `type`: the message is the user's (their file, record
+// and the fix); where in csrc/ it was raised goes to the exception's `source_location`,
+// for bug reports, and into the message only with STOKER_DEBUG=1.
+void set_error(py::handle type, const stoker::Error& e) {
+  std::string message = e.what();
+  const char* debug = std::getenv("STOKER_DEBUG");
+  const bool show = debug != nullptr && *debug != '\0' && std::string(debug) != "0";
+  if (show && !e.where().empty()) message += " [" + e.where() + "]";
+  try {
+    py::object exc = py::reinterpret_borrow<py::object>(type)(message);
+    exc.attr("source_location") = e.where().empty() ? py::object(py::none()) : py::str(e.where());
+    PyErr_SetObject(type.ptr(), exc.ptr());
+  } catch (const py::error_already_set&) {
+    PyErr_SetString(type.ptr(), message.c_str());
+  }
+}
+
+}  // namespace
 
 namespace stoker::bindings {
 void register_format(py::module_& m);
@@ -33,28 +57,30 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   static py::exception<stoker::DataError> data_error(m, "DataError", error.ptr());
   static py::exception<stoker::DecodeError> decode_error(m, "DecodeError", data_error.ptr());
   static py::exception<stoker::CudaError> cuda_error(m, "CudaError", error.ptr());
+  // Errors raised in Python (stoker.DataError("...")) have no source location.
+  for (py::handle type : {error.ptr(), data_error.ptr(), decode_error.ptr(), cuda_error.ptr()})
+    py::setattr(type, "source_location", py::none());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const stoker::UsageError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set_error(PyExc_ValueError, e);
     } catch (const stoker::DecodeError& e) {
-      PyErr_SetString(decode_error.ptr(), e.what());
+      set_error(decode_error, e);
     } catch (const stoker::DataError& e) {
-      PyErr_SetString(data_error.ptr(), e.what());
+      set_error(data_error, e);
     } catch (const stoker::CudaError& e) {
-      PyErr_SetString(cuda_error.ptr(), e.what());
+      set_error(cuda_error, e);
     } catch (const stoker::FetchError& e) {
       // The Python layer's own exception type (an OSError), so that one except
       // clause catches a failed download wherever it surfaces.
       try {
-        py::object type = py::module_::import("stoker.remote").attr("RemoteError");
-        PyErr_SetString(type.ptr(), e.what());
+        set_error(py::module_::import("stoker.remote").attr("RemoteError"), e);
       } catch (const py::error_already_set&) {
-        PyErr_SetString(error.ptr(), e.what());
+        set_error(error, e);
       }
     } catch (const stoker::Error& e) {
-      PyErr_SetString(error.ptr(), e.what());
+      set_error(error, e);
     }
   });
 

@@ -1,17 +1,31 @@
-// Errors cross every boundary as exceptions. STOKER_THROW adds the source
-// location so a report from a worker thread says where it came from.
+// Errors cross every boundary as exceptions. STOKER_THROW records the source location
+// beside the message, not in it: the message is for the user (the file, the record, what
+// to do), the location for a bug report (Python: the exception's `source_location`;
+// STOKER_DEBUG=1 adds it to the message).
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace stoker {
 
 /// Base of every error the core raises; bound to a Python exception type.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  /// @param message what the user reads: names their file, record and the fix
+  /// @param where   where in stoker's sources it was raised ("csrc/x/y.cpp:88"); an error
+  ///                raised while handling another adds that one's: "a.cpp:1 <- b.cpp:2"
+  explicit Error(const std::string& message, std::string where = {})
+      : std::runtime_error(message), where_(std::move(where)) {}
+
+  /// The source location(s) for a bug report; empty when thrown without STOKER_THROW.
+  [[nodiscard]] const std::string& where() const noexcept { return where_; }
+
+ private:
+  std::string where_;
 };
 
 /// Bad or corrupt data on disk (shards, index, records). Maps to stoker.DataError.
@@ -52,15 +66,31 @@ std::string concat(const Args&... args) {
   (os << ... << args);
   return os.str();
 }
+
+/// "file:line", followed by the location of the stoker::Error being handled, if any (an
+/// error re-raised with more context keeps where it started).
+inline std::string where(const char* file, int line) {
+  std::string w = concat(file, ":", line);
+  if (std::exception_ptr inner = std::current_exception()) {
+    try {
+      std::rethrow_exception(inner);
+    } catch (const Error& e) {
+      if (!e.where().empty()) w += " <- " + e.where();
+    } catch (...) {
+    }
+  }
+  return w;
+}
 }  // namespace detail
 
 }  // namespace stoker
 
-// Throws `Type` with the message and the source location, in every build type:
-//   "checksum mismatch in record 7 of shard ... [csrc/format/shard_reader.cpp:88]"
+// Throws `Type` with the message and, beside it, the source location, in every build type:
+//   what():  "checksum mismatch in record 7 of shard ..."
+//   where(): "csrc/format/shard_reader.cpp:88"
 // CMake passes -fmacro-prefix-map, so __FILE__ is relative to the source tree.
 #define STOKER_THROW(Type, ...) \
-  throw Type(::stoker::detail::concat(__VA_ARGS__, " [", __FILE__, ":", __LINE__, "]"))
+  throw Type(::stoker::detail::concat(__VA_ARGS__), ::stoker::detail::where(__FILE__, __LINE__))
 
 #define STOKER_CHECK(cond, Type, ...)             \
   do {                                            \

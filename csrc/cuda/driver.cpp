@@ -96,13 +96,7 @@ std::string error_name(Result r) {
 }
 
 void throw_cuda_error(Result r, const char* expr, const char* file, int line) {
-#ifdef NDEBUG
-  (void)file;
-  (void)line;
-  throw CudaError(error_name(r) + " from " + expr);
-#else
-  throw CudaError(error_name(r) + " from " + expr + " [" + file + ":" + std::to_string(line) + "]");
-#endif
+  throw CudaError(error_name(r) + " from " + expr, ::stoker::detail::where(file, line));
 }
 
 }  // namespace stoker::cu

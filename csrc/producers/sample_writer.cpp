@@ -43,6 +43,26 @@ namespace stoker {
   }
 }
 
+namespace {
+
+// A bad sample's error as the loop gets it (on_error="raise"): with what to do about it.
+// Its type and source location stay; a failed download or a usage error is not the
+// sample's fault and goes as it is.
+[[noreturn]] void rethrow_with_fix() {
+  static const std::string kFix =
+      "; Loader(..., on_error=\"skip\") replaces such samples with the next readable one "
+      "(docs/troubleshooting.md)";
+  try {
+    throw;
+  } catch (const DecodeError& e) {
+    throw DecodeError(e.what() + kFix, e.where());
+  } catch (const DataError& e) {
+    throw DataError(e.what() + kFix, e.where());
+  }
+}
+
+}  // namespace
+
 // How many records ahead of the one being written its table entry is prefetched.
 constexpr int64_t kEntryAhead = 4;
 // Without image fields, one sample in this many has its stages timed (NOTE [ Stage
@@ -123,7 +143,7 @@ class SampleWriter {
       } catch (...) {
         // A failed download is skipped too: its shard is fetched again on a later
         // demand (NOTE [ Deferred shards ] in format/shard_gate.h).
-        if (!src_.skip_errors) throw;
+        if (!src_.skip_errors) rethrow_with_fix();
         // on_error="skip": the next valid sample in dataset order takes its
         // place, so the replacement is the same whatever thread does it.
         std::exception_ptr first = std::current_exception();

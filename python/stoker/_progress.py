@@ -1,6 +1,7 @@
 """Progress bars for long command-line work (convert, inspect --verify, bench): tqdm on
 stderr, with rate and ETA, when stderr is a terminal and tqdm is installed (``pip install
-stoker[convert]`` or ``stoker[bench]``); silent otherwise, so logs and pipes stay clean."""
+tqdm``, in stoker's ``[convert]`` and ``[bench]`` extras); silent otherwise, so logs and
+pipes stay clean."""
 
 from __future__ import annotations
 

@@ -117,8 +117,10 @@ def _inspect(args: argparse.Namespace) -> int:
         "fields": {n: f.spec() for n, f in ds.fields.items()},
         "metadata": ds.metadata,
     }
-    print(json.dumps(info, indent=2, default=str) if args.json else
-          "\n".join(f"{k}: {v}" for k, v in info.items()))
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        print(describe_dataset(ds))
     if not args.verify:
         return 0
 
@@ -139,6 +141,42 @@ def _inspect(args: argparse.Namespace) -> int:
         where = f"record {rec}" if rec >= 0 else "file"
         print(f"  BAD {path}: {where}: {reason}")
     return 0 if report["ok"] else 1
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def _short(value: Any, width: int = 72) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= width else text[:width - 22] + " ... (--json: all of it)"
+
+
+def describe_dataset(ds: Any) -> str:
+    """What ``stoker inspect PATH`` prints: a table of the dataset's size, identity, fields
+    (as the field constructors that declare them) and metadata (``--json`` gives it all)."""
+    sizes = [s["bytes"] for s in ds.shards]
+    total = sum(sizes)
+    rows = [("samples", f"{len(ds):,}"),
+            ("shards", f"{len(sizes):,}, {_size(total)} in all"
+             + (f" ({_size(total / len(sizes))} each on average)" if len(sizes) > 1 else "")),
+            ("format version", str(ds.version)),
+            ("dataset id", ds.dataset_id or "none (format version 1)")]
+    width = max(len(n) for n in ds.fields) if ds.fields else 0
+    fields = [f"{n:<{width}}  {f!r}" for n, f in ds.fields.items()] or ["(none)"]
+    rows += [("fields", fields[0])] + [("", f) for f in fields[1:]]
+    meta = ds.metadata
+    if isinstance(meta, dict) and meta:
+        width = max(len(str(k)) for k in meta)
+        lines = [f"{k!s:<{width}}  {_short(v)}" for k, v in meta.items()]
+    else:
+        lines = ["(none)" if meta in (None, {}) else _short(meta)]
+    rows += [("metadata", lines[0])] + [("", m) for m in lines[1:]]
+    return "\n".join([ds.path] + [f"  {n:<15} {v}".rstrip() for n, v in rows])
 
 
 def _load_npy(file: str) -> Any:
@@ -251,6 +289,18 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
                         "starts the threads, and 3 more for the median and spread)")
     d.set_defaults(func=_demo)
 
+    e = sub.add_parser("example-data", help="write the small example data that the docs' "
+                                            "examples read",
+                       description="Writes small example data (a second or two each) at "
+                                   "PATH: what an example of the docs names in its first "
+                                   "line, e.g. `stoker example-data images data/train`.",
+                       epilog=module("example_data").kinds_help() if want("example-data")
+                       else None,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    if want("example-data"):
+        module("example_data").add_arguments(e)
+    e.set_defaults(func=_lazy("example_data", "run"))
+
     i = sub.add_parser("inspect", help="describe a dataset; --verify checks every record",
                        description="Describe a dataset. Exit status 0: fine; 1: the dataset "
                                    "is corrupt; 2: usage error (no dataset, writer busy).")
@@ -324,6 +374,10 @@ def _one_line(text: str) -> str:
 
 
 def _describe(e: BaseException) -> str:
+    from .writer import DatasetExistsError
+
+    if isinstance(e, DatasetExistsError):  # Python's words are overwrite=True
+        return f"{e.path}: already holds a dataset; add --overwrite to replace it"
     if isinstance(e, OSError) and e.strerror:
         if e.filename is None:
             return _one_line(e.strerror)

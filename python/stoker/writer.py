@@ -24,8 +24,22 @@ from ._index import (
 from .fields import Field, check_schema, schema_hash, schema_json
 
 # The format's constants and parse_size live in ._index; importable from here as before.
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "INDEX_NAME", "READABLE_VERSIONS", "ShardWriter",
-           "WriterLockError", "parse_size"]
+__all__ = ["DatasetExistsError", "FORMAT_NAME", "FORMAT_VERSION", "INDEX_NAME",
+           "READABLE_VERSIONS", "ShardWriter", "WriterLockError", "parse_size"]
+
+
+class DatasetExistsError(FileExistsError):
+    """The output directory already holds a dataset and the write did not ask to replace
+    it; ``path`` is the directory (the command line says ``--overwrite`` where Python
+    says ``overwrite=True``)."""
+
+    def __init__(self, path: str):
+        super().__init__(f"{path}: already holds a dataset (index.json); pass overwrite=True "
+                         "to replace it")
+        self.path = path
+
+    def __reduce__(self) -> Tuple[Any, Tuple[str]]:  # from a convert worker process, whole
+        return type(self), (self.path,)
 
 
 class _WriteState:
@@ -157,8 +171,7 @@ class ShardWriter:
             raise
         try:
             if os.path.lexists(self._index_path) and not overwrite:
-                raise FileExistsError(f"{self.path}: already holds a dataset (index.json); "
-                                      "pass overwrite=True to replace it")
+                raise DatasetExistsError(self.path)
             self._replaced, self._replaced_v1 = _read_existing(self._index_path)
             # Leftovers of earlier writes that were killed or whose generation was in use.
             gen.clean(self.path, keep=self._replaced, keep_files=self._replaced_v1,

@@ -57,8 +57,8 @@ std::string reason(const std::function<void()>& f, const std::string& path) {
   try {
     f();
   } catch (const DataError& e) {
-    std::string msg = e.what();
-    msg = msg.substr(0, msg.rfind(" ["));
+    std::string msg = e.what();  // the source location is e.where(), not in the message
+    CHECK(msg.find("csrc/") == std::string::npos);
     if (msg.rfind(path, 0) == 0) msg = "<shard>" + msg.substr(path.size());
     return msg;
   }

@@ -75,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=positive_float, default=3.0, metavar="S",
                    help="--sweep: seconds per point after its first batches (default 3)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="--sweep: also plot it (needs matplotlib: pip install 'stoker[plot]')")
+                   help="--sweep: also plot it (needs matplotlib: pip install matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

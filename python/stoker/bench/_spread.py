@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, List, Sequence
 
-__all__ = ["Runs", "differs", "share_text"]
+__all__ = ["Runs", "change_text", "differs", "share_text"]
 
 
 @dataclass
@@ -63,6 +63,16 @@ def differs(a: Runs, b: Runs) -> bool:
         return False
     apart = a.lo > b.hi or b.lo > a.hi
     return apart and abs(a.median - b.median) > max(a.width, b.width)
+
+
+def change_text(before: float, after: float) -> str:
+    """The change from `before` to `after` as a signed percentage, rounded so that it never
+    reads as another sign or as no change: ``"+12%"``, ``"-4.6%"``, ``"-0.3%"``, ``"0%"``
+    (a two-digit change to the percent, a smaller one to a tenth)."""
+    pct = 100 * (after / max(before, 1e-12) - 1)
+    if round(pct, 1) == 0:
+        return "0%"
+    return f"{pct:+.0f}%" if abs(pct) >= 9.5 else f"{pct:+.1f}%"
 
 
 def share_text(name: str, shares: Sequence[float]) -> str:

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence
 from .._progress import Progress
 from ..dataset import Dataset
 from ..loader import Loader
-from ._spread import Runs, differs
+from ._spread import Runs, change_text, differs
 from ._timing import warm
 
 STAGES = ("read", "decode", "ops", "plan")
@@ -153,7 +153,7 @@ def sweep(path: str, batch_sizes: Optional[Sequence[int]] = None,
           seconds: float = 3.0, repeats: int = 3, plot: Optional[str] = None,
           progress: bool = True) -> List[Point]:
     """Runs the sweep and prints the table, the recommendation and the batch-size answer;
-    writes the plot to `plot` (a PNG; needs matplotlib: ``pip install stoker[plot]``).
+    writes the plot to `plot` (a PNG; needs matplotlib: ``pip install matplotlib``).
     Returns the points (the median run of `repeats` per setting, by samples/s, with every
     run's figures in ``rate_runs``, ``worker_ms_runs`` and ``first_batch_runs``)."""
     if plot is not None:
@@ -264,7 +264,7 @@ def recommend(points: List[Point], in_cache: Optional[float] = None,
 
 
 def _change(a: Runs, b: Runs) -> str:
-    return f"{100 * (b.median / max(a.median, 1e-12) - 1):+.0f}%"
+    return change_text(a.median, b.median)
 
 
 def larger_batch(points: List[Point]) -> str:
@@ -293,7 +293,7 @@ def larger_batch(points: List[Point]) -> str:
         grew = differs(a.worker_ms_runs, z.worker_ms_runs) and \
             z.worker_ms_runs.median > a.worker_ms_runs.median
         parts = ", ".join(
-            f"{k} {100 * (z.worker_ms_per_sample[k] / a.worker_ms_per_sample[k] - 1):+.0f}%"
+            f"{k} {change_text(a.worker_ms_per_sample[k], z.worker_ms_per_sample[k])}"
             for k in STAGES if a.worker_ms_per_sample[k] > 0.02 * per_a)
         lines.append(f"  - worker time per sample {per_a:.3g} -> {per_z:.3g} ms "
                      f"({_change(a.worker_ms_runs, z.worker_ms_runs)}: {parts})"
@@ -330,7 +330,8 @@ def larger_batch(points: List[Point]) -> str:
                          "the first time is charged to the stage that writes it)")
     if slower:
         loss = 1 - z.rate_runs.median / a.rate_runs.median
-        lines.append(f"  Here a larger batch loads {100 * loss:.0f}% slower per sample, beyond "
+        lines.append(f"  Here a larger batch loads {change_text(1, 1 + loss)[1:]} slower per "
+                     "sample, beyond "
                      "the spread of the runs; training slows too once the model's step at "
                      "that size is faster than the figure above.")
     else:
@@ -345,7 +346,8 @@ def _need_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ValueError("--plot needs matplotlib: pip install 'stoker[plot]'") from None
+        raise ValueError("--plot needs matplotlib: pip install matplotlib (stoker's [plot] "
+                         "extra)") from None
 
 
 def write_plot(points: List[Point], path: str, title: str) -> None:

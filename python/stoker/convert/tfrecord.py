@@ -76,7 +76,7 @@ def _crc32c():
         import google_crc32c
     except ImportError:
         raise ImportError("reading TFRecords needs google-crc32c "
-                          "(pip install google-crc32c, or stoker[convert])") from None
+                          "(pip install google-crc32c: stoker's [convert] extra)") from None
     return google_crc32c.value
 
 

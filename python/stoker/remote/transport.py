@@ -45,6 +45,9 @@ CHUNK = 1 << 20
 class RemoteError(OSError):
     """A remote object could not be fetched; the message names its URL and the reason."""
 
+    # Where in stoker's C++ sources it was raised, when it was (for bug reports).
+    source_location = None
+
 
 class TransientError(Exception):
     """A failure that a retry may fix."""
@@ -331,8 +334,8 @@ class S3Source(Source):
             import boto3
             from botocore.config import Config
         except ImportError:
-            raise ImportError("s3:// datasets need boto3 (pip install boto3, or "
-                              "stoker[remote])") from None
+            raise ImportError("s3:// datasets need boto3 (pip install boto3: "
+                              "stoker's [remote] extra)") from None
         parsed = urllib.parse.urlparse(self.url)
         self.bucket, self.prefix = parsed.netloc, parsed.path.lstrip("/")
         if not self.bucket:
