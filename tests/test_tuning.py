@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import stoker
 import stoker._loader_args as loader_args
-import stoker.loader as loader_mod
 import torch
 from conftest import timed_loop, write_dataset
 
