@@ -36,9 +36,10 @@ void emit_messages(LoaderCore& core) {
 }
 
 py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool with_ticket,
-                      uintptr_t side_stream) {
+                      uintptr_t side_stream, int64_t timeout_ms) {
   DeliveredBatch b;
   Clock::time_point got;  // the batch in hand: from here on, counted with the wait
+  const Clock::time_point until = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     LoaderCore::Iterator::Status s;
     {
@@ -50,6 +51,7 @@ py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool 
     if (s == LoaderCore::Iterator::Status::kBatch) break;
     if (s == LoaderCore::Iterator::Status::kEnd) return py::none();
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (timeout_ms > 0 && got >= until) return py::bool_(false);
   }
   const bool host = b.device < 0;
   py::list caps =
@@ -274,10 +276,12 @@ void register_loader(py::module_& m) {
 
   py::class_<LoaderCore::Iterator, std::shared_ptr<LoaderCore::Iterator>>(m, "LoaderIterator")
       .def("next", &next_batch, py::arg("consumer_stream") = 0, py::arg("with_ticket") = false,
-           py::arg("side_stream") = 0,
+           py::arg("side_stream") = 0, py::arg("timeout_ms") = 0,
            "The next batch as [(name, dltensor capsule)], or None at the end of the epoch; "
            "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none); "
-           "side_stream: also ordered after the device copy (batch_map's stream).")
+           "side_stream: also ordered after the device copy (batch_map's stream); "
+           "timeout_ms > 0: False when no batch came within it (the Python stage's stall "
+           "report).")
       .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
       .def("note_handoff", &LoaderCore::Iterator::note_handoff, py::arg("ns"),
            "Adds ns of the consumer's next() outside next() (the batch's Python objects) to "
