@@ -23,6 +23,7 @@ from . import _core, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
 from ._loader_args import check_int
+from ._stage.stage import END as _STAGE_END
 from .dataset import Dataset
 from .mix import Mix, MixRun
 from .ops import Op
@@ -564,7 +565,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         stage = self._loader._stage
         if stage is not None:  # NOTE [ Python stage ] in stoker/_stage/__init__.py
             batch = stage.next(self._it, stream, entered)
-            if batch is None:
+            if batch is _STAGE_END:  # never a value: collate_fn may return None (a batch)
                 self._loader._report_skipped()
                 raise StopIteration
             stage.follow(self._loader._core.active_threads)

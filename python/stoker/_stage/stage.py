@@ -4,6 +4,8 @@ batch assembled (native batching, collate_fn, batch_map) and completed in its ri
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
@@ -11,19 +13,48 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 import numpy as np
 import torch
 
-from .. import _core
+from .. import _core, _loader_args
 from .collate import BatchLayout, tensors_of
 from .errors import add_note, format_exception_summary, names_itself
-from .pool import StagePool
+from .pool import StagePool, exiting
 from .processes import ProcessWorkers, WorkerDied
 from .rng import batch_rng, rng_from_key, rng_keys
 from .sources import DatasetSource, MapStyleSource
 from .telemetry import native_times, thread_sched
 
-__all__ = ["PythonStage", "PROCESS_THREADS_PER_WORKER"]
+__all__ = ["PythonStage", "PROCESS_THREADS_PER_WORKER", "END"]
 
 # Stage threads per worker process (NOTE [ Python stage processes ] in processes.py).
 PROCESS_THREADS_PER_WORKER = 2
+# The end of an epoch, as PythonStage.next() says it: never a value a hook may return.
+END = object()
+# A stall is reported again this often (as the C++ core reports a slow first batch).
+_STALL_REPEAT_SECONDS = 10.0
+_log = logging.getLogger("stoker")
+
+
+class _Doing:
+    """What one stage thread is doing, for the stall report: the phase ("dataset", "map",
+    "collate_fn", "batch_map", "worker": a chunk at a worker process; None: idle), the
+    batch, the sample's dataset index, since when (time.monotonic())."""
+
+    __slots__ = ("name", "phase", "task", "index", "since", "worker")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.phase: Optional[str] = None
+        self.task: Any = None
+        self.index = -1
+        self.since = 0.0
+        self.worker = -1
+
+    def at(self, index: int, phase: str) -> None:
+        self.index = index
+        self.phase = phase
+        self.since = time.monotonic()
+
+    def idle(self) -> None:
+        self.phase = None
 
 class _Pending:
     """A batch being mapped: each chunk fills its positions (NOTE [ Python stage ])."""
@@ -122,6 +153,14 @@ class PythonStage:
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
         self.nchw_views = tuple(nchw_views)
         self.workers: Any = None  # ProcessWorkers, with processes
+        # A process forked inside user code that returns from it ends there (NOTE
+        # [ Worker faults ] in processes.py): the pid the stage runs in.
+        self._pid = os.getpid()
+        # What each stage thread is doing (by slot), and the current thread's, for the
+        # stall report; consumers in next() now (the purge spares their deliveries).
+        self._doing: Dict[int, _Doing] = {}
+        self._here = threading.local()
+        self._in_next = 0
 
     needs_handoff = True  # every batch goes through the stage's threads
 
@@ -147,7 +186,15 @@ class PythonStage:
             self.pool.start()
 
     def stop(self) -> None:
-        """close(): the threads end, and the work they held (every stream stopped)."""
+        """close(): the threads end, and the work they held (every stream stopped), within
+        a few seconds whatever user code does: the worker processes are ended first (the
+        threads waiting for their replies wake), then the threads are joined for at most
+        pool.JOIN_SECONDS; a thread still in user code after that is left to end on its
+        own (NOTE [ Python stage ])."""
+        if self.pool is not None:
+            self.pool.stop(join=False)
+        if self.workers is not None:
+            self.workers.stop()
         if self.pool is not None:
             self.pool.stop()
         with self._lock:
@@ -155,8 +202,6 @@ class PythonStage:
             self._pending.clear()
         for p in dropped:
             p.release()
-        if self.workers is not None:
-            self.workers.stop()
 
     # -- one chunk of a batch (a stage thread) ---------------------------------------
 
@@ -174,23 +219,27 @@ class PythonStage:
         cpu0, wait0 = thread_sched()
         times = native_times.reset()
         remote: Optional[Tuple[int, ...]] = None
+        doing = self._doing_of(slot)
+        doing.task = task
         try:
             if task.stopped or not self.per_sample:
                 pass
             elif self.workers is not None:
+                doing.worker = slot // PROCESS_THREADS_PER_WORKER
+                doing.at(int(task.indices[lo]), "worker")
                 remote = self._run_remote(task, pending, lo, hi, slot)
             else:
                 indices = task.indices
                 keys = rng_keys(self.seed, task.epoch, indices[lo:hi]) \
                     if self.map_fn is not None else None
                 for pos in range(lo, hi):
-                    self._one(task, pending, pos, int(indices[pos]),
-                              None if keys is None else keys[pos - lo])
-                    if task.stopped:
+                    if not self._one(task, pending, pos, int(indices[pos]),
+                                     None if keys is None else keys[pos - lo]) or task.stopped:
                         break
         except BaseException as e:  # a bug of the stage: the batch fails with it
             pending.internal = e
         finally:
+            doing.idle()
             wall = time.perf_counter_ns() - wall0
             cpu1, wait1 = thread_sched()
             cpu, wait = cpu1 - cpu0, wait1 - wait0
@@ -206,6 +255,7 @@ class PythonStage:
                                wait * py // wall if wall > 0 else 0)
             if task.chunk_done():
                 self._finish(task, pending)
+                doing.idle()  # (collate_fn, batch_map)
 
     def _run_remote(self, task: Any, pending: _Pending, lo: int, hi: int,
                     slot: int) -> Tuple[int, ...]:
@@ -249,15 +299,20 @@ class PythonStage:
         return [i for i, f in enumerate(fields.values()) if f.kind == "object"]
 
     def _one(self, task: Any, pending: _Pending, pos: int, index: int,
-             key: Optional[np.ndarray]) -> None:
+             key: Optional[np.ndarray]) -> bool:
+        """Sample `pos` of the batch into its row (or its error); False when the chunk
+        stops there (a BaseException of user code: SystemExit, KeyboardInterrupt...)."""
         try:
             pending.rows[pos] = self._sample(index, task.epoch, key)
-            return
+            return True
         except Exception as e:
             if not self.skip:
                 pending.errors[pos] = e
-                return
+                return True
             first = e
+        except BaseException as e:  # the user's, as raised: never skipped
+            pending.errors[pos] = e
+            return False
         row, ok = self._replacement(index, task.epoch, self._sample, lambda: task.stopped)
         if ok:
             pending.rows[pos] = row
@@ -266,6 +321,7 @@ class PythonStage:
         elif not task.stopped:
             pending.errors[pos] = add_note(first, "stoker: on_error='skip' found no sample to "
                                            "replace it with: every sample fails")
+        return True
 
     def _replacement(self, index: int, epoch: int, make: Callable[[int, int, Any], Any],
                      stopped: Callable[[], bool] = lambda: False) -> Tuple[Any, bool]:
@@ -287,21 +343,50 @@ class PythonStage:
     def _produce(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
         """Sample `index` fetched (and mapped): what map returns, or the dataset's item."""
         source = self.source
+        doing = getattr(self._here, "doing", None)
         try:
+            if doing is not None:
+                doing.at(index, "dataset")
             if self.map_fn is None and self.collate_fn is not None:
                 return source.raw(index, epoch)
             sample = source.sample(index, epoch)
-        except Exception as e:
+        except BaseException as e:
             if not names_itself(e):
                 add_note(e, f"stoker: raised while loading {source.describe(index)}")
             raise
+        finally:
+            self._check_fork()
         if self.map_fn is not None:
             try:
+                if doing is not None:
+                    doing.at(index, "map")
                 sample = self.map_fn(sample, rng_from_key(key))
-            except Exception as e:
+            except BaseException as e:
                 add_note(e, f"stoker: raised by map for {source.describe(index)}")
                 raise
+            finally:
+                self._check_fork()
         return sample
+
+    def _check_fork(self) -> None:
+        """After user code: a process it forked that returned from it ends here, before it
+        could write to a worker's socket or complete a batch of the loader's (NOTE
+        [ Worker faults ] in processes.py); its result is ignored."""
+        if os.getpid() != self._pid:
+            os._exit(0)
+
+    def _doing_of(self, slot: int) -> _Doing:
+        """Stage thread `slot`'s record of what it is doing (made on its first chunk)."""
+        doing = self._doing.get(slot)
+        if doing is None:
+            doing = self._doing[slot] = _Doing(threading.current_thread().name)
+        self._here.doing = doing
+        return doing
+
+    def set_status(self, status: Any) -> None:
+        """In a worker process: where _produce says what it is doing (shared memory the
+        loader's process reads for its stall report)."""
+        self._here.doing = status
 
     def _sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
         """A batch row: _produce's value, checked against the layout (unless collate_fn
@@ -332,6 +417,9 @@ class PythonStage:
         w.layout._lock = threading.Lock()
         w.pool = None
         w.workers = None
+        w._pid = os.getpid()
+        w._here = threading.local()
+        w._doing = {}
         if isinstance(self.source, DatasetSource):
             w.source = self.source.reopened()
         return w
@@ -341,7 +429,7 @@ class PythonStage:
     def _finish(self, task: Any, pending: _Pending) -> None:
         with self._lock:
             self._pending.pop(task.id, None)
-        if task.stopped:
+        if task.stopped or exiting():  # (a thread left in user code at exit: no C++ call)
             pending.release()
             return
         wall0 = time.perf_counter_ns()
@@ -374,10 +462,13 @@ class PythonStage:
                                     for name, cap in task.tensors})
         elif self.collate_fn is not None:
             try:
-                d.whole = self.collate_fn(pending.rows)
+                self._hook_phase("collate_fn", task)
+                d.whole = self.collate_fn(pending.rows)  # None too, as DataLoader yields it
             except Exception as e:
                 self._fail(task, add_note(e, f"stoker: raised by collate_fn for {what}"))
                 return
+            finally:
+                self._check_fork()
         else:
             specs, nbytes = self.layout.plan(pending.rows)
             buffer = task.allocate(nbytes)
@@ -388,16 +479,26 @@ class PythonStage:
                 specs, nbytes = [], 0
         if self.batch_map is not None and not self.batch_map_on_consumer:
             try:
-                d.whole = self.batch_map(d.whole, batch_rng(self.seed, task.epoch, task.rank,
-                                                            task.world_size, task.batch))
+                self._hook_phase("batch_map", task)
+                d.whole = _not_none(self.batch_map(
+                    d.whole, batch_rng(self.seed, task.epoch, task.rank, task.world_size,
+                                       task.batch)), what)
             except Exception as e:
                 self._fail(task, add_note(e, f"stoker: raised by batch_map for {what}"))
                 return
+            finally:
+                self._check_fork()
         ticket = 0
         if d.objects or d.whole is not _UNSET or self.batch_map_on_consumer:
             ticket = self._put(d)
         task.complete([(s.name, _dtype_str(s.dtype), list(s.shape), s.offset, s.nbytes)
                        for s in specs], nbytes, ticket, pending.skipped)
+
+    def _hook_phase(self, phase: str, task: Any) -> None:
+        doing = getattr(self._here, "doing", None)
+        if doing is not None:
+            doing.task = task
+            doing.at(-1, phase)
 
     def _fail(self, task: Any, exc: BaseException) -> None:
         d = _Delivery(task)
@@ -408,7 +509,7 @@ class PythonStage:
     def _put(self, d: _Delivery) -> int:
         d.since = time.monotonic()
         with self._lock:
-            if self._next_ticket % 16 == 0:
+            if self._next_ticket % 16 == 0 and not self._in_next:
                 # Deliveries of batches their stream dropped are never taken; a
                 # consumer takes its own within moments of the stop its error causes.
                 old = d.since - 5.0
@@ -466,6 +567,9 @@ class PythonStage:
         d = self.take_delivery(ticket)
         if d is not None and d.whole is not _UNSET:
             return d.whole
+        if ticket and d is None:  # a stage bug: say so, not a KeyError of the merge below
+            raise RuntimeError(f"stoker: internal error: the Python stage lost the objects "
+                               f"of a batch (ticket {ticket}); please report it")
         if self.per_sample:
             batch = self._merge({self.key_of(n): t for n, t in tensors.items()},
                                 d.objects if d is not None else {})
@@ -473,13 +577,16 @@ class PythonStage:
             batch = self._viewed(dict(tensors))
         if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
             rng = batch_rng(self.seed, d.epoch, d.rank, d.world_size, d.batch)
+            what = f"batch {d.batch} of epoch {d.epoch}"
             try:
                 if self._side is None:  # the host fake's "device": host memory, copied
-                    return self.batch_map(batch, rng)
-                return self._on_side_stream(batch, rng)
+                    return _not_none(self.batch_map(batch, rng), what)
+                return _not_none(self._on_side_stream(batch, rng), what)
             except Exception as e:
-                add_note(e, f"stoker: raised by batch_map for batch {d.batch} of epoch {d.epoch}")
+                add_note(e, f"stoker: raised by batch_map for {what}")
                 raise
+            finally:
+                self._check_fork()
         return batch
 
     def _on_side_stream(self, batch: Any, rng: np.random.Generator) -> Any:
@@ -511,45 +618,139 @@ class PythonStage:
         return out
 
     def next(self, it: Any, consumer_stream: Optional[int], entered: int) -> Any:
-        """The consumer's next batch from core iterator `it` (None at the end): the
-        user's exception object when the batch failed in the stage. The loop's time in
-        next() outside the core's wait (since `entered`, perf_counter_ns) goes to the
-        iterator's hand-off time, counted in data_stall as the plain path's."""
+        """The consumer's next batch from core iterator `it` (END at the end of the epoch:
+        any value, None included, is a batch): the user's exception object when the
+        batch failed in the stage. The loop's time in next() outside the core's wait
+        (since `entered`, perf_counter_ns) goes to the iterator's hand-off time, counted
+        in data_stall as the plain path's."""
         if self.pool is not None and not self.pool.running():
             self.pool.start()
-        failed: Optional[BaseException] = None
         side = 0
         if consumer_stream is not None and self.batch_map_on_consumer and \
                 self.batch_map is not None:
             if self._side is None:
-                        self._side = torch.cuda.Stream(self.side_device)
+                self._side = torch.cuda.Stream(self.side_device)
             side = self._side.cuda_stream
-        calling = time.perf_counter_ns()
+        with self._lock:  # until its delivery is taken, no purge drops it
+            self._in_next += 1
         try:
-            got = it.next(consumer_stream or 0, with_ticket=True, side_stream=side)
-        except _core.PythonStageError as e:
-            failed = self.error(e.ticket)
-            if failed is None:
-                raise
-        self._purge()
-        if failed is not None:
-            raise failed  # outside the except block: the user's exception, as it was
-        if got is None:
-            return None
-        t0 = time.perf_counter_ns()
-        caps, ticket = got
-        batch = self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps}, ticket)
-        it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
-        return batch
+            calling = time.perf_counter_ns()
+            failed: Optional[BaseException] = None
+            try:
+                got = self._wait(it, consumer_stream or 0, side)
+            except _core.PythonStageError as e:
+                failed = self.error(e.ticket)
+                if failed is None:
+                    raise
+            if failed is not None:
+                raise failed  # outside the except block: the user's exception, as it was
+            if got is None:
+                return END
+            t0 = time.perf_counter_ns()
+            caps, ticket = got
+            batch = self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps},
+                                 ticket)
+            it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
+            return batch
+        finally:
+            with self._lock:
+                self._in_next -= 1
+            self._purge()
+
+    def _wait(self, it: Any, stream: int, side: int) -> Any:
+        """The core's next(), with a progress message on the "stoker" logger while a
+        batch is late: after the slow-batch time (the slow first batch's, NOTE [ Slow
+        first batch ] in csrc/pipeline/loader_core.h) at INFO, then at WARNING every
+        _STALL_REPEAT_SECONDS, naming what each stage thread or worker process is doing
+        and since when; once the batch comes, its time."""
+        slow = _loader_args.SLOW_FIRST_BATCH_SECONDS
+        if not slow or slow <= 0:
+            return it.next(stream, with_ticket=True, side_stream=side)
+        start = time.monotonic()
+        report_at = slow
+        which = None  # the batch reported late
+        while True:
+            left = report_at - (time.monotonic() - start)
+            got = it.next(stream, with_ticket=True, side_stream=side,
+                          timeout_ms=max(1, int(left * 1000)))
+            waited = time.monotonic() - start
+            if got is not False:
+                if which is not None and got is not None:
+                    _log.info("stoker: %s came after %.1f s", which, waited)
+                return got
+            if waited >= report_at:
+                again = which is not None
+                which, text = self.stall_report(waited, again)
+                _log.log(logging.WARNING if again else logging.INFO, "%s", text)
+                report_at = waited + _STALL_REPEAT_SECONDS
+
+    def stall_report(self, waited: float, again: bool = False) -> Tuple[str, str]:
+        """(which batch, the message): what the consumer's late batch waits for, the
+        oldest batch in the stage, and what each stage thread (or worker process) is
+        doing and since when."""
+        now = time.monotonic()
+        with self._lock:
+            tasks = [p.task for p in self._pending.values()]
+            doing = list(self._doing.values())
+        oldest = min(tasks, key=lambda t: (t.epoch, t.batch), default=None)
+        which = "the next batch" if oldest is None else \
+            f"batch {oldest.batch} of epoch {oldest.epoch}"
+        parts: List[str] = []
+        seen_workers = set()
+        for d in sorted(doing, key=lambda d: d.name):
+            phase, task, index, since = d.phase, d.task, d.index, d.since
+            if phase is None:
+                continue
+            if phase == "worker":
+                if d.worker in seen_workers:
+                    continue
+                seen_workers.add(d.worker)
+                parts.append(self._describe_worker(d.worker, task, index, since, now))
+                continue
+            where = f"batch {task.batch} of epoch {task.epoch}" if task is not None else \
+                "a batch"
+            what = f"in {phase} for {where}" if index < 0 else \
+                f"{_activity(phase, self._describe(index))} ({where})"
+            parts.append(f"thread {d.name} has been {what} for {now - since:.1f} s")
+        if not parts:
+            parts.append("no stage thread is busy (the batch is not handed off yet: the C++ "
+                         "workers plan it)")
+        return which, (f"stoker: {which} is {'still ' if again else ''}not ready after "
+                       f"{waited:.1f} s: " + "; ".join(parts))
+
+    def _describe(self, index: int) -> str:
+        try:
+            return self.source.describe(index)
+        except Exception:
+            return f"dataset index {index}"
+
+    def _describe_worker(self, worker: int, task: Any, index: int, since: float,
+                         now: float) -> str:
+        doing = self.workers.doing(worker) if self.workers is not None else None
+        if doing is None:
+            return f"Python worker process {worker} is not running"
+        pid, w_index, phase, w_since, stopped = doing
+        who = f"Python worker process {worker} (pid {pid})"
+        if stopped:
+            who += " (the process is stopped: SIGSTOP, a debugger?)"
+        if phase is None:  # between chunks: the reply on its way, or the request
+            return (f"{who} has been given sample {index} and more for {now - since:.1f} s "
+                    "and is not running them")
+        where = "" if task is None else f" (batch {task.batch} of epoch {task.epoch})"
+        return (f"{who} has been {_activity(phase, self._describe(w_index))}{where} for "
+                f"{now - w_since:.1f} s")
 
     def _purge(self) -> None:
         """Drops the deliveries of batches their stream dropped (stop, close, break): they
-        are never taken. The consumer's thread does it, after taking its own, so a batch
-        being delivered is never dropped (its stream stops when it carries an error)."""
+        are never taken. Never while a consumer is in next(): a batch it was handed may
+        belong to a stream that stopped since (the last of an epoch), its delivery not
+        taken yet."""
         self._purge_count += 1
         if self._purge_count % 16 and len(self._deliveries) < 64:
             return
         with self._lock:
+            if self._in_next:
+                return
             stale = [t for t, d in self._deliveries.items() if d.task.stopped]
             for t in stale:
                 del self._deliveries[t]
@@ -595,6 +796,21 @@ class _Taker:
     def wake(self) -> None:
         """Ends the waits now (the process is exiting)."""
         self.handoff.close()
+
+
+def _not_none(batch: Any, what: str) -> Any:
+    """batch_map's value: None is an error, never a batch (nor the end of the epoch)."""
+    if batch is None:
+        raise TypeError(f"batch_map returned None for {what}: did it modify the batch in "
+                        "place without returning it? End it with `return batch`")
+    return batch
+
+
+def _activity(phase: str, sample: str) -> str:
+    """What a stall report says a thread or worker does with `sample`."""
+    if phase == "dataset":
+        return f"loading {sample} (the dataset's read or __getitem__)"
+    return f"in {phase} for {sample}"
 
 
 def _tensors(value: Any) -> List[Any]:
