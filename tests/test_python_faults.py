@@ -182,26 +182,28 @@ def pids():
         print("pids", *loader._stage.workers.pids(), flush=True)
 
 
+def loop(ended=None):
+    for _ in loader:  # blocks at a batch the stuck map holds up
+        pass
+    if ended is not None:
+        ended.set()
+
+
+# prefetch=4: iter() alone has the stage map batch 2 (a worker may hold an earlier batch's
+# chunk behind the stuck one: next() would wait, as it waits for any batch user code holds)
 loader = stoker.Loader(stoker.Dataset({path!r}), batch_size=4, map=stuck, num_threads=2,
-                       python_workers={workers!r})
+                       prefetch=4, python_workers={workers!r})
 how = {how!r}
 if how == "close":  # from the loop's thread
     it = iter(loader)
-    next(it)
     entered()
     pids()
     t0 = time.monotonic()
     loader.close()
     print("took", time.monotonic() - t0, flush=True)
-elif how == "close from another thread":  # while the loop waits for the stuck batch
+elif how == "close from another thread":  # while the loop waits in next()
     ended = threading.Event()
-
-    def loop():
-        for _ in loader:
-            pass
-        ended.set()
-
-    threading.Thread(target=loop, daemon=True).start()
+    threading.Thread(target=loop, args=(ended,), daemon=True).start()
     entered()
     pids()
     t0 = time.monotonic()
@@ -216,8 +218,7 @@ elif how == "ctrl-c":  # in the loop's wait, then close()
 
     threading.Thread(target=interrupt, daemon=True).start()
     try:
-        for _ in loader:
-            pass
+        loop()
     except KeyboardInterrupt:
         t0 = time.monotonic()
         loader.close()
@@ -225,16 +226,15 @@ elif how == "ctrl-c":  # in the loop's wait, then close()
 elif how == "exception":  # out of a with block
     try:
         with loader:
-            for i, _ in enumerate(loader):
-                entered()
-                pids()
-                t0 = time.monotonic()
-                raise ValueError("the loop failed")
+            it = iter(loader)
+            entered()
+            pids()
+            t0 = time.monotonic()
+            raise ValueError("the loop failed")
     except ValueError:
         print("took", time.monotonic() - t0, flush=True)
-else:  # interpreter exit, the loader never closed
-    it = iter(loader)
-    next(it)
+else:  # interpreter exit, the loader never closed, a loop waiting in next()
+    threading.Thread(target=loop, daemon=True).start()
     entered()
     pids()
 print("exiting", time.monotonic(), flush=True)
@@ -589,9 +589,9 @@ def test_an_unreadable_dataset_folder_says_permission(tmp_path_factory):
 
 # The soak's plan, in memory shared with forked workers: for this epoch and the next (whose
 # first batches are mapped while this one ends), (fault, sample, fingerprint); the test's
-# pid; the count of releases (a stuck map waits for the next). A fault applies to sample `k` of its own epoch only: the
-# fingerprint is the first draw of that sample's generator (keyed by seed, epoch, index),
-# or for batch_map of the batch's.
+# pid; the count of releases (a stuck map waits for the next). A fault applies to sample
+# `k` of its own epoch only: the fingerprint is the first draw of that sample's generator
+# (keyed by seed, epoch, index), or for batch_map of the batch's.
 _CTL = struct.Struct("qqdqqdqq")
 NONE, RAISE, EXIT, FORGET, FORK, KILL, STUCK, BREAK = range(8)
 SOAK_SEED = 5

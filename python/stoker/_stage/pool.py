@@ -32,17 +32,23 @@ def exiting() -> bool:
     return _exiting
 
 
+# Threads a join gave up on (in user code): later joins do not wait for them again.
+_abandoned: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
 def _join(threads: List[threading.Thread], seconds: float) -> List[threading.Thread]:
-    """Joins `threads` (not the calling one) for at most `seconds` in all; those left."""
+    """Joins `threads` (not the calling one, nor one given up on before) for at most
+    `seconds` in all; those left, given up on."""
     deadline = time.monotonic() + seconds
     me = threading.current_thread()
     left = []
     for t in threads:
-        if t is me:
+        if t is me or t in _abandoned:
             continue
         t.join(max(0.0, deadline - time.monotonic()))
         if t.is_alive():
             left.append(t)
+            _abandoned.add(t)
     return left
 
 

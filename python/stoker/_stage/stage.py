@@ -38,10 +38,11 @@ class _Doing:
     "collate_fn", "batch_map", "worker": a chunk at a worker process; None: idle), the
     batch, the sample's dataset index, since when (time.monotonic())."""
 
-    __slots__ = ("name", "phase", "task", "index", "since", "worker")
+    __slots__ = ("thread", "name", "phase", "task", "index", "since", "worker")
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, thread: threading.Thread):
+        self.thread = thread
+        self.name = thread.name
         self.phase: Optional[str] = None
         self.task: Any = None
         self.index = -1
@@ -156,9 +157,9 @@ class PythonStage:
         # A process forked inside user code that returns from it ends there (NOTE
         # [ Worker faults ] in processes.py): the pid the stage runs in.
         self._pid = os.getpid()
-        # What each stage thread is doing (by slot), and the current thread's, for the
-        # stall report; consumers in next() now (the purge spares their deliveries).
-        self._doing: Dict[int, _Doing] = {}
+        # What each stage thread is doing, and the current thread's, for the stall
+        # report; consumers in next() now (the purge spares their deliveries).
+        self._doing: Dict[threading.Thread, _Doing] = {}
         self._here = threading.local()
         self._in_next = 0
 
@@ -376,11 +377,16 @@ class PythonStage:
             os._exit(0)
 
     def _doing_of(self, slot: int) -> _Doing:
-        """Stage thread `slot`'s record of what it is doing (made on its first chunk)."""
-        doing = self._doing.get(slot)
+        """The calling stage thread's record of what it is doing (made at its first chunk;
+        a thread left behind by close() keeps its own)."""
+        doing = getattr(self._here, "doing", None)
         if doing is None:
-            doing = self._doing[slot] = _Doing(threading.current_thread().name)
-        self._here.doing = doing
+            me = threading.current_thread()
+            doing = self._here.doing = _Doing(me)
+            with self._lock:
+                for t in [t for t in self._doing if not t.is_alive()]:
+                    del self._doing[t]
+                self._doing[me] = doing
         return doing
 
     def set_status(self, status: Any) -> None:
@@ -699,8 +705,8 @@ class PythonStage:
         seen_workers = set()
         for d in sorted(doing, key=lambda d: d.name):
             phase, task, index, since = d.phase, d.task, d.index, d.since
-            if phase is None:
-                continue
+            if phase is None or not d.thread.is_alive() or (task is not None and task.stopped):
+                continue  # idle, or left behind in a batch nobody reads
             if phase == "worker":
                 if d.worker in seen_workers:
                     continue
