@@ -320,16 +320,28 @@ def stuck(s, rng):
 
 loader = stoker.Loader(stoker.Dataset({path!r}), batch_size=4, map=stuck, num_threads=3,
                        python_workers="process")
-it = iter(loader)
-next(it)
-print("pids", *loader._stage.workers.pids(), flush=True)
+
+
+def start():
+    next(iter(loader))
+
+
+if {from_thread!r}:  # the workers are forked from a thread that ends before the loader
+    t = threading.Thread(target=start)
+    t.start()
+    t.join()
+else:
+    start()
+pids = loader._stage.workers.pids()
+print("pids", *pids, flush=True)
 threading.Event().wait()
 """
 
 
-def test_workers_die_with_a_killed_loader_process(labels_ds):
-    p = subprocess.Popen([sys.executable, "-c", KILLED_PARENT.format(path=str(labels_ds.path))],
-                         stdout=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("from_thread", [False, True], ids=["main-thread", "other-thread"])
+def test_workers_die_with_a_killed_loader_process(labels_ds, from_thread):
+    script = KILLED_PARENT.format(path=str(labels_ds.path), from_thread=from_thread)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     pids = []
     try:
         line = p.stdout.readline()
