@@ -111,7 +111,8 @@ def test_a_map_that_forks_mixes_nothing(labels_ds, workers):
             labels = labels_of(got)
             assert sorted(labels) == list(range(64)), labels  # no duplicate, none lost
             for b in got:
-                for label, a, name in zip(b["label"].tolist(), b["a"], b["name"], strict=True):
+                assert len(b["label"]) == len(b["a"]) == len(b["name"])
+                for label, a, name in zip(b["label"].tolist(), b["a"], b["name"]):
                     assert a.tolist() == [label] * 5 and name == f"s{label}"
                 children += [c for c in b["child"].tolist() if c > 0]
         # the children returned from map and ended there (their results ignored)
@@ -246,13 +247,13 @@ def run_stuck(tmp_path, path, workers, how):
     flag = tmp_path / f"entered-{workers}-{how.replace(' ', '-')}"
     script = STUCK_SCRIPT.format(flag=str(flag), path=str(path), workers=workers, how=how)
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
     pids = []
     try:
         out, err = p.communicate(timeout=40)
         ended = time.monotonic()
     except subprocess.TimeoutExpired:
-        p.kill()
+        os.killpg(p.pid, signal.SIGKILL)  # its workers too: they hold its pipes open
         out, err = p.communicate()
         raise AssertionError(f"{how}: the process did not end:\n{out}\n{err[-3000:]}") from None
     finally:
@@ -653,6 +654,7 @@ def test_soak_faults_at_random(labels_ds, workers):
     """Faults at random, epoch after epoch, on one loader (next-epoch prefetch on): every
     batch delivered is right (the same rows as a plain loader's) or the fault's error is
     raised; nothing hangs. Short by default; STOKER_SOAK_FULL=1 runs 400 epochs."""
+    from stoker._stage import processes
     from stoker._stage.rng import batch_rng, sample_rng
 
     full = os.environ.get("STOKER_SOAK_FULL") == "1"
@@ -697,17 +699,24 @@ def test_soak_faults_at_random(labels_ds, workers):
                 for b in loader:
                     labels = b["label"].tolist()
                     assert labels == want[e][got], (e, fault, got)
+                    assert len(labels) == len(b["x"]) == len(b["tag"]) == len(b["sum"])
                     for label, x, tag, total in zip(labels, b["x"], b["tag"].tolist(),
-                                                    b["sum"].tolist(), strict=True):
+                                                    b["sum"].tolist()):
                         assert bool((x == label).all()) and tag == 7 * label
                         assert total == 48 * label
                     got += 1
                     if got == stop:
                         break
             except (ValueError, SystemExit, TypeError, RuntimeError) as exc:
-                assert fault in errors and isinstance(exc, errors[fault]), (e, fault, exc)
+                # the worker killed in the last epoch also held this epoch's first batches
+                # (next-epoch prefetch): they fail with it (docs/python.md)
+                held = e and plan[e - 1][0] == KILL and type(exc) is processes.WorkerDied \
+                    and got < 2
+                assert held or (fault in errors and isinstance(exc, errors[fault])), \
+                    (e, fault, exc)
                 # a killed worker fails every chunk it held: maybe an earlier batch's
-                assert got == where or (fault == KILL and got <= where), (e, fault, got, where)
+                assert held or got == where or (fault == KILL and got <= where), \
+                    (e, fault, got, where)
             else:
                 assert fault not in errors, (e, fault)
                 assert got == stop, (e, fault, got)

@@ -20,8 +20,10 @@ hand it the chunks they take; everything else stays in the loader's process:
   * Two stage threads per worker keep a second chunk queued at it: while one thread
     checks its reply (and perhaps assembles a batch), the worker already maps the other
     thread's chunk, so it never idles between chunks. Replies come back in the order
-    the requests went out; each thread reads its own (a ticket per request). The tuner's
-    count of active threads moves both threads of a worker.
+    the requests went out; each thread reads its own (a ticket per request). Requests go
+    out in the order the two threads claimed their chunks (SendOrder), so a chunk of an
+    earlier batch never waits at the worker behind a later one. The tuner's count of
+    active threads moves both threads of a worker.
   * Rows are views of the arena they arrived in, not copies: each request names a free
     arena of its worker, which stays leased until the batch that holds the rows is
     assembled (or dropped), so one chunk never overwrites another's rows. A chunk's
@@ -103,7 +105,7 @@ import threading
 import time
 import traceback
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -582,6 +584,63 @@ class Lease:
         self.release()
 
 
+class SendOrder:
+    """The order a worker's stage threads claimed their chunks in, which their requests
+    keep: a chunk of an earlier batch never waits at a worker behind a later batch's (a
+    map stuck on a sample holds up its own batch and later ones, never an earlier one).
+    claim() numbers a chunk as it is taken; a request waits for its turn(); done() after
+    it went out, or for a chunk never sent. Numbers of an earlier generation (threads of
+    a pool since stopped) count for nothing."""
+
+    _TURN_SECONDS = 5.0  # a safety net: an earlier request that never says done()
+
+    def __init__(self, workers: int):
+        self._take = [threading.Lock() for _ in range(workers)]
+        self._cv = threading.Condition()
+        self._gen = 0
+        self._claimed = [0] * workers
+        self._next = [0] * workers
+        self._done: List[Set[int]] = [set() for _ in range(workers)]
+
+    def reset(self) -> None:
+        """A new generation of stage threads (the pool starts again)."""
+        with self._cv:
+            self._gen += 1
+            n = len(self._claimed)
+            self._claimed, self._next = [0] * n, [0] * n
+            self._done = [set() for _ in range(n)]
+            self._cv.notify_all()
+
+    def claim(self, worker: int, take: Any) -> Any:
+        """take()'s chunk (task, lo, hi) numbered for `worker`: (task, lo, hi, turn)."""
+        with self._take[worker]:
+            item = take()
+            if item is None:
+                return None
+            with self._cv:
+                turn = (self._gen, self._claimed[worker])
+                self._claimed[worker] += 1
+        return (*item, turn)
+
+    def wait(self, worker: int, turn: Tuple[int, int], stopped: Any) -> None:
+        deadline = time.monotonic() + self._TURN_SECONDS
+        with self._cv:
+            while turn[0] == self._gen and self._next[worker] < turn[1] and not stopped() \
+                    and time.monotonic() < deadline:
+                self._cv.wait(0.05)
+
+    def done(self, worker: int, turn: Tuple[int, int]) -> None:
+        with self._cv:
+            if turn[0] != self._gen:
+                return
+            done = self._done[worker]
+            done.add(turn[1])
+            while self._next[worker] in done:
+                done.discard(self._next[worker])
+                self._next[worker] += 1
+            self._cv.notify_all()
+
+
 # Forks of worker processes, one at a time in the process: a worker never inherits the
 # worker end of another worker's socket, made for a fork running at the same moment.
 _SPAWN_LOCK = threading.Lock()
@@ -662,31 +721,40 @@ class ProcessWorkers:
             _loader_ends[parent.fileno()] = os.fstat(parent.fileno()).st_ino
         return _Worker(pid, parent, _Arena(fd, _ARENA_BYTES), status)
 
-    def run(self, worker: int, epoch: int, indices: List[int],
-            copy: bool = False) -> Tuple[Any, ...]:
+    def run(self, worker: int, epoch: int, indices: List[int], copy: bool = False,
+            turn: Optional[Callable[[], None]] = None,
+            sent: Optional[Callable[[], None]] = None) -> Tuple[Any, ...]:
         """Maps `indices` on worker `worker`: (rows, errors, skipped, times, lease). The
         top-level arrays of each row are views of an arena that `lease` holds until its
-        release() (all arrays copied out with `copy`, and the lease released at once)."""
-        w = self._workers[worker]
-        if w is None or w.dead is not None:
-            raise WorkerDied(self._died_message(w, worker))
-        slot = w.lease()
-        lease = Lease(w, slot)
-        with w.send_lock:
-            new = not w.known[slot]
-            arena = w.arenas[slot]
-            ticket = w.sent
-            try:
-                _send(w.sock, pickle.dumps(("chunk", ticket, epoch, indices, slot,
-                                            arena.size if new else 0)),
-                      (arena.fd,) if new else ())
-                w.known[slot] = True
-                w.sent += 1
-            except OSError:
-                self._lost(w)
-                with w.turn:
-                    w.turn.notify_all()
-                raise WorkerDied(self._died_message(w, worker)) from None
+        release() (all arrays copied out with `copy`, and the lease released at once).
+        `turn` waits for this request's turn to go out (SendOrder), `sent` says it went
+        (or never will)."""
+        try:
+            if turn is not None:
+                turn()
+            w = self._workers[worker]
+            if w is None or w.dead is not None:
+                raise WorkerDied(self._died_message(w, worker))
+            slot = w.lease()
+            lease = Lease(w, slot)
+            with w.send_lock:
+                new = not w.known[slot]
+                arena = w.arenas[slot]
+                ticket = w.sent
+                try:
+                    _send(w.sock, pickle.dumps(("chunk", ticket, epoch, indices, slot,
+                                                arena.size if new else 0)),
+                          (arena.fd,) if new else ())
+                    w.known[slot] = True
+                    w.sent += 1
+                except OSError:
+                    self._lost(w)
+                    with w.turn:
+                        w.turn.notify_all()
+                    raise WorkerDied(self._died_message(w, worker)) from None
+        finally:
+            if sent is not None:
+                sent()
         fds: List[int] = []
         with w.turn:  # the replies come in the order the requests went out
             while w.received != ticket and w.dead is None:

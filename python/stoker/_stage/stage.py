@@ -17,7 +17,7 @@ from .. import _core, _loader_args
 from .collate import BatchLayout, tensors_of
 from .errors import add_note, format_exception_summary, names_itself
 from .pool import StagePool, exiting
-from .processes import ProcessWorkers, WorkerDied
+from .processes import ProcessWorkers, SendOrder, WorkerDied
 from .rng import batch_rng, rng_from_key, rng_keys
 from .sources import DatasetSource, MapStyleSource
 from .telemetry import native_times, thread_sched
@@ -154,6 +154,7 @@ class PythonStage:
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
         self.nchw_views = tuple(nchw_views)
         self.workers: Any = None  # ProcessWorkers, with processes
+        self._order: Optional[SendOrder] = None  # with processes: the requests' order
         # A process forked inside user code that returns from it ends there (NOTE
         # [ Worker faults ] in processes.py): the pid the stage runs in.
         self._pid = os.getpid()
@@ -170,7 +171,8 @@ class PythonStage:
     def attach(self, handoff: Any) -> None:
         """Serves `handoff` (``_core.PythonHandoff``: take() gives (task, lo, hi))."""
         self.handoff = handoff
-        self.pool = StagePool(self, _Taker(handoff), "run_chunk",
+        self._order = SendOrder(self._threads) if self.processes else None
+        self.pool = StagePool(self, _Taker(handoff, self._order), "run_chunk",
                               self._threads * self._per_worker)
 
     def start(self) -> None:
@@ -184,6 +186,8 @@ class PythonStage:
                 self.workers = ProcessWorkers(self._threads)
             self.workers.start(self)
         if not self.pool.running():
+            if self._order is not None:
+                self._order.reset()
             self.pool.start()
 
     def stop(self) -> None:
@@ -206,8 +210,9 @@ class PythonStage:
 
     # -- one chunk of a batch (a stage thread) ---------------------------------------
 
-    def run_chunk(self, item: Tuple[Any, int, int], slot: int = 0) -> None:
-        task, lo, hi = item
+    def run_chunk(self, item: Tuple[Any, ...], slot: int = 0) -> None:
+        task, lo, hi = item[:3]
+        turn = item[3] if len(item) > 3 else None  # process workers: SendOrder's
         dropped: List[_Pending] = []
         with self._lock:
             pending = self._pending.get(task.id)
@@ -228,7 +233,8 @@ class PythonStage:
             elif self.workers is not None:
                 doing.worker = slot // PROCESS_THREADS_PER_WORKER
                 doing.at(int(task.indices[lo]), "worker")
-                remote = self._run_remote(task, pending, lo, hi, slot)
+                remote = self._run_remote(task, pending, lo, hi, slot, turn)
+                turn = None  # (said done when its request went out)
             else:
                 indices = task.indices
                 keys = rng_keys(self.seed, task.epoch, indices[lo:hi]) \
@@ -241,6 +247,8 @@ class PythonStage:
             pending.internal = e
         finally:
             doing.idle()
+            if turn is not None and self._order is not None:  # a chunk never sent
+                self._order.done(slot // PROCESS_THREADS_PER_WORKER, turn)
             wall = time.perf_counter_ns() - wall0
             cpu1, wait1 = thread_sched()
             cpu, wait = cpu1 - cpu0, wait1 - wait0
@@ -258,14 +266,21 @@ class PythonStage:
                 self._finish(task, pending)
                 doing.idle()  # (collate_fn, batch_map)
 
-    def _run_remote(self, task: Any, pending: _Pending, lo: int, hi: int,
-                    slot: int) -> Tuple[int, ...]:
-        """Samples [lo, hi) mapped by this thread's worker process; checked here."""
+    def _run_remote(self, task: Any, pending: _Pending, lo: int, hi: int, slot: int,
+                    turn: Any = None) -> Tuple[int, ...]:
+        """Samples [lo, hi) mapped by this thread's worker process; checked here. The
+        request goes out in the order the worker's threads claimed their chunks
+        (SendOrder)."""
         indices = [int(i) for i in task.indices[lo:hi]]
+        worker = slot // PROCESS_THREADS_PER_WORKER
+        order = self._order
         try:
             rows, errors, skipped, times, lease = self.workers.run(
-                slot // PROCESS_THREADS_PER_WORKER, task.epoch, indices,
-                copy=self.collate_fn is not None)
+                worker, task.epoch, indices, copy=self.collate_fn is not None,
+                turn=None if turn is None or order is None else
+                (lambda: order.wait(worker, turn, lambda: task.stopped)),
+                sent=None if turn is None or order is None else
+                (lambda: order.done(worker, turn)))
         except WorkerDied as e:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)
@@ -630,6 +645,8 @@ class PythonStage:
         (since `entered`, perf_counter_ns) goes to the iterator's hand-off time, counted
         in data_stall as the plain path's."""
         if self.pool is not None and not self.pool.running():
+            if self._order is not None:
+                self._order.reset()
             self.pool.start()
         side = 0
         if consumer_stream is not None and self.batch_map_on_consumer and \
@@ -790,14 +807,18 @@ class _Taker:
     """A pool thread's wait: a chunk from the hand-off, within a slice (the GIL is
     released while it waits). Holds the hand-off, never the stage."""
 
-    __slots__ = ("handoff",)
+    __slots__ = ("handoff", "order")
     slice_ms = 100
 
-    def __init__(self, handoff: Any):
+    def __init__(self, handoff: Any, order: Optional[SendOrder] = None):
         self.handoff = handoff
+        self.order = order  # process workers: each chunk numbered for its worker
 
     def __call__(self, slot: int) -> Any:
-        return self.handoff.take(self.slice_ms)
+        if self.order is None:
+            return self.handoff.take(self.slice_ms)
+        return self.order.claim(slot // PROCESS_THREADS_PER_WORKER,
+                                lambda: self.handoff.take(self.slice_ms))
 
     def wake(self) -> None:
         """Ends the waits now (the process is exiting)."""
