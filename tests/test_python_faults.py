@@ -154,6 +154,36 @@ def test_a_reply_to_another_request_fails_the_batch_clearly(labels_ds, monkeypat
     loader.close()
 
 
+def test_requests_go_out_in_the_order_their_chunks_were_claimed():
+    """Of a worker's two stage threads, the one that claimed the later chunk sends after
+    the other: a chunk of an earlier batch never waits at the worker behind a later one."""
+    from stoker._stage.processes import SendOrder
+
+    order = SendOrder(1)
+    chunks = iter([("batch 0", 0, 4), ("batch 1", 0, 4), ("batch 2", 0, 4)])
+    first, second, third = (order.claim(0, lambda: next(chunks)) for _ in range(3))
+    assert first[:3] == ("batch 0", 0, 4)
+    sent = []
+
+    def send(item):
+        order.wait(0, item[3], lambda: False)
+        sent.append(item[0])
+        order.done(0, item[3])
+
+    later = [threading.Thread(target=send, args=(item,)) for item in (third, second)]
+    for t in later:
+        t.start()
+    later[0].join(0.2)
+    assert sent == [] and all(t.is_alive() for t in later)  # both wait for batch 0's
+    send(first)
+    for t in later:
+        t.join(10)
+    assert sent == ["batch 0", "batch 1", "batch 2"]
+    # a new generation of stage threads (the pool started again) numbers from 0
+    order.reset()
+    assert order.claim(0, lambda: ("x", 0, 1))[3] == (1, 0)
+
+
 # -- nothing waits forever on user code -------------------------------------------------------
 
 STUCK_SCRIPT = """
