@@ -77,7 +77,7 @@ What user code in a worker may do, and what the loader's process does about it:
   * Nothing waits forever: close() (and a dropped loader, and interpreter exit) hangs up
     each worker's socket (shutdown: the stage threads waiting for replies wake with
     EOF), gives the workers _STOP_SECONDS to end, then sends SIGTERM, then after
-    _TERM_SECONDS SIGKILL: about 2 s whatever map is doing.
+    _TERM_SECONDS SIGKILL: 3 s at most whatever map is doing (one when it ends at SIGTERM).
   * Workers die with the loader's process, however it dies: PR_SET_PDEATHSIG(SIGKILL)
     when the worker is forked from the main thread (the signal follows the thread that
     forked, and the main thread ends with the process), else a watchdog thread in the
@@ -133,7 +133,7 @@ _TERM_SECONDS = 1.0
 _KILL_SECONDS = 1.0
 _ARENA_NAME = "stoker-python-arena"
 # What a worker is doing, in memory it shares with the loader's process: the sample's
-# dataset index, the phase (_PHASES), since when (time.monotonic(), the same clock in
+# dataset index, the phase (PHASES), since when (time.monotonic(), the same clock in
 # every process).
 _STATUS = struct.Struct("<qqd")
 PHASES = (None, "dataset", "map")
