@@ -31,6 +31,17 @@ END = object()
 # A stall is reported again this often (as the C++ core reports a slow first batch).
 _STALL_REPEAT_SECONDS = 10.0
 _log = logging.getLogger("stoker")
+# Forks (os.fork) this process came out of: a stage compares it with its own count after
+# each call of user code, and only then the pid (a syscall: not per sample).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
 
 
 class _Doing:
@@ -158,6 +169,7 @@ class PythonStage:
         # A process forked inside user code that returns from it ends there (NOTE
         # [ Worker faults ] in processes.py): the pid the stage runs in.
         self._pid = os.getpid()
+        self._forks = _forks
         # What each stage thread is doing, and the current thread's, for the stall
         # report; consumers in next() now (the purge spares their deliveries).
         self._doing: Dict[threading.Thread, _Doing] = {}
@@ -385,10 +397,10 @@ class PythonStage:
         return sample
 
     def _check_fork(self) -> None:
-        """After user code: a process it forked that returned from it ends here, before it
-        could write to a worker's socket or complete a batch of the loader's (NOTE
-        [ Worker faults ] in processes.py); its result is ignored."""
-        if os.getpid() != self._pid:
+        """After user code: a process it forked (os.fork) that returned from it ends here,
+        before it could write to a worker's socket or complete a batch of the loader's
+        (NOTE [ Worker faults ] in processes.py); its result is ignored."""
+        if _forks != self._forks and os.getpid() != self._pid:
             os._exit(0)
 
     def _doing_of(self, slot: int) -> _Doing:
@@ -439,6 +451,7 @@ class PythonStage:
         w.pool = None
         w.workers = None
         w._pid = os.getpid()
+        w._forks = _forks
         w._here = threading.local()
         w._doing = {}
         if isinstance(self.source, DatasetSource):
