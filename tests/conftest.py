@@ -178,3 +178,43 @@ def timed_loop(loader, step_s, limit=None, slept=None):
     if slept is not None:
         slept.append(asleep)
     return in_next, wall, n
+
+
+def eventually(cond, timeout=5.0, every=0.005):
+    """Polls `cond` until it is true or `timeout` seconds pass; its last value. The way a
+    test waits for another thread or process: never a sleep of a guessed length."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(every)
+
+
+def fd_counts():
+    """(open file descriptors, of which memfds) of this process."""
+    fds = memfds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed meanwhile
+        fds += 1
+        memfds += target.startswith("/memfd:")
+    return fds, memfds
+
+
+def process_alive(pid) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not reaped yet, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.fixture(scope="session")
+def labels_ds(tmp_path_factory):
+    """64 samples: x (3, 4, 4) uint8 filled with i, label i; shards of a few records."""
+    return write_dataset(tmp_path_factory.mktemp("labels") / "ds", 64, shard_size="2KB")

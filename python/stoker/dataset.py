@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import os
+import stat
 import time
 import warnings
 import weakref
@@ -110,13 +111,14 @@ class Dataset:
             raise ValueError("cache_dir, cache_limit, storage_options, retry and stall_timeout "
                              "apply to remote datasets (s3://, https://, ... URLs)")
         path = os.fspath(path)
-        if not os.path.exists(path):
+        st = _stat(path)
+        if st is None:
             raise FileNotFoundError(f"{path}: no such dataset directory or index file")
-        if os.path.isdir(path):
+        if stat.S_ISDIR(st.st_mode):
             root, index_path = path, os.path.join(path, INDEX_NAME)
         else:
             root, index_path = os.path.dirname(path) or ".", path
-        if not os.path.lexists(index_path):
+        if _stat(index_path, follow=False) is None:
             raise FileNotFoundError(f"{index_path}: no index.json (not a stoker dataset, or "
                                     "its writing did not finish)")
         self.path = root
@@ -392,6 +394,21 @@ class Dataset:
         if self.closed:
             return f"stoker.Dataset({self.path!r}, closed, {{{fields}}})"
         return f"stoker.Dataset({self.path!r}, {len(self)} samples, {{{fields}}})"
+
+
+def _stat(path: str, follow: bool = True) -> Optional[os.stat_result]:
+    """`path`'s stat, None if it does not exist; a PermissionError that says which folder
+    this user may not enter (os.path.exists says False for it, as for a missing file)."""
+    try:
+        return os.stat(path, follow_symlinks=follow)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except PermissionError as e:
+        folder = os.path.dirname(os.path.abspath(path))
+        raise PermissionError(
+            e.errno, f"{path}: permission denied: this user (uid {os.getuid()}) may not read "
+            f"the dataset folder {folder}; give it read and execute permission (chmod "
+            f"u+rx, or o+rx for other users) or open the dataset as its owner") from None
 
 
 def _wants_preload(preload: Union[bool, str], index: Dict[str, Any]) -> bool:

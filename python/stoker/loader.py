@@ -474,7 +474,10 @@ class Loader:
         """Stops every worker thread of this loader now, ends its iterators, and drops a
         next-epoch prefetch. Batches already yielded stay valid, and the loader stays
         usable: the next ``iter()`` starts its workers again. ``with stoker.Loader(...)
-        as loader:`` closes it at the end of the block."""
+        as loader:`` closes it at the end of the block. Returns within a few seconds
+        whatever ``map`` is doing: worker processes are ended (SIGTERM, then SIGKILL), a
+        thread stuck in your code is left behind (docs/python.md, "When your code
+        fails")."""
         if os.getpid() == self._pid:
             self._core.close()
             if self._stage is not None:

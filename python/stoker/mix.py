@@ -25,6 +25,8 @@ __all__ = ["Mix"]
 INTERPOLATIONS = ("constant", "linear")
 #: values of ``Mix(weights_unit=...)``
 WEIGHT_UNITS = (None, "samples", "tokens")
+# The last row (and step) a schedule can address: int64 with room for sums over sources.
+MAX_ROW = 1 << 62
 
 # Constant weights become exact fractions m_s / P (csrc/sampler/mixture.h): a float is
 # read as the simplest fraction within this denominator (0.7 -> 7/10), and weights whose
@@ -166,6 +168,10 @@ class Mix:
             if not isinstance(ds, (Dataset, TokenDataset)):
                 raise ValueError(f"source {n!r}: expected a stoker.Dataset, a "
                                  f"stoker.TokenDataset or a path, got {type(ds).__name__}")
+            empty = ds.num_tokens == 0 if isinstance(ds, TokenDataset) else len(ds) == 0
+            if empty:
+                raise ValueError(f"source {n!r} ({_where(ds)}) has no samples: a mixture draws "
+                                 "from each of its sources; leave it out of the mixture")
             datasets[n] = ds
         kinds = {isinstance(ds, TokenDataset) for ds in datasets.values()}
         if len(kinds) > 1:
@@ -219,9 +225,9 @@ class Mix:
                                      f"{{name: weight}}) pairs, got {item!r}")
                 step, w = item
                 if isinstance(step, bool) or not isinstance(step, numbers.Integral) or \
-                        step < 0:
-                    raise ValueError(f"weights[{i}]: the step must be an int >= 0, got "
-                                     f"{step!r}")
+                        not 0 <= step <= MAX_ROW:
+                    raise ValueError(f"weights[{i}]: the step must be an int >= 0 and at most "
+                                     f"2**62 ({MAX_ROW}), got {step!r}")
                 step = int(step)
                 if i == 0 and step != 0:
                     raise ValueError(f"weights[0]: a schedule starts at step 0, got {step}")
@@ -333,6 +339,12 @@ def _rebuild(datasets, weights, kwargs) -> Mix:
     return Mix(datasets, weights, **kwargs)
 
 
+def _where(ds: Any) -> str:
+    """A source's files, for messages."""
+    paths = getattr(ds, "paths", None)
+    return str(paths[0] if paths else getattr(ds, "path", ds))
+
+
 def _describe(ds: Dataset) -> str:
     return "{" + ", ".join(f"{n}: {f!r}" for n, f in ds.fields.items()) + "}"
 
@@ -380,6 +392,14 @@ class MixRun:
                 producers.append(_core.TokenProducer(ds._source, **kw))
             self.budget = kw["mode"] == "budget"
             sizes = [p.num_samples for p in producers]
+            for n, size in zip(names, sizes):
+                if size == 0:
+                    ds = mix.datasets[n]
+                    given = ", ".join(f"{k}={v!r}" for k, v in token_options.items()
+                                      if v is not None)
+                    raise ValueError(f"source {n!r} ({_where(ds)}) makes no row of these "
+                                     f"settings ({given}): it holds {ds.num_tokens} tokens; "
+                                     "leave it out of the mixture or ask for shorter rows")
             per_unit = [Fraction(p.real_tokens, p.num_samples) for p in producers]
             self.sources = producers
         else:
@@ -441,6 +461,13 @@ class MixRun:
         points = self.mix._breakpoints
         if len(points) == 1:
             return _core.MixSequence.constant(rational_counts(self._row_weights(points[0][1])))
+        for i, (step, _) in enumerate(points):
+            if step * rows_per_step > MAX_ROW:
+                raise ValueError(
+                    f"weights[{i}]: step {step} starts at row {step * rows_per_step} "
+                    f"({rows_per_step} rows per step: batch_size x world_size), past the "
+                    f"last row a schedule can address (2**62): steps count batches of the "
+                    "whole job; give a smaller step")
         starts = [step * rows_per_step for step, _ in points]
         weights = [[float(x) for x in self._row_weights(w)] for _, w in points]
         return _core.MixSequence.schedule(starts, weights, self.mix.interpolation == "linear")

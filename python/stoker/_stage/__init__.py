@@ -70,4 +70,20 @@ Why there, and what it keeps:
   * Threads: as many as num_threads, following the tuner's active count (parked
     threads hold neither the pool nor the loader); they end at close(), when the loader
     is dropped, and before the interpreter exits.
+  * Nothing waits forever on user code: close() and the process's end join the threads
+    for at most pool.JOIN_SECONDS; a thread still in user code is left behind (a daemon
+    thread told to stop: when that code returns it drops its batch, whose stream
+    stopped, and ends). Worker processes are ended within a few seconds (NOTE [ Worker
+    faults ] in processes.py).
+  * No value is a signal: the end of an epoch is the core's (stage.END), never a value
+    a hook returned. collate_fn's None is a batch (as DataLoader yields it); batch_map's
+    None is an error that names it.
+  * A process forked inside user code that returns from it ends there (os._exit(0),
+    stage._check_fork), in the loader's process as in a worker: it never completes a
+    batch or writes a reply.
+  * A stall says where: while the consumer waits for a batch longer than the slow
+    first batch's time (2 s), next() logs what each stage thread or worker process is
+    doing (map, the dataset read, collate_fn, batch_map), on which sample and since
+    when (a worker's status is in memory it shares with the loader), at INFO, then at
+    WARNING every 10 s (PythonStage.stall_report).
 """

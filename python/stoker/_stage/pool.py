@@ -1,5 +1,10 @@
 """The Python threads of a loader's stage (``stoker-python-<i>``), and their end before
-the interpreter finalizes."""
+the interpreter finalizes.
+
+Nothing here waits forever on user code: stop() and the end of the process join each
+thread for at most JOIN_SECONDS in all; a thread still in user code after that (a map
+that never returns) is left behind, a daemon thread told to stop: it ends when that code
+returns, touching nothing of stoker's C++ once the process is exiting (exiting())."""
 
 from __future__ import annotations
 
@@ -13,8 +18,38 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from .. import _core
 
-__all__ = ["StagePool"]
+__all__ = ["StagePool", "JOIN_SECONDS", "exiting"]
 
+# How long stop() and the process's end wait for the stage's threads, all together.
+JOIN_SECONDS = 2.0
+_exiting = False
+
+
+def exiting() -> bool:
+    """Whether the process is exiting (the stage's threads were told to end at exit): a
+    thread left in user code must not call into C++ with the GIL released once it
+    returns, as the interpreter may be finalizing (NOTE in _stop_every_stage_thread)."""
+    return _exiting
+
+
+# Threads a join gave up on (in user code): later joins do not wait for them again.
+_abandoned: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+def _join(threads: List[threading.Thread], seconds: float) -> List[threading.Thread]:
+    """Joins `threads` (not the calling one, nor one given up on before) for at most
+    `seconds` in all; those left, given up on."""
+    deadline = time.monotonic() + seconds
+    me = threading.current_thread()
+    left = []
+    for t in threads:
+        if t is me or t in _abandoned:
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            left.append(t)
+            _abandoned.add(t)
+    return left
 
 
 class StagePool:
@@ -117,10 +152,7 @@ class StagePool:
             self._pid = pid
             self._stop.set()
             self._wake.notify_all()
-        me = threading.current_thread()
-        for t in old:
-            if t is not me:
-                t.join()
+        _join(old, JOIN_SECONDS)  # told to stop; one still in user code is left behind
         with self._lock:
             self._stop = threading.Event()
             self._threads = []
@@ -135,16 +167,14 @@ class StagePool:
                                       self._stop, weakref.ref(self), self._start_name),
                                 name=f"{self._name}-{i}", daemon=True)
 
-    def stop(self, join: bool = True) -> None:
+    def stop(self, join: bool = True) -> List[threading.Thread]:
+        """Tells the threads to end; with `join`, waits for them for at most
+        JOIN_SECONDS. The threads still running (in user code), left behind."""
         with self._wake:
             self._stop.set()
             self._wake.notify_all()
             threads = list(self._threads)
-        if join:
-            me = threading.current_thread()
-            for t in threads:
-                if t is not me:
-                    t.join()
+        return _join(threads, JOIN_SECONDS) if join else []
 
 
 # Every stage thread alive in this process, with its stop event and its wait: at exit
@@ -157,6 +187,12 @@ _running_lock = threading.Lock()
 
 @atexit.register
 def _stop_every_stage_thread() -> None:
+    """Stops and joins the stage's threads before the interpreter finalizes, for at most
+    JOIN_SECONDS: one still in user code then is left (it is a daemon thread; it ends at
+    its next take of the GIL once finalization began, in CPython's own code, as long as
+    it makes no call that releases the GIL in a C++ frame of stoker's: exiting())."""
+    global _exiting
+    _exiting = True
     with _running_lock:
         threads = list(_running.items())
     for _, (stop, wait) in threads:
@@ -164,10 +200,7 @@ def _stop_every_stage_thread() -> None:
         wake = getattr(wait, "wake", None)
         if wake is not None:
             wake()
-    me = threading.current_thread()
-    for t, _ in threads:
-        if t is not me:
-            t.join()
+    _join([t for t, _ in threads], JOIN_SECONDS)
 
 
 def _pool_loop(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_name: str,
@@ -214,7 +247,7 @@ def _serve(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_nam
             time.sleep(0.05)
             continue
         owner = owner_ref()
-        if owner is None:
+        if owner is None or _exiting:
             return
         if item is not None and not stop.is_set():
             try:

@@ -4,6 +4,8 @@ batch assembled (native batching, collate_fn, batch_map) and completed in its ri
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 import warnings
@@ -12,12 +14,11 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 import numpy as np
 import torch
 
-from .. import _core
-from .._loader_args import available_cores
+from .. import _core, _loader_args
 from .collate import BatchLayout, tensors_of
 from .errors import add_note, format_exception_summary, names_itself
-from .pool import StagePool
-from .processes import ProcessWorkers, WorkerDied
+from .pool import StagePool, exiting
+from .processes import ProcessWorkers, SendOrder, WorkerDied
 from .rng import batch_rng, rng_from_key, rng_keys
 from .sources import DatasetSource, MapStyleSource
 from .telemetry import native_times, thread_sched
@@ -33,6 +34,47 @@ __all__ = ["PythonStage", "PROCESS_THREADS_PER_WORKER", "END"]
 
 # Stage threads per worker process (NOTE [ Python stage processes ] in processes.py).
 PROCESS_THREADS_PER_WORKER = 2
+# The end of an epoch, as PythonStage.next() says it: never a value a hook may return.
+END = object()
+# A stall is reported again this often (as the C++ core reports a slow first batch).
+_STALL_REPEAT_SECONDS = 10.0
+_log = logging.getLogger("stoker")
+# Forks (os.fork) this process came out of: a stage compares it with its own count after
+# each call of user code, and only then the pid (a syscall: not per sample).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
+class _Doing:
+    """What one stage thread is doing, for the stall report: the phase ("dataset", "map",
+    "collate_fn", "batch_map", "worker": a chunk at a worker process; None: idle), the
+    batch, the sample's dataset index, since when (time.monotonic())."""
+
+    __slots__ = ("thread", "name", "phase", "task", "index", "since", "worker")
+
+    def __init__(self, thread: threading.Thread):
+        self.thread = thread
+        self.name = thread.name
+        self.phase: Optional[str] = None
+        self.task: Any = None
+        self.index = -1
+        self.since = 0.0
+        self.worker = -1
+
+    def at(self, index: int, phase: str) -> None:
+        self.index = index
+        self.phase = phase
+        self.since = time.monotonic()
+
+    def idle(self) -> None:
+        self.phase = None
 
 class _Pending:
     """A batch being mapped: each chunk fills its positions (NOTE [ Python stage ])."""
@@ -152,6 +194,16 @@ class PythonStage:
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
         self.nchw_views = tuple(nchw_views)
         self.workers: Any = None  # ProcessWorkers, with processes
+        self._order: Optional[SendOrder] = None  # with processes: the requests' order
+        # A process forked inside user code that returns from it ends there (NOTE
+        # [ Worker faults ] in processes.py): the pid the stage runs in.
+        self._pid = os.getpid()
+        self._forks = _forks
+        # What each stage thread is doing, and the current thread's, for the stall
+        # report; consumers in next() now (the purge spares their deliveries).
+        self._doing: Dict[threading.Thread, _Doing] = {}
+        self._here = threading.local()
+        self._in_next = 0
 
     needs_handoff = True  # every batch goes through the stage's threads
 
@@ -168,7 +220,8 @@ class PythonStage:
         self.handoff = handoff
         if self.inline:
             return
-        self.pool = StagePool(self, _Taker(handoff), "run_chunk",
+        self._order = SendOrder(self._threads) if self.processes else None
+        self.pool = StagePool(self, _Taker(handoff, self._order), "run_chunk",
                               self._threads * self._per_worker, start_name="_thread_started")
 
     def _thread_started(self, slot: int) -> None:
@@ -198,6 +251,8 @@ class PythonStage:
                 self.workers = ProcessWorkers(self._threads)
             self.workers.start(self)
         if not self.pool.running():
+            if self._order is not None:
+                self._order.reset()
             self.pool.start()
 
     def _claim_probe(self) -> bool:
@@ -241,6 +296,9 @@ class PythonStage:
             self.workers = workers
             self.processes, self.auto = True, False
             self._per_worker = PROCESS_THREADS_PER_WORKER
+            self._order = SendOrder(self._threads)  # the requests' order at each worker
+            if pool is not None:
+                pool._wait.order = self._order  # the _Taker (no thread is taking now)
             workers.start(self)
             if self.handoff is not None and hasattr(self.handoff, "set_chunk_samples"):
                 # as many chunks in a batch as workers (chunk_samples in stoker/_plan.py)
@@ -260,7 +318,7 @@ class PythonStage:
         self._delivered += 1
         if self._delivered < 4 or self._delivered % 4:
             return
-        if self.pool is None or self.pool.active < 2 or available_cores() < 2:
+        if self.pool is None or self.pool.active < 2 or _loader_args.available_cores() < 2:
             self.auto = self._delivered < 64  # no second core: threads it is
             return
         s = core.stats()
@@ -269,7 +327,15 @@ class PythonStage:
             self._to_processes()
 
     def stop(self) -> None:
-        """close(): the threads end, and the work they held (every stream stopped)."""
+        """close(): the threads end, and the work they held (every stream stopped), within
+        a few seconds whatever user code does: the worker processes are ended first (the
+        threads waiting for their replies wake), then the threads are joined for at most
+        pool.JOIN_SECONDS; a thread still in user code after that is left to end on its
+        own (NOTE [ Python stage ])."""
+        if self.pool is not None:
+            self.pool.stop(join=False)
+        if self.workers is not None:
+            self.workers.stop()
         if self.pool is not None:
             self.pool.stop()
         with self._lock:
@@ -277,13 +343,12 @@ class PythonStage:
             self._pending.clear()
         for p in dropped:
             p.release()
-        if self.workers is not None:
-            self.workers.stop()
 
     # -- one chunk of a batch (a stage thread) ---------------------------------------
 
-    def run_chunk(self, item: Tuple[Any, int, int], slot: int = 0) -> None:
-        task, lo, hi = item
+    def run_chunk(self, item: Tuple[Any, ...], slot: int = 0) -> None:
+        task, lo, hi = item[:3]
+        turn = item[3] if len(item) > 3 else None  # process workers: SendOrder's
         dropped: List[_Pending] = []
         with self._lock:
             pending = self._pending.get(task.id)
@@ -296,23 +361,30 @@ class PythonStage:
         cpu0, wait0 = thread_sched()
         times = native_times.reset()
         remote: Optional[Tuple[int, ...]] = None
+        doing = self._doing_of(slot)
+        doing.task = task
         try:
             if task.stopped or not self.per_sample:
                 pass
             elif self.workers is not None:
-                remote = self._run_remote(task, pending, lo, hi, slot)
+                doing.worker = slot // PROCESS_THREADS_PER_WORKER
+                doing.at(int(task.indices[lo]), "worker")
+                remote = self._run_remote(task, pending, lo, hi, slot, turn)
+                turn = None  # (said done when its request went out)
             else:
                 indices = task.indices
                 keys = rng_keys(self.seed, task.epoch, indices[lo:hi]) \
                     if self.map_fn is not None else None
                 for pos in range(lo, hi):
-                    self._one(task, pending, pos, int(indices[pos]),
-                              None if keys is None else keys[pos - lo])
-                    if task.stopped:
+                    if not self._one(task, pending, pos, int(indices[pos]),
+                                     None if keys is None else keys[pos - lo]) or task.stopped:
                         break
         except BaseException as e:  # a bug of the stage: the batch fails with it
             pending.internal = e
         finally:
+            doing.idle()
+            if turn is not None and self._order is not None:  # a chunk never sent
+                self._order.done(slot // PROCESS_THREADS_PER_WORKER, turn)
             wall = time.perf_counter_ns() - wall0
             cpu1, wait1 = thread_sched()
             cpu, wait = cpu1 - cpu0, wait1 - wait0
@@ -328,15 +400,23 @@ class PythonStage:
                                wait * py // wall if wall > 0 else 0)
             if task.chunk_done():
                 self._finish(task, pending)
+                doing.idle()  # (collate_fn, batch_map)
 
-    def _run_remote(self, task: Any, pending: _Pending, lo: int, hi: int,
-                    slot: int) -> Tuple[int, ...]:
-        """Samples [lo, hi) mapped by this thread's worker process; checked here."""
+    def _run_remote(self, task: Any, pending: _Pending, lo: int, hi: int, slot: int,
+                    turn: Any = None) -> Tuple[int, ...]:
+        """Samples [lo, hi) mapped by this thread's worker process; checked here. The
+        request goes out in the order the worker's threads claimed their chunks
+        (SendOrder)."""
         indices = [int(i) for i in task.indices[lo:hi]]
+        worker = slot // PROCESS_THREADS_PER_WORKER
+        order = self._order
         try:
             rows, errors, skipped, times, lease = self.workers.run(
-                slot // PROCESS_THREADS_PER_WORKER, task.epoch, indices,
-                copy=self.collate_fn is not None)
+                worker, task.epoch, indices, copy=self.collate_fn is not None,
+                turn=None if turn is None or order is None else
+                (lambda: order.wait(worker, turn, lambda: task.stopped)),
+                sent=None if turn is None or order is None else
+                (lambda: order.done(worker, turn)))
         except WorkerDied as e:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)
@@ -371,7 +451,9 @@ class PythonStage:
         return [i for i, f in enumerate(fields.values()) if f.kind == "object"]
 
     def _one(self, task: Any, pending: _Pending, pos: int, index: int,
-             key: Optional[np.ndarray]) -> None:
+             key: Optional[np.ndarray]) -> bool:
+        """Sample `pos` of the batch into its row (or its error); False when the chunk
+        stops there (a BaseException of user code: SystemExit, KeyboardInterrupt...)."""
         try:
             if not self._probe_done.is_set():
                 if self._claim_probe():
@@ -389,12 +471,15 @@ class PythonStage:
                     return
                 self._probe_done.wait(60)
             pending.rows[pos] = self._sample(index, task.epoch, key)
-            return
+            return True
         except Exception as e:
             if not self.skip:
                 pending.errors[pos] = e
-                return
+                return True
             first = e
+        except BaseException as e:  # the user's, as raised: never skipped
+            pending.errors[pos] = e
+            return False
         row, ok = self._replacement(index, task.epoch, self._sample, lambda: task.stopped)
         if ok:
             pending.rows[pos] = row
@@ -403,6 +488,7 @@ class PythonStage:
         elif not task.stopped:
             pending.errors[pos] = add_note(first, "stoker: on_error='skip' found no sample to "
                                            "replace it with: every sample fails")
+        return True
 
     def _replacement(self, index: int, epoch: int, make: Callable[[int, int, Any], Any],
                      stopped: Callable[[], bool] = lambda: False) -> Tuple[Any, bool]:
@@ -424,21 +510,55 @@ class PythonStage:
     def _produce(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
         """Sample `index` fetched (and mapped): what map returns, or the dataset's item."""
         source = self.source
+        doing = getattr(self._here, "doing", None)
         try:
+            if doing is not None:
+                doing.at(index, "dataset")
             if self.map_fn is None and self.collate_fn is not None:
                 return source.raw(index, epoch)
             sample = source.sample(index, epoch)
-        except Exception as e:
+        except BaseException as e:
             if not names_itself(e):
                 add_note(e, f"stoker: raised while loading {source.describe(index)}")
             raise
+        finally:
+            self._check_fork()
         if self.map_fn is not None:
             try:
+                if doing is not None:
+                    doing.at(index, "map")
                 sample = self.map_fn(sample, rng_from_key(key))
-            except Exception as e:
+            except BaseException as e:
                 add_note(e, f"stoker: raised by map for {source.describe(index)}")
                 raise
+            finally:
+                self._check_fork()
         return sample
+
+    def _check_fork(self) -> None:
+        """After user code: a process it forked (os.fork) that returned from it ends here,
+        before it could write to a worker's socket or complete a batch of the loader's
+        (NOTE [ Worker faults ] in processes.py); its result is ignored."""
+        if _forks != self._forks and os.getpid() != self._pid:
+            os._exit(0)
+
+    def _doing_of(self, slot: int) -> _Doing:
+        """The calling stage thread's record of what it is doing (made at its first chunk;
+        a thread left behind by close() keeps its own)."""
+        doing = getattr(self._here, "doing", None)
+        if doing is None:
+            me = threading.current_thread()
+            doing = self._here.doing = _Doing(me)
+            with self._lock:
+                for t in [t for t in self._doing if not t.is_alive()]:
+                    del self._doing[t]
+                self._doing[me] = doing
+        return doing
+
+    def set_status(self, status: Any) -> None:
+        """In a worker process: where _produce says what it is doing (shared memory the
+        loader's process reads for its stall report)."""
+        self._here.doing = status
 
     def _sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
         """A batch row: _produce's value, checked against the layout (unless collate_fn
@@ -488,6 +608,10 @@ class PythonStage:
         w.layout._lock = threading.Lock()
         w.pool = None
         w.workers = None
+        w._pid = os.getpid()
+        w._forks = _forks
+        w._here = threading.local()
+        w._doing = {}
         if isinstance(self.source, DatasetSource):
             w.source = self.source.reopened()
         return w
@@ -497,7 +621,7 @@ class PythonStage:
     def _finish(self, task: Any, pending: _Pending) -> None:
         with self._lock:
             self._pending.pop(task.id, None)
-        if task.stopped:
+        if task.stopped or exiting():  # (a thread left in user code at exit: no C++ call)
             pending.release()
             return
         wall0 = time.perf_counter_ns()
@@ -530,10 +654,14 @@ class PythonStage:
                                     for name, cap in task.tensors})
         elif self.collate_fn is not None:
             try:
+                self._hook_phase("collate_fn", task)
+                # None too, as DataLoader yields it; unbatched: the one sample
                 d.whole = self.collate_fn(pending.rows[0] if self.unbatched else pending.rows)
             except Exception as e:
                 self._fail(task, add_note(e, f"stoker: raised by collate_fn for {what}"))
                 return
+            finally:
+                self._check_fork()
         else:
             specs, nbytes = self.layout.plan(pending.rows)
             buffer = task.allocate(nbytes)
@@ -544,16 +672,26 @@ class PythonStage:
                 specs, nbytes = [], 0
         if self.batch_map is not None and not self.batch_map_on_consumer:
             try:
-                d.whole = self.batch_map(d.whole, batch_rng(self.seed, task.epoch, task.rank,
-                                                            task.world_size, task.batch))
+                self._hook_phase("batch_map", task)
+                d.whole = _not_none(self.batch_map(
+                    d.whole, batch_rng(self.seed, task.epoch, task.rank, task.world_size,
+                                       task.batch)), what)
             except Exception as e:
                 self._fail(task, add_note(e, f"stoker: raised by batch_map for {what}"))
                 return
+            finally:
+                self._check_fork()
         ticket = 0
         if d.objects or d.whole is not _UNSET or self.batch_map_on_consumer:
             ticket = self._put(d)
         task.complete([(s.name, _dtype_str(s.dtype), list(s.shape), s.offset, s.nbytes)
                        for s in specs], nbytes, ticket, pending.skipped)
+
+    def _hook_phase(self, phase: str, task: Any) -> None:
+        doing = getattr(self._here, "doing", None)
+        if doing is not None:
+            doing.task = task
+            doing.at(-1, phase)
 
     def _fail(self, task: Any, exc: BaseException) -> None:
         d = _Delivery(task)
@@ -564,7 +702,7 @@ class PythonStage:
     def _put(self, d: _Delivery) -> int:
         d.since = time.monotonic()
         with self._lock:
-            if self._next_ticket % 16 == 0:
+            if self._next_ticket % 16 == 0 and not self._in_next:
                 # Deliveries of batches their stream dropped are never taken; a
                 # consumer takes its own within moments of the stop its error causes.
                 old = d.since - 5.0
@@ -596,19 +734,25 @@ class PythonStage:
         d = self.take_delivery(ticket)
         if d is not None and d.whole is not _UNSET:
             return d.whole
+        if ticket and d is None:  # a stage bug: say so, not a KeyError of the merge below
+            raise RuntimeError(f"stoker: internal error: the Python stage lost the objects "
+                               f"of a batch (ticket {ticket}); please report it")
         if self.per_sample:
             batch = self.layout.assemble(tensors, d.objects if d is not None else {})
         else:  # a batch the C++ workers assembled, named by its fields
             batch = self._viewed(dict(tensors))
         if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
             rng = batch_rng(self.seed, d.epoch, d.rank, d.world_size, d.batch)
+            what = f"batch {d.batch} of epoch {d.epoch}"
             try:
                 if self._side is None:  # the host fake's "device": host memory, copied
-                    return self.batch_map(batch, rng)
-                return self._on_side_stream(batch, rng)
+                    return _not_none(self.batch_map(batch, rng), what)
+                return _not_none(self._on_side_stream(batch, rng), what)
             except Exception as e:
-                add_note(e, f"stoker: raised by batch_map for batch {d.batch} of epoch {d.epoch}")
+                add_note(e, f"stoker: raised by batch_map for {what}")
                 raise
+            finally:
+                self._check_fork()
         return batch
 
     def _on_side_stream(self, batch: Any, rng: np.random.Generator) -> Any:
@@ -641,75 +785,112 @@ class PythonStage:
 
     def next(self, it: Any, consumer_stream: Optional[int], entered: int,
              timeout: float = 0.0, core: Any = None) -> Any:
-        """The consumer's next batch from core iterator `it` (END at the end; a batch may
-        be None: a collate_fn's value): the user's exception object when the batch failed
-        in the stage. The loop's time in next() outside the core's wait (since `entered`,
-        perf_counter_ns) goes to the iterator's hand-off time, counted in data_stall as
-        the plain path's."""
+        """The consumer's next batch from core iterator `it` (END at the end of the epoch:
+        any value, None included, is a batch): the user's exception object when the
+        batch failed in the stage. The loop's time in next() outside the core's wait
+        (since `entered`, perf_counter_ns) goes to the iterator's hand-off time, counted
+        in data_stall as the plain path's. `timeout`: DataLoader's (0: none); `core`: the
+        loader core, whose stats auto reads."""
         if self.pool is not None and not self.pool.running():
+            if self._order is not None:
+                self._order.reset()
             self.pool.start()
         if self._init_error is not None:  # a worker thread's worker_init_fn raised
             e, self._init_error = self._init_error, None
             raise e
         if self._global_draws:
             self._global_draws_seen()
-        failed: Optional[BaseException] = None
         side = 0
         if consumer_stream is not None and self.batch_map_on_consumer and \
                 self.batch_map is not None:
             if self._side is None:
                 self._side = torch.cuda.Stream(self.side_device)
             side = self._side.cuda_stream
-        calling = time.perf_counter_ns()
+        with self._lock:  # until its delivery is taken, no purge drops it
+            self._in_next += 1
         try:
-            got = self._wait(it, consumer_stream or 0, side, timeout)
-        except _core.PythonStageError as e:
-            failed = self.error(e.ticket)
-            if failed is None:
-                raise
-        self._purge()
-        if failed is not None:
-            raise failed  # outside the except block: the user's exception, as it was
-        if got is None:
-            return _END
-        t0 = time.perf_counter_ns()
-        caps, ticket = got
-        batch = self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps}, ticket)
-        it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
-        if self.auto:
-            self._maybe_switch(core)
-        return batch
+            calling = time.perf_counter_ns()
+            failed: Optional[BaseException] = None
+            try:
+                got = self._wait(it, consumer_stream or 0, side, timeout)
+            except _core.PythonStageError as e:
+                failed = self.error(e.ticket)
+                if failed is None:
+                    raise
+            if failed is not None:
+                raise failed  # outside the except block: the user's exception, as it was
+            if got is None:
+                return END
+            t0 = time.perf_counter_ns()
+            caps, ticket = got
+            batch = self.deliver({name: _tensor_from_capsule(cap) for name, cap in caps},
+                                 ticket)
+            it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
+            if self.auto and core is not None:
+                self._maybe_switch(core)
+            return batch
+        finally:
+            with self._lock:
+                self._in_next -= 1
+            self._purge()
 
-    def _wait(self, it: Any, stream: int, side: int, timeout: float) -> Any:
-        """The core's next batch; inline (num_workers=0) this thread runs the chunks
-        meanwhile. `timeout` > 0: DataLoader's, an error after that many seconds."""
-        if not self.inline and timeout <= 0 and not self.auto:
+    def _wait(self, it: Any, stream: int, side: int, timeout: float = 0.0) -> Any:
+        """The core's next(): inline (num_workers=0) this thread runs the chunks meanwhile;
+        auto notices a watched sample that drew from the global generators; `timeout` > 0
+        is DataLoader's (an error after that many seconds); and a progress message goes to
+        the "stoker" logger while a batch is late: after the slow-batch time (the slow
+        first batch's, NOTE [ Slow first batch ] in csrc/pipeline/loader_core.h) at INFO,
+        then at WARNING every _STALL_REPEAT_SECONDS, naming what each stage thread or
+        worker process is doing and since when; once the batch comes, its time."""
+        slow = _loader_args.SLOW_FIRST_BATCH_SECONDS
+        report_at: Optional[float] = slow if slow and slow > 0 else None
+        deadline = timeout if timeout > 0 else None
+        if report_at is None and deadline is None and not self.inline and not self.auto:
             return it.next(stream, with_ticket=True, side_stream=side)
-        deadline = time.monotonic() + timeout if timeout > 0 else None
+        start = time.monotonic()
+        which = None  # the batch reported late
         while True:
-            got = it.next(stream, with_ticket=True, side_stream=side,
-                          timeout_ms=0 if self.inline else 50)
+            if self.inline:
+                ms = 0
+            else:
+                elapsed = time.monotonic() - start
+                limits = [t - elapsed for t in (report_at, deadline) if t is not None]
+                if self.auto:
+                    limits.append(0.05)
+                ms = max(1, int(min(limits) * 1000)) if limits else -1
+            got = it.next(stream, with_ticket=True, side_stream=side, timeout_ms=ms)
+            waited = time.monotonic() - start
             if got is not False:
+                if which is not None and got is not None:
+                    _log.info("stoker: %s came after %.1f s", which, waited)
                 return got
             if self._global_draws:  # auto: the threads paused, waiting for the processes
                 self._global_draws_seen()
             if self.inline:
-                item = self.handoff.take(0 if deadline is None else 20)
+                item = self.handoff.take(20)
                 if item is not None:
                     self.run_chunk(item)
                     continue
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and waited > deadline:
                 raise RuntimeError(f"stoker: no batch came within timeout={timeout:g} seconds "
                                    "(DataLoader's timeout=): a worker is stuck or too slow")
+            if report_at is not None and waited >= report_at:
+                again = which is not None
+                which, text = self.stall_report(waited, again)
+                _log.log(logging.WARNING if again else logging.INFO, "%s", text)
+                report_at = waited + _STALL_REPEAT_SECONDS
 
     def _purge(self) -> None:
         """Drops the deliveries of batches their stream dropped (stop, close, break): they
-        are never taken. The consumer's thread does it, after taking its own, so a batch
-        being delivered is never dropped (its stream stops when it carries an error)."""
+        are never taken. Never while a consumer is in next(): a batch it was handed may
+        belong to a stream that stopped since (the last of an epoch), its delivery not
+        taken yet."""
         self._purge_count += 1
         if self._purge_count % 16 and len(self._deliveries) < 64:
             return
         with self._lock:
+            if self._in_next:
+                return
             stale = [t for t, d in self._deliveries.items() if d.task.stopped]
             for t in stale:
                 del self._deliveries[t]
@@ -756,18 +937,37 @@ class _Taker:
     """A pool thread's wait: a chunk from the hand-off, within a slice (the GIL is
     released while it waits). Holds the hand-off, never the stage."""
 
-    __slots__ = ("handoff",)
+    __slots__ = ("handoff", "order")
     slice_ms = 100
 
-    def __init__(self, handoff: Any):
+    def __init__(self, handoff: Any, order: Optional[SendOrder] = None):
         self.handoff = handoff
+        self.order = order  # process workers: each chunk numbered for its worker
 
     def __call__(self, slot: int) -> Any:
-        return self.handoff.take(self.slice_ms)
+        if self.order is None:
+            return self.handoff.take(self.slice_ms)
+        return self.order.claim(slot // PROCESS_THREADS_PER_WORKER,
+                                lambda: self.handoff.take(self.slice_ms))
 
     def wake(self) -> None:
         """Ends the waits now (the process is exiting)."""
         self.handoff.close()
+
+
+def _not_none(batch: Any, what: str) -> Any:
+    """batch_map's value: None is an error, never a batch (nor the end of the epoch)."""
+    if batch is None:
+        raise TypeError(f"batch_map returned None for {what}: did it modify the batch in "
+                        "place without returning it? End it with `return batch`")
+    return batch
+
+
+def _activity(phase: str, sample: str) -> str:
+    """What a stall report says a thread or worker does with `sample`."""
+    if phase == "dataset":
+        return f"loading {sample} (the dataset's read or __getitem__)"
+    return f"in {phase} for {sample}"
 
 
 def _tensors(value: Any) -> List[Any]:
