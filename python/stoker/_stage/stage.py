@@ -468,7 +468,7 @@ class PythonStage:
                         self._global_draws = True
                         if self.auto and self.pool is not None:
                             self.pool.paused = True  # no more on threads: the consumer forks
-                    return
+                    return True
                 self._probe_done.wait(60)
             pending.rows[pos] = self._sample(index, task.epoch, key)
             return True
@@ -879,6 +879,62 @@ class PythonStage:
                 which, text = self.stall_report(waited, again)
                 _log.log(logging.WARNING if again else logging.INFO, "%s", text)
                 report_at = waited + _STALL_REPEAT_SECONDS
+
+    def stall_report(self, waited: float, again: bool = False) -> Tuple[str, str]:
+        """(which batch, the message): what the consumer's late batch waits for, the
+        oldest batch in the stage, and what each stage thread (or worker process) is
+        doing and since when."""
+        now = time.monotonic()
+        with self._lock:
+            tasks = [p.task for p in self._pending.values()]
+            doing = list(self._doing.values())
+        oldest = min(tasks, key=lambda t: (t.epoch, t.batch), default=None)
+        which = "the next batch" if oldest is None else \
+            f"batch {oldest.batch} of epoch {oldest.epoch}"
+        parts: List[str] = []
+        seen_workers = set()
+        for d in sorted(doing, key=lambda d: d.name):
+            phase, task, index, since = d.phase, d.task, d.index, d.since
+            if phase is None or not d.thread.is_alive() or (task is not None and task.stopped):
+                continue  # idle, or left behind in a batch nobody reads
+            if phase == "worker":
+                if d.worker in seen_workers:
+                    continue
+                seen_workers.add(d.worker)
+                parts.append(self._describe_worker(d.worker, task, index, since, now))
+                continue
+            where = f"batch {task.batch} of epoch {task.epoch}" if task is not None else \
+                "a batch"
+            what = f"in {phase} for {where}" if index < 0 else \
+                f"{_activity(phase, self._describe(index))} ({where})"
+            parts.append(f"thread {d.name} has been {what} for {now - since:.1f} s")
+        if not parts:
+            parts.append("no stage thread is busy (the batch is not handed off yet: the C++ "
+                         "workers plan it)")
+        return which, (f"stoker: {which} is {'still ' if again else ''}not ready after "
+                       f"{waited:.1f} s: " + "; ".join(parts))
+
+    def _describe(self, index: int) -> str:
+        try:
+            return self.source.describe(index)
+        except Exception:
+            return f"dataset index {index}"
+
+    def _describe_worker(self, worker: int, task: Any, index: int, since: float,
+                         now: float) -> str:
+        doing = self.workers.doing(worker) if self.workers is not None else None
+        if doing is None:
+            return f"Python worker process {worker} is not running"
+        pid, w_index, phase, w_since, stopped = doing
+        who = f"Python worker process {worker} (pid {pid})"
+        if stopped:
+            who += " (the process is stopped: SIGSTOP, a debugger?)"
+        if phase is None:  # between chunks: the reply on its way, or the request
+            return (f"{who} has been given sample {index} and more for {now - since:.1f} s "
+                    "and is not running them")
+        where = "" if task is None else f" (batch {task.batch} of epoch {task.epoch})"
+        return (f"{who} has been {_activity(phase, self._describe(w_index))}{where} for "
+                f"{now - w_since:.1f} s")
 
     def _purge(self) -> None:
         """Drops the deliveries of batches their stream dropped (stop, close, break): they
