@@ -161,3 +161,17 @@ def test_names_still_give_a_dict():
     ds = CORPUS["tensor_dataset"]
     batch = next(iter(stoker.Loader(ds, batch_size=4, names=("x", "y"))))
     assert list(batch) == ["x", "y"] and batch["x"].shape == (4, 3, 4)
+
+
+def test_subscripted_in_annotations_as_dataloader():
+    """DataLoader is generic: ``DataLoader[List[Tensor]]`` in an annotation is valid, and so
+    is ``Loader[...]`` (where a Loader stands in for DataLoader)."""
+    from typing import List
+
+    alias = stoker.Loader[List[torch.Tensor]]
+    assert alias.__origin__ is stoker.Loader and alias.__args__ == (List[torch.Tensor],)
+
+    def make(train: bool) -> stoker.Loader[List[torch.Tensor]]:
+        return stoker.Loader(CORPUS["bare_tensor"], batch_size=4)
+
+    assert isinstance(make(True), stoker.Loader)

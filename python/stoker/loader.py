@@ -13,6 +13,7 @@ import atexit
 import os
 import sys
 import time
+import types
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
@@ -348,6 +349,10 @@ class Loader:
     # `batch_sampler` the user's, if one was given. The rest are set in __init__.
     batch_sampler: Any = None
     collate_fn: Any = None
+
+    # DataLoader is Generic[T_co]: annotations such as ``Loader[List[Tensor]]`` (or
+    # ``DataLoader[...]`` where a Loader stands in for DataLoader) are valid, as list[int].
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def skip(self, num_batches: int) -> "Loader":
         """The next iterator starts at batch ``num_batches`` of its epoch (the one
