@@ -175,3 +175,19 @@ def test_subscripted_in_annotations_as_dataloader():
         return stoker.Loader(CORPUS["bare_tensor"], batch_size=4)
 
     assert isinstance(make(True), stoker.Loader)
+
+
+def test_what_the_loader_reads_is_fixed_after_init_as_dataloader():
+    """DataLoader refuses to set batch_size, sampler, batch_sampler, drop_last, dataset and
+    persistent_workers after __init__ (ValueError); so does a Loader, whose plan and C++
+    order were made from them. Its other attributes stay settable."""
+    ds = CORPUS["bare_int"]
+    for cls in (DataLoader, stoker.Loader):
+        loader = cls(ds, batch_size=4)
+        for attr in ("batch_size", "sampler", "batch_sampler", "drop_last", "dataset",
+                     "persistent_workers"):
+            with pytest.raises(ValueError, match=f"{attr} attribute should not be set after"):
+                setattr(loader, attr, {})
+        loader.worker_init_fn = None
+    loader = stoker.Loader(ds, batch_size=4)
+    assert [b.tolist() for b in loader][0] == [0, 1, 2, 3] and loader.batch_size == 4

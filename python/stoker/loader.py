@@ -309,6 +309,20 @@ class Loader:
         self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
         self.sampler = _EpochHook(self)
         _live_loaders.add(self)
+        self._initialized = True  # the attributes of _FIXED are set (__setattr__)
+
+    # What the loader reads, as DataLoader refuses to change it after __init__ (the plan,
+    # the C++ order and the stage were made from it): a new loader takes new values.
+    _FIXED = frozenset(("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
+                        "persistent_workers"))
+    _initialized = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._initialized and name in Loader._FIXED:
+            raise ValueError(f"{name} attribute should not be set after "
+                             f"{type(self).__name__} is initialized (as DataLoader's): "
+                             "make a new loader")
+        object.__setattr__(self, name, value)
 
     # -- construction helpers -------------------------------------------------
 
