@@ -294,3 +294,30 @@ def test_unbatched_stoker_dataset(tmp_path):
     samples = list(stoker.Loader(ds, batch_size=None))
     assert [int(s["label"]) for s in samples] == list(range(5))
     assert samples[0]["x"].shape == (3, 4, 4)
+
+
+@pytest.mark.parametrize("kind", ["map-style", "iterable"])
+def test_timeout_error_says_what_dataloaders_says(kind):
+    """DataLoader's words (its tests match r'DataLoader timed out after \\d+ seconds'), for
+    a map-style dataset and an IterableDataset alike."""
+    release = threading.Event()
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            release.wait(10)
+            return i
+
+    class SlowStream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            release.wait(10)
+            yield from range(4)
+
+    ds = Slow() if kind == "map-style" else SlowStream()
+    loader = stoker.Loader(ds, batch_size=2, num_workers=1, timeout=1)
+    with pytest.raises(RuntimeError, match=r"^DataLoader timed out after 1 seconds"):
+        next(iter(loader))
+    release.set()
+    loader.close()

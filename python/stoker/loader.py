@@ -705,8 +705,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         """The core's next batch within DataLoader's timeout, else an error."""
         got = self._it.next(stream, timeout_ms=int(self._timeout * 1000))
         if got is False:
-            raise RuntimeError(f"stoker: no batch came within timeout={self._timeout:g} "
-                               "seconds (DataLoader's timeout=)")
+            raise RuntimeError(f"DataLoader timed out after {self._timeout:g} seconds (stoker: "
+                               f"no batch came within timeout={self._timeout:g} seconds)")
         return got
 
     @property

@@ -694,8 +694,9 @@ class PythonStage:
                     self.run_chunk(item)
                     continue
             if deadline is not None and time.monotonic() > deadline:
-                raise RuntimeError(f"stoker: no batch came within timeout={timeout:g} seconds "
-                                   "(DataLoader's timeout=): a worker is stuck or too slow")
+                raise RuntimeError(f"DataLoader timed out after {timeout:g} seconds (stoker: "
+                                   f"no batch came within timeout={timeout:g} seconds: a worker "
+                                   "is stuck or too slow)")
 
     def _purge(self) -> None:
         """Drops the deliveries of batches their stream dropped (stop, close, break): they
