@@ -321,3 +321,51 @@ def test_timeout_error_says_what_dataloaders_says(kind):
         next(iter(loader))
     release.set()
     loader.close()
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(20))
+
+
+_BATCHES = BatchSampler(SequentialSampler(range(N)), 3, False)
+BAD_ARGUMENTS = {  # DataLoader's own argument tests: the error type and the words it matches
+    "negative_workers": ({"num_workers": -1}, ValueError,
+                         "num_workers option should be non-negative"),
+    "negative_timeout": ({"timeout": -1}, ValueError, "timeout option should be non-negative"),
+    "unbatched_drop_last": ({"batch_size": None, "drop_last": True}, ValueError,
+                            "batch_size=None option disables auto-batching and is mutually "
+                            "exclusive"),
+    "context_without_workers": ({"num_workers": 0, "multiprocessing_context": "fork"},
+                                ValueError,
+                                r"multi-process loading \(num_workers > 0\), but got"),
+    "bad_start_method": ({"num_workers": 1, "multiprocessing_context": "bad"}, ValueError,
+                         "should specify a valid start method in"),
+    "bad_context": ({"num_workers": 1, "multiprocessing_context": object()}, TypeError,
+                    "multiprocessing_context option should be a valid context "),
+    "sampler_and_shuffle": ({"sampler": SequentialSampler(range(N)), "shuffle": 3},
+                            ValueError, "sampler option is mutually exclusive with shuffle"),
+    "batch_sampler_and_drop_last": ({"batch_sampler": _BATCHES, "drop_last": 3}, ValueError,
+                                    "batch_sampler option is mutually exclusive with"),
+    "iterable_shuffle": ({"dataset": _Stream(), "shuffle": 3}, ValueError,
+                         "DataLoader with IterableDataset: expected unspecified shuffle"),
+    "iterable_sampler": ({"dataset": _Stream(), "sampler": 3}, ValueError,
+                         "DataLoader with IterableDataset: expected unspecified sampler"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ARGUMENTS))
+def test_bad_arguments_raise_as_dataloader(tds, name):
+    kwargs, error, words = BAD_ARGUMENTS[name]
+    kwargs = dict(kwargs)
+    ds = kwargs.pop("dataset", tds)
+    with pytest.raises(error, match=words):
+        DataLoader(ds, **kwargs)
+    with pytest.raises(error, match=words):
+        stoker.Loader(ds, **kwargs)
+
+
+def test_a_context_object_is_taken_as_its_start_method(tds):
+    ctx = torch.multiprocessing.get_context("spawn")
+    loader = stoker.Loader(tds, batch_size=4, num_workers=1, multiprocessing_context=ctx)
+    assert _labels(loader) == _labels(DataLoader(tds, batch_size=4))

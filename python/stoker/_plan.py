@@ -27,6 +27,7 @@ checked plan; the Loader keeps iteration, state and stats (stoker/loader.py).
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing.context
 import pickle
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
@@ -331,6 +332,9 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     else:
         batch_size = check_int("batch_size", batch_size, 1, what="a positive int or None")
     drop_last, even_batches = bool(a["drop_last"]), bool(a["even_batches"])
+    if unbatched and drop_last:
+        raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                         "exclusive with drop_last (as DataLoader)")
     if drop_last and not even_batches:
         raise ValueError("even_batches=False does nothing with drop_last=True: drop_last "
                          "already gives every rank the same whole batches, repeating no "
@@ -486,6 +490,9 @@ def _dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[s
     Each is checked as DataLoader checks it (the same combinations refused)."""
     out: Dict[str, Any] = {}
     num_workers = a["num_workers"]
+    if isinstance(num_workers, int) and not isinstance(num_workers, bool) and num_workers < 0:
+        raise ValueError(f"num_workers option should be non-negative (as DataLoader): 0 runs "
+                         f"the dataset in the loop's thread, got num_workers={num_workers}")
     if num_workers is not None:
         num_workers = check_int("num_workers", num_workers, 0, 4096,
                                 "a non-negative int (0: in the loop's thread) or None")
@@ -514,8 +521,15 @@ def _dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[s
                              f"{gen.initial_seed()}) disagree: pass one of them")
         out["seed"] = gen.initial_seed()
     ctx = a["multiprocessing_context"]
+    if ctx is not None and num_workers == 0:
+        raise ValueError("multiprocessing_context can only be used with multi-process loading "
+                         "(num_workers > 0), but got num_workers=0 (as DataLoader)")
     if ctx is not None and not isinstance(ctx, str):
-        ctx = getattr(ctx, "get_start_method", lambda: None)()
+        if not isinstance(ctx, multiprocessing.context.BaseContext):
+            raise TypeError("multiprocessing_context option should be a valid context object "
+                            "or a string specifying the start method, but got "
+                            f"multiprocessing_context={ctx!r} (as DataLoader)")
+        ctx = ctx.get_start_method()
     if ctx not in (None, "fork", "spawn", "forkserver"):
         raise ValueError(f"multiprocessing_context option should specify a valid start "
                          f"method in ['fork', 'spawn', 'forkserver'], got {ctx!r}")
@@ -574,7 +588,8 @@ def _check_iterable(a: Mapping[str, Any]) -> None:
                              f"option, but got {name}={a[name]!r} (as DataLoader)")
     if a["shuffle"]:
         raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
-                         "option, but got shuffle=True (as DataLoader): shuffle in the dataset")
+                         f"option, but got shuffle={a['shuffle']!r} (as DataLoader): shuffle in "
+                         "the dataset")
     if a["python_workers"] == "process":
         raise ValueError("an IterableDataset runs on the loader's worker threads (NOTE "
                          "[ Iterable datasets ]): python_workers='process' is for map-style "
