@@ -191,3 +191,21 @@ def test_what_the_loader_reads_is_fixed_after_init_as_dataloader():
         loader.worker_init_fn = None
     loader = stoker.Loader(ds, batch_size=4)
     assert [b.tolist() for b in loader][0] == [0, 1, 2, 3] and loader.batch_size == 4
+
+
+def test_nested_tensors_need_a_collate_fn_as_with_dataloader():
+    """default_collate refuses a batch of nested tensors with a RuntimeError saying to give
+    a collate_fn; so does native batching, and with one they load."""
+    ds = [torch.nested.nested_tensor([torch.full((3,), float(i))], layout=torch.jagged)
+          for i in range(4)]
+    words = "not currently supported by the default collate_fn"
+    with pytest.raises(RuntimeError, match=words):
+        next(iter(DataLoader(ds, batch_size=1)))
+    with pytest.raises(RuntimeError, match=words):
+        next(iter(stoker.Loader(ds, batch_size=1, num_workers=1)))
+    got = list(stoker.Loader(ds, batch_size=1, num_workers=1, collate_fn=_clone))
+    assert all(torch.equal(b[0].values(), ds[i].values()) for i, b in enumerate(got))
+
+
+def _clone(batch):
+    return [x.clone() for x in batch]
