@@ -369,3 +369,21 @@ def test_a_context_object_is_taken_as_its_start_method(tds):
     ctx = torch.multiprocessing.get_context("spawn")
     loader = stoker.Loader(tds, batch_size=4, num_workers=1, multiprocessing_context=ctx)
     assert _labels(loader) == _labels(DataLoader(tds, batch_size=4))
+
+
+def test_more_workers_than_cores_warns_as_dataloader(tds, tmp_path):
+    """DataLoader warns when num_workers exceeds the cores available (its test matches the
+    words below); so does a Loader whose Python stage gets those workers. C++ workers over
+    a stoker.Dataset do not warn."""
+    from stoker._loader_args import available_cores
+
+    n = available_cores() + 1
+    words = "excessive worker creation might get DataLoader running slow or even freeze"
+    with pytest.warns(UserWarning, match=words):
+        DataLoader(tds, num_workers=n)
+    with pytest.warns(UserWarning, match=words):
+        stoker.Loader(tds, num_workers=n)
+    with pytest.warns(UserWarning, match=words):
+        stoker.Loader(_Stream(), num_workers=n)
+    stoker.Loader(write_dataset(tmp_path / "ds", 4), num_workers=n)  # filterwarnings: error
+    stoker.Loader(tds, num_workers=available_cores())

@@ -132,6 +132,8 @@ def test_for_x_y_in_loader():
     assert seen == len(ds)
 
 
+# more workers than this machine may have cores: DataLoader's warning, not this test's
+@pytest.mark.filterwarnings("ignore:.*excessive worker creation:UserWarning")
 def test_a_varying_first_dimension_is_padded_in_a_dict():
     """A dict value whose first dimension varies within a batch is padded in that batch,
     with its lengths (DataLoader would fail to stack it); a batch where it does not vary

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing.context
 import pickle
+import warnings
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import torch
@@ -459,6 +460,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         if batch_map is not None and stage is None:
             stage = StagePlan("batches", None, batch_map, None, a["map_fields"], None,
                               "thread", on_device, num_workers=dl["num_workers"])
+    if stage is not None and stage.num_workers is not None:
+        _check_worker_number(stage.num_workers)
     delivery = DeliveryPlan(str(device), a["pin_memory"], image_layout, nchw,
                             tokens and labels == "unshifted" and packing is not None,
                             a["pin_memory_device"])
@@ -474,7 +477,8 @@ def _dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[s
                                its order, iterated once per epoch ahead of the workers
       num_workers              the Python stage's workers (threads or processes,
                                python_workers=); 0: the user's code runs in the loop's
-                               thread, in next(); without a Python stage, num_threads
+                               thread, in next(); without a Python stage, num_threads.
+                               More than the cores available: DataLoader's warning
       worker_init_fn           called once in each worker thread or process, where
                                torch.utils.data.get_worker_info() answers
       generator                the order's seed (generator.initial_seed())
@@ -545,6 +549,21 @@ def _dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[s
                          "or a stoker.Dataset; token batches and mixtures have their own "
                          "orders")
     return out
+
+
+def _check_worker_number(num_workers: int) -> None:
+    """DataLoader's warning (check_worker_number_rationality) when the Python stage gets
+    more workers than the cores this process may use: its workers are threads that
+    contend for those cores, or processes (python_workers=) as DataLoader's are. C++
+    workers (num_workers without a Python stage) are not Python's: no warning."""
+    cores = args.available_cores()
+    if num_workers > cores:
+        warnings.warn(
+            f"This stoker.Loader will create {num_workers} workers in total (threads, or "
+            f"processes with python_workers=), and this process may use {cores} cores. As "
+            "DataLoader warns: please be aware that excessive worker creation might get "
+            "DataLoader running slow or even freeze, lower the worker number to avoid "
+            "potential slowness/freeze if necessary.", UserWarning, stacklevel=4)
 
 
 def _check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
