@@ -211,3 +211,46 @@ def test_nested_tensors_need_a_collate_fn_as_with_dataloader():
 
 def _clone(batch):
     return [x.clone() for x in batch]
+
+
+class _Holder:  # a namedtuple class reached through another class: pickle cannot find it
+    Pair = collections.namedtuple("Pair", "x noise")
+
+
+class _Drawing(Dataset):
+    """Draws from torch's global generator and returns such a namedtuple (as PyTorch's
+    NamedTupleDataset does)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return _Holder.Pair(i, torch.randn(3))
+
+
+def test_samples_that_draw_and_cannot_be_pickled_stay_on_threads():
+    """DataLoader with num_workers=0 never pickles a sample. python_workers='auto' moves
+    a __getitem__ that draws from the global generators to worker processes, unless its
+    samples cannot be pickled: then it stays on threads, and says what that costs."""
+    import pickle
+
+    with pytest.raises(pickle.PicklingError):
+        pickle.dumps(_Holder.Pair(0, 1))
+    want = [b.x.tolist() for b in DataLoader(_Drawing(), batch_size=2)]
+    with pytest.warns(RuntimeWarning, match="cannot be pickled"):
+        got = list(stoker.Loader(_Drawing(), batch_size=2, num_workers=2))
+    assert all(isinstance(b, _Holder.Pair) and b.noise.shape == (2, 3) for b in got)
+    assert [b.x.tolist() for b in got] == want
+
+
+class _DrawingTuples(_Drawing):
+    def __getitem__(self, i):
+        return (i, torch.randn(3))
+
+
+def test_samples_that_draw_and_can_be_pickled_go_to_processes():
+    loader = stoker.Loader(_DrawingTuples(), batch_size=2, num_workers=2)
+    for _ in range(2):  # the second epoch on the processes the first one switched to
+        assert [b[0].tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert loader._stage.processes
+    loader.close()

@@ -4,6 +4,7 @@ batch assembled (native batching, collate_fn, batch_map) and completed in its ri
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 import warnings
@@ -147,6 +148,7 @@ class PythonStage:
         self._init_error: Optional[BaseException] = None  # worker_init_fn's, raised in next()
         self._probed = False  # the global generators watched over one sample
         self._global_draws = False  # ... and it drew from them
+        self._unpicklable: Optional[str] = None  # ... and could not be pickled: why
         # Image fields of a C++-assembled batch that the loop gets as NCHW views of their
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
         self.nchw_views = tuple(nchw_views)
@@ -207,6 +209,18 @@ class PythonStage:
             self._probed = True
             return not self.processes and not self.inline
 
+    def _leaves_processes(self, row: Any) -> bool:
+        """Whether a sample can come back from a worker process (pickled, as DataLoader's
+        workers send theirs); if not, python_workers="auto" stays on threads, as
+        DataLoader's num_workers=0 never pickles (a namedtuple class nested in another
+        class, a lambda in a dict...)."""
+        try:
+            pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            self._unpicklable = f"{type(e).__name__}: {e}"
+            return False
+        return True
+
     def _global_draws_seen(self) -> None:
         """On the consumer's thread, once the watched sample drew from the global
         generators: auto goes to processes now; threads warn, once."""
@@ -215,6 +229,16 @@ class PythonStage:
             self._to_processes()
             return
         if self.processes:
+            return
+        if self._unpicklable is not None:  # auto, and processes could not send them back
+            warnings.warn(
+                "stoker: the dataset's __getitem__ (or map) draws from the global random "
+                "generators (random, numpy.random or torch), but its samples cannot be "
+                f"pickled ({self._unpicklable}), so they stay on worker threads, where which "
+                "sample gets which draw depends on timing: batches differ from run to run and "
+                "a resume is not exact. Make the samples picklable (python_workers='process' "
+                "then seeds each sample's global generators), or draw from map's rng",
+                RuntimeWarning, stacklevel=4)
             return
         warnings.warn(
             "stoker: the dataset's __getitem__ (or map) draws from the global random "
@@ -376,9 +400,13 @@ class PythonStage:
             if not self._probed and self._claim_probe():
                 # NOTE [ Global random generators ] in workers.py: the first sample run on a
                 # thread is watched
-                drew, row = draws_globals(lambda: self._sample(index, task.epoch, key))
+                produced: List[Any] = []  # the sample as a worker process would send it
+                drew, row = draws_globals(lambda: self._sample(index, task.epoch, key,
+                                                               produced))
                 pending.rows[pos] = row
                 if drew:
+                    if self.auto and not self._leaves_processes(produced):
+                        self.auto = False  # its samples cannot come back from a process
                     self._global_draws = True
                     if self.auto and self.pool is not None:
                         self.pool.paused = True  # no more on threads: the consumer forks
@@ -435,10 +463,13 @@ class PythonStage:
                 raise
         return sample
 
-    def _sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
+    def _sample(self, index: int, epoch: int, key: Optional[np.ndarray],
+                produced: Optional[List[Any]] = None) -> Any:
         """A batch row: _produce's value, checked against the layout (unless collate_fn
-        takes the samples as they are)."""
+        takes the samples as they are); `produced` gets the value itself."""
         sample = self._produce(index, epoch, key)
+        if produced is not None:
+            produced.append(sample)
         if self.collate_fn is not None:
             return sample
         return self.layout.check(sample, lambda: self.source.describe(index))
