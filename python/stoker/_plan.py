@@ -580,15 +580,14 @@ def _check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
     draws nothing (SequentialSampler, DistributedSampler after set_epoch); otherwise
     state_dict() says why not, rather than replaying another order."""
     sampler, batch_sampler = dl["sampler"], dl["batch_sampler"]
+    if sampler is not None and a["shuffle"]:  # DataLoader's first check of the two
+        raise ValueError("sampler option is mutually exclusive with shuffle (as DataLoader)")
     if batch_sampler is not None:
         if explicit_batch or a["shuffle"] or sampler is not None or a["drop_last"]:
             raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
                              "shuffle, sampler, and drop_last (as DataLoader)")
         _iterable("batch_sampler", batch_sampler)
     if sampler is not None:
-        if a["shuffle"]:
-            raise ValueError("sampler option is mutually exclusive with shuffle (as "
-                             "DataLoader)")
         _iterable("sampler", sampler)
     if sampler is not None or batch_sampler is not None:
         if a["rank"] is not None or a["world_size"] is not None:
