@@ -348,7 +348,10 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
-        return self._core.num_batches(*self._world())
+        n = self._core.num_batches(*self._world())
+        if self.plan.source == "iterable":  # DataLoader's check of it (_LoaderIter)
+            self._iterable_len = n
+        return n
 
     @property
     def num_samples(self) -> int:
@@ -363,6 +366,9 @@ class Loader:
     # `batch_sampler` the user's, if one was given. The rest are set in __init__.
     batch_sampler: Any = None
     collate_fn: Any = None
+    # an IterableDataset's len(loader), once asked: an iterator that yields more warns,
+    # as DataLoader's (NOTE [ IterableDataset and __len__ ] in torch/utils/data/dataloader.py)
+    _iterable_len: Optional[int] = None
 
     # DataLoader is Generic[T_co]: annotations such as ``Loader[List[Tensor]]`` (or
     # ``DataLoader[...]`` where a Loader stands in for DataLoader) are valid, as list[int].
@@ -652,6 +658,8 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._nchw_views = loader._nchw_views
         self._timeout = loader.timeout
         self._unbatched = loader.plan.sampling.unbatched
+        self._len_reported = loader._iterable_len  # as len() said when this iterator began
+        self._yielded = 0
 
     def __iter__(self) -> "_LoaderIter":
         return self
@@ -681,6 +689,10 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
                 self._loader._report_skipped()
                 raise StopIteration
             stage.follow(self._loader._core.active_threads)
+            if self._len_reported is not None:
+                self._yielded += 1
+                if self._yielded > self._len_reported:
+                    self._warn_past_len()
             return batch
         calling = time.perf_counter_ns()
         caps = self._it.next(stream or 0) if self._timeout <= 0 else self._timed(stream or 0)
@@ -700,6 +712,21 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         # The loop's time in next() outside the C++ next(): counted with its wait.
         self._it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
         return batch
+
+    def _warn_past_len(self) -> None:
+        """DataLoader's warning, in its words: an IterableDataset yields more batches than
+        len(loader) said (its __len__ is wrong, or each worker yields the whole dataset)."""
+        loader = self._loader
+        msg = (f"Length of IterableDataset {loader.dataset} was reported to be "
+               f"{self._len_reported} (when accessing len(dataloader)), but {self._yielded} "
+               "samples have been fetched. ")
+        if loader.num_workers > 0:
+            msg += ("For multiprocessing data-loading, this could be caused by not properly "
+                    "configuring the IterableDataset replica at each worker (stoker: each "
+                    "worker thread iterates the dataset, sharded by get_worker_info()). Please "
+                    "see https://pytorch.org/docs/stable/data.html#torch.utils.data."
+                    "IterableDataset for examples.")
+        warnings.warn(msg, UserWarning, stacklevel=3)
 
     def _timed(self, stream: int) -> Any:
         """The core's next batch within DataLoader's timeout, else an error."""
