@@ -294,3 +294,100 @@ def test_unbatched_stoker_dataset(tmp_path):
     samples = list(stoker.Loader(ds, batch_size=None))
     assert [int(s["label"]) for s in samples] == list(range(5))
     assert samples[0]["x"].shape == (3, 4, 4)
+
+
+@pytest.mark.parametrize("kind", ["map-style", "iterable"])
+def test_timeout_error_says_what_dataloaders_says(kind):
+    """DataLoader's words (its tests match r'DataLoader timed out after \\d+ seconds'), for
+    a map-style dataset and an IterableDataset alike."""
+    release = threading.Event()
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            release.wait(10)
+            return i
+
+    class SlowStream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            release.wait(10)
+            yield from range(4)
+
+    ds = Slow() if kind == "map-style" else SlowStream()
+    loader = stoker.Loader(ds, batch_size=2, num_workers=1, timeout=1)
+    with pytest.raises(RuntimeError, match=r"^DataLoader timed out after 1 seconds"):
+        next(iter(loader))
+    release.set()
+    loader.close()
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(20))
+
+
+_BATCHES = BatchSampler(SequentialSampler(range(N)), 3, False)
+BAD_ARGUMENTS = {  # DataLoader's own argument tests: the error type and the words it matches
+    "negative_workers": ({"num_workers": -1}, ValueError,
+                         "num_workers option should be non-negative"),
+    "negative_timeout": ({"timeout": -1}, ValueError, "timeout option should be non-negative"),
+    "unbatched_drop_last": ({"batch_size": None, "drop_last": True}, ValueError,
+                            "batch_size=None option disables auto-batching and is mutually "
+                            "exclusive"),
+    "context_without_workers": ({"num_workers": 0, "multiprocessing_context": "fork"},
+                                ValueError,
+                                r"multi-process loading \(num_workers > 0\), but got"),
+    "bad_start_method": ({"num_workers": 1, "multiprocessing_context": "bad"}, ValueError,
+                         "should specify a valid start method in"),
+    "bad_context": ({"num_workers": 1, "multiprocessing_context": object()}, TypeError,
+                    "multiprocessing_context option should be a valid context "),
+    "sampler_and_shuffle": ({"sampler": SequentialSampler(range(N)), "shuffle": 3},
+                            ValueError, "sampler option is mutually exclusive with shuffle"),
+    "sampler_batch_sampler_and_shuffle": ({"sampler": SequentialSampler(range(N)),
+                                           "batch_sampler": _BATCHES, "shuffle": True},
+                                          ValueError,
+                                          "sampler option is mutually exclusive with shuffle"),
+    "batch_sampler_and_drop_last": ({"batch_sampler": _BATCHES, "drop_last": 3}, ValueError,
+                                    "batch_sampler option is mutually exclusive with"),
+    "iterable_shuffle": ({"dataset": _Stream(), "shuffle": 3}, ValueError,
+                         "DataLoader with IterableDataset: expected unspecified shuffle"),
+    "iterable_sampler": ({"dataset": _Stream(), "sampler": 3}, ValueError,
+                         "DataLoader with IterableDataset: expected unspecified sampler"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ARGUMENTS))
+def test_bad_arguments_raise_as_dataloader(tds, name):
+    kwargs, error, words = BAD_ARGUMENTS[name]
+    kwargs = dict(kwargs)
+    ds = kwargs.pop("dataset", tds)
+    with pytest.raises(error, match=words):
+        DataLoader(ds, **kwargs)
+    with pytest.raises(error, match=words):
+        stoker.Loader(ds, **kwargs)
+
+
+def test_a_context_object_is_taken_as_its_start_method(tds):
+    ctx = torch.multiprocessing.get_context("spawn")
+    loader = stoker.Loader(tds, batch_size=4, num_workers=1, multiprocessing_context=ctx)
+    assert _labels(loader) == _labels(DataLoader(tds, batch_size=4))
+
+
+def test_more_workers_than_cores_warns_as_dataloader(tds, tmp_path):
+    """DataLoader warns when num_workers exceeds the cores available (its test matches the
+    words below); so does a Loader whose Python stage gets those workers. C++ workers over
+    a stoker.Dataset do not warn."""
+    from stoker._loader_args import available_cores
+
+    n = available_cores() + 1
+    words = "excessive worker creation might get DataLoader running slow or even freeze"
+    with pytest.warns(UserWarning, match=words):
+        DataLoader(tds, num_workers=n)
+    with pytest.warns(UserWarning, match=words):
+        stoker.Loader(tds, num_workers=n)
+    with pytest.warns(UserWarning, match=words):
+        stoker.Loader(_Stream(), num_workers=n)
+    stoker.Loader(write_dataset(tmp_path / "ds", 4), num_workers=n)  # filterwarnings: error
+    stoker.Loader(tds, num_workers=available_cores())

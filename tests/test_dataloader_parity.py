@@ -132,6 +132,8 @@ def test_for_x_y_in_loader():
     assert seen == len(ds)
 
 
+# more workers than this machine may have cores: DataLoader's warning, not this test's
+@pytest.mark.filterwarnings("ignore:.*excessive worker creation:UserWarning")
 def test_a_varying_first_dimension_is_padded_in_a_dict():
     """A dict value whose first dimension varies within a batch is padded in that batch,
     with its lengths (DataLoader would fail to stack it); a batch where it does not vary
@@ -161,3 +163,94 @@ def test_names_still_give_a_dict():
     ds = CORPUS["tensor_dataset"]
     batch = next(iter(stoker.Loader(ds, batch_size=4, names=("x", "y"))))
     assert list(batch) == ["x", "y"] and batch["x"].shape == (4, 3, 4)
+
+
+def test_subscripted_in_annotations_as_dataloader():
+    """DataLoader is generic: ``DataLoader[List[Tensor]]`` in an annotation is valid, and so
+    is ``Loader[...]`` (where a Loader stands in for DataLoader)."""
+    from typing import List
+
+    alias = stoker.Loader[List[torch.Tensor]]
+    assert alias.__origin__ is stoker.Loader and alias.__args__ == (List[torch.Tensor],)
+
+    def make(train: bool) -> stoker.Loader[List[torch.Tensor]]:
+        return stoker.Loader(CORPUS["bare_tensor"], batch_size=4)
+
+    assert isinstance(make(True), stoker.Loader)
+
+
+def test_what_the_loader_reads_is_fixed_after_init_as_dataloader():
+    """DataLoader refuses to set batch_size, sampler, batch_sampler, drop_last, dataset and
+    persistent_workers after __init__ (ValueError); so does a Loader, whose plan and C++
+    order were made from them. Its other attributes stay settable."""
+    ds = CORPUS["bare_int"]
+    for cls in (DataLoader, stoker.Loader):
+        loader = cls(ds, batch_size=4)
+        for attr in ("batch_size", "sampler", "batch_sampler", "drop_last", "dataset",
+                     "persistent_workers"):
+            with pytest.raises(ValueError, match=f"{attr} attribute should not be set after"):
+                setattr(loader, attr, {})
+        loader.worker_init_fn = None
+    loader = stoker.Loader(ds, batch_size=4)
+    assert [b.tolist() for b in loader][0] == [0, 1, 2, 3] and loader.batch_size == 4
+
+
+def test_nested_tensors_need_a_collate_fn_as_with_dataloader():
+    """default_collate refuses a batch of nested tensors with a RuntimeError saying to give
+    a collate_fn; so does native batching, and with one they load."""
+    ds = [torch.nested.nested_tensor([torch.full((3,), float(i))], layout=torch.jagged)
+          for i in range(4)]
+    words = "not currently supported by the default collate_fn"
+    with pytest.raises(RuntimeError, match=words):
+        next(iter(DataLoader(ds, batch_size=1)))
+    with pytest.raises(RuntimeError, match=words):
+        next(iter(stoker.Loader(ds, batch_size=1, num_workers=1)))
+    got = list(stoker.Loader(ds, batch_size=1, num_workers=1, collate_fn=_clone))
+    assert all(torch.equal(b[0].values(), ds[i].values()) for i, b in enumerate(got))
+
+
+def _clone(batch):
+    return [x.clone() for x in batch]
+
+
+class _Holder:  # a namedtuple class reached through another class: pickle cannot find it
+    Pair = collections.namedtuple("Pair", "x noise")
+
+
+class _Drawing(Dataset):
+    """Draws from torch's global generator and returns such a namedtuple (as PyTorch's
+    NamedTupleDataset does)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return _Holder.Pair(i, torch.randn(3))
+
+
+def test_samples_that_draw_and_cannot_be_pickled_stay_on_threads():
+    """DataLoader with num_workers=0 never pickles a sample. python_workers='auto' moves
+    a __getitem__ that draws from the global generators to worker processes, unless its
+    samples cannot be pickled: then it stays on threads, and says what that costs."""
+    import pickle
+
+    with pytest.raises(pickle.PicklingError):
+        pickle.dumps(_Holder.Pair(0, 1))
+    want = [b.x.tolist() for b in DataLoader(_Drawing(), batch_size=2)]
+    with pytest.warns(RuntimeWarning, match="cannot be pickled"):
+        got = list(stoker.Loader(_Drawing(), batch_size=2, num_workers=2))
+    assert all(isinstance(b, _Holder.Pair) and b.noise.shape == (2, 3) for b in got)
+    assert [b.x.tolist() for b in got] == want
+
+
+class _DrawingTuples(_Drawing):
+    def __getitem__(self, i):
+        return (i, torch.randn(3))
+
+
+def test_samples_that_draw_and_can_be_pickled_go_to_processes():
+    loader = stoker.Loader(_DrawingTuples(), batch_size=2, num_workers=2)
+    for _ in range(2):  # the second epoch on the processes the first one switched to
+        assert [b[0].tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert loader._stage.processes
+    loader.close()

@@ -39,6 +39,8 @@ def test_as_dataloader_without_workers():
     assert got == want
 
 
+# more workers than this machine may have cores: DataLoader's warning, not this test's
+@pytest.mark.filterwarnings("ignore:.*excessive worker creation:UserWarning")
 @pytest.mark.parametrize("workers", [1, 2, 3, 4])
 def test_batch_count_does_not_depend_on_workers(workers):
     ds = Range(23)
@@ -113,3 +115,44 @@ def test_errors_and_worker_init_fn():
     got = _ids(stoker.Loader(Range(8), batch_size=4, num_workers=2,
                              worker_init_fn=lambda w: seen.append(w)))
     assert sorted(seen) == [0, 1] and sorted(sum(got, [])) == list(range(8))
+
+
+class _Counting(IterableDataset):
+    """Says 20, and yields 20 in each worker (no sharding by get_worker_info())."""
+
+    def __len__(self):
+        return 20
+
+    def __iter__(self):
+        return iter(range(20))
+
+
+@pytest.mark.filterwarnings("ignore:.*excessive worker creation:UserWarning")
+@pytest.mark.parametrize("workers", [None, 0, 2])
+def test_more_than_len_warns_as_dataloader_once_len_was_asked(workers):
+    """DataLoader warns when an IterableDataset yields more than len(loader) said, from
+    the iterators started after len() was asked (its test matches these words)."""
+    import warnings
+
+    words = r"but [0-9]+ samples have been fetched\. " + (
+        "For multiprocessing data-loading, this" if workers else r"$")
+    loader = stoker.Loader(_Counting(), num_workers=workers)
+    got = 20 * (workers or 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(loader)) == got  # len() not asked: no warning
+    assert len(loader) == 20
+    it = iter(loader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(20):
+            next(it)
+    if workers:
+        for _ in range(3):
+            with pytest.warns(UserWarning, match=words):
+                next(it)
+    with pytest.raises(StopIteration):
+        for _ in range(got):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                next(it)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any, Dict, Iterator, Tuple
 
 import torch
@@ -33,6 +34,8 @@ class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._nchw_views = loader._nchw_views
         self._timeout = loader.timeout
         self._unbatched = loader.plan.sampling.unbatched
+        self._len_reported = loader._iterable_len  # as len() said when this iterator began
+        self._yielded = 0
 
     def __iter__(self) -> "LoaderIter":
         return self
@@ -62,6 +65,10 @@ class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
                 self._loader._report_skipped()
                 raise StopIteration
             stage.follow(self._loader._core.active_threads)
+            if self._len_reported is not None:
+                self._yielded += 1
+                if self._yielded > self._len_reported:
+                    self._warn_past_len()
             return batch
         calling = time.perf_counter_ns()
         caps = self._it.next(stream or 0) if self._timeout <= 0 else self._timed(stream or 0)
@@ -82,12 +89,27 @@ class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
         return batch
 
+    def _warn_past_len(self) -> None:
+        """DataLoader's warning, in its words: an IterableDataset yields more batches than
+        len(loader) said (its __len__ is wrong, or each worker yields the whole dataset)."""
+        loader = self._loader
+        msg = (f"Length of IterableDataset {loader.dataset} was reported to be "
+               f"{self._len_reported} (when accessing len(dataloader)), but {self._yielded} "
+               "samples have been fetched. ")
+        if loader.num_workers > 0:
+            msg += ("For multiprocessing data-loading, this could be caused by not properly "
+                    "configuring the IterableDataset replica at each worker (stoker: each "
+                    "worker thread iterates the dataset, sharded by get_worker_info()). Please "
+                    "see https://pytorch.org/docs/stable/data.html#torch.utils.data."
+                    "IterableDataset for examples.")
+        warnings.warn(msg, UserWarning, stacklevel=3)
+
     def _timed(self, stream: int) -> Any:
         """The core's next batch within DataLoader's timeout, else an error."""
         got = self._it.next(stream, timeout_ms=int(self._timeout * 1000))
         if got is False:
-            raise RuntimeError(f"stoker: no batch came within timeout={self._timeout:g} "
-                               "seconds (DataLoader's timeout=)")
+            raise RuntimeError(f"DataLoader timed out after {self._timeout:g} seconds (stoker: "
+                               f"no batch came within timeout={self._timeout:g} seconds)")
         return got
 
     @property

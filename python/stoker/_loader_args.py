@@ -9,6 +9,7 @@ Each check raises the error a user should see (a ``ValueError`` naming the argum
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing.context
 import operator
 import os
 import pickle
@@ -407,7 +408,8 @@ def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[st
                                its order, iterated once per epoch ahead of the workers
       num_workers              the Python stage's workers (threads or processes,
                                python_workers=); 0: the user's code runs in the loop's
-                               thread, in next(); without a Python stage, num_threads
+                               thread, in next(); without a Python stage, num_threads.
+                               More than the cores available: DataLoader's warning
       worker_init_fn           called once in each worker thread or process, where
                                torch.utils.data.get_worker_info() answers
       generator                the order's seed (generator.initial_seed())
@@ -423,6 +425,9 @@ def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[st
     Each is checked as DataLoader checks it (the same combinations refused)."""
     out: Dict[str, Any] = {}
     num_workers = a["num_workers"]
+    if isinstance(num_workers, int) and not isinstance(num_workers, bool) and num_workers < 0:
+        raise ValueError(f"num_workers option should be non-negative (as DataLoader): 0 runs "
+                         f"the dataset in the loop's thread, got num_workers={num_workers}")
     if num_workers is not None:
         num_workers = check_int("num_workers", num_workers, 0, 4096,
                                 "a non-negative int (0: in the loop's thread) or None")
@@ -451,8 +456,15 @@ def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[st
                              f"{gen.initial_seed()}) disagree: pass one of them")
         out["seed"] = gen.initial_seed()
     ctx = a["multiprocessing_context"]
+    if ctx is not None and num_workers == 0:
+        raise ValueError("multiprocessing_context can only be used with multi-process loading "
+                         "(num_workers > 0), but got num_workers=0 (as DataLoader)")
     if ctx is not None and not isinstance(ctx, str):
-        ctx = getattr(ctx, "get_start_method", lambda: None)()
+        if not isinstance(ctx, multiprocessing.context.BaseContext):
+            raise TypeError("multiprocessing_context option should be a valid context object "
+                            "or a string specifying the start method, but got "
+                            f"multiprocessing_context={ctx!r} (as DataLoader)")
+        ctx = ctx.get_start_method()
     if ctx not in (None, "fork", "spawn", "forkserver"):
         raise ValueError(f"multiprocessing_context option should specify a valid start "
                          f"method in ['fork', 'spawn', 'forkserver'], got {ctx!r}")
@@ -470,6 +482,21 @@ def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[st
     return out
 
 
+def check_worker_number(num_workers: int) -> None:
+    """DataLoader's warning (check_worker_number_rationality) when the Python stage gets
+    more workers than the cores this process may use: its workers are threads that
+    contend for those cores, or processes (python_workers=) as DataLoader's are. C++
+    workers (num_workers without a Python stage) are not Python's: no warning."""
+    cores = available_cores()
+    if num_workers > cores:
+        warnings.warn(
+            f"This stoker.Loader will create {num_workers} workers in total (threads, or "
+            f"processes with python_workers=), and this process may use {cores} cores. As "
+            "DataLoader warns: please be aware that excessive worker creation might get "
+            "DataLoader running slow or even freeze, lower the worker number to avoid "
+            "potential slowness/freeze if necessary.", UserWarning, stacklevel=4)
+
+
 def check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
                     shard_window: Optional[int], explicit_batch: bool) -> None:
     """NOTE [ User samplers ]
@@ -484,15 +511,14 @@ def check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
     draws nothing (SequentialSampler, DistributedSampler after set_epoch); otherwise
     state_dict() says why not, rather than replaying another order."""
     sampler, batch_sampler = dl["sampler"], dl["batch_sampler"]
+    if sampler is not None and a["shuffle"]:  # DataLoader's first check of the two
+        raise ValueError("sampler option is mutually exclusive with shuffle (as DataLoader)")
     if batch_sampler is not None:
         if explicit_batch or a["shuffle"] or sampler is not None or a["drop_last"]:
             raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
                              "shuffle, sampler, and drop_last (as DataLoader)")
         _iterable("batch_sampler", batch_sampler)
     if sampler is not None:
-        if a["shuffle"]:
-            raise ValueError("sampler option is mutually exclusive with shuffle (as "
-                             "DataLoader)")
         _iterable("sampler", sampler)
     if sampler is not None or batch_sampler is not None:
         if a["rank"] is not None or a["world_size"] is not None:
@@ -511,7 +537,8 @@ def check_iterable(a: Mapping[str, Any]) -> None:
                              f"option, but got {name}={a[name]!r} (as DataLoader)")
     if a["shuffle"]:
         raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
-                         "option, but got shuffle=True (as DataLoader): shuffle in the dataset")
+                         f"option, but got shuffle={a['shuffle']!r} (as DataLoader): shuffle in "
+                         "the dataset")
     if a["python_workers"] == "process":
         raise ValueError("an IterableDataset runs on the loader's worker threads (NOTE "
                          "[ Iterable datasets ]): python_workers='process' is for map-style "

@@ -343,6 +343,9 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     else:
         batch_size = check_int("batch_size", batch_size, 1, what="a positive int or None")
     drop_last, even_batches = bool(a["drop_last"]), bool(a["even_batches"])
+    if unbatched and drop_last:
+        raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                         "exclusive with drop_last (as DataLoader)")
     if drop_last and not even_batches:
         raise ValueError("even_batches=False does nothing with drop_last=True: drop_last "
                          "already gives every rank the same whole batches, repeating no "
@@ -467,6 +470,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         if batch_map is not None and stage is None:
             stage = StagePlan("batches", None, batch_map, None, a["map_fields"], None,
                               "thread", on_device, num_workers=dl["num_workers"])
+    if stage is not None and stage.num_workers is not None:
+        args.check_worker_number(stage.num_workers)
     delivery = DeliveryPlan(str(device), a["pin_memory"], image_layout, nchw,
                             tokens and labels == "unshifted" and packing is not None,
                             a["pin_memory_device"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import types
 import warnings
 import weakref
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
@@ -302,6 +303,20 @@ class Loader:
         self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
         self.sampler = _EpochHook(self)
         _live_loaders.add(self)
+        self._initialized = True  # the attributes of _FIXED are set (__setattr__)
+
+    # What the loader reads, as DataLoader refuses to change it after __init__ (the plan,
+    # the C++ order and the stage were made from it): a new loader takes new values.
+    _FIXED = frozenset(("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
+                        "persistent_workers"))
+    _initialized = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._initialized and name in Loader._FIXED:
+            raise ValueError(f"{name} attribute should not be set after "
+                             f"{type(self).__name__} is initialized (as DataLoader's): "
+                             "make a new loader")
+        object.__setattr__(self, name, value)
 
     # -- construction helpers -------------------------------------------------
 
@@ -327,7 +342,10 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
-        return self._core.num_batches(*self._world())
+        n = self._core.num_batches(*self._world())
+        if self.plan.source == "iterable":  # DataLoader's check of it (_LoaderIter)
+            self._iterable_len = n
+        return n
 
     @property
     def num_samples(self) -> int:
@@ -342,6 +360,13 @@ class Loader:
     # `batch_sampler` the user's, if one was given. The rest are set in __init__.
     batch_sampler: Any = None
     collate_fn: Any = None
+    # an IterableDataset's len(loader), once asked: an iterator that yields more warns,
+    # as DataLoader's (NOTE [ IterableDataset and __len__ ] in torch/utils/data/dataloader.py)
+    _iterable_len: Optional[int] = None
+
+    # DataLoader is Generic[T_co]: annotations such as ``Loader[List[Tensor]]`` (or
+    # ``DataLoader[...]`` where a Loader stands in for DataLoader) are valid, as list[int].
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def skip(self, num_batches: int) -> "Loader":
         """The next iterator starts at batch ``num_batches`` of its epoch (the one

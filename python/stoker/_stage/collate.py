@@ -181,6 +181,10 @@ def _as_array(value: Any) -> Any:
     Views (non-contiguous tensors and arrays) are taken as they are: the batch copies
     them. Raises _Mismatch for values that cannot be batched (GPU tensors)."""
     if isinstance(value, torch.Tensor):
+        if value.is_nested:  # default_collate's error, in its words
+            raise RuntimeError("Batches of nested tensors are not currently supported by the "
+                               "default collate_fn; please provide a custom collate_fn to "
+                               "handle them appropriately.")
         if value.device.type != "cpu":
             raise _Mismatch(f"is a tensor on {value.device}: return CPU tensors or arrays "
                             "(batch_map receives the batch on the device with device='cuda')")

@@ -145,8 +145,10 @@ class _Iter:
                 return w.q.get(timeout=0.1)
             except queue.Empty:
                 if deadline is not None and time.monotonic() > deadline:
-                    raise RuntimeError(f"stoker: no sample came from worker {w.wid} within "
-                                       f"timeout={self.stream.timeout:g} seconds") from None
+                    t = self.stream.timeout
+                    raise RuntimeError(f"DataLoader timed out after {t:g} seconds (stoker: no "
+                                       f"sample came from worker {w.wid} within timeout={t:g} "
+                                       "seconds)") from None
 
     def _keep(self, item: Any) -> Any:
         s = self.stream

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import threading
 import time
 import warnings
@@ -190,6 +191,7 @@ class PythonStage:
         self._probed = False  # the global generators watched over one sample
         self._probe_done = threading.Event()  # ... and its answer known
         self._global_draws = False  # ... and it drew from them
+        self._unpicklable: Optional[str] = None  # ... and could not be pickled: why
         # Image fields of a C++-assembled batch that the loop gets as NCHW views of their
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
         self.nchw_views = tuple(nchw_views)
@@ -266,6 +268,18 @@ class PythonStage:
                 return False
             return True
 
+    def _leaves_processes(self, row: Any) -> bool:
+        """Whether a sample can come back from a worker process (pickled, as DataLoader's
+        workers send theirs); if not, python_workers="auto" stays on threads, as
+        DataLoader's num_workers=0 never pickles (a namedtuple class nested in another
+        class, a lambda in a dict...)."""
+        try:
+            pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            self._unpicklable = f"{type(e).__name__}: {e}"
+            return False
+        return True
+
     def _global_draws_seen(self) -> None:
         """On the consumer's thread, once the watched sample drew from the global
         generators: auto goes to processes now; threads warn, once."""
@@ -274,6 +288,16 @@ class PythonStage:
             self._to_processes()
             return
         if self.processes:
+            return
+        if self._unpicklable is not None:  # auto, and processes could not send them back
+            warnings.warn(
+                "stoker: the dataset's __getitem__ (or map) draws from the global random "
+                "generators (random, numpy.random or torch), but its samples cannot be "
+                f"pickled ({self._unpicklable}), so they stay on worker threads, where which "
+                "sample gets which draw depends on timing: batches differ from run to run and "
+                "a resume is not exact. Make the samples picklable (python_workers='process' "
+                "then seeds each sample's global generators), or draw from map's rng",
+                RuntimeWarning, stacklevel=4)
             return
         warnings.warn(
             "stoker: the dataset's __getitem__ (or map) draws from the global random "
@@ -459,8 +483,12 @@ class PythonStage:
                 if self._claim_probe():
                     # NOTE [ Global random generators ] in workers.py: the first sample run
                     # on a thread is watched, the other threads waiting for the answer
+                    produced: List[Any] = []  # the sample as a worker process would send it
                     try:
-                        drew, row = draws_globals(lambda: self._sample(index, task.epoch, key))
+                        drew, row = draws_globals(lambda: self._sample(index, task.epoch, key,
+                                                                       produced))
+                        if drew and self.auto and not self._leaves_processes(produced):
+                            self.auto = False  # its samples cannot come back from a process
                     finally:
                         self._probe_done.set()
                     pending.rows[pos] = row
@@ -560,10 +588,13 @@ class PythonStage:
         loader's process reads for its stall report)."""
         self._here.doing = status
 
-    def _sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
+    def _sample(self, index: int, epoch: int, key: Optional[np.ndarray],
+                produced: Optional[List[Any]] = None) -> Any:
         """A batch row: _produce's value, checked against the layout (unless collate_fn
-        takes the samples as they are)."""
+        takes the samples as they are); `produced` gets the value itself."""
         sample = self._produce(index, epoch, key)
+        if produced is not None:
+            produced.append(sample)
         if self.collate_fn is not None:
             return sample
         return self.layout.check(sample, lambda: self.source.describe(index))
@@ -872,8 +903,9 @@ class PythonStage:
                     self.run_chunk(item)
                     continue
             if deadline is not None and waited > deadline:
-                raise RuntimeError(f"stoker: no batch came within timeout={timeout:g} seconds "
-                                   "(DataLoader's timeout=): a worker is stuck or too slow")
+                raise RuntimeError(f"DataLoader timed out after {timeout:g} seconds (stoker: "
+                                   f"no batch came within timeout={timeout:g} seconds: a worker "
+                                   "is stuck or too slow)")
             if report_at is not None and waited >= report_at:
                 again = which is not None
                 which, text = self.stall_report(waited, again)
