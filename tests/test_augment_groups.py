@@ -142,8 +142,8 @@ def test_rotation_moves_image_mask_and_boxes_together(angle):
     want_mask = ref.rotate_image(mask, angle, "nearest", [0])
     assert (out["mask"] != want_mask).mean() < 0.01
     fwd = ref.forward_affine_matrix((24, 24), -angle, (0, 0), 1.0, (0.0, 0.0))
-    clipped, moved, _, _ = ref.boxes_through(boxes.astype(np.float64), 48, 48,
-                                             [("warp", *fwd.ravel(), 48, 48)])
+    clipped, moved, _, _ = ref.boxes_left(boxes.astype(np.float64), 48, 48,
+                                          [("warp", *fwd.ravel(), 48, 48)])
     keep = ref.keep_boxes(clipped, moved, 0.0, 0.0, 0.0)
     np.testing.assert_allclose(out["boxes"], clipped[keep], atol=1e-3)
     assert out["classes"].tolist() == [c for c, k in zip([1, 2], keep) if k]

@@ -52,6 +52,12 @@ class OpContext {
   void crop(const PixelRect& r) {
     if (canvas_) {
       flush();
+      // Past the edges of a view that is a window of its source, the lazy view
+      // would reach the source's pixels a crop before removed: make the view
+      // its own pixels first (zeros past the source's edges), so that past
+      // its edges there is nothing.
+      const bool past = r.x < 0 || r.y < 0 || r.x + r.w > width() || r.y + r.h > height();
+      if (past && !canvas_->whole_view()) pixels();
       CanvasOps::crop(*canvas_, r);
       border_ = false;
     }

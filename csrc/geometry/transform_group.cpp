@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <variant>
@@ -11,6 +12,7 @@
 #include "codecs/png_decoder.h"
 #include "common/error.h"
 #include "geometry/canvas.h"
+#include "geometry/convex_polygon.h"
 #include "geometry/detail/rng.h"
 #include "geometry/op_context.h"
 #include "geometry/warp.h"
@@ -33,10 +35,24 @@ namespace stoker {
 // Resampling a mask once through the composed map, instead of once per op,
 // keeps it aligned with the image to a pixel where torchvision's per-op
 // NEAREST (floor(i * in / out), no half-pixel offset) drifts by up to half a
-// pixel per resize. Boxes are clipped once, at the end, where torchvision
-// clamps after every op: a box cropped and then rotated keeps the corners the
-// crop cut off (it encloses more). The image's bytes do not depend on which
-// targets come with it.
+// pixel per resize. The image's bytes do not depend on which targets come
+// with it.
+//
+// The composed map alone forgets what a crop removed: a crop, then a
+// rotation (or a padding) brings the cut-off parts back into the canvas,
+// where the image shows fill. So every target also follows what is left of
+// the image (Geometry::valid_region(): the input's canvas moved and clipped
+// stage by stage, a convex polygon):
+//
+//   masks      take mask_fill outside the region;
+//   boxes      are clipped stage by stage (Geometry::follow()): the box kept is
+//              the enclosing box of what is left of the moved box, never of
+//              parts a crop removed; nothing left, it is dropped;
+//   keypoints  are hidden when a stage's canvas left them out.
+//
+// torchvision clamps boxes after every op, so that a box cropped, then
+// rotated, encloses the rotated clamped box; stoker's encloses the rotated
+// clamped polygon, which is tighter and never more than the object shows.
 
 namespace {
 
@@ -87,6 +103,25 @@ Pixels mask_pixels(const GroupMember& m, const MemberIO& io, int64_t max_pixels,
   STOKER_CHECK(io.size == want, DataError, "mask '", m.name, "': ", io.size, " bytes, expected ",
                want);
   return packed_pixels(const_cast<uint8_t*>(io.data), m.array_w, m.array_h, m.elem_bytes);
+}
+
+// Paints `fill` (one element) over every pixel of `dst` whose centre lies
+// outside `region`: what a crop removed, that a later op brought back into the
+// canvas, is fill in the image, so it is fill in the mask.
+void fill_outside(const Pixels& dst, const ConvexPolygon& region, const uint8_t* fill) {
+  const size_t e = static_cast<size_t>(dst.channels);
+  for (int i = 0; i < dst.height; ++i) {
+    uint8_t* row = dst.row(i);
+    double lo = 0, hi = -1;
+    int j0 = dst.width, j1 = dst.width;  // pixels [j0, j1) keep their label
+    if (region.span_at(i + 0.5, &lo, &hi)) {
+      // centres j + 0.5 in [lo, hi]
+      j0 = static_cast<int>(std::clamp(std::ceil(lo - 0.5), 0.0, double(dst.width)));
+      j1 = static_cast<int>(std::clamp(std::floor(hi - 0.5) + 1, double(j0), double(dst.width)));
+    }
+    for (int j = 0; j < j0; ++j) std::memcpy(row + j * e, fill, e);
+    for (int j = j1; j < dst.width; ++j) std::memcpy(row + j * e, fill, e);
+  }
 }
 
 template <typename Op>
@@ -285,6 +320,12 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w,
                    " but the batch expects ", out_h, "x", out_w);
   }
   const std::string& source = spec_.members[primary_].name;
+  STOKER_CHECK(!geo.overflowed(), UsageError, "the ops of the group of '", source,
+               "' make more than ", Geometry::kMaxSteps,
+               " moves: targets cannot follow so many; use fewer ops");
+  // What the image still shows (masks are filled outside it).
+  ConvexPolygon region;
+  bool region_known = false, whole = true;
 
   // Masks, and boxes (whose keep mask the rows after them need).
   const GroupMember* boxes = nullptr;
@@ -302,10 +343,17 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w,
                      source, "' is ", geo.in_height(), "x", geo.in_width(),
                      ": the fields of a group must have the same size");
       const Pixels dst = packed_pixels(static_cast<uint8_t*>(mio.out), out_w, out_h, mask.channels);
-      if (!geo.moved() && mask.width == out_w && mask.height == out_h)
+      if (!geo.moved() && mask.width == out_w && mask.height == out_h) {
         for (int y = 0; y < out_h; ++y) std::memcpy(dst.row(y), mask.row(y), dst.row_bytes());
-      else
+      } else {
         warp_nearest_elements(mask, dst, geo.box_map().inverse(), mask_fill);
+        if (!region_known) {
+          region = geo.valid_region();
+          whole = geo.covers_output(region);
+          region_known = true;
+        }
+        if (!whole) fill_outside(dst, region, mask_fill);
+      }
     } else if (m.kind == GroupMember::Kind::kBoxes) {
       STOKER_CHECK(mio.size % 16 == 0, DataError, "boxes '", m.name, "': ", mio.size,
                    " bytes is not a whole number of boxes");
