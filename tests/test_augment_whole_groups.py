@@ -1,0 +1,108 @@
+"""Transform groups that cannot be half declared (NOTE [ Whole groups ] in
+stoker/_loader_args.py): a group that drops boxes carries every variable-length field of
+the sample or is told what each is (box_rows="drop" or "keep"); a mask, boxes or keypoints
+field outside the group of the image whose ops move pixels is refused, naming the field."""
+
+import io
+
+import numpy as np
+import pytest
+import stoker
+from PIL import Image
+from stoker import ops as T
+
+
+def png(a):
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, "PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    """Each sample: a 48x64 image, its mask, two boxes (one in the top-left corner, one
+    in the bottom-right), their classes and keypoints, and a caption (not per box)."""
+    path = tmp_path_factory.mktemp("whole") / "ds"
+    fields = {"image": stoker.image(), "mask": stoker.image(mode="L"), "boxes": stoker.boxes(),
+              "classes": stoker.ndarray("int64", (None,)), "kps": stoker.keypoints(1),
+              "caption": stoker.ndarray("int32", (None,)), "label": stoker.scalar("int64")}
+    with stoker.ShardWriter(path, fields) as w:
+        for i in range(8):
+            img = np.full((48, 64, 3), 90, np.uint8)
+            mask = np.zeros((48, 64), np.uint8)
+            img[2:14, 2:14], mask[2:14, 2:14] = (230, 30, 30), 1
+            img[34:46, 50:62], mask[34:46, 50:62] = (30, 230, 30), 2
+            w.write({"image": png(img), "mask": png(mask),
+                     "boxes": [[2, 2, 14, 14], [50, 34, 62, 46]], "classes": [1, 2],
+                     "kps": [[[8, 8, 2]], [[56, 40, 2]]], "caption": list(range(i + 1)),
+                     "label": i})
+    return stoker.Dataset(path)
+
+
+# A quarter of the image: it keeps one of the two boxes, or parts of both.
+CROP = [T.RandomCrop((24, 32))]
+ALL = ("image", "mask", "boxes", "classes", "kps")
+
+
+def batches(ds, transforms, **kw):
+    return list(stoker.Loader(ds, batch_size=4, seed=0, num_threads=2, transforms=transforms,
+                              **kw))
+
+
+def test_a_group_that_drops_boxes_names_each_variable_length_field_left_out(ds):
+    with pytest.raises(ValueError, match=r"'classes' is a variable-length field outside it.*"
+                                         r"box_rows=\{'classes': 'drop'\}"):
+        stoker.Loader(ds, batch_size=2, transforms={("image", "mask", "boxes", "kps"): CROP})
+    with pytest.raises(ValueError, match="'caption' is a variable-length field outside it"):
+        stoker.Loader(ds, batch_size=2, transforms={ALL: CROP})
+    # even with no op that moves: boxes outside the image are dropped by any group
+    with pytest.raises(ValueError, match="'caption'"):
+        stoker.Loader(ds, batch_size=2, transforms={ALL: [T.SanitizeBoundingBoxes()]})
+
+
+def test_box_rows_drop_is_the_field_in_the_group_and_keep_leaves_it(ds):
+    keyed = batches(ds, {ALL: CROP}, box_rows={"caption": "keep"})
+    named = batches(ds, {("image", "mask", "boxes", "kps"): CROP},
+                    box_rows={"classes": "drop", "caption": "keep"})
+    dropped = 0
+    for a, b in zip(keyed, named):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert np.array_equal(a[k].numpy(), b[k].numpy()), k
+        assert a["classes_lengths"].tolist() == a["boxes_lengths"].tolist()
+        assert a["caption_lengths"].tolist() == [len(range(i + 1)) for i in a["label"].tolist()]
+        dropped += int((a["boxes_lengths"] < 2).sum())
+    assert dropped > 0  # the crop removed boxes, and their classes went with them
+    # "keep": not per box, delivered whole although boxes were dropped
+    kept = batches(ds, {("image", "mask", "boxes", "kps"): CROP},
+                   box_rows={"classes": "keep", "caption": "keep"})
+    assert all(b["classes_lengths"].tolist() == [2] * 4 for b in kept)
+
+
+def test_box_rows_is_checked(ds):
+    for box_rows, match in [({"label": "drop"}, "'label' is not a variable-length"),
+                            ({"boxes": "keep"}, "'boxes' is not a variable-length"),
+                            ({"caption": "maybe"}, "must be 'drop'"),
+                            ({"classes": "drop"}, "in the transforms key")]:
+        with pytest.raises(ValueError, match=match):
+            stoker.Loader(ds, batch_size=2, transforms={ALL: CROP},
+                          box_rows={"caption": "keep", **box_rows})
+
+
+@pytest.mark.parametrize("transforms, name, how", [
+    ({"image": CROP}, "mask", "stays where it was"),
+    ({("image", "mask", "boxes", "classes"): CROP}, "kps", "stays where it was"),
+    ({("image", "boxes", "classes", "kps"): [T.RandomHorizontalFlip()],
+      "mask": [T.RandomHorizontalFlip()]}, "mask", "moves by draws of its own"),
+    ({"image": [T.RandAugment()]}, "mask", "stays where it was"),
+])
+def test_a_target_outside_the_group_of_its_moving_image_is_refused(ds, transforms, name, how):
+    grouped = {n for k in transforms for n in (k if isinstance(k, tuple) else (k,))}
+    box_rows = {n: "keep" for n in ("caption", "classes") if n not in grouped}
+    with pytest.raises(ValueError, match=f"'{name}' .* is not in the group of 'image'.*{how}"):
+        stoker.Loader(ds, batch_size=2, transforms=transforms, box_rows=box_rows)
+
+
+def test_ops_that_move_nothing_need_no_group(ds):
+    b = batches(ds, {"image": [T.ColorJitter(0.2), T.GaussianBlur(3)]})[0]
+    assert b["image"].shape == (4, 3, 48, 64) and b["boxes_lengths"].tolist() == [2] * 4
