@@ -16,7 +16,7 @@ from .collate import BatchLayout, tensors_of
 from .errors import add_note, format_exception_summary, names_itself
 from .pool import StagePool
 from .processes import ProcessWorkers, WorkerDied
-from .rng import batch_rng, rng_from_key, rng_keys
+from .rng import batch_rng, batch_torch_seed, call_with_torch_seeded, rng_from_key, rng_keys
 from .sources import DatasetSource, MapStyleSource
 from .telemetry import native_times, thread_sched
 
@@ -388,8 +388,9 @@ class PythonStage:
                 specs, nbytes = [], 0
         if self.batch_map is not None and not self.batch_map_on_consumer:
             try:
-                d.whole = self.batch_map(d.whole, batch_rng(self.seed, task.epoch, task.rank,
-                                                            task.world_size, task.batch))
+                key = (self.seed, task.epoch, task.rank, task.world_size, task.batch)
+                d.whole = call_with_torch_seeded(self.batch_map, d.whole, batch_rng(*key),
+                                                 batch_torch_seed(*key))
             except Exception as e:
                 self._fail(task, add_note(e, f"stoker: raised by batch_map for {what}"))
                 return
@@ -472,17 +473,18 @@ class PythonStage:
         else:  # a batch the C++ workers assembled, named by its fields
             batch = self._viewed(dict(tensors))
         if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
-            rng = batch_rng(self.seed, d.epoch, d.rank, d.world_size, d.batch)
+            key = (self.seed, d.epoch, d.rank, d.world_size, d.batch)
+            rng, torch_seed = batch_rng(*key), batch_torch_seed(*key)
             try:
                 if self._side is None:  # the host fake's "device": host memory, copied
-                    return self.batch_map(batch, rng)
-                return self._on_side_stream(batch, rng)
+                    return call_with_torch_seeded(self.batch_map, batch, rng, torch_seed)
+                return self._on_side_stream(batch, rng, torch_seed)
             except Exception as e:
                 add_note(e, f"stoker: raised by batch_map for batch {d.batch} of epoch {d.epoch}")
                 raise
         return batch
 
-    def _on_side_stream(self, batch: Any, rng: np.random.Generator) -> Any:
+    def _on_side_stream(self, batch: Any, rng: np.random.Generator, torch_seed: int) -> Any:
         """NOTE [ batch_map on the device ]
         The copy of batch k ends with event E_k on stoker's copy stream. At next(), the
         consumer's stream U and the stage's side stream S both wait for E_k (on the
@@ -500,7 +502,7 @@ class PythonStage:
         side = self._side
         inputs = {t.untyped_storage().data_ptr() for t in _tensors(batch)}
         with torch.cuda.stream(side):
-            out = self.batch_map(batch, rng)
+            out = call_with_torch_seeded(self.batch_map, batch, rng, torch_seed, side.device)
         done = torch.cuda.Event()
         done.record(side)
         consumer = torch.cuda.current_stream(side.device)
