@@ -106,3 +106,28 @@ def test_a_target_outside_the_group_of_its_moving_image_is_refused(ds, transform
 def test_ops_that_move_nothing_need_no_group(ds):
     b = batches(ds, {"image": [T.ColorJitter(0.2), T.GaussianBlur(3)]})[0]
     assert b["image"].shape == (4, 3, 48, 64) and b["boxes_lengths"].tolist() == [2] * 4
+
+
+def test_dataset_sample_takes_groups_and_gives_the_loaders_sample(ds):
+    """ds.sample(i, transforms={group: ops}, seed=e) is sample i of epoch e of a loader with
+    seed=0 and those transforms: the same draws, the same image, mask, boxes and rows."""
+    transforms = {ALL: CROP}
+    rows = {"caption": "keep"}
+    loader = stoker.Loader(ds, batch_size=1, seed=0, transforms=transforms, box_rows=rows)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for i, b in enumerate(loader):
+            s = ds.sample(i, transforms, seed=epoch, box_rows=rows)
+            assert s["image"].shape == (24, 32, 3) and s["mask"].shape == (24, 32)
+            assert np.array_equal(s["image"], b["image"][0].permute(1, 2, 0).numpy())
+            assert np.array_equal(s["mask"], b["mask"][0, 0].numpy())
+            n = int(b["boxes_lengths"][0])
+            assert s["boxes"].shape == (n, 4) and s["kps"].shape == (n, 1, 3)
+            assert np.array_equal(s["boxes"], b["boxes"][0, :n].numpy())
+            assert np.array_equal(s["classes"], b["classes"][0, :n].numpy())
+            assert np.array_equal(s["kps"], b["kps"][0, :n].numpy())
+            assert s["caption"].tolist() == list(range(i + 1))
+    with pytest.raises(ValueError, match="'caption' is a variable-length field outside it"):
+        ds.sample(0, transforms)
+    with pytest.raises(ValueError, match="'mask' .* is not in the group of 'image'"):
+        ds.sample(0, {("image", "boxes", "classes", "kps"): CROP}, box_rows=rows)
