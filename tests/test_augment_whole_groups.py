@@ -118,9 +118,9 @@ def test_dataset_sample_takes_groups_and_gives_the_loaders_sample(ds):
         loader.set_epoch(epoch)
         for i, b in enumerate(loader):
             s = ds.sample(i, transforms, seed=epoch, box_rows=rows)
-            assert s["image"].shape == (24, 32, 3) and s["mask"].shape == (24, 32)
+            assert s["image"].shape == (24, 32, 3) and s["mask"].shape == (24, 32, 1)
             assert np.array_equal(s["image"], b["image"][0].permute(1, 2, 0).numpy())
-            assert np.array_equal(s["mask"], b["mask"][0, 0].numpy())
+            assert np.array_equal(s["mask"], b["mask"][0].permute(1, 2, 0).numpy())
             n = int(b["boxes_lengths"][0])
             assert s["boxes"].shape == (n, 4) and s["kps"].shape == (n, 1, 3)
             assert np.array_equal(s["boxes"], b["boxes"][0, :n].numpy())
@@ -131,3 +131,23 @@ def test_dataset_sample_takes_groups_and_gives_the_loaders_sample(ds):
         ds.sample(0, transforms)
     with pytest.raises(ValueError, match="'mask' .* is not in the group of 'image'"):
         ds.sample(0, {("image", "boxes", "classes", "kps"): CROP}, box_rows=rows)
+
+
+def test_map_receives_a_group_as_ds_sample_gives_it(ds):
+    """map= takes transform groups: it receives the group's fields as ds.sample gives them,
+    and passing them on gives the loader's batches without map (the rows of each sample;
+    the loader pads a group's rows to the longest input, map's batch to the longest
+    output)."""
+    kw = dict(batch_size=4, shuffle=True, seed=2, transforms={ALL: CROP},
+              box_rows={"caption": "keep"})
+    plain = list(stoker.Loader(ds, **kw))
+    mapped = list(stoker.Loader(ds, map=lambda s, rng: s, num_threads=2, **kw))
+    for a, b in zip(plain, mapped):
+        assert a.keys() == b.keys()
+        for k in a:
+            if f"{k}_lengths" in a:
+                for i, n in enumerate(a[f"{k}_lengths"].tolist()):
+                    assert np.array_equal(a[k][i, :n].numpy(), b[k][i, :n].numpy()), k
+                continue
+            assert a[k].shape == b[k].shape, k
+            assert np.array_equal(a[k].numpy(), b[k].numpy()), k

@@ -253,7 +253,7 @@ void register_python_stage(py::module_& m) {
           },
           py::arg("index"), py::arg("epoch"),
           "([value per field], read_ns, decode_ns, ops_ns, bytes): images as decoded arrays "
-          "(a transform group's masks (h, w)), blobs as bytes, other fields as flat writable "
+          "(a transform group's masks (h, w, 1)), blobs as bytes, other fields as flat writable "
           "arrays of their dtype (a group's boxes, keypoints and rows without the rows of the "
           "boxes it dropped).");
 }

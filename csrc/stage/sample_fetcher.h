@@ -8,8 +8,9 @@
 // objects, between the two steps they call with the GIL released (read(),
 // then write() into the arrays they made). The fields of a transform group
 // (transform_group.h) come as the loader's: the image (h, w, 3), a mask
-// (h, w), and boxes, keypoints and per-box rows with the dropped rows gone
-// (write() says how many elements are left).
+// (h, w, 1) (an array mask: its shape at the output size), and boxes,
+// keypoints and per-box rows with the dropped rows gone (write() says how
+// many elements are left).
 #pragma once
 
 #include <cstdint>
@@ -52,7 +53,7 @@ class SampleFetcher {
   struct FieldOut {
     enum class Kind : uint8_t {
       kImage,  ///< decoded and transformed: (h, w, 3) or (3, h, w) of the pipeline's
-               ///< dtype; a group's mask (h, w) of its element's dtype
+               ///< dtype; a group's mask (h, w, 1) or (1, h, w), an array mask's shape
       kBytes,  ///< the stored bytes as they are (a blob): `data`, `size`
       kArray,  ///< a writable copy of the stored bytes, flat: (size / item size,) of
                ///< `dtype`; in a group with boxes, only the first elements write() says

@@ -383,16 +383,16 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         elif hooks:
             # Samples are fetched by the stage's threads (the C++ decode, GIL released) as
             # map receives them: images in their decoded layout, alone (a one-channel
-            # image decoded as RGB).
-            if any(len(k) > 1 for k in (g.fields for g in groups if g.ops)) or mix or pads \
-                    or any(isinstance(k, tuple) for k in checked):
-                raise ValueError("transform groups (tuple keys of transforms), "
-                                 "batch_transforms and pad_values do not work with map= or "
+            # image decoded as RGB); a transform group's fields as ds.sample gives them.
+            if mix or pads:
+                raise ValueError("batch_transforms and pad_values do not work with map= or "
                                  "collate_fn= yet: use batch_map=, which sees the batches "
                                  "they make")
             producer = "PythonProducer"
             fetch = RecordPlan(images, tuple(GroupPlan((k,), tuple(ops))
-                                             for k, ops in checked.items() if ops))
+                                             for k, ops in checked.items()
+                                             if ops and not isinstance(k, tuple)) +
+                               tuple(g for g in groups if len(g.fields) > 1))
             stage = StagePlan("records", map_fn, batch_map, collate_fn, a["map_fields"],
                               None, workers, on_device, fetch)
         else:

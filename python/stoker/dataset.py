@@ -296,7 +296,7 @@ class Dataset:
         other fields as writable arrays, scalars as NumPy scalars, blobs as bytes.
         ``transforms`` takes transform groups as the Loader does (``{("image", "boxes",
         "classes"): [...]}``, with ``box_rows``; docs/augment.md): the group's masks
-        come as (h, w), its boxes, keypoints and rows without the dropped boxes' rows.
+        come as (h, w, 1), its boxes, keypoints and rows without the dropped boxes' rows.
         Thread-safe, and the GIL is released while it reads and decodes. The ops' random
         draws come from (`seed`, `i`): inside ``map``, draw the seed from its ``rng`` to
         keep the loader deterministic. YOLO's mosaic reads three more images this way::

@@ -437,11 +437,11 @@ class PythonStage:
             if f.kind == "var":
                 lk = f"{key}_lengths"
                 out[lk] = tensors[lk]
-        # An image field map passes on as decoded, (h, w, 3), batches as the loader's own
-        # images do: an NCHW view of the HWC batch (docs/python.md, "The output").
+        # An image field map passes on as decoded, (h, w, 3) (a mask: (h, w, 1)), batches
+        # as the loader's own images do: an NCHW view of the HWC batch (docs/python.md).
         for name in self.nchw_views:
             t = out.get(name)
-            if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[3] == 3:
+            if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[3] in (1, 3):
                 out[name] = t.permute(0, 3, 1, 2)
         return out
 
