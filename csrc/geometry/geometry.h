@@ -49,6 +49,9 @@ class Geometry {
   void vflip();
   /// A warp whose forward map is `forward`, onto an output of (w x h).
   void warp(const Transform2D& forward, int w, int h);
+  /// Then every move of `next`, whose input is this output (a mosaic's tile
+  /// placed on the canvas, then the ops on the canvas).
+  void append(const Geometry& next);
 
   int in_width() const { return in_w_; }
   int in_height() const { return in_h_; }
@@ -151,6 +154,20 @@ inline void Geometry::warp(const Transform2D& forward, int w, int h) {
   step(forward, w, h);
   w_ = w;
   h_ = h;
+}
+
+inline void Geometry::append(const Geometry& next) {
+  if (next.moved_) {
+    box_ = box_.then(next.box_);
+    point_ = point_.then(next.point_);
+    moved_ = true;
+  }
+  mirrored_ = mirrored_ != next.mirrored_;
+  for (int i = 0; i < next.num_steps_; ++i)
+    step(next.steps_[i].map, next.steps_[i].w, next.steps_[i].h);
+  overflow_ = overflow_ || next.overflow_;
+  w_ = next.w_;
+  h_ = next.h_;
 }
 
 inline ConvexPolygon Geometry::valid_region() const {

@@ -20,7 +20,12 @@ int64_t ns_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 SampleFetcher::SampleFetcher(std::shared_ptr<const Dataset> ds, const RecordOptions& opts)
-    : source_(make_record_source(std::move(ds), opts)), seed_(opts.sampler.seed) {}
+    : source_(make_record_source(std::move(ds), opts)), seed_(opts.sampler.seed) {
+  for (const auto& g : source_->groups)
+    STOKER_CHECK(g->samples() == 1, UsageError, op_name(g->spec().ops[0]),
+                 " reads more samples, which the loader's workers do: map= and ds.sample do "
+                 "not run it (use it in transforms without map=)");
+}
 
 void SampleFetcher::read(int64_t index, Sample& out, PythonTimes& times) const {
   const auto t0 = std::chrono::steady_clock::now();
@@ -86,10 +91,17 @@ std::vector<SampleFetcher::FieldOut> SampleFetcher::outputs(const Sample& s) con
       o.shape = source_->layouts[f] == ImageLayout::kCHW ? std::vector<int64_t>{3, h, w}
                                                          : std::vector<int64_t>{h, w, 3};
     } else if (member && member->kind == GroupMember::Kind::kMask) {
+      // As the loader's batch has it: an image of one channel in its layout, or
+      // an array of the field's shape at the output size.
       const auto [h, w] = s.image_hw[f];
       o.kind = FieldOut::Kind::kImage;
       o.dtype = member->encoded ? DType::kUInt8 : spec.dtype;
-      o.shape = {h, w};
+      if (member->encoded)
+        o.shape = source_->layouts[f] == ImageLayout::kCHW ? std::vector<int64_t>{1, h, w}
+                                                           : std::vector<int64_t>{h, w, 1};
+      else
+        o.shape =
+            spec.shape.size() == 3 ? std::vector<int64_t>{h, w, 1} : std::vector<int64_t>{h, w};
     } else if (spec.kind == FieldKind::kBlob) {
       o.kind = FieldOut::Kind::kBytes;
     } else {  // Python gives it its shape
