@@ -30,6 +30,7 @@ many more, with fresh randomness. A failure shrinks to the smallest composition
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import os
 import warnings
@@ -58,8 +59,10 @@ FULL = os.environ.get("STOKER_SOAK_FULL") == "1"
 
 BACKGROUND = (100, 100, 100)
 FILL = (0, 0, 0)
-COLOURS = [(230, 30, 30), (30, 210, 40), (40, 60, 235), (235, 225, 30), (220, 40, 220),
-           (30, 220, 220)]
+# 6 object colours (the scene's 3 objects, and a mosaic's other samples' one each): two
+# levels per channel, so that a blend of two colours is never near a third, and no gray,
+# which a blend of the fill and the background would look like
+COLOURS = [c for c in itertools.product((30, 230), repeat=3) if len(set(c)) > 1]
 MASK_FILL = 255
 # Colour classes: 0 fill, 1 background, 2.. objects; a pixel farther than this from every
 # colour (largest channel difference) is a blend, left out. Fill is held closer: a pixel
@@ -78,15 +81,16 @@ def png(arr: np.ndarray) -> bytes:
 # -- scenes ---------------------------------------------------------------------------------
 
 @st.composite
-def scenes(draw):
-    """(image, mask, boxes xyxy, classes, keypoints): 1 to 4 rectangles on a grid of cells,
-    so that they never overlap."""
+def scenes(draw, first_label=2, most=3):
+    """(image, mask, boxes xyxy, classes, keypoints): 1 to `most` rectangles on a grid of
+    cells, so that they never overlap, labelled from `first_label` (a mosaic's other samples
+    get labels of their own)."""
     h = draw(st.integers(40, 112))
     w = draw(st.integers(40, 112))
     img = np.empty((h, w, 3), np.uint8)
     img[:] = BACKGROUND
     mask = np.ones((h, w), np.uint8)
-    n = draw(st.integers(1, 4))
+    n = draw(st.integers(1, most))
     cells = draw(st.permutations(range(4)))[:n]
     boxes, classes, kps = [], [], []
     for k, cell in enumerate(cells):
@@ -96,8 +100,8 @@ def scenes(draw):
         bw = draw(st.integers(6, cw - 2))
         y1 = y0 + draw(st.integers(1, ch - bh - 1))
         x1 = x0 + draw(st.integers(1, cw - bw - 1))
-        label = 2 + k
-        img[y1:y1 + bh, x1:x1 + bw] = COLOURS[k]
+        label = first_label + k
+        img[y1:y1 + bh, x1:x1 + bw] = COLOURS[label - 2]
         mask[y1:y1 + bh, x1:x1 + bw] = label
         boxes.append([x1, y1, x1 + bw, y1 + bh])
         classes.append(label)
@@ -213,16 +217,26 @@ def perspective(draw):
                                interpolation=draw(INTERP), fill=FILL, mask_fill=MASK_FILL)
 
 
+@st.composite
+def mosaic(draw):
+    lo = draw(st.floats(0.25, 1.0))
+    return T.Mosaic(draw(st.one_of(st.integers(24, 64), st.tuples(st.integers(24, 64),
+                                                                    st.integers(24, 64)))),
+                    center=(lo, draw(st.floats(lo, 1.75))), fill=FILL, mask_fill=MASK_FILL)
+
+
 GEOMETRIC = st.one_of(random_resized_crop(), resize(), center_crop(), random_crop(), pad(),
                       flip(), letterbox(), rotation(), affine(), perspective())
 FIXES_SIZE = (T.RandomResizedCrop, T.CenterCrop, T.RandomCrop, T.Letterbox)
 
 
 @st.composite
-def compositions(draw):
+def compositions(draw, with_mosaic=True):
     """2 to 5 geometric ops (a rotation with expand=True followed by one that fixes the size,
-    as batches need), sometimes SanitizeBoundingBoxes."""
+    as batches need), a quarter of them after a Mosaic, sometimes SanitizeBoundingBoxes."""
     ops = draw(st.lists(GEOMETRIC, min_size=2, max_size=5))
+    if with_mosaic and draw(st.integers(0, 3)) == 0:
+        ops[0] = draw(mosaic())
     last_expand = max((i for i, op in enumerate(ops)
                        if isinstance(op, T.RandomRotation) and op.expand), default=-1)
     if last_expand >= 0 and not any(
@@ -230,16 +244,17 @@ def compositions(draw):
             for op in ops[last_expand + 1:]):
         ops.append(draw(st.one_of(center_crop(), letterbox(), random_crop())))
     if draw(st.integers(0, 3)) == 0:
-        ops.insert(draw(st.integers(0, len(ops))), T.SanitizeBoundingBoxes())
+        first = 1 if isinstance(ops[0], T.Mosaic) else 0  # a Mosaic stays first
+        ops.insert(draw(st.integers(first, len(ops))), T.SanitizeBoundingBoxes())
     return ops
 
 
-def zoom_bound(ops, h: int, w: int) -> float:
-    """How much the ops may enlarge a detail of an (h, w) image, at most: the product of
-    each op's largest enlargement over the sizes its input may have (sizes tracked as
-    ranges)."""
-    hlo = hhi = h
-    wlo = whi = w
+def zoom_bound(ops, sizes) -> float:
+    """How much the ops may enlarge a detail of the (h, w) images `sizes` (a mosaic's four,
+    else one), at most: the product of each op's largest enlargement over the sizes its
+    input may have (sizes tracked as ranges)."""
+    hlo = hhi = sizes[0][0]
+    wlo = whi = sizes[0][1]
     zoom = 1.0
 
     def resized(sh, sw, op):
@@ -258,7 +273,12 @@ def zoom_bound(ops, h: int, w: int) -> float:
     for op in ops:
         z = 1.0
         corners = [(a, b) for a in {hlo, hhi} for b in {wlo, whi}]
-        if isinstance(op, T.RandomResizedCrop):
+        if isinstance(op, T.Mosaic):
+            H, W = op.size
+            z = max(min(H / h, W / w) for h, w in sizes)
+            hlo = hhi = 2 * H
+            wlo = whi = 2 * W
+        elif isinstance(op, T.RandomResizedCrop):
             lo, _ = op.scale
             rlo, rhi = op.ratio
             area = hlo * wlo
@@ -306,25 +326,34 @@ def colour_classes(img: np.ndarray) -> np.ndarray:
     return np.where(d.min(-1) <= NEAR[cls], cls, -1)
 
 
-def run(scene, ops, seed):
+def uses(ops, others):
+    """The samples the ops read besides the scene: a Mosaic's three."""
+    return list(others) if ops and isinstance(ops[0], T.Mosaic) else []
+
+
+def run(scene, ops, seed, others=()):
     """The group's output, or None where the ops refuse the sample (a RandomCrop larger than
     its image without pad_if_needed)."""
     img, mask, boxes, classes, kps = scene
+    more = [dict(image=png(o[0]), mask=png(o[1]), boxes=o[2], classes=o[3], keypoints=o[4])
+            for o in uses(ops, others)]
     try:
         return _testing.augment_group(png(img), png(mask), boxes, classes=classes,
-                                      keypoints=kps, ops=T._specs(list(ops)), seed=seed)
+                                      keypoints=kps, ops=T._specs(list(ops)), seed=seed,
+                                      **({"others": more} if more else {}))
     except Exception as e:
         if "pad_if_needed" in str(e):
             return None
         raise
 
 
-def problems(scene, ops, seed, out=None) -> list:
+def problems(scene, ops, seed, out=None, others=()) -> list:
     """What is wrong with one composition's output, as messages (empty: all holds)."""
-    img, mask, boxes, classes, kps = scene
+    read = [scene] + uses(ops, others)
+    classes = np.concatenate([r[3] for r in read])
     if out is None:
-        out = run(scene, ops, seed)
-    zoom = zoom_bound(ops, *mask.shape)
+        out = run(scene, ops, seed, others)
+    zoom = zoom_bound(ops, [r[1].shape for r in read])
     image, omask = out["image"], out["mask"]
     H, W = omask.shape
     tol = 2 + math.ceil(min(zoom, 40))
@@ -395,33 +424,36 @@ def describe(ops, seed):
     return f"seed={seed} ops=[{', '.join(repr(o) for o in ops)}]"
 
 
-@settings(max_examples=3000 if FULL else 250, derandomize=not FULL, deadline=None,
+@settings(max_examples=3000 if FULL else 400, derandomize=not FULL, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
           print_blob=True)
-@given(scene=scenes(), ops=compositions(), seed=st.integers(0, 2**63 - 1))
-def test_random_compositions_keep_every_target_on_its_pixels(scene, ops, seed):
-    out = run(scene, ops, seed)
+@given(scene=scenes(), ops=compositions(), seed=st.integers(0, 2**63 - 1),
+       others=st.tuples(scenes(5, 1), scenes(6, 1), scenes(7, 1)))
+def test_random_compositions_keep_every_target_on_its_pixels(scene, ops, seed, others):
+    out = run(scene, ops, seed, others)
     hypothesis.assume(out is not None)
-    found = problems(scene, ops, seed, out)
+    found = problems(scene, ops, seed, out, others)
     assert not found, describe(ops, seed) + "\n" + "\n".join(found)
 
 
-def failure_rate(n: int) -> None:
+def failure_rate(n: int, with_mosaic: bool = True) -> None:
     """Prints the share of n random compositions that break a property, and the kinds of
-    problems: ``python tests/test_augment_properties.py N``."""
+    problems: ``python tests/test_augment_properties.py N [--no-mosaic]`` (without Mosaic:
+    the compositions a build before Mosaic can run)."""
     counts = {"examples": 0, "failed": 0}
     kinds: dict = {}
 
     @settings(max_examples=n, deadline=None, database=None,
               phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(scene=scenes(), ops=compositions(), seed=st.integers(0, 2**63 - 1))
-    def one(scene, ops, seed):
-        out = run(scene, ops, seed)
+    @given(scene=scenes(), ops=compositions(with_mosaic), seed=st.integers(0, 2**63 - 1),
+           others=st.tuples(scenes(5, 1), scenes(6, 1), scenes(7, 1)))
+    def one(scene, ops, seed, others):
+        out = run(scene, ops, seed, others)
         if out is None:
             return
         counts["examples"] += 1
-        found = problems(scene, ops, seed, out)
+        found = problems(scene, ops, seed, out, others)
         if found:
             counts["failed"] += 1
             for f in {f.split(":")[0] for f in found}:
@@ -436,4 +468,4 @@ def failure_rate(n: int) -> None:
 if __name__ == "__main__":
     import sys
 
-    failure_rate(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
+    failure_rate(int(sys.argv[1]) if len(sys.argv) > 1 else 1000, "--no-mosaic" not in sys.argv)
