@@ -1,7 +1,8 @@
 """Transform groups that cannot be half declared (NOTE [ Whole groups ] in
 stoker/_loader_args.py): a group that drops boxes carries every variable-length field of
-the sample or is told what each is (box_rows="drop" or "keep"); a mask, boxes or keypoints
-field outside the group of the image whose ops move pixels is refused, naming the field."""
+the sample or is told what each is (box_rows: rows of the boxes; as_stored: not); a mask,
+boxes or keypoints field outside the group of the image whose ops move pixels is refused,
+naming the field, unless as_stored names it."""
 
 import io
 
@@ -51,7 +52,7 @@ def batches(ds, transforms, **kw):
 
 def test_a_group_that_drops_boxes_names_each_variable_length_field_left_out(ds):
     with pytest.raises(ValueError, match=r"'classes' is a variable-length field outside it.*"
-                                         r"box_rows=\{'classes': 'drop'\}"):
+                                         r"box_rows=\['classes'\].*as_stored=\['classes'\]"):
         stoker.Loader(ds, batch_size=2, transforms={("image", "mask", "boxes", "kps"): CROP})
     with pytest.raises(ValueError, match="'caption' is a variable-length field outside it"):
         stoker.Loader(ds, batch_size=2, transforms={ALL: CROP})
@@ -60,10 +61,10 @@ def test_a_group_that_drops_boxes_names_each_variable_length_field_left_out(ds):
         stoker.Loader(ds, batch_size=2, transforms={ALL: [T.SanitizeBoundingBoxes()]})
 
 
-def test_box_rows_drop_is_the_field_in_the_group_and_keep_leaves_it(ds):
-    keyed = batches(ds, {ALL: CROP}, box_rows={"caption": "keep"})
-    named = batches(ds, {("image", "mask", "boxes", "kps"): CROP},
-                    box_rows={"classes": "drop", "caption": "keep"})
+def test_box_rows_are_the_field_in_the_group_and_as_stored_leaves_it(ds):
+    keyed = batches(ds, {ALL: CROP}, as_stored=["caption"])
+    named = batches(ds, {("image", "mask", "boxes", "kps"): CROP}, box_rows=["classes"],
+                    as_stored=["caption"])
     dropped = 0
     for a, b in zip(keyed, named):
         assert a.keys() == b.keys()
@@ -73,20 +74,25 @@ def test_box_rows_drop_is_the_field_in_the_group_and_keep_leaves_it(ds):
         assert a["caption_lengths"].tolist() == [len(range(i + 1)) for i in a["label"].tolist()]
         dropped += int((a["boxes_lengths"] < 2).sum())
     assert dropped > 0  # the crop removed boxes, and their classes went with them
-    # "keep": not per box, delivered whole although boxes were dropped
+    # as stored: not per box, delivered whole although boxes were dropped
     kept = batches(ds, {("image", "mask", "boxes", "kps"): CROP},
-                   box_rows={"classes": "keep", "caption": "keep"})
+                   as_stored=["classes", "caption"])
     assert all(b["classes_lengths"].tolist() == [2] * 4 for b in kept)
 
 
-def test_box_rows_is_checked(ds):
-    for box_rows, match in [({"label": "drop"}, "'label' is not a variable-length"),
-                            ({"boxes": "keep"}, "'boxes' is not a variable-length"),
-                            ({"caption": "maybe"}, "must be 'drop'"),
-                            ({"classes": "drop"}, "in the transforms key")]:
+def test_box_rows_and_as_stored_are_checked(ds):
+    for kw, match in [(dict(box_rows=["label"]), "'label' is not a variable-length"),
+                      (dict(box_rows=["boxes"]), "'boxes' is not a variable-length"),
+                      (dict(box_rows=["nope"]), "no field 'nope'"),
+                      (dict(box_rows=["classes"]), "in the transforms key"),
+                      (dict(as_stored=["mask"]), "in the transforms key"),
+                      (dict(box_rows=["caption"], as_stored=["caption"]), "in box_rows and")]:
         with pytest.raises(ValueError, match=match):
             stoker.Loader(ds, batch_size=2, transforms={ALL: CROP},
-                          box_rows={"caption": "keep", **box_rows})
+                          **{"as_stored": ["caption"], **kw})
+    with pytest.raises(ValueError, match="no transform group has boxes"):
+        stoker.Loader(ds, batch_size=2, transforms={"image": [T.ColorJitter(0.1)]},
+                      box_rows=["classes"])
 
 
 @pytest.mark.parametrize("transforms, name, how", [
@@ -98,9 +104,13 @@ def test_box_rows_is_checked(ds):
 ])
 def test_a_target_outside_the_group_of_its_moving_image_is_refused(ds, transforms, name, how):
     grouped = {n for k in transforms for n in (k if isinstance(k, tuple) else (k,))}
-    box_rows = {n: "keep" for n in ("caption", "classes") if n not in grouped}
+    as_stored = [n for n in ("caption", "classes") if n not in grouped]
     with pytest.raises(ValueError, match=f"'{name}' .* is not in the group of 'image'.*{how}"):
-        stoker.Loader(ds, batch_size=2, transforms=transforms, box_rows=box_rows)
+        stoker.Loader(ds, batch_size=2, transforms=transforms, as_stored=as_stored)
+    # outside every key and named in as_stored, it is delivered as stored, knowingly
+    if name not in grouped:
+        left = [n for n in ("mask", "boxes", "kps") if n not in grouped]
+        stoker.Loader(ds, batch_size=2, transforms=transforms, as_stored=as_stored + left)
 
 
 def test_ops_that_move_nothing_need_no_group(ds):
@@ -112,12 +122,12 @@ def test_dataset_sample_takes_groups_and_gives_the_loaders_sample(ds):
     """ds.sample(i, transforms={group: ops}, seed=e) is sample i of epoch e of a loader with
     seed=0 and those transforms: the same draws, the same image, mask, boxes and rows."""
     transforms = {ALL: CROP}
-    rows = {"caption": "keep"}
-    loader = stoker.Loader(ds, batch_size=1, seed=0, transforms=transforms, box_rows=rows)
+    rows = {"as_stored": ["caption"]}
+    loader = stoker.Loader(ds, batch_size=1, seed=0, transforms=transforms, **rows)
     for epoch in range(2):
         loader.set_epoch(epoch)
         for i, b in enumerate(loader):
-            s = ds.sample(i, transforms, seed=epoch, box_rows=rows)
+            s = ds.sample(i, transforms, seed=epoch, **rows)
             assert s["image"].shape == (24, 32, 3) and s["mask"].shape == (24, 32, 1)
             assert np.array_equal(s["image"], b["image"][0].permute(1, 2, 0).numpy())
             assert np.array_equal(s["mask"], b["mask"][0].permute(1, 2, 0).numpy())
@@ -130,7 +140,7 @@ def test_dataset_sample_takes_groups_and_gives_the_loaders_sample(ds):
     with pytest.raises(ValueError, match="'caption' is a variable-length field outside it"):
         ds.sample(0, transforms)
     with pytest.raises(ValueError, match="'mask' .* is not in the group of 'image'"):
-        ds.sample(0, {("image", "boxes", "classes", "kps"): CROP}, box_rows=rows)
+        ds.sample(0, {("image", "boxes", "classes", "kps"): CROP}, **rows)
 
 
 def test_map_receives_a_group_as_ds_sample_gives_it(ds):
@@ -138,8 +148,7 @@ def test_map_receives_a_group_as_ds_sample_gives_it(ds):
     and passing them on gives the loader's batches without map (the rows of each sample;
     the loader pads a group's rows to the longest input, map's batch to the longest
     output)."""
-    kw = dict(batch_size=4, shuffle=True, seed=2, transforms={ALL: CROP},
-              box_rows={"caption": "keep"})
+    kw = dict(batch_size=4, shuffle=True, seed=2, transforms={ALL: CROP}, as_stored=["caption"])
     plain = list(stoker.Loader(ds, **kw))
     mapped = list(stoker.Loader(ds, map=lambda s, rng: s, num_threads=2, **kw))
     for a, b in zip(plain, mapped):

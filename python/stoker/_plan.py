@@ -53,7 +53,7 @@ DEFAULTS: Dict[str, Any] = dict(
     max_tokens=None, max_memory=None, stall_warning=args.DEFAULT_STALL_WARNING,
     shard_window=None, labels="shifted", batch_transforms=None, pad_values=None, map=None,
     batch_map=None, collate_fn=None, map_fields=None, names=None, python_workers="thread",
-    box_rows=None,
+    box_rows=None, as_stored=None,
 )
 
 _MASK = 0xFFFFFFFFFFFFFFFF
@@ -365,7 +365,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         remote = getattr(dataset, "remote", None)
         if remote is not None:  # a cache smaller than the dataset needs a shard order
             remote.check_window(shard_window, sampling.shuffle)
-        checked = args.check_transforms(dataset.fields, transforms or {}, a["box_rows"])
+        checked = args.check_transforms(dataset.fields, transforms or {}, a["box_rows"],
+                                        a["as_stored"])
         images, nchw = _images(dataset.fields, image_layout, max_pixels)
         mix = args.check_batch_transforms(dataset.fields, a["batch_transforms"])
         pads = tuple(args.check_pad_values(dataset.fields, a["pad_values"]).items())

@@ -142,8 +142,8 @@ _fetchers_lock = threading.Lock()
 
 
 def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[Any, Any]], seed: int,
-                 image_layout: Optional[str], max_pixels: int,
-                 box_rows: Optional[Mapping[str, str]] = None) -> Dict:
+                 image_layout: Optional[str], max_pixels: int, box_rows: Any = None,
+                 as_stored: Any = None) -> Dict:
     """``Dataset.sample``: a source per (transforms, layout, limit), kept while the
     dataset lives; the draws are keyed by (seed, index) through the source's epoch.
     Transform groups (tuple keys) are checked as the Loader checks them."""
@@ -151,7 +151,7 @@ def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[Any, Any
 
     if image_layout not in (None, "HWC", "CHW"):
         raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
-    transforms = check_transforms(dataset.fields, transforms or {}, box_rows)
+    transforms = check_transforms(dataset.fields, transforms or {}, box_rows, as_stored)
     key = (repr(sorted(transforms.items(), key=lambda kv: repr(kv[0]))), image_layout,
            int(max_pixels))
     with _fetchers_lock:
