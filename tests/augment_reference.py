@@ -362,6 +362,65 @@ def boxes_through(boxes, w, h, ops):
     return b, moved, w, h
 
 
+def _clip_polygon(pts, w, h):
+    """Sutherland-Hodgman: the part of the convex polygon `pts` ((n, 2)) in [0, w] x [0, h]."""
+    for axis, at, above in ((0, 0.0, True), (0, w, False), (1, 0.0, True), (1, h, False)):
+        out = []
+        for i in range(len(pts)):
+            a, b = pts[i], pts[(i + 1) % len(pts)]
+            ia = a[axis] >= at if above else a[axis] <= at
+            ib = b[axis] >= at if above else b[axis] <= at
+            if ia:
+                out.append(a)
+            if ia != ib:
+                t = (at - a[axis]) / (b[axis] - a[axis])
+                out.append(a + t * (b - a))
+        pts = np.array(out).reshape(-1, 2)
+        if not len(pts):
+            break
+    return pts
+
+
+def boxes_left(boxes, w, h, ops):
+    """What is left of each box: the box clipped to the image, then moved op by op (as
+    boxes_through) and clipped to each op's canvas, as a polygon; its enclosing box. Returns
+    xyxy boxes (zeros where nothing is left), the unclamped moved boxes (boxes_through's),
+    and the canvas (w, h)."""
+    _, moved, ow, oh = boxes_through(boxes, w, h, ops)
+    out = np.zeros((len(boxes), 4))
+    for i, (x1, y1, x2, y2) in enumerate(np.asarray(boxes, np.float64)):
+        pts = _clip_polygon(np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]]), w, h)
+        cw, ch = w, h
+        for op in ops:
+            if not len(pts):
+                break
+            kind = op[0]
+            if kind == "crop":
+                x, y, cw, ch = op[1:]
+                pts = pts - [x, y]
+            elif kind == "resize":
+                nw, nh = op[1:]
+                pts = pts * [nw / cw, nh / ch]
+                cw, ch = nw, nh
+            elif kind == "hflip":
+                pts = pts * [-1, 1] + [cw, 0]
+            elif kind == "vflip":
+                pts = pts * [1, -1] + [0, ch]
+            elif kind == "pad":
+                left, top, right, bottom = op[1:]
+                pts = pts + [left, top]
+                cw, ch = cw + left + right, ch + top + bottom
+            elif kind == "warp":
+                m = np.array(op[1:10], np.float64).reshape(3, 3)
+                ph = np.concatenate([pts, np.ones((len(pts), 1))], 1) @ m.T
+                pts = ph[:, :2] / ph[:, 2:]
+                cw, ch = op[10], op[11]
+            pts = _clip_polygon(pts, cw, ch)
+        if len(pts):
+            out[i] = [*pts.min(0), *pts.max(0)]
+    return out, moved, ow, oh
+
+
 def keep_boxes(clipped, moved, min_area=1.0, min_visibility=0.0, min_size=1.0):
     """SanitizeBoundingBoxes' sizes plus albumentations' visibility."""
     bw, bh = clipped[:, 2] - clipped[:, 0], clipped[:, 3] - clipped[:, 1]

@@ -142,8 +142,8 @@ def test_rotation_moves_image_mask_and_boxes_together(angle):
     want_mask = ref.rotate_image(mask, angle, "nearest", [0])
     assert (out["mask"] != want_mask).mean() < 0.01
     fwd = ref.forward_affine_matrix((24, 24), -angle, (0, 0), 1.0, (0.0, 0.0))
-    clipped, moved, _, _ = ref.boxes_through(boxes.astype(np.float64), 48, 48,
-                                             [("warp", *fwd.ravel(), 48, 48)])
+    clipped, moved, _, _ = ref.boxes_left(boxes.astype(np.float64), 48, 48,
+                                          [("warp", *fwd.ravel(), 48, 48)])
     keep = ref.keep_boxes(clipped, moved, 0.0, 0.0, 0.0)
     np.testing.assert_allclose(out["boxes"], clipped[keep], atol=1e-3)
     assert out["classes"].tolist() == [c for c, k in zip([1, 2], keep) if k]
@@ -240,3 +240,22 @@ def test_mask_sizes_must_match_the_image():
     img, _, _ = scene(20, 20)
     with pytest.raises(Exception, match="mask 'mask' is 10x10 but 'image' is 20x20"):
         group(img, np.zeros((10, 10), np.uint8))
+
+
+@pytest.mark.parametrize("warp", [T.RandomAffine(20, translate=(0.1, 0.1), scale=(0.6, 1.4),
+                                                 interpolation="bilinear", fill=114),
+                                  T.RandomRotation(30, fill=9),
+                                  T.RandomPerspective(0.4, p=1.0, fill=(1, 2, 3))])
+def test_a_crop_inside_a_warp_makes_the_warp_write_only_the_crop(warp):
+    """NOTE [ Lazy warps ]: a crop right after a warp folds into it, the same bytes as
+    warping the whole image and cropping, for the image, its mask and its boxes."""
+    img, mask, boxes = scene(60, 80)
+    classes = np.array([1, 2])
+    for seed in range(5):
+        whole = group(img, mask, boxes, classes, [warp], seed=seed)
+        crop = group(img, mask, boxes, classes, [warp, T.CenterCrop((30, 40))], seed=seed)
+        np.testing.assert_array_equal(crop["image"], whole["image"][15:45, 20:60])
+        np.testing.assert_array_equal(crop["mask"], whole["mask"][15:45, 20:60])
+        # a crop past the edges is not folded: padding, not the warp's fill
+        past = group(img, mask, boxes, classes, [warp, T.CenterCrop((70, 80))], seed=seed)
+        assert (past["image"][:5] == 0).all() and (past["image"][-5:] == 0).all()

@@ -113,7 +113,7 @@ def test_flip_and_crop_move_image_mask_boxes_keypoints_as_albumentations(ds, sce
 
 
 def test_resize_interpolates_the_image_and_takes_the_nearest_mask_label(ds, scenes):
-    batches = load(ds, [T.Resize((24, 30))], fields=("image", "mask"))
+    batches = load(ds, [T.Resize((24, 30))])
     n = 0
     for batch in batches:
         for i in range(batch["image"].shape[0]):
@@ -147,7 +147,7 @@ def test_random_geometry_keeps_every_target_on_its_object(ds):
     kept = dropped = 0
     for epoch in range(3):
         loader = stoker.Loader(ds, batch_size=6, shuffle=True, seed=epoch, num_threads=2,
-                               transforms={("image", "mask", "boxes", "classes"): ops},
+                               transforms={("image", "mask", "boxes", "classes", "kps"): ops},
                                pad_values={"classes": -1})
         for batch in loader:
             for i in range(batch["image"].shape[0]):
@@ -193,7 +193,7 @@ def test_boxes_dropped_with_their_rows_as_albumentations_min_visibility(ds, scen
 
 def test_keypoints_flip_pairs_keep_left_and_right(ds, scenes):
     flip = [T.RandomHorizontalFlip(1.0, flip_pairs=[(0, 1)])]
-    batches = load(ds, flip, fields=("image", "boxes", "classes", "kps"), batch_size=1)
+    batches = load(ds, flip, batch_size=1)
     for batch, (img, _, _, _, kps) in zip(batches, scenes):
         i, w = 0, img.shape[1]
         got = rows(batch, "kps", i)
@@ -289,7 +289,7 @@ def test_groups_are_the_same_for_any_thread_count_and_resume_exactly(ds):
 @pytest.mark.parametrize("transforms, match", [
     ({("mask",): [T.ColorJitter(0.5)]}, "colour|color|mask"),
     ({("image", "label"): [T.RandomHorizontalFlip()]}, "no geometry to follow"),
-    ({("image", "boxes"): [T.RandAugment()]}, "cannot follow"),
+    ({("image", "mask", "boxes", "classes", "kps"): [T.RandAugment()]}, "cannot follow"),
     ({("image", "classes"): [T.SanitizeBoundingBoxes()]}, "boxes"),
     ({("image", "nope"): [T.RandomHorizontalFlip()]}, "no field 'nope'"),
     ({"boxes": [T.RandomHorizontalFlip()]}, "not an image field"),
@@ -306,15 +306,22 @@ def test_pad_values_are_checked(ds):
         stoker.Loader(ds, batch_size=2, pad_values={"classes": 0.5})
 
 
-def test_a_one_channel_image_alone_is_a_mask(ds, scenes):
+def test_a_one_channel_image_alone_is_a_mask(ds, scenes, tmp_path):
     """stoker.image(mode="L") comes as one channel with or without ops; its ops resample it
-    nearest (labels, never blends) and colour ops are refused."""
+    nearest (labels, never blends) and colour ops are refused. Alone in its own key beside
+    a moving image it would move by draws of its own: refused (test_augment_whole_groups)."""
     batch = next(iter(stoker.Loader(ds, batch_size=1)))
     assert batch["mask"].shape == (1, 1) + scenes[0][1].shape
     np.testing.assert_array_equal(hwc(batch["mask"][0]), scenes[0][1])
+    with stoker.ShardWriter(tmp_path / "masks", {"mask": stoker.image(mode="L")}) as w:
+        for _, mask, *_ in scenes[:4]:
+            w.write({"mask": png(mask)})
     size = [T.Resize((24, 30))]
-    batch = next(iter(stoker.Loader(ds, batch_size=4, transforms={"mask": size, "image": size})))
+    masks = stoker.Dataset(tmp_path / "masks")
+    batch = next(iter(stoker.Loader(masks, batch_size=4, transforms={"mask": size})))
     assert batch["mask"].shape == (4, 1, 24, 30)
     assert set(np.unique(batch["mask"].numpy())) <= {0, 3}
     with pytest.raises(ValueError, match="ColorJitter cannot apply to mask 'mask'"):
         stoker.Loader(ds, batch_size=4, transforms={"mask": [T.ColorJitter(0.5)]})
+    with pytest.raises(ValueError, match="'mask' .* moves by draws of its own"):
+        stoker.Loader(ds, batch_size=4, transforms={"mask": size, "image": size})

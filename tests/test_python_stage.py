@@ -187,7 +187,8 @@ def test_map_outputs_identical_for_any_thread_count(img_ds):
         for e in range(2):
             same_batches(other[e], runs[0][e])
     first = runs[0][0][0]
-    assert first["image"].dtype == torch.float32 and first["image"].shape == (7, 32, 32, 3)
+    # an image map returns as it received it (HWC) batches as the loader's: NCHW
+    assert first["image"].dtype == torch.float32 and first["image"].shape == (7, 3, 32, 32)
     assert first["noise"].dtype == torch.float64 and first["k"].dtype == torch.int64
     assert first["name"] == [f"s{i}" for i in first["label"].tolist()]
     assert first["boxes"].shape[:1] == (7,) and first["boxes_lengths"].shape == (7,)
@@ -245,8 +246,8 @@ def test_peer_pipelines_in_map_are_exact_for_threads_and_processes(img_ds, ops, 
                dict(num_threads=2, python_workers="process")):
         loader = stoker.Loader(img_ds, batch_size=8, shuffle=True, seed=4, transforms=CROP,
                                map=fn, **kw)
-        got = {int(label): img.numpy() for b in loader for label, img in zip(b["label"],
-                                                                             b["image"])}
+        got = {int(label): img.permute(1, 2, 0).numpy() for b in loader
+               for label, img in zip(b["label"], b["image"])}
         assert sorted(got) == sorted(want)
         for i in want:
             assert np.array_equal(got[i], want[i]), (kw, i)
@@ -254,15 +255,15 @@ def test_peer_pipelines_in_map_are_exact_for_threads_and_processes(img_ds, ops, 
 
 def test_identity_map_gives_the_loader_batches(img_ds):
     """map receives what the C++ path gives (decoded, transformed with the loader's draws):
-    passing it on unchanged gives the batches of the loader without map, bit for bit (the
-    images in the HWC layout map received; the loader without map gives NCHW views of
-    that memory)."""
+    passing it on unchanged gives the batches of the loader without map, bit for bit (map
+    sees the images HWC, as decoded; both batches are NCHW views of HWC memory)."""
     plain = epochs(stoker.Loader(img_ds, batch_size=5, shuffle=True, seed=1, transforms=CROP))
     mapped = epochs(stoker.Loader(img_ds, batch_size=5, shuffle=True, seed=1, transforms=CROP,
                                   map=lambda s, rng: s, num_threads=2))
     for e in range(2):
-        for b in plain[e]:
-            b["image"] = b["image"].permute(0, 2, 3, 1)
+        for a, b in zip(mapped[e], plain[e]):
+            assert a["image"].shape == b["image"].shape and a["image"].stride() == \
+                b["image"].stride()
         same_batches(mapped[e], plain[e])
 
 

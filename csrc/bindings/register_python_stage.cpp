@@ -248,16 +248,21 @@ void register_python_stage(py::module_& m) {
                 values.append(a);
               }
             }
+            std::vector<int64_t> left;
             {
               py::gil_scoped_release nogil;
-              f.write(s, dst, epoch, times);
+              left = f.write(s, dst, epoch, times);
             }
+            for (size_t i = 0; i < left.size(); ++i)
+              if (left[i] >= 0) values[i] = values[i].attr("__getitem__")(py::slice(0, left[i], 1));
             return py::make_tuple(values, times.read_ns, times.decode_ns, times.ops_ns,
                                   times.bytes);
           },
           py::arg("index"), py::arg("epoch"),
-          "([value per field], read_ns, decode_ns, ops_ns, bytes): images as decoded arrays, "
-          "blobs as bytes, other fields as flat writable arrays of their dtype.");
+          "([value per field], read_ns, decode_ns, ops_ns, bytes): images as decoded arrays "
+          "(a transform group's masks (h, w, 1)), blobs as bytes, other fields as flat writable "
+          "arrays of their dtype (a group's boxes, keypoints and rows without the rows of the "
+          "boxes it dropped).");
 }
 
 }  // namespace stoker::bindings

@@ -203,6 +203,10 @@ void check_image_ops(const std::vector<ImageOp>& list) {
           if constexpr (on_output<Op>())
             STOKER_CHECK(i >= last, UsageError, Op::kName,
                          " acts on the written output: it must come after every other op");
+          if constexpr (requires { Op::kSamples; })
+            STOKER_CHECK(i == 0, UsageError, Op::kName,
+                         " must be the first op of its list: it reads more samples and makes "
+                         "the canvas the ops after it work on");
           if (fixes_size(op)) open_size = nullptr;
           if (random_size(op)) open_size = Op::kName;
         },
@@ -239,6 +243,10 @@ std::optional<std::pair<int, int>> fixed_output_size(const std::vector<ImageOp>&
         },
         op);
   return fixed;
+}
+
+int samples_read(const std::vector<ImageOp>& list) {
+  return !list.empty() && std::holds_alternative<ops::Mosaic>(list[0]) ? ops::Mosaic::kSamples : 1;
 }
 
 DType output_dtype(const std::vector<ImageOp>& list) {

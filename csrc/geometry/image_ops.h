@@ -506,6 +506,47 @@ struct RandomPerspective {
   void apply(OpContext& ctx) const;
 };
 
+/// Mosaic(size, center, fill, mask_fill): YOLO's four-image mosaic
+/// (ultralytics' Mosaic, YOLOv5's load_mosaic). The sample and three more,
+/// drawn from the dataset by the sample's own draws (TransformGroup::partners),
+/// each resized so that it fits (h, w) keeping its aspect ratio, meet at a
+/// random centre (x, y drawn uniformly in center[0..1] times (w, h)) of a
+/// (2h, 2w) canvas of `fill`: the sample top-left of it, the others top-right,
+/// bottom-left and bottom-right. Their masks, boxes, keypoints and per-box
+/// rows come along (the rows of all four, in that order). It must be the first
+/// op of a transform group's list: the ops after it work on the canvas.
+struct Mosaic {
+  static constexpr const char* kKind = "mosaic";
+  static constexpr const char* kName = "Mosaic";
+  static constexpr int kSamples = 4;  ///< the sample and three more
+  int h = 0, w = 0;
+  std::array<double, 2> center = {0.5, 1.5};
+  std::array<double, 3> fill = {114, 114, 114};
+  int mask_fill = 0;
+  static constexpr auto params() {
+    using T = Mosaic;
+    return std::tuple{Param{"h", &T::h, kPositiveWhole}, Param{"w", &T::w, kPositiveWhole},
+                      Param{"center", &T::center, kRange}, Param{"fill", &T::fill, kRgb},
+                      Param{"mask_fill", &T::mask_fill, kMaskFill}};
+  }
+  void check() const;
+  std::pair<int, int> size_after(std::pair<int, int>) const { return {2 * h, 2 * w}; }
+  bool fixes_size() const { return true; }
+  /// Never called: a transform group runs the mosaic (UsageError).
+  void apply(OpContext& ctx) const;
+
+  /// Where sample `k` (0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right)
+  /// of size (w0 x h0) goes on the canvas with its centre at (xc, yc), as
+  /// ultralytics places it: resized to (tw x th), its part [sx, sx + cw) x
+  /// [sy, sy + ch) shown at (x, y) of the canvas.
+  struct Tile {
+    int tw = 0, th = 0;
+    int sx = 0, sy = 0, cw = 0, ch = 0;
+    int x = 0, y = 0;
+  };
+  Tile place(int k, int w0, int h0, int xc, int yc) const;
+};
+
 /// SanitizeBoundingBoxes(min_size, min_area, min_visibility): what the boxes
 /// of a group must keep to stay (target_geometry.h's BoxFilter), whatever its
 /// place in the list; the rows of the group's other per-box fields go with
@@ -534,7 +575,7 @@ using ImageOp =
                  ops::HSVJitter, ops::RandAugment, ops::TrivialAugmentWide, ops::AutoAugment,
                  ops::RandomErasing, ops::RandomCrop, ops::Pad, ops::RandomVerticalFlip,
                  ops::Letterbox, ops::RandomRotation, ops::RandomAffine, ops::RandomPerspective,
-                 ops::SanitizeBoundingBoxes>;
+                 ops::SanitizeBoundingBoxes, ops::Mosaic>;
 
 /// The op's name as stoker.ops spells it ("RandomCrop"), for messages.
 const char* op_name(const ImageOp& op);
@@ -543,7 +584,8 @@ ops::TargetRule op_target_rule(const ImageOp& op);
 
 /// Checks every op (UsageError naming the op and the reason) and the list: an
 /// op that must come last (Normalize) is last, but for ops on the output
-/// (RandomErasing) after it; an op that gives every image a size of its own
+/// (RandomErasing) after it; an op that reads more samples (Mosaic) is first;
+/// an op that gives every image a size of its own
 /// (RandomRotation(expand=True)) is followed by one that fixes it. The one
 /// validation of ops: the bindings call it when Python builds them, and
 /// ImagePipeline and TransformGroup when they are made.
@@ -557,5 +599,8 @@ std::optional<std::pair<int, int>> fixed_output_size(const std::vector<ImageOp>&
 
 /// kUInt8, or the dtype of an op that changes it (Normalize).
 DType output_dtype(const std::vector<ImageOp>& ops);
+
+/// The samples the ops read: Mosaic::kSamples when the first op is a Mosaic, else 1.
+int samples_read(const std::vector<ImageOp>& ops);
 
 }  // namespace stoker

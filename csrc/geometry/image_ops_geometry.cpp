@@ -169,6 +169,55 @@ void RandomPerspective::apply(OpContext& ctx) const {
            interpolation_of(interpolation), &f);
 }
 
+// ---- Mosaic -------------------------------------------------------------------------------------
+
+void Mosaic::check() const {
+  STOKER_CHECK(h > 0 && w > 0 && h <= 1 << 19 && w <= 1 << 19, UsageError, kName,
+               ": size must be positive, got (", h, ", ", w, ")");
+  check_range(kName, "center", center[0], center[1]);
+  STOKER_CHECK(center[0] >= 0 && center[1] <= 2, UsageError, kName,
+               ": center must lie in [0, 2] (fractions of the size), got (", center[0], ", ",
+               center[1], ")");
+  check_fill(kName, fill, mask_fill);
+}
+
+void Mosaic::apply(OpContext&) const {
+  STOKER_THROW(UsageError, kName,
+               " reads more samples: it runs first in a transform group (or alone on an "
+               "image field), not in an op list of its own");
+}
+
+Mosaic::Tile Mosaic::place(int k, int w0, int h0, int xc, int yc) const {
+  // ultralytics' load_image: the longer side to the size (here: fit (h, w)),
+  // rounded up, at most the size; then _mosaic4's placement.
+  const double r = std::min(static_cast<double>(h) / h0, static_cast<double>(w) / w0);
+  Tile t;
+  t.tw = std::clamp(static_cast<int>(std::ceil(w0 * r - 1e-9)), 1, w);
+  t.th = std::clamp(static_cast<int>(std::ceil(h0 * r - 1e-9)), 1, h);
+  const int W = 2 * w, H = 2 * h, tw = t.tw, th = t.th;
+  int x1a, y1a, x2a, y2a, x1b, y1b;
+  switch (k) {
+    case 0:  // top left
+      x1a = std::max(xc - tw, 0), y1a = std::max(yc - th, 0), x2a = xc, y2a = yc;
+      x1b = tw - (x2a - x1a), y1b = th - (y2a - y1a);
+      break;
+    case 1:  // top right
+      x1a = xc, y1a = std::max(yc - th, 0), x2a = std::min(xc + tw, W), y2a = yc;
+      x1b = 0, y1b = th - (y2a - y1a);
+      break;
+    case 2:  // bottom left
+      x1a = std::max(xc - tw, 0), y1a = yc, x2a = xc, y2a = std::min(H, yc + th);
+      x1b = tw - (x2a - x1a), y1b = 0;
+      break;
+    default:  // bottom right
+      x1a = xc, y1a = yc, x2a = std::min(xc + tw, W), y2a = std::min(H, yc + th);
+      x1b = 0, y1b = 0;
+      break;
+  }
+  t.sx = x1b, t.sy = y1b, t.cw = x2a - x1a, t.ch = y2a - y1a, t.x = x1a, t.y = y1a;
+  return t;
+}
+
 // ---- SanitizeBoundingBoxes --------------------------------------------------------------------
 
 void SanitizeBoundingBoxes::check() const {

@@ -51,8 +51,14 @@ void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
   Canvas c;
   ops.open(max_pixels_, c);
   detail::SplitMix64 rng(seed);
+  run_from(0, ops, c, rng, out, out_h, out_w, geometry);
+}
+
+void ImagePipeline::run_from(size_t first, CanvasOps& ops, Canvas& c, detail::SplitMix64& rng,
+                             void* out, int out_h, int out_w, Geometry* geometry) const {
   OpContext ctx(ops, c, rng);
-  for (const ImageOp& op : ops_) std::visit([&](const auto& o) { o.apply(ctx); }, op);
+  for (size_t i = first; i < ops_.size(); ++i)
+    std::visit([&](const auto& o) { o.apply(ctx); }, ops_[i]);
   ctx.flush();  // colour steps still pending
   if (geometry) *geometry = ctx.geometry();
   if (c.view.w != out_w || c.view.h != out_h)
@@ -62,7 +68,7 @@ void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
   if (!(u8_hwc && (ops.try_resize_into(c, static_cast<uint8_t*>(out)) ||
                    ops.try_decode_into(c, static_cast<uint8_t*>(out))))) {
     ops.ensure_pixels(c);
-    write_pixels(c, out, out_h, out_w, layout_, out_dtype_, ctx.normalization(), s);
+    write_pixels(c, out, out_h, out_w, layout_, out_dtype_, ctx.normalization(), thread_scratch());
   }
   for (int i = 0; i < ctx.num_output_ops(); ++i)
     ctx.output_ops()[i]->erase(out, out_dtype_, layout_ == ImageLayout::kCHW, out_h, out_w, rng);

@@ -25,6 +25,12 @@
 
 namespace stoker {
 
+struct Canvas;    // canvas.h
+class CanvasOps;  // canvas.h
+namespace detail {
+class SplitMix64;  // detail/rng.h
+}
+
 /// How one image field is decoded and written, whatever its ops.
 struct ImageFieldSpec {
   ImageLayout layout = ImageLayout::kHWC;
@@ -55,6 +61,10 @@ class ImagePipeline {
   ///   decoded image (what targets of the image would be mapped through)
   void run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h, int out_w,
            int64_t* decode_ns = nullptr, Geometry* geometry = nullptr) const;
+  /// The ops from `first` on, on a canvas already made (a mosaic's), drawing
+  /// from `rng`; written into `out` as run() writes. Thread-safe.
+  void run_from(size_t first, CanvasOps& ops, Canvas& c, detail::SplitMix64& rng, void* out,
+                int out_h, int out_w, Geometry* geometry = nullptr) const;
 
  private:
   std::vector<ImageOp> ops_;

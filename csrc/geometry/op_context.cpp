@@ -74,16 +74,38 @@ void OpContext::set_frame(const PixelRect& content, const Fill& fill) {
   fill_ = fill;
 }
 
+// NOTE [ Lazy warps ]
+// A warp (RandomRotation, RandomAffine, RandomPerspective) runs when something
+// needs its pixels, not when it is asked for, so that a crop inside its output
+// right after it (YOLO's affine on a mosaic's canvas, then the centre crop
+// back to the training size) makes it write only the crop: output pixel (j,
+// i) of the crop samples the source at the point the uncropped warp's pixel
+// (j + x, i + y) samples, so the bytes are the same, for a quarter of the work
+// on a mosaic. Colour steps queued after the warp run after it (flush()).
 void OpContext::warp(const Transform2D& forward, int w, int h, Interpolation interp,
                      const Fill* fill) {
   if (canvas_) {
-    const Pixels src = pixels();
-    const Pixels out = canvas_spare(*canvas_, w, h);
-    warp_pixels(src, out, forward.inverse(), interp, fill);
-    adopt_pixels(*canvas_, out);
+    flush();  // an earlier warp, colour steps
+    warp_.pending = true;
+    warp_.forward = forward;
+    warp_.w = w;
+    warp_.h = h;
+    warp_.interp = interp;
+    warp_.has_fill = fill != nullptr;
+    if (fill) warp_.fill = *fill;
     border_ = false;
   }
   geometry_.warp(forward, w, h);
+}
+
+void OpContext::run_warp() {
+  warp_.pending = false;
+  const Pixels src = canvas_pixels(*pixels_, *canvas_);
+  const Pixels out = canvas_spare(*canvas_, warp_.w, warp_.h);
+  warp_pixels(src, out, warp_.forward.inverse(), warp_.interp,
+              warp_.has_fill ? &warp_.fill : nullptr);
+  adopt_pixels(*canvas_, out);
+  border_ = false;
 }
 
 }  // namespace stoker

@@ -50,8 +50,24 @@ class OpContext {
   /// Keeps the rectangle `r` of the image as it is now (it may reach past the
   /// edges: zeros there).
   void crop(const PixelRect& r) {
+    if (canvas_ && warp_.pending && num_steps_ == 0 && r.x >= 0 && r.y >= 0 &&
+        r.x + r.w <= width() && r.y + r.h <= height()) {
+      // A crop inside a warp still to run: the warp writes only the crop
+      // (the same samples: NOTE [ Lazy warps ] in op_context.cpp).
+      warp_.forward = warp_.forward.then(Transform2D::translation(-r.x, -r.y));
+      warp_.w = r.w;
+      warp_.h = r.h;
+      geometry_.crop(r.x, r.y, r.w, r.h);
+      return;
+    }
     if (canvas_) {
       flush();
+      // Past the edges of a view that is a window of its source, the lazy view
+      // would reach the source's pixels a crop before removed: make the view
+      // its own pixels first (zeros past the source's edges), so that past
+      // its edges there is nothing.
+      const bool past = r.x < 0 || r.y < 0 || r.x + r.w > width() || r.y + r.h > height();
+      if (past && !canvas_->whole_view()) pixels();
       CanvasOps::crop(*canvas_, r);
       border_ = false;
     }
@@ -102,8 +118,10 @@ class OpContext {
   /// often a third fill.
   template <class F>
   void map_pixels(F&& f);
-  /// Runs the colour steps still pending (before the image is written).
+  /// Runs the warp and the colour steps still pending (before the image is
+  /// written, and before any pixel access).
   void flush() {
+    if (warp_.pending) run_warp();
     if (num_steps_ == 0) return;
     const size_t n = num_steps_;
     num_steps_ = 0;
@@ -125,7 +143,20 @@ class OpContext {
  private:
   void set_frame(const PixelRect& content, const Fill& fill);
 
+  void run_warp();
+
+  // A warp not yet run (NOTE [ Lazy warps ] in op_context.cpp).
+  struct PendingWarp {
+    bool pending = false;
+    Transform2D forward;
+    int w = 0, h = 0;
+    Interpolation interp = Interpolation::kNearest;
+    bool has_fill = false;
+    Fill fill{};
+  };
+
   CanvasOps* pixels_ = nullptr;  // null: geometry only
+  PendingWarp warp_;
   Canvas* canvas_ = nullptr;
   detail::SplitMix64& rng_;
   Geometry geometry_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "geometry/convex_polygon.h"
 
 namespace stoker {
 
@@ -49,6 +50,8 @@ int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized,
         break;
     }
     x1 *= in_sx, x2 *= in_sx, y1 *= in_sy, y2 *= in_sy;
+    // The moved box before clipping (min_visibility's reference): the enclosing
+    // box of its moved corners, as torchvision.
     double lx = x1, ly = y1, hx = x2, hy = y2;
     if (g.moved()) {
       lx = ly = INFINITY;
@@ -60,10 +63,20 @@ int64_t transform_boxes(float* boxes, int64_t n, BoxFormat fmt, bool normalized,
       }
     }
     const double moved_area = std::max(0.0, hx - lx) * std::max(0.0, hy - ly);
+    // What is left of it: the box clipped stage by stage (what every crop and
+    // canvas left), and the enclosing box of that.
+    const ConvexPolygon left = g.follow(ConvexPolygon::rect(x1, y1, x2, y2));
+    left.bounds(&lx, &ly, &hx, &hy);
     lx = std::clamp(lx, 0.0, W), hx = std::clamp(hx, 0.0, W);
     ly = std::clamp(ly, 0.0, H), hy = std::clamp(hy, 0.0, H);
     const double bw = hx - lx, bh = hy - ly, area = bw * bh;
-    const bool ok = std::isfinite(area) && bw > 0 && bh > 0 && bw >= filter.min_size &&
+    // Nothing left: no area, a width or height under a thousandth of a pixel
+    // (no image shows that), or one float32 cannot tell from 0.
+    constexpr double kNothing = 1e-3;
+    const bool something = !left.empty() && bw >= kNothing && bh >= kNothing &&
+                           static_cast<float>(hx) > static_cast<float>(lx) &&
+                           static_cast<float>(hy) > static_cast<float>(ly);
+    const bool ok = something && std::isfinite(area) && bw >= filter.min_size &&
                     bh >= filter.min_size && area >= filter.min_area &&
                     (filter.min_visibility <= 0 || area >= filter.min_visibility * moved_area);
     keep[i] = ok ? 1 : 0;
@@ -108,8 +121,13 @@ void transform_keypoints(float* points, int64_t n, int k, bool normalized, const
       float* q = dst + 3 * j;
       const float vis = p[2];
       const Point2 m = t.apply({p[0] * in_sx, p[1] * in_sy});
-      // Pixel-index coordinates: on the canvas when inside [0, w) x [0, h).
-      const bool on = vis != 0 && std::isfinite(vis) && m.x >= 0 && m.x < W && m.y >= 0 && m.y < H;
+      // Pixel-index coordinates: on the canvas when inside [0, w) x [0, h),
+      // and shown: inside every stage's canvas on the way (a pixel index x is
+      // the continuous x + 0.5).
+      const Point2 c =
+          normalized ? Point2{p[0] * in_sx, p[1] * in_sy} : Point2{p[0] + 0.5, p[1] + 0.5};
+      const bool on = vis != 0 && std::isfinite(vis) && m.x >= 0 && m.x < W && m.y >= 0 &&
+                      m.y < H && g.follows(c);
       q[0] = on ? static_cast<float>(m.x * out_sx) : 0.0f;
       q[1] = on ? static_cast<float>(m.y * out_sy) : 0.0f;
       q[2] = on ? vis : 0.0f;

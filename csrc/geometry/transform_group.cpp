@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <variant>
@@ -11,9 +12,12 @@
 #include "codecs/png_decoder.h"
 #include "common/error.h"
 #include "geometry/canvas.h"
+#include "geometry/convex_polygon.h"
+#include "geometry/detail/op_checks.h"
 #include "geometry/detail/rng.h"
 #include "geometry/op_context.h"
 #include "geometry/warp.h"
+#include "sampler/permutation.h"
 
 namespace stoker {
 
@@ -33,10 +37,24 @@ namespace stoker {
 // Resampling a mask once through the composed map, instead of once per op,
 // keeps it aligned with the image to a pixel where torchvision's per-op
 // NEAREST (floor(i * in / out), no half-pixel offset) drifts by up to half a
-// pixel per resize. Boxes are clipped once, at the end, where torchvision
-// clamps after every op: a box cropped and then rotated keeps the corners the
-// crop cut off (it encloses more). The image's bytes do not depend on which
-// targets come with it.
+// pixel per resize. The image's bytes do not depend on which targets come
+// with it.
+//
+// The composed map alone forgets what a crop removed: a crop, then a
+// rotation (or a padding) brings the cut-off parts back into the canvas,
+// where the image shows fill. So every target also follows what is left of
+// the image (Geometry::valid_region(): the input's canvas moved and clipped
+// stage by stage, a convex polygon):
+//
+//   masks      take mask_fill outside the region;
+//   boxes      are clipped stage by stage (Geometry::follow()): the box kept is
+//              the enclosing box of what is left of the moved box, never of
+//              parts a crop removed; nothing left, it is dropped;
+//   keypoints  are hidden when a stage's canvas left them out.
+//
+// torchvision clamps boxes after every op, so that a box cropped, then
+// rotated, encloses the rotated clamped box; stoker's encloses the rotated
+// clamped polygon, which is tighter and never more than the object shows.
 
 namespace {
 
@@ -48,6 +66,7 @@ struct MaskScratch {
   std::vector<uint8_t> rgb;
   JpegDecoder jpeg;
   std::vector<uint8_t> keep;
+  std::vector<uint8_t> tmp;  // a mosaic's mask, before the part its tile shows is kept
 };
 
 MaskScratch& mask_scratch() {
@@ -87,6 +106,40 @@ Pixels mask_pixels(const GroupMember& m, const MemberIO& io, int64_t max_pixels,
   STOKER_CHECK(io.size == want, DataError, "mask '", m.name, "': ", io.size, " bytes, expected ",
                want);
   return packed_pixels(const_cast<uint8_t*>(io.data), m.array_w, m.array_h, m.elem_bytes);
+}
+
+// Paints `fill` (one element) over every pixel of `dst` whose centre lies
+// outside `region`: what a crop removed, that a later op brought back into the
+// canvas, is fill in the image, so it is fill in the mask.
+void fill_outside(const Pixels& dst, const ConvexPolygon& region, const uint8_t* fill) {
+  const size_t e = static_cast<size_t>(dst.channels);
+  for (int i = 0; i < dst.height; ++i) {
+    uint8_t* row = dst.row(i);
+    double lo = 0, hi = -1;
+    int j0 = dst.width, j1 = dst.width;  // pixels [j0, j1) keep their label
+    if (region.span_at(i + 0.5, &lo, &hi)) {
+      // centres j + 0.5 in [lo, hi]
+      j0 = static_cast<int>(std::clamp(std::ceil(lo - 0.5), 0.0, double(dst.width)));
+      j1 = static_cast<int>(std::clamp(std::floor(hi - 0.5) + 1, double(j0), double(dst.width)));
+    }
+    for (int j = 0; j < j0; ++j) std::memcpy(row + j * e, fill, e);
+    for (int j = j1; j < dst.width; ++j) std::memcpy(row + j * e, fill, e);
+  }
+}
+
+// Copies the pixels of `src` whose centres lie inside `region` into `dst`
+// (same size and element).
+void copy_inside(const Pixels& src, const Pixels& dst, const ConvexPolygon& region) {
+  const size_t e = static_cast<size_t>(dst.channels);
+  for (int i = 0; i < dst.height; ++i) {
+    double lo = 0, hi = -1;
+    if (!region.span_at(i + 0.5, &lo, &hi)) continue;
+    const int j0 = static_cast<int>(std::clamp(std::ceil(lo - 0.5), 0.0, double(dst.width)));
+    const int j1 =
+        static_cast<int>(std::clamp(std::floor(hi - 0.5) + 1, double(j0), double(dst.width)));
+    if (j1 > j0)
+      std::memcpy(dst.row(i) + j0 * e, src.row(i) + j0 * e, static_cast<size_t>(j1 - j0) * e);
+  }
 }
 
 template <typename Op>
@@ -236,6 +289,7 @@ TransformGroup::TransformGroup(GroupSpec spec) : spec_(std::move(spec)) {
   }
   if (image_ >= 0) pipeline_ = std::make_unique<ImagePipeline>(spec_.image, spec_.ops);
   fixed_ = fixed_output_size(spec_.ops);
+  samples_ = samples_read(spec_.ops);
 }
 
 DType TransformGroup::image_dtype() const {
@@ -256,16 +310,22 @@ std::pair<int, int> TransformGroup::output_size(const MemberIO* io) const {
   return hw;
 }
 
-void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w,
-                         int64_t* decode_ns) const {
+void TransformGroup::partners(uint64_t seed, int64_t n, int64_t* out) const {
+  // A stream of its own, so that the ops' draws do not depend on the dataset's size.
+  detail::SplitMix64 rng(hash_combine(seed, 0x6d6f73616963ull /* "mosaic" */));
+  for (int k = 0; k + 1 < samples_; ++k)
+    out[k] = n > 0 ? static_cast<int64_t>(rng.randint(0, n - 1)) : 0;
+}
+
+void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w, int64_t* decode_ns,
+                         const MemberIO* const* others) const {
+  if (samples_ > 1) {
+    STOKER_CHECK(others != nullptr, UsageError, op_name(spec_.ops[0]), " reads ", samples_,
+                 " samples: the caller gives the other ", samples_ - 1);
+    run_mosaic(io, others, seed, out_h, out_w, decode_ns);
+    return;
+  }
   MaskScratch& s = mask_scratch();
-  auto timed = [&](auto&& fn) {
-    const auto t0 = Clock::now();
-    auto r = fn();
-    if (decode_ns)
-      *decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-    return r;
-  };
   Geometry geo;
   Pixels primary_mask;
   if (pipeline_) {
@@ -274,8 +334,10 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w,
   } else {
     // The ops on the geometry of the first mask, with the draws an image would get.
     const GroupMember& m = spec_.members[primary_];
-    primary_mask =
-        timed([&] { return mask_pixels(m, io[primary_], spec_.image.max_pixels, s.gray[0], s); });
+    const auto t0 = Clock::now();
+    primary_mask = mask_pixels(m, io[primary_], spec_.image.max_pixels, s.gray[0], s);
+    if (decode_ns)
+      *decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
     detail::SplitMix64 rng(seed);
     OpContext ctx(primary_mask.width, primary_mask.height, rng);
     for (const ImageOp& op : spec_.ops) std::visit([&](const auto& o) { o.apply(ctx); }, op);
@@ -284,60 +346,225 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w,
       STOKER_THROW(DecodeError, "mask '", m.name, "' comes out ", geo.height(), "x", geo.width(),
                    " but the batch expects ", out_h, "x", out_w);
   }
+  const MemberIO* inputs[1] = {io};
+  write_targets(io, inputs, &geo, 1, primary_mask, out_h, out_w, decode_ns);
+}
+
+// NOTE [ Mosaic ]
+// YOLO's mosaic as ultralytics makes it: four samples (this one and three
+// drawn by its own seed: partners()), each resized to fit the mosaic's size,
+// meet at a random centre of a canvas twice that size. Each sample's targets
+// follow their own geometry: its resize and the part of it the canvas shows
+// (a crop, then the canvas as padding around it), then the ops after the
+// Mosaic, which run once on the canvas. The masks of the four are resampled
+// through their own geometries, each kept inside what its tile shows; boxes,
+// keypoints and rows come one sample after the other (what is left of each).
+void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uint64_t seed,
+                                int out_h, int out_w, int64_t* decode_ns) const {
+  constexpr int K = ops::Mosaic::kSamples;
+  const ops::Mosaic& m = std::get<ops::Mosaic>(spec_.ops[0]);
+  const MemberIO* inputs[K] = {io, others[0], others[1], others[2]};
+  const int W = 2 * m.w, H = 2 * m.h;
+  detail::SplitMix64 rng(seed);
+  // ultralytics: int(random.uniform(-border, 2 * s + border)), border = -s / 2
+  const int xc = static_cast<int>(rng.uniform(m.center[0] * m.w, m.center[1] * m.w));
+  const int yc = static_cast<int>(rng.uniform(m.center[0] * m.h, m.center[1] * m.h));
+  thread_local std::vector<uint8_t> canvas;
+  if (pipeline_) {
+    canvas.resize(static_cast<size_t>(W) * H * 3);
+    const Fill f = ops::fill_of(m.fill);
+    for (size_t i = 0; i < canvas.size(); i += 3) std::memcpy(&canvas[i], f.v, 3);
+  }
+  Geometry geos[K];
+  for (int k = 0; k < K; ++k) {
+    const GroupMember& pm = spec_.members[primary_];
+    const MemberIO& in = inputs[k][primary_];
+    int w0 = pm.array_w, h0 = pm.array_h;
+    if (pm.kind == GroupMember::Kind::kImage || pm.encoded) {
+      const ImageInfo info = probe_image(in.data, in.size);
+      check_declared(info, spec_.image.max_pixels);
+      w0 = info.width;
+      h0 = info.height;
+    }
+    const ops::Mosaic::Tile t = m.place(k, w0, h0, xc, yc);
+    Geometry& g = geos[k];
+    g = Geometry(w0, h0);
+    g.resize(t.tw, t.th);
+    g.crop(t.sx, t.sy, t.cw, t.ch);
+    g.crop(-t.x, -t.y, W, H);
+    if (!pipeline_ || t.cw <= 0 || t.ch <= 0) continue;
+    // The tile's pixels: decoded (a JPEG at the DCT scale that still covers the
+    // tile), resized, and the part the canvas shows copied there.
+    CanvasOps ops(thread_scratch(), in.data, in.size);
+    Canvas c;
+    try {
+      ops.open(spec_.image.max_pixels, c);
+      detail::SplitMix64 none(0);
+      OpContext ctx(ops, c, none);
+      ctx.resize(t.tw, t.th);
+      ctx.crop({t.sx, t.sy, t.cw, t.ch});
+      const Pixels p = ctx.pixels();
+      for (int y = 0; y < t.ch; ++y)
+        std::memcpy(&canvas[(static_cast<size_t>(t.y + y) * W + t.x) * 3], p.row(y),
+                    static_cast<size_t>(t.cw) * 3);
+    } catch (...) {
+      if (decode_ns) *decode_ns += ops.decode_ns;
+      if (k == 0) throw;
+      // A partner's error names it (the caller adds the sample's file and record).
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        STOKER_THROW(DecodeError, "the mosaic's sample ", k,
+                     " (another record, drawn by this "
+                     "one): ",
+                     e.what());
+      }
+    }
+    if (decode_ns) *decode_ns += ops.decode_ns;
+  }
+  // The ops after the mosaic, on its canvas.
+  Geometry rest;
+  if (pipeline_) {
+    CanvasOps ops(thread_scratch(), nullptr, 0);
+    Canvas c;
+    c.have_pixels = true;
+    c.pix = {canvas.data(), W, H, static_cast<size_t>(W) * 3};
+    c.src_w = W;
+    c.src_h = H;
+    c.view = {0, 0, W, H};
+    pipeline_->run_from(1, ops, c, rng, io[image_].out, out_h, out_w, &rest);
+  } else {
+    OpContext ctx(W, H, rng);
+    for (size_t i = 1; i < spec_.ops.size(); ++i)
+      std::visit([&](const auto& o) { o.apply(ctx); }, spec_.ops[i]);
+    rest = ctx.geometry();
+    if (rest.width() != out_w || rest.height() != out_h)
+      STOKER_THROW(DecodeError, "mask '", spec_.members[primary_].name, "' comes out ",
+                   rest.height(), "x", rest.width(), " but the batch expects ", out_h, "x", out_w);
+  }
+  for (Geometry& g : geos) g.append(rest);
+  write_targets(io, inputs, geos, K, Pixels{}, out_h, out_w, decode_ns);
+}
+
+void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
+                                   const Geometry* geos, int k_samples, const Pixels& primary_mask,
+                                   int out_h, int out_w, int64_t* decode_ns) const {
+  MaskScratch& s = mask_scratch();
+  auto timed = [&](auto&& fn) {
+    const auto t0 = Clock::now();
+    auto r = fn();
+    if (decode_ns)
+      *decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    return r;
+  };
   const std::string& source = spec_.members[primary_].name;
+  for (int j = 0; j < k_samples; ++j)
+    STOKER_CHECK(!geos[j].overflowed(), UsageError, "the ops of the group of '", source,
+                 "' make more than ", Geometry::kMaxSteps,
+                 " moves: targets cannot follow so many; use fewer ops");
+  // What each sample's image still shows (masks are filled outside it).
+  thread_local std::vector<ConvexPolygon> regions;
+  thread_local std::vector<uint8_t> wholes;
+  regions.resize(static_cast<size_t>(k_samples));
+  wholes.assign(static_cast<size_t>(k_samples), 2);  // 2: not computed yet
+  auto region_of = [&](int j) -> const ConvexPolygon& {
+    if (wholes[j] == 2) {
+      regions[j] = geos[j].valid_region();
+      wholes[j] = geos[j].covers_output(regions[j]) ? 1 : 0;
+    }
+    return regions[j];
+  };
 
   // Masks, and boxes (whose keep mask the rows after them need).
   const GroupMember* boxes = nullptr;
-  int64_t n_boxes = -1;
+  thread_local std::vector<int64_t> n_boxes;  // per sample
+  n_boxes.assign(static_cast<size_t>(k_samples), -1);
   const uint8_t mask_fill[8] = {mask_fill_, 0, 0, 0, 0, 0, 0, 0};  // one element, little-endian
-  for (size_t k = 0; k < spec_.members.size(); ++k) {
-    const GroupMember& m = spec_.members[k];
-    MemberIO& mio = io[k];
+  for (size_t i = 0; i < spec_.members.size(); ++i) {
+    const GroupMember& m = spec_.members[i];
+    MemberIO& mio = io[i];
     if (m.kind == GroupMember::Kind::kMask) {
-      const Pixels mask = static_cast<int>(k) == primary_ && !pipeline_ ? primary_mask : timed([&] {
-        return mask_pixels(m, mio, spec_.image.max_pixels, s.gray[1], s);
-      });
-      if (mask.width != geo.in_width() || mask.height != geo.in_height())
-        STOKER_THROW(DataError, "mask '", m.name, "' is ", mask.height, "x", mask.width, " but '",
-                     source, "' is ", geo.in_height(), "x", geo.in_width(),
-                     ": the fields of a group must have the same size");
-      const Pixels dst = packed_pixels(static_cast<uint8_t*>(mio.out), out_w, out_h, mask.channels);
-      if (!geo.moved() && mask.width == out_w && mask.height == out_h)
-        for (int y = 0; y < out_h; ++y) std::memcpy(dst.row(y), mask.row(y), dst.row_bytes());
-      else
-        warp_nearest_elements(mask, dst, geo.box_map().inverse(), mask_fill);
+      const size_t e = static_cast<size_t>(m.encoded ? 1 : m.elem_bytes);
+      const Pixels dst =
+          packed_pixels(static_cast<uint8_t*>(mio.out), out_w, out_h, static_cast<int>(e));
+      for (int j = 0; j < k_samples; ++j) {
+        const Geometry& geo = geos[j];
+        const Pixels mask =
+            j == 0 && static_cast<int>(i) == primary_ && !pipeline_ && k_samples == 1
+                ? primary_mask
+                : timed([&] {
+                    return mask_pixels(m, inputs[j][i], spec_.image.max_pixels, s.gray[1], s);
+                  });
+        if (mask.width != geo.in_width() || mask.height != geo.in_height())
+          STOKER_THROW(DataError, "mask '", m.name, "' is ", mask.height, "x", mask.width, " but '",
+                       source, "' is ", geo.in_height(), "x", geo.in_width(),
+                       ": the fields of a group must have the same size",
+                       j > 0 ? " (in a sample the mosaic drew)" : "");
+        if (k_samples == 1) {
+          if (!geo.moved() && mask.width == out_w && mask.height == out_h) {
+            for (int y = 0; y < out_h; ++y) std::memcpy(dst.row(y), mask.row(y), dst.row_bytes());
+          } else {
+            warp_nearest_elements(mask, dst, geo.box_map().inverse(), mask_fill);
+            const ConvexPolygon& region = region_of(0);
+            if (!wholes[0]) fill_outside(dst, region, mask_fill);
+          }
+          continue;
+        }
+        // Several samples: each inside what its tile shows, fill elsewhere.
+        if (j == 0)
+          for (int y = 0; y < out_h; ++y)
+            for (int x = 0; x < out_w; ++x) std::memcpy(dst.row(y) + x * e, mask_fill, e);
+        s.tmp.resize(dst.row_bytes() * static_cast<size_t>(out_h));
+        const Pixels tmp = packed_pixels(s.tmp.data(), out_w, out_h, static_cast<int>(e));
+        warp_nearest_elements(mask, tmp, geo.box_map().inverse(), mask_fill);
+        copy_inside(tmp, dst, region_of(j));
+      }
     } else if (m.kind == GroupMember::Kind::kBoxes) {
-      STOKER_CHECK(mio.size % 16 == 0, DataError, "boxes '", m.name, "': ", mio.size,
-                   " bytes is not a whole number of boxes");
-      const int64_t n = static_cast<int64_t>(mio.size / 16);
-      std::memcpy(mio.out, mio.data, mio.size);
-      s.keep.resize(static_cast<size_t>(n));
-      transform_boxes(static_cast<float*>(mio.out), n, m.format, m.normalized, geo, filter_,
-                      s.keep.data());
-      mio.out_rows = compact_rows(static_cast<uint8_t*>(mio.out), n, 16, s.keep.data());
+      int64_t total = 0, seen = 0;
+      for (int j = 0; j < k_samples; ++j) {
+        const MemberIO& in = inputs[j][i];
+        STOKER_CHECK(in.size % 16 == 0, DataError, "boxes '", m.name, "': ", in.size,
+                     " bytes is not a whole number of boxes");
+        const int64_t n = static_cast<int64_t>(in.size / 16);
+        float* seg = static_cast<float*>(mio.out) + 4 * total;
+        std::memcpy(seg, in.data, in.size);
+        s.keep.resize(static_cast<size_t>(seen + n));
+        transform_boxes(seg, n, m.format, m.normalized, geos[j], filter_, s.keep.data() + seen);
+        total += compact_rows(reinterpret_cast<uint8_t*>(seg), n, 16, s.keep.data() + seen);
+        n_boxes[j] = n;
+        seen += n;
+      }
+      mio.out_rows = total;
       boxes = &m;
-      n_boxes = n;
     }
   }
   // Rows that follow the boxes.
-  for (size_t k = 0; k < spec_.members.size(); ++k) {
-    const GroupMember& m = spec_.members[k];
-    MemberIO& mio = io[k];
+  for (size_t i = 0; i < spec_.members.size(); ++i) {
+    const GroupMember& m = spec_.members[i];
+    MemberIO& mio = io[i];
     if (m.kind != GroupMember::Kind::kKeypoints && m.kind != GroupMember::Kind::kRows) continue;
     const size_t row = m.kind == GroupMember::Kind::kKeypoints
                            ? static_cast<size_t>(m.num_keypoints) * 12
                            : m.row_bytes;
-    STOKER_CHECK(mio.size % row == 0, DataError, "'", m.name, "': ", mio.size,
-                 " bytes is not a whole number of rows of ", row);
-    const int64_t n = static_cast<int64_t>(mio.size / row);
-    if (boxes && n != n_boxes)
-      STOKER_THROW(DataError, "'", m.name, "' has ", n, " rows but '", boxes->name, "' has ",
-                   n_boxes, " boxes: the per-box fields of a group have one row per box");
-    std::memcpy(mio.out, mio.data, mio.size);
-    if (m.kind == GroupMember::Kind::kKeypoints)
-      transform_keypoints(static_cast<float*>(mio.out), n, m.num_keypoints, m.normalized, geo,
-                          flip_perm_[k].empty() ? nullptr : flip_perm_[k].data());
-    mio.out_rows = boxes ? compact_rows(static_cast<uint8_t*>(mio.out), n, row, s.keep.data()) : n;
+    int64_t total = 0, seen = 0;
+    for (int j = 0; j < k_samples; ++j) {
+      const MemberIO& in = inputs[j][i];
+      STOKER_CHECK(in.size % row == 0, DataError, "'", m.name, "': ", in.size,
+                   " bytes is not a whole number of rows of ", row);
+      const int64_t n = static_cast<int64_t>(in.size / row);
+      if (boxes && n != n_boxes[j])
+        STOKER_THROW(DataError, "'", m.name, "' has ", n, " rows but '", boxes->name, "' has ",
+                     n_boxes[j], " boxes: the per-box fields of a group have one row per box",
+                     j > 0 ? " (in a sample the mosaic drew)" : "");
+      uint8_t* seg = static_cast<uint8_t*>(mio.out) + static_cast<size_t>(total) * row;
+      std::memcpy(seg, in.data, in.size);
+      if (m.kind == GroupMember::Kind::kKeypoints)
+        transform_keypoints(reinterpret_cast<float*>(seg), n, m.num_keypoints, m.normalized,
+                            geos[j], flip_perm_[i].empty() ? nullptr : flip_perm_[i].data());
+      total += boxes ? compact_rows(seg, n, row, s.keep.data() + seen) : n;
+      seen += n;
+    }
+    mio.out_rows = total;
   }
 }
 

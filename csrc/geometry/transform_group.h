@@ -91,12 +91,33 @@ class TransformGroup {
   /// member the ops act on. DecodeError.
   std::pair<int, int> output_size(const MemberIO* io) const;
 
+  /// The samples a run reads: Mosaic::kSamples when the ops start with a
+  /// Mosaic, else 1 (image_ops.h).
+  int samples() const { return samples_; }
+  /// The dataset indices of the samples() - 1 other samples a run with `seed`
+  /// reads, drawn uniformly from [0, n) by that seed alone, so that the same
+  /// sample reads the same others on any thread and after a resume.
+  void partners(uint64_t seed, int64_t n, int64_t* out) const;
+
   /// Runs the group on one sample: io[i] is member i. Draws come from `seed`
-  /// only. DataError naming the member for inconsistent inputs (a mask of
-  /// another size, per-box rows not matching the boxes). Thread-safe.
-  void run(MemberIO* io, uint64_t seed, int out_h, int out_w, int64_t* decode_ns = nullptr) const;
+  /// only. With samples() > 1, `others[k][i]` is member i of the k-th partner
+  /// (inputs only), and the rows of every sample go to io's outputs, which
+  /// have room for all of them. DataError naming the member for inconsistent
+  /// inputs (a mask of another size, per-box rows not matching the boxes).
+  /// Thread-safe.
+  void run(MemberIO* io, uint64_t seed, int out_h, int out_w, int64_t* decode_ns = nullptr,
+           const MemberIO* const* others = nullptr) const;
 
  private:
+  // The targets of `k` samples (inputs[j][i]: member i of sample j; inputs[0]
+  // is io) through their geometries, into io's outputs; `primary_mask`: sample
+  // 0's first mask when it is already decoded (a group without an image).
+  void write_targets(MemberIO* io, const MemberIO* const* inputs, const Geometry* geos, int k,
+                     const Pixels& primary_mask, int out_h, int out_w, int64_t* decode_ns) const;
+  // The mosaic's samples onto its canvas, then the other ops.
+  void run_mosaic(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h, int out_w,
+                  int64_t* decode_ns) const;
+
   GroupSpec spec_;
   int image_ = -1;    // the RGB image member
   int primary_ = -1;  // the member the ops act on: the image, else the first mask
@@ -104,6 +125,7 @@ class TransformGroup {
   std::optional<std::pair<int, int>> fixed_;
   BoxFilter filter_;
   uint8_t mask_fill_ = 0;
+  int samples_ = 1;
   std::vector<std::vector<int32_t>> flip_perm_;  // per member: keypoints' left/right swap
 };
 

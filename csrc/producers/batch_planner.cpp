@@ -204,9 +204,12 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
       plan.out = add_tensor(spec.name, spec.dtype, shape);
     } else {
-      // Padded to the longest valid sample of the batch.
+      // Padded to the longest valid sample of the batch; a group that reads more
+      // samples (a Mosaic) holds the rows of all of them.
       int64_t max_rows = 0;
       const size_t row = spec.row_bytes();
+      const int others = g >= 0 ? src.groups[g]->samples() - 1 : 0;
+      int64_t partner[8];
       std::exception_ptr first_error;
       bool have = false;
       for (int64_t p = 0; p < len; ++p) {
@@ -220,7 +223,14 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
             !read_replacement(src, ds, idx, spec.name, views, hold, false))
           continue;
         have = true;
-        max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(views[f].size / row));
+        int64_t rows = static_cast<int64_t>(views[f].size / row);
+        if (others > 0) {
+          b.partners(static_cast<size_t>(g), p, idx, partner);
+          for (int k = 0; k < others; ++k)
+            if (read_for_plan(src, ds, partner[k], spec.name, views, hold, false, first_error))
+              rows += static_cast<int64_t>(views[f].size / row);
+        }
+        max_rows = std::max<int64_t>(max_rows, rows);
       }
       if (!have && len > 0) std::rethrow_exception(first_error);
       plan.max_rows = max_rows;

@@ -57,6 +57,12 @@ class RecordBatch final : public BatchWork {
   const Dataset& dataset_of(int64_t pos) const {
     return sources.empty() ? *src_->ds : src_->dataset(sources[static_cast<size_t>(pos)]);
   }
+  /// The seed of the draws of transform group `g` for the sample `index` at
+  /// `pos` (NOTE [ Random draws ]).
+  uint64_t group_seed(size_t g, int64_t pos, int64_t index) const;
+  /// The other samples group `g` reads for the sample `index` at `pos`
+  /// (TransformGroup::partners: a Mosaic's three), indices into dataset_of(pos).
+  void partners(size_t g, int64_t pos, int64_t index, int64_t* out) const;
 
  private:
   friend class SampleWriter;

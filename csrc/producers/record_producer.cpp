@@ -64,7 +64,8 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
       src.draw_keys[f] = schema.index_of(t.fields[0]);
       fields.push_back(f);
     }
-    const bool one_image = t.fields.size() == 1 &&
+    // (A Mosaic reads more samples: only a group runs it, even for an image alone.)
+    const bool one_image = t.fields.size() == 1 && samples_read(t.ops) == 1 &&
                            (t.targets.empty() || t.targets[0].kind == GroupMember::Kind::kImage);
     GroupSpec g;
     g.ops = t.ops;

@@ -294,28 +294,64 @@ class SampleWriter {
     std::memcpy(base_ + lt.offset + static_cast<size_t>(pos) * 8, &rows, 8);
   }
 
-  // Every field of transform group g, at once (transform_group.h).
+  // Every field of transform group g, at once (transform_group.h); with the
+  // other samples the group reads (a Mosaic's), read here (NOTE [ Mosaic ] in
+  // geometry/transform_group.cpp).
   void write_group(size_t g, int64_t pos, int64_t index) {
     const TransformGroup& group = *src_.groups[g];
     const std::vector<size_t>& fields = src_.group_fields[g];
     thread_local std::vector<MemberIO> io;
     io.assign(fields.size(), MemberIO{});
+    const int others = group.samples() - 1;
+    thread_local std::vector<RecordView> other_views[ops::Mosaic::kSamples - 1];
+    thread_local std::vector<MemberIO> other_io[ops::Mosaic::kSamples - 1];
+    const MemberIO* other_ptrs[ops::Mosaic::kSamples - 1] = {};
+    Dataset::ShardPin pins[ops::Mosaic::kSamples - 1];
+    int64_t partner[ops::Mosaic::kSamples - 1] = {};
+    Dataset::Location locs[ops::Mosaic::kSamples - 1];
+    if (others > 0) {
+      b_.partners(g, pos, index, partner);
+      for (int k = 0; k < others; ++k) {
+        std::vector<RecordView>& v = other_views[k];
+        v.assign(schema_.fields.size(), RecordView{});
+        try {
+          locs[k] = ds_.locate(partner[k]);
+          if (ds_.deferred()) pins[k] = ds_.pin_record(locs[k]);
+          ds_.read(pins[k], locs[k], v.data());
+        } catch (...) {
+          rethrow_with_context(ds_, partner[k], schema_.fields[fields[0]].name);
+        }
+        other_io[k].assign(fields.size(), MemberIO{});
+        for (size_t i = 0; i < fields.size(); ++i)
+          other_io[k][i] = {v[fields[i]].data, v[fields[i]].size};
+        other_ptrs[k] = other_io[k].data();
+      }
+    }
     for (size_t i = 0; i < fields.size(); ++i) {
       const size_t f = fields[i];
       const FieldPlan& plan = b_.plans[f];
       const RecordView& v = views_[f];
-      if (schema_.fields[f].variable() && schema_.fields[f].kind != FieldKind::kImage &&
-          static_cast<int64_t>(v.size / schema_.fields[f].row_bytes()) > plan.max_rows)
-        STOKER_THROW(DataError, "length of '", schema_.fields[f].name,
-                     "' changed while reading (more than ", plan.max_rows, " rows)");
+      if (schema_.fields[f].variable() && schema_.fields[f].kind != FieldKind::kImage) {
+        int64_t rows = static_cast<int64_t>(v.size / schema_.fields[f].row_bytes());
+        for (int k = 0; k < others; ++k)
+          rows += static_cast<int64_t>(other_views[k][f].size / schema_.fields[f].row_bytes());
+        if (rows > plan.max_rows)
+          STOKER_THROW(DataError, "length of '", schema_.fields[f].name,
+                       "' changed while reading (more than ", plan.max_rows, " rows)");
+      }
       io[i] = {v.data, v.size,
                base_ + b_.tensors[plan.out].offset + static_cast<size_t>(pos) * plan.sample_bytes};
     }
     const FieldPlan& lead = b_.plans[src_.group_leader[g]];
-    const uint64_t seed =
-        sample_draw_seed(b_.sample_seed_, draw_key(pos, index), src_.draw_keys[fields[0]]);
+    const uint64_t seed = b_.group_seed(g, pos, index);
     if (image_decode_ns_ < 0) image_decode_ns_ = 0;
-    group.run(io.data(), seed, lead.img_h, lead.img_w, &image_decode_ns_);
+    group.run(io.data(), seed, lead.img_h, lead.img_w, &image_decode_ns_,
+              others > 0 ? other_ptrs : nullptr);
+    for (int k = 0; k < others; ++k) {
+      ds_.check_intact(locs[k]);
+      for (size_t i = 0; i < fields.size(); ++i)
+        bytes_ += static_cast<int64_t>(other_views[k][fields[i]].size);
+    }
     set_activity(Activity::kDecoding);
     for (size_t i = 0; i < fields.size(); ++i)
       if (b_.plans[fields[i]].lengths != SIZE_MAX) finish_rows(fields[i], pos, io[i].out_rows);
@@ -366,6 +402,17 @@ class SampleWriter {
   int64_t bytes_ = 0;             // source bytes of this unit's samples
   int64_t image_decode_ns_ = -1;  // codec time of this record's images (-1: none)
 };
+
+uint64_t RecordBatch::group_seed(size_t g, int64_t pos, int64_t index) const {
+  const uint64_t key =
+      sample_keys.empty() ? static_cast<uint64_t>(index) : sample_keys[static_cast<size_t>(pos)];
+  return sample_draw_seed(sample_seed_, static_cast<int64_t>(key),
+                          src_->draw_keys[src_->group_fields[g][0]]);
+}
+
+void RecordBatch::partners(size_t g, int64_t pos, int64_t index, int64_t* out) const {
+  src_->groups[g]->partners(group_seed(g, pos, index), dataset_of(pos).size(), out);
+}
 
 void RecordBatch::run(int u, uint8_t* base, WorkerContext& ctx) {
   const int64_t len = static_cast<int64_t>(indices.size());

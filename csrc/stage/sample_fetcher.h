@@ -6,7 +6,11 @@
 // It decides what each field becomes (outputs(): an image array, the stored
 // bytes, or a flat array of the field's dtype); the bindings only make those
 // objects, between the two steps they call with the GIL released (read(),
-// then write() into the arrays they made).
+// then write() into the arrays they made). The fields of a transform group
+// (transform_group.h) come as the loader's: the image (h, w, 3), a mask
+// (h, w, 1) (an array mask: its shape at the output size), and boxes,
+// keypoints and per-box rows with the dropped rows gone (write() says how
+// many elements are left).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +42,8 @@ class SampleFetcher {
     int64_t index = -1;
     Dataset::ShardPin pin;
     std::vector<RecordView> views;
-    std::vector<std::pair<int, int>> image_hw;  ///< output (h, w) of each image field
+    /// Output (h, w) of each image field, and of each field of a transform group.
+    std::vector<std::pair<int, int>> image_hw;
   };
   /// Reads sample `index` (waiting for a remote shard as a worker does) and
   /// sizes its images. Errors name the shard file, record and field.
@@ -47,9 +52,11 @@ class SampleFetcher {
   /// What one field of a sample becomes for Python.
   struct FieldOut {
     enum class Kind : uint8_t {
-      kImage,  ///< decoded and transformed: (h, w, 3) or (3, h, w) of the pipeline's dtype
+      kImage,  ///< decoded and transformed: (h, w, 3) or (3, h, w) of the pipeline's
+               ///< dtype; a group's mask (h, w, 1) or (1, h, w), an array mask's shape
       kBytes,  ///< the stored bytes as they are (a blob): `data`, `size`
-      kArray,  ///< a writable copy of the stored bytes, flat: (size / item size,) of `dtype`
+      kArray,  ///< a writable copy of the stored bytes, flat: (size / item size,) of
+               ///< `dtype`; in a group with boxes, only the first elements write() says
     };
     Kind kind = Kind::kBytes;
     DType dtype = DType::kUInt8;    ///< of the array to make (kImage, kArray)
@@ -61,12 +68,20 @@ class SampleFetcher {
   std::vector<FieldOut> outputs(const Sample& s) const;
   /// Fills the arrays made as outputs(s) says, `dst[f]` for field f (ignored for
   /// kBytes): the kArray fields' bytes copied, then each image decoded and
-  /// transformed with the loader's draws for `epoch`; then checks that nothing
-  /// copied out of `s` was cut short under the read (format/mapped_file.h) and
-  /// releases its shard. Errors name the shard file, record and field.
-  void write(Sample& s, const std::vector<void*>& dst, uint64_t epoch, PythonTimes& times) const;
+  /// transformed with the loader's draws for `epoch`, and each transform group
+  /// run; then checks that nothing copied out of `s` was cut short under the
+  /// read (format/mapped_file.h) and releases its shard. Errors name the shard
+  /// file, record and field.
+  /// @return per field, the elements of its array left (a group's boxes,
+  ///   keypoints and rows, once dropped boxes took theirs), or -1: all of it
+  std::vector<int64_t> write(Sample& s, const std::vector<void*>& dst, uint64_t epoch,
+                             PythonTimes& times) const;
 
  private:
+  /// Runs transform group `g` of `s`, its fields written to `dst`; their
+  /// elements left go to `left`.
+  void run_group(const Sample& s, size_t g, uint64_t epoch, const std::vector<void*>& dst,
+                 std::vector<int64_t>& left, PythonTimes& times) const;
   /// Decodes and transforms image field `f` of `s` into `dst` (h * w * 3
   /// elements of the pipeline's dtype, in its layout).
   void decode_image(const Sample& s, size_t f, uint64_t epoch, void* dst, PythonTimes& times) const;

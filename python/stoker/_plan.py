@@ -56,6 +56,7 @@ DEFAULTS: Dict[str, Any] = dict(
     max_tokens=None, max_memory=None, stall_warning=args.DEFAULT_STALL_WARNING,
     shard_window=None, labels="shifted", batch_transforms=None, pad_values=None, map=None,
     batch_map=None, collate_fn=None, map_fields=None, names=None, python_workers="auto",
+    box_rows=None, as_stored=None,
     # DataLoader's, with its meanings (NOTE [ DataLoader's arguments ])
     sampler=None, batch_sampler=None, num_workers=None, worker_init_fn=None, generator=None,
     timeout=0, prefetch_factor=None, persistent_workers=False, pin_memory_device="",
@@ -430,7 +431,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         remote = getattr(dataset, "remote", None)
         if remote is not None:  # a cache smaller than the dataset needs a shard order
             remote.check_window(shard_window, sampling.shuffle)
-        checked = args.check_transforms(dataset.fields, transforms or {})
+        checked = args.check_transforms(dataset.fields, transforms or {}, a["box_rows"],
+                                        a["as_stored"])
         images, nchw = _images(dataset.fields, image_layout, max_pixels)
         mix = args.check_batch_transforms(dataset.fields, a["batch_transforms"])
         pads = tuple(args.check_pad_values(dataset.fields, a["pad_values"]).items())
@@ -448,16 +450,16 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         elif hooks:
             # Samples are fetched by the stage's threads (the C++ decode, GIL released) as
             # map receives them: images in their decoded layout, alone (a one-channel
-            # image decoded as RGB).
-            if any(len(k) > 1 for k in (g.fields for g in groups if g.ops)) or mix or pads \
-                    or any(isinstance(k, tuple) for k in checked):
-                raise ValueError("transform groups (tuple keys of transforms), "
-                                 "batch_transforms and pad_values do not work with map= or "
+            # image decoded as RGB); a transform group's fields as ds.sample gives them.
+            if mix or pads:
+                raise ValueError("batch_transforms and pad_values do not work with map= or "
                                  "collate_fn= yet: use batch_map=, which sees the batches "
                                  "they make")
             producer = "PythonProducer"
             fetch = RecordPlan(images, tuple(GroupPlan((k,), tuple(ops))
-                                             for k, ops in checked.items() if ops))
+                                             for k, ops in checked.items()
+                                             if ops and not isinstance(k, tuple)) +
+                               tuple(g for g in groups if len(g.fields) > 1))
             stage = StagePlan("records", map_fn, batch_map, collate_fn, a["map_fields"],
                               None, workers, on_device, fetch, **stage_kw)
         else:

@@ -9,7 +9,18 @@ import stat
 import time
 import warnings
 import weakref
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from . import _core
 from . import _generations as gen
@@ -290,12 +301,17 @@ class Dataset:
             payloads = self._core.read(i)
         return {name: f.decode(p) for (name, f), p in zip(self.fields.items(), payloads)}
 
-    def sample(self, i: int, transforms: Optional[Dict[str, Any]] = None, *, seed: int = 0,
-               image_layout: Optional[str] = None,
-               max_image_pixels: int = 100_000_000) -> Dict[str, Any]:
+    def sample(self, i: int, transforms: Optional[Dict[Any, Any]] = None, *, seed: int = 0,
+               image_layout: Optional[str] = None, max_image_pixels: int = 100_000_000,
+               box_rows: Optional[Sequence[str]] = None,
+               as_stored: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         """Sample `i` as a loader's ``map=`` receives it: verified, images decoded (and
         transformed by ``transforms``, ``{field: [stoker.ops...]}``) by the C++ path,
         other fields as writable arrays, scalars as NumPy scalars, blobs as bytes.
+        ``transforms`` takes transform groups as the Loader does (``{("image", "boxes",
+        "classes"): [...]}``, with ``box_rows`` and ``as_stored``; docs/augment.md): the
+        group's masks come as (h, w, 1), its boxes, keypoints and rows without the dropped
+        boxes' rows.
         Thread-safe, and the GIL is released while it reads and decodes. The ops' random
         draws come from (`seed`, `i`): inside ``map``, draw the seed from its ``rng`` to
         keep the loader deterministic. YOLO's mosaic reads three more images this way::
@@ -316,8 +332,10 @@ class Dataset:
             raise IndexError(f"index out of range for a dataset of {n} samples")
         if self.remote is not None:
             with self.remote.holding([self._core.locate(i)[0]]):
-                return fetch_sample(self, i, transforms, seed, image_layout, max_image_pixels)
-        return fetch_sample(self, i, transforms, seed, image_layout, max_image_pixels)
+                return fetch_sample(self, i, transforms, seed, image_layout, max_image_pixels,
+                                    box_rows, as_stored)
+        return fetch_sample(self, i, transforms, seed, image_layout, max_image_pixels, box_rows,
+                            as_stored)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         for i in range(len(self)):

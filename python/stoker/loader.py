@@ -139,6 +139,13 @@ class Loader:
             labels ``(batch, num_classes)``.
         pad_values: ``{field: value}``: what pads a variable-length field's batches in
             place of 0 (``{"classes": -1}``, as 0 is a valid class id).
+        box_rows: variable-length fields outside the transform group with boxes that are
+            rows of its boxes: dropped with them, as in the group's key.
+        as_stored: fields delivered as stored that a transform group would otherwise
+            refuse to leave out: a variable-length field that is not per box, or a mask,
+            boxes or keypoints field left unmoved knowingly (a detection dataset read for
+            classification). Any other such field is a ``ValueError`` (docs/augment.md,
+            "Whole groups").
         on_error: ``"raise"`` (default) or ``"skip"``.
         max_image_pixels: images whose header declares more pixels are refused.
         prefetch_next_epoch: start loading the next epoch's first batches while this
@@ -235,6 +242,8 @@ class Loader:
         map_fields: Optional[Mapping[Any, Any]] = None,
         names: Optional[Sequence[Any]] = None,
         python_workers: str = "auto",
+        box_rows: Optional[Sequence[str]] = None,
+        as_stored: Optional[Sequence[str]] = None,
         **options: Any,
     ):
         # Declare, then build (NOTE [ Loader plan ] in stoker/_plan.py): every check first.

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "common/detail/half.h"
 #include "common/error.h"
+#include "geometry/convex_polygon.h"
 #include "geometry/target_geometry.h"
 
 using namespace stoker;
@@ -193,6 +194,87 @@ void test_identity_geometry_leaves_boxes_untouched() {
   CHECK((b == std::vector<float>{1.25f, 2.5f, 3.75f, 60.125f}));
 }
 
+void test_convex_polygon() {
+  ConvexPolygon p = ConvexPolygon::rect(-10, 5, 30, 25);
+  CHECK(near(p.area(), 800));
+  p.clip_to_canvas(20, 20);  // -> [0, 20] x [5, 20]
+  double x1, y1, x2, y2;
+  p.bounds(&x1, &y1, &x2, &y2);
+  CHECK(near(x1, 0) && near(y1, 5) && near(x2, 20) && near(y2, 20) && near(p.area(), 300));
+  double lo, hi;
+  CHECK(p.span_at(10, &lo, &hi) && near(lo, 0) && near(hi, 20));
+  CHECK(!p.span_at(3, &lo, &hi));
+  // A diamond: the span narrows towards its tips; clipping keeps it convex.
+  ConvexPolygon d = ConvexPolygon::rect(0, 0, 10, 10);
+  d.map(Transform2D::affine(45, 0, 0, 1, 0, 0, {5, 5}));
+  CHECK(near(d.area(), 100, 1e-9));
+  CHECK(d.span_at(5, &lo, &hi) && near(lo, 5 - 5 * std::sqrt(2.0)) &&
+        near(hi, 5 + 5 * std::sqrt(2.0)));
+  CHECK(d.span_at(0, &lo, &hi) && near(hi - lo, 10 * std::sqrt(2.0) - 10, 1e-9));
+  d.clip_to_canvas(10, 10);  // the square minus four corner triangles
+  CHECK(near(d.area(), 100 - 4 * 0.5 * std::pow(10 - 5 * std::sqrt(2.0), 2), 1e-9));
+  CHECK(ConvexPolygon::rect(3, 3, 3, 9).empty());
+  ConvexPolygon gone = ConvexPolygon::rect(30, 30, 40, 40);
+  gone.clip_to_canvas(20, 20);
+  CHECK(gone.empty());
+}
+
+void test_what_a_crop_removed_stays_removed() {
+  // The right half of a 100 x 100 image, padded back to 100 wide on the left:
+  // the composed map is the identity, but the left half is padding now.
+  Geometry g(100, 100);
+  g.crop(50, 0, 50, 100);
+  g.crop(-50, 0, 100, 100);
+  CHECK(near(g.map(10, 10).x, 10));
+  const ConvexPolygon v = g.valid_region();
+  double x1, y1, x2, y2;
+  v.bounds(&x1, &y1, &x2, &y2);
+  CHECK(near(x1, 50) && near(x2, 100) && near(y1, 0) && near(y2, 100));
+  CHECK(!g.covers_output(v));
+  std::vector<float> b = {10, 10, 40, 40, 40, 10, 60, 40};  // gone; half left
+  std::vector<uint8_t> keep(2);
+  CHECK_EQ(transform_boxes(b.data(), 2, BoxFormat::kXYXY, false, g, loose(), keep.data()), 1);
+  CHECK(keep[0] == 0 && keep[1] == 1 && box_is(&b[4], 50, 10, 60, 40));
+  std::vector<float> kp = {20, 20, 2, 70, 20, 2};
+  transform_keypoints(kp.data(), 2, 1, false, g, nullptr);
+  CHECK((kp == std::vector<float>{0, 0, 0, 70, 20, 2}));
+
+  // A crop, then a rotation that turns the cut-off corner back into the canvas:
+  // a box there is dropped, one across the crop's edge is clipped to it.
+  Geometry r(100, 100);
+  r.crop(0, 0, 50, 100);                                               // the left half
+  r.warp(Transform2D::affine(180, 0, 0, 1, 0, 0, {25, 50}), 50, 100);  // turned over
+  b = {60, 10, 90, 40, 40, 10, 60, 40};
+  CHECK_EQ(transform_boxes(b.data(), 2, BoxFormat::kXYXY, false, r, loose(), keep.data()), 1);
+  // (40, 10) - (50, 40) is left, turned to (0, 60) - (10, 90)
+  CHECK(keep[0] == 0 && box_is(&b[4], 0, 60, 10, 90, 1e-6));
+  // Nothing of the region lies outside the turned half: it covers the output.
+  CHECK(r.covers_output(r.valid_region()));
+  // 45 degrees about the centre of a 100 x 100 crop: the corners of the output are fill.
+  Geometry q(200, 200);
+  q.crop(50, 50, 100, 100);
+  q.warp(Transform2D::affine(45, 0, 0, 1, 0, 0, {50, 50}), 100, 100);
+  const ConvexPolygon qv = q.valid_region();
+  CHECK(!q.covers_output(qv));
+  // At the top, |x - 50| + |y - 50| <= 50 sqrt(2): a span narrower than the row.
+  const double half = 50 * std::sqrt(2.0) - 49.5;
+  CHECK(qv.span_at(0.5, &x1, &x2) && near(x1, 50 - half, 1e-6) && near(x2, 50 + half, 1e-6));
+  // A box of the original's corner, cut by the crop: without the region it would come back.
+  b = {0, 0, 40, 40};
+  CHECK_EQ(transform_boxes(b.data(), 1, BoxFormat::kXYXY, false, q, loose(), keep.data()), 0);
+}
+
+void test_boxes_with_nothing_left_are_dropped() {
+  // A box reduced to a line by clipping, a line, and a sliver of a ten
+  // thousandth of a pixel are dropped whatever the filter; a hundredth stays.
+  Geometry g(100, 100);
+  g.crop(0, 0, 50, 50);
+  std::vector<float> b = {50, 10, 60, 20, 10, 10, 10, 20, 49.9999f, 10, 70, 20, 49.99f, 10, 70, 20};
+  std::vector<uint8_t> keep(4);
+  CHECK_EQ(transform_boxes(b.data(), 4, BoxFormat::kXYXY, false, g, loose(), keep.data()), 1);
+  CHECK(keep[3] == 1);
+}
+
 // --- batch mixes ----------------------------------------------------------
 
 void test_mixup_images_and_labels() {
@@ -297,4 +379,6 @@ TEST_MAIN(test_transform2d_basics(); test_boxes_through_crop_flip_resize();
           test_boxes_are_clipped_and_filtered(); test_boxes_through_pad_letterbox_rotation();
           test_boxes_through_perspective(); test_keypoints_flip_pairs_and_visibility();
           test_compact_rows(); test_identity_geometry_leaves_boxes_untouched();
-          test_mixup_images_and_labels(); test_cutmix_box_and_area(); test_switch_and_probability())
+          test_convex_polygon(); test_what_a_crop_removed_stays_removed();
+          test_boxes_with_nothing_left_are_dropped(); test_mixup_images_and_labels();
+          test_cutmix_box_and_area(); test_switch_and_probability())

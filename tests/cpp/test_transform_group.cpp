@@ -403,9 +403,70 @@ void test_refusals() {
   CHECK_THROWS(DataError, with_rows.run(rio, 0, kH, kW));
 }
 
+void test_mosaic_places_four_samples_and_their_targets() {
+  // ultralytics' placement: the sample's tile ends at the centre, the others start there.
+  ops::Mosaic m;
+  m.h = m.w = 64;
+  const ops::Mosaic::Tile t0 = m.place(0, 96, 72, 50, 70);  // fits 64 wide: 64 x 48
+  CHECK(t0.tw == 64 && t0.th == 48 && t0.x == 0 && t0.y == 22 && t0.cw == 50 && t0.ch == 48);
+  CHECK(t0.sx == 14 && t0.sy == 0);
+  const ops::Mosaic::Tile t3 = m.place(3, 96, 72, 50, 70);
+  CHECK(t3.x == 50 && t3.y == 70 && t3.sx == 0 && t3.sy == 0 && t3.cw == 64 && t3.ch == 48);
+  const ops::Mosaic::Tile t1 = m.place(1, 72, 96, 100, 20);  // 48 x 64, cut at the top
+  CHECK(t1.tw == 48 && t1.th == 64 && t1.x == 100 && t1.y == 0 && t1.cw == 28 && t1.ch == 20);
+  CHECK(t1.sy == 44);
+  // A group with a mosaic reads four samples: the same scene four times; every
+  // tile's box, class and keypoints come out, each on its own red rectangle.
+  GroupSpec spec;
+  spec.members.push_back(member(GroupMember::Kind::kImage, "image"));
+  spec.members.push_back(member(GroupMember::Kind::kMask, "mask"));
+  spec.members.push_back(member(GroupMember::Kind::kBoxes, "boxes"));
+  GroupMember cls = member(GroupMember::Kind::kRows, "classes");
+  cls.row_bytes = 8;
+  spec.members.push_back(cls);
+  spec.ops = {m};
+  const TransformGroup group(spec);
+  CHECK_EQ(group.samples(), 4);
+  int64_t partners[3], again[3];
+  group.partners(42, 1000, partners);
+  group.partners(42, 1000, again);
+  CHECK(partners[0] == again[0] && partners[1] == again[1] && partners[2] == again[2]);
+  const Scene sc = scene();
+  const float box[4] = {sc.box[0], sc.box[1], sc.box[2], sc.box[3]};
+  const int64_t c[1] = {5};
+  MemberIO one[4] = {{sc.image.data(), sc.image.size()},
+                     {sc.mask.data(), sc.mask.size()},
+                     {reinterpret_cast<const uint8_t*>(box), 16},
+                     {reinterpret_cast<const uint8_t*>(c), 8}};
+  const MemberIO* others[3] = {one, one, one};
+  Bytes img(128 * 128 * 3), mask(128 * 128);
+  std::vector<float> boxes(16);
+  std::vector<int64_t> classes(4);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    MemberIO io[4] = {one[0], one[1], one[2], one[3]};
+    io[0].out = img.data();
+    io[1].out = mask.data();
+    io[2].out = boxes.data();
+    io[3].out = classes.data();
+    group.run(io, seed, 128, 128, nullptr, others);
+    CHECK(io[2].out_rows >= 1 && io[2].out_rows <= 4 && io[3].out_rows == io[2].out_rows);
+    for (int64_t k = 0; k < io[2].out_rows; ++k) {
+      CHECK_EQ(classes[k], 5);
+      const float* b = &boxes[4 * k];
+      // every pixel inside the box is red in the image and labelled in the mask
+      for (int y = static_cast<int>(std::ceil(b[1])); y < static_cast<int>(b[3]); ++y)
+        for (int x = static_cast<int>(std::ceil(b[0])); x < static_cast<int>(b[2]); ++x) {
+          CHECK_EQ(mask[y * 128 + x], 3);
+          CHECK(img[(y * 128 + x) * 3] > 150);
+        }
+    }
+    CHECK_THROWS(UsageError, group.run(io, seed, 128, 128));  // the others are needed
+  }
+}
+
 }  // namespace
 
 TEST_MAIN(test_targets_follow_classic_ops(); test_targets_follow_new_geometry();
           test_letterbox_pads_with_114_and_places_boxes(); test_rows_drop_with_their_boxes();
           test_masks_alone_arrays_and_palettes(); test_normalize_bfloat16_and_erasing();
-          test_refusals())
+          test_refusals(); test_mosaic_places_four_samples_and_their_targets())

@@ -366,7 +366,8 @@ void register_augment_kernels(py::module_& m) {
          const std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>&
              classes,
          const std::optional<F32Array>& keypoints, bool keypoints_normalized,
-         const std::vector<ImageOp>& ops, uint64_t seed, const std::string& layout) {
+         const std::vector<ImageOp>& ops, uint64_t seed, const std::string& layout,
+         const std::vector<py::dict>& others) {
         // Members in a fixed order: image, mask, boxes, classes, keypoints.
         GroupSpec spec;
         spec.ops = ops;
@@ -428,6 +429,43 @@ void register_augment_kernels(py::module_& m) {
                        static_cast<size_t>(keypoints->size()) * 4};
         }
         const TransformGroup group(spec);
+        // The other samples a Mosaic reads: dicts of the same members (PNG bytes for
+        // the image and mask, arrays for the rest), in the members' order.
+        STOKER_CHECK(static_cast<int>(others.size()) == group.samples() - 1, UsageError,
+                     "the ops read ", group.samples(), " samples: give ", group.samples() - 1,
+                     " others, got ", others.size());
+        std::vector<std::vector<MemberIO>> other_io(others.size());
+        std::vector<py::object> other_holds;
+        std::vector<const MemberIO*> other_ptrs;
+        for (size_t o = 0; o < others.size(); ++o) {
+          for (const GroupMember& gm : spec.members) {
+            const char* key = gm.kind == GroupMember::Kind::kImage   ? "image"
+                              : gm.kind == GroupMember::Kind::kMask  ? "mask"
+                              : gm.kind == GroupMember::Kind::kBoxes ? "boxes"
+                              : gm.kind == GroupMember::Kind::kRows  ? "classes"
+                                                                     : "keypoints";
+            STOKER_CHECK(others[o].contains(key), UsageError, "others[", o, "] has no '", key, "'");
+            py::object v = others[o][key];
+            if (py::isinstance<py::bytes>(v)) {
+              other_holds.push_back(v);
+              char* data = nullptr;
+              py::ssize_t n = 0;
+              PYBIND11_BYTES_AS_STRING_AND_SIZE(v.ptr(), &data, &n);
+              other_io[o].push_back(
+                  {reinterpret_cast<const uint8_t*>(data), static_cast<size_t>(n)});
+            } else {
+              py::array a =
+                  gm.kind == GroupMember::Kind::kRows
+                      ? py::array(
+                            py::array_t<int64_t, py::array::c_style | py::array::forcecast>(v))
+                      : py::array(F32Array(v));
+              other_holds.push_back(a);
+              other_io[o].push_back(
+                  {static_cast<const uint8_t*>(a.data()), static_cast<size_t>(a.nbytes())});
+            }
+          }
+          other_ptrs.push_back(other_io[o].data());
+        }
         std::pair<int, int> hw;
         {
           py::gil_scoped_release nogil;
@@ -469,12 +507,15 @@ void register_augment_kernels(py::module_& m) {
         std::vector<std::vector<uint8_t>> bufs;
         bufs.reserve(3);
         for (size_t i = k; i < io.size(); ++i) {
-          bufs.emplace_back(io[i].size);
+          size_t room = io[i].size;  // the rows of every sample
+          for (const auto& o : other_io) room += o[i].size;
+          bufs.emplace_back(room);
           io[i].out = bufs.back().data();
         }
         {
           py::gil_scoped_release nogil;
-          group.run(io.data(), seed, h, w);
+          group.run(io.data(), seed, h, w, nullptr,
+                    other_ptrs.empty() ? nullptr : other_ptrs.data());
         }
         if (image) r["image"] = out_img;
         if (mask) r["mask"] = out_mask;
@@ -502,6 +543,7 @@ void register_augment_kernels(py::module_& m) {
       py::arg("format") = "xyxy", py::arg("normalized") = false, py::arg("classes") = py::none(),
       py::arg("keypoints") = py::none(), py::arg("keypoints_normalized") = false,
       py::arg("ops") = std::vector<ImageOp>{}, py::arg("seed") = 0, py::arg("layout") = "HWC",
+      py::arg("others") = std::vector<py::dict>{},
       "One sample through a transform group (ops: stoker.ops._specs(...)); a dict of the "
       "members given: image, mask, boxes, classes, keypoints.");
 }

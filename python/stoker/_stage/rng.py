@@ -4,12 +4,14 @@ any resume (NOTE [ Python stage ] in stoker/_stage/__init__.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Callable
 
 import numpy as np
+import torch
 from numpy.random.bit_generator import ISeedSequence
 
-__all__ = ["rng_keys", "rng_from_key", "sample_rng", "batch_rng"]
+__all__ = ["rng_keys", "rng_from_key", "sample_rng", "batch_rng", "call_with_torch_seeded"]
 
 
 
@@ -20,6 +22,7 @@ _MUL2 = np.uint64(0x94D049BB133111EB)
 # Domains of the keys: a sample's generator and a batch's never coincide.
 _SAMPLE_DOMAIN = 0x5354_4B52_4E47_0001  # "STKRNG" 1
 _BATCH_DOMAIN = 0x5354_4B52_4E47_0002
+_TORCH_DOMAIN = 0x5354_4B52_4E47_0003
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -87,3 +90,35 @@ def batch_rng(seed: int, epoch: int, rank: int, world_size: int,
     lane = (int(rank) << 32) ^ int(world_size)
     keys = rng_keys(seed ^ lane, epoch, [batch], _BATCH_DOMAIN)
     return rng_from_key(keys[0])
+
+
+# NOTE [ torch's generator in batch_map ]
+# kornia, torchvision.transforms.v2 on tensors and plain torch.rand draw from torch's global
+# generators (the CPU's, and each CUDA device's), which are process-wide: their draws would
+# depend on which batch_map call ran before, on which thread. Each call runs with the
+# generators forked (torch.random.fork_rng: saved, then restored after) and seeded from
+# (seed, epoch, rank, world size, batch), so its draws are a function of the batch alone.
+# Two calls must not interleave on one generator, so they take turns (a lock): batch_map
+# calls run one at a time, their tensor kernels still in parallel inside each.
+_TORCH_LOCK = threading.Lock()
+
+
+def batch_torch_seed(seed: int, epoch: int, rank: int, world_size: int, batch: int) -> int:
+    """The seed of torch's generators for batch_map's call on `batch` (63 bits)."""
+    lane = (int(rank) << 32) ^ int(world_size)
+    key = rng_keys(seed ^ lane, epoch, [batch], _TORCH_DOMAIN)[0, 0]
+    return int(key) >> 1
+
+
+def call_with_torch_seeded(fn: Callable[..., Any], batch: Any, rng: np.random.Generator,
+                           torch_seed: int, device: Any = None) -> Any:
+    """``fn(batch, rng)`` with torch's CPU generator (and `device`'s, a CUDA device)
+    forked and seeded with `torch_seed` (NOTE [ torch's generator in batch_map ])."""
+    cuda = device is not None and torch.device(device).type == "cuda"
+    devices = [torch.device(device)] if cuda else []
+    with _TORCH_LOCK, torch.random.fork_rng(devices=devices):
+        torch.random.default_generator.manual_seed(torch_seed)
+        if cuda:
+            with torch.cuda.device(devices[0]):
+                torch.cuda.manual_seed(torch_seed)
+        return fn(batch, rng)

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import _core
 from ..fields import Blob, Image, NDArray, Scalar, Tokens
-from ..ops import Op, _specs
+from ..ops import _specs
 from .telemetry import native_times
 
 __all__ = ["normalize_item", "MapStyleSource", "DatasetSource", "fetch_sample"]
@@ -74,10 +74,13 @@ class DatasetSource:
         self._options = options  # _core.RecordOptions: images, transforms, the seed
         self._fetcher = _core.SampleFetcher(dataset._core, options)
         finish: List[Tuple[str, Callable[[Any], Any]]] = []
+        # a transform group's array masks come at their transformed size
+        grouped = {n for t in options.transforms if len(t.fields) > 1 for n in t.fields}
         for name, f in dataset.fields.items():
             if isinstance(f, Scalar):
                 finish.append((name, _first))
-            elif isinstance(f, NDArray) and len(f.shape) != 1:
+            elif isinstance(f, NDArray) and len(f.shape) != 1 and \
+                    not (name in grouped and not f.variable):
                 finish.append((name, _reshaper(tuple(-1 if d is None else d for d in f.shape))))
             elif isinstance(f, Image):
                 finish.append((name, _same))
@@ -137,19 +140,19 @@ _fetchers: "weakref.WeakKeyDictionary[Any, Dict[Any, DatasetSource]]" = \
 _fetchers_lock = threading.Lock()
 
 
-def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[str, Any]], seed: int,
-                 image_layout: Optional[str], max_pixels: int) -> Dict:
+def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[Any, Any]], seed: int,
+                 image_layout: Optional[str], max_pixels: int, box_rows: Any = None,
+                 as_stored: Any = None) -> Dict:
     """``Dataset.sample``: a source per (transforms, layout, limit), kept while the
-    dataset lives; the draws are keyed by (seed, index) through the source's epoch."""
+    dataset lives; the draws are keyed by (seed, index) through the source's epoch.
+    Transform groups (tuple keys) are checked as the Loader checks them."""
+    from .._loader_args import check_transforms, group_targets
+
     if image_layout not in (None, "HWC", "CHW"):
         raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
-    transforms = dict(transforms or {})
-    for name, ops in transforms.items():
-        if name not in dataset.fields or not isinstance(dataset.fields[name], Image):
-            raise ValueError(f"transforms: {name!r} is not an image field of the dataset "
-                             f"(fields: {', '.join(dataset.fields)})")
-        transforms[name] = [ops] if isinstance(ops, Op) else list(ops)
-    key = (repr(sorted(transforms.items())), image_layout, int(max_pixels))
+    transforms = check_transforms(dataset.fields, transforms or {}, box_rows, as_stored)
+    key = (repr(sorted(transforms.items(), key=lambda kv: repr(kv[0]))), image_layout,
+           int(max_pixels))
     with _fetchers_lock:
         cache = _fetchers.setdefault(dataset, {})
         source = cache.get(key)
@@ -157,7 +160,11 @@ def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[str, Any
         images = {name: _core.ImageFieldSpec(image_layout or f.layout, int(max_pixels))
                   for name, f in dataset.fields.items() if isinstance(f, Image)}
         groups = [_core.TransformSpec([name], _specs(ops)) for name, ops in transforms.items()
-                  if ops]
+                  if ops and not isinstance(name, tuple)]
+        groups += [_core.TransformSpec(list(names), _specs(ops),
+                                       [_core.TargetSpec(*t)
+                                        for t in group_targets(dataset.fields, names)])
+                   for names, ops in transforms.items() if isinstance(names, tuple)]
         options = _core.RecordOptions(sampler=_core.SamplerOptions(batch_size=1),
                                       images=images, transforms=groups)
         source = DatasetSource(dataset, options)

@@ -20,7 +20,7 @@ from .collate import BatchLayout, tensors_of
 from .errors import add_note, format_exception_summary, names_itself
 from .pool import StagePool, exiting
 from .processes import ProcessWorkers, SendOrder, WorkerDied
-from .rng import batch_rng, rng_from_key, rng_keys
+from .rng import batch_rng, batch_torch_seed, call_with_torch_seeded, rng_from_key, rng_keys
 from .sources import DatasetSource, MapStyleSource
 from .telemetry import native_times, thread_sched
 from .workers import (
@@ -699,14 +699,15 @@ class PythonStage:
             d.objects = self.layout.write(pending.rows, specs, buffer)
             pending.release()  # the rows are in the batch now
             if self.batch_map is not None and not self.batch_map_on_consumer:
-                d.whole = self.layout.assemble(tensors_of(buffer, specs), d.objects)
+                d.whole = self._map_images(self.layout.assemble(tensors_of(buffer, specs),
+                                                                d.objects))
                 specs, nbytes = [], 0
         if self.batch_map is not None and not self.batch_map_on_consumer:
             try:
                 self._hook_phase("batch_map", task)
-                d.whole = _not_none(self.batch_map(
-                    d.whole, batch_rng(self.seed, task.epoch, task.rank, task.world_size,
-                                       task.batch)), what)
+                key = (self.seed, task.epoch, task.rank, task.world_size, task.batch)
+                d.whole = _not_none(call_with_torch_seeded(
+                    self.batch_map, d.whole, batch_rng(*key), batch_torch_seed(*key)), what)
             except Exception as e:
                 self._fail(task, add_note(e, f"stoker: raised by batch_map for {what}"))
                 return
@@ -748,6 +749,16 @@ class PythonStage:
 
     # -- the consumer ----------------------------------------------------------------
 
+    def _map_images(self, batch: Any) -> Any:
+        """An image field map passes on as decoded, (h, w, 3) (a mask: (h, w, 1)), batches
+        as the loader's own images do: an NCHW view of the HWC batch (docs/python.md)."""
+        if isinstance(batch, dict):
+            for name in self.nchw_views:
+                t = batch.get(name)
+                if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[3] in (1, 3):
+                    batch[name] = t.permute(0, 3, 1, 2)
+        return batch
+
     def _viewed(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         for name in self.nchw_views:
             if name in batch:
@@ -769,16 +780,19 @@ class PythonStage:
             raise RuntimeError(f"stoker: internal error: the Python stage lost the objects "
                                f"of a batch (ticket {ticket}); please report it")
         if self.per_sample:
-            batch = self.layout.assemble(tensors, d.objects if d is not None else {})
+            batch = self._map_images(self.layout.assemble(
+                tensors, d.objects if d is not None else {}))
         else:  # a batch the C++ workers assembled, named by its fields
             batch = self._viewed(dict(tensors))
         if self.batch_map is not None and self.batch_map_on_consumer and d is not None:
-            rng = batch_rng(self.seed, d.epoch, d.rank, d.world_size, d.batch)
+            key = (self.seed, d.epoch, d.rank, d.world_size, d.batch)
+            rng, torch_seed = batch_rng(*key), batch_torch_seed(*key)
             what = f"batch {d.batch} of epoch {d.epoch}"
             try:
                 if self._side is None:  # the host fake's "device": host memory, copied
-                    return _not_none(self.batch_map(batch, rng), what)
-                return _not_none(self._on_side_stream(batch, rng), what)
+                    return _not_none(call_with_torch_seeded(self.batch_map, batch, rng,
+                                                            torch_seed), what)
+                return _not_none(self._on_side_stream(batch, rng, torch_seed), what)
             except Exception as e:
                 add_note(e, f"stoker: raised by batch_map for {what}")
                 raise
@@ -786,7 +800,7 @@ class PythonStage:
                 self._check_fork()
         return batch
 
-    def _on_side_stream(self, batch: Any, rng: np.random.Generator) -> Any:
+    def _on_side_stream(self, batch: Any, rng: np.random.Generator, torch_seed: int) -> Any:
         """NOTE [ batch_map on the device ]
         The copy of batch k ends with event E_k on stoker's copy stream. At next(), the
         consumer's stream U and the stage's side stream S both wait for E_k (on the
@@ -804,7 +818,7 @@ class PythonStage:
         side = self._side
         inputs = {t.untyped_storage().data_ptr() for t in _tensors(batch)}
         with torch.cuda.stream(side):
-            out = self.batch_map(batch, rng)
+            out = call_with_torch_seeded(self.batch_map, batch, rng, torch_seed, side.device)
         done = torch.cuda.Event()
         done.record(side)
         consumer = torch.cuda.current_stream(side.device)

@@ -13,7 +13,8 @@ masks, boxes, keypoints and per-box rows follow the image's geometry (docs/augme
     transforms = {("image", "mask", "boxes", "classes"): [stoker.ops.RandomResizedCrop(512),
                                                            stoker.ops.RandomHorizontalFlip()]}
 
-:class:`MixUp` and :class:`CutMix` act on whole batches: ``Loader(batch_transforms=[...])``.
+:class:`MixUp` and :class:`CutMix` act on whole batches: ``Loader(batch_transforms=[...])``;
+:class:`Mosaic` reads three more samples for each one (YOLO's mosaic).
 
 Semantics follow torchvision on PIL images: the crop rules, the rounding of sizes, and an
 antialiased bilinear (triangle) resize like PIL's ``BILINEAR``. Images come out RGB
@@ -46,9 +47,11 @@ from .geometry import (
     RandomVerticalFlip,
     Resize,
 )
+from .multi_sample import Mosaic
 
 __all__ = ["Op", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip",
            "RandomVerticalFlip", "Normalize", "ColorJitter", "RandomGrayscale", "GaussianBlur",
            "HSVJitter", "RandAugment", "TrivialAugmentWide", "AutoAugment", "RandomErasing",
            "RandomCrop", "Pad", "Letterbox", "RandomRotation", "RandomAffine",
-           "RandomPerspective", "SanitizeBoundingBoxes", "BatchOp", "MixUp", "CutMix"]
+           "RandomPerspective", "SanitizeBoundingBoxes", "Mosaic", "BatchOp", "MixUp",
+           "CutMix"]

@@ -77,6 +77,10 @@ class Op:
 
     kind: str = ""
     num_args: int = -1
+    #: whether the op moves pixels (crops, resizes, flips, padding, warps, and the
+    #: auto-augment policies' shears): a mask, boxes or keypoints field outside its group
+    #: would be left behind, so the Loader refuses that
+    moves_pixels: bool = False
     #: fewer values args() may give: parameters added later, left out at their defaults
     #: (the C++ op's own defaults), so that spec() reads as it did before them
     min_args: Optional[int] = None

@@ -20,6 +20,7 @@ class RandAugment(Op):
     """
 
     kind = "rand_augment"
+    moves_pixels = True
     num_args = 3
 
     def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31):
@@ -41,6 +42,7 @@ class TrivialAugmentWide(Op):
     """
 
     kind = "trivial_augment_wide"
+    moves_pixels = True
     num_args = 1
 
     def __init__(self, num_magnitude_bins: int = 31):
@@ -61,6 +63,7 @@ class AutoAugment(Op):
     """
 
     kind = "auto_augment"
+    moves_pixels = True
     num_args = 0
 
     def __init__(self, policy: str = "imagenet"):

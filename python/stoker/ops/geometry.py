@@ -28,6 +28,7 @@ class RandomResizedCrop(Op):
     """
 
     kind = "random_resized_crop"
+    moves_pixels = True
     num_args = 6
 
     def __init__(self, size: _Size, scale: Tuple[float, float] = (0.08, 1.0),
@@ -54,6 +55,7 @@ class Resize(Op):
     """
 
     kind = "resize"
+    moves_pixels = True
     num_args = 4
     min_args = 3
 
@@ -100,6 +102,7 @@ class CenterCrop(Op):
     """
 
     kind = "center_crop"
+    moves_pixels = True
     num_args = 2
 
     def __init__(self, size: _Size):
@@ -123,6 +126,7 @@ class RandomHorizontalFlip(Op):
     """
 
     kind = "random_horizontal_flip"
+    moves_pixels = True
     num_args = 2
     min_args = 1
 
@@ -161,6 +165,7 @@ class RandomVerticalFlip(Op):
     """
 
     kind = "random_vertical_flip"
+    moves_pixels = True
     num_args = 1
 
     def __init__(self, p: float = 0.5):
@@ -219,6 +224,7 @@ class RandomCrop(Op):
     """
 
     kind = "random_crop"
+    moves_pixels = True
     num_args = 10
 
     def __init__(self, size: _Size, padding: Any = 0, pad_if_needed: bool = False,
@@ -248,6 +254,7 @@ class Pad(Op):
     """
 
     kind = "pad"
+    moves_pixels = True
     num_args = 7
 
     def __init__(self, padding: Any, fill: Any = 0, padding_mode: str = "constant",
@@ -314,6 +321,7 @@ class Letterbox(Op):
     """
 
     kind = "letterbox"
+    moves_pixels = True
     num_args = 5
 
     def __init__(self, size: _Size, fill: Any = 114, mask_fill: int = 0, scaleup: bool = True):
@@ -340,6 +348,7 @@ class RandomRotation(Op):
     """
 
     kind = "random_rotation"
+    moves_pixels = True
     num_args = 7
 
     def __init__(self, degrees: Any, interpolation: Any = "nearest", expand: bool = False,
@@ -373,6 +382,7 @@ class RandomAffine(Op):
     """
 
     kind = "random_affine"
+    moves_pixels = True
     num_args = 9
 
     def __init__(self, degrees: Any, translate: Any = None, scale: Any = None,
@@ -426,6 +436,7 @@ class RandomPerspective(Op):
     """
 
     kind = "random_perspective"
+    moves_pixels = True
     num_args = 5
 
     def __init__(self, distortion_scale: float = 0.5, p: float = 0.5,
