@@ -1,11 +1,11 @@
-"""Native batching of Python outputs (stoker/_collate.py): layouts inferred or declared,
+"""Native batching of Python outputs (stoker/_stage/collate.py): layouts inferred or declared,
 padding with lengths, scalars, object lists, and the errors for samples that disagree."""
 
 import numpy as np
 import pytest
 import stoker
 import torch
-from stoker._collate import BatchLayout, tensors_of
+from stoker._stage.collate import BatchLayout, tensors_of
 
 
 def batch(layout, samples, where="sample {}"):

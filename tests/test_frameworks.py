@@ -492,6 +492,18 @@ def test_hf_causal_lm_loss_is_the_intended_target(tmp_path, packing):
 
 # -- torchrun ---------------------------------------------------------------------------------
 
+def test_torchrun_scheduled_mix_made_before_the_process_group(tmp_path):
+    """A schedule's steps are batches of the whole job: a loader built before the
+    process group exists (one rank then) switches at step 20 on 2 ranks, not at step 10."""
+    a = write_dataset(tmp_path / "a", 60, shard_size="1KB")
+    b = write_dataset(tmp_path / "b", 60, shard_size="1KB")
+    out = str(tmp_path / "mix")
+    _torchrun("torchrun_mix_schedule.py", a.path, b.path, out)
+    for r in _results(out, 2):
+        assert r["batches"] == 50  # 400 rows, 4 a batch, 2 ranks
+        assert r["sources"] == [[0]] * 20 + [[1]] * 30, r["rank"]
+
+
 def test_torchrun_loader_made_before_the_process_group(ds, tmp_path):
     out = str(tmp_path / "tr")
     _torchrun("torchrun_world.py", ds.path, out)

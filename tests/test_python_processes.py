@@ -1,5 +1,5 @@
 """The Python stage in worker processes (python_workers="process", NOTE [ Python stage
-processes ] in stoker/_process_workers.py): the same batches as threads, errors and skips
+processes ] in stoker/_stage/processes.py): the same batches as threads, errors and skips
 from the workers, a worker that dies, lifetime, arrays through memfd arenas, and a script
 without a __main__ guard."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from stoker import _process_workers
+from stoker._stage import processes as _process_workers
 from test_python_stage import (
     CROP,
     JITTER_FIELDS,

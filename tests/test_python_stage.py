@@ -1,4 +1,4 @@
-"""The Python stage (NOTE [ Python stage ] in stoker/_python_stage.py): its pieces, then
+"""The Python stage (NOTE [ Python stage ] in stoker/_stage/__init__.py): its pieces, then
 map / batch_map / collate_fn / map-style datasets through the Loader."""
 
 import io
@@ -16,15 +16,10 @@ import stoker
 import torch
 from conftest import stoker_threads
 from PIL import Image
-from stoker._python_stage import (
-    MapStyleSource,
-    StagePool,
-    add_note,
-    batch_rng,
-    normalize_item,
-    rng_keys,
-    sample_rng,
-)
+from stoker._stage.errors import add_note
+from stoker._stage.pool import StagePool
+from stoker._stage.rng import batch_rng, rng_keys, sample_rng
+from stoker._stage.sources import MapStyleSource, normalize_item
 
 # -- pieces ------------------------------------------------------------------------------
 
@@ -297,7 +292,7 @@ def test_rng_is_keyed_by_seed_epoch_and_dataset_index(img_ds):
                            prefetch_next_epoch=False)  # only epoch 4's samples are mapped
     loader.set_epoch(4)
     list(loader)
-    from stoker._python_stage import sample_rng
+    from stoker._stage.rng import sample_rng
     assert got == {i: sample_rng(9, 4, i).random() for i in range(60)}
 
 
@@ -707,7 +702,7 @@ def test_python_dataset_under_torchrun_two_processes(tmp_path):
     import subprocess
     import sys
 
-    from stoker._python_stage import sample_rng
+    from stoker._stage.rng import sample_rng
 
     out = str(tmp_path / "ddp")
     script = os.path.join(os.path.dirname(__file__), "frameworks", "torchrun_python_dataset.py")
@@ -749,7 +744,7 @@ def test_yolo_example_boxes_match_a_plain_python_reference(tmp_path, monkeypatch
     """The YOLO-style example of docs/python.md, end to end: every target of every batch
     (and every mosaic pixel) equals what a plain-Python re-implementation computes from
     the stored boxes and the same draws."""
-    from stoker._python_stage import sample_rng
+    from stoker._stage.rng import sample_rng
 
     code = next(b for b in doc_blocks() if "def mosaic" in b)
     monkeypatch.chdir(tmp_path)

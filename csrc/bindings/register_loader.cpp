@@ -128,6 +128,7 @@ void register_loader(py::module_& m) {
       m, "BatchProducer", "What goes into batches (records of a dataset, token windows...).")
       .def("num_batches", &BatchProducer::num_batches, py::arg("rank"), py::arg("world_size"))
       .def("epoch_samples", &BatchProducer::epoch_samples)
+      .def("rank_samples", &BatchProducer::rank_samples, py::arg("rank"), py::arg("world_size"))
       .def(
           "consumed_after",
           [](const BatchProducer& p, uint64_t epoch, int64_t rank, int64_t world, int64_t offset,
@@ -266,6 +267,7 @@ void register_loader(py::module_& m) {
           },
           py::arg("epoch"), py::arg("offset"), py::arg("world_size") = 0,
           "world_size: of the job that saved the state (padding follows it; 0: unknown)")
+      .def("skip", &LoaderCore::skip, py::arg("batches"), py::arg("rank"), py::arg("world_size"))
       .def("close", &LoaderCore::close, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); })
       .def_property_readonly("active_threads", &LoaderCore::active_threads);

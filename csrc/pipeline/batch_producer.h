@@ -121,6 +121,10 @@ class BatchProducer {
   virtual ~BatchProducer() = default;
   /// Batches of a whole epoch (offset 0) for this rank: len(loader). Cheap.
   virtual int64_t num_batches(int64_t rank, int64_t world_size) const = 0;
+  /// This rank's samples in a whole epoch (wrap-around padding included; rows of
+  /// a mixture, windows or packed rows of tokens): what a DataLoader's sampler's
+  /// len() is. Cheap.
+  virtual int64_t rank_samples(int64_t rank, int64_t world_size) const = 0;
   /// Global samples in one epoch (the unit of EpochKey::offset), before rank padding.
   virtual int64_t epoch_samples() const = 0;
   /// Global samples consumed once every rank has taken `batches` batches of the

@@ -152,6 +152,18 @@ void LoaderCore::set_epoch(uint64_t epoch) {
     if (resume_ && resume_->epoch != epoch) resume_.reset();
     if (!main_.live || main_.finished) main_.claimed = false;  // the state moves on to `epoch`
   }
+  // transformers' Trainer skips first and sets the epoch after, as a DataLoader's
+  // SkipBatchSampler allows: a skip not yet taken moves to the epoch set.
+  if (skip_ && skip_->epoch != epoch) {
+    Skip s = *skip_;
+    s.epoch = epoch;
+    resume_at(LoaderState{epoch,
+                          producer_->consumed_after(EpochKey{epoch, s.rank, s.world_size, 0},
+                                                    s.batches),
+                          s.world_size},
+              retired);
+    skip_ = s;
+  }
   // The epoch that flows on after the running one, or the one waiting.
   if (main_.live && !main_.finished && main_.owner && main_.owner->run_) {
     const EpochKey& k = main_.key;
@@ -180,6 +192,7 @@ std::shared_ptr<LoaderCore::Iterator> LoaderCore::iter(int64_t rank, int64_t wor
                                   [](const std::weak_ptr<Iterator>& w) { return w.expired(); }),
                    iterators_.end());
   iterators_.push_back(it);
+  skip_.reset();  // the iterator takes a pending skip from here
   // Start the epoch this iterator will most likely claim, so its first batch
   // is on its way before the first next() (NOTE [ Next-epoch prefetch ]).
   if (!(main_.live && !main_.finished)) {
@@ -323,6 +336,23 @@ LoaderState LoaderCore::state() const {
 void LoaderCore::load_state(const LoaderState& s) {
   Retired retired;
   std::lock_guard<std::mutex> lock(mu_);
+  skip_.reset();
+  resume_at(s, retired);
+}
+
+void LoaderCore::skip(int64_t batches, int64_t rank, int64_t world_size) {
+  STOKER_CHECK(batches >= 0, UsageError, "num_batches must be >= 0, got ", batches);
+  Retired retired;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t epoch = resume_ ? resume_->epoch : pending_.value_or(next_epoch_);
+  skip_ = Skip{epoch, batches, rank, world_size};
+  resume_at(LoaderState{epoch, producer_->consumed_after(EpochKey{epoch, rank, world_size, 0},
+                                                         batches),
+                        world_size},
+            retired);
+}
+
+void LoaderCore::resume_at(const LoaderState& s, Retired& retired) {
   STOKER_CHECK(s.offset >= 0 && s.offset <= producer_->epoch_samples(), UsageError,
                "cannot resume: position ", s.offset, " outside [0, ", producer_->epoch_samples(),
                "]");

@@ -130,6 +130,11 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   /// The next iterator resumes at `s`: the rest of that epoch, at whatever
   /// world size the iterator has.
   void load_state(const LoaderState& s);
+  /// The next iterator starts at batch `batches` of its epoch (set_epoch's, else
+  /// the next) on `rank` of `world_size`, reading none of the batches before it.
+  /// A set_epoch(e) before that iterator moves the skip to epoch e; iter() takes
+  /// it, load_state() drops it (accelerate's skip_first_batches calls it).
+  void skip(int64_t batches, int64_t rank, int64_t world_size);
 
   /// Stops every stream and worker thread now; iterators end (kEnd). The
   /// loader stays usable: the next iterator starts them again.
@@ -165,6 +170,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   bool run_starts(const Run& run, const EpochKey& key) const;
   std::shared_ptr<Run> new_run(const EpochKey& key);  // with mu_
   void drop_spec(Retired& retired);                   // with mu_
+  void resume_at(const LoaderState& s, Retired& retired);  // with mu_
   // With mu_: stops `run` without waiting and moves it to `retired`.
   void stop_run(std::shared_ptr<Run> run, Retired& retired);
   void claim(Iterator& it);
@@ -188,6 +194,11 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   uint64_t next_epoch_ = 0;            // guarded by mu_
   std::optional<uint64_t> pending_;    // guarded by mu_: set_epoch's
   std::optional<LoaderState> resume_;  // guarded by mu_: load_state's
+  struct Skip {
+    uint64_t epoch;
+    int64_t batches, rank, world_size;
+  };
+  std::optional<Skip> skip_;  // guarded by mu_: skip()'s, until an iterator takes it
   Main main_;                          // guarded by mu_
   std::shared_ptr<Run> spec_;          // guarded by mu_: a stream waiting for its iterator
   std::vector<std::weak_ptr<Iterator>> iterators_;  // guarded by mu_

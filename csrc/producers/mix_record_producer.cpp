@@ -64,6 +64,12 @@ int64_t MixRecordProducer::num_batches(int64_t rank, int64_t world_size) const {
       .batches;
 }
 
+int64_t MixRecordProducer::rank_samples(int64_t rank, int64_t world_size) const {
+  const MixSplit s(epoch_rows_, 0, rank, world_size, opts_.sampler.batch_size,
+                   opts_.sampler.drop_last, opts_.sampler.even_batches);
+  return s.full * s.batch + s.batch_length(s.full);  // the last batch: this rank's part
+}
+
 int64_t MixRecordProducer::consumed_after(const EpochKey& key, int64_t batches) const {
   return split(key).consumed_after(batches);
 }

@@ -41,6 +41,11 @@ int64_t MixTokenProducer::num_batches(int64_t rank, int64_t world_size) const {
   return MixSplit(epoch_rows_, 0, rank, world_size, batch_, drop_last_).batches;
 }
 
+int64_t MixTokenProducer::rank_samples(int64_t rank, int64_t world_size) const {
+  const MixSplit s(epoch_rows_, 0, rank, world_size, batch_, drop_last_, even_batches_);
+  return s.full * s.batch + s.batch_length(s.full);
+}
+
 int64_t MixTokenProducer::consumed_after(const EpochKey& key, int64_t batches) const {
   return split(key).consumed_after(batches);
 }

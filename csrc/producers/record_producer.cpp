@@ -203,6 +203,10 @@ int64_t RecordProducer::num_batches(int64_t rank, int64_t world_size) const {
   return EpochOrder(source_->ds->size(), opts_.sampler, 0, rank, world_size, 0).num_batches();
 }
 
+int64_t RecordProducer::rank_samples(int64_t rank, int64_t world_size) const {
+  return EpochOrder(source_->ds->size(), opts_.sampler, 0, rank, world_size, 0).num_samples();
+}
+
 int64_t RecordProducer::consumed_after(const EpochKey& key, int64_t batches) const {
   return EpochOrder(source_->ds->size(), opts_.sampler, key.epoch, key.rank, key.world_size,
                     key.offset, key.pad_from)

@@ -354,6 +354,13 @@ int64_t TokenProducer::num_batches(int64_t rank, int64_t world_size) const {
       .batches;
 }
 
+int64_t TokenProducer::rank_samples(int64_t rank, int64_t world_size) const {
+  if (o_.mode == TokenMode::kBudget)
+    return EpochSplit(budget_->num_batches(), 0, rank, world_size, 1, o_.drop_last).share;
+  return EpochSplit(samples_, 0, rank, world_size, o_.batch_size, o_.drop_last, o_.even_batches)
+      .share;
+}
+
 std::shared_ptr<const EpochPlan> TokenProducer::plan_epoch(const EpochKey& key) const {
   auto plan = std::make_shared<Plan>();
   plan->key = key;

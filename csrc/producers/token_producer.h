@@ -101,6 +101,7 @@ class TokenProducer : public BatchProducer {
   TokenProducer(std::shared_ptr<const TokenSource> source, TokenOptions opts);
 
   int64_t num_batches(int64_t rank, int64_t world_size) const override;
+  int64_t rank_samples(int64_t rank, int64_t world_size) const override;
   int64_t epoch_samples() const override { return samples_; }
   int64_t consumed_after(const EpochKey& key, int64_t batches) const override;
   std::shared_ptr<const EpochPlan> plan_epoch(const EpochKey& key) const override;

@@ -38,6 +38,10 @@ int64_t PythonProducer::num_batches(int64_t rank, int64_t world_size) const {
   return EpochOrder(n_, opts_, 0, rank, world_size, 0).num_batches();
 }
 
+int64_t PythonProducer::rank_samples(int64_t rank, int64_t world_size) const {
+  return EpochOrder(n_, opts_, 0, rank, world_size, 0).num_samples();
+}
+
 int64_t PythonProducer::consumed_after(const EpochKey& key, int64_t batches) const {
   return EpochOrder(n_, opts_, key.epoch, key.rank, key.world_size, key.offset, key.pad_from)
       .consumed_after(batches);

@@ -34,6 +34,7 @@ class PythonProducer final : public BatchProducer {
   PythonProducer(std::shared_ptr<const Dataset> ds, const SamplerOptions& opts);
 
   int64_t num_batches(int64_t rank, int64_t world_size) const override;
+  int64_t rank_samples(int64_t rank, int64_t world_size) const override;
   int64_t epoch_samples() const override { return n_; }
   int64_t consumed_after(const EpochKey& key, int64_t batches) const override;
   std::shared_ptr<const EpochPlan> plan_epoch(const EpochKey& key) const override;

@@ -1,5 +1,6 @@
-"""What :class:`stoker.Loader` takes: its arguments checked, the defaults this machine
-gives them (threads, memory), the rank and world size, and the device batches go to.
+"""The checks of single Loader arguments that the plan makes (stoker/_plan.py, NOTE
+[ Loader plan ]), the defaults this machine gives them (threads, memory), the rank and
+world size, and the device batches go to.
 
 Each check raises the error a user should see (a ``ValueError`` naming the argument, a
 ``TypeError`` for a DataLoader argument stoker replaces, saying what to use instead).
@@ -7,6 +8,7 @@ Each check raises the error a user should see (a ``ValueError`` naming the argum
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 import warnings
@@ -28,6 +30,9 @@ AUTO_DEVICE_PREFETCH = 2
 # max_memory=None: this share of the machine's RAM, divided among the local ranks.
 DEFAULT_MEMORY_SHARE = 1 / 16
 DEFAULT_STALL_WARNING = 0.2
+# A first batch slower than this is reported on the "stoker" logger (NOTE [ Slow first
+# batch ] in csrc/pipeline/loader_core.h).
+SLOW_FIRST_BATCH_SECONDS = 2.0
 
 # Options of token batches beyond DESIGN's four (seq_len, packing, token_dtype, max_tokens),
 # passed to stoker.token_dataset._make_producer; see docs/tokens.md.
@@ -233,23 +238,24 @@ def check_transforms(fields: Mapping[str, Field],
 
 
 def group_targets(fields: Mapping[str, Field], names: Sequence[str]) -> list:
-    """What each field of a transform group is, as ``_core.TargetSpec``: an RGB image, a
-    mask (``stoker.image(mode="L")`` or an integer ndarray of fixed shape (h, w) or
-    (h, w, 1)), boxes, keypoints, or per-box rows (any other variable-length field)."""
-    out = []
+    """What each field of a transform group is, as the arguments of ``_core.TargetSpec``:
+    an RGB image, a mask (``stoker.image(mode="L")`` or an integer ndarray of fixed shape
+    (h, w) or (h, w, 1)), boxes, keypoints, or per-box rows (any other variable-length
+    field)."""
+    out: list = []
     for name in names:
         f = fields[name]
         if isinstance(f, Image):
-            out.append(_core.TargetSpec("mask" if f.mode == "L" else "image"))
+            out.append(("mask" if f.mode == "L" else "image",))
         elif isinstance(f, Boxes):
-            out.append(_core.TargetSpec("boxes", f.format, f.normalized))
+            out.append(("boxes", f.format, f.normalized))
         elif isinstance(f, KeyPoints):
-            out.append(_core.TargetSpec("keypoints", "xyxy", f.normalized))
+            out.append(("keypoints", "xyxy", f.normalized))
         elif isinstance(f, NDArray) and f.variable:
-            out.append(_core.TargetSpec("rows"))
+            out.append(("rows",))
         elif isinstance(f, NDArray) and f.dtype.kind in "iu" and (
                 len(f.shape) == 2 or (len(f.shape) == 3 and f.shape[2] == 1)):
-            out.append(_core.TargetSpec("mask"))
+            out.append(("mask",))
         else:
             raise ValueError(f"transforms: field {name!r} ({f!r}) has no geometry to follow: "
                              "a group takes images, masks (stoker.image(mode='L') or an "
@@ -283,8 +289,28 @@ def check_pad_values(fields: Mapping[str, Field], pad_values: Optional[Mapping[s
     return out
 
 
-def check_batch_transforms(fields: Mapping[str, Field], batch_transforms: Any) -> Any:
-    """``[MixUp(...), CutMix(...)]`` (one of each at most) as ``_core.BatchMixOptions``,
+@dataclasses.dataclass(frozen=True)
+class BatchMixPlan:
+    """MixUp and CutMix of a loader, resolved: which image and labels, the classes."""
+
+    image: str
+    labels: str
+    num_classes: Optional[int]
+    mixup: Optional[BatchOp]
+    cutmix: Optional[BatchOp]
+    switch_prob: float
+
+    def options(self) -> Any:
+        return _core.BatchMixOptions(image=self.image, labels=self.labels,
+                                     num_classes=self.num_classes,
+                                     mixup=self.mixup.params() if self.mixup else None,
+                                     cutmix=self.cutmix.params() if self.cutmix else None,
+                                     switch_prob=self.switch_prob)
+
+
+def check_batch_transforms(fields: Mapping[str, Field], batch_transforms: Any
+                           ) -> Optional[BatchMixPlan]:
+    """``[MixUp(...), CutMix(...)]`` (one of each at most) as a :class:`BatchMixPlan`,
     or None. The image is the one RGB image field unless an op names it; the labels,
     "label" or "labels" unless an op names them."""
     if not batch_transforms:
@@ -328,14 +354,16 @@ def check_batch_transforms(fields: Mapping[str, Field], batch_transforms: Any) -
         if name not in fields:
             raise ValueError(f"batch_transforms: {what}={name!r} is no field of the dataset "
                              f"(fields: {', '.join(fields)})")
-    mixup, cutmix = by_kind.get("mixup"), by_kind.get("cutmix")
-    return _core.BatchMixOptions(image=image, labels=labels, num_classes=num_classes,
-                                 mixup=mixup.params() if mixup else None,
-                                 cutmix=cutmix.params() if cutmix else None,
-                                 switch_prob=float(switch_prob))
+    return BatchMixPlan(image, labels, num_classes, by_kind.get("mixup"),
+                        by_kind.get("cutmix"), float(switch_prob))
 
 
 # -- the device -----------------------------------------------------------------------------
+
+def check_device(device: torch.device) -> None:
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {str(device)!r}")
+
 
 def resolve_device(device: torch.device, pin_memory: Optional[bool],
                    open_device: Optional[Callable[[int], Any]]) -> Tuple[torch.device, bool, Any]:

@@ -9,15 +9,16 @@ restarts (``EpochKey::pad_from`` in csrc/pipeline/batch_producer.h).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Sequence
 
 from ._loader_args import check_int
 
 VERSION = 2
-# Settings a state is only valid for (a state saved before shard_window existed has none:
-# a global shuffle, which is what None means).
-SAMPLING_KEYS = ("seed", "shuffle", "shard_window", "batch_size", "drop_last")
+# Settings a state is only valid for (Sampling.state_keys in stoker/_plan.py): each must be
+# in the state and equal to the loader's.
+SAMPLING_KEYS = ("seed", "shuffle", "shard_window", "batch_size", "drop_last", "even_batches")
 
 
 def dataset_identity(dataset: Any, tokens: bool, epoch_samples: int) -> Dict[str, Any]:
@@ -40,10 +41,76 @@ def dataset_identity(dataset: Any, tokens: bool, epoch_samples: int) -> Dict[str
     return ident
 
 
-def make_state(epoch: int, position: int, world_size: int, settings: Mapping[str, Any],
-               identity: Dict[str, Any]) -> Dict[str, Any]:
-    return {"version": VERSION, "epoch": epoch, "position": position,
-            "world_size": world_size, **settings, "dataset": identity}
+@dataclasses.dataclass(frozen=True)
+class LoaderState:
+    """Where a loader stands, the same on every rank in lockstep: the epoch and the global
+    samples of it the job has consumed (the core's: ``LoaderCore::state``), the world size
+    that consumed them, what the state is valid for (sampling settings, the dataset's
+    identity), and each stateful part's own state under its key (``"mix"``: a schedule's
+    rows per step), as torchdata.nodes nests ``get_state()``. ``state_dict()`` is its
+    ``to_dict()``; ``load_state_dict`` reads it back with :meth:`from_dict`, which checks
+    every field (type, range, presence)."""
+
+    epoch: int
+    position: int
+    world_size: int
+    sampling: Mapping[str, Any]
+    dataset: Mapping[str, Any]
+    parts: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"version": VERSION, "epoch": self.epoch, "position": self.position,
+                "world_size": self.world_size, **self.sampling, "dataset": dict(self.dataset),
+                **{k: dict(v) for k, v in self.parts.items()}}
+
+    @classmethod
+    def from_dict(cls, state: Any, sampling: Mapping[str, Any], identity: Mapping[str, Any],
+                  epoch_samples: int, parts: Sequence[str] = ()) -> "LoaderState":
+        """The state a loader with these `sampling` settings over a dataset of this
+        `identity` can resume, else the error that says why not. `parts`: the keys of
+        the stateful parts this loader has (each must be in the state)."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"load_state_dict takes the dict of state_dict(), got "
+                            f"{type(state).__name__}")
+        version = state.get("version")
+        if version == 1:
+            state = upgrade_v1(state)
+        elif version != VERSION:
+            raise ValueError(f"unsupported loader state version {version!r}")
+        for key in SAMPLING_KEYS:
+            if key not in state:
+                raise ValueError(f"cannot resume: the state has no {key!r} (a loader state "
+                                 f"holds {', '.join(SAMPLING_KEYS)})")
+            if state[key] != sampling[key] or type(state[key]) is not type(sampling[key]):
+                raise ValueError(f"cannot resume: state has {key}={state[key]!r} but this "
+                                 f"loader has {key}={sampling[key]!r}")
+        theirs = state.get("dataset")
+        if not isinstance(theirs, Mapping):
+            raise ValueError("cannot resume: the state names no dataset")
+        for key, value in identity.items():
+            if key in ("dataset_id", "files") and key not in theirs:
+                continue  # a state saved before datasets had ids
+            if theirs.get(key) != value:
+                raise ValueError(f"cannot resume: the state is for another dataset ({key} "
+                                 f"{theirs.get(key)!r}, this loader's dataset has {value!r})")
+        for key in ("epoch", "position", "world_size"):
+            if key not in state:
+                raise ValueError(f"cannot resume: the state has no {key!r}")
+        epoch = check_int("state's epoch", state["epoch"], 0)
+        position = check_int("state's position", state["position"], 0)
+        if position > epoch_samples:
+            raise ValueError(f"cannot resume: position {position} is past the epoch's "
+                             f"{epoch_samples} samples")
+        world = check_int("state's world_size", state["world_size"], 1)
+        got: Dict[str, Mapping[str, Any]] = {}
+        for key in parts:
+            part = state.get(key)
+            if not isinstance(part, Mapping):
+                raise ValueError(f"cannot resume: the state has no {key!r} part (this "
+                                 f"loader's {key} keeps state), got {part!r}")
+            got[key] = part
+        return cls(epoch, position, world, {k: state[k] for k in SAMPLING_KEYS},
+                   dict(theirs), got)
 
 
 def upgrade_v1(state: Mapping[str, Any]) -> Dict[str, Any]:
@@ -56,44 +123,9 @@ def upgrade_v1(state: Mapping[str, Any]) -> Dict[str, Any]:
     out["version"] = VERSION
     out["position"] = min(n, done * batch * world)
     out["dataset"] = {"num_records": n}
+    out.setdefault("shard_window", None)  # version 1 had neither
+    out.setdefault("even_batches", True)
     return out
-
-
-def check_state(state: Any, settings: Mapping[str, Any], identity: Mapping[str, Any],
-                epoch_samples: int) -> Tuple[int, int, int]:
-    """(epoch, position, world size that saved it) of a state this loader can resume, else
-    the error that says why not."""
-    if not isinstance(state, Mapping):
-        raise TypeError(f"load_state_dict takes the dict of state_dict(), got "
-                        f"{type(state).__name__}")
-    version = state.get("version")
-    if version == 1:
-        state = upgrade_v1(state)
-    elif version != VERSION:
-        raise ValueError(f"unsupported loader state version {version!r}")
-    for key in SAMPLING_KEYS:
-        if state.get(key) != settings[key]:
-            raise ValueError(f"cannot resume: state has {key}={state.get(key)!r} but this "
-                             f"loader has {key}={settings[key]!r}")
-    theirs = state.get("dataset")
-    if not isinstance(theirs, Mapping):
-        raise ValueError("cannot resume: the state names no dataset")
-    for key, value in identity.items():
-        if key in ("dataset_id", "files") and key not in theirs:
-            continue  # a state saved before datasets had ids
-        if theirs.get(key) != value:
-            raise ValueError(f"cannot resume: the state is for another dataset ({key} "
-                             f"{theirs.get(key)!r}, this loader's dataset has {value!r})")
-    epoch = check_int("state's epoch", state.get("epoch"), 0)
-    position = check_int("state's position", state.get("position"), 0)
-    if position > epoch_samples:
-        raise ValueError(f"cannot resume: position {position} is past the epoch's "
-                         f"{epoch_samples} samples")
-    world = state.get("world_size")
-    # A state always records the job's world size (>= 1); only one saved before it did
-    # has none.
-    world = 0 if world is None else check_int("state's world_size", world, 1)
-    return epoch, position, world
 
 
 def check_lightning_resume(world_now: int, saved_world: int, position: int,

@@ -304,7 +304,7 @@ class Dataset:
                           for j in rng.integers(0, len(ds), 3)]
                 ...
         """
-        from ._python_stage import fetch_sample
+        from ._stage.sources import fetch_sample
 
         n = len(self)
         i = operator.index(i)

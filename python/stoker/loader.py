@@ -2,9 +2,9 @@
 
 The work happens in the C++ loader core (``csrc/pipeline/loader_core.h``): it owns the
 stream of epochs, the worker threads, the batch ring, the batch memory and the device copy.
-This module builds the core from the checked arguments (``_loader_args``: defaults,
-ranks, the device) and wraps its batches as tensors; ``_loader_state`` holds the resume
-state's format and checks.
+A Loader is planned and built by ``_plan`` (NOTE [ Loader plan ]: every argument check,
+then the one place that wires the parts); this module keeps iteration, state and stats,
+and wraps batches as tensors; ``_loader_state`` holds the resume state's format and checks.
 """
 
 from __future__ import annotations
@@ -19,21 +19,16 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Unio
 
 import torch
 
-from . import _core, _python_stage
+from . import _core, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
 from ._loader_args import check_int
 from .dataset import Dataset
-from .fields import Image
 from .mix import Mix, MixRun
-from .ops import Op, _specs
-from .token_dataset import TokenDataset, _make_producer
+from .ops import Op
+from .token_dataset import TokenDataset
 
 __all__ = ["Loader"]
-
-# A first batch slower than this is reported on the "stoker" logger (NOTE [ Slow first
-# batch ] in csrc/pipeline/loader_core.h).
-_SLOW_FIRST_BATCH_SECONDS = 2.0
 
 # Loaders that may have threads running, stopped before interpreter teardown.
 _live_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
@@ -233,262 +228,50 @@ class Loader:
         python_workers: str = "thread",
         **options: Any,
     ):
-        token_options = args.token_options(options)
-        # Your code in the pipeline (NOTE [ Python stage ] in stoker/_python_stage.py).
-        map_fn = _python_stage.check_hook("map", map)
-        batch_map = _python_stage.check_hook("batch_map", batch_map)
-        collate_fn = _python_stage.check_hook("collate_fn", collate_fn)
-        if isinstance(dataset, torch.utils.data.IterableDataset):
-            raise TypeError("stoker.Loader needs a map-style dataset (__len__ and __getitem__): "
-                            "it samples, shards across ranks and resumes by index; an "
-                            "IterableDataset has no index")
-        map_style = self._map_style = _python_stage.is_map_style(dataset)
-        self._args = dict(batch_size=batch_size, shuffle=shuffle, seed=seed,
-                          drop_last=drop_last, num_threads=num_threads, prefetch=prefetch,
-                          device=str(device), pin_memory=pin_memory, rank=rank,
-                          world_size=world_size, transforms=transforms, on_error=on_error,
-                          max_image_pixels=max_image_pixels,
-                          prefetch_next_epoch=prefetch_next_epoch, image_layout=image_layout,
-                          even_batches=even_batches, seq_len=seq_len, packing=packing,
-                          token_dtype=token_dtype, max_tokens=max_tokens,
-                          max_memory=max_memory, stall_warning=stall_warning,
-                          shard_window=shard_window, labels=labels,
-                          batch_transforms=batch_transforms, pad_values=pad_values, map=map_fn,
-                          batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields,
-                          names=names, python_workers=python_workers, **token_options)
-        self._stage: Optional[_python_stage.PythonStage] = None
-        # Language-model data (docs/tokens.md): a TokenDataset, or token arguments.
-        self._tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
-            max_tokens is not None or packing is not None or bool(token_options) or \
-            (isinstance(dataset, Mix) and dataset.tokens)
-        if not self._tokens and not map_style and not isinstance(dataset, (Dataset, Mix)):
-            dataset = Dataset(dataset)
-        if getattr(dataset, "closed", False):
-            raise ValueError(f"{dataset.path}: the stoker.Dataset is closed")
-        if not self._tokens and labels != "shifted":
-            raise ValueError("labels= applies to token batches (seq_len=, packing=, "
-                             "max_tokens=)")
-        self._mix: Optional[MixRun] = None  # a stoker.Mix (stoker/mix.py)
-        if self._tokens and (transforms or image_layout is not None or batch_transforms or
-                             pad_values):
-            raise ValueError("transforms, batch_transforms, pad_values and image_layout apply "
-                             "to record datasets, not to token batches (seq_len=, packing=, "
-                             "max_tokens=)")
-        processes = _python_stage.check_stage_args(
-            dataset, map_style=map_style, tokens=self._tokens, map_fn=map_fn,
-            batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields, names=names,
-            python_workers=python_workers, transforms=transforms, image_layout=image_layout,
-            device=torch.device(device))
-        if self._tokens and batch_size is None and max_tokens is None:
-            batch_size = 1
-        if not self._tokens:
-            batch_size = check_int("batch_size", 1 if batch_size is None else batch_size, 1)
-        elif batch_size is not None:
-            batch_size = check_int("batch_size", batch_size, 1)
-        if drop_last and not even_batches:
-            raise ValueError("even_batches=False does nothing with drop_last=True: drop_last "
-                             "already gives every rank the same whole batches, repeating no "
-                             "sample; pass one or the other")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused
-        # rather than silently aliased to a smaller one
-        seed = check_int("seed", seed, -2**63, 2**64 - 1)
-        if shard_window is not None:
-            shard_window = check_int("shard_window", shard_window, 1, 2**63 - 1,
-                                     "a positive int (shards per window) or None")
-            if self._tokens:
-                raise ValueError("shard_window applies to record datasets (stoker.Dataset); "
-                                 "token batches (seq_len=, packing=, max_tokens=) have "
-                                 "their own orders")
-            if not shuffle:
-                raise ValueError("shard_window needs shuffle=True: it shuffles a window of "
-                                 "shards at a time (without shuffle the order is sequential, "
-                                 "one shard after the other)")
-        self.shard_window: Optional[int] = shard_window
-        self.batch_size = batch_size
-        self.shuffle = bool(shuffle)
-        self.seed = seed
-        self.drop_last = bool(drop_last)
-        self.on_error = on_error
-        self.prefetch_next_epoch = bool(prefetch_next_epoch)
-        self.even_batches = bool(even_batches)
-        settings = args.check_settings(num_threads, prefetch, max_memory, stall_warning)
-        self.num_threads, self.auto_threads = settings.num_threads, settings.auto_threads
-        self.prefetch, self.auto_prefetch = settings.prefetch, settings.auto_prefetch
-        self.max_memory, self.stall_warning = settings.max_memory, settings.stall_warning
-        self._rank, self._world_size = args.check_ranks(rank, world_size)
-        if image_layout not in (None, "HWC", "CHW"):
-            raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
-        self.image_layout = image_layout
-        max_image_pixels = check_int("max_image_pixels", max_image_pixels, 1)
-
-        self._nchw_views: Tuple[str, ...] = ()
-        on_device = torch.device(device).type == "cuda"
-        if self._tokens and isinstance(dataset, Mix):
-            self.transforms = {}
-            dataset = dataset.as_tokens(token_options.get("field"))  # sources with token fields
-            self.dataset = dataset
-            self._mix = MixRun(dataset, tokens=True, record_options=None,
-                               batch_size=batch_size, shuffle=self.shuffle, seed=seed,
-                               drop_last=self.drop_last, shard_window=shard_window,
-                               world_size=self._world()[1],
-                               token_options=dict(seq_len=seq_len, packing=packing,
-                                                  token_dtype=token_dtype, max_tokens=max_tokens,
-                                                  labels=labels, even_batches=self.even_batches,
-                                                  **token_options))
-            producer = self._mix.producer
-        elif self._tokens:
-            self.transforms = {}
-            producer = _make_producer(dataset, batch_size=batch_size, shuffle=self.shuffle,
-                                      seed=seed, drop_last=self.drop_last, seq_len=seq_len,
-                                      packing=packing, token_dtype=token_dtype,
-                                      max_tokens=max_tokens, labels=labels,
-                                      even_batches=self.even_batches, **token_options)
-            if not isinstance(dataset, TokenDataset):
-                dataset = TokenDataset(dataset, field=token_options.get("field"))
-            self.dataset = dataset
-        elif map_style:  # any object with __len__ and __getitem__ (docs/python.md)
-            self.dataset = dataset
-            self.transforms = {}
-            if shard_window is not None:
-                raise ValueError("shard_window shuffles the shards of a stoker.Dataset; a "
-                                 "map-style dataset has none (shuffle=True shuffles it whole)")
-            producer = _core.PythonProducer(
-                len(dataset), batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
-                self.drop_last, self.even_batches)
-            self._stage = _python_stage.PythonStage(
-                _python_stage.MapStyleSource(dataset, names), map_fn=map_fn,
-                batch_map=batch_map, collate_fn=collate_fn, map_fields=map_fields, seed=seed,
-                skip=on_error == "skip", threads=self.num_threads,
-                batch_map_on_consumer=on_device, processes=processes)
-        else:
-            self.dataset = dataset
-            remote = getattr(dataset, "remote", None)
-            if remote is not None:  # a cache smaller than the dataset needs a shard order
-                remote.check_window(shard_window, self.shuffle)
-            self.transforms = args.check_transforms(dataset.fields, transforms or {})
-            images = {}
-            nchw_views = []
-            for name, f in dataset.fields.items():
-                if isinstance(f, Image):
-                    # decoded in the layout asked for, else the field's own; by default
-                    # delivered as NCHW in shape, an HWC decode viewed with channels_last
-                    # strides (no copy; NOTE in _LoaderIter.__next__)
-                    layout = image_layout or f.layout
-                    if image_layout is None and layout == "HWC":
-                        nchw_views.append(name)
-                    images[name] = _core.ImageFieldSpec(layout, max_image_pixels)
-            self._nchw_views = tuple(nchw_views)
-            # A one-channel image (stoker.image(mode="L")) is a mask wherever it is: one
-            # channel, nearest-neighbour, no colour ops; alone, a group of one.
-            groups = [_core.TransformSpec(list(keys), _specs(ops),
-                                          args.group_targets(dataset.fields, keys))
-                      for keys, ops in ((k if isinstance(k, tuple) else (k,), ops)
-                                        for k, ops in self.transforms.items())
-                      if ops or any(getattr(dataset.fields[n], "mode", "") == "L"
-                                    for n in keys)]
-            grouped = {n for k in self.transforms for n in (k if isinstance(k, tuple) else (k,))}
-            groups += [_core.TransformSpec([n], [], [_core.TargetSpec("mask")])
-                       for n, f in dataset.fields.items()
-                       if isinstance(f, Image) and f.mode == "L" and n not in grouped]
-            mix = args.check_batch_transforms(dataset.fields, batch_transforms)
-            pads = args.check_pad_values(dataset.fields, pad_values)
-            sampler = _core.SamplerOptions(
-                batch_size=batch_size, shuffle=self.shuffle, seed=seed & 0xFFFFFFFFFFFFFFFF,
-                drop_last=self.drop_last, even_batches=self.even_batches,
-                shard_window=shard_window or 0)
-            if isinstance(dataset, Mix):
-                if map_fn is not None or collate_fn is not None:
-                    raise ValueError("map= and collate_fn= take samples of one stoker.Dataset, "
-                                     "not of a stoker.Mix; batch_map= takes a mixture's "
-                                     "batches (with their 'source')")
-                self._mix = MixRun(dataset, tokens=False, record_options=_core.RecordOptions(
-                    sampler=sampler, skip_errors=on_error == "skip", images=images,
-                    transforms=groups, threads_hint=self.num_threads,
-                    handoff=batch_map is not None, pad_values=pads, mix=mix),
-                    batch_size=batch_size, shuffle=self.shuffle, seed=seed,
-                    drop_last=self.drop_last, shard_window=shard_window,
-                    world_size=self._world()[1], token_options={})
-                producer = self._mix.producer
-                source = None
-            elif map_fn is not None or collate_fn is not None:
-                # Samples are fetched by the stage's threads (the C++ decode, GIL released)
-                # as map receives them: images in their decoded layout.
-                if any(isinstance(k, tuple) for k in self.transforms) or mix or pads:
-                    raise ValueError("transform groups (tuple keys of transforms), "
-                                     "batch_transforms and pad_values do not work with map= "
-                                     "or collate_fn= yet: use batch_map=, which sees the "
-                                     "batches they make")
-                # images alone, decoded by the stage's fetcher (one-channel ones too, as RGB)
-                groups = [_core.TransformSpec([k], _specs(ops))
-                          for k, ops in self.transforms.items() if ops]
-                producer = _core.PythonProducer(
-                    dataset._core, batch_size, self.shuffle, seed & 0xFFFFFFFFFFFFFFFF,
-                    self.drop_last, self.even_batches, shard_window or 0)
-                source = _python_stage.DatasetSource(dataset, _core.RecordOptions(
-                    sampler=sampler, images=images, transforms=groups))
-            else:
-                # batch_map alone (or nothing): the C++ workers assemble the batch; with
-                # batch_map it goes to the stage, which runs batch_map (on a device: notes
-                # which batch it is, and batch_map runs after the copy, at next()).
-                producer = _core.RecordProducer(dataset._core, _core.RecordOptions(
-                    sampler=sampler, skip_errors=on_error == "skip", images=images,
-                    transforms=groups, threads_hint=self.num_threads,
-                    handoff=batch_map is not None, pad_values=pads, mix=mix))
-                source = None
-            if map_fn is not None or collate_fn is not None or batch_map is not None:
-                self._stage = _python_stage.PythonStage(
-                    source, map_fn=map_fn, batch_map=batch_map, collate_fn=collate_fn,
-                    map_fields=map_fields, seed=seed, skip=on_error == "skip",
-                    threads=self.num_threads, batch_map_on_consumer=on_device,
-                    processes=processes, nchw_views=self._nchw_views)
-        self._producer = producer
-        if collate_fn is not None:  # DataLoader's attribute, as frameworks read it
-            self.collate_fn = collate_fn
-        self.labels = labels
-        # labels="unshifted" with packing: HF's max_length_q/_k as ints, from a shape
-        # ("Label conventions" in csrc/producers/token_producer.h)
-        self._hf_lengths = self._tokens and labels == "unshifted" and packing is not None
-
-        options = _core.LoaderOptions()
-        options.num_threads = self.num_threads
-        options.prefetch = self.prefetch
-        options.auto_threads = self.auto_threads
-        options.auto_prefetch = self.auto_prefetch
-        options.max_memory = self.max_memory
-        options.stall_warning = self.stall_warning
-        options.slow_first_batch_ms = int(_SLOW_FIRST_BATCH_SECONDS * 1000)
-        options.prefetch_next_epoch = self.prefetch_next_epoch
+        # Declare, then build (NOTE [ Loader plan ] in stoker/_plan.py): every check first.
+        arguments = {k: v for k, v in locals().items()
+                     if k not in ("self", "dataset", "options", "__class__")}
+        self.plan = _plan.plan(dataset, **arguments, **options)
+        p = self.plan
+        s = p.sampling
+        self.dataset = p.dataset
+        self.batch_size = s.batch_size
+        self.shuffle = s.shuffle
+        self.seed = s.seed
+        self.drop_last = s.drop_last
+        self.even_batches = s.even_batches
+        self.shard_window: Optional[int] = s.shard_window
+        self._rank, self._world_size = s.rank, s.world_size
+        self.on_error = p.on_error
+        self.prefetch_next_epoch = p.prefetch_next_epoch
+        t = p.settings
+        self.num_threads, self.auto_threads = t.num_threads, t.auto_threads
+        self.prefetch, self.auto_prefetch = t.prefetch, t.auto_prefetch
+        self.max_memory, self.stall_warning = t.max_memory, t.stall_warning
+        self.image_layout = p.delivery.image_layout
+        self.labels = p.labels
+        self.transforms = {} if p.records is None and (p.stage is None or
+                                                       p.stage.records is None) else \
+            {g.fields if len(g.fields) > 1 else g.fields[0]: list(g.ops)
+             for g in ((p.records or p.stage.records).groups) if g.ops}
+        self._tokens = p.is_tokens
+        self._map_style = p.source == "map-style"
+        self._nchw_views = p.delivery.nchw_views
+        self._hf_lengths = p.delivery.hf_lengths
+        if p.stage is not None and p.stage.collate_fn is not None:
+            self.collate_fn = p.stage.collate_fn  # DataLoader's attribute, as frameworks read it
         # a subclass's _open_device stands in for the CUDA driver (tests: the host fake)
         opener = None if type(self)._open_device is Loader._open_device else self._open_device
-        target, self.pin_memory, api = args.resolve_device(torch.device(device), pin_memory,
-                                                           opener)
-        if self.pin_memory and api is not None:
-            options.host_memory = _core.pinned_memory(api)
-        if target.type == "cuda":
-            ahead = args.AUTO_DEVICE_PREFETCH if self.auto_prefetch else self.prefetch
-            options.delivery = _core.device_delivery(api, ahead)
-        handoff = None
-        if self._stage is not None and self._stage.needs_handoff:
-            handoff = _core.PythonHandoff(
-                _python_stage.chunk_samples(batch_size, self.num_threads,
-                                            self._stage.processes), batch_size)
-            options.finisher = handoff
-        fake = api is not None and api.fake  # the host fake's "device" memory is host memory
-        self.device = torch.device("cpu") if fake else target
-        self._stream_device = target if target.type == "cuda" and not fake else None
-        self._core = _core.LoaderCore(producer, options)
-        if handoff is not None:
-            handoff.bind(self._core)
-            self._stage.attach(handoff)
-            self._stage.side_device = self._stream_device
+        parts = _plan.build(p, self._world()[1], opener)
+        self._producer, self._core, self._stage = parts.producer, parts.core, parts.stage
+        self._mix: Optional[MixRun] = parts.mix
+        self.device, self._stream_device = parts.device, parts.stream_device
+        self.pin_memory = parts.pin_memory
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()
         self._pid = os.getpid()
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
-        self._skip: Optional[Tuple[int, int]] = None  # skip(n) not yet taken: (epoch, n)
         self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
         self.sampler = _EpochHook(self)
         _live_loaders.add(self)
@@ -521,26 +304,9 @@ class Loader:
 
     @property
     def num_samples(self) -> int:
-        """Samples per epoch for this rank (including wrap-around padding)."""
-        rank, world = self._world()
-        n = self._producer.epoch_samples()
-        if self._mix is not None and not self._mix.budget:
-            # a mixture's global batch k is the rows [k B w, (k+1) B w), rank r's the r-th B
-            # of them; the last one is split evenly (MixSplit in csrc/sampler/mixture.h)
-            b = int(self.batch_size or 1)
-            full, rem = divmod(n, b * world)
-            last = -(-rem // world)
-            if self.drop_last:
-                return full * b
-            return full * b + (last if self.even_batches else
-                               min(last, max(0, rem - rank * last)))
-        if self._tokens and (self.even_batches or self.drop_last):  # windows, rows, documents
-            return n // world if self.drop_last else -(-n // world)
-        if self.drop_last:
-            return n // world
-        if not self.even_batches:
-            return max(0, -(-(n - rank) // world))
-        return -(-n // world)
+        """Samples per epoch for this rank (including wrap-around padding): a mixture's
+        rows, token windows or packed rows for token batches."""
+        return self._producer.rank_samples(*self._world())
 
     # DataLoader's attributes that frameworks read by name (Lightning's
     # _is_dataloader_shuffled reads batch_sampler directly once `sampler` exists; accelerate
@@ -572,17 +338,8 @@ class Loader:
                 ...
         """
         num_batches = check_int("num_batches", num_batches, 0)
-        epoch = self._core.epoch
-        self._resume_at(epoch, num_batches)
-        # transformers' Trainer skips first and sets the epoch after, as a DataLoader's
-        # SkipBatchSampler allows: set_epoch moves a skip not yet taken to its epoch.
-        self._skip = (epoch, num_batches)
+        self._core.skip(num_batches, *self._world())
         return self
-
-    def _resume_at(self, epoch: int, num_batches: int) -> None:
-        rank, world = self._world()
-        position = self._producer.consumed_after(epoch, rank, world, 0, num_batches)
-        self._core.load_state(epoch, position, world)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch the next iterator runs (its permutation and augmentations); the
@@ -590,11 +347,7 @@ class Loader:
         running, it confirms it: the next iterator runs the one after. A pending resume
         from ``load_state_dict`` is kept when it is for this epoch; a pending ``skip(n)``
         applies to this epoch."""
-        epoch = check_int("epoch", epoch, 0)
-        self._core.set_epoch(epoch)
-        if self._skip is not None and self._skip[0] != epoch:
-            self._resume_at(epoch, self._skip[1])
-            self._skip = (epoch, self._skip[1])
+        self._core.set_epoch(check_int("epoch", epoch, 0))
 
     @property
     def epoch(self) -> int:
@@ -616,8 +369,9 @@ class Loader:
             self._following = remote.follow(self._core, self._producer, world,
                                             self.shard_window)
         if self._mix is not None:
+            # a schedule's steps are batches of the whole job: the world known now
+            self._mix.at_world(world)
             self._mix.follow(self)  # each remote source ahead of its own stream
-        self._skip = None  # the iterator takes a pending skip from here
         if self._stage is not None:
             self._stage.start()
         return _LoaderIter(self, self._core.iter(rank, world), (rank, world))
@@ -631,35 +385,36 @@ class Loader:
                                            self._producer.epoch_samples())
         return self._ident
 
-    def _sampling(self) -> Dict[str, Any]:
-        return {"seed": self.seed, "shuffle": self.shuffle, "shard_window": self.shard_window,
-                "batch_size": self.batch_size, "drop_last": self.drop_last,
-                "even_batches": self.even_batches}
+    def _parts(self) -> Dict[str, Any]:
+        """The stateful parts of this loader, by the key of their state."""
+        return {} if self._mix is None or not self._mix.mix.is_schedule else {"mix": self._mix}
+
+    def state(self) -> state_mod.LoaderState:
+        """``state_dict()`` as a typed :class:`LoaderState` (stoker/_loader_state.py)."""
+        epoch, position, world = self._core.state()
+        return state_mod.LoaderState(
+            epoch, position, world or self._world()[1], self.plan.sampling.state_keys(),
+            self._identity(), {k: part.state() for k, part in self._parts().items()})
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands, the same on every rank in lockstep: the epoch and the
         samples of it the whole job has consumed. ``load_state_dict`` on any rank, at any
         world size and thread count, continues with exactly the samples not yet yielded."""
-        epoch, position, world = self._core.state()
-        state = state_mod.make_state(epoch, position, world or self._world()[1],
-                                     self._sampling(), self._identity())
-        if self._mix is not None:
-            state["mix"] = self._mix.state()  # a schedule's rows per step
-        return state
+        return self.state().to_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes from ``state_dict()`` (of any rank): the next iterator continues that
         epoch. The thread count, prefetch, rank and world size may differ; the data and
-        sampling settings may not."""
+        sampling settings may not. Every field of the state is checked first."""
         epoch_samples = self._producer.epoch_samples()
-        epoch, position, world = state_mod.check_state(state, self._sampling(),
-                                                       self._identity(), epoch_samples)
-        state_mod.check_lightning_resume(self._world()[1], world, position, epoch_samples,
-                                         sys._getframe(1))
-        if self._mix is not None:
-            self._mix.load(state)
-        self._core.load_state(epoch, position, world)
-        self._skip = None
+        parts = self._parts()
+        s = state_mod.LoaderState.from_dict(state, self.plan.sampling.state_keys(),
+                                            self._identity(), epoch_samples, tuple(parts))
+        state_mod.check_lightning_resume(self._world()[1], s.world_size, s.position,
+                                         epoch_samples, sys._getframe(1))
+        for key, part in parts.items():
+            part.load(s.parts[key])
+        self._core.load_state(s.epoch, s.position, s.world_size)
         self._loaded = tuple(self._core.state())
 
     def _pending_resume(self) -> Optional[Tuple[int, int]]:
@@ -693,8 +448,9 @@ class Loader:
     # -- pickling ---------------------------------------------------------------
 
     def __getstate__(self) -> Dict[str, Any]:
-        _python_stage.check_picklable(self._args)
-        return {"dataset": self.dataset, "args": self._args, "state": self.state_dict()}
+        _plan.check_picklable(self.plan.arguments)
+        return {"dataset": self.dataset, "args": dict(self.plan.arguments),
+                "state": self.state_dict()}
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         self.__init__(d["dataset"], **d["args"])  # type: ignore[misc]
@@ -806,7 +562,7 @@ class _LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         stream = None if self._stream_device is None else \
             torch.cuda.current_stream(self._stream_device).cuda_stream
         stage = self._loader._stage
-        if stage is not None:  # NOTE [ Python stage ] in stoker/_python_stage.py
+        if stage is not None:  # NOTE [ Python stage ] in stoker/_stage/__init__.py
             batch = stage.next(self._it, stream, entered)
             if batch is None:
                 self._loader._report_skipped()

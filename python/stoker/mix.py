@@ -364,26 +364,15 @@ class MixRun:
                  shard_window: Optional[int], world_size: int, token_options: Dict[str, Any]):
         from .token_dataset import _producer_args
 
+        self.check(mix, tokens=tokens, shard_window=shard_window, shuffle=shuffle)
         self.mix = mix
         names = mix.names
         seed64 = seed & _MASK
         self.keys = [source_key(seed64, s) for s in range(len(names))]
-        if tokens and not mix.tokens:
-            raise ValueError("token batches (seq_len=, packing=, max_tokens=) need a mixture of "
-                             "stoker.TokenDataset sources")
-        if not tokens and mix.tokens:
-            raise ValueError("a mixture of token datasets makes token batches: pass seq_len= "
-                             "(rows of that many tokens) or max_tokens=")
-        if not tokens and (mix.weights_unit == "tokens" or mix.tokens_per_epoch is not None):
-            raise ValueError("weights_unit='tokens' and tokens_per_epoch apply to token "
-                             "batches: pass seq_len= or max_tokens=")
         self.tokens = tokens
         self.shard_window = shard_window
         self.followed: Dict[int, Any] = {}  # source -> the fetcher following it
         if tokens:
-            if shard_window is not None:
-                raise ValueError("shard_window applies to record datasets; token sources have "
-                                 "their own orders")
             producers = []
             for s, n in enumerate(names):
                 ds, kw = _producer_args(mix.datasets[n], batch_size=batch_size, shuffle=shuffle,
@@ -394,17 +383,16 @@ class MixRun:
             per_unit = [Fraction(p.real_tokens, p.num_samples) for p in producers]
             self.sources = producers
         else:
-            for n in names:
-                remote = getattr(mix.datasets[n], "remote", None)
-                if remote is not None:
-                    remote.check_window(shard_window, shuffle)
             self.budget = False
             sizes = [len(mix.datasets[n]) for n in names]
             per_unit = [Fraction(1)] * len(names)
         self.sizes = sizes
         self.tokens_per_unit = per_unit
-        # a step is one batch of every rank: batch_size rows (one budget batch) per rank
-        self.rows_per_step = (1 if self.budget else int(batch_size or 1)) * world_size
+        # a step is one batch of every rank: batch_size rows (one budget batch) per rank;
+        # the world is known for sure at iter() (at_world) or from a resumed state (load)
+        self.rows_per_rank = 1 if self.budget else int(batch_size or 1)
+        self.rows_per_step = self.rows_per_rank * world_size
+        self.pinned = False  # rows_per_step from a resumed state: kept
         self.sequence = self._sequence(self.rows_per_step)
         self.epoch_rows = self._epoch_rows()
         if tokens:
@@ -414,6 +402,27 @@ class MixRun:
             cores = [mix.datasets[n]._core for n in names]
             self.producer = _core.MixRecordProducer(cores, self.sequence, self.epoch_rows,
                                                     self.keys, record_options)
+
+    @staticmethod
+    def check(mix: Mix, *, tokens: bool, shard_window: Optional[int], shuffle: bool) -> None:
+        """The loader's arguments against the mixture (the plan's check, stoker/_plan.py)."""
+        if tokens and not mix.tokens:
+            raise ValueError("token batches (seq_len=, packing=, max_tokens=) need a mixture of "
+                             "stoker.TokenDataset sources")
+        if not tokens and mix.tokens:
+            raise ValueError("a mixture of token datasets makes token batches: pass seq_len= "
+                             "(rows of that many tokens) or max_tokens=")
+        if not tokens and (mix.weights_unit == "tokens" or mix.tokens_per_epoch is not None):
+            raise ValueError("weights_unit='tokens' and tokens_per_epoch apply to token "
+                             "batches: pass seq_len= or max_tokens=")
+        if tokens and shard_window is not None:
+            raise ValueError("shard_window applies to record datasets; token sources have "
+                             "their own orders")
+        if not tokens:
+            for n in mix.names:
+                remote = getattr(mix.datasets[n], "remote", None)
+                if remote is not None:
+                    remote.check_window(shard_window, shuffle)
 
     # -- the rule ------------------------------------------------------------------
 
@@ -470,15 +479,33 @@ class MixRun:
     def state(self) -> Dict[str, Any]:
         return {"rows_per_step": self.rows_per_step}
 
-    def load(self, state: Mapping[str, Any]) -> None:
-        """A schedule keeps the rows of a step of the run that saved the state: a resume at
-        another world size goes on with the weights where they were in the stream."""
-        saved = state.get("mix")
-        rows = saved.get("rows_per_step") if isinstance(saved, Mapping) else None
-        if not self.mix.is_schedule or rows is None or rows == self.rows_per_step:
+    def at_world(self, world_size: int) -> None:
+        """At iter(): a schedule's step is one batch of every rank of the world now (a
+        loader built before ``init_process_group`` saw one rank), unless a resumed state
+        fixed the rows of a step of the run that saved it."""
+        rows = self.rows_per_rank * world_size
+        if self.pinned or rows == self.rows_per_step:
             return
+        if self.mix.is_schedule:
+            self.producer.set_sequence(self._sequence(rows))
+            self.sequence = self.producer.sequence()
+        self.rows_per_step = rows
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        """Its part of a loader state (``state()``'s). A schedule keeps the rows of a step
+        of the run that saved the state: a resume at another world size goes on with the
+        weights where they were in the stream."""
+        if not self.mix.is_schedule:
+            return
+        rows = state.get("rows_per_step")
+        if rows is None:
+            raise ValueError("cannot resume: the state of a scheduled mixture has no mix "
+                             "rows_per_step (where the schedule stood)")
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise ValueError(f"cannot resume: the state's mix rows_per_step is {rows!r}")
+        self.pinned = True
+        if rows == self.rows_per_step:
+            return
         self.producer.set_sequence(self._sequence(rows))
         self.sequence = self.producer.sequence()
         self.rows_per_step = rows

@@ -46,6 +46,7 @@ class Producer final : public BatchProducer {
  public:
   int64_t fail_batch = -1;
   int64_t num_batches(int64_t, int64_t) const override { return 9; }
+  int64_t rank_samples(int64_t, int64_t) const override { return 9; }
   int64_t epoch_samples() const override { return 9; }
   int64_t consumed_after(const EpochKey&, int64_t b) const override { return b; }
   std::shared_ptr<const EpochPlan> plan_epoch(const EpochKey&) const override {

@@ -257,6 +257,9 @@ class SynthWork final : public BatchWork {
 class SynthProducer final : public BatchProducer {
  public:
   explicit SynthProducer(std::shared_ptr<SynthConfig> cfg) : cfg_(std::move(cfg)) {}
+  int64_t rank_samples(int64_t rank, int64_t world) const override {
+    return EpochOrder(cfg_->samples, cfg_->sampler(), 0, rank, world, 0).num_samples();
+  }
   int64_t num_batches(int64_t rank, int64_t world) const override {
     return EpochOrder(cfg_->samples, cfg_->sampler(), 0, rank, world, 0).num_batches();
   }

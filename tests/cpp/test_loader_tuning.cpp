@@ -40,6 +40,7 @@ class Counting final : public BatchProducer {
       : n_(n), batch_(batch), delay_(first_unit_delay), download_(download) {}
 
   int64_t num_batches(int64_t, int64_t) const override { return (n_ + batch_ - 1) / batch_; }
+  int64_t rank_samples(int64_t, int64_t) const override { return n_; }
   int64_t epoch_samples() const override { return n_; }
   int64_t consumed_after(const EpochKey& key, int64_t batches) const override {
     return std::min(n_, key.offset + batches * batch_);

@@ -76,6 +76,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .errors import add_note
+from .rng import rng_keys
+from .telemetry import native_times, thread_sched
+
 __all__ = ["Lease", "ProcessWorkers"]
 
 _ARENA_BYTES = 64 << 20  # a worker's first arena; a larger chunk gets a larger one
@@ -277,8 +281,6 @@ def _decode(value: Any, arena: _Arena, offsets: List[int], view: bool = False) -
 def _portable_error(exc: BaseException) -> Any:
     """The exception as the loader's process can have it: itself if it pickles (its
     traceback's text in a note), else a RuntimeError with that text."""
-    from ._python_stage import add_note
-
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     add_note(exc, f"stoker: raised in Python worker process {os.getpid()}:\n{text.rstrip()}")
     try:
@@ -292,8 +294,6 @@ def _portable_error(exc: BaseException) -> Any:
 
 def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
     """A worker's loop: chunks in, rows out, until EOF or "stop"."""
-    from ._python_stage import rng_keys, thread_sched
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     stage = stage.worker_copy()
     try:
@@ -321,9 +321,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any) -> None:
         arena = arenas[slot]
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
-        from ._python_stage import _times
-
-        times = _times.reset()
+        times = native_times.reset()
         keys = rng_keys(stage.seed, epoch, indices) if stage.map_fn is not None else None
         rows: List[Any] = []
         errors: Dict[int, Any] = {}

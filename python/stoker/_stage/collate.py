@@ -3,7 +3,7 @@ buffer, laid out as stoker lays out the batches of stored fields.
 
 NOTE [ Batching Python outputs ]
 A batch of samples (dicts) becomes one buffer of tensors at 64-byte aligned offsets, the
-layout the C++ planner gives stored fields (``csrc/pipeline/batch_planner.cpp``), so the
+layout the C++ planner gives stored fields (``csrc/producers/batch_planner.cpp``), so the
 batch takes the same road afterwards: the device copy, DLPack, the block pool.
 
   value of a sample                        in the batch
@@ -31,11 +31,11 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 import numpy as np
 import torch
 
-from .fields import Blob, Field, NDArray, Scalar
+from ..fields import Blob, Field, NDArray, Scalar
 
 __all__ = ["BatchLayout", "FieldLayout", "TensorSpec", "is_object_spec"]
 
-_ALIGN = 64  # as kTensorAlign in csrc/pipeline/batch_planner.cpp
+_ALIGN = 64  # as kTensorAlign in csrc/producers/batch_planner.cpp
 
 # dtypes the batch buffer holds (csrc/common/dtype.h), by NumPy name
 _NATIVE = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",

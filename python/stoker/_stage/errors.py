@@ -1,0 +1,37 @@
+"""Errors of user code in the Python stage: the user's exception, with a note naming
+the sample or batch, as it was raised."""
+
+from __future__ import annotations
+
+__all__ = ["add_note", "format_exception_summary", "names_itself"]
+
+
+def add_note(exc: BaseException, note: str) -> BaseException:
+    """Adds `note` to `exc` (shown under its traceback from Python 3.11; on 3.9/3.10 it
+    is kept in ``exc.__notes__``). The exception stays what it was: ``except
+    ValueError`` still catches a ValueError that map raised."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # pragma: no cover - Python < 3.11
+        notes = getattr(exc, "__notes__", None)
+        try:
+            if notes is None:
+                exc.__notes__ = [note]  # type: ignore[attr-defined]
+            else:
+                notes.append(note)
+        except (AttributeError, TypeError):
+            pass
+    return exc
+
+
+def format_exception_summary(exc: BaseException) -> str:
+    """One line for a C++-side message: "ValueError: bad box"."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def names_itself(exc: BaseException) -> bool:
+    """Errors of stoker's own reads already name the shard file and record."""
+    from .. import _core
+
+    return isinstance(exc, _core.Error)

@@ -1,0 +1,179 @@
+"""Where the Python stage's samples come from: a stoker dataset through the C++ path
+(read, verify, decode, the loader's image ops; the GIL released), or any map-style
+dataset's ``__getitem__``."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .. import _core
+from ..fields import Blob, Image, NDArray, Scalar, Tokens
+from ..ops import Op, _specs
+from .telemetry import native_times
+
+__all__ = ["normalize_item", "MapStyleSource", "DatasetSource", "fetch_sample"]
+
+
+
+def normalize_item(item: Any, names: Optional[Sequence[Hashable]], where: Any) -> Dict:
+    """A map-style dataset's item as a dict: dicts as they are; a tuple or list as keys
+    0, 1, ... (or `names`); any other value (a tensor, an array, a number) as key 0 (or
+    ``names[0]``). `where` names the item in errors (a str, or a callable making it)."""
+    if type(item) is dict and names is None:
+        return item
+    if callable(where):
+        where = where()
+    if isinstance(item, Mapping):
+        if names is not None:
+            raise TypeError(f"{where}: names= applies to datasets whose items are tuples or "
+                            "single values; this item is a dict (its keys are the names)")
+        return item if isinstance(item, dict) else dict(item)
+    values = list(item) if isinstance(item, (tuple, list)) else [item]
+    if names is None:
+        return dict(enumerate(values))
+    if len(names) != len(values):
+        raise ValueError(f"{where}: the item has {len(values)} value(s) but names= gives "
+                         f"{len(names)} ({', '.join(map(repr, names))})")
+    return dict(zip(names, values))
+
+
+class MapStyleSource:
+    """Samples of any object with ``__len__`` and ``__getitem__`` (a
+    ``torch.utils.data.Dataset``): ``obj[j]`` on the stage's threads."""
+
+    def __init__(self, obj: Any, names: Optional[Sequence[Hashable]] = None):
+        self.obj = obj
+        self.names = None if names is None else list(names)
+        if self.names is not None and len(set(self.names)) != len(self.names):
+            raise ValueError(f"names= has repeated names: {self.names}")
+
+    def __len__(self) -> int:
+        return len(self.obj)
+
+    def describe(self, index: int) -> str:
+        return f"dataset index {index}"
+
+    def raw(self, index: int, epoch: int) -> Any:
+        """The item as the dataset returns it (what collate_fn receives without map)."""
+        return self.obj[index]
+
+    def sample(self, index: int, epoch: int) -> Dict:
+        return normalize_item(self.obj[index], self.names, lambda: self.describe(index))
+
+
+class DatasetSource:
+    """Samples of a stoker dataset for the stage, fetched by the C++ path
+    (``_core.SampleFetcher``: read, verify, decode, the loader's image ops with the
+    loader's draws) with the GIL released: what ``map`` receives."""
+
+    def __init__(self, dataset: Any, options: Any):
+        self.dataset = dataset
+        self._options = options  # _core.RecordOptions: images, transforms, the seed
+        self._fetcher = _core.SampleFetcher(dataset._core, options)
+        finish: List[Tuple[str, Callable[[Any], Any]]] = []
+        for name, f in dataset.fields.items():
+            if isinstance(f, Scalar):
+                finish.append((name, _first))
+            elif isinstance(f, NDArray) and len(f.shape) != 1:
+                finish.append((name, _reshaper(tuple(-1 if d is None else d for d in f.shape))))
+            elif isinstance(f, Image):
+                finish.append((name, _same))
+            else:  # 1-D arrays, tokens, blobs (bytes)
+                finish.append((name, _same))
+        self._finish = finish
+        # A stored variable-length field or blob that map passes on is batched as the
+        # loader batches it without map: padded, with "<name>_lengths".
+        self.default_layout: Dict[str, Any] = {}
+        for name, f in dataset.fields.items():
+            if isinstance(f, NDArray) and f.variable:
+                self.default_layout[name] = f
+            elif isinstance(f, Tokens):
+                self.default_layout[name] = NDArray(f.dtype, (None,))
+            elif isinstance(f, Blob):
+                self.default_layout[name] = f
+
+    def reopened(self) -> "DatasetSource":
+        """The same source over the dataset opened again (a worker process's own)."""
+        import copy
+        import pickle
+
+        other = copy.copy(self)
+        other.dataset = pickle.loads(pickle.dumps(self.dataset))  # by path and identity
+        other._fetcher = _core.SampleFetcher(other.dataset._core, self._options)
+        return other
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def describe(self, index: int) -> str:
+        shard, record = self.dataset._core.locate(index)
+        return f"sample {index} ({self.dataset._core.shard_path(shard)}: record {record})"
+
+    def sample(self, index: int, epoch: int) -> Dict:
+        if self.dataset._core.deferred:
+            # A remote dataset: the stage's threads are not the loader's workers, which
+            # wait for a shard in C++; the shard is made local and kept while it is read,
+            # as ds[i] does (NOTE [ Deferred shards ] in csrc/format/shard_gate.h).
+            with self.dataset.remote.holding([self.dataset._core.locate(index)[0]]):
+                values, read_ns, decode_ns, ops_ns, nbytes = self._fetcher.fetch(index, epoch)
+        else:
+            values, read_ns, decode_ns, ops_ns, nbytes = self._fetcher.fetch(index, epoch)
+        t = native_times
+        t.read_ns += read_ns
+        t.decode_ns += decode_ns
+        t.ops_ns += ops_ns
+        t.native_ns += read_ns + decode_ns + ops_ns
+        t.bytes += nbytes
+        return {name: fin(v) for (name, fin), v in zip(self._finish, values)}
+
+    raw = sample
+
+
+_fetchers: "weakref.WeakKeyDictionary[Any, Dict[Any, DatasetSource]]" = \
+    weakref.WeakKeyDictionary()
+_fetchers_lock = threading.Lock()
+
+
+def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[str, Any]], seed: int,
+                 image_layout: Optional[str], max_pixels: int) -> Dict:
+    """``Dataset.sample``: a source per (transforms, layout, limit), kept while the
+    dataset lives; the draws are keyed by (seed, index) through the source's epoch."""
+    if image_layout not in (None, "HWC", "CHW"):
+        raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
+    transforms = dict(transforms or {})
+    for name, ops in transforms.items():
+        if name not in dataset.fields or not isinstance(dataset.fields[name], Image):
+            raise ValueError(f"transforms: {name!r} is not an image field of the dataset "
+                             f"(fields: {', '.join(dataset.fields)})")
+        transforms[name] = [ops] if isinstance(ops, Op) else list(ops)
+    key = (repr(sorted(transforms.items())), image_layout, int(max_pixels))
+    with _fetchers_lock:
+        cache = _fetchers.setdefault(dataset, {})
+        source = cache.get(key)
+    if source is None:
+        images = {name: _core.ImageFieldSpec(image_layout or f.layout, int(max_pixels))
+                  for name, f in dataset.fields.items() if isinstance(f, Image)}
+        groups = [_core.TransformSpec([name], _specs(ops)) for name, ops in transforms.items()
+                  if ops]
+        options = _core.RecordOptions(sampler=_core.SamplerOptions(batch_size=1),
+                                      images=images, transforms=groups)
+        source = DatasetSource(dataset, options)
+        with _fetchers_lock:
+            cache[key] = source
+    return source.sample(index, int(seed) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _first(a: np.ndarray) -> Any:
+    return a[0]
+
+
+def _same(a: Any) -> Any:
+    return a
+
+
+def _reshaper(shape: Tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda a: a.reshape(shape)
