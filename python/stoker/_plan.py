@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 
+from . import _cache
 from . import _core
 from . import _loader_args as args
 from ._loader_args import check_int
@@ -53,6 +54,7 @@ DEFAULTS: Dict[str, Any] = dict(
     max_tokens=None, max_memory=None, stall_warning=args.DEFAULT_STALL_WARNING,
     shard_window=None, labels="shifted", batch_transforms=None, pad_values=None, map=None,
     batch_map=None, collate_fn=None, map_fields=None, names=None, python_workers="thread",
+    cache=None, cache_max_side=None, cache_size=None, verify="first",
 )
 
 _MASK = 0xFFFFFFFFFFFFFFFF
@@ -105,6 +107,8 @@ class RecordPlan:
     batch_mix: Any = None  # _loader_args.BatchMixPlan
     skip_errors: bool = False
     handoff: bool = False  # the batch goes to the Python stage (batch_map) when assembled
+    verify: str = "first"  # a record's checksum: on its first read in the process, or "always"
+    cache: Optional[_cache.CachePlan] = None  # decoded images kept (stoker/_cache.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +235,10 @@ def _describe_records(r: RecordPlan) -> list:
         out.append(f"batch_transforms: {r.batch_mix}")
     if r.skip_errors:
         out.append("on_error='skip'")
+    if r.verify != "first":
+        out.append(f"verify={r.verify!r}")
+    if r.cache is not None:
+        out.append(r.cache.describe())
     return out
 
 
@@ -323,6 +331,14 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                              "map-style dataset has none (shuffle=True shuffles it whole)")
     settings = args.check_settings(a["num_threads"], a["prefetch"], a["max_memory"],
                                    a["stall_warning"])
+    verify = _cache.check_verify(a["verify"])
+    if map_style and verify != "first":
+        raise ValueError("verify= says when the records of a stoker.Dataset are checked; a "
+                         "map-style dataset has no records of stoker's to verify")
+    cache = _cache.check_cache(a["cache"], a["cache_max_side"], a["cache_size"])
+    if cache is not None:
+        settings = _check_cache_use(cache, dataset, settings, a["max_memory"], tokens=tokens,
+                                    map_style=map_style)
     rank, world_size = args.check_ranks(a["rank"], a["world_size"])
     if image_layout not in (None, "HWC", "CHW"):
         raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
@@ -378,7 +394,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                          shuffle=sampling.shuffle)
             producer = "MixRecordProducer"
             records = RecordPlan(images, groups, pads, mix, on_error == "skip",
-                                 batch_map is not None)
+                                 batch_map is not None, verify)
         elif hooks:
             # Samples are fetched by the stage's threads (the C++ decode, GIL released) as
             # map receives them: images in their decoded layout, alone (a one-channel
@@ -391,7 +407,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                                  "they make")
             producer = "PythonProducer"
             fetch = RecordPlan(images, tuple(GroupPlan((k,), tuple(ops))
-                                             for k, ops in checked.items() if ops))
+                                             for k, ops in checked.items() if ops),
+                               verify=verify, cache=cache)
             stage = StagePlan("records", map_fn, batch_map, collate_fn, a["map_fields"],
                               None, workers, on_device, fetch)
         else:
@@ -400,7 +417,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             # at next()).
             producer = "RecordProducer"
             records = RecordPlan(images, groups, pads, mix, on_error == "skip",
-                                 batch_map is not None)
+                                 batch_map is not None, verify, cache)
         if batch_map is not None and stage is None:
             stage = StagePlan("batches", None, batch_map, None, a["map_fields"], None,
                               workers, on_device)
@@ -441,6 +458,36 @@ def _groups(fields: Mapping[str, Any], transforms: Mapping[Any, list]) -> Tuple[
     out += [GroupPlan((n,), (), (("mask",),)) for n, f in fields.items()
             if isinstance(f, Image) and f.mode == "L" and n not in grouped]
     return tuple(out)
+
+
+def _check_cache_use(cache: _cache.CachePlan, dataset: Any, settings: args.Settings,
+                     max_memory: Any, *, tokens: bool, map_style: bool) -> args.Settings:
+    """Where cache="decoded" applies (the RGB images of one stoker.Dataset), and its place in
+    max_memory: given, max_memory covers this rank's share of the cache (cache_size over the
+    processes of the job on this machine, which share it) besides the batches in flight."""
+    if tokens or map_style or isinstance(dataset, Mix):
+        what = "token batches" if tokens else "a map-style dataset" if map_style else \
+            "a stoker.Mix (give each source its own loader to cache it)"
+        raise ValueError(f"cache='decoded' keeps the decoded images of a stoker.Dataset; it "
+                         f"does not apply to {what}")
+    if not any(isinstance(f, Image) and f.mode == "RGB" for f in dataset.fields.values()):
+        raise ValueError("cache='decoded' keeps decoded RGB images, and this dataset has no "
+                         "stoker.image() field of mode 'RGB'")
+    slots = len(dataset) * _cache.image_fields(dataset.fields)
+    index = _core.DecodedCache.index_bytes(slots, cache.variants)
+    if cache.budget <= index:
+        raise ValueError(f"cache_size={cache.budget} bytes cannot hold the cache's index alone "
+                         f"({index} bytes for {slots} images): give at least "
+                         f"{index + 2**20} bytes")
+    if max_memory is None:
+        return settings
+    share = cache.budget // args.local_world_size()
+    if share >= settings.max_memory:
+        raise ValueError(f"max_memory={settings.max_memory} bytes leaves nothing for batches "
+                         f"after this rank's share of the decoded cache ({share} bytes of "
+                         f"cache_size={cache.budget}, shared by {args.local_world_size()} "
+                         "process(es) on this machine): raise max_memory or lower cache_size")
+    return settings._replace(max_memory=settings.max_memory - share)
 
 
 def _check_stage_args(dataset: Any, *, map_style: bool, tokens: bool, map_fn: Any,
@@ -510,6 +557,7 @@ class Parts(NamedTuple):
     device: torch.device  # where batches are (cpu for the host fake)
     stream_device: Optional[torch.device]  # the CUDA device whose stream a batch joins
     pin_memory: bool
+    cache: Any = None  # _core.DecodedCache (cache="decoded")
 
 
 def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int:
@@ -523,8 +571,10 @@ def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int
     return max(1, -(-int(batch_size) // (per * max(1, int(threads)))))
 
 
-def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0) -> Any:
-    """A RecordPlan as the ``_core.RecordOptions`` its producer takes."""
+def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
+                   cache: Any = None) -> Any:
+    """A RecordPlan as the ``_core.RecordOptions`` its producer takes (`cache`: the
+    ``_core.DecodedCache`` build() opened for ``r.cache``)."""
     return _core.RecordOptions(
         sampler=sampler_options(sampling),
         skip_errors=r.skip_errors,
@@ -533,7 +583,8 @@ def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0) -> 
                                         [_core.TargetSpec(*t) for t in g.targets])
                     for g in r.groups],
         threads_hint=threads_hint, handoff=r.handoff, pad_values=dict(r.pad_values),
-        mix=None if r.batch_mix is None else r.batch_mix.options())
+        mix=None if r.batch_mix is None else r.batch_mix.options(), verify=r.verify,
+        cache=cache)
 
 
 def sampler_options(s: Sampling) -> Any:
@@ -553,6 +604,9 @@ def build(p: LoaderPlan, world_size: int,
     s, t = p.sampling, p.settings
     mix: Optional[MixRun] = None
     stage = None
+    wanted = p.records.cache if p.records is not None else \
+        p.stage.records.cache if p.stage is not None and p.stage.records is not None else None
+    cache = None if wanted is None else _cache.open_cache(wanted, p.dataset)
     if p.source == "token mixture":
         mix = MixRun(p.dataset, tokens=True, record_options=None, batch_size=s.batch_size,
                      shuffle=s.shuffle, seed=s.seed, drop_last=s.drop_last,
@@ -578,14 +632,14 @@ def build(p: LoaderPlan, world_size: int,
     else:
         assert p.records is not None
         producer = _core.RecordProducer(p.dataset._core,
-                                        record_options(p.records, s, t.num_threads))
+                                        record_options(p.records, s, t.num_threads, cache))
     if p.stage is not None:
         st = p.stage
         if st.fetch == "map-style":
             source: Any = MapStyleSource(p.dataset, st.names)
         elif st.fetch == "records":
             assert st.records is not None
-            source = DatasetSource(p.dataset, record_options(st.records, s))
+            source = DatasetSource(p.dataset, record_options(st.records, s, cache=cache))
         else:
             source = None
         stage = PythonStage(source, map_fn=st.map, batch_map=st.batch_map,
@@ -624,5 +678,5 @@ def build(p: LoaderPlan, world_size: int,
         stage.attach(handoff)
         stage.side_device = stream_device
     return Parts(producer, core, stage, mix, torch.device("cpu") if fake else target,
-                 stream_device, pin)
+                 stream_device, pin, cache)
 
