@@ -19,8 +19,8 @@ void register_cache(py::module_& m) {
       m, "DecodedCache",
       "Decoded images kept for later epochs, shared by the processes of a node that read the "
       "same dataset (csrc/cache/decoded_cache.h).")
-      .def(py::init([](int64_t budget, int64_t slots, int variants, int max_side,
-                       uint64_t identity, const std::string& dir) {
+      .def(py::init([](int64_t budget, int64_t slots, int variants, int max_side, uint64_t identity,
+                       const std::string& dir) {
              DecodedCacheOptions o;
              o.budget = budget;
              o.slots = slots;

@@ -172,8 +172,7 @@ void sweep(const std::string& dir, const std::string& keep) {
     if (fd < 0) continue;
     struct stat st;
     if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
-        ofd_lock(fd, F_WRLCK, 0, false) && ofd_lock(fd, F_WRLCK, 1, false) &&
-        same_file(fd, path))
+        ofd_lock(fd, F_WRLCK, 0, false) && ofd_lock(fd, F_WRLCK, 1, false) && same_file(fd, path))
       ::unlink(path.c_str());
     ::close(fd);  // drops the locks
   }
@@ -194,15 +193,16 @@ struct DecodedCache::Header {
   uint64_t data_offset;
   uint64_t data_bytes;
   int64_t max_side;
-  std::atomic<uint64_t> ready;  // kReady once the layout above is written
+  std::atomic<uint64_t> ready;                         // kReady once the layout above is written
   alignas(kCacheLineSize) std::atomic<uint64_t> used;  // entry bytes handed out
   alignas(kCacheLineSize) std::atomic<uint64_t> reserved;  // entry bytes backed (fallocate)
-  std::atomic<uint64_t> full;  // an entry found no room
+  std::atomic<uint64_t> full;                              // an entry found no room
   alignas(kCacheLineSize) std::atomic<uint64_t> entries;
   std::atomic<uint64_t> images;  // slots with an entry
 };
 static_assert(sizeof(DecodedCache::Header) <= kPage, "the header fits its page");
-static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint8_t>::is_always_lock_free,
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint8_t>::is_always_lock_free,
               "atomics in memory shared between processes must be lock-free (address-free)");
 
 int64_t DecodedCache::index_bytes(int64_t slots, int variants) {
@@ -380,8 +380,8 @@ void DecodedCache::make_private() {
   const size_t size = static_cast<size_t>(opts_.budget);
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  STOKER_CHECK(p != MAP_FAILED, Error, "cannot map ", size, " bytes for the decoded cache: ",
-               std::strerror(errno));
+  STOKER_CHECK(p != MAP_FAILED, Error, "cannot map ", size,
+               " bytes for the decoded cache: ", std::strerror(errno));
   base_ = static_cast<uint8_t*>(p);
   size_ = size;
   header_ = reinterpret_cast<Header*>(base_);
@@ -449,11 +449,17 @@ bool DecodedCache::reserve(uint64_t end) {
   if (fd_ < 0) return true;  // private memory: the budget bounds it
   uint64_t r = header_->reserved.load(std::memory_order_acquire);
   if (end <= r) return true;
-  const uint64_t to = std::min(data_bytes_, round_up(end, kChunk));
+  // A chunk at a time; near a full file system, what this entry needs alone.
   // Overlapping calls from several processes are fine: backed bytes stay backed.
-  const int e = ::posix_fallocate(fd_, static_cast<off_t>(header_->data_offset + r),
-                                  static_cast<off_t>(to - r));
-  if (e != 0) return false;
+  uint64_t to = std::min(data_bytes_, round_up(end, kChunk));
+  auto back = [&](uint64_t upto) {
+    return ::posix_fallocate(fd_, static_cast<off_t>(header_->data_offset + r),
+                             static_cast<off_t>(upto - r)) == 0;
+  };
+  if (!back(to)) {
+    to = std::min(data_bytes_, round_up(end, kPage));
+    if (!back(to)) return false;
+  }
   while (r < to && !header_->reserved.compare_exchange_weak(r, to, std::memory_order_acq_rel)) {
   }
   return true;
@@ -477,11 +483,9 @@ DecodedCache::Writer DecodedCache::begin(int64_t slot, int variant, int w, int h
       // Being written. A writer that died mid-insert is taken over (NOTE
       // [ Decoded cache ]); a live one, or one we cannot tell, is left alone.
       const uint64_t holder = cur >> 2;
-      if (holder == pid || ::kill(static_cast<pid_t>(holder), 0) == 0 || errno != ESRCH)
-        return out;
+      if (holder == pid || ::kill(static_cast<pid_t>(holder), 0) == 0 || errno != ESRCH) return out;
     }
-    if (wd.compare_exchange_strong(cur, mine, std::memory_order_acq_rel,
-                                   std::memory_order_acquire))
+    if (wd.compare_exchange_strong(cur, mine, std::memory_order_acq_rel, std::memory_order_acquire))
       break;
   }
   const uint64_t bytes = round_up(kHeadBytes + uint64_t(w) * uint64_t(h) * 3, kEntryAlign);

@@ -37,8 +37,8 @@ struct DecodedCacheOptions {
 /// One cached image. Its pixels stay where they are while the cache lives:
 /// entries are written once and never moved, reused or freed.
 struct CachedImage {
-  RgbView pix;      ///< 8-bit RGB, packed rows
-  int full_w = 0;   ///< the image's own size (what its header declares)
+  RgbView pix;     ///< 8-bit RGB, packed rows
+  int full_w = 0;  ///< the image's own size (what its header declares)
   int full_h = 0;
 };
 
@@ -50,10 +50,10 @@ struct DecodedCacheStats {
   int64_t entries = 0;   ///< entries in the cache (every process's)
   int64_t images = 0;    ///< slots with at least one entry
   int64_t slots = 0;
-  int64_t bytes = 0;     ///< bytes in use: the index and the entries handed out
+  int64_t bytes = 0;  ///< bytes in use: the index and the entries handed out
   int64_t budget = 0;
-  bool shared = false;   ///< in a file other processes map (else this process's memory)
-  bool full = false;     ///< an entry found no room (the budget, or the file system)
+  bool shared = false;  ///< in a file other processes map (else this process's memory)
+  bool full = false;    ///< an entry found no room (the budget, or the file system)
 };
 
 class DecodedCache {
@@ -106,9 +106,9 @@ class DecodedCache {
     friend class DecodedCache;
     void abandon() noexcept;
     DecodedCache* cache_ = nullptr;
-    size_t word_ = 0;       // index of the entry's word
-    uint64_t claim_ = 0;    // the claim word written there
-    uint64_t offset_ = 0;   // of the entry in the data region
+    size_t word_ = 0;      // index of the entry's word
+    uint64_t claim_ = 0;   // the claim word written there
+    uint64_t offset_ = 0;  // of the entry in the data region
     uint8_t* pixels_ = nullptr;
     size_t stride_ = 0;
     CachedImage image_;
@@ -146,9 +146,9 @@ class DecodedCache {
   std::string path_;
   std::string fallback_;
   std::string warning_;
-  int fd_ = -1;               // the shared file (-1: private memory)
-  int owner_pid_ = 0;         // the process that attached (a forked child never removes it)
-  uint8_t* base_ = nullptr;   // the mapping
+  int fd_ = -1;              // the shared file (-1: private memory)
+  int owner_pid_ = 0;        // the process that attached (a forked child never removes it)
+  uint8_t* base_ = nullptr;  // the mapping
   size_t size_ = 0;
   Header* header_ = nullptr;
   std::atomic<uint64_t>* words_ = nullptr;  // slots * variants

@@ -23,9 +23,8 @@ bool is_raw(const uint8_t* data, size_t n) {
 }
 
 RawImage raw_image(const uint8_t* data, size_t n) {
-  STOKER_CHECK(n >= kRawHeaderBytes && is_raw(data, n), DecodeError,
-               "raw pixel record cut short (", n, " bytes, the header alone is ", kRawHeaderBytes,
-               ")");
+  STOKER_CHECK(n >= kRawHeaderBytes && is_raw(data, n), DecodeError, "raw pixel record cut short (",
+               n, " bytes, the header alone is ", kRawHeaderBytes, ")");
   STOKER_CHECK(data[4] == kRawVersion, DecodeError, "raw pixel record of version ", int(data[4]),
                " (this stoker reads version ", int(kRawVersion), ")");
   const int channels = data[5];

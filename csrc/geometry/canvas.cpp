@@ -27,8 +27,8 @@ int scale_variant(int num) { return num == 1 ? 0 : num == 2 ? 1 : num == 4 ? 2 :
 // Rows of `src` into packed rows at `dst`.
 void copy_rows(const RgbView& src, uint8_t* dst, size_t stride) {
   for (int y = 0; y < src.height; ++y)
-    std::memcpy(dst + static_cast<size_t>(y) * stride, src.data + static_cast<size_t>(y) * src.stride,
-                static_cast<size_t>(src.width) * 3);
+    std::memcpy(dst + static_cast<size_t>(y) * stride,
+                src.data + static_cast<size_t>(y) * src.stride, static_cast<size_t>(src.width) * 3);
 }
 
 // The window of `img` (scaled by fx, fy from its original) that the original's
@@ -126,7 +126,7 @@ void CanvasOps::open(int64_t max_pixels, Canvas& c) {
     if (r.channels == 3) {
       c.pix = r.rgb();
       c.borrowed = true;  // the record's own bytes, in the shard's mapping
-    } else {  // one channel, as RGB
+    } else {              // one channel, as RGB
       const size_t n = static_cast<size_t>(r.width) * r.height;
       s_.decoded.resize(n * 3);
       for (size_t i = 0; i < n; ++i)
@@ -226,10 +226,8 @@ RgbView CanvasOps::region(const PixelRect& in, int num, int* ox, int* oy, bool* 
     if (have) {  // decode_region's window of the whole image (NOTE [ Exact pixels ])
       const int x0 = static_cast<int>(int64_t{in.x} * num / 8);
       const int y0 = static_cast<int>(int64_t{in.y} * num / 8);
-      const int x1 =
-          std::min(e.pix.width, static_cast<int>((int64_t{in.x + in.w} * num + 7) / 8));
-      const int y1 =
-          std::min(e.pix.height, static_cast<int>((int64_t{in.y + in.h} * num + 7) / 8));
+      const int x1 = std::min(e.pix.width, static_cast<int>((int64_t{in.x + in.w} * num + 7) / 8));
+      const int y1 = std::min(e.pix.height, static_cast<int>((int64_t{in.y + in.h} * num + 7) / 8));
       *ox = x0;
       *oy = y0;
       *borrowed = true;
@@ -260,7 +258,8 @@ const CachedImage& CanvasOps::reduced_source() {
   } else {  // the smallest DCT scale that still covers the copy
     int num = 8;
     for (int k : {1, 2, 4})
-      if (JpegDecoder::scaled_size(full_w_, k) >= rw && JpegDecoder::scaled_size(full_h_, k) >= rh) {
+      if (JpegDecoder::scaled_size(full_w_, k) >= rw &&
+          JpegDecoder::scaled_size(full_h_, k) >= rh) {
         num = k;
         break;
       }

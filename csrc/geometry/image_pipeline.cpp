@@ -40,8 +40,7 @@ std::pair<int, int> ImagePipeline::output_size(const uint8_t* data, size_t n) co
 }
 
 void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h,
-                        int out_w, int64_t* decode_ns, Geometry* geometry,
-                        CacheSlot cache) const {
+                        int out_w, int64_t* decode_ns, Geometry* geometry, CacheSlot cache) const {
   Scratch& s = thread_scratch();
   CanvasOps ops(s, data, n, cache);
   struct Report {  // on every exit, errors included

@@ -58,8 +58,7 @@ class ImagePipeline {
   /// @param cache if given, the decoded cache's slot of this image: decoded
   ///   pixels come from there and go there (NOTE [ Exact pixels ] in canvas.cpp)
   void run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h, int out_w,
-           int64_t* decode_ns = nullptr, Geometry* geometry = nullptr,
-           CacheSlot cache = {}) const;
+           int64_t* decode_ns = nullptr, Geometry* geometry = nullptr, CacheSlot cache = {}) const;
 
  private:
   std::vector<ImageOp> ops_;

@@ -185,8 +185,8 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
   src.cache_field.assign(nf, -1);
   for (size_t f = 0; f < nf; ++f) {
     const int g = src.group_of[f];
-    const bool rgb = g >= 0 ? src.groups[g]->image_member() == src.member_of[f]
-                            : src.pipelines[f] != nullptr;
+    const bool rgb =
+        g >= 0 ? src.groups[g]->image_member() == src.member_of[f] : src.pipelines[f] != nullptr;
     if (rgb) src.cache_field[f] = src.cache_fields++;
   }
   if (opts.cache) {

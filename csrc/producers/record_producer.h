@@ -119,7 +119,7 @@ struct RecordSource {
   std::vector<std::vector<uint8_t>> pad_values;  ///< per field: one element; empty: zeros
   std::optional<BatchMixSource> mix;
   bool skip_errors = false;
-  Verify verify = Verify::kFirst;  ///< RecordOptions::verify
+  Verify verify = Verify::kFirst;       ///< RecordOptions::verify
   std::shared_ptr<DecodedCache> cache;  ///< RecordOptions::cache
   std::vector<int> cache_field;         ///< per field: its place among the RGB images, or -1
   int cache_fields = 0;                 ///< RGB image fields
