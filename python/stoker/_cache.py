@@ -114,7 +114,8 @@ def dataset_identity(dataset: Any) -> str:
     for s in dataset.shards:
         entry = [s["path"], s["bytes"], s["num_records"], s.get("checksum"),
                  s.get("header_checksum"), s.get("table_checksum")]
-        if getattr(dataset, "dataset_id", None) is None and getattr(dataset, "remote", None) is None:
+        local = getattr(dataset, "remote", None) is None
+        if getattr(dataset, "dataset_id", None) is None and local:
             try:
                 st = os.stat(os.path.join(dataset.path, s["path"]))
                 entry += [st.st_size, st.st_mtime_ns, st.st_ino]

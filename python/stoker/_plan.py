@@ -32,8 +32,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 
-from . import _cache
-from . import _core
+from . import _cache, _core
 from . import _loader_args as args
 from ._loader_args import check_int
 from .dataset import Dataset

@@ -424,7 +424,8 @@ class Image(Field):
             from PIL import Image as PILImage
         except ImportError:
             raise ValueError(f"{what}: storing a mode 'L' image raw from encoded bytes needs "
-                             "Pillow (pip install pillow), or pass the (h, w) uint8 array")
+                             "Pillow (pip install pillow), or pass the (h, w) uint8 array"
+                             ) from None
         img = PILImage.open(io.BytesIO(data))
         if img.mode in ("I;16", "I;16B", "I;16L", "I"):
             return (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)

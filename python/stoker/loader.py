@@ -294,6 +294,7 @@ class Loader:
         self.device, self._stream_device = parts.device, parts.stream_device
         self.pin_memory = parts.pin_memory
         self._cache = parts.cache
+        self._cache_full_said = False
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()
         self._pid = os.getpid()
@@ -546,7 +547,21 @@ class Loader:
             s["tier"] = tier or "mmap"
         return s
 
+    def _report_cache(self) -> None:
+        """Says once, at the end of an epoch, that the decoded cache ran out of room."""
+        if self._cache is None or self._cache_full_said:
+            return
+        s = _cache.cache_stats(self._cache)
+        if s["full"]:
+            self._cache_full_said = True
+            warnings.warn(f"stoker: the decoded-sample cache is full: it holds "
+                          f"{s['cached_share']:.0%} of the dataset's images ({s['images']} of "
+                          f"{s['slots']}) in cache_size={s['budget']} bytes, and the others are "
+                          "decoded every epoch; a larger cache_size, or cache_max_side, holds "
+                          "more (stats()['cache'])", RuntimeWarning, stacklevel=3)
+
     def _report_skipped(self) -> None:
+        self._report_cache()
         skipped = self._core.stats()["skipped"]
         new = skipped - self._skipped_reported
         if new > 0:

@@ -7,16 +7,16 @@ dataset has fields ``{"image": stoker.image(), "label": stoker.scalar("int64")}`
 ``Dataset(out).metadata == {"classes": [...], "source": ..., "write_options": {...}}``,
 where ``write_options`` records ``max_side``, ``quality`` and ``verified``.
 
-JPEG and PNG files are stored byte for byte (no re-encode). Other formats (BMP, TIFF,
-WebP, PPM/PGM) are re-encoded as lossless PNG. ``--store raw`` stores every image as
-decoded pixels instead (``stoker.image(storage="raw")``: no decode when loading, 3 bytes a
-pixel on disk), decoded by stoker's own decoder; ``--store smart`` stores images of at most
-``--smart-pixels`` pixels raw and the rest as files (FFCV's write modes). With ``max_side``, images whose longer
-side exceeds it are shrunk with Pillow (Lanczos) and re-encoded as JPEG at ``quality``
-(RGB: alpha dropped, as the loader would), as FFCV's ``max_resolution`` does. With
-``verify`` (``--verify``, the default) every file is decoded once in full while converting,
-so a truncated or corrupt image is reported by name now, not in epoch 37;
-``--no-verify`` reads only the headers of the files kept as they are.
+JPEG and PNG files are stored byte for byte (no re-encode). Other formats (BMP, TIFF, WebP,
+PPM/PGM) are re-encoded as lossless PNG. ``--store raw`` stores every image as decoded
+pixels instead (``stoker.image(storage="raw")``: no decode when loading, 3 bytes a pixel on
+disk), decoded by stoker's own decoder; ``--store smart`` stores images of at most
+``--smart-pixels`` pixels raw and the rest as files (FFCV's write modes). With
+``max_side``, images whose longer side exceeds it are shrunk with Pillow (Lanczos) and
+re-encoded as JPEG at ``quality`` (RGB: alpha dropped, as the loader would), as FFCV's
+``max_resolution`` does. With ``verify`` (``--verify``, the default) every file is decoded
+once in full while converting, so a truncated or corrupt image is reported by name now, not
+in epoch 37; ``--no-verify`` reads only the headers of the files kept as they are.
 
 Reading, checking and resizing run on a thread pool (the decoders release the GIL);
 samples are written in the source order, so the output is deterministic.
