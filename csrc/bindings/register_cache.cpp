@@ -20,7 +20,7 @@ void register_cache(py::module_& m) {
       "Decoded images kept for later epochs, shared by the processes of a node that read the "
       "same dataset (csrc/cache/decoded_cache.h).")
       .def(py::init([](int64_t budget, int64_t slots, int variants, int max_side, uint64_t identity,
-                       const std::string& dir) {
+                       const std::string& dir, int64_t private_budget) {
              DecodedCacheOptions o;
              o.budget = budget;
              o.slots = slots;
@@ -28,23 +28,24 @@ void register_cache(py::module_& m) {
              o.max_side = max_side;
              o.identity = identity;
              o.dir = dir;
+             o.private_budget = private_budget;
              py::gil_scoped_release nogil;  // joining may wait for another process
              return DecodedCache::open(o);
            }),
            py::kw_only(), py::arg("budget"), py::arg("slots"), py::arg("variants") = 4,
            py::arg("max_side") = 0, py::arg("identity") = 0, py::arg("dir") = "/dev/shm",
+           py::arg("private_budget") = 0,
            "budget: bytes of the whole cache (index and entries); slots: records x RGB image "
            "fields; variants: 4 (exact pixels, one entry per JPEG DCT scale) or 1 (max_side: one "
            "reduced copy); identity: the dataset's content and the cache's parameters; dir: "
-           "where the shared file lives ('' = private memory only).")
+           "where the shared file lives ('' = private memory only); private_budget: the budget "
+           "of a private cache made when the shared one cannot be had (0: budget).")
       .def_static("index_bytes", &DecodedCache::index_bytes, py::arg("slots"), py::arg("variants"),
                   "Bytes the cache's index takes: a budget needs more than this.")
       .def_property_readonly("shared", &DecodedCache::shared)
       .def_property_readonly("path", &DecodedCache::path)
       .def_property_readonly("fallback", &DecodedCache::fallback,
                              "Why the cache is private although a shared one was asked for.")
-      .def_property_readonly("warning", &DecodedCache::warning,
-                             "What limits the shared cache below its budget.")
       .def_property_readonly("budget", [](const DecodedCache& c) { return c.options().budget; })
       .def_property_readonly("slots", [](const DecodedCache& c) { return c.options().slots; })
       .def(

@@ -57,9 +57,11 @@ namespace stoker {
 // it and the bounds before using the pixels.
 //
 // The region is backed as it is handed out: a shared file is fallocate()d a
-// chunk at a time before any byte of the chunk is written, so a full /dev/shm
-// makes an insert fail (the image is decoded as without a cache) instead of
-// the store raising SIGBUS.
+// chunk at a time before any byte of the chunk is written, so a /dev/shm that
+// fills up (other files grow there) makes an insert fail (the image is decoded
+// as without a cache) instead of the store raising SIGBUS. A /dev/shm without
+// room for the whole budget when the cache is created gives private caches
+// instead, of private_budget bytes each.
 //
 // NOTE [ Cache lifetime ]
 // The file's name carries the user, the dataset's identity and the cache's
@@ -322,8 +324,11 @@ void DecodedCache::attach_shared() {
       sweep(opts_.dir, name);
       ::statvfs(opts_.dir.c_str(), &vfs);
       const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-      if (avail < index + (uint64_t{1} << 20)) {
-        give_up(opts_.dir + " has " + bytes_text(avail) + " free, too little for the cache (" +
+      // Room for the whole budget now, or a private cache: entries are backed as they
+      // come, and a cache that could never grow to its budget here would only make
+      // each process decode what the others would have found.
+      if (avail < budget) {
+        give_up(opts_.dir + " has " + bytes_text(avail) + " free, less than cache_size (" +
                     bytes_text(budget) + ")",
                 true);
         return;
@@ -338,9 +343,6 @@ void DecodedCache::attach_shared() {
                 true);
         return;
       }
-      if (avail < budget)
-        warning_ = opts_.dir + " has " + bytes_text(avail) + " free, less than cache_size (" +
-                   bytes_text(budget) + "): the cache holds what fits there";
     } else if (!ofd_lock(fd, F_RDLCK, 1, false)) {  // in use: attach beside its users
       ::close(fd);
       continue;
@@ -377,6 +379,9 @@ void DecodedCache::attach_shared() {
 }
 
 void DecodedCache::make_private() {
+  if (opts_.private_budget > 0 && opts_.private_budget < opts_.budget)
+    opts_.budget = std::max(opts_.private_budget,
+                            index_bytes(opts_.slots, opts_.variants) + static_cast<int64_t>(kPage));
   const size_t size = static_cast<size_t>(opts_.budget);
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

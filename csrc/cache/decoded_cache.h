@@ -32,6 +32,10 @@ struct DecodedCacheOptions {
   uint64_t identity = 0;
   /// Folder of the shared file ("/dev/shm"); empty: private memory only.
   std::string dir = "/dev/shm";
+  /// The budget of a private cache, made when the shared one cannot be had
+  /// (each process then holds its own: the node's budget over its processes);
+  /// 0: the whole budget.
+  int64_t private_budget = 0;
 };
 
 /// One cached image. Its pixels stay where they are while the cache lives:
@@ -77,8 +81,6 @@ class DecodedCache {
   const std::string& path() const { return path_; }
   /// Why the cache is private although a shared one was asked for; empty otherwise.
   const std::string& fallback() const { return fallback_; }
-  /// What limits the shared cache below its budget (little free space); empty otherwise.
-  const std::string& warning() const { return warning_; }
 
   /// Entry `variant` of `slot`, if any process added it. Lock-free: one
   /// acquire load (NOTE [ Decoded cache ]). Never blocks, never throws.
@@ -145,7 +147,6 @@ class DecodedCache {
   DecodedCacheOptions opts_;
   std::string path_;
   std::string fallback_;
-  std::string warning_;
   int fd_ = -1;              // the shared file (-1: private memory)
   int owner_pid_ = 0;        // the process that attached (a forked child never removes it)
   uint8_t* base_ = nullptr;  // the mapping

@@ -133,16 +133,17 @@ def open_cache(plan: CachePlan, dataset: Any) -> Any:
     slots = len(dataset) * image_fields(dataset.fields)
     identity = dataset_identity(dataset) + f"|{plan.budget}|{plan.max_side}|{slots}"
     ident64 = int.from_bytes(hashlib.sha256(identity.encode()).digest()[:8], "little")
+    local = args.local_world_size()
     cache = _core.DecodedCache(budget=plan.budget, slots=slots, variants=plan.variants,
-                               max_side=plan.max_side, identity=ident64, dir=plan.dir)
+                               max_side=plan.max_side, identity=ident64, dir=plan.dir,
+                               private_budget=plan.budget // local)
     if plan.dir and not cache.shared:
         warnings.warn(f"stoker: the decoded-sample cache is not shared with this node's other "
-                      f"processes ({cache.fallback}); each keeps its own copy "
-                      f"(cache_size={plan.budget} bytes each). Give /dev/shm more room "
-                      f"(docker run --shm-size=...), or set {CACHE_DIR_ENV} to a tmpfs with "
-                      f"room", RuntimeWarning, stacklevel=4)
-    elif cache.warning:
-        warnings.warn(f"stoker: {cache.warning}", RuntimeWarning, stacklevel=4)
+                      f"processes ({cache.fallback}); each keeps its own, of cache_size over "
+                      f"the {local} process(es) of the job here ({cache.budget} bytes). Give "
+                      f"/dev/shm room for cache_size (docker run --shm-size=...), set "
+                      f"{CACHE_DIR_ENV} to a tmpfs with room, or lower cache_size",
+                      RuntimeWarning, stacklevel=4)
     return cache
 
 
