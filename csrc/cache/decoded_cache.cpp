@@ -56,8 +56,11 @@ namespace stoker {
 // Every published entry's head repeats its word's index, and a reader checks
 // it and the bounds before using the pixels.
 //
-// The region is backed as it is handed out: a shared file is fallocate()d a
-// chunk at a time before any byte of the chunk is written, so a /dev/shm that
+// The region is backed as it is handed out, and mapped into a process's page
+// tables a stretch at a time (MADV_POPULATE_*: an image is hundreds of pages,
+// each a fault of its own otherwise, which made a first epoch's inserts cost
+// as much as a third of the decode). A shared file is fallocate()d a chunk at a
+// time before any byte of the chunk is written, so a /dev/shm that
 // fills up (other files grow there) makes an insert fail (the image is decoded
 // as without a cache) instead of the store raising SIGBUS. A /dev/shm without
 // room for the whole budget when the cache is created gives private caches
@@ -394,6 +397,24 @@ void DecodedCache::make_private() {
   header_->ready.store(kReady, std::memory_order_release);
   map_layout();
   owner_pid_ = ::getpid();
+#ifdef MADV_HUGEPAGE
+  // Transparent huge pages where the system allows them for regions that ask:
+  // a 2 MiB fault where an image would take hundreds of 4 KiB ones.
+  ::madvise(base_ + header_->data_offset, data_bytes_ / kPage * kPage, MADV_HUGEPAGE);
+#endif
+}
+
+void DecodedCache::populate(uint64_t upto, bool write) const noexcept {
+  uint64_t have = populated_.load(std::memory_order_relaxed);
+  if (upto <= have) return;
+  // One thread maps the stretch; the others read on meanwhile (and fault as they go).
+  if (!populated_.compare_exchange_strong(have, upto, std::memory_order_relaxed)) return;
+#if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
+  const uint64_t from = have / kPage * kPage, to = round_up(upto, kPage);
+  ::madvise(data_ + from, to - from, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+#else
+  (void)write;
+#endif
 }
 
 void DecodedCache::detach() noexcept {
@@ -423,6 +444,10 @@ bool DecodedCache::find(int64_t slot, int variant, CachedImage* out) const noexc
   if (e->key != i + 1 || e->w <= 0 || e->h <= 0) return false;
   const uint64_t bytes = uint64_t(e->w) * uint64_t(e->h) * 3;
   if (data_bytes_ - off - kHeadBytes < bytes) return false;
+  // Another process's entry past what this one has mapped: map up to what is
+  // backed, at once (the file system's pages exist: nothing is allocated).
+  if (fd_ >= 0 && off + kHeadBytes + bytes > populated_.load(std::memory_order_relaxed))
+    populate(header_->reserved.load(std::memory_order_acquire), false);
   out->pix = {data_ + off + kHeadBytes, e->w, e->h, static_cast<size_t>(e->w) * 3};
   out->full_w = e->full_w;
   out->full_h = e->full_h;
@@ -451,7 +476,10 @@ uint64_t DecodedCache::allocate(uint64_t bytes) {
 }
 
 bool DecodedCache::reserve(uint64_t end) {
-  if (fd_ < 0) return true;  // private memory: the budget bounds it
+  if (fd_ < 0) {  // private memory: the budget bounds it; mapped a chunk at a time
+    populate(std::min(data_bytes_, round_up(end, kChunk)), true);
+    return true;
+  }
   uint64_t r = header_->reserved.load(std::memory_order_acquire);
   if (end <= r) return true;
   // A chunk at a time; near a full file system, what this entry needs alone.
@@ -467,6 +495,7 @@ bool DecodedCache::reserve(uint64_t end) {
   }
   while (r < to && !header_->reserved.compare_exchange_weak(r, to, std::memory_order_acq_rel)) {
   }
+  populate(to, true);  // this process writes there next
   return true;
 }
 

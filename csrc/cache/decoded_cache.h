@@ -137,6 +137,8 @@ class DecodedCache {
   uint64_t allocate(uint64_t bytes);
   // Backs data [0, end) with memory (fallocate) before anything writes there.
   bool reserve(uint64_t end);
+  // Maps data [0, upto) into this process's page tables (NOTE [ Decoded cache ]).
+  void populate(uint64_t upto, bool write) const noexcept;
   std::atomic<uint64_t>& word(size_t i) const;
   void detach() noexcept;
 
@@ -156,6 +158,7 @@ class DecodedCache {
   std::atomic<uint8_t>* marks_ = nullptr;   // per slot: has an entry
   uint8_t* data_ = nullptr;
   uint64_t data_bytes_ = 0;
+  mutable std::atomic<uint64_t> populated_{0};  // data bytes in this process's page tables
   Counter hits_, misses_, inserts_, declined_;
 };
 
