@@ -13,7 +13,9 @@ Measures images/s, in one run, for
       is not a dependency),
       num_workers = 0, 1, 2; batches collated to uint8 tensors as stoker yields them;
   (c) the ceiling: full decodes of the same files with libjpeg-turbo, nothing else,
-      on 1 thread and on all cores (_core.decode_only_throughput).
+      on 1 thread and on all cores (_core.decode_only_throughput);
+  (d) stoker with cache="decoded", 2 threads: the second epoch of a loader, which decodes
+      nothing (bench/bench_cache.py measures the cache in full).
 Prints the ratios stoker / best DataLoader and stoker / ceiling at equal thread counts.
 The shard and image files are read right before each timed run so that every run starts
 from a warm page cache (an idle minute may evict it).
@@ -104,6 +106,27 @@ def time_stoker(out, shard_files, batch_size, threads, epoch):
     return n / (time.perf_counter() - t0)
 
 
+def time_cached(out, shard_files, batch_size, threads, key):
+    """The second epoch of a Loader(cache="decoded") (a new cache each call: `key`)."""
+    import stoker
+
+    ds = stoker.Dataset(out)
+    loader = stoker.Loader(ds, batch_size=batch_size, shuffle=True, seed=0, num_threads=threads,
+                           transforms={"image": [stoker.ops.RandomResizedCrop(224),
+                                                 stoker.ops.RandomHorizontalFlip()]},
+                           cache="decoded", cache_size=(8 << 30) + key,
+                           prefetch_next_epoch=False, stall_warning=None)
+    for _ in loader:  # the first epoch decodes and keeps
+        pass
+    loader.set_epoch(1)
+    warm(shard_files)
+    t0 = time.perf_counter()
+    n = 0
+    for batch in loader:
+        n += batch["image"].shape[0]
+    return n / (time.perf_counter() - t0)
+
+
 def time_bare(files):
     from stoker import _core, ops
 
@@ -148,6 +171,10 @@ def main():
                 lambda t=t, epochs=epochs: time_stoker(os.path.join(tmp, "ds"), shard_files,
                                                        args.batch_size, t, next(epochs)),
                 args.repeats)
+        keys = iter(range(1000))
+        results["stoker threads=2, cache='decoded', epoch 2"] = best(
+            lambda: time_cached(os.path.join(tmp, "ds"), shard_files, args.batch_size, 2,
+                                next(keys)), args.repeats)
     results["stoker bare decode_image loop, 1 thread"] = best(lambda: time_bare(files),
                                                              args.repeats)
     for t in sorted({1, cores}):
@@ -168,6 +195,8 @@ def main():
     print(f"stoker RRC+flip, 1 thread / full decode only, 1 thread: {s1 / c1:.2f}x "
           "(target >= 1: the region + DCT-scaled decode pays for the crop and resize)")
     print(f"stoker threads={cores} / ceiling on {cores} cores: {sn / cn:.2f}x")
+    cached = results["stoker threads=2, cache='decoded', epoch 2"]
+    print(f"stoker threads=2 cached epoch 2 / uncached: {cached / s2:.2f}x")
     if not args.skip_dataloader:
         dl = max(v for k, v in results.items() if k.startswith("DataLoader"))
         print(f"stoker threads=2 / best DataLoader (<= 2 workers): {s2 / dl:.2f}x")

@@ -45,6 +45,7 @@ void register_tokens(py::module_& m);
 void register_fetch_plan(py::module_& m);
 void register_mixture(py::module_& m);
 void register_python_stage(py::module_& m);
+void register_cache(py::module_& m);
 }  // namespace stoker::bindings
 
 // Free-threading ready (docs/python.md, "Threads or processes"): the bindings touch Python
@@ -104,6 +105,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   stoker::bindings::register_cuda(m);
   stoker::bindings::register_checksum(m);
   stoker::bindings::register_tokens(m);
+  stoker::bindings::register_cache(m);
   stoker::bindings::register_fetch_plan(m);
   stoker::bindings::register_mixture(m);
   stoker::bindings::register_python_stage(m);

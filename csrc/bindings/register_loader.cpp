@@ -188,8 +188,13 @@ void register_loader(py::module_& m) {
                        std::vector<TransformSpec> transforms, int threads_hint,
                        int64_t unit_samples, bool handoff, int64_t warm_bytes,
                        const std::map<std::string, py::bytes>& pad_values,
-                       std::optional<BatchMixOptions> mix) {
+                       std::optional<BatchMixOptions> mix, const std::string& verify,
+                       std::shared_ptr<DecodedCache> cache) {
              RecordOptions o;
+             STOKER_CHECK(verify == "first" || verify == "always", UsageError,
+                          "verify must be 'first' or 'always', got '", verify, "'");
+             o.verify = verify == "first" ? Verify::kFirst : Verify::kAlways;
+             o.cache = std::move(cache);
              o.handoff = handoff;
              o.sampler = sampler;
              o.skip_errors = skip_errors;
@@ -210,12 +215,14 @@ void register_loader(py::module_& m) {
            py::arg("transforms") = std::vector<TransformSpec>{}, py::arg("threads_hint") = 1,
            py::arg("unit_samples") = 0, py::arg("handoff") = false, py::arg("warm_bytes") = -1,
            py::arg("pad_values") = std::map<std::string, py::bytes>{}, py::arg("mix") = py::none(),
+           py::arg("verify") = "first", py::arg("cache") = py::none(),
            "images: {field: ImageFieldSpec}; transforms: [TransformSpec]; threads_hint sizes the "
            "units of work (unit_samples: samples per unit, 0 = from it); handoff: each batch "
            "goes to the loader's finisher (batch_map in the Python stage); warm_bytes: shards "
            "the first epoch reads mapped and faulted in ahead (-1: an eighth of the memory, 0: "
            "none); pad_values: {field: one element's bytes}; mix: BatchMixOptions "
-           "(batch_transforms).")
+           "(batch_transforms); verify: 'first' (a record's checksum on its first read in this "
+           "process) or 'always'; cache: a DecodedCache for the RGB image fields.")
       .def_readonly("sampler", &RecordOptions::sampler)
       .def_readonly("skip_errors", &RecordOptions::skip_errors)
       .def_readonly("images", &RecordOptions::images)
@@ -223,7 +230,11 @@ void register_loader(py::module_& m) {
       .def_readonly("threads_hint", &RecordOptions::threads_hint)
       .def_readonly("unit_samples", &RecordOptions::unit_samples)
       .def_readonly("handoff", &RecordOptions::handoff)
-      .def_readonly("warm_bytes", &RecordOptions::warm_bytes);
+      .def_readonly("warm_bytes", &RecordOptions::warm_bytes)
+      .def_property_readonly(
+          "verify",
+          [](const RecordOptions& o) { return o.verify == Verify::kAlways ? "always" : "first"; })
+      .def_readonly("cache", &RecordOptions::cache);
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
       .def(py::init([](std::shared_ptr<Dataset> ds, const RecordOptions& options) {

@@ -41,7 +41,7 @@ ImageInfo JpegDecoder::open(const uint8_t*, size_t, int64_t) {
   return {};
 }
 
-void JpegDecoder::decode_full(uint8_t*, size_t) { require_image_codecs(); }
+void JpegDecoder::decode_scaled(int, uint8_t*, size_t) { require_image_codecs(); }
 
 int JpegDecoder::choose_scale(int, int, int, int) { return 8; }
 

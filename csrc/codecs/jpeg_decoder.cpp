@@ -150,13 +150,21 @@ ImageInfo JpegDecoder::open(const uint8_t* data, size_t n, int64_t max_pixels) {
   return {w, h};
 }
 
-void JpegDecoder::decode_full(uint8_t* dst, size_t stride) {
+void JpegDecoder::decode_scaled(int scale_num, uint8_t* dst, size_t stride) {
   State& s = *s_;
   if (setjmp(s.err.jump)) fail(s, false);
-  s.cinfo.scale_num = 1;
-  s.cinfo.scale_denom = 1;
+  s.cinfo.scale_num = static_cast<unsigned>(scale_num);
+  s.cinfo.scale_denom = 8;
   jpeg_start_decompress(&s.cinfo);
   const int w = static_cast<int>(s.cinfo.output_width);
+  if (w != scaled_size(static_cast<int>(s.cinfo.image_width), scale_num) ||
+      static_cast<int>(s.cinfo.output_height) !=
+          scaled_size(static_cast<int>(s.cinfo.image_height), scale_num)) {
+    jpeg_abort_decompress(&s.cinfo);
+    STOKER_THROW(Error, "libjpeg scaled ", s.cinfo.image_width, "x", s.cinfo.image_height, " by ",
+                 scale_num, "/8 to ", w, "x", s.cinfo.output_height, ", not as expected");
+  }
+  if (s.cmyk) s.row.resize(static_cast<size_t>(w) * 4);
   while (s.cinfo.output_scanline < s.cinfo.output_height) {
     uint8_t* out = dst + static_cast<size_t>(s.cinfo.output_scanline) * stride;
     JSAMPROW row = s.cmyk ? s.row.data() : out;

@@ -36,7 +36,19 @@ class JpegDecoder {
   ImageInfo open(const uint8_t* data, size_t n, int64_t max_pixels);
 
   /// Decodes the whole image at full scale into `dst` (rows `stride` bytes apart).
-  void decode_full(uint8_t* dst, size_t stride);
+  void decode_full(uint8_t* dst, size_t stride) { decode_scaled(8, dst, stride); }
+
+  /// Decodes the whole image at scale `scale_num`/8 (1, 2, 4 or 8) into `dst`:
+  /// scaled_size(width, scale_num) x scaled_size(height, scale_num) pixels,
+  /// rows `stride` bytes apart. Any crop decode_region() gives at that scale
+  /// holds the same values as this image's pixels there (the decoded cache
+  /// relies on it: NOTE [ Exact pixels ] in geometry/canvas.cpp).
+  void decode_scaled(int scale_num, uint8_t* dst, size_t stride);
+
+  /// A side of `side` pixels decoded at scale num/8 (libjpeg rounds up).
+  static int scaled_size(int side, int num) {
+    return static_cast<int>((int64_t{side} * num + 7) / 8);
+  }
 
   /// Smallest DCT scale (numerator of n/8, among 1, 2, 4, 8: the scales whose
   /// IDCT libjpeg-turbo has in SIMD) at which a (w x h) crop still covers

@@ -217,9 +217,9 @@ Dataset::ShardPin Dataset::pin_record(Location loc) const {
   return pin(s);
 }
 
-void Dataset::read(const ShardPin& held, Location loc, RecordView* out, bool verify) const {
+void Dataset::read(const ShardPin& held, Location loc, RecordView* out, Verify verify) const {
   const std::vector<uint8_t>* b = held.record_bytes();
-  if (!b) return verify ? read(loc, out) : read_unverified(loc, out);
+  if (!b) return read(loc, out, verify);
   try {
     split_record(schema_, RecordView{b->data(), b->size()}, out);
   } catch (const DataError& e) {
@@ -342,10 +342,10 @@ void split_or_throw(const Schema& schema, const ShardReader& r, int64_t record, 
 
 }  // namespace
 
-void Dataset::read(Location loc, RecordView* out) const {
+void Dataset::read(Location loc, RecordView* out, Verify verify) const {
   const ShardReader& r = shard(loc.shard);
   // record() names file and record itself
-  split_or_throw(schema_, r, loc.record, r.record(loc.record), out);
+  split_or_throw(schema_, r, loc.record, r.record(loc.record, verify), out);
 }
 
 void Dataset::read_unverified(Location loc, RecordView* out) const {

@@ -105,8 +105,9 @@ class Dataset {
   /// record and the reason.
   void read(int64_t i, RecordView* out) const { read(locate(i), out); }
   /// read() of a sample already located (a reader that locates each sample
-  /// once for its prefetches and its read).
-  void read(Location loc, RecordView* out) const;
+  /// once for its prefetches and its read); `verify` says when the record's
+  /// checksum is hashed (NOTE [ Verified once ] in shard_reader.h).
+  void read(Location loc, RecordView* out, Verify verify = Verify::kAlways) const;
   /// read() without the record's checksum: its bytes are bounds-checked and split
   /// (DataError on a broken structure) but may be corrupt. For batch planning,
   /// which only sizes a batch from the field lengths; the sample writer's read
@@ -117,9 +118,10 @@ class Dataset {
   /// [ Records by range ]). Waits as a read of a deferred shard waits.
   ShardPin pin_record(Location loc) const;
   /// read() from what pin_record(loc) holds (`held` must be its result); with
-  /// `verify` false, read_unverified() (records fetched by range were verified
+  /// Verify::kNever, read_unverified() (records fetched by range were verified
   /// when they arrived).
-  void read(const ShardPin& held, Location loc, RecordView* out, bool verify = true) const;
+  void read(const ShardPin& held, Location loc, RecordView* out,
+            Verify verify = Verify::kAlways) const;
 
   /// Throws DataError "<file>: changed on disk while in use" if the shard of
   /// sample `i` was cut short under its mapping (NOTE [ Shards changed under a

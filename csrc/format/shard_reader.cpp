@@ -128,6 +128,8 @@ ShardReader::ShardReader(std::string path, const ShardExpectation& expect, Sourc
   }
   detail::check_table_entries(path_, base_ + table_offset_, p.footer.num_records, table_offset_,
                               num_fields_);
+  const size_t words = (static_cast<size_t>(num_records_) + 63) / 64;
+  verified_ = std::make_unique<std::atomic<uint64_t>[]>(words);  // value-initialised: zeros
 }
 
 RecordView ShardReader::record_unchecked(int64_t i) const {
@@ -144,8 +146,13 @@ RecordView ShardReader::record_unchecked(int64_t i) const {
   return {base_ + e.offset, e.length};
 }
 
-RecordView ShardReader::record(int64_t i) const {
+RecordView ShardReader::record(int64_t i, Verify verify) const {
   RecordView v = record_unchecked(i);
+  if (verify == Verify::kNever) return v;
+  if (verify == Verify::kFirst && verified(i)) {
+    if (header_changed()) throw_changed(i, "the file now has another shard's header");
+    return v;
+  }
   uint32_t want;
   std::memcpy(&want, &table_[i].sum, sizeof want);
   if (checksum32(v.data, v.size) != want) {
@@ -156,6 +163,11 @@ RecordView ShardReader::record(int64_t i) const {
   // that match their own table: only the header tells. Writers write it first, so
   // checking it after the record catches any rewrite the record came from.
   if (header_changed()) throw_changed(i, "the file now has another shard's header");
+  // Relaxed: the bit only saves a later hash of bytes that cannot have changed
+  // unnoticed (NOTE [ Verified once ]); a reader that misses it hashes again.
+  if (!verified(i))
+    verified_[static_cast<size_t>(i) >> 6].fetch_or(uint64_t{1} << (i & 63),
+                                                    std::memory_order_relaxed);
   return v;
 }
 

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,28 @@ namespace stoker {
 struct RecordView {
   const uint8_t* data = nullptr;
   size_t size = 0;
+};
+
+// NOTE [ Verified once ]
+// A record's checksum proves that the bytes under the mapping are the bytes
+// written. Once a read has proven it, hashing the record again on every later
+// read mostly costs time (a whole epoch of small records spends about a sixth
+// of it there): the file being rewritten or cut short under the mapping is
+// caught by every read anyway (the table entry's bounds, the header compare,
+// the fault count: NOTE [ Shards changed under a reader ] in mapped_file.h).
+// What a second hash would still catch is a page read back from a failing
+// disk after the page cache dropped it. So with Verify::kFirst (the loader's
+// default) a read hashes a record the first time this process reads it from
+// this mapping and sets its bit beside the mapping (ShardReader::verified_,
+// one bit per record); later reads skip the hash. A shard mapped again (a
+// remote shard given back and fetched anew) starts with no bits.
+// Verify::kAlways hashes on every read (Loader(verify="always")).
+
+/// How a read checks a record's checksum (NOTE [ Verified once ]).
+enum class Verify : uint8_t {
+  kNever,   ///< bounds and structure only (sizing a batch; records by range, checked on arrival)
+  kFirst,   ///< the first read of the record from this mapping, then never again
+  kAlways,  ///< every read
 };
 
 /// The file a shard was when it was opened, to tell later whether it changed.
@@ -97,7 +120,15 @@ class ShardReader {
   /// the one opened. DataError naming file and record on a mismatch: "changed on
   /// disk while in use" when the file changed after it was opened
   /// (changed_on_disk()), "corrupt data" otherwise.
-  RecordView record(int64_t i) const;
+  RecordView record(int64_t i) const { return record(i, Verify::kAlways); }
+  /// record(i), hashing the record only as `verify` says (NOTE [ Verified once ]):
+  /// kFirst skips the hash once a read of this reader has verified record `i`.
+  RecordView record(int64_t i, Verify verify) const;
+  /// Whether a read has verified record `i` (kFirst skips its hash from then on).
+  bool verified(int64_t i) const noexcept {
+    return i >= 0 && i < num_records_ &&
+           (verified_[static_cast<size_t>(i) >> 6].load(std::memory_order_relaxed) >> (i & 63)) & 1;
+  }
   /// Record `i` without the checksum. Its table entry is still bounds-checked
   /// against the mapping on every call, so a file rewritten in place under us
   /// gives a DataError, never a read outside the mapping.
@@ -153,6 +184,8 @@ class ShardReader {
   FileStamp stamp_;
   const format::RecordEntry* table_ = nullptr;
   uint32_t load_sum_ = 0;
+  // One bit per record, set once its checksum matched (NOTE [ Verified once ]).
+  std::unique_ptr<std::atomic<uint64_t>[]> verified_;
 };
 
 }  // namespace stoker

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cache/decoded_cache.h"
 #include "codecs/image_info.h"
 #include "codecs/jpeg_decoder.h"
 #include "geometry/resize.h"
@@ -25,6 +26,7 @@ struct Scratch {
   std::vector<uint8_t> bufs[2];  // resize outputs, alternating
   std::vector<uint8_t> padded;   // a view reaching past its source, zero-filled
   std::vector<uint8_t> row;      // one output row before layout and dtype
+  std::vector<uint8_t> reduced;  // a cache_max_side copy the cache had no room for
 };
 
 /// This thread's scratch.
@@ -43,6 +45,9 @@ struct Canvas {
   bool pending = false;  // pix is the resize's output-to-be: resize pend_box of pend_src
   RgbView pend_src;
   ResizeBox pend_box;
+  /// pix is not the canvas's to write: a cached image or a raw record's pixels
+  /// (canvas_pixels copies them before an op writes).
+  bool borrowed = false;
 
   /// Whether the view is all of the source.
   bool whole_view() const { return view == PixelRect{0, 0, src_w, src_h}; }
@@ -51,15 +56,23 @@ struct Canvas {
 /// The operations on a canvas over one encoded image.
 class CanvasOps {
  public:
-  CanvasOps(Scratch& s, const uint8_t* data, size_t n) : s_(s), data_(data), n_(n) {}
+  /// With `cache`, decoded pixels come from (and go to) the decoded cache
+  /// (NOTE [ Exact pixels ] in canvas.cpp).
+  CanvasOps(Scratch& s, const uint8_t* data, size_t n, CacheSlot cache = {})
+      : s_(s), data_(data), n_(n), cache_(cache) {}
+  /// Counts the image as a cache hit or miss.
+  ~CanvasOps();
+  CanvasOps(const CanvasOps&) = delete;
+  CanvasOps& operator=(const CanvasOps&) = delete;
 
   /// Time spent in the codec (libjpeg-turbo, libpng) so far: an image is
   /// decoded once, so this is two clock reads per image. The rest of the
   /// pipeline's time is the ops' (stats: decode vs ops).
   int64_t decode_ns = 0;
 
-  /// Starts on the image (a PNG is decoded at once: libpng has no region decode).
-  /// DecodeError for anything but a JPEG or PNG, or a declared size over `max_pixels`.
+  /// Starts on the image (a PNG is decoded at once: libpng has no region decode;
+  /// a raw pixel record is its own pixels). DecodeError for anything but a
+  /// JPEG, PNG or raw record, or a declared size over `max_pixels`.
   void open(int64_t max_pixels, Canvas& c);
   /// A crop given in view coordinates (before the mirror).
   static void crop(Canvas& c, const PixelRect& r);
@@ -85,11 +98,27 @@ class CanvasOps {
   void pad(Canvas& c);
   Clock::time_point begin_decode() const;
   void end_decode(Clock::time_point t0);
+  // The JPEG decoder, at the start of this image (its header read again after a decode).
+  void open_decoder();
+  // The decoded pixels of `in` at DCT scale num/8, from the cache when it has
+  // them, else decoded (whole, into the cache, when it has room).
+  RgbView region(const PixelRect& in, int num, int* ox, int* oy, bool* borrowed);
+  // cache_max_side: the image's reduced copy, from the cache or made now.
+  bool reduced_mode() const { return cache_ && cache_.cache->options().max_side > 0; }
+  const CachedImage& reduced_source();
 
   Scratch& s_;
   const uint8_t* data_;
   size_t n_;
   int next_ = 0;
+  CacheSlot cache_;
+  int64_t max_pixels_ = 0;
+  int full_w_ = 0, full_h_ = 0;  // the image's size
+  bool png_ = false;             // a PNG, decoded at open() into s_.decoded
+  bool decoder_ready_ = false;   // the JPEG decoder has read this image's header, no decode since
+  bool decoded_ = false;         // a codec ran (a cache miss)
+  bool served_ = false;          // the cache gave pixels
+  CachedImage reduced_;          // cache_max_side: pix.data null until made or found
 };
 
 /// Throws DecodeError for a declared size that is empty or over `max_pixels`.

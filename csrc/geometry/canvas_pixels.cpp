@@ -20,6 +20,7 @@ void adopt_pixels(Canvas& c, const Pixels& p) {
   c.have_pixels = true;
   c.pending = false;
   c.flip = false;
+  c.borrowed = false;
   c.pix = {p.data, p.width, p.height, p.stride};
   c.src_w = p.width;
   c.src_h = p.height;
@@ -35,7 +36,8 @@ Pixels canvas_spare(const Canvas& c, int w, int h) {
 Pixels canvas_pixels(CanvasOps& ops, Canvas& c, const Fill& fill) {
   ops.ensure_pixels(c);
   const bool whole = c.view == PixelRect{0, 0, c.src_w, c.src_h};
-  if (!(whole && !c.flip && c.pix.stride == static_cast<size_t>(c.src_w) * 3)) {
+  // Pixels the canvas may not write (a cached image, a raw record) are copied first.
+  if (!(whole && !c.flip && !c.borrowed && c.pix.stride == static_cast<size_t>(c.src_w) * 3)) {
     const Pixels src{const_cast<uint8_t*>(c.pix.data), c.src_w, c.src_h, 3, c.pix.stride};
     const Pixels out = canvas_spare(c, c.view.w, c.view.h);
     copy_window(src, c.view.x, c.view.y, out, PadMode::kConstant, fill);

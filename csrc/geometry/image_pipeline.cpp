@@ -5,6 +5,7 @@
 #include "codecs/codecs.h"
 #include "codecs/jpeg_decoder.h"
 #include "codecs/png_decoder.h"
+#include "codecs/raw_image.h"
 #include "common/error.h"
 #include "geometry/canvas.h"
 #include "geometry/detail/rng.h"
@@ -15,6 +16,7 @@ namespace stoker {
 ImageInfo probe_image(const uint8_t* data, size_t n) {
   if (is_jpeg(data, n)) return jpeg_probe(data, n);
   if (is_png(data, n)) return png_probe(data, n);
+  if (is_raw(data, n)) return raw_probe(data, n);
   not_an_image(data, n);
 }
 
@@ -38,9 +40,9 @@ std::pair<int, int> ImagePipeline::output_size(const uint8_t* data, size_t n) co
 }
 
 void ImagePipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h,
-                        int out_w, int64_t* decode_ns, Geometry* geometry) const {
+                        int out_w, int64_t* decode_ns, Geometry* geometry, CacheSlot cache) const {
   Scratch& s = thread_scratch();
-  CanvasOps ops(s, data, n);
+  CanvasOps ops(s, data, n, cache);
   struct Report {  // on every exit, errors included
     const CanvasOps& ops;
     int64_t* to;

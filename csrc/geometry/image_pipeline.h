@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/decoded_cache.h"
 #include "codecs/image_info.h"
 #include "common/dtype.h"
 #include "geometry/geometry.h"
@@ -37,7 +38,8 @@ struct ImageFieldSpec {
   int64_t max_pixels = 100'000'000;  ///< larger declared images are refused before decoding
 };
 
-/// Reads only the header. Throws DecodeError for anything but a sane JPEG/PNG.
+/// Reads only the header. Throws DecodeError for anything but a sane JPEG, PNG
+/// or raw pixel record (codecs/raw_image.h).
 ImageInfo probe_image(const uint8_t* data, size_t n);
 
 class ImagePipeline {
@@ -59,8 +61,10 @@ class ImagePipeline {
   /// @param decode_ns if given, the codec's share of the time is added there
   /// @param geometry if given, where the output's pixels come from in the
   ///   decoded image (what targets of the image would be mapped through)
+  /// @param cache if given, the decoded cache's slot of this image: decoded
+  ///   pixels come from there and go there (NOTE [ Exact pixels ] in canvas.cpp)
   void run(const uint8_t* data, size_t n, uint64_t seed, void* out, int out_h, int out_w,
-           int64_t* decode_ns = nullptr, Geometry* geometry = nullptr) const;
+           int64_t* decode_ns = nullptr, Geometry* geometry = nullptr, CacheSlot cache = {}) const;
   /// The ops from `first` on, on a canvas already made (a mosaic's), drawing
   /// from `rng`; written into `out` as run() writes. Thread-safe.
   void run_from(size_t first, CanvasOps& ops, Canvas& c, detail::SplitMix64& rng, void* out,

@@ -10,6 +10,7 @@
 #include "codecs/codecs.h"
 #include "codecs/jpeg_decoder.h"
 #include "codecs/png_decoder.h"
+#include "codecs/raw_image.h"
 #include "common/error.h"
 #include "geometry/canvas.h"
 #include "geometry/convex_polygon.h"
@@ -81,7 +82,21 @@ bool is_target(GroupMember::Kind k) { return k != GroupMember::Kind::kImage; }
 Pixels decode_mask(const MemberIO& io, int64_t max_pixels, std::vector<uint8_t>& out,
                    MaskScratch& s) {
   ImageInfo info;
-  if (is_png(io.data, io.size)) {
+  if (is_raw(io.data, io.size)) {  // pixels stored decoded: one channel as is, RGB as PIL's "L"
+    const RawImage r = raw_image(io.data, io.size);
+    info = {r.width, r.height};
+    check_declared(info, max_pixels);
+    const size_t n = static_cast<size_t>(r.width) * r.height;
+    if (r.channels == 1) {
+      out.assign(r.pixels, r.pixels + n);
+    } else {
+      out.resize(n);
+      const uint8_t* p = r.pixels;
+      for (size_t i = 0; i < n; ++i, p += 3)
+        out[i] =
+            static_cast<uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+    }
+  } else if (is_png(io.data, io.size)) {
     info = png_decode_gray(io.data, io.size, max_pixels, out, s.rgb);
   } else if (is_jpeg(io.data, io.size)) {
     info = s.jpeg.open(io.data, io.size, max_pixels);
@@ -330,7 +345,7 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w, int6
   Pixels primary_mask;
   if (pipeline_) {
     pipeline_->run(io[image_].data, io[image_].size, seed, io[image_].out, out_h, out_w, decode_ns,
-                   &geo);
+                   &geo, io[image_].cache);
   } else {
     // The ops on the geometry of the first mask, with the draws an image would get.
     const GroupMember& m = spec_.members[primary_];

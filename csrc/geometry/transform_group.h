@@ -69,6 +69,7 @@ struct MemberIO {
   void* out = nullptr;   ///< image: out_h x out_w x 3 of image_dtype() in the layout;
                          ///< mask: out_h x out_w elements; rows: room for the input's rows
   int64_t out_rows = 0;  ///< rows written (row members)
+  CacheSlot cache = {};  ///< image: its decoded cache's slot (none: decoded every time)
 };
 
 class TransformGroup {

@@ -183,6 +183,15 @@ Autotuner::Step Autotuner::step(const TuneInterval& iv) {
   const int cap = std::max(1, iv.max_window);
   if (cfg_.tune_window && window_ > cap) window_ = cap;  // the memory limit, not a move
   window_floor_ = std::min(window_floor_, cap);
+  const double work = iv.batches > 0 ? iv.busy / static_cast<double>(iv.batches) : 0.0;
+  if (floor_work_ > 0 && work > 0 && work < kCheaperWork * floor_work_) {
+    // The batches got cheaper than when the floors were set (NOTE [ Autotuning ]).
+    thread_floor_ = 1;
+    window_floor_ = std::min(kMinWindow, cap);
+    floor_work_ = 0;
+    settled_ = false;
+    quiet_ticks_ = 0;
+  }
 
   Move t = Move::kNone, w = Move::kNone;
   int t_target = threads_, w_target = window_;
@@ -217,7 +226,10 @@ Autotuner::Step Autotuner::step(const TuneInterval& iv) {
     thread_vote_ = t;
     pending = true;
   } else {
-    if (t == Move::kUp) thread_floor_ = t_target;  // the loop waited with fewer
+    if (t == Move::kUp) {
+      thread_floor_ = t_target;  // the loop waited with fewer
+      floor_work_ = work;
+    }
     s.reason = t == Move::kUp
                    ? format("more workers %d -> %d (the loop waited %d%%, workers %d%% busy)",
                             threads_, t_target, percent(stall), percent(util))
@@ -233,7 +245,10 @@ Autotuner::Step Autotuner::step(const TuneInterval& iv) {
     window_vote_ = w;
     pending = true;
   } else {
-    if (w == Move::kUp) window_floor_ = w_target;
+    if (w == Move::kUp) {
+      window_floor_ = w_target;
+      floor_work_ = work;
+    }
     if (!s.reason.empty()) s.reason += "; ";
     s.reason += w == Move::kUp ? format(
                                      "larger prefetch %d -> %d (the loop waited %d%% with no batch "

@@ -27,6 +27,10 @@
 // moves nothing), and a move up sets a floor under it (the loop waited with
 // less), so the tuner cannot oscillate. Three ticks
 // without a move settle it: the core logs the settings and the reason once.
+// A floor holds while the work per batch stays what it was when it was set:
+// once a batch takes less than kCheaperWork of that worker time (a cached
+// epoch after the one that decoded every image: Loader(cache="decoded")), the
+// floors go and the tuner tunes again, down to what the cheaper batches need.
 // Explicit settings are never moved. Batches are functions of (seed, epoch,
 // batch) whatever the thread count or window, so tuning never changes data.
 #pragma once
@@ -97,6 +101,9 @@ class Autotuner {
   static constexpr double kTargetUtilization = 0.70;
   static constexpr int kSettleTicks = 3;
   static constexpr int kMinWindow = 2;
+  /// Work per batch below this share of what it was when a floor was set
+  /// lifts the floors (NOTE [ Autotuning ]).
+  static constexpr double kCheaperWork = 0.5;
 
   struct Config {
     bool tune_threads = false;
@@ -126,6 +133,7 @@ class Autotuner {
   Config cfg_;
   int threads_, window_;
   int thread_floor_ = 1, window_floor_ = kMinWindow;
+  double floor_work_ = 0;  // worker-seconds per batch when a floor was last raised
   Move thread_vote_ = Move::kNone, window_vote_ = Move::kNone;
   int quiet_ticks_ = 0;
   bool settled_ = false;

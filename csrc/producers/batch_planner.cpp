@@ -38,7 +38,7 @@ bool read_for_plan(const RecordSource& src, const Dataset& ds, int64_t index,
         hold.pin = ds.pin_record(loc);
         hold.ds = &ds;
       }
-      ds.read(hold.pin, loc, views.data(), verify);
+      ds.read(hold.pin, loc, views.data(), verify ? src.verify : Verify::kNever);
       return true;
     } catch (...) {
       rethrow_with_context(ds, index, field);

@@ -49,6 +49,9 @@ MixRecordProducer::MixRecordProducer(std::vector<std::shared_ptr<const Dataset>>
   // Validates the split's options once, here, rather than at the first epoch.
   MixSplit(epoch_rows_, 0, 0, 1, opts_.sampler.batch_size, opts_.sampler.drop_last,
            opts_.sampler.even_batches);
+  STOKER_CHECK(!opts_.cache, UsageError,
+               "cache='decoded' keeps the images of one stoker.Dataset; a stoker.Mix reads "
+               "several (give each its own loader, or leave the cache out)");
   source_ = make_record_source(sets[0], opts_);
   source_->sets = std::move(sets);
 }

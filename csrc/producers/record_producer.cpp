@@ -180,6 +180,26 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
   }
   src.ds = std::move(ds);
   src.skip_errors = opts.skip_errors;
+  src.verify = opts.verify;
+  // The RGB images, each on its own pipeline or its group's image: one cache slot
+  // per record each.
+  src.cache_field.assign(nf, -1);
+  for (size_t f = 0; f < nf; ++f) {
+    const int g = src.group_of[f];
+    const bool rgb =
+        g >= 0 ? src.groups[g]->image_member() == src.member_of[f] : src.pipelines[f] != nullptr;
+    if (rgb) src.cache_field[f] = src.cache_fields++;
+  }
+  if (opts.cache) {
+    const int64_t want = src.ds->size() * src.cache_fields;
+    STOKER_CHECK(src.cache_fields > 0, UsageError,
+                 "cache='decoded' keeps decoded RGB images, and this dataset has no "
+                 "stoker.image() field of mode 'RGB'");
+    STOKER_CHECK(opts.cache->options().slots == want, UsageError, "the decoded cache has ",
+                 opts.cache->options().slots, " image slots, this dataset needs ", want, " (",
+                 src.ds->size(), " records x ", src.cache_fields, " RGB image fields)");
+    src.cache = opts.cache;
+  }
   return source;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "augment/batch_mix.h"
+#include "cache/decoded_cache.h"
 #include "format/dataset.h"
 #include "geometry/image_pipeline.h"
 #include "geometry/transform_group.h"
@@ -56,6 +57,12 @@ struct BatchMixOptions {
 struct RecordOptions {
   SamplerOptions sampler;
   bool skip_errors = false;  ///< replace a bad sample by the next valid one, counted
+  /// When a record's checksum is hashed: the first read in this process, or every
+  /// read (NOTE [ Verified once ] in format/shard_reader.h).
+  Verify verify = Verify::kFirst;
+  /// Decoded pixels of the RGB image fields kept here (Loader(cache="decoded")):
+  /// slots() = records x RGB image fields, in schema order. Not with a mixture.
+  std::shared_ptr<DecodedCache> cache;
   std::map<std::string, ImageFieldSpec> images;  ///< per image field; others use defaults
   std::vector<TransformSpec> transforms;         ///< a field is in one group at most
   /// Per variable-length field: one element (its dtype's bytes) that pads
@@ -112,6 +119,17 @@ struct RecordSource {
   std::vector<std::vector<uint8_t>> pad_values;  ///< per field: one element; empty: zeros
   std::optional<BatchMixSource> mix;
   bool skip_errors = false;
+  Verify verify = Verify::kFirst;       ///< RecordOptions::verify
+  std::shared_ptr<DecodedCache> cache;  ///< RecordOptions::cache
+  std::vector<int> cache_field;         ///< per field: its place among the RGB images, or -1
+  int cache_fields = 0;                 ///< RGB image fields
+
+  /// Where the decoded pixels of field `f` of record `index` of ds are kept
+  /// (none for a field that is not an RGB image, or without a cache).
+  CacheSlot cache_slot(size_t f, int64_t index) const {
+    if (!cache || cache_field[f] < 0) return {};
+    return {cache.get(), index * cache_fields + cache_field[f]};
+  }
 
   /// The dataset of a batch's source `s` (a mixture's), else ds.
   const Dataset& dataset(size_t s) const { return sets.empty() ? *ds : *sets[s]; }

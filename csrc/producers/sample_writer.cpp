@@ -155,7 +155,7 @@ class SampleWriter {
             const Dataset::Location loc = ds_.locate(alt);
             Dataset::ShardPin held;  // a deferred shard (format/dataset.h)
             if (ds_.deferred()) held = ds_.pin_record(loc);
-            ds_.read(held, loc, views_.data());
+            ds_.read(held, loc, views_.data(), src_.verify);
             if (!fits()) continue;
             write(pos, alt, loc, true);
             replaced = true;
@@ -182,7 +182,7 @@ class SampleWriter {
     // [ Records by range ]).
     Dataset::ShardPin held;
     if (ds_.deferred()) held = ds_.pin_record(loc);
-    ds_.read(held, loc, views_.data());
+    ds_.read(held, loc, views_.data(), src_.verify);
     Clock::time_point t1;
     if (timed) t1 = Clock::now();
     set_activity(Activity::kDecoding);
@@ -254,7 +254,8 @@ class SampleWriter {
       const uint64_t seed =
           sample_draw_seed(b_.sample_seed_, draw_key(pos, index), src_.draw_keys[f]);
       if (image_decode_ns_ < 0) image_decode_ns_ = 0;
-      src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_);
+      src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_,
+                             nullptr, src_.cache_slot(f, index));
       set_activity(Activity::kDecoding);
     } else if (!spec.variable()) {
       stream_copy(dst, v.data, v.size, next_.data, next_.size);
@@ -341,6 +342,7 @@ class SampleWriter {
       }
       io[i] = {v.data, v.size,
                base_ + b_.tensors[plan.out].offset + static_cast<size_t>(pos) * plan.sample_bytes};
+      io[i].cache = src_.cache_slot(f, index);
     }
     const FieldPlan& lead = b_.plans[src_.group_leader[g]];
     const uint64_t seed = b_.group_seed(g, pos, index);

@@ -39,7 +39,7 @@ void SampleFetcher::read(int64_t index, Sample& out, PythonTimes& times) const {
   try {
     const Dataset::Location loc = ds.locate(index);
     out.pin = ds.pin_record(loc);  // the shard, or a remote record by range
-    ds.read(out.pin, loc, out.views.data());
+    ds.read(out.pin, loc, out.views.data(), source_->verify);
     for (size_t f = 0; f < out.views.size(); ++f) {
       const ImagePipeline* pipe = source_->pipelines[f].get();
       if (!pipe) continue;
@@ -171,7 +171,7 @@ void SampleFetcher::decode_image(const Sample& s, size_t f, uint64_t epoch, void
   int64_t decode_ns = 0;
   try {
     pipe.run(s.views[f].data, s.views[f].size, seed, dst, s.image_hw[f].first, s.image_hw[f].second,
-             &decode_ns);
+             &decode_ns, nullptr, source_->cache_slot(f, s.index));
   } catch (...) {
     rethrow_with_context(*source_->ds, s.index, source_->ds->schema().fields[f].name);
   }

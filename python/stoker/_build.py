@@ -8,7 +8,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
-from . import _core
+from . import _cache, _core
 from . import _loader_args as args
 from ._plan import LoaderPlan, RecordPlan, Sampling
 from .mix import MixRun
@@ -28,6 +28,7 @@ class Parts(NamedTuple):
     stream_device: Optional[torch.device]  # the CUDA device whose stream a batch joins
     pin_memory: bool
     listed: Any  # _core.ListedOrders of a user's sampler, else None
+    cache: Any = None  # _core.DecodedCache (cache="decoded")
 
 
 def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int:
@@ -42,8 +43,9 @@ def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int
 
 
 def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
-                   listed: Any = None) -> Any:
-    """A RecordPlan as the ``_core.RecordOptions`` its producer takes."""
+                   listed: Any = None, cache: Any = None) -> Any:
+    """A RecordPlan as the ``_core.RecordOptions`` its producer takes (`cache`: the
+    ``_core.DecodedCache`` build() opened for ``r.cache``)."""
     return _core.RecordOptions(
         sampler=sampler_options(sampling, listed),
         skip_errors=r.skip_errors,
@@ -52,7 +54,8 @@ def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
                                         [_core.TargetSpec(*t) for t in g.targets])
                     for g in r.groups],
         threads_hint=threads_hint, handoff=r.handoff, pad_values=dict(r.pad_values),
-        mix=None if r.batch_mix is None else r.batch_mix.options())
+        mix=None if r.batch_mix is None else r.batch_mix.options(), verify=r.verify,
+        cache=cache)
 
 
 def sampler_options(s: Sampling, listed: Any = None) -> Any:
@@ -115,6 +118,9 @@ def build(p: LoaderPlan, world_size: int,
     listed = _listed(s)
     if p.source == "iterable":  # NOTE [ Iterable datasets ]: the stream is core and stage
         return _build_iterable(p, open_device)
+    wanted = p.records.cache if p.records is not None else \
+        p.stage.records.cache if p.stage is not None and p.stage.records is not None else None
+    cache = None if wanted is None else _cache.open_cache(wanted, p.dataset)
     if p.source == "token mixture":
         mix = MixRun(p.dataset, tokens=True, record_options=None, batch_size=s.batch_size,
                      shuffle=s.shuffle, seed=s.seed, drop_last=s.drop_last,
@@ -141,14 +147,15 @@ def build(p: LoaderPlan, world_size: int,
     else:
         assert p.records is not None
         producer = _core.RecordProducer(p.dataset._core,
-                                        record_options(p.records, s, t.num_threads, listed))
+                                        record_options(p.records, s, t.num_threads, listed,
+                                                       cache))
     if p.stage is not None:
         st = p.stage
         if st.fetch == "map-style":
             source: Any = MapStyleSource(p.dataset, st.names)
         elif st.fetch == "records":
             assert st.records is not None
-            source = DatasetSource(p.dataset, record_options(st.records, s))
+            source = DatasetSource(p.dataset, record_options(st.records, s, cache=cache))
         else:
             source = None
         workers = t.num_threads if st.num_workers is None else st.num_workers
@@ -192,5 +199,5 @@ def build(p: LoaderPlan, world_size: int,
         stage.attach(handoff)
         stage.side_device = stream_device
     return Parts(producer, core, stage, mix, torch.device("cpu") if fake else target,
-                 stream_device, pin, listed)
+                 stream_device, pin, listed, cache)
 

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 
+from . import _cache, _core
 from . import _loader_args as args
 from ._loader_args import check_int
 from .dataset import Dataset
@@ -56,7 +57,8 @@ DEFAULTS: Dict[str, Any] = dict(
     max_tokens=None, max_memory=None, stall_warning=args.DEFAULT_STALL_WARNING,
     shard_window=None, labels="shifted", batch_transforms=None, pad_values=None, map=None,
     batch_map=None, collate_fn=None, map_fields=None, names=None, python_workers="auto",
-    box_rows=None, as_stored=None,
+    box_rows=None, as_stored=None, cache=None, cache_max_side=None, cache_size=None,
+    verify="first",
     # DataLoader's, with its meanings (NOTE [ DataLoader's arguments ])
     sampler=None, batch_sampler=None, num_workers=None, worker_init_fn=None, generator=None,
     timeout=0, prefetch_factor=None, persistent_workers=False, pin_memory_device="",
@@ -118,6 +120,8 @@ class RecordPlan:
     batch_mix: Any = None  # _loader_args.BatchMixPlan
     skip_errors: bool = False
     handoff: bool = False  # the batch goes to the Python stage (batch_map) when assembled
+    verify: str = "first"  # a record's checksum: on its first read in the process, or "always"
+    cache: Optional[_cache.CachePlan] = None  # decoded images kept (stoker/_cache.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +270,10 @@ def _describe_records(r: RecordPlan) -> list:
         out.append(f"batch_transforms: {r.batch_mix}")
     if r.skip_errors:
         out.append("on_error='skip'")
+    if r.verify != "first":
+        out.append(f"verify={r.verify!r}")
+    if r.cache is not None:
+        out.append(r.cache.describe())
     return out
 
 
@@ -380,6 +388,14 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     if prefetch is None and dl["prefetch_factor"] is not None:
         prefetch = dl["prefetch_factor"] * max(1, dl["num_workers"] or 1)
     settings = args.check_settings(num_threads, prefetch, a["max_memory"], a["stall_warning"])
+    verify = _cache.check_verify(a["verify"])
+    if map_style and verify != "first":
+        raise ValueError("verify= says when the records of a stoker.Dataset are checked; a "
+                         "map-style dataset has no records of stoker's to verify")
+    cache = _cache.check_cache(a["cache"], a["cache_max_side"], a["cache_size"])
+    if cache is not None:
+        settings = _check_cache_use(cache, dataset, settings, a["max_memory"], tokens=tokens,
+                                    map_style=map_style or iterable)
     rank, world_size = args.check_ranks(a["rank"], a["world_size"])
     if image_layout not in (None, "HWC", "CHW"):
         raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
@@ -446,7 +462,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                          shuffle=sampling.shuffle)
             producer = "MixRecordProducer"
             records = RecordPlan(images, groups, pads, mix, on_error == "skip",
-                                 batch_map is not None)
+                                 batch_map is not None, verify)
         elif hooks:
             # Samples are fetched by the stage's threads (the C++ decode, GIL released) as
             # map receives them: images in their decoded layout, alone (a one-channel
@@ -459,7 +475,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             fetch = RecordPlan(images, tuple(GroupPlan((k,), tuple(ops))
                                              for k, ops in checked.items()
                                              if ops and not isinstance(k, tuple)) +
-                               tuple(g for g in groups if len(g.fields) > 1))
+                               tuple(g for g in groups if len(g.fields) > 1),
+                               verify=verify, cache=cache)
             stage = StagePlan("records", map_fn, batch_map, collate_fn, a["map_fields"],
                               None, workers, on_device, fetch, **stage_kw)
         else:
@@ -468,7 +485,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             # at next()).
             producer = "RecordProducer"
             records = RecordPlan(images, groups, pads, mix, on_error == "skip",
-                                 batch_map is not None)
+                                 batch_map is not None, verify, cache)
         if batch_map is not None and stage is None:
             stage = StagePlan("batches", None, batch_map, None, a["map_fields"], None,
                               "thread", on_device, num_workers=dl["num_workers"])
@@ -512,3 +529,34 @@ def _groups(fields: Mapping[str, Any], transforms: Mapping[Any, list]) -> Tuple[
     out += [GroupPlan((n,), (), (("mask",),)) for n, f in fields.items()
             if isinstance(f, Image) and f.mode == "L" and n not in grouped]
     return tuple(out)
+
+
+def _check_cache_use(cache: _cache.CachePlan, dataset: Any, settings: args.Settings,
+                     max_memory: Any, *, tokens: bool, map_style: bool) -> args.Settings:
+    """Where cache="decoded" applies (the RGB images of one stoker.Dataset), and its place in
+    max_memory: given, max_memory covers this rank's share of the cache (cache_size over the
+    processes of the job on this machine, which share it) besides the batches in flight."""
+    if tokens or map_style or isinstance(dataset, Mix):
+        what = "token batches" if tokens else "a map-style dataset" if map_style else \
+            "a stoker.Mix (give each source its own loader to cache it)"
+        raise ValueError(f"cache='decoded' keeps the decoded images of a stoker.Dataset; it "
+                         f"does not apply to {what}")
+    if not any(isinstance(f, Image) and f.mode == "RGB" for f in dataset.fields.values()):
+        raise ValueError("cache='decoded' keeps decoded RGB images, and this dataset has no "
+                         "stoker.image() field of mode 'RGB'")
+    slots = len(dataset) * _cache.image_fields(dataset.fields)
+    index = _core.DecodedCache.index_bytes(slots, cache.variants)
+    if cache.budget <= index:
+        raise ValueError(f"cache_size={cache.budget} bytes cannot hold the cache's index alone "
+                         f"({index} bytes for {slots} images): give at least "
+                         f"{index + 2**20} bytes")
+    if max_memory is None:
+        return settings
+    share = cache.budget // args.local_world_size()
+    if share >= settings.max_memory:
+        raise ValueError(f"max_memory={settings.max_memory} bytes leaves nothing for batches "
+                         f"after this rank's share of the decoded cache ({share} bytes of "
+                         f"cache_size={cache.budget}, shared by {args.local_world_size()} "
+                         "process(es) on this machine): raise max_memory or lower cache_size")
+    return settings._replace(max_memory=settings.max_memory - share)
+

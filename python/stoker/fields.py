@@ -140,7 +140,9 @@ class Field:
         if kind == "blob":
             return Blob()
         if kind == "image":
-            return Image(layout=spec.get("layout", "HWC"), mode=spec.get("mode", "RGB"))
+            return Image(layout=spec.get("layout", "HWC"), mode=spec.get("mode", "RGB"),
+                         storage=spec.get("storage", "encoded"),
+                         smart_pixels=spec.get("smart_pixels", DEFAULT_SMART_PIXELS))
         if kind == "boxes":
             return Boxes(spec["format"], bool(spec["normalized"]))
         if kind == "keypoints":
@@ -269,54 +271,216 @@ _JPEG_MAGIC = b"\xff\xd8\xff"
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+# Raw pixel records (stoker.image(storage="raw")): the layout csrc/codecs/raw_image.h reads.
+RAW_MAGIC = b"\x93PIX"
+RAW_VERSION = 1
+RAW_HEADER_BYTES = 16
+# storage="smart": images of at most this many pixels are stored raw, larger ones encoded.
+DEFAULT_SMART_PIXELS = 512 * 512
+_STORAGES = ("encoded", "raw", "smart")
+
+
+def raw_record(pixels: Any) -> bytes:
+    """The bytes of a raw pixel record holding `pixels`: uint8 ``(h, w, 3)``, ``(h, w, 1)`` or
+    ``(h, w)`` (one channel), stored as they are (csrc/codecs/raw_image.h)."""
+    import numpy as np
+
+    arr = np.asarray(pixels)
+    if arr.dtype != np.uint8:
+        raise ValueError(f"raw image pixels must be uint8, got {arr.dtype.name}")
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.ndim != 3 or arr.shape[2] not in (1, 3) or arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise ValueError(f"raw image pixels must be (h, w, 3), (h, w, 1) or (h, w), got shape "
+                         f"{np.asarray(pixels).shape}")
+    h, w, c = arr.shape
+    if h * w * c + RAW_HEADER_BYTES > MAX_RECORD_BYTES or max(h, w) > 0x7FFFFFFF:
+        raise ValueError(f"raw image of {h}x{w}x{c} exceeds a record's limit")
+    head = RAW_MAGIC + bytes([RAW_VERSION, c, 0, 0]) + int(w).to_bytes(4, "little") + \
+        int(h).to_bytes(4, "little")
+    return head + np.ascontiguousarray(arr).tobytes()
+
+
+def raw_shape(payload: bytes) -> Tuple[int, int, int]:
+    """(h, w, channels) of a raw record, checked against its length; ValueError if it is
+    not one."""
+    if len(payload) < RAW_HEADER_BYTES or bytes(payload[:4]) != RAW_MAGIC:
+        raise ValueError("not a raw pixel record")
+    if payload[4] != RAW_VERSION or payload[5] not in (1, 3):
+        raise ValueError(f"raw pixel record of version {payload[4]} with {payload[5]} channels")
+    c = payload[5]
+    w = int.from_bytes(payload[8:12], "little")
+    h = int.from_bytes(payload[12:16], "little")
+    if w < 1 or h < 1 or len(payload) != RAW_HEADER_BYTES + w * h * c:
+        raise ValueError(f"raw pixel record of {h}x{w}x{c} holds {len(payload) - 16} bytes")
+    return h, w, c
+
+
+def raw_pixels(payload: bytes) -> "np.ndarray":
+    """The pixels of a raw record, ``(h, w, channels)`` uint8 (a copy); ValueError if it is
+    not one."""
+    import numpy as np
+
+    shape = raw_shape(payload)
+    return np.frombuffer(payload, np.uint8, offset=RAW_HEADER_BYTES).reshape(shape).copy()
+
+
+def is_raw_record(data: Any) -> bool:
+    return isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:4]) == RAW_MAGIC
+
+
 class Image(Field):
-    """Encoded JPEG or PNG bytes, stored as written and decoded by the loader's worker
-    threads to 8-bit ``uint8``, in ``layout`` ``"HWC"`` (interleaved, what the codecs
-    write) or ``"CHW"`` (planar): RGB with ``mode="RGB"``, one channel with ``mode="L"``
-    (grayscale; a segmentation mask of class ids stored as a grayscale PNG). The loader
-    delivers both layouts as ``[N, C, H, W]`` (HWC as that memory with ``channels_last``
-    strides) unless ``image_layout="HWC"`` is given. In a group of transformed fields, an
-    ``"L"`` image is a mask: resized and warped with nearest-neighbour sampling, untouched
-    by colour ops.
-    ``Dataset[i]`` returns the encoded bytes."""
+    """An image per sample, decoded by the loader's worker threads to 8-bit ``uint8``, in
+    ``layout`` ``"HWC"`` (interleaved, what the codecs write) or ``"CHW"`` (planar): RGB
+    with ``mode="RGB"``, one channel with ``mode="L"`` (grayscale; a segmentation mask of
+    class ids stored as a grayscale PNG). The loader delivers both layouts as
+    ``[N, C, H, W]`` (HWC as that memory with ``channels_last`` strides) unless
+    ``image_layout="HWC"`` is given. In a group of transformed fields, an ``"L"`` image is
+    a mask: resized and warped with nearest-neighbour sampling, untouched by colour ops.
+
+    ``storage`` says what a record holds:
+
+    * ``"encoded"`` (default): the JPEG or PNG bytes as written; ``Dataset[i]`` returns them.
+    * ``"raw"``: decoded pixels (a 16-byte header, then the rows), which the loader reads
+      straight into its crops and resizes with no decode: several times faster per image,
+      at 3 bytes a pixel on disk (FFCV's ``"raw"`` write mode). ``write`` takes a ``uint8``
+      array ``(h, w, 3)`` (``(h, w)`` for ``mode="L"``) or JPEG/PNG bytes, which are
+      decoded once, by stoker's own decoder (so the pixels are the ones the loader would
+      decode); ``Dataset[i]`` returns the array.
+    * ``"smart"``: raw for images of at most ``smart_pixels`` pixels, encoded above (bytes
+      are kept as they are; a large array is JPEG-encoded at quality 90), FFCV's
+      ``"smart"``: small images, whose decode costs most per byte, load fastest, and large
+      ones keep their size on disk.
+
+    The loader reads every kind whatever the field says, so one dataset may hold both."""
 
     kind = "image"
 
-    def __init__(self, layout: str = "HWC", mode: str = "RGB"):
+    def __init__(self, layout: str = "HWC", mode: str = "RGB", storage: str = "encoded",
+                 smart_pixels: int = DEFAULT_SMART_PIXELS):
         if layout not in ("HWC", "CHW"):
             raise ValueError(f"image layout must be 'HWC' or 'CHW', got {layout!r}")
         if mode not in ("RGB", "L"):
             raise ValueError(f"image mode must be 'RGB' or 'L', got {mode!r}")
+        if storage not in _STORAGES:
+            raise ValueError(f"image storage must be one of {', '.join(map(repr, _STORAGES))}, "
+                             f"got {storage!r}")
+        if not _is_int(smart_pixels) or smart_pixels < 1:
+            raise ValueError(f"smart_pixels must be a positive int, got {smart_pixels!r}")
         self.layout = layout
         self.mode = mode
+        self.storage = storage
+        self.smart_pixels = int(smart_pixels)
 
     @property
     def channels(self) -> int:
         return 1 if self.mode == "L" else 3
 
     def encode(self, value: Any, what: str = "value") -> bytes:
+        if self.storage != "encoded" and not isinstance(value, (bytes, bytearray, memoryview)):
+            return self._encode_array(value, what)
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise ValueError(f"{what}: expected encoded JPEG or PNG bytes, got "
                              f"{type(value).__name__}")
         data = bytes(value)
+        if data.startswith(RAW_MAGIC):
+            try:
+                channels = raw_shape(data)[2]
+            except ValueError as e:
+                raise ValueError(f"{what}: {e}") from None
+            if channels != self.channels:
+                raise ValueError(f"{what}: a raw record of {channels} channel(s) for an "
+                                 f"image of mode {self.mode!r}")
+            return data
         if not (data.startswith(_JPEG_MAGIC) or data.startswith(_PNG_MAGIC)):
             raise ValueError(f"{what}: not a JPEG or PNG (starts with {data[:8]!r})")
-        return data
+        if self.storage == "encoded":
+            return data
+        if self.storage == "smart":
+            from . import _core
 
-    def decode(self, payload: bytes) -> bytes:
+            try:
+                h, w = _core.image_size(data)
+            except _core.DecodeError as e:
+                raise ValueError(f"{what}: {e}") from None
+            if h * w > self.smart_pixels:
+                return data
+        return raw_record(self._decode_bytes(data, what))
+
+    def _decode_bytes(self, data: bytes, what: str) -> "np.ndarray":
+        """The pixels the loader would decode from `data` (whole, unscaled)."""
+        if self.mode == "RGB":
+            from . import _core
+
+            try:
+                return _core.decode_image(data)
+            except _core.DecodeError as e:
+                raise ValueError(f"{what}: {e}") from None
+        import io
+
+        import numpy as np
+
+        try:  # one channel as the loader reads masks: PIL's L and P values, else convert("L")
+            from PIL import Image as PILImage
+        except ImportError:
+            raise ValueError(f"{what}: storing a mode 'L' image raw from encoded bytes needs "
+                             "Pillow (pip install pillow), or pass the (h, w) uint8 array"
+                             ) from None
+        img = PILImage.open(io.BytesIO(data))
+        if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+            return (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)
+        if img.mode not in ("L", "P"):
+            img = img.convert("L")
+        return np.asarray(img, dtype=np.uint8)
+
+    def _encode_array(self, value: Any, what: str) -> bytes:
+        import numpy as np
+
+        arr = np.asarray(value)
+        if arr.dtype != np.uint8:
+            raise ValueError(f"{what}: image pixels must be uint8, got {arr.dtype.name}")
+        want = "(h, w)" if self.mode == "L" else "(h, w, 3)"
+        if self.mode == "L" and arr.ndim == 3 and arr.shape[2] == 1:
+            arr = arr[:, :, 0]
+        if (self.mode == "L" and arr.ndim != 2) or \
+                (self.mode == "RGB" and (arr.ndim != 3 or arr.shape[2] != 3)):
+            raise ValueError(f"{what}: image pixels must be {want} uint8, got shape {arr.shape}")
+        if self.storage == "smart" and arr.shape[0] * arr.shape[1] > self.smart_pixels:
+            import io
+
+            from PIL import Image as PILImage
+
+            out = io.BytesIO()
+            PILImage.fromarray(arr).save(out, format="JPEG", quality=90)
+            return out.getvalue()
+        try:
+            return raw_record(arr)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
+
+    def decode(self, payload: bytes) -> Any:
+        if bytes(payload[:4]) == RAW_MAGIC:
+            return raw_pixels(bytes(payload))
         return bytes(payload)
 
     def spec(self) -> Dict[str, Any]:
-        # "mode" only when not RGB: the specs (and schema hashes) of RGB images written
-        # before modes existed stay the same
-        spec = {"kind": self.kind, "layout": self.layout}
+        # "mode" only when not RGB, "storage" only when not encoded: the specs (and schema
+        # hashes) of images written before these existed stay the same
+        spec: Dict[str, Any] = {"kind": self.kind, "layout": self.layout}
         if self.mode != "RGB":
             spec["mode"] = self.mode
+        if self.storage != "encoded":
+            spec["storage"] = self.storage
+            if self.storage == "smart":
+                spec["smart_pixels"] = self.smart_pixels
         return spec
 
     def __repr__(self) -> str:
         mode = f", mode={self.mode!r}" if self.mode != "RGB" else ""
-        return f"stoker.image(layout={self.layout!r}{mode})"
+        storage = f", storage={self.storage!r}" if self.storage != "encoded" else ""
+        if self.storage == "smart" and self.smart_pixels != DEFAULT_SMART_PIXELS:
+            storage += f", smart_pixels={self.smart_pixels}"
+        return f"stoker.image(layout={self.layout!r}{mode}{storage})"
 
 
 _BOX_FORMATS = ("xyxy", "xywh", "cxcywh")
@@ -521,10 +685,17 @@ def blob() -> Blob:
     return Blob()
 
 
-def image(layout: str = "HWC", mode: str = "RGB") -> Image:
-    """An encoded JPEG/PNG image per sample, decoded to ``uint8`` in ``layout``: RGB, or one
-    channel with ``mode="L"`` (grayscale images, segmentation masks)."""
-    return Image(layout, mode)
+def image(layout: str = "HWC", mode: str = "RGB", storage: str = "encoded",
+          smart_pixels: int = DEFAULT_SMART_PIXELS) -> Image:
+    """An image per sample, decoded to ``uint8`` in ``layout``: RGB, or one channel with
+    ``mode="L"`` (grayscale images, segmentation masks). ``storage="encoded"`` keeps the
+    JPEG/PNG bytes written, ``"raw"`` stores decoded pixels (no decode when loading),
+    ``"smart"`` raw up to ``smart_pixels`` pixels and encoded above (:class:`Image`)::
+
+        fields = {"image": stoker.image(storage="raw"), "label": stoker.scalar("int64")}
+        w.write({"image": jpeg_bytes_or_uint8_hwc_array, "label": 3})
+    """
+    return Image(layout, mode, storage, smart_pixels)
 
 
 def boxes(format: str = "xyxy", normalized: bool = False) -> Boxes:

@@ -19,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _build, _core, _plan
+from . import _build, _cache, _core, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
 from ._iterator import LoaderIter
@@ -184,6 +184,28 @@ class Loader:
         python_workers: ``"thread"`` (default) or ``"process"``: run map and a map-style
             dataset's ``__getitem__`` in worker processes, for pure-Python code that holds
             the GIL.
+        cache: ``"decoded"``: decode each RGB image once per run. The first time a worker
+            decodes an image its pixels are kept; later epochs crop, resize and augment from
+            them and never decode it again (docs/cache.md). The cache lives in shared memory
+            (``/dev/shm``, or ``STOKER_CACHE_DIR``), one copy for every process of the node
+            that reads the same dataset with the same cache arguments (ranks of a job), and
+            goes when the last of them exits. Without ``cache_max_side`` every batch is
+            bit-identical to the uncached loader's. ``stats()["cache"]`` counts hits,
+            misses, bytes and the share of the dataset held. None (default): no cache.
+        cache_max_side: keep each image reduced to this longer side (DCT-scaled while
+            decoding, then resized): a smaller cache, and crops are resampled from the
+            reduced copy, so batches differ from the uncached loader's (the same draws,
+            sizes and target geometry; softer pixels where a crop needed more resolution
+            than the copy has). None (default): pixels as decoded.
+        cache_size: the cache's budget, honoured exactly (images that do not fit are
+            decoded as without a cache): bytes, a size such as ``"8GB"``, or a share of the
+            machine's RAM in (0, 1]; None = 1/4 of the RAM. Shared by the node's processes;
+            with an explicit ``max_memory``, this process's share (cache_size over
+            ``LOCAL_WORLD_SIZE``) counts in it.
+        verify: ``"first"`` (default): a record's checksum is checked the first time this
+            process reads it (a bit per record beside the shard's mapping), later reads skip
+            the hash; ``"always"``: on every read. Corruption is reported with the shard's
+            path and the record either way.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -244,6 +266,10 @@ class Loader:
         python_workers: str = "auto",
         box_rows: Optional[Sequence[str]] = None,
         as_stored: Optional[Sequence[str]] = None,
+        cache: Optional[str] = None,
+        cache_max_side: Optional[int] = None,
+        cache_size: Optional[Union[int, float, str]] = None,
+        verify: str = "first",
         **options: Any,
     ):
         # Declare, then build (NOTE [ Loader plan ] in stoker/_plan.py): every check first.
@@ -304,6 +330,8 @@ class Loader:
             self._samplers = UserSampler(
                 self._user_sampler, s.batch_sampler is not None, s.batch_size or 1,
                 s.drop_last, len(p.dataset), parts.listed)
+        self._cache = parts.cache
+        self._cache_full_said = False
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()
         self._pid = os.getpid()
@@ -571,7 +599,14 @@ class Loader:
         iterator), with auto_threads/auto_prefetch (tuned online), settled (the tuner has
         settled), max_threads, max_memory, batch_bytes (the largest batch); live_workers,
         host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
-        copy_seconds (device time), copy_gbps, device_buffers, device_bytes."""
+        copy_seconds (device time), copy_gbps, device_buffers, device_bytes.
+
+        With ``cache="decoded"``, ``stats()["cache"]``: hits and misses (images this process
+        took from the cache or decoded), hit_rate, inserts, declined (entries that found no
+        room), and the cache's own figures, every process's together: entries, images
+        (images held), cached_share (images over the dataset's), bytes (in use), budget,
+        full (an entry found no room), shared (in shared memory), path, fallback (why not
+        shared)."""
         s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
         counts = s.pop("source_counts")
         if self._mix is not None:
@@ -581,6 +616,8 @@ class Loader:
             s["unused_tokens"] = self._producer.unused_tokens
         if not self._map_style and getattr(self.dataset, "remote", None) is not None:  # a URL
             s["network"] = self.dataset.remote.stats()
+        if self._cache is not None:
+            s["cache"] = _cache.cache_stats(self._cache)
         if not self._map_style:  # where reads were served from: memory, mmap or remote
             tier = getattr(self.dataset, "tier", None)
             if tier is None and self._tokens:
@@ -588,7 +625,21 @@ class Loader:
             s["tier"] = tier or "mmap"
         return s
 
+    def _report_cache(self) -> None:
+        """Says once, at the end of an epoch, that the decoded cache ran out of room."""
+        if self._cache is None or self._cache_full_said:
+            return
+        s = _cache.cache_stats(self._cache)
+        if s["full"]:
+            self._cache_full_said = True
+            warnings.warn(f"stoker: the decoded-sample cache is full: it holds "
+                          f"{s['cached_share']:.0%} of the dataset's images ({s['images']} of "
+                          f"{s['slots']}) in cache_size={s['budget']} bytes, and the others are "
+                          "decoded every epoch; a larger cache_size, or cache_max_side, holds "
+                          "more (stats()['cache'])", RuntimeWarning, stacklevel=3)
+
     def _report_skipped(self) -> None:
+        self._report_cache()
         skipped = self._core.stats()["skipped"]
         new = skipped - self._skipped_reported
         if new > 0:

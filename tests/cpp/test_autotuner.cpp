@@ -101,6 +101,24 @@ void too_few_workers_are_raised_and_never_dropped_again() {
   CHECK(t.threads() >= floor);
 }
 
+void cheaper_batches_lift_the_floor() {
+  // An epoch that decodes every image sets a floor of workers; a cached epoch
+  // after it needs a quarter of the work per batch (Loader(cache="decoded")).
+  Autotuner t({true, false, 8}, 8, 4);
+  for (int i = 0; i < 6; ++i) t.step(model(t.threads(), 4, 0.040, 0.200, 8));
+  for (int i = 0; i < 40; ++i) t.step(model(t.threads(), 4, 0.040, 1.0 / 70, 8));
+  const int floor = t.threads();
+  CHECK(floor >= 3);
+  // Half the work is not cheaper enough: the floor holds.
+  for (int i = 0; i < 10; ++i) t.step(model(t.threads(), 4, 0.021, 1.0 / 70, 8));
+  CHECK(t.threads() >= floor);
+  // A quarter: the floors go, and the tuner sheds what the cheaper batches do not need.
+  for (int i = 0; i < 20; ++i) t.step(model(t.threads(), 4, 0.010, 1.0 / 70, 8));
+  CHECK(t.threads() < floor);
+  CHECK(model(t.threads(), 4, 0.010, 1.0 / 70, 8).stall() < Autotuner::kStallHigh);
+  CHECK(t.settled());
+}
+
 void one_noisy_interval_moves_nothing() {
   Autotuner t({true, true, 8}, 8, 4);
   CHECK(!t.step(model(8, 4, 0.010, 0.100, 8)).changed);  // idle: a first vote only
@@ -255,6 +273,7 @@ void python_stage_named_and_gil_bound_when_threads_take_turns() {
 
 TEST_MAIN(python_stage_named_and_gil_bound_when_threads_take_turns();
           consumer_bound_loop_sheds_idle_workers(); loader_bound_loop_keeps_every_core();
-          too_few_workers_are_raised_and_never_dropped_again(); one_noisy_interval_moves_nothing();
+          too_few_workers_are_raised_and_never_dropped_again(); cheaper_batches_lift_the_floor();
+          one_noisy_interval_moves_nothing();
           window_grows_within_its_cap_and_shrinks_to_what_is_used(); explicit_settings_never_move();
           copy_bound_loop_gets_no_more_workers(); diagnosis_of_nothing_and_of_a_fast_loader();)

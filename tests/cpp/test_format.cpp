@@ -69,6 +69,54 @@ static void every_byte_flip_is_caught() {
   }
 }
 
+// NOTE [ Verified once ]: a record's first read hashes it (a corrupt one is caught
+// there, named by file and record), later reads with Verify::kFirst skip the hash,
+// Verify::kAlways hashes on every read.
+static void records_verified_once() {
+  std::string dir = test::temp_dir();
+  auto shards = test::write_shards(dir, 7, 100);
+  std::vector<RecordView> f(3);
+  {  // every corrupt byte of a fresh dataset is caught by the first read
+    std::ifstream in(shards[0].path, std::ios::binary | std::ios::ate);
+    const long size = static_cast<long>(in.tellg());
+    for (long off = 64; off < size; off += 7) {
+      flip_byte(shards[0].path, off);
+      bool caught = false;
+      try {
+        Dataset ds(test::test_schema(), shards);
+        for (int64_t i = 0; i < ds.size(); ++i) ds.read(ds.locate(i), f.data(), Verify::kFirst);
+      } catch (const DataError&) {
+        caught = true;
+      }
+      flip_byte(shards[0].path, off);
+      if (!caught) std::fprintf(stderr, "flip at %ld not detected on the first read\n", off);
+      CHECK(caught);
+    }
+  }
+  Dataset ds(test::test_schema(), shards);
+  const Dataset::Location loc = ds.locate(4);
+  CHECK(!ds.shard(0).verified(4));
+  ds.read(loc, f.data(), Verify::kNever);
+  CHECK(!ds.shard(0).verified(4));
+  ds.read(loc, f.data(), Verify::kFirst);
+  CHECK(ds.shard(0).verified(4) && !ds.shard(0).verified(3));
+  // Corrupt record 4 under the mapping: a first read hashed it already, so a later
+  // kFirst read passes (the bytes are not hashed again); kAlways catches it, naming
+  // the file and the record.
+  const size_t at = static_cast<size_t>(f[0].data - ds.shard(0).records_region().data) +
+                    sizeof(format::ShardHeader) + 2;
+  flip_byte(shards[0].path, static_cast<long>(at));
+  ds.read(loc, f.data(), Verify::kFirst);
+  CHECK(test::throws_with([&] { ds.read(loc, f.data(), Verify::kAlways); }, "record 4"));
+  // A record first read after the damage is caught by kFirst too, never marked.
+  flip_byte(shards[0].path, static_cast<long>(at));
+  flip_byte(shards[0].path, static_cast<long>(at + 52));  // record 5 (record 4 is 52 bytes)
+  CHECK(test::throws_with([&] { ds.read(ds.locate(5), f.data(), Verify::kFirst); },
+                          shards[0].path.c_str()));
+  CHECK(!ds.shard(0).verified(5));
+  flip_byte(shards[0].path, static_cast<long>(at + 52));
+}
+
 static void truncation_and_mismatches() {
   std::string dir = test::temp_dir();
   auto shards = test::write_shards(dir, 10, 100);
@@ -537,9 +585,9 @@ static void readers_demand_released_shards_again() {
   CHECK_EQ(unexpected.count(), 0);
 }
 
-TEST_MAIN(round_trip(); every_byte_flip_is_caught(); truncation_and_mismatches();
-          identity_is_checked_on_open(); only_regular_files_and_no_blocking();
-          lazy_mapping_and_errors_naming_the_file();
+TEST_MAIN(round_trip(); every_byte_flip_is_caught(); records_verified_once();
+          truncation_and_mismatches(); identity_is_checked_on_open();
+          only_regular_files_and_no_blocking(); lazy_mapping_and_errors_naming_the_file();
           append_shard_copies_records_under_a_new_identity(); checksum_is_streamable();
           deferred_shards_wait_for_provide(); released_shards_wait_and_come_back();
           records_by_range_serve_readers_first(); readers_demand_released_shards_again())

@@ -7,13 +7,16 @@ dataset has fields ``{"image": stoker.image(), "label": stoker.scalar("int64")}`
 ``Dataset(out).metadata == {"classes": [...], "source": ..., "write_options": {...}}``,
 where ``write_options`` records ``max_side``, ``quality`` and ``verified``.
 
-JPEG and PNG files are stored byte for byte (no re-encode). Other formats (BMP, TIFF,
-WebP, PPM/PGM) are re-encoded as lossless PNG. With ``max_side``, images whose longer
-side exceeds it are shrunk with Pillow (Lanczos) and re-encoded as JPEG at ``quality``
-(RGB: alpha dropped, as the loader would), as FFCV's ``max_resolution`` does. With
-``verify`` (``--verify``, the default) every file is decoded once in full while converting,
-so a truncated or corrupt image is reported by name now, not in epoch 37;
-``--no-verify`` reads only the headers of the files kept as they are.
+JPEG and PNG files are stored byte for byte (no re-encode). Other formats (BMP, TIFF, WebP,
+PPM/PGM) are re-encoded as lossless PNG. ``--store raw`` stores every image as decoded
+pixels instead (``stoker.image(storage="raw")``: no decode when loading, 3 bytes a pixel on
+disk), decoded by stoker's own decoder; ``--store smart`` stores images of at most
+``--smart-pixels`` pixels raw and the rest as files (FFCV's write modes). With
+``max_side``, images whose longer side exceeds it are shrunk with Pillow (Lanczos) and
+re-encoded as JPEG at ``quality`` (RGB: alpha dropped, as the loader would), as FFCV's
+``max_resolution`` does. With ``verify`` (``--verify``, the default) every file is decoded
+once in full while converting, so a truncated or corrupt image is reported by name now, not
+in epoch 37; ``--no-verify`` reads only the headers of the files kept as they are.
 
 Reading, checking and resizing run on a thread pool (the decoders release the GIL);
 samples are written in the source order, so the output is deterministic.
@@ -81,8 +84,32 @@ def find_samples(src: str) -> Tuple[List[str], List[Tuple[str, int]]]:
     return classes, samples
 
 
-def _prepare(path: str, max_side: Optional[int], quality: int, verify: bool = True) -> bytes:
+STORES = ("jpeg", "raw", "smart")
+
+
+def _prepare(path: str, max_side: Optional[int], quality: int, verify: bool = True,
+             store: str = "jpeg", smart_pixels: int = 0) -> bytes:
     """The bytes to store for one file; raises _BadImage for anything unusable."""
+    data = _prepare_file(path, max_side, quality, verify and store == "jpeg")
+    if store == "jpeg":
+        return data
+    from .. import _core
+    from ..fields import raw_record
+
+    try:
+        if store == "smart":
+            h, w = _core.image_output_size(data)
+            if h * w > smart_pixels:
+                if verify:
+                    _core.decode_image(data)
+                return data
+        return raw_record(_core.decode_image(data))  # the decode verifies the file
+    except _core.DecodeError as e:
+        raise _BadImage(path, str(e)) from None
+
+
+def _prepare_file(path: str, max_side: Optional[int], quality: int, verify: bool) -> bytes:
+    """The JPEG or PNG bytes to store for one file."""
     from .. import _core
 
     try:
@@ -148,7 +175,8 @@ class _Progress:
 def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int] = None,
                         quality: int = 90, verify: bool = True, skip_bad: bool = False,
                         workers: Optional[int] = None, progress: bool = True,
-                        overwrite: bool = False) -> Dict[str, Any]:
+                        overwrite: bool = False, store: str = "jpeg",
+                        smart_pixels: Optional[int] = None) -> Dict[str, Any]:
     """Writes the ImageFolder tree at ``src`` as a stoker dataset at ``out``.
 
     Args:
@@ -166,6 +194,9 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
             resizes release the GIL; default: the cores this process may use).
         progress: draw a progress bar on stderr.
         overwrite: replace an existing dataset at ``out``.
+        store: ``"jpeg"`` (default): the files' bytes (JPEG, PNG); ``"raw"``: decoded pixels
+            (``stoker.image(storage="raw")``), read with no decode; ``"smart"``: raw for
+            images of at most ``smart_pixels`` pixels (default 512 x 512), files above.
 
     Returns:
         ``{"images", "classes", "skipped" (list of (path, reason)), "bytes", "seconds"}``.
@@ -180,7 +211,14 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
         ['daisy', 'dandelion']
     """
     from .. import ShardWriter, image, scalar
+    from ..fields import DEFAULT_SMART_PIXELS
 
+    if store not in STORES:
+        raise ValueError(f"store must be one of {', '.join(map(repr, STORES))}, got {store!r}")
+    if smart_pixels is None:
+        smart_pixels = DEFAULT_SMART_PIXELS
+    if isinstance(smart_pixels, bool) or not isinstance(smart_pixels, int) or smart_pixels < 1:
+        raise ValueError(f"smart_pixels must be a positive int, got {smart_pixels!r}")
     if max_side is not None and max_side < 1:
         raise ValueError(f"max_side must be >= 1, got {max_side}")
     if not 1 <= quality <= 100:
@@ -195,17 +233,23 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
     skipped: List[Tuple[str, str]] = []
     written = nbytes = 0
     bar = _Progress(len(samples), progress)
-    fields = {"image": image(), "label": scalar("int64")}
+    storage = {"jpeg": "encoded", "raw": "raw", "smart": "smart"}[store]
+    fields = {"image": image(storage=storage, smart_pixels=smart_pixels),
+              "label": scalar("int64")}
     # the source by name: this machine's folders mean nothing where the dataset goes next
     metadata = {"classes": classes, "source": os.path.basename(os.path.abspath(src)),
                 "write_options": {"max_side": max_side,
                                   "quality": quality if max_side is not None else None,
                                   "verified": verify}}
+    if store != "jpeg":  # the options of a plain conversion read as they always did
+        metadata["write_options"]["store"] = store
+        if store == "smart":
+            metadata["write_options"]["smart_pixels"] = smart_pixels
 
     def job(i):
         path = samples[i][0]
         try:
-            return _prepare(path, max_side, quality, verify)
+            return _prepare(path, max_side, quality, verify, store, smart_pixels)
         except _BadImage as e:
             return e
 
@@ -254,6 +298,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                    help="decode every image once so a corrupt file is reported by name before "
                         "training (default; --no-verify reads headers only)")
+    p.add_argument("--store", choices=STORES, default="jpeg",
+                   help="jpeg: the files' bytes (default); raw: decoded pixels, loaded with no "
+                        "decode (3 bytes a pixel); smart: raw up to --smart-pixels, files above")
+    p.add_argument("--smart-pixels", type=positive_int, default=None, metavar="N",
+                   help="--store smart: images of at most N pixels are stored raw "
+                        "(default 262144, 512 x 512)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip unreadable or corrupt images (reported) instead of failing")
     add_workers(p)
@@ -266,7 +316,8 @@ def run(args: argparse.Namespace) -> int:
                                 max_side=args.max_side, quality=args.quality,
                                 verify=args.verify,
                                 skip_bad=args.skip_bad, workers=args.workers,
-                                progress=not args.quiet, overwrite=args.overwrite)
+                                progress=not args.quiet, overwrite=args.overwrite,
+                                store=args.store, smart_pixels=args.smart_pixels)
     print(f"wrote {stats['images']} images of {stats['classes']} classes "
           f"({stats['bytes'] / 1e6:.1f} MB) to {args.out} in {stats['seconds']:.1f} s"
           + (f"; skipped {len(stats['skipped'])} bad file(s)" if stats["skipped"] else ""),
