@@ -273,7 +273,7 @@ def rotate_image(img, angle, mode="nearest", fill=None):
 
 def perspective_coeffs(startpoints, endpoints):
     a = np.zeros((8, 8))
-    for i, (p1, p2) in enumerate(zip(endpoints, startpoints)):
+    for i, (p1, p2) in enumerate(zip(endpoints, startpoints, strict=True)):
         a[2 * i] = [p1[0], p1[1], 1, 0, 0, 0, -p2[0] * p1[0], -p2[0] * p1[1]]
         a[2 * i + 1] = [0, 0, 0, p1[0], p1[1], 1, -p2[1] * p1[0], -p2[1] * p1[1]]
     b = np.array(startpoints, np.float64).reshape(8)

@@ -60,7 +60,7 @@ def run(ds, threads, state=None, stop=None):
 
 def same(a, b):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.keys() == y.keys()
         for n in x:
             torch.testing.assert_close(x[n], y[n], rtol=0, atol=0, msg=n)

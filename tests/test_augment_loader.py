@@ -123,7 +123,7 @@ def batches(ds, threads, **kw):
 def test_timm_recipe_is_the_same_for_any_thread_count(jpegs):
     one, two = batches(jpegs, 1), batches(jpegs, 2)
     assert len(one) == 6
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         assert a["image"].dtype == np.float32 and a["image"].size == 8 * 3 * 32 * 32
         np.testing.assert_array_equal(a["image"], b["image"])
         np.testing.assert_array_equal(a["label"], b["label"])
@@ -142,7 +142,7 @@ def test_timm_recipe_resumes_exactly(jpegs):
     again.load_state_dict(state)
     resumed = [b["image"].numpy().copy() for b in again]
     assert len(resumed) == len(rest) == 4
-    for a, b in zip(rest, resumed):
+    for a, b in zip(rest, resumed, strict=True):
         np.testing.assert_array_equal(a, b)
 
 

@@ -62,7 +62,7 @@ def test_mixup_blends_each_image_with_the_one_before(ds):
     plain = load(ds, epochs=2)
     mixed = load(ds, [T.MixUp(0.8, num_classes=K)], epochs=2)
     lams = []
-    for p, m in zip(plain, mixed):
+    for p, m in zip(plain, mixed, strict=True):
         y = p["label"]
         assert m["label"].dtype == np.float32 and m["label"].shape == (len(y), K)
         lam = lam_of(m["label"], y)
@@ -77,7 +77,7 @@ def test_mixup_blends_each_image_with_the_one_before(ds):
 def test_cutmix_pastes_a_box_from_the_image_before(ds):
     plain = load(ds, epochs=2)
     mixed = load(ds, [T.CutMix(1.0, num_classes=K, label_smoothing=0.1)], epochs=2)
-    for p, m in zip(plain, mixed):
+    for p, m in zip(plain, mixed, strict=True):
         x, got = p["image"], m["image"]
         prev = np.roll(x, 1, axis=0)
         from_prev = (got == prev).all(1) & (got != x).any(1)   # (b, h, w)
@@ -101,7 +101,7 @@ def test_timm_switch_between_mixup_and_cutmix(ds, switch_prob):
     mixed = load(ds, [T.MixUp(1.0, num_classes=K, switch_prob=switch_prob),
                       T.CutMix(1.0, num_classes=K)], epochs=10)
     cut = 0
-    for p, m in zip(plain, mixed):
+    for p, m in zip(plain, mixed, strict=True):
         x, got = p["image"], m["image"]
         # CutMix copies every pixel from the image or its predecessor, and its lam is the
         # area kept, a whole number of pixels; MixUp blends them with any lam
@@ -119,7 +119,7 @@ def test_p_leaves_some_batches_unmixed_with_plain_one_hot_labels(ds):
     plain = load(ds, epochs=5)
     mixed = load(ds, [T.MixUp(1.0, num_classes=K, p=0.5)], epochs=5)
     untouched = 0
-    for p, m in zip(plain, mixed):
+    for p, m in zip(plain, mixed, strict=True):
         if np.array_equal(p["image"], m["image"]):
             untouched += 1
             np.testing.assert_array_equal(m["label"], np.eye(K, dtype=np.float32)[p["label"]])
@@ -129,7 +129,7 @@ def test_p_leaves_some_batches_unmixed_with_plain_one_hot_labels(ds):
 def test_mixes_are_the_same_for_any_thread_count_and_resume_exactly(ds):
     bt = [T.MixUp(0.8, num_classes=K), T.CutMix(1.0, num_classes=K)]
     one, two = load(ds, bt, threads=1), load(ds, bt, threads=2)
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         np.testing.assert_array_equal(a["image"], b["image"])
         np.testing.assert_array_equal(a["label"], b["label"])
     loader = stoker.Loader(ds, batch_size=8, shuffle=True, seed=1, num_threads=2,
@@ -142,7 +142,7 @@ def test_mixes_are_the_same_for_any_thread_count_and_resume_exactly(ds):
     resumed.load_state_dict(state)
     rest = [{k: v.numpy() for k, v in b.items()} for b in resumed]
     assert len(rest) == len(one) - 2
-    for a, b in zip(rest, one[2:]):
+    for a, b in zip(rest, one[2:], strict=True):
         np.testing.assert_array_equal(a["image"], b["image"])
         np.testing.assert_array_equal(a["label"], b["label"])
 
@@ -152,7 +152,7 @@ def test_mix_after_normalize_to_float(ds, dtype, tol):
     norm = {"image": [T.Normalize([0.5] * 3, [0.25] * 3, dtype)]}
     plain = load(ds, transforms=norm)
     mixed = load(ds, [T.MixUp(0.8, num_classes=K)], transforms=norm)
-    for p, m in zip(plain, mixed):
+    for p, m in zip(plain, mixed, strict=True):
         assert m["image"].dtype == np.float32   # (bfloat16, widened by load())
         lam = lam_of(m["label"], p["label"])
         want = lam * p["image"] + (1 - lam) * np.roll(p["image"], 1, axis=0)
@@ -188,7 +188,7 @@ def test_batch_map_sees_the_mixed_batch_and_map_refuses_mixes(ds):
     via_map = load(ds, bt, batch_map=gn)
     # (batch_map may also have seen batches of the next epoch, prefetched)
     assert len(seen) >= len(mixed) and all(s.shape == (8, K) for s in seen)
-    for a, b in zip(mixed, via_map):
+    for a, b in zip(mixed, via_map, strict=True):
         assert any(np.array_equal(s.numpy(), a["label"]) for s in seen)
         np.testing.assert_array_equal(a["label"], b["label"])
         np.testing.assert_array_equal(a["image"], b["image"])

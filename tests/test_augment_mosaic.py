@@ -136,7 +136,7 @@ def test_mosaic_then_warp_crop_and_flip_keep_targets_on_their_tiles(ds):
                 if hit.sum() > 30:
                     assert i in classes.tolist()
             boxes = batch["boxes"][b, :n].numpy()
-            for (x1, y1, x2, y2), c in zip(boxes, classes):
+            for (x1, y1, x2, y2), c in zip(boxes, classes, strict=True):
                 assert c in seen or (x2 - x1) * (y2 - y1) < 30
             for c, hit in seen.items():  # the boxes of c (two if drawn twice) hold its tiles
                 mine = boxes[classes == c]
@@ -168,14 +168,15 @@ def test_mosaics_are_the_same_for_any_thread_count_and_resume_exactly(ds):
     head, state = run(2, stop=2)
     rest, _ = run(1, state=state)
     assert len(one) == N // 4
-    for a, b, c in zip(one, three, head + rest):
+    for a, b, c in zip(one, three, head + rest, strict=True):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
             np.testing.assert_array_equal(a[k], c[k], err_msg=k)
     # the partners are the sample's own draws: other epochs, other mosaics
     again = list(stoker.Loader(ds, batch_size=4, shuffle=True, seed=4, num_threads=2,
                                transforms={GROUP: ops}))
-    assert any(not np.array_equal(a["image"], b["image"].numpy()) for a, b in zip(one, again))
+    assert any(not np.array_equal(a["image"], b["image"].numpy())
+               for a, b in zip(one, again, strict=True))
 
 
 def test_mosaic_is_first_and_runs_in_the_loaders_workers(ds):

@@ -174,7 +174,7 @@ def test_boxes_dropped_with_their_rows_as_albumentations_min_visibility(ds, scen
     ops = [T.RandomCrop((20, 24)), T.SanitizeBoundingBoxes(min_size=0, min_area=0,
                                                            min_visibility=0.25)]
     batches = load(ds, ops, batch_size=1, pad_values={"classes": -1})
-    for batch, (img, _, boxes, classes, _) in zip(batches, scenes):
+    for batch, (img, _, boxes, classes, _) in zip(batches, scenes, strict=True):
         i = 0
         out = hwc(batch["image"][i])
         # where the random crop fell: the window of the original that the output equals
@@ -194,7 +194,7 @@ def test_boxes_dropped_with_their_rows_as_albumentations_min_visibility(ds, scen
 def test_keypoints_flip_pairs_keep_left_and_right(ds, scenes):
     flip = [T.RandomHorizontalFlip(1.0, flip_pairs=[(0, 1)])]
     batches = load(ds, flip, batch_size=1)
-    for batch, (img, _, _, _, kps) in zip(batches, scenes):
+    for batch, (img, _, _, _, kps) in zip(batches, scenes, strict=True):
         i, w = 0, img.shape[1]
         got = rows(batch, "kps", i)
         want = kps.copy()
@@ -275,13 +275,13 @@ def test_groups_are_the_same_for_any_thread_count_and_resume_exactly(ds):
     one, _ = run(1)
     two, _ = run(2)
     assert len(one) == 3
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         assert a.keys() == b.keys()
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     head, state = run(2, skip=1)
     rest, _ = run(1, state=state)
-    for a, b in zip(head + rest, one):
+    for a, b in zip(head + rest, one, strict=True):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 

@@ -1,5 +1,5 @@
 """Transform groups that cannot be half declared (NOTE [ Whole groups ] in
-stoker/_loader_args.py): a group that drops boxes carries every variable-length field of
+stoker/_transform_args.py): a group that drops boxes carries every variable-length field of
 the sample or is told what each is (box_rows: rows of the boxes; as_stored: not); a mask,
 boxes or keypoints field outside the group of the image whose ops move pixels is refused,
 naming the field, unless as_stored names it."""
@@ -66,7 +66,7 @@ def test_box_rows_are_the_field_in_the_group_and_as_stored_leaves_it(ds):
     named = batches(ds, {("image", "mask", "boxes", "kps"): CROP}, box_rows=["classes"],
                     as_stored=["caption"])
     dropped = 0
-    for a, b in zip(keyed, named):
+    for a, b in zip(keyed, named, strict=True):
         assert a.keys() == b.keys()
         for k in a:
             assert np.array_equal(a[k].numpy(), b[k].numpy()), k
@@ -151,7 +151,7 @@ def test_map_receives_a_group_as_ds_sample_gives_it(ds):
     kw = dict(batch_size=4, shuffle=True, seed=2, transforms={ALL: CROP}, as_stored=["caption"])
     plain = list(stoker.Loader(ds, **kw))
     mapped = list(stoker.Loader(ds, map=lambda s, rng: s, num_threads=2, **kw))
-    for a, b in zip(plain, mapped):
+    for a, b in zip(plain, mapped, strict=True):
         assert a.keys() == b.keys()
         for k in a:
             if f"{k}_lengths" in a:

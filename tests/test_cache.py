@@ -94,7 +94,8 @@ def epoch(ld, e):
 
 def same(a, b):
     return len(a) == len(b) and all(
-        x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+        x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+        for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("tf", [TF, TF_SMALL], ids=["rrc48", "rrc12-dct"])
@@ -105,7 +106,7 @@ def test_cached_batches_are_bit_identical(images, tf):
         cached = loader(images, threads, tf, cache="decoded", cache_size="64MB")
         kept.append(cached)
         got = [epoch(cached, e) for e in range(3)]
-        assert all(same(w, g) for w, g in zip(want, got)), threads
+        assert all(same(w, g) for w, g in zip(want, got, strict=True)), threads
         s = cached.stats()["cache"]
         assert s["cached_share"] == 1.0 and s["images"] == len(images)
         assert s["shared"] and s["bytes"] <= s["budget"] and not s["full"]
@@ -191,9 +192,9 @@ def test_max_side_keeps_reduced_copies_and_the_same_pixels_whatever_they_hold(im
         assert same(first, epoch(tiny, 0))
     # Not the uncached pixels, but the same shapes, labels and draws, and close.
     assert [b["label"].tolist() for b in first] == [b["label"].tolist() for b in want]
-    assert all(x["image"].shape == y["image"].shape for x, y in zip(first, want))
+    assert all(x["image"].shape == y["image"].shape for x, y in zip(first, want, strict=True))
     diff = np.mean([(x["image"].float() - y["image"].float()).abs().mean().item()
-                    for x, y in zip(first, want)])
+                    for x, y in zip(first, want, strict=True)])
     assert 0 < diff < 25
     # Without a reduction (max_side above every image), crops read the whole decode.
     big = loader(images, 2, cache="decoded", cache_size="64MB", cache_max_side=4096,
@@ -328,7 +329,7 @@ def test_a_full_dev_shm_is_never_a_sigbus(images, tmp_path, monkeypatch):
             f.write(b"\0" * 1_700_000)
         with pytest.warns(RuntimeWarning, match="full"):
             got = [epoch(cached, e) for e in range(2)]
-        assert all(same(w, g) for w, g in zip(want, got))
+        assert all(same(w, g) for w, g in zip(want, got, strict=True))
         s = cached.stats()["cache"]
         assert s["shared"] and s["full"] and s["declined"] > 0 and 0 < s["cached_share"] < 1
         del cached

@@ -141,7 +141,7 @@ def test_bench_peer_yields_the_same_batches_as_stoker(tmp_path):
     peer = torch.utils.data.DataLoader(PythonDataset(ds.path, image_size=0), batch_size=5,
                                        collate_fn=lambda s: collate(ds.fields, s))
     ours = stoker.Loader(ds, batch_size=5, num_threads=2)
-    pairs = list(zip(peer, ours))
+    pairs = list(zip(peer, ours, strict=True))
     assert len(pairs) == len(ours) == 5
     for a, b in pairs:
         assert a.keys() == b.keys()

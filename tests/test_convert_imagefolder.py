@@ -56,7 +56,7 @@ def test_layout_labels_and_bytes(tree, tmp_path):
     # torchvision's order: classes sorted, then os.walk order with sorted names.
     order = ["bird/z.jpg", "cat/a.PNG", "cat/b.jpg", "dog/pic.bmp", "dog/x/deep.jpeg"]
     assert [int(r["label"]) for r in rows] == [0, 1, 1, 2, 2]
-    for name, row in zip(order, rows):
+    for name, row in zip(order, rows, strict=True):
         data = bytes(row["image"])
         if name.endswith(".bmp"):  # re-encoded losslessly
             assert data.startswith(b"\x89PNG")
@@ -72,7 +72,7 @@ def test_output_is_deterministic_whatever_the_workers(tree, tmp_path):
     a, b = stoker.Dataset(tmp_path / "a"), stoker.Dataset(tmp_path / "b")
     assert len(a.shards) > 1 and len(a.shards) == len(b.shards)
     # Every write has its own dataset id in the shard headers: all bytes after them agree.
-    for sa, sb in zip(a.shards, b.shards):
+    for sa, sb in zip(a.shards, b.shards, strict=True):
         assert (sa["num_records"], sa["bytes"], sa["table_checksum"]) == \
             (sb["num_records"], sb["bytes"], sb["table_checksum"])
         da = (tmp_path / "a" / sa["path"]).read_bytes()

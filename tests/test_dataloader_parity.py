@@ -30,7 +30,7 @@ def same(a, b, where="batch"):
             same(a[k], b[k], f"{where}[{k!r}]")
     elif isinstance(b, (list, tuple)):
         assert len(a) == len(b), (where, len(a), len(b))
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             same(x, y, f"{where}[{i}]")
     else:
         assert a == b, (where, a, b)
@@ -98,7 +98,7 @@ def test_the_same_batches_as_dataloader(name, batch_size, drop_last):
     want = list(DataLoader(ds, batch_size=batch_size, drop_last=drop_last))
     got = list(stoker.Loader(ds, batch_size=batch_size, drop_last=drop_last, num_threads=2))
     assert len(got) == len(want)
-    for k, (a, b) in enumerate(zip(got, want)):
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
         same(a, b, f"{name} batch {k}")
 
 
@@ -108,7 +108,7 @@ def test_the_same_batches_with_process_workers(name):
     want = list(DataLoader(ds, batch_size=4))
     got = list(stoker.Loader(ds, batch_size=4, num_threads=2, python_workers="process"))
     assert len(got) == len(want)
-    for k, (a, b) in enumerate(zip(got, want)):
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
         same(a, b, f"{name} batch {k}")
 
 
@@ -119,7 +119,7 @@ def test_unbatched_as_dataloader(name):
     want = list(DataLoader(ds, batch_size=None))
     got = list(stoker.Loader(ds, batch_size=None, num_threads=2))
     assert len(got) == len(want) == len(ds)
-    for k, (a, b) in enumerate(zip(got, want)):
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
         same(a, b, f"{name} sample {k}")
 
 

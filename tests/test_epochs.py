@@ -71,7 +71,7 @@ def test_set_epoch_to_another_epoch_while_running_applies_to_the_next(small_ds):
 
 def test_zip_of_a_loader_with_itself_yields_every_pair(small_ds):
     loader = stoker.Loader(small_ds, **KW)
-    pairs = list(zip(loader, loader))
+    pairs = list(zip(loader, loader, strict=True))
     assert len(pairs) == len(loader)
     want = reference(small_ds, 0)
     assert [a["label"].tolist() for a, _ in pairs] == want

@@ -231,12 +231,12 @@ def test_lightning_ddp_two_processes_shard_evaluate_and_resume(ds, tmp_path):
     for kind, runs in (("val", 3), ("test", 1), ("predict", 1)):  # 2 in fit, validate()
         per_rank = [_eval_runs(r["seen"], kind) for r in res]
         assert len(per_rank[0]) == len(per_rank[1]) == runs
-        for a, b in zip(*per_rank):
+        for a, b in zip(*per_rank, strict=True):
             assert len(a) == len(b) == 3  # ceil(23 / 2 / 5) batches on each rank
             assert sorted(sum(a + b, [])) == list(range(23))  # every sample once
     _run([sys.executable, script, ds.path, out + "-b", "--devices", "2", "--max-epochs", "2",
           "--resume", os.path.join(ck, "step=2.ckpt"), *val])
-    for a, b, full in zip(_results(out + "-a", 2), _results(out + "-b", 2), res):
+    for a, b, full in zip(_results(out + "-a", 2), _results(out + "-b", 2), res, strict=True):
         assert _train(a["seen"]) + _train(b["seen"]) == _train(full["seen"])
         assert _eval_runs(b["seen"], "val") == _eval_runs(full["seen"], "val")[:2]
 

@@ -339,7 +339,7 @@ def test_loader_images_deterministic_across_threads(tmp_path):
         loader = stoker.Loader(ds, batch_size=8, shuffle=True, seed=2, num_threads=threads,
                                transforms=tf)
         runs.append([b["image"].clone() for b in loader])
-    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
     assert runs[0][0].shape == (8, 3, 32, 32) and runs[0][0].dtype == torch.uint8
 
 

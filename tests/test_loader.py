@@ -129,7 +129,7 @@ def batches_as_arrays(loader):
 
 def assert_same_batches(a, b):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.keys() == y.keys()
         for k in x:
             assert torch.equal(x[k], y[k]), k

@@ -51,7 +51,8 @@ def test_rational_counts_rounds_fine_weights():
     w = [Fraction(1234567, 8888889), Fraction(7654321, 8888889), Fraction(1, 8888889)]
     c = rational_counts(w)
     assert sum(c) == 1 << 20 and min(c) >= 1
-    assert all(abs(Fraction(ci, 1 << 20) - wi) < Fraction(1, 1 << 20) for ci, wi in zip(c, w))
+    assert all(abs(Fraction(ci, 1 << 20) - wi) < Fraction(1, 1 << 20)
+               for ci, wi in zip(c, w, strict=True))
 
 
 def test_schedule(three):
@@ -236,7 +237,7 @@ def test_same_batches_for_any_thread_count(labelled):
     runs = [run(stoker.Loader(mix, batch_size=5, shuffle=True, seed=1, num_threads=t), 2)
             for t in (1, 3)]
     assert len(runs[0]) == 13
-    for x, y in zip(*runs):
+    for x, y in zip(*runs, strict=True):
         assert all(torch.equal(x[k], y[k]) for k in x)
 
 
@@ -268,7 +269,7 @@ def test_resume_across_a_schedule_breakpoint(labelled):
                 again.load_state_dict(state)
                 rest = run(again)
                 assert len(rest) == 16 - k
-                for x, y in zip(rest, full[k:]):
+                for x, y in zip(rest, full[k:], strict=True):
                     assert all(torch.equal(x[n], y[n]) for n in x)
 
 
@@ -351,7 +352,7 @@ def test_token_modes_and_resume(tok, kwargs):
     again.load_state_dict(state)
     rest = run(again)
     assert len(rest) == len(batches) - 3
-    for x, y in zip(rest, batches[3:]):
+    for x, y in zip(rest, batches[3:], strict=True):
         assert all(torch.equal(x[k], y[k]) for k in x)
 
 
@@ -417,7 +418,7 @@ def test_local_and_remote_sources(labelled, tmp_path):
                 peak = max(peak, _objects_bytes(cache))
             want = list(local)
             assert len(got) == len(want) == len(mixed) > 10
-            for g, x in zip(got, want):
+            for g, x in zip(got, want, strict=True):
                 assert all(torch.equal(g[k], x[k]) for k in g)
         assert peak <= limit
         assert remote.remote.stats()["evictions"] > 0  # read through the cache, not into it
@@ -441,7 +442,7 @@ def test_pickled_loader_goes_on(labelled):
     rest = [b for b in it]
     again = run(copy)
     assert len(again) == len(rest) == 6
-    for x, y in zip(again, rest):
+    for x, y in zip(again, rest, strict=True):
         assert all(torch.equal(x[k], y[k]) for k in x)
 
 
@@ -582,7 +583,7 @@ def test_token_mixture_with_a_remote_source(tmp_path):
                                          weights=w), **kw)
         got, want = run(mixed, 1), run(local, 1)
         assert len(got) == len(want) == len(mixed) > 10
-        for g, x in zip(got, want):
+        for g, x in zip(got, want, strict=True):
             assert all(torch.equal(g[k], x[k]) for k in g)
         assert set(torch.cat([b["source"] for b in got]).tolist()) == {0, 1}
         assert server.requests("/code/") > 0
@@ -601,7 +602,7 @@ def test_token_mixture_same_batches_for_any_thread_count(tmp_path, kwargs):
     runs = [run(stoker.Loader(mix, shuffle=True, seed=4, num_threads=t, **kwargs), 1)
             for t in (1, 3)]
     assert len(runs[0]) == len(runs[1]) > 10
-    for x, y in zip(*runs):
+    for x, y in zip(*runs, strict=True):
         assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
@@ -622,7 +623,7 @@ def test_sources_with_token_fields(tmp_path):
     assert got.dataset.tokens and got.stats()["sources"]["long"]["weight"] == 0.3
     x, y = run(got, 0), run(stoker.Loader(as_tokens, **kw), 0)
     assert len(x) == len(y) > 10
-    for a, b in zip(x, y):
+    for a, b in zip(x, y, strict=True):
         assert all(torch.equal(a[k], b[k]) for k in a)
     copy = pickle.loads(pickle.dumps(got))
     assert len(run(copy, 0)) == len(x)
@@ -649,7 +650,7 @@ def test_batch_map_takes_mixed_batches(labelled):
     plain = run(stoker.Loader(mix, **kw), 0)
     mapped = run(stoker.Loader(mix, batch_map=tag, **kw), 0)
     assert len(mapped) == len(plain) == 10
-    for m, p in zip(mapped, plain):
+    for m, p in zip(mapped, plain, strict=True):
         assert all(torch.equal(m[k], p[k]) for k in p)
         assert torch.equal(m["from_c"], p["source"] == 2)
     with pytest.raises(ValueError, match="map= and collate_fn= take samples of one"):
@@ -721,7 +722,7 @@ def test_record_mixture_with_a_transform_group_and_mixup(scenes):
     one, _ = load(1)
     two, _ = load(2)
     assert len(one) == 8
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         assert a.keys() == b.keys()
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -759,6 +760,6 @@ def test_record_mixture_with_a_transform_group_and_mixup(scenes):
     head, state = load(2, epochs=(0,), stop=3)
     rest, _ = load(1, epochs=(0,), state=state)
     assert len(head) + len(rest) == 4
-    for a, b in zip(head + rest, one):
+    for a, b in zip(head + rest, one, strict=True):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)

@@ -39,7 +39,7 @@ def test_preloaded_reads_equal_mapped_reads_and_never_touch_the_files(ds_path):
     got, loader = batches(pre)
     assert loader.stats()["tier"] == "memory"
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.keys() == w.keys() and all(torch.equal(g[k], w[k]) for k in g)
     # The files may go: reads are served from memory (a mapped dataset would fail).
     for s in pre.shards:
@@ -47,7 +47,7 @@ def test_preloaded_reads_equal_mapped_reads_and_never_touch_the_files(ds_path):
     assert all(int(pre[i]["label"]) == i for i in range(len(pre)))
     assert pre.verify()["ok"]
     again, _ = batches(pre)
-    assert all(torch.equal(a["x"], w["x"]) for a, w in zip(again, want))
+    assert all(torch.equal(a["x"], w["x"]) for a, w in zip(again, want, strict=True))
 
 
 def test_a_file_that_is_not_index_json_s_is_refused_by_name(ds_path):
@@ -120,7 +120,7 @@ def test_a_url_dataset_is_downloaded_then_held_in_memory(ds_path, tmp_path):
         want, _ = batches(stoker.Dataset(ds_path))
         got, loader = batches(ds)
         assert loader.stats()["tier"] == "memory"
-        assert all(torch.equal(g["x"], w["x"]) for g, w in zip(got, want))
+        assert all(torch.equal(g["x"], w["x"]) for g, w in zip(got, want, strict=True))
         # Nothing of the cache is held: every object may be evicted.
         import fcntl
 

@@ -52,7 +52,7 @@ def test_map_style_dataset_and_collate_fn_in_processes():
     got = list(stoker.Loader(ds, batch_size=4, collate_fn=yolo_collate,
                              python_workers="process", num_threads=2))
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert torch.equal(g[0], w[0]) and g[1:] == w[1:]
     named = list(stoker.Loader(Squares(kind="dict"), batch_size=5, python_workers="process"))
     assert named[0]["path"] == [f"{i}.png" for i in range(5)]

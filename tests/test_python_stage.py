@@ -162,7 +162,7 @@ JITTER_FIELDS = {"boxes": stoker.ndarray("float32", (None, 4))}
 
 def same_batches(a, b):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert list(x) == list(y)
         for k in x:
             if isinstance(x[k], torch.Tensor):
@@ -261,7 +261,7 @@ def test_identity_map_gives_the_loader_batches(img_ds):
     mapped = epochs(stoker.Loader(img_ds, batch_size=5, shuffle=True, seed=1, transforms=CROP,
                                   map=lambda s, rng: s, num_threads=2))
     for e in range(2):
-        for a, b in zip(mapped[e], plain[e]):
+        for a, b in zip(mapped[e], plain[e], strict=True):
             assert a["image"].shape == b["image"].shape and a["image"].stride() == \
                 b["image"].stride()
         same_batches(mapped[e], plain[e])
@@ -334,7 +334,7 @@ def test_batch_map_over_cxx_batches_sees_the_plain_batch(img_ds):
     plain = list(stoker.Loader(img_ds, batch_size=8, shuffle=True, seed=4, transforms=CROP))
     got = list(stoker.Loader(img_ds, batch_size=8, shuffle=True, seed=4, transforms=CROP,
                              batch_map=lambda b, rng: {**b, "sum": b["image"].sum((1, 2, 3))}))
-    for p, g in zip(plain, got):
+    for p, g in zip(plain, got, strict=True):
         assert torch.equal(p["image"], g["image"]) and torch.equal(p["tok"], g["tok"])
         assert torch.equal(g["sum"], p["image"].sum((1, 2, 3)))
 
@@ -401,7 +401,7 @@ def test_lists_and_other_sequences_are_datasets():
 # -- collate_fn ---------------------------------------------------------------------------
 
 def yolo_collate(batch):
-    imgs, labels = zip(*batch)
+    imgs, labels = zip(*batch, strict=True)
     return torch.stack(imgs), [(i, lab) for i, lab in enumerate(labels)], "extra"
 
 
@@ -410,7 +410,7 @@ def test_collate_fn_as_dataloader_means_it():
     want = list(torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=yolo_collate))
     got = list(stoker.Loader(ds, batch_size=4, collate_fn=yolo_collate, num_threads=2))
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert isinstance(g, tuple) and torch.equal(g[0], w[0]) and g[1:] == w[1:]
 
 
@@ -561,7 +561,7 @@ def test_break_close_and_two_iterators(img_ds):
         if i == 2:
             break
     assert [v for b in loader for v in b["label"].tolist()] == list(range(60))  # next epoch
-    both = list(zip(loader, loader))
+    both = list(zip(loader, loader, strict=True))
     assert all(torch.equal(a["label"], b["label"]) for a, b in both) and len(both) == 15
     assert sorted(python_threads()) == ["stoker-python-0", "stoker-python-1"]
     loader.close()  # joined: the OS threads end a moment after
@@ -811,7 +811,7 @@ def test_yolo_example_boxes_match_a_plain_python_reference(tmp_path, monkeypatch
                 canvas, want = reference(index, epoch)
                 got = batch["targets"][batch["targets"][:, 0] == i][:, 1:].tolist()
                 assert len(got) == len(want), (epoch, index)
-                for g, w in zip(got, want):
+                for g, w in zip(got, want, strict=True):
                     assert g == pytest.approx(w, abs=1e-5), (epoch, index)
                 img = (batch["img"][i].permute(1, 2, 0) * 255).round().to(torch.uint8)
                 assert np.array_equal(img.numpy(), canvas), (epoch, index)

@@ -65,7 +65,7 @@ def test_raw_images_load_as_their_jpegs_decode(tmp_path, jpegs):
                {"image": [ops.Resize(48), ops.CenterCrop(48), ops.Normalize(
                    (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))]}):
         a, b = epochs(enc, tf), epochs(raw, tf)
-        assert all(torch.equal(x, y) for x, y in zip(a, b)), tf
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), tf
     # Dataset[i] gives the pixels as an array; an encoded dataset, the bytes.
     px = raw[4]["image"]
     assert isinstance(px, np.ndarray) and px.shape == (64, 76, 3) and px.dtype == np.uint8

@@ -294,7 +294,7 @@ def _rewrite_race(tmp_path, rewrites: int, readers: int) -> dict:
         stop.touch()
         outs = [p.communicate(timeout=120) for p in procs]
     stats = []
-    for p, (out, err) in zip(procs, outs):
+    for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
         stats.append(json.loads(out.strip().splitlines()[-1]))
     # Every generation a reader held is gone once it is: one write removes them all.

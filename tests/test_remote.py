@@ -99,7 +99,7 @@ def same_epochs(remote, local):
         got, loader = epoch(remote, 7, e)
         want, _ = epoch(local, 7, e)
         assert len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert g.keys() == w.keys()
             for k in g:
                 assert torch.equal(g[k], w[k]), k
@@ -379,7 +379,7 @@ def bounded_epochs(remote, local, cache_dir, limit, **kw):
             peak = max(peak, cache_bytes(cache_dir))
         want = list(ref)
         assert len(got) == len(want) == len(ref)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert g.keys() == w.keys()
             for k in g:
                 assert torch.equal(g[k], w[k]), (e, k)
@@ -605,7 +605,7 @@ def test_open_returns_before_the_shards_and_a_batch_waits_only_for_its_own(local
         assert labels == list(range(len(local)))
         got, _ = epoch(ds, 7, 0)
         want, _ = epoch(local, 7, 0)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             for k in g:
                 assert torch.equal(g[k], w[k]), k
     finally:
@@ -637,7 +637,7 @@ def test_first_batches_come_by_range_while_their_shards_download(local_ds, tmp_p
         server.open_gate()
         rest = [next(it)] + list(it)
         assert len(rest) + 1 == len(ref)
-        for g, w in zip(rest, ref[1:]):
+        for g, w in zip(rest, ref[1:], strict=True):
             for k in g:
                 assert torch.equal(g[k], w[k]), k
         assert ds.remote.stats()["downloads"] == len(local.shards)
@@ -669,7 +669,7 @@ def test_a_server_without_ranges_serves_whole_shards(local_ds, tmp_path):
         assert server.range_requests
         want, _ = epoch(local, 7, 0)
         assert len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             for k in g:
                 assert torch.equal(g[k], w[k]), k
         assert ds.remote.stats()["downloads"] == len(local.shards)

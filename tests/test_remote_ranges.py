@@ -125,7 +125,7 @@ def split(record, names):
     k = len(names)
     lengths = struct.unpack_from(f"<{k}I", record)
     out, at = {}, 4 * k
-    for name, n in zip(names, lengths):
+    for name, n in zip(names, lengths, strict=True):
         out[name] = record[at:at + n]
         at += n
     assert at == len(record)
@@ -380,7 +380,7 @@ def test_records_by_range_equal_local(local, root):
         for kw in ({"max_parallel": 1}, {"max_parallel": 8, "max_gap": 0}):
             got = fetch_records(root, f"ds/{name}", table, records, **kw)
             assert len(got) == len(items)
-            for (i, _), rec in zip(items, got):
+            for (i, _), rec in zip(items, got, strict=True):
                 fields, want = split(rec, names), ds[i]
                 assert fields["raw"] == want["raw"]
                 assert struct.unpack("<q", fields["label"])[0] == want["label"] == i

@@ -565,7 +565,8 @@ def test_two_writer_processes_at_once_one_fails_clearly_the_other_opens(tmp_path
     # the winner holds the lock until told to finish, however late the other one runs
     first = [p.stdout.readline() for p in procs]
     assert sorted(line.split()[0] for line in first) == ["locked", "writing"], first
-    outs = [line + p.communicate("finish\n", timeout=120)[0] for line, p in zip(first, procs)]
+    outs = [line + p.communicate("finish\n", timeout=120)[0]
+            for line, p in zip(first, procs, strict=True)]
     done = [o for o in outs if "done" in o]
     locked = [o for o in outs if "locked" in o]
     assert len(done) == 1 and len(locked) == 1, outs

@@ -56,9 +56,9 @@ def test_epochs_and_resume(ds, kwargs):
     e1 = batches(loader)  # the next epoch: another order
     assert len(e0) == len(e1)
     assert any(not torch.equal(a["input_ids"], b["input_ids"]) or
-               a["input_ids"].shape != b["input_ids"].shape for a, b in zip(e0, e1))
+               a["input_ids"].shape != b["input_ids"].shape for a, b in zip(e0, e1, strict=True))
     loader.set_epoch(0)
-    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(e0, loader))
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(e0, loader, strict=True))
     # stop mid-epoch, save, resume in a new loader: the rest of the epoch, exactly
     for stop in (1, len(e0) // 2, len(e0) - 1):
         loader = Loader(ds, shuffle=True, seed=7, **kwargs)
@@ -71,7 +71,7 @@ def test_epochs_and_resume(ds, kwargs):
         fresh.load_state_dict(state)
         rest = batches(fresh)
         assert len(rest) == len(e0) - stop
-        for a, b in zip(rest, e0[stop:]):
+        for a, b in zip(rest, e0[stop:], strict=True):
             for k in a:
                 assert torch.equal(a[k], b[k]), k
 

@@ -109,11 +109,11 @@ def check_against_reference(ds, epochs=(0, 1), worlds=(1, 2, 3), offsets=True, *
 def test_sources_read_the_same_documents(sources):
     want = docs_of(sources["megatron"])
     assert [len(d) for d in want] == list(sources["megatron"].doc_lengths())
-    for d, w in zip(sources["stoker"], want):
+    for d, w in zip(sources["stoker"], want, strict=True):
         np.testing.assert_array_equal(d, w)
     flat = docs_of(sources["flat_eos"])
     assert len(flat) == len(want)
-    for d, w in zip(flat, want):
+    for d, w in zip(flat, want, strict=True):
         np.testing.assert_array_equal(d[:-1], w)
         assert d[-1] == 60000
     assert len(sources["flat"]) == 1 and sources["flat"].num_tokens == sum(
@@ -224,7 +224,8 @@ def test_prompt_tokens_get_no_label(tmp_path):
     p = td._make_producer(ds, seq_len=200, batch_size=len(docs), packing="document")
     targets = sum(int(b.sum()) for b in
                   [p.batch(p.plan_epoch(0), k)["loss_mask"] for k in range(p.num_batches())])
-    assert targets == sum(len(d) - max(pr, 1) for d, pr in zip(docs, prompts) if len(d))
+    assert targets == sum(len(d) - max(pr, 1)
+                          for d, pr in zip(docs, prompts, strict=True) if len(d))
     off = stoker.TokenDataset(tmp_path / "sft", prompt_field="")
     assert off.prompt_field is None and not off.prompt_lengths().any()
     # a prompt longer than its document is refused when read

@@ -38,7 +38,7 @@ def var_ds(tmp_path):
 
 def assert_same_batches(got, want):
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.keys() == w.keys()
         for k in g:
             assert g[k].dtype == w[k].dtype and g[k].shape == w[k].shape, k
@@ -179,7 +179,7 @@ def test_loader_fake_device_epochs_share_buffers_safely(var_ds, delay_us):
             {k: v.clone() for k, v in b.items()} for b in fake]  # later epochs drop theirs
         kept.append(got)
         assert fake.stats()["device_buffers"] <= len(kept[0]) + 2 * (fake.prefetch + 2)
-    for got, w in zip(kept, want):
+    for got, w in zip(kept, want, strict=True):
         assert_same_batches(got, w)  # epoch 0's buffers were not reused while held
     peak = fake.stats()["device_buffers"]
     assert peak >= len(kept[0])
@@ -196,7 +196,7 @@ def test_loader_fake_device_epochs_share_buffers_safely(var_ds, delay_us):
 def test_loader_fake_device_concurrent_iterators(var_ds):
     fake = fake_device_loader(var_ds, batch_size=4, num_threads=2)
     cpu = [b for b in stoker.Loader(var_ds, batch_size=4, num_threads=2)]
-    pairs = list(zip(fake, fake))  # two iterators, each with its copy thread
+    pairs = list(zip(fake, fake, strict=True))  # two iterators, each with its copy thread
     assert len(pairs) == len(cpu)
     assert_same_batches([a for a, _ in pairs], cpu)
     assert_same_batches([b for _, b in pairs], cpu)

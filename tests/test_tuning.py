@@ -181,7 +181,7 @@ def test_batches_are_the_same_with_autotuning_on_and_off(raw_ds, jpeg_ds, cores,
             time.sleep(0.005)  # consumer-bound: the tuner moves while batches flow
             moves += tuned.stats()["num_threads"] != 4
         assert len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert g.keys() == w.keys()
             assert all(torch.equal(g[k], w[k]) for k in g)
     if which == "raw":
