@@ -218,3 +218,29 @@ def process_alive(pid) -> bool:
 def labels_ds(tmp_path_factory):
     """64 samples: x (3, 4, 4) uint8 filled with i, label i; shards of a few records."""
     return write_dataset(tmp_path_factory.mktemp("labels") / "ds", 64, shard_size="2KB")
+
+
+def png(arr) -> bytes:
+    """`arr` (uint8, (h, w) or (h, w, 3)) as PNG bytes, lossless: what a test's dataset
+    stores when it compares pixels exactly."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def nginx(served_root, tmp_path_factory):
+    """nginx serving the module's `served_root` fixture (a folder) on a loopback port, for
+    the module's tests; skips where nginx is not installed (.ci/run installs it)."""
+    from remote_servers import Nginx, nginx_binary
+
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run installs it); "
+                    "the S3 tests cover the same paths")
+    server = Nginx(str(served_root), str(tmp_path_factory.mktemp("nginx")))
+    yield server
+    server.stop()

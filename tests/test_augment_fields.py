@@ -1,19 +1,12 @@
 """The field types of targets: stoker.image(mode="L"), stoker.boxes, stoker.keypoints:
 validation on write, round trips through a dataset, and batching."""
 
-import io
 
 import numpy as np
 import pytest
 import stoker
-from PIL import Image as PILImage
+from conftest import png
 from stoker.fields import Field, schema_hash
-
-
-def png(arr):
-    buf = io.BytesIO()
-    PILImage.fromarray(arr).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def test_specs_round_trip_and_old_image_specs_are_unchanged():

@@ -7,20 +7,14 @@ from float32 grids); the letterbox's resize is the antialiased triangle of stoke
 held to Pillow's BILINEAR within 2 levels; boxes to 1e-3 pixel.
 """
 
-import io
 
 import augment_reference as ref
 import numpy as np
 import pytest
+from conftest import png
 from PIL import Image
 from stoker import _testing
 from stoker import ops as T
-
-
-def png(arr):
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def scene(h=48, w=64, seed=0):

@@ -8,14 +8,9 @@ import augment_reference as ref
 import numpy as np
 import pytest
 import stoker
+from conftest import png
 from PIL import Image
 from stoker import _core, ops
-
-
-def png(arr):
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def photo(h, w, seed=0):

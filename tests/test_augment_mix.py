@@ -4,23 +4,17 @@ probability, label smoothing and switch between the two) on the same batches loa
 without them. Tolerances: a mixed uint8 pixel within 1 level of the float blend (rounding);
 soft labels to 1e-6."""
 
-import io
 
 import augment_reference as ref
 import numpy as np
 import pytest
 import stoker
 import torch
-from PIL import Image
+from conftest import png
 from stoker import ops as T
 
 K = 7
 
-
-def png(arr):
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,12 @@ over all of it (its class: the sample's index) and a keypoint at its centre: in 
 the region of a colour is the tile of that sample, which its mask, box and keypoint must
 describe."""
 
-import io
 import itertools
 
 import numpy as np
 import pytest
 import stoker
-from PIL import Image
+from conftest import png
 from stoker import ops as T
 
 N = 16
@@ -23,11 +22,6 @@ COLOURS = [c for c in itertools.product((20, 120, 230), repeat=3)
            if max(abs(v - 114) for v in c) > 60][:N]
 SIZES = [(20 + 7 * i % 41, 24 + 11 * i % 37) for i in range(N)]
 
-
-def png(a):
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, "PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

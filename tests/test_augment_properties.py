@@ -29,7 +29,6 @@ many more, with fresh randomness. A failure shrinks to the smallest composition
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 import os
@@ -38,9 +37,9 @@ import warnings
 import cv2
 import numpy as np
 import pytest
-from PIL import Image
 
 hypothesis = pytest.importorskip("hypothesis")
+from conftest import png  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from stoker import _testing  # noqa: E402
@@ -71,11 +70,6 @@ MASK_FILL = 255
 PALETTE = np.array([FILL, BACKGROUND] + COLOURS, np.int16)
 NEAR = np.array([12] + [40] * (len(PALETTE) - 1), np.int16)
 
-
-def png(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 # -- scenes ---------------------------------------------------------------------------------

@@ -9,21 +9,15 @@ stoker, as Pillow, may take either, by float rounding; a resized image within 2 
 BILINEAR (antialiased triangle); boxes and keypoints to 1e-3 pixel.
 """
 
-import io
 
 import albumentations as A
 import cv2
 import numpy as np
 import pytest
 import stoker
+from conftest import png
 from PIL import Image
 from stoker import ops as T
-
-
-def png(arr):
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def scene(h, w, seed):

@@ -4,19 +4,12 @@ the sample or is told what each is (box_rows: rows of the boxes; as_stored: not)
 boxes or keypoints field outside the group of the image whose ops move pixels is refused,
 naming the field, unless as_stored names it."""
 
-import io
 
 import numpy as np
 import pytest
 import stoker
-from PIL import Image
+from conftest import png
 from stoker import ops as T
-
-
-def png(a):
-    buf = io.BytesIO()
-    Image.fromarray(a).save(buf, "PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

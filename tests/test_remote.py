@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from remote_servers import GatedServer, Nginx, S3Server, TruncatingServer, nginx_binary
+from remote_servers import GatedServer, S3Server, TruncatingServer
 from stoker import _core
 from stoker.remote import RemoteDataset, RemoteError, ShardCache, open_source
 
@@ -49,13 +49,9 @@ def local_ds(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def nginx(local_ds, tmp_path_factory):
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run installs "
-                    "it); the S3 tests cover the same cache paths")
-    server = Nginx(str(local_ds[0]), str(tmp_path_factory.mktemp("nginx")))
-    yield server
-    server.stop()
+def served_root(local_ds):
+    """What the `nginx` fixture (conftest.py) serves."""
+    return local_ds[0]
 
 
 @pytest.fixture(scope="module")

@@ -36,12 +36,9 @@ def www(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def nginx(www, tmp_path_factory):
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install nginx)")
-    server = Nginx(str(www), str(tmp_path_factory.mktemp("nginx")))
-    yield server
-    server.stop()
+def served_root(www):
+    """What the `nginx` fixture (conftest.py) serves."""
+    return www
 
 
 def shard_size(www):

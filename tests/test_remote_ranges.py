@@ -12,7 +12,7 @@ import struct
 import numpy as np
 import pytest
 import stoker
-from remote_servers import Nginx, S3Server, TruncatingServer, nginx_binary
+from remote_servers import S3Server, TruncatingServer
 from stoker import _core
 from stoker.remote import RemoteError, open_source
 from stoker.remote.ranges import (
@@ -58,12 +58,9 @@ def local(www):
 
 
 @pytest.fixture(scope="module")
-def nginx(www, tmp_path_factory):
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run installs it)")
-    server = Nginx(str(www), str(tmp_path_factory.mktemp("nginx")))
-    yield server
-    server.stop()
+def served_root(www):
+    """What the `nginx` fixture (conftest.py) serves."""
+    return www
 
 
 @pytest.fixture(scope="module")

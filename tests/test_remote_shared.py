@@ -14,7 +14,6 @@ import time
 import numpy as np
 import pytest
 import stoker
-from remote_servers import Nginx, nginx_binary
 from stoker.remote import RemoteError
 
 REC = 4096  # bytes of each record's payload: shards of 16 records, ~64 KB
@@ -44,12 +43,9 @@ def www(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def nginx(www, tmp_path_factory):
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install nginx)")
-    server = Nginx(str(www), str(tmp_path_factory.mktemp("nginx")))
-    yield server
-    server.stop()
+def served_root(www):
+    """What the `nginx` fixture (conftest.py) serves."""
+    return www
 
 
 def shard_bytes(www, name):
