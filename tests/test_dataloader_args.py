@@ -4,6 +4,7 @@ the meaning is the same."""
 
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -389,5 +390,7 @@ def test_more_workers_than_cores_warns_as_dataloader(tds, tmp_path):
         stoker.Loader(tds, num_workers=n)
     with pytest.warns(UserWarning, match=words):
         stoker.Loader(_Stream(), num_workers=n)
-    stoker.Loader(write_dataset(tmp_path / "ds", 4), num_workers=n)  # filterwarnings: error
-    stoker.Loader(tds, num_workers=available_cores())
+    with warnings.catch_warnings():  # pyproject's filter ignores it: here it is an error
+        warnings.simplefilter("error")
+        stoker.Loader(write_dataset(tmp_path / "ds", 4), num_workers=n)
+        stoker.Loader(tds, num_workers=available_cores())
