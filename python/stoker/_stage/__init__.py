@@ -4,8 +4,12 @@ Modules, each importing only those before it: ``rng`` (per-sample generators),
 ``errors`` (notes on user exceptions), ``telemetry`` (where the time goes), ``sources``
 (stoker records, map-style datasets), ``pool`` (the threads), ``structure`` (a sample's
 structure, as default_collate sees it), ``collate`` (native batching), ``workers``
-(DataLoader's worker protocol, the global random generators), ``processes`` (worker
-processes), ``stage`` (the stage itself), ``iterable`` (an IterableDataset's stream).
+(DataLoader's worker protocol, the global random generators), ``state`` (what the
+stage's parts share), ``taking`` (how its threads take chunks), ``transport`` (what
+crosses to a worker process: framing, arenas), ``lifecycle`` (a worker process's start
+and end), ``processes`` (worker processes), ``chunks`` (a chunk's samples), ``assemble``
+(a batch's assembly), ``consumer`` (next() and deliveries), ``stage`` (the stage itself),
+``iterable`` (an IterableDataset's stream).
 The Loader's arguments for it are checked by the plan (``stoker/_plan.py``).
 
 NOTE [ Python stage ]
@@ -79,7 +83,7 @@ Why there, and what it keeps:
     a hook returned. collate_fn's None is a batch (as DataLoader yields it); batch_map's
     None is an error that names it.
   * A process forked inside user code that returns from it ends there (os._exit(0),
-    stage._check_fork), in the loader's process as in a worker: it never completes a
+    PythonStage._check_fork), in the loader's process as in a worker: it never completes a
     batch or writes a reply.
   * A stall says where: while the consumer waits for a batch longer than the slow
     first batch's time (2 s), next() logs what each stage thread or worker process is

@@ -1,4 +1,6 @@
-"""Process workers for the Python stage: ``Loader(..., python_workers="process")``.
+"""Process workers for the Python stage: ``Loader(..., python_workers="process")``: the
+loader's side and the worker's loop; what crosses between them is in transport.py, a
+worker's start and end in lifecycle.py, the order of the requests (SendOrder) in taking.py.
 
 NOTE [ Python stage processes ]
 Pure-Python code (loops over boxes, dicts, string handling) holds the GIL, so the stage's
@@ -72,7 +74,7 @@ What user code in a worker may do, and what the loader's process does about it:
     WorkerDied that says so, and the next iter() starts a new worker.
   * A process forked inside map (or the dataset's __getitem__) that returns from it
     ends there, os._exit(0), before it could read a request or write a reply (the
-    stage's pid check after each call of user code: stage.py); its result is ignored.
+    stage's pid check after each call of user code: chunks.py); its result is ignored.
     The same holds in the loader's process for the stage's threads.
   * Nothing waits forever: close() (and a dropped loader, and interpreter exit) hangs up
     each worker's socket (shutdown: the stage threads waiting for replies wake with
@@ -93,50 +95,43 @@ What user code in a worker may do, and what the loader's process does about it:
 from __future__ import annotations
 
 import gc
-import math
 import mmap
 import os
 import pickle
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
 import traceback
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
-
-from .errors import add_note
+from . import lifecycle
+from .lifecycle import _become_worker, _end_all, _end_workers, _loader_ends
 from .rng import rng_keys
+from .taking import SendOrder
 from .telemetry import native_times, thread_sched
+from .transport import (
+    _MAGIC,
+    _REPLY,
+    _STATUS,
+    _Arena,
+    _BadReply,
+    _decode,
+    _portable_error,
+    _recv,
+    _recv_reply,
+    _send,
+    _SharedStatus,
+    _Usage,
+    _Writer,
+)
 
-__all__ = ["Lease", "ProcessWorkers"]
+__all__ = ["Lease", "ProcessWorkers", "SendOrder", "WorkerDied"]
 
 _ARENA_BYTES = 64 << 20  # a worker's first arena; a larger chunk gets a larger one
-# An arena gives back the pages that the worker's last _SHRINK_AFTER chunks did not need
-# in it, when that frees _SHRINK_BYTES and half of what it holds (_Usage).
-_SHRINK_AFTER = 64
-_SHRINK_BYTES = 16 << 20
 _ROUND_EVERY = 16  # every this many leases take the arena idle longest (_Worker.lease)
-_HEADER = struct.Struct("<Q")  # a request: its length
-# A reply: stoker's magic, the ticket of the request it answers, the pid of the process
-# that wrote it, its length (NOTE [ Worker faults ]).
-_REPLY = struct.Struct("<4sQqQ")
-_MAGIC = b"STKR"
-_MAX_REPLY = 1 << 40
-# Ending workers (NOTE [ Worker faults ]): after the hang-up, after SIGTERM, after SIGKILL.
-_STOP_SECONDS = 1.0
-_TERM_SECONDS = 1.0
-_KILL_SECONDS = 1.0
-_ARENA_NAME = "stoker-python-arena"
-# What a worker is doing, in memory it shares with the loader's process: the sample's
-# dataset index, the phase (PHASES), since when (time.monotonic(), the same clock in
-# every process).
-_STATUS = struct.Struct("<qqd")
-PHASES = (None, "dataset", "map")
 
 
 class WorkerDied(RuntimeError):
@@ -144,43 +139,7 @@ class WorkerDied(RuntimeError):
     no awaited request: NOTE [ Worker faults ])."""
 
 
-# -- framing over a stream socket ---------------------------------------------------------
-
-def _send(sock: socket.socket, payload: bytes, fds: Tuple[int, ...] = ()) -> None:
-    header = _HEADER.pack(len(payload))
-    if fds:
-        socket.send_fds(sock, [header], list(fds))
-    else:
-        sock.sendall(header)
-    sock.sendall(payload)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise EOFError
-        got += k
-    return bytes(buf)
-
-
-def _recv(sock: socket.socket) -> Tuple[bytes, List[int]]:
-    """One message and the descriptors that came with it."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4)
-    if not data:
-        raise EOFError
-    if len(data) < _HEADER.size:
-        data += _recv_exact(sock, _HEADER.size - len(data))
-    (n,) = _HEADER.unpack(data)
-    return _recv_exact(sock, n), list(fds)
-
-
-class _BadReply(Exception):
-    """What came back is not a reply of stoker's framing."""
-
+# -- the worker process -------------------------------------------------------------------
 
 def _reply_header(ticket: int, pid: int) -> Tuple[int, int]:
     """What a reply says it answers: (the request's ticket, the pid of the process that
@@ -197,218 +156,6 @@ def _send_reply(sock: socket.socket, ticket: int, payload: bytes,
     else:
         sock.sendall(header)
     sock.sendall(payload)
-
-
-def _recv_reply(sock: socket.socket) -> Tuple[int, int, bytes, List[int]]:
-    """(ticket, pid, payload, descriptors) of one reply; _BadReply if it is not one."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, _REPLY.size, 4)
-    if not data:
-        raise EOFError
-    if len(data) < _REPLY.size:
-        data += _recv_exact(sock, _REPLY.size - len(data))
-    magic, ticket, pid, n = _REPLY.unpack(data)
-    if magic != _MAGIC or n > _MAX_REPLY:
-        for fd in fds:
-            os.close(fd)
-        raise _BadReply("an unreadable reply (not stoker's framing: something else wrote to "
-                        "the worker's socket)")
-    return ticket, pid, _recv_exact(sock, n), list(fds)
-
-
-# -- arrays through the arena ------------------------------------------------------------
-
-class _Arena:
-    """A shared mapping of a memfd: a worker writes, the loader's process reads."""
-
-    def __init__(self, fd: int, size: int):
-        self.fd = fd
-        self.size = size
-        self.map = mmap.mmap(fd, size)
-        self.array = np.frombuffer(self.map, np.uint8)
-        _arenas.add(self)
-
-    @staticmethod
-    def new_fd(size: int) -> int:
-        fd = os.memfd_create(_ARENA_NAME, os.MFD_CLOEXEC)
-        os.ftruncate(fd, size)
-        return fd
-
-    @classmethod
-    def create(cls, size: int) -> "_Arena":
-        return cls(cls.new_fd(size), size)
-
-    def resident(self) -> int:
-        """Bytes of memory the arena holds (its pages that were written)."""
-        return os.fstat(self.fd).st_blocks * 512
-
-    def close(self) -> None:
-        _arenas.discard(self)
-        self.array = None
-        try:
-            self.map.close()
-        except BufferError:  # views still exported: the mapping goes with them
-            pass
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-# The arenas mapped in this process: a worker forked from it lets go of all but its own
-# (NOTE [ Worker faults ]).
-_arenas: "weakref.WeakSet[_Arena]" = weakref.WeakSet()
-
-
-class _Usage:
-    """What a worker's arenas hold and what its recent chunks used. The arena a chunk is
-    written into (leased to it: no rows live there) gives the pages above what it needed
-    in the worker's last _SHRINK_AFTER chunks (the current one at least) back to the
-    system, once that frees at least _SHRINK_BYTES and half of what it holds; a later
-    chunk that writes there again gets fresh zero pages. An arena that is seldom leased
-    (_Worker.lease) keeps only what its current chunk needs."""
-
-    def __init__(self) -> None:
-        self.tick = 0
-        self.uses: Dict[int, List[Tuple[int, int]]] = {}  # slot -> (tick, bytes), recent
-        self.held: Dict[int, int] = {}  # slot -> bytes written since pages were given back
-
-    def reset(self, slot: int) -> None:  # a new arena for the slot
-        self.uses.pop(slot, None)
-        self.held.pop(slot, None)
-
-    def used(self, arena: _Arena, slot: int, nbytes: int) -> None:
-        page = mmap.PAGESIZE
-        self.tick += 1
-        nbytes = min(arena.size, (nbytes + page - 1) // page * page)
-        uses = self.uses.setdefault(slot, [])
-        uses.append((self.tick, nbytes))
-        while uses[0][0] <= self.tick - _SHRINK_AFTER:
-            del uses[0]
-        held = max(self.held.get(slot, 0), nbytes)
-        keep = max(n for _, n in uses)
-        if held - keep >= max(_SHRINK_BYTES, keep):
-            try:
-                arena.map.madvise(mmap.MADV_REMOVE, keep, held - keep)
-                held = keep
-            except (AttributeError, OSError):  # no MADV_REMOVE here: keep the pages
-                pass
-        self.held[slot] = held
-
-
-class _Writer:
-    """Replaces the array leaves of a value by places in the arena (in the worker)."""
-
-    def __init__(self) -> None:
-        self.arrays: List[np.ndarray] = []
-        self.total = 0
-
-    def encode(self, value: Any) -> Any:
-        import torch
-
-        if isinstance(value, torch.Tensor) and value.device.type == "cpu" and \
-                value.dtype != torch.bfloat16 and value.is_contiguous() and \
-                not value.requires_grad:
-            return ("__stoker_tensor__", self._put(value.numpy()))
-        if isinstance(value, np.ndarray) and value.dtype != object and \
-                value.flags.c_contiguous and value.dtype.isnative:
-            return ("__stoker_array__", self._put(value))
-        if type(value) is dict:
-            return {k: self.encode(v) for k, v in value.items()}
-        if type(value) is list:
-            return [self.encode(v) for v in value]
-        if type(value) is tuple:
-            return tuple(self.encode(v) for v in value)
-        return value  # numbers, strings, anything else: pickled as it is
-
-    def _put(self, a: np.ndarray) -> Tuple[int, str, Tuple[int, ...]]:
-        i = len(self.arrays)
-        self.arrays.append(a)
-        self.total = (self.total + 63) // 64 * 64 + a.nbytes
-        return (i, a.dtype.str, a.shape)
-
-    def write(self, arena: _Arena) -> List[int]:
-        """Copies the arrays into the arena; their offsets."""
-        offsets, pos = [], 0
-        for a in self.arrays:
-            pos = (pos + 63) // 64 * 64
-            if a.nbytes:
-                arena.array[pos: pos + a.nbytes] = a.reshape(-1).view(np.uint8)
-            offsets.append(pos)
-            pos += a.nbytes
-        return offsets
-
-
-_DTYPES: Dict[str, np.dtype] = {}
-
-
-def _dtype(code: str) -> np.dtype:
-    dt = _DTYPES.get(code)
-    if dt is None:
-        dt = _DTYPES[code] = np.dtype(code)
-    return dt
-
-
-def _decode(value: Any, arena: _Arena, offsets: List[int], view: bool = False) -> Any:
-    """The value with its array leaves out of the arena (in the loader's process): if
-    `view` and it is a dict, its own arrays as views of the arena (the caller holds its
-    lease); every other array leaf copied."""
-    if type(value) is tuple and len(value) == 2 and value[0] in ("__stoker_array__",
-                                                                  "__stoker_tensor__"):
-        i, dtype, shape = value[1]
-        dt = _dtype(dtype)
-        n = dt.itemsize * math.prod(shape)
-        a = arena.array[offsets[i]: offsets[i] + n].view(dt).reshape(shape)
-        if not view:
-            a = a.copy()
-        if value[0] == "__stoker_tensor__":
-            import torch
-
-            return torch.from_numpy(a)
-        return a
-    if type(value) is dict:
-        if view:
-            return {k: _decode(v, arena, offsets, type(v) is tuple) for k, v in value.items()}
-        return {k: _decode(v, arena, offsets) for k, v in value.items()}
-    if type(value) is list:
-        return [_decode(v, arena, offsets) for v in value]
-    if type(value) is tuple:
-        return tuple(_decode(v, arena, offsets) for v in value)
-    return value
-
-
-# -- the worker process -------------------------------------------------------------------
-
-def _portable_error(exc: BaseException) -> Any:
-    """The exception as the loader's process can have it: itself if it pickles (its
-    traceback's text in a note), else a RuntimeError with that text."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    add_note(exc, f"stoker: raised in Python worker process {os.getpid()}:\n{text.rstrip()}")
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)
-        return exc
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__} (not picklable) in Python worker process "
-                            f"{os.getpid()}:\n{text.rstrip()}")
-
-
-class _SharedStatus:
-    """What a worker is doing (_STATUS), written where the loader's process reads it: the
-    stall report names the sample (NOTE [ Python stage ] in __init__.py)."""
-
-    __slots__ = ("mem",)
-
-    def __init__(self, mem: mmap.mmap):
-        self.mem = mem
-
-    def at(self, index: int, phase: str) -> None:
-        _STATUS.pack_into(self.mem, 0, index, PHASES.index(phase), time.monotonic())
-
-    def idle(self) -> None:
-        _STATUS.pack_into(self.mem, 0, -1, 0, time.monotonic())
-
-    def read(self) -> Tuple[int, Optional[str], float]:
-        index, phase, since = _STATUS.unpack_from(self.mem)
-        return index, PHASES[phase] if 0 <= phase < len(PHASES) else None, since
 
 
 def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
@@ -592,71 +339,6 @@ class Lease:
         self.release()
 
 
-class SendOrder:
-    """The order a worker's stage threads claimed their chunks in, which their requests
-    keep: a chunk of an earlier batch never waits at a worker behind a later batch's (a
-    map stuck on a sample holds up its own batch and later ones, never an earlier one).
-    claim() numbers a chunk as it is taken; a request waits for its turn(); done() after
-    it went out, or for a chunk never sent. Numbers of an earlier generation (threads of
-    a pool since stopped) count for nothing."""
-
-    _TURN_SECONDS = 5.0  # a safety net: an earlier request that never says done()
-
-    def __init__(self, workers: int):
-        self._take = [threading.Lock() for _ in range(workers)]
-        self._cv = threading.Condition()
-        self._gen = 0
-        self._claimed = [0] * workers
-        self._next = [0] * workers
-        self._done: List[Set[int]] = [set() for _ in range(workers)]
-
-    def reset(self) -> None:
-        """A new generation of stage threads (the pool starts again)."""
-        with self._cv:
-            self._gen += 1
-            n = len(self._claimed)
-            self._claimed, self._next = [0] * n, [0] * n
-            self._done = [set() for _ in range(n)]
-            self._cv.notify_all()
-
-    def claim(self, worker: int, take: Any) -> Any:
-        """take()'s chunk (task, lo, hi) numbered for `worker`: (task, lo, hi, turn)."""
-        with self._take[worker]:
-            item = take()
-            if item is None:
-                return None
-            with self._cv:
-                turn = (self._gen, self._claimed[worker])
-                self._claimed[worker] += 1
-        return (*item, turn)
-
-    def wait(self, worker: int, turn: Tuple[int, int], stopped: Any) -> None:
-        deadline = time.monotonic() + self._TURN_SECONDS
-        with self._cv:
-            while turn[0] == self._gen and self._next[worker] < turn[1] and not stopped() \
-                    and time.monotonic() < deadline:
-                self._cv.wait(0.05)
-
-    def done(self, worker: int, turn: Tuple[int, int]) -> None:
-        with self._cv:
-            if turn[0] != self._gen:
-                return
-            done = self._done[worker]
-            done.add(turn[1])
-            while self._next[worker] in done:
-                done.discard(self._next[worker])
-                self._next[worker] += 1
-            self._cv.notify_all()
-
-
-# Forks of worker processes, one at a time in the process: a worker never inherits the
-# worker end of another worker's socket, made for a fork running at the same moment.
-_SPAWN_LOCK = threading.Lock()
-# The loader ends of every worker socket in this process (descriptor -> inode): a worker
-# forked from it lets go of the others' (NOTE [ Worker faults ]).
-_loader_ends: Dict[int, int] = {}
-
-
 class ProcessWorkers:
     """The worker processes of one loader's stage (NOTE [ Python stage processes ])."""
 
@@ -692,7 +374,7 @@ class ProcessWorkers:
         loader_pid = os.getpid()
         status = _SharedStatus(mmap.mmap(-1, _STATUS.size))  # shared with the worker
         status.idle()
-        with _SPAWN_LOCK:
+        with lifecycle._SPAWN_LOCK:  # read at each fork: _become_worker replaces it
             parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             fd = _Arena.new_fd(_ARENA_BYTES)
             sys.stdout.flush()
@@ -876,128 +558,3 @@ def _stopped(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
     except (OSError, IndexError):
         return False
-
-
-def _end_workers(workers: List[_Worker]) -> None:
-    """Ends `workers` within _STOP_SECONDS + _TERM_SECONDS + _KILL_SECONDS whatever they
-    run (NOTE [ Worker faults ]): a hang-up (they read EOF and end), then SIGTERM, then
-    SIGKILL; reaped; their sockets and arenas closed."""
-    for w in workers:
-        if w.dead is None:
-            w.dead = "was stopped (the loader closed)"
-        w.hang_up()
-        if w.turn.acquire(timeout=0.1):  # threads waiting for their turn: it never comes
-            try:
-                w.turn.notify_all()
-            finally:
-                w.turn.release()
-    left = {w.pid for w in workers}
-    for sig, seconds in ((0, _STOP_SECONDS), (signal.SIGTERM, _TERM_SECONDS),
-                         (signal.SIGKILL, _KILL_SECONDS)):
-        for pid in left if sig else ():
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + seconds
-        while left:
-            for pid in list(left):
-                try:
-                    done, _ = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    done = pid
-                if done:
-                    left.discard(pid)
-            if not left or time.monotonic() >= deadline:
-                break
-            time.sleep(0.005)
-        if not left:
-            break
-    for w in workers:
-        w.close_socket()
-        w.close_arenas()
-
-
-def _end_all(workers: List[_Worker], pid: int) -> None:
-    """Ends the workers of a dropped pool and closes their arenas."""
-    if os.getpid() == pid:
-        _end_workers(list(workers))
-
-
-# -- right after the fork, in the worker ------------------------------------------------------
-
-def _become_worker(loader_pid: int, from_main: bool, sock: socket.socket, arena_fd: int) -> None:
-    """Ties the new worker's life to the loader's process, and lets go of every socket
-    end and arena of the loader's that it inherited (NOTE [ Worker faults ])."""
-    global _SPAWN_LOCK
-    _SPAWN_LOCK = threading.Lock()  # held by the thread that forked: not in this process
-    if from_main:
-        # The signal follows the thread that forked; the main thread ends only with the
-        # process. From another thread (which may end before the loader) the watchdog.
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            arg = ctypes.c_ulong
-            if libc.prctl(ctypes.c_int(1), arg(int(signal.SIGKILL)), arg(0), arg(0),
-                          arg(0)) != 0:  # PR_SET_PDEATHSIG
-                from_main = False
-        except (OSError, AttributeError):
-            from_main = False
-    if os.getppid() != loader_pid:  # the loader's process ended before that
-        os._exit(0)
-    if not from_main:
-        threading.Thread(target=_watch_parent, args=(loader_pid,), name="stoker-watchdog",
-                         daemon=True).start()
-    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        own = sock.fileno()
-        for fd, ino in list(_loader_ends.items()):
-            try:
-                if fd != own and os.fstat(fd).st_ino == ino:
-                    os.dup2(devnull, fd, inheritable=False)
-            except OSError:
-                pass
-        _loader_ends.clear()
-        for a in list(_arenas):
-            _reserve(a)
-        _arenas.clear()
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            if fd in (arena_fd, devnull, own):
-                continue
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(f"/memfd:{_ARENA_NAME}"):
-                os.dup2(devnull, fd, inheritable=False)
-    finally:
-        os.close(devnull)
-
-
-def _reserve(arena: _Arena) -> None:
-    """Replaces an inherited arena's shared mapping by a reservation of the same
-    addresses that holds no memory (the Python objects that point there are the loader's,
-    never used in the worker; a later munmap of them is harmless)."""
-    import ctypes
-
-    try:
-        buf = (ctypes.c_char * arena.size).from_buffer(arena.map)
-    except (TypeError, ValueError, BufferError):  # closed
-        return
-    addr = ctypes.addressof(buf)
-    del buf
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long)
-    prot_none, private, fixed, anonymous, noreserve = 0, 0x02, 0x10, 0x20, 0x4000
-    libc.mmap(addr, arena.size, prot_none, private | fixed | anonymous | noreserve, -1, 0)
-
-
-def _watch_parent(loader_pid: int) -> None:
-    """A worker forked from a thread other than the main one: ends when its parent does."""
-    while os.getppid() == loader_pid:
-        time.sleep(0.25)
-    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,157 @@
+"""A Python worker process's life (NOTE [ Worker faults ] in processes.py): right after the
+fork, tied to the loader's process and rid of what it inherited of the loader's (the other
+workers' sockets and arenas); at its end, stopped within a bounded time whatever it runs,
+and reaped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Dict, List
+
+from .transport import _ARENA_NAME, _Arena, _arenas
+
+if TYPE_CHECKING:
+    from .processes import _Worker
+
+
+# Ending workers (NOTE [ Worker faults ]): after the hang-up, after SIGTERM, after SIGKILL.
+_STOP_SECONDS = 1.0
+_TERM_SECONDS = 1.0
+_KILL_SECONDS = 1.0
+# Forks of worker processes, one at a time in the process: a worker never inherits the
+# worker end of another worker's socket, made for a fork running at the same moment.
+_SPAWN_LOCK = threading.Lock()
+# The loader ends of every worker socket in this process (descriptor -> inode): a worker
+# forked from it lets go of the others' (NOTE [ Worker faults ]).
+_loader_ends: Dict[int, int] = {}
+
+
+# -- the end of workers, in the loader's process ------------------------------------------
+
+def _end_workers(workers: List[_Worker]) -> None:
+    """Ends `workers` within _STOP_SECONDS + _TERM_SECONDS + _KILL_SECONDS whatever they
+    run (NOTE [ Worker faults ]): a hang-up (they read EOF and end), then SIGTERM, then
+    SIGKILL; reaped; their sockets and arenas closed."""
+    for w in workers:
+        if w.dead is None:
+            w.dead = "was stopped (the loader closed)"
+        w.hang_up()
+        if w.turn.acquire(timeout=0.1):  # threads waiting for their turn: it never comes
+            try:
+                w.turn.notify_all()
+            finally:
+                w.turn.release()
+    left = {w.pid for w in workers}
+    for sig, seconds in ((0, _STOP_SECONDS), (signal.SIGTERM, _TERM_SECONDS),
+                         (signal.SIGKILL, _KILL_SECONDS)):
+        for pid in left if sig else ():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + seconds
+        while left:
+            for pid in list(left):
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid
+                if done:
+                    left.discard(pid)
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.005)
+        if not left:
+            break
+    for w in workers:
+        w.close_socket()
+        w.close_arenas()
+
+
+def _end_all(workers: List[_Worker], pid: int) -> None:
+    """Ends the workers of a dropped pool and closes their arenas."""
+    if os.getpid() == pid:
+        _end_workers(list(workers))
+
+
+# -- right after the fork, in the worker ------------------------------------------------------
+
+def _become_worker(loader_pid: int, from_main: bool, sock: socket.socket, arena_fd: int) -> None:
+    """Ties the new worker's life to the loader's process, and lets go of every socket
+    end and arena of the loader's that it inherited (NOTE [ Worker faults ])."""
+    global _SPAWN_LOCK
+    _SPAWN_LOCK = threading.Lock()  # held by the thread that forked: not in this process
+    if from_main:
+        # The signal follows the thread that forked; the main thread ends only with the
+        # process. From another thread (which may end before the loader) the watchdog.
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            arg = ctypes.c_ulong
+            if libc.prctl(ctypes.c_int(1), arg(int(signal.SIGKILL)), arg(0), arg(0),
+                          arg(0)) != 0:  # PR_SET_PDEATHSIG
+                from_main = False
+        except (OSError, AttributeError):
+            from_main = False
+    if os.getppid() != loader_pid:  # the loader's process ended before that
+        os._exit(0)
+    if not from_main:
+        threading.Thread(target=_watch_parent, args=(loader_pid,), name="stoker-watchdog",
+                         daemon=True).start()
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        own = sock.fileno()
+        for fd, ino in list(_loader_ends.items()):
+            try:
+                if fd != own and os.fstat(fd).st_ino == ino:
+                    os.dup2(devnull, fd, inheritable=False)
+            except OSError:
+                pass
+        _loader_ends.clear()
+        for a in list(_arenas):
+            _reserve(a)
+        _arenas.clear()
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd in (arena_fd, devnull, own):
+                continue
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(f"/memfd:{_ARENA_NAME}"):
+                os.dup2(devnull, fd, inheritable=False)
+    finally:
+        os.close(devnull)
+
+
+def _reserve(arena: _Arena) -> None:
+    """Replaces an inherited arena's shared mapping by a reservation of the same
+    addresses that holds no memory (the Python objects that point there are the loader's,
+    never used in the worker; a later munmap of them is harmless)."""
+    import ctypes
+
+    try:
+        buf = (ctypes.c_char * arena.size).from_buffer(arena.map)
+    except (TypeError, ValueError, BufferError):  # closed
+        return
+    addr = ctypes.addressof(buf)
+    del buf
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long)
+    prot_none, private, fixed, anonymous, noreserve = 0, 0x02, 0x10, 0x20, 0x4000
+    libc.mmap(addr, arena.size, prot_none, private | fixed | anonymous | noreserve, -1, 0)
+
+
+def _watch_parent(loader_pid: int) -> None:
+    """A worker forked from a thread other than the main one: ends when its parent does."""
+    while os.getppid() == loader_pid:
+        time.sleep(0.25)
+    os.kill(os.getpid(), signal.SIGKILL)

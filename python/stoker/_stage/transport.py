@@ -1,0 +1,290 @@
+"""What crosses between the loader's process and its Python worker processes (NOTE
+[ Python stage processes ] in processes.py): messages framed over a stream socket, with
+descriptors; arrays through shared arenas (memfds); what a worker is doing, in memory both
+read; the user's exceptions, as the loader's process can have them."""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import pickle
+import socket
+import struct
+import time
+import traceback
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .errors import add_note
+
+__all__ = ["PHASES"]
+
+# An arena gives back the pages that the worker's last _SHRINK_AFTER chunks did not need
+# in it, when that frees _SHRINK_BYTES and half of what it holds (_Usage).
+_SHRINK_AFTER = 64
+_SHRINK_BYTES = 16 << 20
+_HEADER = struct.Struct("<Q")  # a request: its length
+# A reply: stoker's magic, the ticket of the request it answers, the pid of the process
+# that wrote it, its length (NOTE [ Worker faults ] in processes.py).
+_REPLY = struct.Struct("<4sQqQ")
+_MAGIC = b"STKR"
+_MAX_REPLY = 1 << 40
+_ARENA_NAME = "stoker-python-arena"
+# What a worker is doing, in memory it shares with the loader's process: the sample's
+# dataset index, the phase (PHASES), since when (time.monotonic(), the same clock in
+# every process).
+_STATUS = struct.Struct("<qqd")
+PHASES = (None, "dataset", "map")
+
+
+# -- framing over a stream socket ---------------------------------------------------------
+
+def _send(sock: socket.socket, payload: bytes, fds: Tuple[int, ...] = ()) -> None:
+    header = _HEADER.pack(len(payload))
+    if fds:
+        socket.send_fds(sock, [header], list(fds))
+    else:
+        sock.sendall(header)
+    sock.sendall(payload)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise EOFError
+        got += k
+    return bytes(buf)
+
+
+def _recv(sock: socket.socket) -> Tuple[bytes, List[int]]:
+    """One message and the descriptors that came with it."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4)
+    if not data:
+        raise EOFError
+    if len(data) < _HEADER.size:
+        data += _recv_exact(sock, _HEADER.size - len(data))
+    (n,) = _HEADER.unpack(data)
+    return _recv_exact(sock, n), list(fds)
+
+
+class _BadReply(Exception):
+    """What came back is not a reply of stoker's framing."""
+
+
+def _recv_reply(sock: socket.socket) -> Tuple[int, int, bytes, List[int]]:
+    """(ticket, pid, payload, descriptors) of one reply; _BadReply if it is not one."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, _REPLY.size, 4)
+    if not data:
+        raise EOFError
+    if len(data) < _REPLY.size:
+        data += _recv_exact(sock, _REPLY.size - len(data))
+    magic, ticket, pid, n = _REPLY.unpack(data)
+    if magic != _MAGIC or n > _MAX_REPLY:
+        for fd in fds:
+            os.close(fd)
+        raise _BadReply("an unreadable reply (not stoker's framing: something else wrote to "
+                        "the worker's socket)")
+    return ticket, pid, _recv_exact(sock, n), list(fds)
+
+
+# -- arrays through the arena ------------------------------------------------------------
+
+class _Arena:
+    """A shared mapping of a memfd: a worker writes, the loader's process reads."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd = fd
+        self.size = size
+        self.map = mmap.mmap(fd, size)
+        self.array = np.frombuffer(self.map, np.uint8)
+        _arenas.add(self)
+
+    @staticmethod
+    def new_fd(size: int) -> int:
+        fd = os.memfd_create(_ARENA_NAME, os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+        return fd
+
+    @classmethod
+    def create(cls, size: int) -> "_Arena":
+        return cls(cls.new_fd(size), size)
+
+    def resident(self) -> int:
+        """Bytes of memory the arena holds (its pages that were written)."""
+        return os.fstat(self.fd).st_blocks * 512
+
+    def close(self) -> None:
+        _arenas.discard(self)
+        self.array = None
+        try:
+            self.map.close()
+        except BufferError:  # views still exported: the mapping goes with them
+            pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# The arenas mapped in this process: a worker forked from it lets go of all but its own
+# (NOTE [ Worker faults ] in processes.py).
+_arenas: "weakref.WeakSet[_Arena]" = weakref.WeakSet()
+
+
+class _Usage:
+    """What a worker's arenas hold and what its recent chunks used. The arena a chunk is
+    written into (leased to it: no rows live there) gives the pages above what it needed
+    in the worker's last _SHRINK_AFTER chunks (the current one at least) back to the
+    system, once that frees at least _SHRINK_BYTES and half of what it holds; a later
+    chunk that writes there again gets fresh zero pages. An arena that is seldom leased
+    (_Worker.lease) keeps only what its current chunk needs."""
+
+    def __init__(self) -> None:
+        self.tick = 0
+        self.uses: Dict[int, List[Tuple[int, int]]] = {}  # slot -> (tick, bytes), recent
+        self.held: Dict[int, int] = {}  # slot -> bytes written since pages were given back
+
+    def reset(self, slot: int) -> None:  # a new arena for the slot
+        self.uses.pop(slot, None)
+        self.held.pop(slot, None)
+
+    def used(self, arena: _Arena, slot: int, nbytes: int) -> None:
+        page = mmap.PAGESIZE
+        self.tick += 1
+        nbytes = min(arena.size, (nbytes + page - 1) // page * page)
+        uses = self.uses.setdefault(slot, [])
+        uses.append((self.tick, nbytes))
+        while uses[0][0] <= self.tick - _SHRINK_AFTER:
+            del uses[0]
+        held = max(self.held.get(slot, 0), nbytes)
+        keep = max(n for _, n in uses)
+        if held - keep >= max(_SHRINK_BYTES, keep):
+            try:
+                arena.map.madvise(mmap.MADV_REMOVE, keep, held - keep)
+                held = keep
+            except (AttributeError, OSError):  # no MADV_REMOVE here: keep the pages
+                pass
+        self.held[slot] = held
+
+
+class _Writer:
+    """Replaces the array leaves of a value by places in the arena (in the worker)."""
+
+    def __init__(self) -> None:
+        self.arrays: List[np.ndarray] = []
+        self.total = 0
+
+    def encode(self, value: Any) -> Any:
+        import torch
+
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu" and \
+                value.dtype != torch.bfloat16 and value.is_contiguous() and \
+                not value.requires_grad:
+            return ("__stoker_tensor__", self._put(value.numpy()))
+        if isinstance(value, np.ndarray) and value.dtype != object and \
+                value.flags.c_contiguous and value.dtype.isnative:
+            return ("__stoker_array__", self._put(value))
+        if type(value) is dict:
+            return {k: self.encode(v) for k, v in value.items()}
+        if type(value) is list:
+            return [self.encode(v) for v in value]
+        if type(value) is tuple:
+            return tuple(self.encode(v) for v in value)
+        return value  # numbers, strings, anything else: pickled as it is
+
+    def _put(self, a: np.ndarray) -> Tuple[int, str, Tuple[int, ...]]:
+        i = len(self.arrays)
+        self.arrays.append(a)
+        self.total = (self.total + 63) // 64 * 64 + a.nbytes
+        return (i, a.dtype.str, a.shape)
+
+    def write(self, arena: _Arena) -> List[int]:
+        """Copies the arrays into the arena; their offsets."""
+        offsets, pos = [], 0
+        for a in self.arrays:
+            pos = (pos + 63) // 64 * 64
+            if a.nbytes:
+                arena.array[pos: pos + a.nbytes] = a.reshape(-1).view(np.uint8)
+            offsets.append(pos)
+            pos += a.nbytes
+        return offsets
+
+
+_DTYPES: Dict[str, np.dtype] = {}
+
+
+def _dtype(code: str) -> np.dtype:
+    dt = _DTYPES.get(code)
+    if dt is None:
+        dt = _DTYPES[code] = np.dtype(code)
+    return dt
+
+
+def _decode(value: Any, arena: _Arena, offsets: List[int], view: bool = False) -> Any:
+    """The value with its array leaves out of the arena (in the loader's process): if
+    `view` and it is a dict, its own arrays as views of the arena (the caller holds its
+    lease); every other array leaf copied."""
+    if type(value) is tuple and len(value) == 2 and value[0] in ("__stoker_array__",
+                                                                  "__stoker_tensor__"):
+        i, dtype, shape = value[1]
+        dt = _dtype(dtype)
+        n = dt.itemsize * math.prod(shape)
+        a = arena.array[offsets[i]: offsets[i] + n].view(dt).reshape(shape)
+        if not view:
+            a = a.copy()
+        if value[0] == "__stoker_tensor__":
+            import torch
+
+            return torch.from_numpy(a)
+        return a
+    if type(value) is dict:
+        if view:
+            return {k: _decode(v, arena, offsets, type(v) is tuple) for k, v in value.items()}
+        return {k: _decode(v, arena, offsets) for k, v in value.items()}
+    if type(value) is list:
+        return [_decode(v, arena, offsets) for v in value]
+    if type(value) is tuple:
+        return tuple(_decode(v, arena, offsets) for v in value)
+    return value
+
+
+# -- what a worker is doing, and its errors ----------------------------------------------
+
+def _portable_error(exc: BaseException) -> Any:
+    """The exception as the loader's process can have it: itself if it pickles (its
+    traceback's text in a note), else a RuntimeError with that text."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    add_note(exc, f"stoker: raised in Python worker process {os.getpid()}:\n{text.rstrip()}")
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__} (not picklable) in Python worker process "
+                            f"{os.getpid()}:\n{text.rstrip()}")
+
+
+class _SharedStatus:
+    """What a worker is doing (_STATUS), written where the loader's process reads it: the
+    stall report names the sample (NOTE [ Python stage ] in __init__.py)."""
+
+    __slots__ = ("mem",)
+
+    def __init__(self, mem: mmap.mmap):
+        self.mem = mem
+
+    def at(self, index: int, phase: str) -> None:
+        _STATUS.pack_into(self.mem, 0, index, PHASES.index(phase), time.monotonic())
+
+    def idle(self) -> None:
+        _STATUS.pack_into(self.mem, 0, -1, 0, time.monotonic())
+
+    def read(self) -> Tuple[int, Optional[str], float]:
+        index, phase, since = _STATUS.unpack_from(self.mem)
+        return index, PHASES[phase] if 0 <= phase < len(PHASES) else None, since
