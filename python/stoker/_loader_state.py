@@ -1,6 +1,7 @@
 """A loader's resume state: what ``Loader.state_dict()`` holds, its versions, and the
 checks ``load_state_dict`` makes before the core resumes (the same data, the same
-sampling settings, a position inside the epoch).
+sampling settings, a position inside the epoch); and the two themselves, as functions of
+the loader (``loader_state``, ``load_loader_state``).
 
 The state is the epoch and the global samples of it the whole job has consumed, the same
 on every rank; the world size that saved it only decides where wrap-around padding
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Dict, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Sequence
 
 from ._loader_args import check_int
+
+if TYPE_CHECKING:
+    from .loader import Loader
 
 VERSION = 2
 # Settings a state is only valid for (Sampling.state_keys in stoker/_plan.py): each must be
@@ -187,3 +191,54 @@ class IterablePart:
 
     def load(self, part: Mapping[str, Any]) -> None:
         self._stream.pending_dataset_state = part.get("state")
+
+
+# -- a loader's state: Loader.state() and load_state_dict() ------------------------------
+
+def loader_identity(loader: Loader) -> Dict[str, Any]:
+    """What a state records of `loader`'s data (``Loader._identity`` keeps it): an
+    IterableDataset's type, a mixture's identity, else the dataset's."""
+    if loader.plan.source == "iterable":
+        return {"iterable": type(loader.dataset).__qualname__}
+    if loader._mix is not None:
+        return loader._mix.identity()
+    return dataset_identity(loader.dataset, loader._tokens, loader._producer.epoch_samples())
+
+
+def loader_parts(loader: Loader) -> Dict[str, Any]:
+    """The stateful parts of `loader`, by the key of their state."""
+    parts: Dict[str, Any] = {}
+    if loader._mix is not None and loader._mix.mix.is_schedule:
+        parts["mix"] = loader._mix
+    if loader._samplers is not None:
+        parts["sampler"] = SamplerPart(loader._samplers, loader._core)
+    if loader.plan.source == "iterable":
+        parts["stream"] = IterablePart(loader._core)
+    return parts
+
+
+def loader_state(loader: Loader) -> LoaderState:
+    """``loader.state()``: the core's epoch and position, with what they are valid for and
+    each stateful part's state."""
+    epoch, position, world = loader._core.state()
+    return LoaderState(
+        epoch, position, world or loader._world()[1], loader.plan.sampling.state_keys(),
+        loader._identity(), {k: part.state() for k, part in loader_parts(loader).items()})
+
+
+def load_loader_state(loader: Loader, state: Mapping[str, Any], caller: Any) -> None:
+    """``loader.load_state_dict(state)``: every field of `state` checked, then the parts
+    and the core resumed. `caller` is the frame that called ``load_state_dict``."""
+    epoch_samples = loader._producer.epoch_samples()
+    parts = loader_parts(loader)
+    s = LoaderState.from_dict(state, loader.plan.sampling.state_keys(), loader._identity(),
+                              epoch_samples, tuple(parts))
+    check_lightning_resume(loader._world()[1], s.world_size, s.position, epoch_samples, caller)
+    if "sampler" in s.parts and s.parts["sampler"].get("epoch") != s.epoch:
+        raise ValueError(f"cannot resume: the state's sampler part is for epoch "
+                         f"{s.parts['sampler'].get('epoch')!r}, the state's epoch is "
+                         f"{s.epoch}")
+    for key, part in parts.items():
+        part.load(s.parts[key])
+    loader._core.load_state(s.epoch, s.position, s.world_size)
+    loader._loaded = tuple(loader._core.state())

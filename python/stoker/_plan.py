@@ -6,8 +6,9 @@ NOTE [ Loader plan ]
 ``stoker.Loader(dataset, **arguments)`` is two steps::
 
     plan(dataset, **arguments) -> LoaderPlan      every check (here and in the checks of
-                                                  single arguments, _loader_args.py); no
-                                                  thread, no C++ producer
+                                                  single arguments, _loader_args.py and
+                                                  _transform_args.py); no thread, no
+                                                  C++ producer
     build(plan)                -> Parts           _build.py: the producer, the core, the
                                                   stage
 
@@ -38,6 +39,7 @@ import torch
 from . import _cache, _core
 from . import _loader_args as args
 from ._loader_args import check_int
+from ._transform_args import check_batch_transforms, check_transforms, group_targets
 from .dataset import Dataset
 from .fields import Image
 from .mix import Mix, MixRun
@@ -117,7 +119,7 @@ class RecordPlan:
     images: Tuple[Tuple[str, str, int], ...]  # (field, decoded layout, max pixels)
     groups: Tuple[GroupPlan, ...]
     pad_values: Tuple[Tuple[str, bytes], ...] = ()
-    batch_mix: Any = None  # _loader_args.BatchMixPlan
+    batch_mix: Any = None  # _transform_args.BatchMixPlan
     skip_errors: bool = False
     handoff: bool = False  # the batch goes to the Python stage (batch_map) when assembled
     verify: str = "first"  # a record's checksum: on its first read in the process, or "always"
@@ -447,10 +449,10 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         remote = getattr(dataset, "remote", None)
         if remote is not None:  # a cache smaller than the dataset needs a shard order
             remote.check_window(shard_window, sampling.shuffle)
-        checked = args.check_transforms(dataset.fields, transforms or {}, a["box_rows"],
-                                        a["as_stored"])
+        checked = check_transforms(dataset.fields, transforms or {}, a["box_rows"],
+                                   a["as_stored"])
         images, nchw = _images(dataset.fields, image_layout, max_pixels)
-        mix = args.check_batch_transforms(dataset.fields, a["batch_transforms"])
+        mix = check_batch_transforms(dataset.fields, a["batch_transforms"])
         pads = tuple(args.check_pad_values(dataset.fields, a["pad_values"]).items())
         groups = _groups(dataset.fields, checked)
         if isinstance(dataset, Mix):
@@ -524,7 +526,7 @@ def _groups(fields: Mapping[str, Any], transforms: Mapping[Any, list]) -> Tuple[
         if not ops and not is_mask:
             continue
         _specs(ops)  # the C++ op list's own checks (Normalize last, ...)
-        out.append(GroupPlan(names, tuple(ops), tuple(args.group_targets(fields, names))))
+        out.append(GroupPlan(names, tuple(ops), tuple(group_targets(fields, names))))
     grouped = {n for k in transforms for n in (k if isinstance(k, tuple) else (k,))}
     out += [GroupPlan((n,), (), (("mask",),)) for n, f in fields.items()
             if isinstance(f, Image) and f.mode == "L" and n not in grouped]

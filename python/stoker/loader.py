@@ -13,13 +13,12 @@ import atexit
 import os
 import sys
 import types
-import warnings
 import weakref
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _build, _cache, _core, _plan
+from . import _build, _core, _loader_stats, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
 from ._iterator import LoaderIter
@@ -469,31 +468,13 @@ class Loader:
     # -- resume ---------------------------------------------------------------
 
     def _identity(self) -> Dict[str, Any]:
-        if self._ident is None and self.plan.source == "iterable":
-            self._ident = {"iterable": type(self.dataset).__qualname__}
         if self._ident is None:  # fixed for the loader's life (the dataset may be closed)
-            self._ident = self._mix.identity() if self._mix is not None else \
-                state_mod.dataset_identity(self.dataset, self._tokens,
-                                           self._producer.epoch_samples())
+            self._ident = state_mod.loader_identity(self)
         return self._ident
-
-    def _parts(self) -> Dict[str, Any]:
-        """The stateful parts of this loader, by the key of their state."""
-        parts: Dict[str, Any] = {}
-        if self._mix is not None and self._mix.mix.is_schedule:
-            parts["mix"] = self._mix
-        if self._samplers is not None:
-            parts["sampler"] = state_mod.SamplerPart(self._samplers, self._core)
-        if self.plan.source == "iterable":
-            parts["stream"] = state_mod.IterablePart(self._core)
-        return parts
 
     def state(self) -> state_mod.LoaderState:
         """``state_dict()`` as a typed :class:`LoaderState` (stoker/_loader_state.py)."""
-        epoch, position, world = self._core.state()
-        return state_mod.LoaderState(
-            epoch, position, world or self._world()[1], self.plan.sampling.state_keys(),
-            self._identity(), {k: part.state() for k, part in self._parts().items()})
+        return state_mod.loader_state(self)
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands, the same on every rank in lockstep: the epoch and the
@@ -505,20 +486,7 @@ class Loader:
         """Resumes from ``state_dict()`` (of any rank): the next iterator continues that
         epoch. The thread count, prefetch, rank and world size may differ; the data and
         sampling settings may not. Every field of the state is checked first."""
-        epoch_samples = self._producer.epoch_samples()
-        parts = self._parts()
-        s = state_mod.LoaderState.from_dict(state, self.plan.sampling.state_keys(),
-                                            self._identity(), epoch_samples, tuple(parts))
-        state_mod.check_lightning_resume(self._world()[1], s.world_size, s.position,
-                                         epoch_samples, sys._getframe(1))
-        if "sampler" in s.parts and s.parts["sampler"].get("epoch") != s.epoch:
-            raise ValueError(f"cannot resume: the state's sampler part is for epoch "
-                             f"{s.parts['sampler'].get('epoch')!r}, the state's epoch is "
-                             f"{s.epoch}")
-        for key, part in parts.items():
-            part.load(s.parts[key])
-        self._core.load_state(s.epoch, s.position, s.world_size)
-        self._loaded = tuple(self._core.state())
+        state_mod.load_loader_state(self, state, sys._getframe(1))
 
     def _pending_resume(self) -> Optional[Tuple[int, int]]:
         """For a resume loaded and not started yet: (the world size that saved it, the
@@ -564,89 +532,10 @@ class Loader:
 
     # -- introspection --------------------------------------------------------
 
-    def stats(self) -> Dict[str, Any]:
-        """Counters since the loader was made, and where the time goes (docs/tuning.md).
-
-        Progress: batches, samples, bytes_read, skipped (delivered to the loop).
-
-        The training loop: ``data_stall`` is the fraction of iterator wall time the loop
-        spent waiting for data in ``next()`` (wait_seconds / run_seconds, with or without a
-        device: the wait for the host batch or for its copy to be queued; the copy itself
-        is ordered on the GPU, not waited for); run_seconds is the time iterators were open
-        (from their first ``next()``); samples_per_second is over run_seconds;
-        first_batch_seconds is from ``iter()`` to the first batch of the last epoch
-        started, warmup_seconds from the loader's first ``next()`` to its first batch.
-
-        Workers: read_seconds (reading and verifying records), decode_seconds (the codecs
-        for images; copying the fields of other records), ops_seconds (image ops after
-        decoding), plan_seconds (planning batches), worker_busy/idle_seconds, all summed
-        over threads; ``stage_seconds_per_batch`` divides them (and the device copy time)
-        by the batches delivered. The Python stage (map, batch_map, collate_fn, a map-style
-        dataset: docs/python.md): python_seconds (wall time in your code, over its
-        threads), python_cpu_seconds, python_wait_seconds (runnable without a free core),
-        and ``stage_seconds_per_batch["python"]``.
-
-        Queue: queue_depth (batches ready now), queue_depth_mean and queue_depth_hist
-        (batches ready each time the loop asked for one: counts for 0, 1, ... 7, 8 or
-        more; mostly 0 means the loop waits on the loader).
-
-        Verdict: ``bottleneck`` ("loader", "copy" or "consumer"; "unknown" before any
-        batch), ``bottleneck_stage`` (read, decode, ops, plan, prefetch or copy; None when
-        the loader keeps up) and ``verdict``, one line saying why, the loader's first batch
-        left out.
-
-        Settings in force: num_threads (active workers), prefetch (batches in flight per
-        iterator), with auto_threads/auto_prefetch (tuned online), settled (the tuner has
-        settled), max_threads, max_memory, batch_bytes (the largest batch); live_workers,
-        host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
-        copy_seconds (device time), copy_gbps, device_buffers, device_bytes.
-
-        With ``cache="decoded"``, ``stats()["cache"]``: hits and misses (images this process
-        took from the cache or decoded), hit_rate, inserts, declined (entries that found no
-        room), and the cache's own figures, every process's together: entries, images
-        (images held), cached_share (images over the dataset's), bytes (in use), budget,
-        full (an entry found no room), shared (in shared memory), path, fallback (why not
-        shared)."""
-        s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
-        counts = s.pop("source_counts")
-        if self._mix is not None:
-            s["sources"] = self._mix.stats(counts, self._core.state())
-        elif self._tokens:
-            s["pad_fraction"] = self._producer.pad_fraction
-            s["unused_tokens"] = self._producer.unused_tokens
-        if not self._map_style and getattr(self.dataset, "remote", None) is not None:  # a URL
-            s["network"] = self.dataset.remote.stats()
-        if self._cache is not None:
-            s["cache"] = _cache.cache_stats(self._cache)
-        if not self._map_style:  # where reads were served from: memory, mmap or remote
-            tier = getattr(self.dataset, "tier", None)
-            if tier is None and self._tokens:
-                tier = getattr(getattr(self.dataset, "dataset", None), "tier", "mmap")
-            s["tier"] = tier or "mmap"
-        return s
-
-    def _report_cache(self) -> None:
-        """Says once, at the end of an epoch, that the decoded cache ran out of room."""
-        if self._cache is None or self._cache_full_said:
-            return
-        s = _cache.cache_stats(self._cache)
-        if s["full"]:
-            self._cache_full_said = True
-            warnings.warn(f"stoker: the decoded-sample cache is full: it holds "
-                          f"{s['cached_share']:.0%} of the dataset's images ({s['images']} of "
-                          f"{s['slots']}) in cache_size={s['budget']} bytes, and the others are "
-                          "decoded every epoch; a larger cache_size, or cache_max_side, holds "
-                          "more (stats()['cache'])", RuntimeWarning, stacklevel=3)
-
-    def _report_skipped(self) -> None:
-        self._report_cache()
-        skipped = self._core.stats()["skipped"]
-        new = skipped - self._skipped_reported
-        if new > 0:
-            self._skipped_reported = skipped
-            warnings.warn(f"stoker: replaced {new} unreadable sample(s) with the next valid "
-                          "one (on_error='skip'); see loader.stats()['skipped']",
-                          RuntimeWarning, stacklevel=3)
+    # stats() and the end of an epoch's warnings: functions of stoker/_loader_stats.py, bound
+    # here as methods (the docstring of stats() is there)
+    stats = _loader_stats.stats
+    _report_skipped = _loader_stats.report_skipped
 
     def __repr__(self) -> str:
         window = "" if self.shard_window is None else f"shard_window={self.shard_window}, "

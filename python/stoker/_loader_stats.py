@@ -1,0 +1,103 @@
+"""A loader's counters and the warnings at the end of an epoch: ``Loader.stats()`` and
+``Loader._report_skipped``, functions of the loader that stoker/loader.py binds as its
+methods (``self`` is the :class:`stoker.Loader`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any, Dict
+
+from . import _cache
+
+if TYPE_CHECKING:
+    from .loader import Loader
+
+
+def stats(self: Loader) -> Dict[str, Any]:
+    """Counters since the loader was made, and where the time goes (docs/tuning.md).
+
+    Progress: batches, samples, bytes_read, skipped (delivered to the loop).
+
+    The training loop: ``data_stall`` is the fraction of iterator wall time the loop
+    spent waiting for data in ``next()`` (wait_seconds / run_seconds, with or without a
+    device: the wait for the host batch or for its copy to be queued; the copy itself
+    is ordered on the GPU, not waited for); run_seconds is the time iterators were open
+    (from their first ``next()``); samples_per_second is over run_seconds;
+    first_batch_seconds is from ``iter()`` to the first batch of the last epoch
+    started, warmup_seconds from the loader's first ``next()`` to its first batch.
+
+    Workers: read_seconds (reading and verifying records), decode_seconds (the codecs
+    for images; copying the fields of other records), ops_seconds (image ops after
+    decoding), plan_seconds (planning batches), worker_busy/idle_seconds, all summed
+    over threads; ``stage_seconds_per_batch`` divides them (and the device copy time)
+    by the batches delivered. The Python stage (map, batch_map, collate_fn, a map-style
+    dataset: docs/python.md): python_seconds (wall time in your code, over its
+    threads), python_cpu_seconds, python_wait_seconds (runnable without a free core),
+    and ``stage_seconds_per_batch["python"]``.
+
+    Queue: queue_depth (batches ready now), queue_depth_mean and queue_depth_hist
+    (batches ready each time the loop asked for one: counts for 0, 1, ... 7, 8 or
+    more; mostly 0 means the loop waits on the loader).
+
+    Verdict: ``bottleneck`` ("loader", "copy" or "consumer"; "unknown" before any
+    batch), ``bottleneck_stage`` (read, decode, ops, plan, prefetch or copy; None when
+    the loader keeps up) and ``verdict``, one line saying why, the loader's first batch
+    left out.
+
+    Settings in force: num_threads (active workers), prefetch (batches in flight per
+    iterator), with auto_threads/auto_prefetch (tuned online), settled (the tuner has
+    settled), max_threads, max_memory, batch_bytes (the largest batch); live_workers,
+    host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
+    copy_seconds (device time), copy_gbps, device_buffers, device_bytes.
+
+    With ``cache="decoded"``, ``stats()["cache"]``: hits and misses (images this process
+    took from the cache or decoded), hit_rate, inserts, declined (entries that found no
+    room), and the cache's own figures, every process's together: entries, images
+    (images held), cached_share (images over the dataset's), bytes (in use), budget,
+    full (an entry found no room), shared (in shared memory), path, fallback (why not
+    shared)."""
+    s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
+    counts = s.pop("source_counts")
+    if self._mix is not None:
+        s["sources"] = self._mix.stats(counts, self._core.state())
+    elif self._tokens:
+        s["pad_fraction"] = self._producer.pad_fraction
+        s["unused_tokens"] = self._producer.unused_tokens
+    if not self._map_style and getattr(self.dataset, "remote", None) is not None:  # a URL
+        s["network"] = self.dataset.remote.stats()
+    if self._cache is not None:
+        s["cache"] = _cache.cache_stats(self._cache)
+    if not self._map_style:  # where reads were served from: memory, mmap or remote
+        tier = getattr(self.dataset, "tier", None)
+        if tier is None and self._tokens:
+            tier = getattr(getattr(self.dataset, "dataset", None), "tier", "mmap")
+        s["tier"] = tier or "mmap"
+    return s
+
+
+def report_cache(loader: Loader) -> None:
+    """Says once, at the end of an epoch, that the decoded cache ran out of room."""
+    if loader._cache is None or loader._cache_full_said:
+        return
+    s = _cache.cache_stats(loader._cache)
+    if s["full"]:
+        loader._cache_full_said = True
+        warnings.warn(f"stoker: the decoded-sample cache is full: it holds "
+                      f"{s['cached_share']:.0%} of the dataset's images ({s['images']} of "
+                      f"{s['slots']}) in cache_size={s['budget']} bytes, and the others are "
+                      "decoded every epoch; a larger cache_size, or cache_max_side, holds "
+                      "more (stats()['cache'])", RuntimeWarning, stacklevel=3)
+
+
+def report_skipped(self: Loader) -> None:
+    """At the end of an epoch (``Loader._report_skipped``): the samples ``on_error="skip"``
+    replaced since the last report, and a full decoded cache."""
+    report_cache(self)
+    skipped = self._core.stats()["skipped"]
+    new = skipped - self._skipped_reported
+    if new > 0:
+        self._skipped_reported = skipped
+        warnings.warn(f"stoker: replaced {new} unreadable sample(s) with the next valid "
+                      "one (on_error='skip'); see loader.stats()['skipped']",
+                      RuntimeWarning, stacklevel=3)
