@@ -32,7 +32,7 @@ def test_ops_build_the_typed_cpp_ops():
                                     "random_erasing", "random_crop", "pad",
                                     "random_vertical_flip", "letterbox", "random_rotation",
                                     "random_affine", "random_perspective",
-                                    "sanitize_bounding_boxes"}
+                                    "sanitize_bounding_boxes", "mosaic"}
 
 
 @pytest.mark.parametrize("make, match", [
@@ -187,7 +187,7 @@ def test_public_names():
                                 "TrivialAugmentWide", "AutoAugment", "RandomErasing",
                                 "RandomCrop", "Pad", "RandomVerticalFlip", "Letterbox",
                                 "RandomRotation", "RandomAffine", "RandomPerspective",
-                                "SanitizeBoundingBoxes", "BatchOp", "MixUp", "CutMix"}
+                                "SanitizeBoundingBoxes", "Mosaic", "BatchOp", "MixUp", "CutMix"}
     assert stoker.ops is ops
     for name in ops.__all__:
         assert getattr(ops, name).__doc__ and "Example" in getattr(ops, name).__doc__
