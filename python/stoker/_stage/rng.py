@@ -5,13 +5,14 @@ any resume (NOTE [ Python stage ] in stoker/_stage/__init__.py)."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Tuple
 
 import numpy as np
 import torch
 from numpy.random.bit_generator import ISeedSequence
 
-__all__ = ["rng_keys", "rng_from_key", "sample_rng", "batch_rng", "call_with_torch_seeded"]
+__all__ = ["rng_keys", "key_words", "rng_from_key", "sample_rng", "batch_rng",
+           "call_with_torch_seeded"]
 
 
 
@@ -37,6 +38,29 @@ def _mix(z: np.ndarray) -> np.ndarray:
 
 def _u64(value: int) -> np.uint64:
     return np.uint64(int(value) & 0xFFFFFFFFFFFFFFFF)
+
+
+_MASK = 0xFFFFFFFFFFFFFFFF
+
+
+def _mix_int(z: int) -> int:
+    """_mix on one Python int: the same values, without NumPy's per-call cost (a one-element
+    array costs about 50 us a key; this, about 2)."""
+    z = (z + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def key_words(seed: int, epoch: int, index: int, domain: int = 0x5354_4B52_4E47_0001
+              ) -> Tuple[int, int, int, int]:
+    """rng_keys(seed, epoch, [index], domain)[0] as four Python ints: one sample's key at
+    the cost of a few integer operations (worker processes seed the global generators
+    per sample with it)."""
+    base = _mix_int((int(seed) & _MASK) ^ (int(domain) & _MASK))
+    base = _mix_int(base ^ (int(epoch) & _MASK))
+    h = _mix_int(base ^ (int(index) & _MASK))
+    return (h, _mix_int(h ^ 1), _mix_int(h ^ 2), _mix_int(h ^ 3))
 
 
 def rng_keys(seed: int, epoch: int, indices: Any, domain: int = _SAMPLE_DOMAIN) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from .rng import rng_keys
+from .rng import key_words
 
 __all__ = ["set_thread_worker_info", "set_process_worker_info", "seed_globals",
            "draws_globals", "worker_info_wanted"]
@@ -97,10 +97,15 @@ def worker_info_wanted(source: Any) -> bool:
 def seed_globals(seed: int, epoch: int, index: int) -> None:
     """Seeds random, numpy.random and torch's default generator for sample `index` of
     `epoch` (NOTE [ Global random generators ])."""
-    k = rng_keys(seed, epoch, [index], _GLOBAL_DOMAIN)[0]
-    random.seed(int(k[0]))
-    np.random.seed(k[1:3].view(np.uint32))
-    torch.manual_seed(int(k[3]) & 0x7FFFFFFFFFFFFFFF)
+    k0, k1, k2, k3 = key_words(seed, epoch, index, _GLOBAL_DOMAIN)
+    random.seed(k0)
+    # the four 32-bit words of (k1, k2), low word first (rng_keys' k[1:3] viewed as uint32)
+    np.random.seed(np.array([k1 & 0xFFFFFFFF, k1 >> 32, k2 & 0xFFFFFFFF, k2 >> 32],
+                            np.uint32))
+    # torch's CPU generator alone: torch.manual_seed also queues a seed for every CUDA
+    # device (formatting a stack each time: 130 us a sample), and a forked worker process
+    # cannot use CUDA
+    torch.default_generator.manual_seed(k3 & 0x7FFFFFFFFFFFFFFF)
 
 
 def _snapshot() -> Any:
