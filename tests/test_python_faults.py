@@ -683,12 +683,13 @@ def soak_batch_map(ctl, batch, rng):
 def test_soak_faults_at_random(labels_ds, workers):
     """Faults at random, epoch after epoch, on one loader (next-epoch prefetch on): every
     batch delivered is right (the same rows as a plain loader's) or the fault's error is
-    raised; nothing hangs. Short by default; STOKER_SOAK_FULL=1 runs 400 epochs."""
+    raised; nothing hangs. 24 epochs by default; STOKER_SOAK_EPOCHS=N runs N (.ci/run: 120),
+    STOKER_SOAK_FULL=1 400 (about 2.5 min per worker kind on 2 cores)."""
     from stoker._stage import processes
     from stoker._stage.rng import batch_rng, sample_rng
 
     full = os.environ.get("STOKER_SOAK_FULL") == "1"
-    epochs = 400 if full else 24
+    epochs = int(os.environ.get("STOKER_SOAK_EPOCHS") or (400 if full else 24))
     ctl = mmap.mmap(-1, _CTL.size)  # MAP_SHARED: the forked workers see each write
     children = []
     kw = dict(batch_size=8, shuffle=True, seed=SOAK_SEED)
