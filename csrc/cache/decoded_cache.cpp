@@ -17,6 +17,7 @@
 
 #include "cache/cache_file.h"
 #include "common/error.h"
+#include "sampler/permutation.h"
 
 namespace stoker {
 
@@ -103,15 +104,6 @@ constexpr uint64_t kEmpty = 0, kClaimed = 1, kPublished = 2;
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// SplitMix64's finaliser: the file name's hash of the cache's parameters.
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 struct EntryHead {
   uint64_t key;  // the entry's word index + 1
   int32_t w, h, full_w, full_h;
@@ -168,7 +160,7 @@ std::string DecodedCache::file_name(const DecodedCacheOptions& o) {
                            static_cast<uint64_t>(o.max_side),
                            kVersion};
   uint64_t h = 0x73746f6b6572ull;  // "stoker"
-  for (uint64_t k : key) h = mix64(h ^ mix64(k));
+  for (uint64_t k : key) h = hash_combine(h, k);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return std::string(kCacheFilePrefix) + std::to_string(::geteuid()) + "-" + hex;
