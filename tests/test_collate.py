@@ -140,7 +140,7 @@ def test_keys_must_agree():
     layout = BatchLayout()
     layout.check({"x": {"y": 1}}, "sample 0")
     with pytest.raises(TypeError, match=r"sample 4: \['x'\] of the map output is a list, "
-                                        r"where the first sample has a dict"):
+                                        r"where sample 0 has a dict"):
         layout.check({"x": [1]}, "sample 4")
 
 

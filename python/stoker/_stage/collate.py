@@ -290,7 +290,7 @@ class BatchLayout:
                         f"{where}: the {self.what} has no field "
                         f"{', '.join(map(key_name, missing))} that map_fields declares "
                         f"(it has {', '.join(map(key_name, have)) or 'none'})")
-                structure = Structure(sample, self._declared)
+                structure = Structure(sample, self._declared, where)
                 leaves = structure.flatten(sample, where, self.what)
                 fields: Dict[str, FieldLayout] = {}
                 layouts = []

@@ -63,7 +63,11 @@ class Structure:
     """A sample's structure, fixed from the first sample: flattens every sample to its
     leaves (checking it has that structure) and builds a batch from batched leaves."""
 
-    def __init__(self, sample: Any, top_declared: Mapping[Hashable, Any]):
+    def __init__(self, sample: Any, top_declared: Mapping[Hashable, Any],
+                 origin: str = "the first sample"):
+        # the sample the structure comes from, named in errors: with several threads, the
+        # first sample checked need not be the first of the epoch
+        self.origin = origin
         self.paths: List[Tuple[Hashable, ...]] = []
         # leaves inside a sequence: default_collate gives their lists as tuples (zip's)
         self.in_sequence: List[bool] = []
@@ -108,19 +112,19 @@ class Structure:
         if node.kind == "dict":
             if not isinstance(value, Mapping):
                 raise TypeError(f"{where_text(where)}: {path_str(path)} of the {what} is a "
-                                f"{type(value).__name__}, where the first sample has a dict")
+                                f"{type(value).__name__}, where {self.origin} has a dict")
             if len(value) != len(node.keys) or any(k not in value for k in node.keys):
                 extra = [k for k in value if k not in node.keys]
                 missing = [k for k in node.keys if k not in value]
                 parts = []
                 if extra:
-                    parts.append(f"has key(s) {', '.join(map(key_name, extra))} that the "
-                                 "first sample does not")
+                    parts.append(f"has key(s) {', '.join(map(key_name, extra))} that "
+                                 f"{self.origin} does not")
                 if missing:
                     parts.append(f"lacks key(s) {', '.join(map(key_name, missing))}")
                 at = "" if not path else f" at {path_str(path)}"
                 raise ValueError(f"{where_text(where)}: the {what}{at} {' and '.join(parts)} "
-                                 f"(keys of the first sample: "
+                                 f"(keys of {self.origin}: "
                                  f"{', '.join(map(key_name, node.keys))}); every sample must "
                                  "have the same keys")
             for k, child in zip(node.keys, node.children):
@@ -129,11 +133,12 @@ class Structure:
         if not isinstance(value, (list, tuple)) or (node.kind == "named") != \
                 _is_namedtuple(value):
             raise TypeError(f"{where_text(where)}: {path_str(path)} of the {what} is a "
-                            f"{type(value).__name__}, where the first sample has a "
+                            f"{type(value).__name__}, where {self.origin} has a "
                             f"{node.type.__name__}")
         if len(value) != len(node.children):
             raise ValueError(f"{where_text(where)}: {path_str(path)} of the {what} has "
-                             f"{len(value)} elements, the first sample's {len(node.children)}: "
+                             f"{len(value)} elements where {self.origin} has "
+                             f"{len(node.children)}: "
                              "each element in a batch should be of equal size (as "
                              "default_collate requires)")
         for i, (v, child) in enumerate(zip(value, node.children)):
