@@ -506,15 +506,17 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
     return Status::kEnd;
   }
   run_->delivered.fetch_add(1, std::memory_order_acq_rel);
-  if (out.error) {
-    // An iterator ends at its first error; a new one starts cleanly.
-    std::exception_ptr e = out.error;
-    closed_.store(true, std::memory_order_release);
-    core_->release(*this);
-    std::rethrow_exception(e);
-  }
   yielded_.store(yielded + 1, std::memory_order_release);
   asked_ = false;
+  if (out.error) {
+    // As DataLoader: the failed batch is consumed (the position moves past it)
+    // and the next call goes on with the batch after it. An error that leaves
+    // nothing behind it (a device error) comes again at every call (NOTE
+    // [ After a failed batch ] in stoker/_iterator.py).
+    std::exception_ptr e = out.error;
+    core_->yielded(*this);
+    std::rethrow_exception(e);
+  }
   st.batches.fetch_add(1, std::memory_order_relaxed);
   st.samples.fetch_add(out.counters.samples, std::memory_order_relaxed);
   st.bytes_read.fetch_add(out.counters.bytes_read, std::memory_order_relaxed);

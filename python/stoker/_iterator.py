@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import time
 import warnings
+import weakref
 from typing import Any, Dict, Iterator, Tuple
 
 import torch
 
+from ._stage.processes import WorkerDied
 from ._stage.stage import END
 
 __all__ = ["LoaderIter"]
@@ -20,6 +22,16 @@ __all__ = ["LoaderIter"]
 _tensor_from_capsule = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
 
 
+# NOTE [ After a failed batch ]
+# A batch that fails (a corrupt record with on_error="raise", the user's exception in
+# map, batch_map or __getitem__) raises at its place in the order and is consumed:
+# state_dict() counts it, and next() on the same iterator goes on with the batch after
+# it, as DataLoader's iterator does (a loop that catches the error and goes on loses that
+# batch only, never the rest of the epoch in silence). An error that leaves nothing behind
+# it (the device's) comes again at every call; a worker process that died ends the
+# iterator (DataLoader's ends too: its workers are gone). A loop that leaves on the error
+# and starts a new iterator starts the next epoch, as after a break: Loader.__iter__
+# closes the failed iterator (the exception's traceback may keep it alive).
 class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     """One epoch of a Loader. Closing it (or dropping it) stops its threads."""
 
@@ -44,6 +56,21 @@ class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         return self._it.remaining
 
     def __next__(self) -> Dict[str, torch.Tensor]:
+        try:
+            return self._next()
+        except StopIteration:
+            raise
+        except BaseException as e:
+            # NOTE [ After a failed batch ]: this iterator goes on with the next batch if
+            # it is asked (DataLoader's behaviour); a new iterator of the loader closes it.
+            # A worker process that died ends it (as it ends DataLoader's).
+            if isinstance(e, WorkerDied):
+                self.close()
+            else:
+                self._loader._failed_iter = weakref.ref(self)
+            raise
+
+    def _next(self) -> Dict[str, torch.Tensor]:
         entered = time.perf_counter_ns()
         if os.getpid() != self._pid:
             raise RuntimeError("this loader iterator was started in another process (before "

@@ -334,6 +334,7 @@ class Loader:
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()
         self._pid = os.getpid()
+        self._failed_iter: Optional[Any] = None  # NOTE [ After a failed batch ]
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
         self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
@@ -461,6 +462,15 @@ class Loader:
             self._mix.follow(self)  # each remote source ahead of its own stream
         if self._samplers is not None:  # the sampler's order for the epoch, once
             self._samplers.list_epoch(self._core.epoch)
+        # NOTE [ After a failed batch ]: a batch that raised is consumed, and its iterator
+        # goes on with the next one when asked, as DataLoader's does. A loop that leaves
+        # on the error and starts a new iterator starts the next epoch, as after a break:
+        # the failed iterator is closed here (the exception's traceback may keep it alive,
+        # and a live unfinished iterator would make this one a second reader of its epoch).
+        failed = self._failed_iter() if self._failed_iter is not None else None
+        self._failed_iter = None
+        if failed is not None:
+            failed.close()
         if self._stage is not None:
             self._stage.start()
         return LoaderIter(self, self._core.iter(rank, world), (rank, world))
