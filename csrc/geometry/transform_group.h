@@ -50,6 +50,7 @@ struct GroupMember {
   bool encoded = true;
   int elem_bytes = 1;
   int array_h = 0, array_w = 0;
+  bool signed_elems = false;            ///< kMask arrays: signed integers (a mix's max)
   BoxFormat format = BoxFormat::kXYXY;  ///< kBoxes
   bool normalized = false;              ///< kBoxes, kKeypoints: fractions of the size
   int num_keypoints = 0;                ///< kKeypoints
@@ -92,8 +93,8 @@ class TransformGroup {
   /// member the ops act on. DecodeError.
   std::pair<int, int> output_size(const MemberIO* io) const;
 
-  /// The samples a run reads: Mosaic::kSamples when the ops start with a
-  /// Mosaic, else 1 (image_ops.h).
+  /// The samples a run reads: the first op's kSamples when the ops start with a
+  /// Mosaic or a DetectionMixUp, else 1 (samples_read in image_ops.h).
   int samples() const { return samples_; }
   /// The dataset indices of the samples() - 1 other samples a run with `seed`
   /// reads, drawn uniformly from [0, n) by that seed alone, so that the same
@@ -118,6 +119,12 @@ class TransformGroup {
   // The mosaic's samples onto its canvas, then the other ops.
   void run_mosaic(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h, int out_w,
                   int64_t* decode_ns) const;
+  // The other sample letterboxed and blended into this one, then the other ops
+  // (detection_mixup.cpp).
+  void run_mixup(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h, int out_w,
+                 int64_t* decode_ns) const;
+  // The (w, h) of sample `in`'s member the ops act on, from its header or shape.
+  std::pair<int, int> input_size(const MemberIO* in) const;
 
   GroupSpec spec_;
   int image_ = -1;    // the RGB image member
