@@ -268,3 +268,164 @@ def test_signed_array_masks_take_the_signed_max(tmp_path):
                 assert (b["mask"][i].numpy() == max(own, other) - 4).all()
                 opposite += (own < 4) != (other < 4)
     assert opposite > 0
+
+
+# ---- CopyPaste ------------------------------------------------------------------------------
+# Each sample: a background and two objects (rectangles), each of its own colour, an instance
+# mask (value k: box k - 1), class 10 * sample + k, a keypoint at each object's centre.
+
+CP_N = 12
+CP_SIZES = [(32 + 4 * (i % 3), 40 + 4 * (i % 4)) for i in range(CP_N)]
+PALETTE = list(itertools.product((10, 70, 130, 190, 250), repeat=3))[::3][:3 * CP_N]
+CP_GROUP = ("image", "instances", "boxes", "classes", "kps")
+
+
+def cp_objects(i):
+    """The two objects of sample i: (x1, y1, x2, y2) in pixels."""
+    h, w = CP_SIZES[i]
+    return [(2, 3, w // 2 - 2, h - 3), (w // 2 + 1, h // 4, w - 3, h - 2)]
+
+
+def cp_colour(i, k):
+    """Sample i's background (k = 0) and object colours (k = 1, 2)."""
+    return PALETTE[3 * i + k]
+
+
+@pytest.fixture(scope="module")
+def cp_ds(tmp_path_factory):
+    path = tmp_path_factory.mktemp("copy_paste") / "ds"
+    fields = {"image": stoker.image(), "instances": stoker.image(mode="L"),
+              "boxes": stoker.boxes(), "classes": stoker.ndarray("int64", (None,)),
+              "kps": stoker.keypoints(1)}
+    with stoker.ShardWriter(path, fields, shard_size="8KB") as w:
+        for i, (h, wd) in enumerate(CP_SIZES):
+            img = np.empty((h, wd, 3), np.uint8)
+            img[:] = cp_colour(i, 0)
+            mask = np.zeros((h, wd), np.uint8)
+            for k, (x1, y1, x2, y2) in enumerate(cp_objects(i), 1):
+                img[y1:y2, x1:x2] = cp_colour(i, k)
+                mask[y1:y2, x1:x2] = k
+            w.write({"image": png(img), "instances": png(mask),
+                     "boxes": cp_objects(i), "classes": [10 * i + 1, 10 * i + 2],
+                     "kps": [[[(x1 + x2 - 1) / 2, (y1 + y2 - 1) / 2, 2]]
+                             for x1, y1, x2, y2 in cp_objects(i)]})
+    return stoker.Dataset(path)
+
+
+def cp_load(ds, ops, **kw):
+    kw.setdefault("batch_size", 1)
+    kw.setdefault("num_threads", 2)
+    return list(stoker.Loader(ds, transforms={CP_GROUP: ops}, pad_values={"classes": -1},
+                              **kw))
+
+
+def test_copy_paste_pastes_objects_under_their_masks_and_drops_covered_ones(cp_ds):
+    drops = partial = pasted = 0
+    for own, batch in enumerate(cp_load(cp_ds, [T.CopyPaste(p=1.0, occlusion=0.7)])):
+        img = batch["image"][0].permute(1, 2, 0).numpy()
+        mask = batch["instances"][0, 0].numpy()
+        n = int(batch["boxes_lengths"][0])
+        boxes = batch["boxes"][0, :n].numpy()
+        classes = batch["classes"][0, :n].tolist()
+        kps = batch["kps"][0, :n].numpy()
+        assert img.shape[:2] == CP_SIZES[own]
+        assert set(np.unique(mask).tolist()) <= set(range(n + 1))
+        mine, theirs = classes[:n - 2], classes[n - 2:]        # the sample's kept objects first
+        assert all(c // 10 == own for c in mine) and mine == sorted(mine)
+        assert [c % 10 for c in theirs] == [1, 2]             # p=1: both objects pasted
+        assert theirs[0] // 10 == theirs[1] // 10
+        pasted += 2
+        for k, (c, box, kp) in enumerate(zip(classes, boxes, kps, strict=True)):
+            ys, xs = np.nonzero(mask == k + 1)
+            assert len(ys) > 0, c
+            x1, y1, x2, y2 = box
+            tol = 1e-3 if k < len(mine) else 1.0              # pasted: a nearest resample
+            assert xs.min() >= x1 - tol and xs.max() + 1 <= x2 + tol, (c, box)
+            assert ys.min() >= y1 - tol and ys.max() + 1 <= y2 + tol, (c, box)
+            if k < len(mine):  # the sample's keypoints stay as they were, covered or not
+                ox1, oy1, ox2, oy2 = cp_objects(own)[c % 10 - 1]
+                np.testing.assert_allclose(kp[0], [(ox1 + ox2 - 1) / 2, (oy1 + oy2 - 1) / 2, 2])
+            else:
+                assert x1 <= kp[0, 0] <= x2 and y1 <= kp[0, 1] <= y2 and kp[0, 2] == 2
+            colour = cp_colour(c // 10, c % 10)
+            shows = (img[ys, xs] == colour).all(-1)
+            if k < len(mine):
+                assert shows.all()                            # the sample's pixels, as they were
+                # a covered object keeps the enclosing box of what its mask still shows
+                np.testing.assert_allclose(box, [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1],
+                                           atol=1e-3)
+            else:
+                assert shows.mean() > 0.5                     # its pixels (edges resampled)
+        # the sample's objects: dropped when covered over 70%, else kept
+        ids = np.asarray(mask)
+        for o, (x1, y1, x2, y2) in enumerate(cp_objects(own), 1):
+            cell = ids[y1:y2, x1:x2]
+            covered = (cell > len(mine)).mean()
+            if 10 * own + o in mine:
+                assert covered <= 0.7
+                partial += 0 < covered
+            else:
+                assert covered > 0.7
+                drops += 1
+    assert drops >= 2 and partial >= 2 and pasted == 2 * CP_N
+
+
+def test_copy_paste_with_p_zero_changes_nothing(cp_ds):
+    plain = cp_load(cp_ds, [])
+    for a, b in zip(plain, cp_load(cp_ds, [T.CopyPaste(p=0.0)]), strict=True):
+        n = int(a["boxes_lengths"][0])
+        assert int(b["boxes_lengths"][0]) == n == 2
+        for k in ("image", "instances"):
+            np.testing.assert_array_equal(a[k].numpy(), b[k].numpy(), err_msg=k)
+        for k in ("boxes", "classes", "kps"):  # the batch has room for the other's rows too
+            np.testing.assert_array_equal(a[k][0, :n].numpy(), b[k][0, :n].numpy(), err_msg=k)
+
+
+def test_copy_paste_is_the_same_for_any_thread_count_and_resumes_exactly(cp_ds):
+    ops = [T.CopyPaste(p=0.5), T.RandomAffine(5, scale=(0.8, 1.2)), T.Resize((40, 48))]
+
+    def run(threads, state=None, stop=None):
+        with stoker.Loader(cp_ds, batch_size=3, shuffle=True, seed=5, num_threads=threads,
+                           transforms={CP_GROUP: ops}, pad_values={"classes": -1}) as loader:
+            if state is not None:
+                loader.load_state_dict(state)
+            out = []
+            for k, b in enumerate(loader):
+                out.append({n: t.numpy().copy() for n, t in b.items()})
+                if k + 1 == stop:
+                    return out, loader.state_dict()
+            return out, None
+
+    one, _ = run(1)
+    three, _ = run(3)
+    head, state = run(2, stop=2)
+    rest, _ = run(1, state=state)
+    assert len(one) == CP_N // 3
+    for a, b, c in zip(one, three, head + rest, strict=True):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+            np.testing.assert_array_equal(a[k], c[k], err_msg=k)
+    # some outputs hold objects of two samples (pasted ones, and the sample's kept)
+    assert any(len({int(c) // 10 for c in batch["classes"][b, :int(n)]}) > 1
+               for batch in one for b, n in enumerate(batch["boxes_lengths"]))
+
+
+def test_copy_paste_refuses_bad_arguments_and_groups(cp_ds, tmp_path):
+    for kw in ({"p": -0.5}, {"p": 1.01}, {"occlusion": 2.0}, {"occlusion": -1}):
+        with pytest.raises(ValueError, match=f"CopyPaste: {next(iter(kw))} must be"):
+            T.CopyPaste(**kw)
+    with pytest.raises(ValueError, match="CopyPaste must be the first op"):
+        stoker.Loader(cp_ds, batch_size=1, transforms={CP_GROUP: [T.Resize(32), T.CopyPaste()]})
+    # the C++ group's checks, past the loader's (which would refuse the fields left out)
+    with pytest.raises(ValueError, match="has no boxes field"):
+        stoker.Loader(cp_ds, batch_size=1, transforms={("image", "instances"): [T.CopyPaste()]},
+                      as_stored=["boxes", "classes", "kps"])
+    with pytest.raises(ValueError, match="has 0 masks"):
+        stoker.Loader(cp_ds, batch_size=1, transforms={("image", "boxes", "classes", "kps"): [
+            T.CopyPaste()]}, as_stored=["instances"])
+    fields = {"instances": stoker.image(mode="L"), "boxes": stoker.boxes()}
+    with stoker.ShardWriter(tmp_path / "masks", fields) as w:
+        w.write({"instances": png(np.ones((8, 8), np.uint8)), "boxes": [[0, 0, 8, 8]]})
+    with pytest.raises(ValueError, match="needs an RGB image"):
+        stoker.Loader(stoker.Dataset(tmp_path / "masks"), batch_size=1,
+                      transforms={("instances", "boxes"): [T.CopyPaste()]})

@@ -1,9 +1,9 @@
 // DetectionMixUp (mixing_ops.h): its checks, and the transform group's run of
 // it (NOTE [ DetectionMixUp ]).
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <variant>
 #include <vector>
 
@@ -12,7 +12,6 @@
 #include "geometry/detail/op_checks.h"
 #include "geometry/detail/random_draws.h"
 #include "geometry/detail/rng.h"
-#include "geometry/group_masks.h"
 #include "geometry/image_ops.h"
 #include "geometry/op_context.h"
 #include "geometry/transform_group.h"
@@ -85,7 +84,6 @@ void blend(const Pixels& dst, const uint8_t* other, const ops::Letterbox::Fit& f
 // the ops run), and its rows count in the batch's padding either way.
 void TransformGroup::run_mixup(MemberIO* io, const MemberIO* const* others, uint64_t seed,
                                int out_h, int out_w, int64_t* decode_ns) const {
-  using Clock = std::chrono::steady_clock;
   const ops::DetectionMixUp& m = std::get<ops::DetectionMixUp>(spec_.ops[0]);
   detail::SplitMix64 rng(seed);
   const bool mix = rng.uniform(0, 1) < m.p;
@@ -93,73 +91,80 @@ void TransformGroup::run_mixup(MemberIO* io, const MemberIO* const* others, uint
   const MemberIO* inputs[2] = {io, others[0]};
   const auto [w0, h0] = input_size(io);
   Geometry geos[2] = {Geometry(w0, h0), Geometry()};
-  ops::Letterbox box;
-  box.h = h0;
-  box.w = w0;
   ops::Letterbox::Fit f;
   thread_local std::vector<uint8_t> other;  // the other sample, resized to fit
-  if (mix) {
-    try {
-      const auto [w1, h1] = input_size(others[0]);
-      f = box.fit(w1, h1);
-      geos[1] = Geometry(w1, h1);
-      geos[1].resize(f.w, f.h);
-      geos[1].crop(-f.left, -f.top, w0, h0);
-      if (pipeline_) {
-        const MemberIO& in = others[0][image_];
-        CanvasOps ops(thread_scratch(), in.data, in.size);
-        const DecodeReport report{ops, decode_ns};
-        Canvas c;
-        ops.open(spec_.image.max_pixels, c);
-        detail::SplitMix64 none(0);
-        OpContext ctx(ops, c, none);
-        ctx.resize(f.w, f.h);
-        const Pixels p = ctx.pixels();
-        other.resize(static_cast<size_t>(f.w) * f.h * 3);
-        for (int y = 0; y < f.h; ++y)
-          std::memcpy(&other[static_cast<size_t>(y) * f.w * 3], p.row(y),
-                      static_cast<size_t>(f.w) * 3);
-      }
-    } catch (const std::exception& e) {
-      // The partner's error names it (the caller adds the sample's file and record).
-      STOKER_THROW(DecodeError, "the ", m.kName,
-                   "'s other sample (another record, drawn by this one): ", e.what());
+  if (mix) geos[1] = letterbox_other(others[0], w0, h0, &f, &other, decode_ns);
+  const Fill fill = ops::fill_of(m.fill);
+  const Geometry rest = run_rest(io, rng,
+                                 mix ? [&](const Pixels& p) { blend(p, other.data(), f, fill, r); }
+                                     : std::function<void(const Pixels&)>(),
+                                 out_h, out_w, decode_ns);
+  for (int k = 0; k < (mix ? 2 : 1); ++k) geos[k].append(rest);
+  write_targets(io, inputs, geos, mix ? 2 : 1, Pixels{}, -1, out_h, out_w, decode_ns);
+}
+
+Geometry TransformGroup::letterbox_other(const MemberIO* other, int w0, int h0,
+                                         ops::Letterbox::Fit* f, std::vector<uint8_t>* pixels,
+                                         int64_t* decode_ns) const {
+  try {
+    const auto [w1, h1] = input_size(other);
+    ops::Letterbox box;
+    box.h = h0;
+    box.w = w0;
+    *f = box.fit(w1, h1);
+    Geometry g(w1, h1);
+    g.resize(f->w, f->h);
+    g.crop(-f->left, -f->top, w0, h0);
+    if (pipeline_ && pixels) {
+      const MemberIO& in = other[image_];
+      CanvasOps ops(thread_scratch(), in.data, in.size);
+      const DecodeReport report{ops, decode_ns};
+      Canvas c;
+      ops.open(spec_.image.max_pixels, c);
+      detail::SplitMix64 none(0);
+      OpContext ctx(ops, c, none);
+      ctx.resize(f->w, f->h);
+      const Pixels p = ctx.pixels();
+      pixels->resize(static_cast<size_t>(f->w) * f->h * 3);
+      for (int y = 0; y < f->h; ++y)
+        std::memcpy(&(*pixels)[static_cast<size_t>(y) * f->w * 3], p.row(y),
+                    static_cast<size_t>(f->w) * 3);
     }
+    return g;
+  } catch (const std::exception& e) {
+    // The partner's error names it (the caller adds the sample's file and record).
+    STOKER_THROW(DecodeError, "the ", op_name(spec_.ops[0]),
+                 "'s other sample (another record, drawn by this one): ", e.what());
   }
+}
+
+Geometry TransformGroup::run_rest(MemberIO* io, detail::SplitMix64& rng,
+                                  const std::function<void(const Pixels&)>& paint, int out_h,
+                                  int out_w, int64_t* decode_ns) const {
   Geometry rest;
-  Pixels primary_mask;
   if (pipeline_) {
     const MemberIO& in = io[image_];
     CanvasOps ops(thread_scratch(), in.data, in.size, in.cache);
     const DecodeReport report{ops, decode_ns};
     Canvas c;
     ops.open(spec_.image.max_pixels, c);
-    if (mix) {
+    if (paint) {
       detail::SplitMix64 none(0);
       OpContext ctx(ops, c, none);
-      blend(ctx.pixels(), other.data(), f, ops::fill_of(m.fill), r);
+      paint(ctx.pixels());
     }
     pipeline_->run_from(1, ops, c, rng, in.out, out_h, out_w, &rest);
-  } else {
-    if (!mix) {  // write_targets takes the first mask decoded (the one-sample path's rule)
-      const auto t0 = Clock::now();
-      MaskScratch& s = mask_scratch();
-      primary_mask =
-          mask_pixels(spec_.members[primary_], io[primary_], spec_.image.max_pixels, s.gray[0], s);
-      if (decode_ns)
-        *decode_ns +=
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-    }
-    OpContext ctx(w0, h0, rng);
-    for (size_t i = 1; i < spec_.ops.size(); ++i)
-      std::visit([&](const auto& o) { o.apply(ctx); }, spec_.ops[i]);
-    rest = ctx.geometry();
-    if (rest.width() != out_w || rest.height() != out_h)
-      STOKER_THROW(DecodeError, "mask '", spec_.members[primary_].name, "' comes out ",
-                   rest.height(), "x", rest.width(), " but the batch expects ", out_h, "x", out_w);
+    return rest;
   }
-  for (int k = 0; k < (mix ? 2 : 1); ++k) geos[k].append(rest);
-  write_targets(io, inputs, geos, mix ? 2 : 1, primary_mask, out_h, out_w, decode_ns);
+  const auto [w0, h0] = input_size(io);
+  OpContext ctx(w0, h0, rng);
+  for (size_t i = 1; i < spec_.ops.size(); ++i)
+    std::visit([&](const auto& o) { o.apply(ctx); }, spec_.ops[i]);
+  rest = ctx.geometry();
+  if (rest.width() != out_w || rest.height() != out_h)
+    STOKER_THROW(DecodeError, "mask '", spec_.members[primary_].name, "' comes out ", rest.height(),
+                 "x", rest.width(), " but the batch expects ", out_h, "x", out_w);
+  return rest;
 }
 
 }  // namespace stoker

@@ -530,7 +530,7 @@ using ImageOp =
                  ops::HSVJitter, ops::RandAugment, ops::TrivialAugmentWide, ops::AutoAugment,
                  ops::RandomErasing, ops::RandomCrop, ops::Pad, ops::RandomVerticalFlip,
                  ops::Letterbox, ops::RandomRotation, ops::RandomAffine, ops::RandomPerspective,
-                 ops::SanitizeBoundingBoxes, ops::Mosaic, ops::DetectionMixUp>;
+                 ops::SanitizeBoundingBoxes, ops::Mosaic, ops::DetectionMixUp, ops::CopyPaste>;
 
 /// The op's name as stoker.ops spells it ("RandomCrop"), for messages.
 const char* op_name(const ImageOp& op);
@@ -540,7 +540,7 @@ ops::TargetRule op_target_rule(const ImageOp& op);
 /// Checks every op (UsageError naming the op and the reason) and the list: an
 /// op that must come last (Normalize) is last, but for ops on the output
 /// (RandomErasing) after it; an op that reads more samples (Mosaic,
-/// DetectionMixUp) is first;
+/// DetectionMixUp, CopyPaste) is first;
 /// an op that gives every image a size of its own
 /// (RandomRotation(expand=True)) is followed by one that fixes it. The one
 /// validation of ops: the bindings call it when Python builds them, and
@@ -559,7 +559,7 @@ DType output_dtype(const std::vector<ImageOp>& ops);
 /// The most samples one run of a list reads (a Mosaic's four).
 inline constexpr int kMaxSamples = ops::Mosaic::kSamples;
 /// The samples the ops read: the first op's kSamples (Mosaic's 4,
-/// DetectionMixUp's 2), else 1.
+/// DetectionMixUp's and CopyPaste's 2), else 1.
 int samples_read(const std::vector<ImageOp>& ops);
 
 }  // namespace stoker

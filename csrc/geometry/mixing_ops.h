@@ -1,6 +1,7 @@
 // The ops of image_ops.h that mix another sample into this one (besides
 // Mosaic, which tiles four): a transform group runs them (NOTE [ DetectionMixUp ]
-// in detection_mixup.cpp), reading the other sample by the sample's own draws.
+// in detection_mixup.cpp, NOTE [ CopyPaste ] in copy_paste.cpp), reading the
+// other sample by the sample's own draws.
 #pragma once
 
 #include <array>
@@ -38,6 +39,33 @@ struct DetectionMixUp {
   }
   void check() const;
   /// Never called: a transform group runs the mix (UsageError).
+  void apply(OpContext& ctx) const;
+};
+
+/// CopyPaste(p, occlusion): simple copy-paste (Ghiasi et al. 2021; ultralytics'
+/// CopyPaste, albumentations-style) on an instance mask, where mask value k
+/// (1..n) is the object of box k - 1 and any other value background. Another
+/// sample drawn by the sample's own draws is letterboxed to this one's size
+/// (as DetectionMixUp); each of its objects is pasted with probability p (its
+/// pixels under its mask, its box, keypoints and per-box rows); an object of
+/// this sample whose mask is covered over more than `occlusion` of its pixels
+/// is dropped, one covered less keeps the enclosing box of what its mask still
+/// shows. The mask comes out renumbered: this sample's kept objects 1..m in
+/// their order, then the pasted ones, background 0. It must be the first op
+/// of a group with an RGB image, one mask (the instance mask) and boxes
+/// (NOTE [ CopyPaste ] in copy_paste.cpp).
+struct CopyPaste {
+  static constexpr const char* kKind = "copy_paste";
+  static constexpr const char* kName = "CopyPaste";
+  static constexpr int kSamples = 2;  ///< the sample and one more
+  double p = 0.5;
+  double occlusion = 0.7;
+  static constexpr auto params() {
+    using T = CopyPaste;
+    return std::tuple{Param{"p", &T::p, kInUnit}, Param{"occlusion", &T::occlusion, kInUnit}};
+  }
+  void check() const;
+  /// Never called: a transform group runs the paste (UsageError).
   void apply(OpContext& ctx) const;
 };
 

@@ -212,6 +212,8 @@ TransformGroup::TransformGroup(GroupSpec spec) : spec_(std::move(spec)) {
   if (image_ >= 0) pipeline_ = std::make_unique<ImagePipeline>(spec_.image, spec_.ops);
   fixed_ = fixed_output_size(spec_.ops);
   samples_ = samples_read(spec_.ops);
+  if (!spec_.ops.empty() && std::holds_alternative<ops::CopyPaste>(spec_.ops[0]))
+    check_copy_paste();
 }
 
 DType TransformGroup::image_dtype() const {
@@ -246,6 +248,8 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w, int6
                  " samples: the caller gives the other ", samples_ - 1);
     if (std::holds_alternative<ops::Mosaic>(spec_.ops[0]))
       run_mosaic(io, others, seed, out_h, out_w, decode_ns);
+    else if (std::holds_alternative<ops::CopyPaste>(spec_.ops[0]))
+      run_copy_paste(io, others, seed, out_h, out_w, decode_ns);
     else
       run_mixup(io, others, seed, out_h, out_w, decode_ns);
     return;
@@ -272,7 +276,8 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w, int6
                    " but the batch expects ", out_h, "x", out_w);
   }
   const MemberIO* inputs[1] = {io};
-  write_targets(io, inputs, &geo, 1, primary_mask, out_h, out_w, decode_ns);
+  write_targets(io, inputs, &geo, 1, primary_mask, pipeline_ ? -1 : primary_, out_h, out_w,
+                decode_ns);
 }
 
 // NOTE [ Mosaic ]
@@ -361,7 +366,7 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
                    rest.height(), "x", rest.width(), " but the batch expects ", out_h, "x", out_w);
   }
   for (Geometry& g : geos) g.append(rest);
-  write_targets(io, inputs, geos, K, Pixels{}, out_h, out_w, decode_ns);
+  write_targets(io, inputs, geos, K, Pixels{}, -1, out_h, out_w, decode_ns);
 }
 
 std::pair<int, int> TransformGroup::input_size(const MemberIO* in) const {
@@ -373,8 +378,8 @@ std::pair<int, int> TransformGroup::input_size(const MemberIO* in) const {
 }
 
 void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
-                                   const Geometry* geos, int k_samples, const Pixels& primary_mask,
-                                   int out_h, int out_w, int64_t* decode_ns) const {
+                                   const Geometry* geos, int k_samples, const Pixels& given_mask,
+                                   int given, int out_h, int out_w, int64_t* decode_ns) const {
   MaskScratch& s = mask_scratch();
   auto timed = [&](auto&& fn) {
     const auto t0 = Clock::now();
@@ -384,7 +389,7 @@ void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
     return r;
   };
   const std::string& source = spec_.members[primary_].name;
-  const bool mosaic = std::holds_alternative<ops::Mosaic>(spec_.ops[0]);
+  const bool mosaic = k_samples > 1 && std::holds_alternative<ops::Mosaic>(spec_.ops[0]);
   auto drawn = [&](int j) {  // for messages about sample j
     return j > 0 ? std::string(" (in a sample the ") + op_name(spec_.ops[0]) + " drew)"
                  : std::string();
@@ -421,11 +426,9 @@ void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
       for (int j = 0; j < k_samples; ++j) {
         const Geometry& geo = geos[j];
         const Pixels mask =
-            j == 0 && static_cast<int>(i) == primary_ && !pipeline_ && k_samples == 1
-                ? primary_mask
-                : timed([&] {
-                    return mask_pixels(m, inputs[j][i], spec_.image.max_pixels, s.gray[1], s);
-                  });
+            j == 0 && static_cast<int>(i) == given && k_samples == 1 ? given_mask : timed([&] {
+              return mask_pixels(m, inputs[j][i], spec_.image.max_pixels, s.gray[1], s);
+            });
         if (mask.width != geo.in_width() || mask.height != geo.in_height())
           STOKER_THROW(DataError, "mask '", m.name, "' is ", mask.height, "x", mask.width, " but '",
                        source, "' is ", geo.in_height(), "x", geo.in_width(),

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,10 +113,11 @@ class TransformGroup {
 
  private:
   // The targets of `k` samples (inputs[j][i]: member i of sample j; inputs[0]
-  // is io) through their geometries, into io's outputs; `primary_mask`: sample
-  // 0's first mask when it is already decoded (a group without an image).
+  // is io) through their geometries, into io's outputs; `given_mask`: member
+  // `given` of sample 0 already decoded (-1: none; k == 1 only).
   void write_targets(MemberIO* io, const MemberIO* const* inputs, const Geometry* geos, int k,
-                     const Pixels& primary_mask, int out_h, int out_w, int64_t* decode_ns) const;
+                     const Pixels& given_mask, int given, int out_h, int out_w,
+                     int64_t* decode_ns) const;
   // The mosaic's samples onto its canvas, then the other ops.
   void run_mosaic(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h, int out_w,
                   int64_t* decode_ns) const;
@@ -123,6 +125,21 @@ class TransformGroup {
   // (detection_mixup.cpp).
   void run_mixup(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h, int out_w,
                  int64_t* decode_ns) const;
+  // A mixing op's other sample letterboxed to (w0 x h0) as Letterbox fits it:
+  // its geometry, the fit, and with an image its resized pixels (f.w x f.h RGB)
+  // in `pixels`. Errors name the other sample (detection_mixup.cpp).
+  Geometry letterbox_other(const MemberIO* other, int w0, int h0, ops::Letterbox::Fit* f,
+                           std::vector<uint8_t>* pixels, int64_t* decode_ns) const;
+  // The ops after a mixing op on sample 0, its image first changed by `paint`
+  // (none: as it is); their geometry.
+  Geometry run_rest(MemberIO* io, detail::SplitMix64& rng,
+                    const std::function<void(const Pixels&)>& paint, int out_h, int out_w,
+                    int64_t* decode_ns) const;
+  // The other sample's objects pasted onto this one, then the other ops (copy_paste.cpp).
+  void run_copy_paste(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h,
+                      int out_w, int64_t* decode_ns) const;
+  // CopyPaste's needs of the group (UsageError): an RGB image, one mask, boxes.
+  void check_copy_paste();
   // The (w, h) of sample `in`'s member the ops act on, from its header or shape.
   std::pair<int, int> input_size(const MemberIO* in) const;
 
@@ -134,6 +151,7 @@ class TransformGroup {
   BoxFilter filter_;
   uint8_t mask_fill_ = 0;
   int samples_ = 1;
+  int paste_mask_ = -1, paste_boxes_ = -1;       // CopyPaste's instance mask and boxes
   std::vector<std::vector<int32_t>> flip_perm_;  // per member: keypoints' left/right swap
 };
 

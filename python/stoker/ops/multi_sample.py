@@ -1,6 +1,7 @@
 """Ops that read more samples than the one they transform: :class:`Mosaic` (C++ in
 ``csrc/geometry/transform_group.cpp``, NOTE [ Mosaic ]) and :class:`DetectionMixUp`
-(``csrc/geometry/detection_mixup.cpp``, NOTE [ DetectionMixUp ]). The other samples are
+(``csrc/geometry/detection_mixup.cpp``, NOTE [ DetectionMixUp ]) and :class:`CopyPaste`
+(``csrc/geometry/copy_paste.cpp``, NOTE [ CopyPaste ]). The other samples are
 drawn by the sample's own draws and read by the loader's workers, so a batch is the same
 for any thread count and after a resume."""
 
@@ -92,3 +93,41 @@ class DetectionMixUp(Op):
 
     def args(self) -> List[Any]:
         return [self.alpha, self.p, self.fill]
+
+
+class CopyPaste(Op):
+    """Simple copy-paste (Ghiasi et al. 2021; ultralytics' ``CopyPaste``, albumentations
+    style) for a transform group with an RGB image, boxes and one instance mask, where
+    mask value k (1, 2, ...) is the object of box k - 1 (and of row k - 1 of the per-box
+    fields and keypoints), any other value background.
+
+    Another sample drawn uniformly from the dataset by the sample's own draws is brought
+    to this one's size as :class:`Letterbox` does (fit, centred); each of its objects is
+    pasted with probability ``p``: the pixels its mask covers, on top, with its box,
+    keypoints and per-box rows. An object of this sample whose mask is covered over more
+    than ``occlusion`` of its pixels is dropped with its rows; one covered less keeps the
+    enclosing box of what its mask still shows. The mask comes out renumbered so that
+    value k is box k - 1 again: the sample's kept objects in their order, then the pasted
+    ones, 0 elsewhere (values that named no box become 0).
+
+    It must be the first op of its list. Example::
+
+        transforms = {("image", "instances", "boxes", "classes"): [
+            stoker.ops.CopyPaste(p=0.5), stoker.ops.Letterbox(640),
+            stoker.ops.RandomHorizontalFlip()]}
+    """
+
+    kind = "copy_paste"
+    num_args = 2
+    moves_pixels = True
+
+    def __init__(self, p: float = 0.5, occlusion: float = 0.7):
+        for what, v in (("p", p), ("occlusion", occlusion)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"CopyPaste: {what} must be a number, got {v!r}")
+        self.p = float(p)
+        self.occlusion = float(occlusion)
+        self.build()
+
+    def args(self) -> List[Any]:
+        return [self.p, self.occlusion]
