@@ -8,9 +8,6 @@
 #include <variant>
 
 #include "codecs/codecs.h"
-#include "codecs/jpeg_decoder.h"
-#include "codecs/png_decoder.h"
-#include "codecs/raw_image.h"
 #include "common/error.h"
 #include "geometry/canvas.h"
 #include "geometry/convex_polygon.h"
