@@ -32,7 +32,8 @@ def test_ops_build_the_typed_cpp_ops():
                                     "random_erasing", "random_crop", "pad",
                                     "random_vertical_flip", "letterbox", "random_rotation",
                                     "random_affine", "random_perspective",
-                                    "sanitize_bounding_boxes", "mosaic"}
+                                    "sanitize_bounding_boxes", "mosaic", "detection_mixup",
+                                    "copy_paste"}
 
 
 @pytest.mark.parametrize("make, match", [
@@ -187,7 +188,8 @@ def test_public_names():
                                 "TrivialAugmentWide", "AutoAugment", "RandomErasing",
                                 "RandomCrop", "Pad", "RandomVerticalFlip", "Letterbox",
                                 "RandomRotation", "RandomAffine", "RandomPerspective",
-                                "SanitizeBoundingBoxes", "Mosaic", "BatchOp", "MixUp", "CutMix"}
+                                "SanitizeBoundingBoxes", "Mosaic", "DetectionMixUp", "CopyPaste",
+                                "BatchOp", "MixUp", "CutMix"}
     assert stoker.ops is ops
     for name in ops.__all__:
         assert getattr(ops, name).__doc__ and "Example" in getattr(ops, name).__doc__

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
-#include "augment/detail/random_draws.h"
 #include "common/detail/half.h"
 #include "common/detail/rounding.h"
 #include "common/error.h"
+#include "geometry/detail/random_draws.h"
 
 namespace stoker {
 

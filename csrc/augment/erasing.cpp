@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "augment/detail/random_draws.h"
 #include "common/detail/half.h"
 #include "common/detail/rounding.h"
 #include "common/error.h"
+#include "geometry/detail/random_draws.h"
 
 namespace stoker {
 

@@ -246,7 +246,18 @@ std::optional<std::pair<int, int>> fixed_output_size(const std::vector<ImageOp>&
 }
 
 int samples_read(const std::vector<ImageOp>& list) {
-  return !list.empty() && std::holds_alternative<ops::Mosaic>(list[0]) ? ops::Mosaic::kSamples : 1;
+  if (list.empty()) return 1;
+  return std::visit(
+      [](const auto& o) {
+        using Op = std::remove_cvref_t<decltype(o)>;
+        if constexpr (requires { Op::kSamples; }) {
+          static_assert(Op::kSamples <= kMaxSamples, "kMaxSamples bounds the callers' arrays");
+          return Op::kSamples;
+        } else {
+          return 1;
+        }
+      },
+      list[0]);
 }
 
 DType output_dtype(const std::vector<ImageOp>& list) {

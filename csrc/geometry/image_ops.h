@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "geometry/mixing_ops.h"
 #include "geometry/op_params.h"
 #include "geometry/warp.h"
 
@@ -529,7 +530,7 @@ using ImageOp =
                  ops::HSVJitter, ops::RandAugment, ops::TrivialAugmentWide, ops::AutoAugment,
                  ops::RandomErasing, ops::RandomCrop, ops::Pad, ops::RandomVerticalFlip,
                  ops::Letterbox, ops::RandomRotation, ops::RandomAffine, ops::RandomPerspective,
-                 ops::SanitizeBoundingBoxes, ops::Mosaic>;
+                 ops::SanitizeBoundingBoxes, ops::Mosaic, ops::DetectionMixUp, ops::CopyPaste>;
 
 /// The op's name as stoker.ops spells it ("RandomCrop"), for messages.
 const char* op_name(const ImageOp& op);
@@ -538,7 +539,8 @@ ops::TargetRule op_target_rule(const ImageOp& op);
 
 /// Checks every op (UsageError naming the op and the reason) and the list: an
 /// op that must come last (Normalize) is last, but for ops on the output
-/// (RandomErasing) after it; an op that reads more samples (Mosaic) is first;
+/// (RandomErasing) after it; an op that reads more samples (Mosaic,
+/// DetectionMixUp, CopyPaste) is first;
 /// an op that gives every image a size of its own
 /// (RandomRotation(expand=True)) is followed by one that fixes it. The one
 /// validation of ops: the bindings call it when Python builds them, and
@@ -554,7 +556,10 @@ std::optional<std::pair<int, int>> fixed_output_size(const std::vector<ImageOp>&
 /// kUInt8, or the dtype of an op that changes it (Normalize).
 DType output_dtype(const std::vector<ImageOp>& ops);
 
-/// The samples the ops read: Mosaic::kSamples when the first op is a Mosaic, else 1.
+/// The most samples one run of a list reads (a Mosaic's four).
+inline constexpr int kMaxSamples = ops::Mosaic::kSamples;
+/// The samples the ops read: the first op's kSamples (Mosaic's 4,
+/// DetectionMixUp's and CopyPaste's 2), else 1.
 int samples_read(const std::vector<ImageOp>& ops);
 
 }  // namespace stoker

@@ -8,14 +8,12 @@
 #include <variant>
 
 #include "codecs/codecs.h"
-#include "codecs/jpeg_decoder.h"
-#include "codecs/png_decoder.h"
-#include "codecs/raw_image.h"
 #include "common/error.h"
 #include "geometry/canvas.h"
 #include "geometry/convex_polygon.h"
 #include "geometry/detail/op_checks.h"
 #include "geometry/detail/rng.h"
+#include "geometry/group_masks.h"
 #include "geometry/op_context.h"
 #include "geometry/warp.h"
 #include "sampler/permutation.h"
@@ -61,101 +59,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Per-thread buffers of masks (decoded, and the RGB a colour mask decodes to first).
-struct MaskScratch {
-  std::vector<uint8_t> gray[2];
-  std::vector<uint8_t> rgb;
-  JpegDecoder jpeg;
-  std::vector<uint8_t> keep;
-  std::vector<uint8_t> tmp;  // a mosaic's mask, before the part its tile shows is kept
-};
-
-MaskScratch& mask_scratch() {
-  thread_local MaskScratch s;
-  return s;
-}
-
 bool is_target(GroupMember::Kind k) { return k != GroupMember::Kind::kImage; }
-
-// An encoded mask as one channel (png_decode_gray's rule; a JPEG's RGB
-// decode as PIL's convert("L")).
-Pixels decode_mask(const MemberIO& io, int64_t max_pixels, std::vector<uint8_t>& out,
-                   MaskScratch& s) {
-  ImageInfo info;
-  if (is_raw(io.data, io.size)) {  // pixels stored decoded: one channel as is, RGB as PIL's "L"
-    const RawImage r = raw_image(io.data, io.size);
-    info = {r.width, r.height};
-    check_declared(info, max_pixels);
-    const size_t n = static_cast<size_t>(r.width) * r.height;
-    if (r.channels == 1) {
-      out.assign(r.pixels, r.pixels + n);
-    } else {
-      out.resize(n);
-      const uint8_t* p = r.pixels;
-      for (size_t i = 0; i < n; ++i, p += 3)
-        out[i] =
-            static_cast<uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
-    }
-  } else if (is_png(io.data, io.size)) {
-    info = png_decode_gray(io.data, io.size, max_pixels, out, s.rgb);
-  } else if (is_jpeg(io.data, io.size)) {
-    info = s.jpeg.open(io.data, io.size, max_pixels);
-    s.rgb.resize(static_cast<size_t>(info.width) * info.height * 3);
-    s.jpeg.decode_full(s.rgb.data(), static_cast<size_t>(info.width) * 3);
-    const size_t n = static_cast<size_t>(info.width) * info.height;
-    out.resize(n);
-    const uint8_t* p = s.rgb.data();
-    for (size_t i = 0; i < n; ++i, p += 3)
-      out[i] = static_cast<uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
-  } else {
-    not_an_image(io.data, io.size);
-  }
-  return packed_pixels(out.data(), info.width, info.height, 1);
-}
-
-// A mask member's pixels (elements of elem_bytes as "channels").
-Pixels mask_pixels(const GroupMember& m, const MemberIO& io, int64_t max_pixels,
-                   std::vector<uint8_t>& buf, MaskScratch& s) {
-  if (m.encoded) return decode_mask(io, max_pixels, buf, s);
-  const size_t want = static_cast<size_t>(m.array_h) * m.array_w * m.elem_bytes;
-  STOKER_CHECK(io.size == want, DataError, "mask '", m.name, "': ", io.size, " bytes, expected ",
-               want);
-  return packed_pixels(const_cast<uint8_t*>(io.data), m.array_w, m.array_h, m.elem_bytes);
-}
-
-// Paints `fill` (one element) over every pixel of `dst` whose centre lies
-// outside `region`: what a crop removed, that a later op brought back into the
-// canvas, is fill in the image, so it is fill in the mask.
-void fill_outside(const Pixels& dst, const ConvexPolygon& region, const uint8_t* fill) {
-  const size_t e = static_cast<size_t>(dst.channels);
-  for (int i = 0; i < dst.height; ++i) {
-    uint8_t* row = dst.row(i);
-    double lo = 0, hi = -1;
-    int j0 = dst.width, j1 = dst.width;  // pixels [j0, j1) keep their label
-    if (region.span_at(i + 0.5, &lo, &hi)) {
-      // centres j + 0.5 in [lo, hi]
-      j0 = static_cast<int>(std::clamp(std::ceil(lo - 0.5), 0.0, double(dst.width)));
-      j1 = static_cast<int>(std::clamp(std::floor(hi - 0.5) + 1, double(j0), double(dst.width)));
-    }
-    for (int j = 0; j < j0; ++j) std::memcpy(row + j * e, fill, e);
-    for (int j = j1; j < dst.width; ++j) std::memcpy(row + j * e, fill, e);
-  }
-}
-
-// Copies the pixels of `src` whose centres lie inside `region` into `dst`
-// (same size and element).
-void copy_inside(const Pixels& src, const Pixels& dst, const ConvexPolygon& region) {
-  const size_t e = static_cast<size_t>(dst.channels);
-  for (int i = 0; i < dst.height; ++i) {
-    double lo = 0, hi = -1;
-    if (!region.span_at(i + 0.5, &lo, &hi)) continue;
-    const int j0 = static_cast<int>(std::clamp(std::ceil(lo - 0.5), 0.0, double(dst.width)));
-    const int j1 =
-        static_cast<int>(std::clamp(std::floor(hi - 0.5) + 1, double(j0), double(dst.width)));
-    if (j1 > j0)
-      std::memcpy(dst.row(i) + j0 * e, src.row(i) + j0 * e, static_cast<size_t>(j1 - j0) * e);
-  }
-}
 
 template <typename Op>
 int mask_fill_of(const Op& op) {
@@ -305,6 +209,8 @@ TransformGroup::TransformGroup(GroupSpec spec) : spec_(std::move(spec)) {
   if (image_ >= 0) pipeline_ = std::make_unique<ImagePipeline>(spec_.image, spec_.ops);
   fixed_ = fixed_output_size(spec_.ops);
   samples_ = samples_read(spec_.ops);
+  if (!spec_.ops.empty() && std::holds_alternative<ops::CopyPaste>(spec_.ops[0]))
+    check_copy_paste();
 }
 
 DType TransformGroup::image_dtype() const {
@@ -337,7 +243,12 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w, int6
   if (samples_ > 1) {
     STOKER_CHECK(others != nullptr, UsageError, op_name(spec_.ops[0]), " reads ", samples_,
                  " samples: the caller gives the other ", samples_ - 1);
-    run_mosaic(io, others, seed, out_h, out_w, decode_ns);
+    if (std::holds_alternative<ops::Mosaic>(spec_.ops[0]))
+      run_mosaic(io, others, seed, out_h, out_w, decode_ns);
+    else if (std::holds_alternative<ops::CopyPaste>(spec_.ops[0]))
+      run_copy_paste(io, others, seed, out_h, out_w, decode_ns);
+    else
+      run_mixup(io, others, seed, out_h, out_w, decode_ns);
     return;
   }
   MaskScratch& s = mask_scratch();
@@ -362,7 +273,8 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w, int6
                    " but the batch expects ", out_h, "x", out_w);
   }
   const MemberIO* inputs[1] = {io};
-  write_targets(io, inputs, &geo, 1, primary_mask, out_h, out_w, decode_ns);
+  write_targets(io, inputs, &geo, 1, primary_mask, pipeline_ ? -1 : primary_, out_h, out_w,
+                decode_ns);
 }
 
 // NOTE [ Mosaic ]
@@ -392,15 +304,7 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
   }
   Geometry geos[K];
   for (int k = 0; k < K; ++k) {
-    const GroupMember& pm = spec_.members[primary_];
-    const MemberIO& in = inputs[k][primary_];
-    int w0 = pm.array_w, h0 = pm.array_h;
-    if (pm.kind == GroupMember::Kind::kImage || pm.encoded) {
-      const ImageInfo info = probe_image(in.data, in.size);
-      check_declared(info, spec_.image.max_pixels);
-      w0 = info.width;
-      h0 = info.height;
-    }
+    const auto [w0, h0] = input_size(inputs[k]);
     const ops::Mosaic::Tile t = m.place(k, w0, h0, xc, yc);
     Geometry& g = geos[k];
     g = Geometry(w0, h0);
@@ -408,6 +312,7 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
     g.crop(t.sx, t.sy, t.cw, t.ch);
     g.crop(-t.x, -t.y, W, H);
     if (!pipeline_ || t.cw <= 0 || t.ch <= 0) continue;
+    const MemberIO& in = inputs[k][primary_];
     // The tile's pixels: decoded (a JPEG at the DCT scale that still covers the
     // tile), resized, and the part the canvas shows copied there.
     CanvasOps ops(thread_scratch(), in.data, in.size);
@@ -458,12 +363,20 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
                    rest.height(), "x", rest.width(), " but the batch expects ", out_h, "x", out_w);
   }
   for (Geometry& g : geos) g.append(rest);
-  write_targets(io, inputs, geos, K, Pixels{}, out_h, out_w, decode_ns);
+  write_targets(io, inputs, geos, K, Pixels{}, -1, out_h, out_w, decode_ns);
+}
+
+std::pair<int, int> TransformGroup::input_size(const MemberIO* in) const {
+  const GroupMember& pm = spec_.members[primary_];
+  if (pm.kind != GroupMember::Kind::kImage && !pm.encoded) return {pm.array_w, pm.array_h};
+  const ImageInfo info = probe_image(in[primary_].data, in[primary_].size);
+  check_declared(info, spec_.image.max_pixels);
+  return {info.width, info.height};
 }
 
 void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
-                                   const Geometry* geos, int k_samples, const Pixels& primary_mask,
-                                   int out_h, int out_w, int64_t* decode_ns) const {
+                                   const Geometry* geos, int k_samples, const Pixels& given_mask,
+                                   int given, int out_h, int out_w, int64_t* decode_ns) const {
   MaskScratch& s = mask_scratch();
   auto timed = [&](auto&& fn) {
     const auto t0 = Clock::now();
@@ -473,6 +386,11 @@ void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
     return r;
   };
   const std::string& source = spec_.members[primary_].name;
+  const bool mosaic = k_samples > 1 && std::holds_alternative<ops::Mosaic>(spec_.ops[0]);
+  auto drawn = [&](int j) {  // for messages about sample j
+    return j > 0 ? std::string(" (in a sample the ") + op_name(spec_.ops[0]) + " drew)"
+                 : std::string();
+  };
   for (int j = 0; j < k_samples; ++j)
     STOKER_CHECK(!geos[j].overflowed(), UsageError, "the ops of the group of '", source,
                  "' make more than ", Geometry::kMaxSteps,
@@ -505,16 +423,13 @@ void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
       for (int j = 0; j < k_samples; ++j) {
         const Geometry& geo = geos[j];
         const Pixels mask =
-            j == 0 && static_cast<int>(i) == primary_ && !pipeline_ && k_samples == 1
-                ? primary_mask
-                : timed([&] {
-                    return mask_pixels(m, inputs[j][i], spec_.image.max_pixels, s.gray[1], s);
-                  });
+            j == 0 && static_cast<int>(i) == given && k_samples == 1 ? given_mask : timed([&] {
+              return mask_pixels(m, inputs[j][i], spec_.image.max_pixels, s.gray[1], s);
+            });
         if (mask.width != geo.in_width() || mask.height != geo.in_height())
           STOKER_THROW(DataError, "mask '", m.name, "' is ", mask.height, "x", mask.width, " but '",
                        source, "' is ", geo.in_height(), "x", geo.in_width(),
-                       ": the fields of a group must have the same size",
-                       j > 0 ? " (in a sample the mosaic drew)" : "");
+                       ": the fields of a group must have the same size", drawn(j));
         if (k_samples == 1) {
           if (!geo.moved() && mask.width == out_w && mask.height == out_h) {
             for (int y = 0; y < out_h; ++y) std::memcpy(dst.row(y), mask.row(y), dst.row_bytes());
@@ -532,7 +447,10 @@ void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
         s.tmp.resize(dst.row_bytes() * static_cast<size_t>(out_h));
         const Pixels tmp = packed_pixels(s.tmp.data(), out_w, out_h, static_cast<int>(e));
         warp_nearest_elements(mask, tmp, geo.box_map().inverse(), mask_fill);
-        copy_inside(tmp, dst, region_of(j));
+        if (j > 0 && !mosaic)  // a mix: the max of the two where the other shows
+          max_inside(tmp, dst, region_of(j), m.signed_elems);
+        else
+          copy_inside(tmp, dst, region_of(j));
       }
     } else if (m.kind == GroupMember::Kind::kBoxes) {
       int64_t total = 0, seen = 0;
@@ -570,7 +488,7 @@ void TransformGroup::write_targets(MemberIO* io, const MemberIO* const* inputs,
       if (boxes && n != n_boxes[j])
         STOKER_THROW(DataError, "'", m.name, "' has ", n, " rows but '", boxes->name, "' has ",
                      n_boxes[j], " boxes: the per-box fields of a group have one row per box",
-                     j > 0 ? " (in a sample the mosaic drew)" : "");
+                     drawn(j));
       uint8_t* seg = static_cast<uint8_t*>(mio.out) + static_cast<size_t>(total) * row;
       std::memcpy(seg, in.data, in.size);
       if (m.kind == GroupMember::Kind::kKeypoints)

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,7 @@ struct GroupMember {
   bool encoded = true;
   int elem_bytes = 1;
   int array_h = 0, array_w = 0;
+  bool signed_elems = false;            ///< kMask arrays: signed integers (a mix's max)
   BoxFormat format = BoxFormat::kXYXY;  ///< kBoxes
   bool normalized = false;              ///< kBoxes, kKeypoints: fractions of the size
   int num_keypoints = 0;                ///< kKeypoints
@@ -92,8 +94,8 @@ class TransformGroup {
   /// member the ops act on. DecodeError.
   std::pair<int, int> output_size(const MemberIO* io) const;
 
-  /// The samples a run reads: Mosaic::kSamples when the ops start with a
-  /// Mosaic, else 1 (image_ops.h).
+  /// The samples a run reads: the first op's kSamples when the ops start with a
+  /// Mosaic or a DetectionMixUp, else 1 (samples_read in image_ops.h).
   int samples() const { return samples_; }
   /// The dataset indices of the samples() - 1 other samples a run with `seed`
   /// reads, drawn uniformly from [0, n) by that seed alone, so that the same
@@ -111,13 +113,35 @@ class TransformGroup {
 
  private:
   // The targets of `k` samples (inputs[j][i]: member i of sample j; inputs[0]
-  // is io) through their geometries, into io's outputs; `primary_mask`: sample
-  // 0's first mask when it is already decoded (a group without an image).
+  // is io) through their geometries, into io's outputs; `given_mask`: member
+  // `given` of sample 0 already decoded (-1: none; k == 1 only).
   void write_targets(MemberIO* io, const MemberIO* const* inputs, const Geometry* geos, int k,
-                     const Pixels& primary_mask, int out_h, int out_w, int64_t* decode_ns) const;
+                     const Pixels& given_mask, int given, int out_h, int out_w,
+                     int64_t* decode_ns) const;
   // The mosaic's samples onto its canvas, then the other ops.
   void run_mosaic(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h, int out_w,
                   int64_t* decode_ns) const;
+  // The other sample letterboxed and blended into this one, then the other ops
+  // (detection_mixup.cpp).
+  void run_mixup(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h, int out_w,
+                 int64_t* decode_ns) const;
+  // A mixing op's other sample letterboxed to (w0 x h0) as Letterbox fits it:
+  // its geometry, the fit, and with an image its resized pixels (f.w x f.h RGB)
+  // in `pixels`. Errors name the other sample (detection_mixup.cpp).
+  Geometry letterbox_other(const MemberIO* other, int w0, int h0, ops::Letterbox::Fit* f,
+                           std::vector<uint8_t>* pixels, int64_t* decode_ns) const;
+  // The ops after a mixing op on sample 0, its image first changed by `paint`
+  // (none: as it is); their geometry.
+  Geometry run_rest(MemberIO* io, detail::SplitMix64& rng,
+                    const std::function<void(const Pixels&)>& paint, int out_h, int out_w,
+                    int64_t* decode_ns) const;
+  // The other sample's objects pasted onto this one, then the other ops (copy_paste.cpp).
+  void run_copy_paste(MemberIO* io, const MemberIO* const* others, uint64_t seed, int out_h,
+                      int out_w, int64_t* decode_ns) const;
+  // CopyPaste's needs of the group (UsageError): an RGB image, one mask, boxes.
+  void check_copy_paste();
+  // The (w, h) of sample `in`'s member the ops act on, from its header or shape.
+  std::pair<int, int> input_size(const MemberIO* in) const;
 
   GroupSpec spec_;
   int image_ = -1;    // the RGB image member
@@ -127,6 +151,7 @@ class TransformGroup {
   BoxFilter filter_;
   uint8_t mask_fill_ = 0;
   int samples_ = 1;
+  int paste_mask_ = -1, paste_boxes_ = -1;       // CopyPaste's instance mask and boxes
   std::vector<std::vector<int32_t>> flip_perm_;  // per member: keypoints' left/right swap
 };
 

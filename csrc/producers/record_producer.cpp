@@ -97,6 +97,8 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
                          "ndarray of fixed shape (h, w) or (h, w, 1)");
             m.encoded = false;
             m.elem_bytes = static_cast<int>(dtype_size(fs.dtype));
+            m.signed_elems = fs.dtype == DType::kInt8 || fs.dtype == DType::kInt16 ||
+                             fs.dtype == DType::kInt32 || fs.dtype == DType::kInt64;
             m.array_h = static_cast<int>(sh[0]);
             m.array_w = static_cast<int>(sh[1]);
           }

@@ -296,7 +296,7 @@ class SampleWriter {
   }
 
   // Every field of transform group g, at once (transform_group.h); with the
-  // other samples the group reads (a Mosaic's), read here (NOTE [ Mosaic ] in
+  // other samples the group reads (a Mosaic's, a DetectionMixUp's), read here (NOTE [ Mosaic ] in
   // geometry/transform_group.cpp).
   void write_group(size_t g, int64_t pos, int64_t index) {
     const TransformGroup& group = *src_.groups[g];
@@ -304,12 +304,12 @@ class SampleWriter {
     thread_local std::vector<MemberIO> io;
     io.assign(fields.size(), MemberIO{});
     const int others = group.samples() - 1;
-    thread_local std::vector<RecordView> other_views[ops::Mosaic::kSamples - 1];
-    thread_local std::vector<MemberIO> other_io[ops::Mosaic::kSamples - 1];
-    const MemberIO* other_ptrs[ops::Mosaic::kSamples - 1] = {};
-    Dataset::ShardPin pins[ops::Mosaic::kSamples - 1];
-    int64_t partner[ops::Mosaic::kSamples - 1] = {};
-    Dataset::Location locs[ops::Mosaic::kSamples - 1];
+    thread_local std::vector<RecordView> other_views[kMaxSamples - 1];
+    thread_local std::vector<MemberIO> other_io[kMaxSamples - 1];
+    const MemberIO* other_ptrs[kMaxSamples - 1] = {};
+    Dataset::ShardPin pins[kMaxSamples - 1];
+    int64_t partner[kMaxSamples - 1] = {};
+    Dataset::Location locs[kMaxSamples - 1];
     if (others > 0) {
       b_.partners(g, pos, index, partner);
       for (int k = 0; k < others; ++k) {

@@ -11,12 +11,12 @@
 
 #include "augment/auto_augment.h"
 #include "augment/color_ops.h"
-#include "augment/detail/random_draws.h"
 #include "augment/erasing.h"
 #include "augment/gaussian_blur.h"
 #include "check.h"
 #include "common/detail/half.h"
 #include "common/error.h"
+#include "geometry/detail/random_draws.h"
 #include "geometry/padding.h"
 #include "geometry/warp.h"
 

@@ -14,7 +14,9 @@ masks, boxes, keypoints and per-box rows follow the image's geometry (docs/augme
                                                            stoker.ops.RandomHorizontalFlip()]}
 
 :class:`MixUp` and :class:`CutMix` act on whole batches: ``Loader(batch_transforms=[...])``;
-:class:`Mosaic` reads three more samples for each one (YOLO's mosaic).
+:class:`Mosaic` reads three more samples for each one (YOLO's mosaic), :class:`DetectionMixUp`
+one more (YOLO's MixUp, with the targets of both), :class:`CopyPaste` pastes another
+sample's objects by their instance mask.
 
 Semantics follow torchvision on PIL images: the crop rules, the rounding of sizes, and an
 antialiased bilinear (triangle) resize like PIL's ``BILINEAR``. Images come out RGB
@@ -47,11 +49,12 @@ from .geometry import (
     RandomVerticalFlip,
     Resize,
 )
-from .multi_sample import Mosaic
+from .multi_sample import CopyPaste, DetectionMixUp, Mosaic
 
 __all__ = ["Op", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip",
            "RandomVerticalFlip", "Normalize", "ColorJitter", "RandomGrayscale", "GaussianBlur",
            "HSVJitter", "RandAugment", "TrivialAugmentWide", "AutoAugment", "RandomErasing",
            "RandomCrop", "Pad", "Letterbox", "RandomRotation", "RandomAffine",
-           "RandomPerspective", "SanitizeBoundingBoxes", "Mosaic", "BatchOp", "MixUp",
-           "CutMix"]
+           "RandomPerspective", "SanitizeBoundingBoxes", "Mosaic", "DetectionMixUp", "CopyPaste",
+           "BatchOp",
+           "MixUp", "CutMix"]

@@ -1,5 +1,5 @@
-// Distributions over the per-sample stream (geometry/detail/rng.h) for the augmentations:
-// normal (RandomErasing's noise), gamma and beta (MixUp/CutMix's lambda).
+// Distributions over the per-sample stream (rng.h) for the ops: normal
+// (RandomErasing's noise), gamma and beta (MixUp/CutMix's and DetectionMixUp's lambda).
 // Each takes its draws from the stream only, so results depend on the seed
 // alone.
 #pragma once
