@@ -394,3 +394,61 @@ def test_more_workers_than_cores_warns_as_dataloader(tds, tmp_path):
         warnings.simplefilter("error")
         stoker.Loader(write_dataset(tmp_path / "ds", 4), num_workers=n)
         stoker.Loader(tds, num_workers=available_cores())
+
+
+# -- DataLoader's own names, and datasets whose workers wait for each other ------------------
+
+class _Barrier(torch.utils.data.Dataset):
+    """Its first `parties` samples wait for each other (PyTorch's SynchronizedDataset):
+    they need that many workers at once, as DataLoader runs them."""
+
+    def __init__(self, n, parties, draw=False):
+        self.n, self.draw = n, draw
+        self.barrier = threading.Barrier(parties)
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        with self.lock:
+            self.calls += 1
+            first = self.calls <= self.barrier.parties
+        if first:
+            self.barrier.wait(timeout=60)
+        return {"i": i, "r": torch.rand(()).item() if self.draw else 0.0}
+
+
+def test_num_workers_samples_run_at_once_as_dataloaders(monkeypatch):
+    from stoker._stage import chunks
+    monkeypatch.setattr(chunks, "PROBE_WAIT_SECONDS", 0.5)  # the first sample's watch
+    loader = stoker.Loader(_Barrier(8, 4), batch_size=1, num_workers=4,
+                           python_workers="thread")
+    assert loader.plan.settings.prefetch == 8  # DataLoader's prefetch_factor=2 by default
+    assert sorted(int(b["i"]) for b in loader) == list(range(8))
+
+
+def test_a_first_sample_that_waits_for_others_is_said_when_it_drew(monkeypatch):
+    from stoker._stage import chunks
+    monkeypatch.setattr(chunks, "PROBE_WAIT_SECONDS", 0.5)
+    loader = stoker.Loader(_Barrier(8, 3, draw=True), batch_size=1, num_workers=3)
+    with pytest.warns(RuntimeWarning, match=r"first sample took over 0.5 s.*may differ"):
+        got = sorted(int(b["i"]) for b in loader)
+    assert got == list(range(8))
+    loader.close()
+
+
+def test_dataloaders_iterator_names(tds):
+    loader = stoker.Loader(tds, batch_size=4, num_workers=2)
+    assert loader._auto_collation
+    assert not stoker.Loader(tds, batch_size=None)._auto_collation
+    it = iter(loader)
+    next(it)
+    workers = it._workers
+    assert len(workers) >= 2 and all(w.is_alive() and w.exitcode is None for w in workers)
+    it.close()
+    loader.close()
+    for w in workers:
+        w.join(10)
+        assert not w.is_alive() and w.exitcode == 0

@@ -280,6 +280,31 @@ def test_worker_error_surfaces_at_its_batch_and_loader_recovers(tmp_path):
         next(again)
 
 
+def test_a_new_iterator_after_a_failed_batch_starts_the_next_epoch(tmp_path):
+    ds = write_dataset(tmp_path / "d", 40, shard_size="1MB")
+    corrupt_record(ds, 23)
+    ds = stoker.Dataset(tmp_path / "d")
+    loader = stoker.Loader(ds, batch_size=4, num_threads=2, shuffle=True, seed=5)
+    plain = stoker.Loader(stoker.Dataset(tmp_path / "d"), batch_size=4, shuffle=True, seed=5,
+                          on_error="skip")
+    plain.set_epoch(1)
+    with pytest.warns(RuntimeWarning):
+        want = [b["label"].tolist() for b in plain]
+    errors = []
+    try:
+        for _ in loader:
+            pass
+    except stoker.DataError as e:
+        errors.append(e)  # the error (and its traceback, and the iterator) kept alive
+    assert len(errors) == 1 and loader.epoch == 1
+    # as after a break: the loop's next epoch, whole (the failed iterator is closed)
+    got = []
+    with pytest.raises(stoker.DataError):
+        for b in loader:
+            got.append(b["label"].tolist())
+    assert got == want[:len(got)] and len(got) < len(want)
+
+
 def test_on_error_skip_replaces_and_warns(tmp_path):
     ds = write_dataset(tmp_path / "d", 40, shard_size="1MB")
     corrupt_record(ds, 23)

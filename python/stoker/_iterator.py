@@ -5,10 +5,11 @@ batches from the C++ core (or the Python stage) and hands them to the loop as te
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -20,6 +21,26 @@ __all__ = ["LoaderIter"]
 # A DLPack capsule as a tensor: torch.from_dlpack's own path for a capsule, without the
 # checks for objects with __dlpack__ (a few microseconds per tensor at every batch).
 _tensor_from_capsule = getattr(torch._C, "_from_dlpack", None) or torch.from_dlpack
+
+
+class _WorkerHandle:
+    """A stage thread as DataLoader's ``_workers`` lists a worker process."""
+
+    def __init__(self, thread: threading.Thread):
+        self._thread = thread
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        return None if self._thread.is_alive() else 0
+
+    def terminate(self) -> None:
+        """Nothing: a stage thread ends when its iterator or loader closes."""
 
 
 # NOTE [ After a failed batch ]
@@ -142,6 +163,19 @@ class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
     @property
     def epoch(self) -> int:
         return self._it.epoch
+
+    @property
+    def _workers(self) -> List["_WorkerHandle"]:
+        """DataLoader's name (its tests join them): the threads of the Python stage that
+        run the user's code, each with multiprocessing.Process's join/is_alive/exitcode.
+        With python_workers="process" these are the threads that drive the processes; the
+        C++ core's threads are not listed."""
+        threads = getattr(self._it, "workers", None)  # an IterableDataset's epoch
+        if threads is None:
+            stage = self._loader._stage
+            pool = getattr(stage, "pool", None)
+            threads = list(getattr(pool, "_threads", None) or [])
+        return [_WorkerHandle(t) for t in threads if t is not None]
 
     def close(self) -> None:
         """Stops this iterator's threads; batches already yielded stay valid."""

@@ -372,6 +372,11 @@ class Loader:
         return self._world()[0]
 
     @property
+    def _auto_collation(self) -> bool:
+        """DataLoader's name: samples are batched (False with batch_size=None)."""
+        return not self.plan.sampling.unbatched
+
+    @property
     def world_size(self) -> int:
         return self._world()[1]
 

@@ -16,7 +16,7 @@ from .errors import add_note, names_itself
 from .processes import WorkerDied
 from .rng import rng_from_key, rng_keys
 from .sources import DatasetSource
-from .state import PROCESS_THREADS_PER_WORKER, _Doing, _Pending, forks
+from .state import PROBE_WAIT_SECONDS, PROCESS_THREADS_PER_WORKER, _Doing, _Pending, forks
 from .telemetry import native_times, thread_sched
 from .workers import draws_globals, seed_globals, set_process_worker_info
 
@@ -158,7 +158,10 @@ class ChunkRunner:
                         if self.auto and self.pool is not None:
                             self.pool.paused = True  # no more on threads: the consumer forks
                     return True
-                self._probe_done.wait(60)
+                if not self._probe_done.wait(PROBE_WAIT_SECONDS):
+                    # a slow first sample (or one that waits for others: a barrier across
+                    # workers) does not hold the rest back for good; said if it drew
+                    self._probe_overran = PROBE_WAIT_SECONDS
             pending.rows[pos] = self._sample(index, task.epoch, key)
             return True
         except Exception as e:

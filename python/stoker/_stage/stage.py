@@ -23,7 +23,14 @@ from .errors import add_note
 from .pool import StagePool
 from .processes import ProcessWorkers, SendOrder
 from .sources import MapStyleSource
-from .state import END, PROCESS_THREADS_PER_WORKER, _Delivery, _Doing, _Pending, forks
+from .state import (
+    END,
+    PROCESS_THREADS_PER_WORKER,
+    _Delivery,
+    _Doing,
+    _Pending,
+    forks,
+)
 from .taking import _Taker
 from .workers import set_thread_worker_info, worker_info_wanted
 
@@ -101,6 +108,8 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         self._init_error: Optional[BaseException] = None  # worker_init_fn's, raised in next()
         self._probed = False  # the global generators watched over one sample
         self._probe_done = threading.Event()  # ... and its answer known
+        # a thread stopped waiting for it: after how long (PROBE_WAIT_SECONDS), else 0
+        self._probe_overran = 0.0
         self._global_draws = False  # ... and it drew from them
         self._unpicklable: Optional[str] = None  # ... and could not be pickled: why
         # Image fields of a C++-assembled batch that the loop gets as NCHW views of their
@@ -196,6 +205,16 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         generators: auto goes to processes now; threads warn, once."""
         self._global_draws = False
         if self.auto:
+            if self._probe_overran:
+                warnings.warn(
+                    f"stoker: the dataset's __getitem__ (or map) draws from the global random "
+                    f"generators (random, numpy.random or torch), so python_workers='auto' "
+                    f"moves to worker processes (each sample's generators seeded from (seed, "
+                    f"epoch, index)); but its first sample took over {self._probe_overran:g} s, "
+                    "and samples that ran on threads meanwhile got draws that depend on "
+                    "timing: the first batches may differ from run to run. Pass "
+                    "python_workers='process' to run every sample that way",
+                    RuntimeWarning, stacklevel=4)
             self._to_processes()
             return
         if self.processes:

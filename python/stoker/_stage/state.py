@@ -12,10 +12,13 @@ from typing import Any, Dict, Hashable, List, Optional
 
 import torch
 
-__all__ = ["PROCESS_THREADS_PER_WORKER", "END", "forks"]
+__all__ = ["PROCESS_THREADS_PER_WORKER", "PROBE_WAIT_SECONDS", "END", "forks"]
 
 # Stage threads per worker process (NOTE [ Python stage processes ] in processes.py).
 PROCESS_THREADS_PER_WORKER = 2
+# How long the other stage threads wait for the first sample, watched for draws from the
+# global generators (NOTE [ Global random generators ] in workers.py), before they go on.
+PROBE_WAIT_SECONDS = 10.0
 # The end of an epoch, as PythonStage.next() says it: never a value a hook may return (a
 # batch may be None).
 END = object()
