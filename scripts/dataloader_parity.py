@@ -164,42 +164,25 @@ class TestCase(unittest.TestCase):
 # The first failure a test meets decides its line; a test that fails for an unlisted
 # reason is reported as unexplained.
 KNOWN = {
-    "test_error": (
-        "a", "larger: a batch whose __getitem__ raises ends the iterator (the C++ core's "
-        "rule: an iterator ends at its first error); DataLoader raises and goes on with the "
-        "next batch. Fix: after a failed batch k, _LoaderIter opens a core iterator on the "
-        "same epoch from batch k + 1 (set_epoch(e), skip(k + 1)), or the core keeps the "
-        "iterator open past a failed batch"),
-    "test_error_workers": ("a", "as test_error, with workers"),
     "test_growing_dataset": (
         "a", "larger: len(loader) is fixed when the loader is made (the C++ producer is "
         "built with len(dataset)); DataLoader asks len(dataset) again at every len() and "
         "iter(). Fix: re-read len(dataset) at len() and iter() and rebuild the producer when "
         "it changed"),
     "test_bulk_loading_nobatch": (
-        "a", "larger: reads dl._auto_collation (a private attribute) and then needs a "
-        "sampler that yields lists of indices passed whole to __getitem__ (bulk loading); "
-        "stoker lists a sampler's items as int indices into its C++ order"),
+        "a", "larger: needs a sampler that yields lists of indices passed whole to "
+        "__getitem__ (bulk loading); stoker lists a sampler's items as int indices into its "
+        "C++ order"),
     "test_worker_seed": (
         "c", "worker threads share one process, so torch.initial_seed() is the same in "
         "every worker (DataLoader's worker processes each have base_seed + id); stoker "
-        "seeds the global generators per sample in worker processes instead. Also hangs "
-        "(see test_worker_seed_reproducibility)"),
-    "test_worker_seed_reproducibility": (
-        "a", "larger: hangs. Its dataset is a barrier that needs all 6 workers busy at "
-        "once; DataLoader has 2 * num_workers batches in flight from the start, stoker's "
-        "automatic prefetch starts at 4 batches (kAutoInitialWindow, C++) and the Python "
-        "stage follows the C++ tuner's active thread count. Fix: with an explicit "
-        "num_workers, start and floor the automatic window at 2 * num_workers and keep "
-        "all num_workers stage threads working"),
+        "seeds the global generators per sample in worker processes instead"),
     "test_multi_epochs_reproducibility": (
         "c", "an IterableDataset's batches are cut from the merged stream of the workers "
         "(so the batch count does not depend on num_workers: NOTE [ Iterable datasets ]); "
         "DataLoader batches each worker's stream apart, which this test checks"),
     "test_iterable_style_dataset": (
-        "b", "reads dataloader_iter._workers (DataLoader's worker processes); past that, "
-        "it expects per-worker batches (c, as test_multi_epochs_reproducibility)"),
-    "test_partial_workers": ("b", "reads loader._workers (DataLoader's worker processes)"),
+        "c", "expects per-worker batches (as test_multi_epochs_reproducibility)"),
     "test_get_worker_info": (
         "b", "reads it._workers to match each worker's pid (DataLoader's processes)"),
     "test_segfault": (
