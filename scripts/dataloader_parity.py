@@ -164,11 +164,6 @@ class TestCase(unittest.TestCase):
 # The first failure a test meets decides its line; a test that fails for an unlisted
 # reason is reported as unexplained.
 KNOWN = {
-    "test_growing_dataset": (
-        "a", "larger: len(loader) is fixed when the loader is made (the C++ producer is "
-        "built with len(dataset)); DataLoader asks len(dataset) again at every len() and "
-        "iter(). Fix: re-read len(dataset) at len() and iter() and rebuild the producer when "
-        "it changed"),
     "test_bulk_loading_nobatch": (
         "a", "larger: needs a sampler that yields lists of indices passed whole to "
         "__getitem__ (bulk loading); stoker lists a sampler's items as int indices into its "

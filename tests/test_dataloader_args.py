@@ -452,3 +452,25 @@ def test_dataloaders_iterator_names(tds):
     for w in workers:
         w.join(10)
         assert not w.is_alive() and w.exitcode == 0
+
+
+def test_a_dataset_that_grows_is_followed_between_epochs_as_dataloader():
+    data = [torch.full((2,), float(i)) for i in range(4)]
+    plain = stoker.Loader(data, batch_size=2)
+    shuffled = stoker.Loader(data, batch_size=2, shuffle=True, seed=1)
+    assert len(plain) == len(shuffled) == 2
+    it = iter(plain)
+    next(it)
+    data.append(torch.full((2,), 4.0))
+    assert len(it) == 1  # the running epoch keeps its order
+    assert [b[:, 0].tolist() for b in it] == [[2.0, 3.0]]
+    assert len(plain) == len(shuffled) == len(torch.utils.data.DataLoader(data, batch_size=2))
+    assert [b[:, 0].tolist() for b in plain] == [[0.0, 1.0], [2.0, 3.0], [4.0]]
+    shuffled.set_epoch(2)
+    got = sorted(x for b in shuffled for x in b[:, 0].tolist())
+    assert got == [0.0, 1.0, 2.0, 3.0, 4.0] and shuffled.epoch == 3
+    # the same order as a loader made over the grown dataset
+    again = stoker.Loader(data, batch_size=2, shuffle=True, seed=1)
+    again.set_epoch(2)
+    shuffled.set_epoch(2)
+    assert [b.tolist() for b in again] == [b.tolist() for b in shuffled]

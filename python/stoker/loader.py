@@ -335,6 +335,8 @@ class Loader:
         self._identity()
         self._pid = os.getpid()
         self._failed_iter: Optional[Any] = None  # NOTE [ After a failed batch ]
+        self._live_iter: Optional[Any] = None  # the last iterator (weakly)
+        self._built_len = len(p.dataset) if p.source == "map-style" else None
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
         self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
@@ -382,8 +384,31 @@ class Loader:
 
     # -- epochs and length ----------------------------------------------------
 
+    def _follow_len(self) -> None:
+        """DataLoader reads len(dataset) at every len() and iter(): a map-style dataset
+        that grew or shrank since is planned and built again (between epochs: a running
+        epoch keeps its order), at the epoch the loader was at."""
+        if self.plan.source != "map-style" or self._user_sampler is not None:
+            return
+        try:
+            n = len(self.dataset)
+        except TypeError:
+            return
+        if n == self._built_len:
+            return
+        running = self._live_iter() if self._live_iter is not None else None
+        if running is not None and len(running) > 0:
+            return
+        epoch, arguments = self.epoch, dict(self.plan.arguments)
+        self.close()
+        object.__setattr__(self, "_initialized", False)
+        self.__init__(self.dataset, **arguments)  # type: ignore[misc]
+        if epoch:
+            self.set_epoch(epoch)
+
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
+        self._follow_len()
         n = self._core.num_batches(*self._world())
         if self.plan.source == "iterable":  # DataLoader's check of it (_LoaderIter)
             self._iterable_len = n
@@ -453,6 +478,7 @@ class Loader:
                 "x, y), and transformers' Trainer passes them to a model that shifts them "
                 "again: it would train on token t+2. Pass labels='unshifted' (HF's "
                 "convention: labels = input_ids, -100 where no loss; docs/tokens.md)")
+        self._follow_len()
         rank, world = self._world()
         remote = None if self._map_style else getattr(self.dataset, "remote", None)
         if remote is not None and not self._tokens and self.dataset._core.deferred:
@@ -478,7 +504,9 @@ class Loader:
             failed.close()
         if self._stage is not None:
             self._stage.start()
-        return LoaderIter(self, self._core.iter(rank, world), (rank, world))
+        it = LoaderIter(self, self._core.iter(rank, world), (rank, world))
+        self._live_iter = weakref.ref(it)
+        return it
 
     # -- resume ---------------------------------------------------------------
 
