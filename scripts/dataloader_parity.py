@@ -164,10 +164,6 @@ class TestCase(unittest.TestCase):
 # The first failure a test meets decides its line; a test that fails for an unlisted
 # reason is reported as unexplained.
 KNOWN = {
-    "test_bulk_loading_nobatch": (
-        "a", "larger: needs a sampler that yields lists of indices passed whole to "
-        "__getitem__ (bulk loading); stoker lists a sampler's items as int indices into its "
-        "C++ order"),
     "test_worker_seed": (
         "c", "worker threads share one process, so torch.initial_seed() is the same in "
         "every worker (DataLoader's worker processes each have base_seed + id); stoker "

@@ -474,3 +474,50 @@ def test_a_dataset_that_grows_is_followed_between_epochs_as_dataloader():
     again.set_epoch(2)
     shuffled.set_epoch(2)
     assert [b.tolist() for b in again] == [b.tolist() for b in shuffled]
+
+
+class _Bulk(torch.utils.data.Dataset):
+    """Loads in bulk: its items are lists of indices (PyTorch's BulkLoadingDataset)."""
+
+    def __len__(self):
+        return 35
+
+    def __getitem__(self, indices):
+        assert isinstance(indices, list), indices
+        return torch.as_tensor(indices) * 10
+
+
+class _BulkSampler(torch.utils.data.Sampler):
+    def __init__(self, n, generator):
+        self.n, self.generator = n, generator
+
+    def __iter__(self):
+        yield from (x.tolist() for x in torch.randperm(self.n, generator=self.generator)
+                    .split(4))
+
+    def __len__(self):
+        return -(-self.n // 4)
+
+
+@pytest.mark.parametrize("num_workers", [0, 3])
+def test_a_sampler_of_index_lists_passes_them_whole_as_dataloader(num_workers):
+    want = list(DataLoader(_Bulk(), batch_size=None, num_workers=0,
+                           sampler=_BulkSampler(35, torch.Generator().manual_seed(3))))
+    sampler = _BulkSampler(35, torch.Generator().manual_seed(3))
+    loader = stoker.Loader(_Bulk(), batch_size=None, num_workers=num_workers, sampler=sampler)
+    assert not loader._auto_collation
+    got = list(loader)
+    assert len(got) == len(want) == 9
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    # the epoch's lists come again for a resume
+    it = iter(loader)
+    first = [next(it) for _ in range(4)]
+    state = loader.state_dict()
+    rest = [t.tolist() for t in it]
+    again = stoker.Loader(_Bulk(), batch_size=None, num_workers=num_workers,
+                          sampler=_BulkSampler(35, torch.Generator().manual_seed(99)))
+    again.load_state_dict(state)
+    assert [t.tolist() for t in again] == rest and len(first) + len(rest) == 9
+    with pytest.raises(ValueError, match="not indices.*python_workers='thread'"):
+        list(stoker.Loader(_Bulk(), batch_size=None, num_workers=2, sampler=sampler,
+                           python_workers="process"))

@@ -14,6 +14,7 @@ What makes an epoch's order again, for a resume:
 
 from __future__ import annotations
 
+import operator
 import random
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -21,6 +22,16 @@ import numpy as np
 import torch
 
 __all__ = ["UserSampler"]
+
+
+def _same(a: Optional[List[Any]], b: Optional[List[Any]]) -> bool:
+    """Two listings' items (None: indices) alike?"""
+    if a is None or b is None:
+        return a is b
+    try:
+        return len(a) == len(b) and all(bool(x == y) for x, y in zip(a, b))
+    except Exception:  # items that do not compare (arrays of several values...)
+        return False
 
 
 def _inner(obj: Any) -> List[Any]:
@@ -74,6 +85,10 @@ class UserSampler:
             callable(getattr(sampler, "load_state_dict", None))
         self.gens = [] if self.stateful else _generators(sampler)
         self.kept: Dict[int, Any] = {}  # epoch -> what makes its order again
+        # epoch -> the sampler's items, where they are not indices (_indices); the stage's
+        # source reads them (MapStyleSource.keys), and on_keys is told first
+        self.keys: Dict[int, List[Any]] = {}
+        self.on_keys: Optional[Any] = None
         self.checked: Optional[bool] = None  # the first listing, made twice, agreed
 
     def set_epoch(self, epoch: int) -> None:
@@ -101,16 +116,27 @@ class UserSampler:
         np.random.set_state(snap[2][1])
         random.setstate(snap[2][2])
 
-    def _list(self) -> Tuple[np.ndarray, np.ndarray]:
-        """The sampler's epoch: (indices, where each batch ends)."""
+    def _indices(self, items: List[Any]) -> Tuple[np.ndarray, Optional[List[Any]]]:
+        """Items of the sampler as the C++ order's indices; items that are not integers
+        (a list of indices for a dataset that loads in bulk, a key) are passed to
+        ``__getitem__`` as they are, as DataLoader passes them: the order then holds
+        their positions, and the items go with the epoch (``keys``)."""
+        try:
+            return np.fromiter((operator.index(i) for i in items), np.int64, len(items)), None
+        except TypeError:
+            return np.arange(len(items), dtype=np.int64), items
+
+    def _list(self) -> Tuple[np.ndarray, np.ndarray, Optional[List[Any]]]:
+        """The sampler's epoch: (indices, where each batch ends, the items when they are
+        not indices)."""
         if self.batched:
-            batches = [list(map(int, b)) for b in self.sampler]
-            indices = np.fromiter((i for b in batches for i in b), np.int64)
+            batches = [list(b) for b in self.sampler]
+            indices, keys = self._indices([i for b in batches for i in b])
             ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
             if any(len(b) == 0 for b in batches):
                 raise ValueError("the batch_sampler gave an empty batch")
         else:
-            indices = np.fromiter((int(i) for i in self.sampler), np.int64)
+            indices, keys = self._indices(list(self.sampler))
             n, b = len(indices), self.batch_size
             full = n // b
             ends = np.arange(1, full + 1, dtype=np.int64) * b
@@ -118,25 +144,31 @@ class UserSampler:
                 ends = np.append(ends, n)
             elif self.drop_last:
                 indices = indices[: full * b]
-        return indices, ends
+        return indices, ends, keys
 
     def list_epoch(self, epoch: int) -> None:
         """Lists `epoch` (once: a later iter() of the same epoch runs the same order)."""
         if epoch in self.kept:
             return
         snap = self._snapshot()
-        indices, ends = self._list()
+        indices, ends, keys = self._list()
         if self.checked is None and not self.stateful:
             # listed again from the same generators: the same order?
             after = self._snapshot()
             self._restore(snap)
-            again, again_ends = self._list()
+            again, again_ends, again_keys = self._list()
             self._restore(after)
-            self.checked = np.array_equal(indices, again) and np.array_equal(ends, again_ends)
-        self.listed.set(epoch, indices, ends, self.num_records)
+            self.checked = np.array_equal(indices, again) and \
+                np.array_equal(ends, again_ends) and _same(keys, again_keys)
+        if keys is not None:
+            if self.on_keys is not None:
+                self.on_keys()
+            self.keys[epoch] = keys
+        self.listed.set(epoch, indices, ends, max(self.num_records, len(indices)))
         self.kept[epoch] = snap
         for old in sorted(self.kept)[:-4]:
             del self.kept[old]
+            self.keys.pop(old, None)
 
     # -- resume -------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from . import _loader_state as state_mod
 from ._iterator import LoaderIter
 from ._loader_args import check_int
 from ._samplers import UserSampler
+from ._stage.sources import MapStyleSource
 from .mix import MixRun
 from .ops import Op
 
@@ -329,6 +330,10 @@ class Loader:
             self._samplers = UserSampler(
                 self._user_sampler, s.batch_sampler is not None, s.batch_size or 1,
                 s.drop_last, len(p.dataset), parts.listed)
+            stage = self._stage
+            if stage is not None and isinstance(getattr(stage, "source", None), MapStyleSource):
+                keys = self._samplers.keys
+                self._samplers.on_keys = lambda: stage.use_keys(keys)
         self._cache = parts.cache
         self._cache_full_said = False
         self._ident: Optional[Dict[str, Any]] = None

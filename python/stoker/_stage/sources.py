@@ -47,6 +47,9 @@ class MapStyleSource:
     def __init__(self, obj: Any, names: Optional[Sequence[Hashable]] = None):
         self.obj = obj
         self.names = None if names is None else list(names)
+        # epoch -> a user sampler's items where they are not indices (the order holds
+        # their positions: stoker/_samplers.py); None: indices
+        self.keys: Optional[Dict[int, List[Any]]] = None
         if self.names is not None and len(set(self.names)) != len(self.names):
             raise ValueError(f"names= has repeated names: {self.names}")
 
@@ -54,14 +57,20 @@ class MapStyleSource:
         return len(self.obj)
 
     def describe(self, index: int) -> str:
+        if self.keys is not None:
+            return f"the sampler's item {index} of its epoch"
         return f"dataset index {index}"
+
+    def _key(self, index: int, epoch: int) -> Any:
+        return index if self.keys is None else self.keys[epoch][index]
 
     def raw(self, index: int, epoch: int) -> Any:
         """The item as the dataset returns it (what collate_fn receives without map)."""
-        return self.obj[index]
+        return self.obj[self._key(index, epoch)]
 
     def sample(self, index: int, epoch: int) -> Dict:
-        return normalize_item(self.obj[index], self.names, lambda: self.describe(index))
+        return normalize_item(self.obj[self._key(index, epoch)], self.names,
+                              lambda: self.describe(index))
 
 
 class DatasetSource:
