@@ -190,14 +190,8 @@ KNOWN = {
         "worker's copy of the dataset; stoker's worker threads share the dataset and take "
         "chunks of batches as they come"),
     "test_multiprocessing_iterdatapipe": (
-        "c", "an IterDataPipe with shuffle=True: stoker refuses shuffle for an "
-        "IterableDataset, DataPipes included (DataLoader applies the DataPipe's shuffle "
-        "settings: a small gap, a); past that, it expects one batch per worker, where "
-        "stoker batches the merged stream (c, as test_multi_epochs_reproducibility)"),
-    "test_shuffler_iterdatapipe": (
-        "b", "calls dl._iterator._shutdown_workers(); before that, shuffle=True on an "
-        "IterDataPipe (refused, a) and sharding_filter() across worker threads that share "
-        "one DataPipe (stoker does not apply DataPipe sharding per worker: a, larger)"),
+        "c", "expects one batch per worker, where stoker batches the workers' merged "
+        "stream (as test_multi_epochs_reproducibility)"),
 }
 
 

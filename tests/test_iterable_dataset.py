@@ -156,3 +156,26 @@ def test_more_than_len_warns_as_dataloader_once_len_was_asked(workers):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 next(it)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 3])
+def test_a_datapipe_is_shuffled_and_sharded_as_dataloader_does_it(num_workers):
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    def pipe():
+        return IterableWrapper(list(range(50))).shuffle(buffer_size=20).sharding_filter()
+
+    loader = stoker.Loader(pipe(), batch_size=None, shuffle=True, num_workers=num_workers)
+    runs = []
+    for seed in (123, 123, 321):
+        torch.manual_seed(seed)  # DataLoader draws the DataPipe's seed at iter()
+        runs.append([int(x) for x in loader])
+    assert all(sorted(r) == list(range(50)) for r in runs)  # sharded: each item once
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    assert runs[0] != list(range(50))  # its shufflers were turned on
+    # without shuffle=True, the DataPipe is left as it is (DataLoader's shuffle=None)
+    assert [int(x) for x in stoker.Loader(IterableWrapper(list(range(10))).shuffle()
+                                          .set_shuffle(False), batch_size=None)] == \
+        list(range(10))
+    with pytest.raises(ValueError, match="expected unspecified shuffle"):
+        stoker.Loader(Range(8), batch_size=2, shuffle=True)

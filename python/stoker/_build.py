@@ -92,12 +92,16 @@ def _build_iterable(p: LoaderPlan, open_device: Optional[Callable[[int], Any]]) 
     # one reader by default: the stream of num_workers=0, read ahead of the loop; more
     # workers shard the dataset by get_worker_info(), which changes the stream's order
     workers = 1 if st.num_workers is None else st.num_workers
-    stream = IterableStream(p.dataset, batch_size=s.batch_size or 1, drop_last=s.drop_last,
+    dataset = p.dataset
+    if s.shuffle and isinstance(dataset, torch.utils.data.IterDataPipe):
+        # DataLoader's: shuffle=True turns the DataPipe's shufflers on
+        dataset = torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=True)
+    stream = IterableStream(dataset, batch_size=s.batch_size or 1, drop_last=s.drop_last,
                             even_batches=s.even_batches, seed=s.seed, workers=workers,
                             worker_init_fn=st.worker_init_fn, map_fn=st.map,
                             batch_map=st.batch_map, collate_fn=st.collate_fn,
                             map_fields=st.map_fields, unbatched=st.unbatched,
-                            timeout=p.timeout)
+                            timeout=p.timeout, generator=p.arguments.get("generator"))
     _, pin, api = args.resolve_device(torch.device("cpu"), p.delivery.pin_memory, open_device,
                                       p.delivery.pin_device)
     stream.pin = pin and api is not None and not getattr(api, "fake", False)

@@ -401,13 +401,14 @@ def check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
                              "not to a user's sampler")
 
 
-def check_iterable(a: Mapping[str, Any]) -> None:
+def check_iterable(a: Mapping[str, Any], dataset: Any = None) -> None:
     """DataLoader's rules for an IterableDataset, and stoker's."""
     for name in ("sampler", "batch_sampler"):
         if a[name] is not None:
             raise ValueError(f"DataLoader with IterableDataset: expected unspecified {name} "
                              f"option, but got {name}={a[name]!r} (as DataLoader)")
-    if a["shuffle"]:
+    # an IterDataPipe takes shuffle=True into its shufflers (NOTE [ Iterable datasets ])
+    if a["shuffle"] and not isinstance(dataset, torch.utils.data.IterDataPipe):
         raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
                          f"option, but got shuffle={a['shuffle']!r} (as DataLoader): shuffle in "
                          "the dataset")

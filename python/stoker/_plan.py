@@ -308,7 +308,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     worker_init_fn = _hook("worker_init_fn", a["worker_init_fn"])
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)
     if iterable:
-        args.check_iterable(a)
+        args.check_iterable(a, dataset)
     map_style = not iterable and is_map_style(dataset)
     seq_len, packing, max_tokens = a["seq_len"], a["packing"], a["max_tokens"]
     tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \

@@ -432,6 +432,7 @@ class Loader:
     # `batch_sampler` the user's, if one was given. The rest are set in __init__.
     batch_sampler: Any = None
     collate_fn: Any = None
+    _iterator: Any = None  # DataLoader's persistent iterator: a stoker loader keeps none
     # an IterableDataset's len(loader), once asked: an iterator that yields more warns,
     # as DataLoader's (NOTE [ IterableDataset and __len__ ] in torch/utils/data/dataloader.py)
     _iterable_len: Optional[int] = None

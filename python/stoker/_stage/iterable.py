@@ -31,6 +31,7 @@ iteration, state and stats code is the same):
 
 from __future__ import annotations
 
+import copy
 import queue
 import threading
 import time
@@ -54,8 +55,10 @@ _DONE = object()
 class _Worker(threading.Thread):
     """Worker `wid` of `n`: its iterator of the dataset, into its queue."""
 
-    def __init__(self, stream: "IterableStream", wid: int, n: int, epoch: int):
+    def __init__(self, stream: "IterableStream", wid: int, n: int, epoch: int,
+                 pipe: Any = None):
         super().__init__(name=f"stoker-iterable-{wid}", daemon=True)
+        self.pipe = pipe  # an IterDataPipe's copy for this worker (_datapipes), else None
         self.q: "queue.Queue[Any]" = queue.Queue(_QUEUE)
         self.stream, self.wid, self.n, self.epoch = stream, wid, n, epoch
         self.stop = threading.Event()
@@ -75,13 +78,33 @@ class _Worker(threading.Thread):
             set_thread_worker_info(self.wid, self.n, s.seed, s.dataset)
             if s.worker_init_fn is not None:
                 s.worker_init_fn(self.wid)
-            for item in s.dataset:
+            for item in (s.dataset if self.pipe is None else self.pipe):
                 if not self.put(("item", item)):
                     return
         except BaseException as e:  # the loop raises it at this worker's place
             self.put(("error", add_note(e, f"stoker: raised by the IterableDataset in "
                                            f"worker {self.wid}")))
         self.put(_DONE)
+
+
+def _datapipes(stream: "IterableStream", n: int) -> List[Any]:
+    """An IterDataPipe's graphs for an epoch's workers, as DataLoader makes them: one
+    seed drawn at iter() from the loader's generator (torch's global one without it)
+    for the shufflers of every worker, and each worker's own copy sharded to it (its
+    sharding_filter), since a DataPipe has one iterator at a time. [] for other
+    datasets."""
+    ds = stream.dataset
+    if not isinstance(ds, torch.utils.data.IterDataPipe):
+        return []
+    seed = int(torch.empty((), dtype=torch.int64).random_(generator=stream.generator).item())
+    settings = torch.utils.data.graph_settings
+    pipes = []
+    for w in range(max(1, n)):
+        pipe = ds if n == 0 else copy.deepcopy(ds)
+        if n > 0:
+            pipe = settings.apply_sharding(pipe, n, w)
+        pipes.append(settings.apply_random_seed(pipe, torch.Generator().manual_seed(seed)))
+    return pipes
 
 
 class _Iter:
@@ -95,12 +118,14 @@ class _Iter:
         self.rows = 0  # rows of the merged stream taken
         self.first: List[Any] = []  # the epoch's first rows (padding wraps onto them)
         n = stream.workers
+        pipes = _datapipes(stream, n)
         if n == 0:
-            self._inline: Optional[Any] = iter(stream.dataset)
+            self._inline: Optional[Any] = iter(pipes[0] if pipes else stream.dataset)
             self.workers: List[_Worker] = []
         else:
             self._inline = None
-            self.workers = [_Worker(stream, w, n, epoch) for w in range(n)]
+            self.workers = [_Worker(stream, w, n, epoch, pipes[w] if pipes else None)
+                            for w in range(n)]
             for w in self.workers:
                 w.start()
         self._turn = 0
@@ -202,8 +227,9 @@ class IterableStream:
                  seed: int, workers: int, worker_init_fn: Optional[Callable],
                  map_fn: Optional[Callable], batch_map: Optional[Callable],
                  collate_fn: Optional[Callable], map_fields: Any, unbatched: bool,
-                 timeout: float):
+                 timeout: float, generator: Optional[torch.Generator] = None):
         self.dataset = dataset
+        self.generator = generator  # DataLoader's: an IterDataPipe's seed is drawn from it
         self.batch_size = 1 if unbatched else batch_size
         self.drop_last, self.even_batches = drop_last, even_batches
         self.seed, self.workers = seed, workers
