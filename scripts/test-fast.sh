@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The quick loop while editing: lint, the README's test command, and the C++ unit tests
-# (plain build). What it leaves to .ci/run (the full tier): the clean-clone install, the
-# wheel and its tests from outside the tree, the build without images, the sanitizer builds,
-# fuzzing, Ray and Spark.
+# The quick loop while editing: lint, the tests but the slow ones, and the C++ unit tests
+# (plain build). What it leaves to README's test command (every test) and to .ci/run (the
+# full tier): the tests marked slow or soak (framework runs, the docs' pages, tests over
+# 5 s: pyproject.toml's markers), the clean-clone install, the wheel and its tests from
+# outside the tree, the build without images, the sanitizer builds, fuzzing, Ray and Spark.
 #
 #   bash scripts/test-fast.sh            # in the venv stoker is developed in
 #
@@ -29,10 +30,10 @@ xargs "$lint/bin/clang-format" --dry-run --Werror <scripts/clang-format-files.tx
 step "install (incremental)"
 pip install -q --no-build-isolation ".[test]"
 
-step "the README's test command, with the C++ unit tests (plain) beside it"
-# The C++ tests build and run in the background while pytest runs: much of pytest's time is
-# spent waiting on the subprocesses of the framework tests, so the two together take about
-# as long as pytest alone. Their output goes to build/cpp-tests.log, printed at the end.
+step "the tests but the slow ones, with the C++ unit tests (plain) beside it"
+# The C++ tests build and run in the background while pytest runs (pytest's time is partly
+# spent waiting on subprocesses and sleeps of the tests). Their output goes to
+# build/cpp-tests.log, printed at the end.
 cpp_log="build/cpp-tests.log"
 mkdir -p build
 (
@@ -44,7 +45,7 @@ mkdir -p build
 cpp=$!
 trap 'kill "$cpp" 2>/dev/null || true' EXIT
 pytest_rc=0
-python -m pytest tests -q || pytest_rc=$?
+python -m pytest tests -q -m "not slow and not soak" || pytest_rc=$?
 cpp_rc=0
 wait "$cpp" || cpp_rc=$?
 trap - EXIT

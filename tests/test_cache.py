@@ -270,6 +270,7 @@ def test_two_processes_share_one_cache(images, cache_dir):
     assert os.listdir(cache_dir) == []  # the last one out removed it
 
 
+@pytest.mark.slow
 def test_a_process_killed_mid_insert_leaves_nothing_torn(images, cache_dir):
     """A child decodes and inserts the epoch's images and is SIGKILLed at a random
     point, many times over; this process maps the cache all along, and every epoch it

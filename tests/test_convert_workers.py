@@ -119,6 +119,7 @@ print("done", len(stoker.Dataset("a")), len(stoker.Dataset("b")), len(stoker.Dat
 '''
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_converts(tmp_path, tokmod):
     """What `python script.py` does with converters in a script that has no
     `if __name__ == "__main__":` guard and imports torch first: it finishes, once."""

@@ -58,7 +58,7 @@ from typing import Dict, List, Optional
 import pytest
 
 # each block a subprocess with its own timeout (pyproject: 120 s a test)
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNABLE = {"python": "py", "bash": "sh", "sh": "sh"}

@@ -13,6 +13,7 @@ import stoker
 from conftest import epoch_labels, run_framework_script, write_dataset
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "frameworks.md"
+pytestmark = pytest.mark.slow  # framework runs: the full tier (README's command) only
 
 
 def recipe(title):

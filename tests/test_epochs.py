@@ -217,6 +217,7 @@ def test_loader_pickles_with_its_position(small_ds):
     assert copied.batch_size == 10 and copied.seed == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
 def test_dataloader_workers_of_any_start_method_read_a_stoker_dataset(small_ds, context):
     dl = torch.utils.data.DataLoader(small_ds, batch_size=10, num_workers=2,

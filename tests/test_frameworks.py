@@ -13,7 +13,7 @@ import stoker
 from conftest import epoch_labels, run_framework_script, run_framework_scripts, write_dataset
 
 # subprocesses of a framework with their own timeouts (pyproject: 120 s a test)
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 HERE = os.path.join(os.path.dirname(__file__), "frameworks")
 pytest.importorskip("lightning", reason="the test extra installs lightning")

@@ -97,6 +97,7 @@ def forking_map(s, rng):
             "child": child}
 
 
+@pytest.mark.slow
 @WORKERS
 @pytest.mark.timeout(120)  # it hung before the stage told replies apart
 def test_a_map_that_forks_mixes_nothing(labels_ds, workers):
@@ -467,6 +468,7 @@ def test_a_stopped_worker_is_reported_mid_epoch(labels_ds, caplog, monkeypatch):
 
 # -- no leak without close() ------------------------------------------------------------------
 
+@pytest.mark.slow
 @WORKERS
 @pytest.mark.timeout(300)
 def test_dropped_loaders_leak_no_worker_arena_or_fd(labels_ds, workers):

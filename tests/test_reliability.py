@@ -303,6 +303,7 @@ def _rewrite_race(tmp_path, rewrites: int, readers: int) -> dict:
     return {"rewrites": rewrites, "seconds": seconds, "readers": stats, "left": left}
 
 
+@pytest.mark.slow
 def test_readers_never_see_an_error_or_a_mix_during_rewrites(tmp_path):
     """Readers opening in a loop (then sleeping, then reading every sample, half the time
     through a Loader) while the dataset is rewritten 50 times: never an error, never a

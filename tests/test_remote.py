@@ -221,6 +221,7 @@ def local_digest(ds):
     return h.hexdigest()
 
 
+@pytest.mark.slow
 def test_two_processes_share_one_download_per_shard(local_ds, nginx, tmp_path):
     import json
 

@@ -106,6 +106,7 @@ def test_a_failed_shard_is_fetched_again_after_the_server_recovers(www, tmp_path
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_ten_second_outage_with_the_default_retry_budget(www, tmp_path):
     """The issue's case as a user meets it: a shard refused (503) for 10 s, longer than
     the default retries, read with the default Retry by a training loop that logs an
@@ -348,6 +349,7 @@ FORK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_forks_mid_download_never_hang(www, nginx, tmp_path):
     """50 os.fork() calls while a bounded remote dataset is mid-epoch (downloads in
     flight, workers mapping shards): every child reads its sample or exits; the parent
@@ -384,6 +386,7 @@ DATALOADER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_dataloader_fork_workers_mid_epoch(www, nginx, tmp_path):
     """A torch DataLoader with two forked workers reads the same bounded remote dataset
     while a stoker Loader is mid-epoch on it, 50 times."""

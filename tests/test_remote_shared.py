@@ -137,6 +137,7 @@ def test_train_and_val_share_one_budget(www, nginx, tmp_path):
     assert os.listdir(cache / "tmp") == [] and os.listdir(cache / "holders") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("room", ["windows", "double"])
 def test_each_dataset_keeps_its_downloads_in_flight(www, nginx, tmp_path, room):
     """Sharing a budget costs a dataset no downloads that the budget has room for. With
