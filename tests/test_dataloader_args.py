@@ -521,3 +521,16 @@ def test_a_sampler_of_index_lists_passes_them_whole_as_dataloader(num_workers):
     with pytest.raises(ValueError, match="not indices.*python_workers='thread'"):
         list(stoker.Loader(_Bulk(), batch_size=None, num_workers=2, sampler=sampler,
                            python_workers="process"))
+
+
+def test_a_resume_loaded_then_the_dataset_grown_is_refused():
+    data = [torch.full((2,), float(i)) for i in range(6)]
+    loader = stoker.Loader(data, batch_size=2, shuffle=True)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    again = stoker.Loader(data, batch_size=2, shuffle=True)
+    again.load_state_dict(state)
+    data.append(torch.zeros(2))
+    with pytest.raises(ValueError, match="7 samples now, 6 when this loader was made"):
+        list(again)

@@ -404,6 +404,10 @@ class Loader:
         running = self._live_iter() if self._live_iter is not None else None
         if running is not None and len(running) > 0:
             return
+        if self._pending_resume() is not None:
+            raise ValueError(f"the dataset has {n} samples now, {self._built_len} when this "
+                             "loader was made and its state loaded: a resume continues the "
+                             "order of the dataset it was saved with")
         epoch, arguments = self.epoch, dict(self.plan.arguments)
         self.close()
         object.__setattr__(self, "_initialized", False)
