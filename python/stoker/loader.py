@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _build, _core, _loader_stats, _plan
+from . import _build, _core, _dropin, _loader_stats, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
 from ._iterator import LoaderIter
@@ -389,31 +389,8 @@ class Loader:
 
     # -- epochs and length ----------------------------------------------------
 
-    def _follow_len(self) -> None:
-        """DataLoader reads len(dataset) at every len() and iter(): a map-style dataset
-        that grew or shrank since is planned and built again (between epochs: a running
-        epoch keeps its order), at the epoch the loader was at."""
-        if self.plan.source != "map-style" or self._user_sampler is not None:
-            return
-        try:
-            n = len(self.dataset)
-        except TypeError:
-            return
-        if n == self._built_len:
-            return
-        running = self._live_iter() if self._live_iter is not None else None
-        if running is not None and len(running) > 0:
-            return
-        if self._pending_resume() is not None:
-            raise ValueError(f"the dataset has {n} samples now, {self._built_len} when this "
-                             "loader was made and its state loaded: a resume continues the "
-                             "order of the dataset it was saved with")
-        epoch, arguments = self.epoch, dict(self.plan.arguments)
-        self.close()
-        object.__setattr__(self, "_initialized", False)
-        self.__init__(self.dataset, **arguments)  # type: ignore[misc]
-        if epoch:
-            self.set_epoch(epoch)
+    # DataLoader reads len(dataset) at every len() and iter() (stoker/_dropin.py)
+    _follow_len = _dropin.follow_len
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
