@@ -534,3 +534,11 @@ def test_a_resume_loaded_then_the_dataset_grown_is_refused():
     data.append(torch.zeros(2))
     with pytest.raises(ValueError, match="7 samples now, 6 when this loader was made"):
         list(again)
+
+
+def test_batches_in_flight_are_capped_for_many_workers(tds):
+    from stoker import _core
+    for kw in ({}, {"prefetch_factor": 4}):
+        loader = stoker.Loader(tds, batch_size=4, num_workers=1000, **kw)
+        assert loader.plan.settings.prefetch == _core.MAX_PREFETCH
+        loader.close()

@@ -388,11 +388,11 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     if num_threads is None and dl["num_workers"] and not per_sample:
         num_threads = dl["num_workers"]  # no Python per sample: the C++ workers
     if prefetch is None and dl["prefetch_factor"] is not None:
-        prefetch = dl["prefetch_factor"] * max(1, dl["num_workers"] or 1)
+        prefetch = min(dl["prefetch_factor"] * max(1, dl["num_workers"] or 1), _core.MAX_PREFETCH)
     elif prefetch is None and per_sample and dl["num_workers"]:
         # DataLoader's default prefetch_factor (2): every worker has a batch to work on
         # while the loop takes another (a dataset may need all of them at once)
-        prefetch = 2 * dl["num_workers"]
+        prefetch = min(2 * dl["num_workers"], _core.MAX_PREFETCH)
     settings = args.check_settings(num_threads, prefetch, a["max_memory"], a["stall_warning"])
     verify = _cache.check_verify(a["verify"])
     if map_style and verify != "first":
