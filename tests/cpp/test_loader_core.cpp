@@ -740,7 +740,8 @@ void corrupt_record_error_at_its_batch() {
                  std::strstr(err.what(), "shard-1") != nullptr;
       }
       CHECK(thrown);
-      CHECK(next(*it, b) == Status::kEnd);  // the error ended the iterator
+      // the failed batch is consumed; the batches after it follow, then the end
+      CHECK_EQ(take(*it, 10).size(), 4u);
     }
   }
   auto skip = LoaderCore::create(records(ds, sampler(10, false), 4, true), options(4, 3));
@@ -772,6 +773,11 @@ void planning_errors() {
       thrown = std::strstr(err.what(), "cannot plan batch 3") != nullptr;
     }
     CHECK(thrown);
+    // the failed batch is consumed; the batches after it follow, then the end
+    for (int64_t k = 4; k < 10; ++k) {
+      CHECK(next(*it, b) == Status::kBatch);
+      CHECK(int64s(b, "v") == synth_expected(*cfg, e, k));
+    }
     CHECK(next(*it, b) == Status::kEnd);
   }
 
@@ -823,6 +829,8 @@ void error_at_epoch_end_then_new_iterator() {
       for (int k = 0; k < 8; ++k) CHECK(next(*it, b) == Status::kBatch);
       std::this_thread::sleep_for(50ms);  // the workers reach the next epoch
       CHECK_THROWS(DataError, next(*it, b));
+      CHECK(next(*it, b) == Status::kBatch);  // the failed batch consumed, the last one
+      CHECK_EQ(b.index, 9);
       CHECK(next(*it, b) == Status::kEnd);
     }
     auto it = core->iter(0, 1);
