@@ -29,6 +29,10 @@ def test_gil_bound_is_the_verdicts_rule():
     assert not gil_bound(1.0, 0.3, 0.6, 2)    # waiting for a core: the machine is busy
     assert not gil_bound(1.0, 0.5, 0.0, 1)    # one thread takes no turns
     assert not gil_bound(0.01, 0.005, 0.0, 2)  # too little to tell
+    # blocked while the process keeps its cores busy: waiting for the GIL or a native pool
+    assert gil_bound(1.0, 0.2, 0.0, 2, busy=0.95)
+    assert not gil_bound(1.0, 0.2, 0.0, 2, busy=0.4)   # ... not with the cores idle
+    assert not gil_bound(1.0, 0.2, 0.7, 2, busy=0.95)  # waiting for a core
 
 
 def test_moving_to_processes_mid_epoch_keeps_every_batch():

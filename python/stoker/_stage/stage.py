@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import pickle
 import threading
+import time
 import warnings
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -104,6 +105,7 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         # processes ]), one when the threads run the code themselves.
         self._per_worker = PROCESS_THREADS_PER_WORKER if self.processes else 1
         self._delivered = 0  # batches the consumer took (auto: when to measure)
+        self._since: Optional[Tuple[float, float]] = None  # auto: (wall, process CPU) then
         self.batch_size = 1  # samples in a batch (build() sets it): chunk sizes
         self._init_error: Optional[BaseException] = None  # worker_init_fn's, raised in next()
         self._probed = False  # the global generators watched over one sample
@@ -286,9 +288,16 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         if self.pool is None or self.pool.active < 2 or _loader_args.available_cores() < 2:
             self.auto = self._delivered < 64  # no second core: threads it is
             return
+        now = (time.monotonic(), time.process_time())
+        if self._since is None:
+            self._since = now
+            return
+        cores = _loader_args.available_cores()
+        wall = now[0] - self._since[0]
+        busy = (now[1] - self._since[1]) / (wall * cores) if wall > 0 else 0.0
         s = core.stats()
         if gil_bound(s["python_seconds"], s["python_cpu_seconds"], s["python_wait_seconds"],
-                     self.pool.active):
+                     self.pool.active, busy):
             self._to_processes()
 
     def stop(self) -> None:
@@ -316,14 +325,19 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
             self.pool.set_active(active)
 
 
-def gil_bound(python_s: float, cpu_s: float, wait_s: float, threads: int) -> bool:
+def gil_bound(python_s: float, cpu_s: float, wait_s: float, threads: int,
+              busy: float = 0.0) -> bool:
     """Whether `threads` stage threads that spent `python_s` in the user's Python, `cpu_s` of
     it on a core and `wait_s` waiting for one, take turns on the GIL: blocked (neither on a
     core nor waiting for one) a third of the time or more, at about one core between them
     (csrc/pipeline/autotuner.cpp gil_bound: threads blocked on sleeps or I/O use much less;
-    a machine with no free core shows up as waiting, where processes would not help)."""
+    a machine with no free core shows up as waiting, where processes would not help). Or
+    blocked as much while this process keeps the cores it may use busy (`busy`, its CPU
+    time over wall time and cores, 0..1): the user's code waits for work of this process
+    on other threads (the GIL held by them, or a native thread pool such as OpenCV's),
+    not for a sleep or I/O, and worker processes each get their own."""
     if threads < 2 or python_s < 0.05:
         return False
     blocked = python_s - cpu_s - wait_s
     cores = threads * cpu_s / python_s
-    return blocked > 0.3 * python_s and 0.6 < cores < 1.5
+    return blocked > 0.3 * python_s and (0.6 < cores < 1.5 or (busy >= 0.85 and cores < 1.5))
