@@ -54,10 +54,11 @@ void ShardGate::await(size_t s) const {
     const ScopedActivity fetching(Activity::kFetching);
     const ScopedBlocked blocked;  // the worker waits: another may take its turn
     const auto t0 = std::chrono::steady_clock::now();
+    begin_wait(t0);
     struct Count {  // the wait counts however it ends
       const ShardGate& gate;
       std::chrono::steady_clock::time_point t0;
-      ~Count() { gate.count_wait(std::chrono::steady_clock::now() - t0); }
+      ~Count() { gate.end_wait(t0); }
     } count{*this, t0};
     for (;;) {
       v = g.load(std::memory_order_acquire);
@@ -216,6 +217,8 @@ void ShardGate::after_fork(bool child) {
       word_[s].compare_exchange_strong(v, kPending, std::memory_order_relaxed);
     }
     demand_order_.clear();
+    waiting_.store(0, std::memory_order_relaxed);  // the waiting threads are not here
+    waiting_since_ns_.store(0, std::memory_order_relaxed);
   }
   list_mu_.unlock();
 }

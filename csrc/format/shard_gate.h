@@ -58,6 +58,7 @@
 // own fetcher gives back and fetches only for the child's readers.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -123,6 +124,17 @@ class ShardGate final : public detail::ForkClient {
     wait_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(),
                        std::memory_order_relaxed);
   }
+  /// A reader's wait that began at `t0` counts in wait_seconds() while it
+  /// lasts (a stall shows in the stats as it happens), until end_wait(t0).
+  void begin_wait(std::chrono::steady_clock::time_point t0) const {
+    waiting_since_ns_.fetch_add(ns_of(t0), std::memory_order_relaxed);
+    waiting_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void end_wait(std::chrono::steady_clock::time_point t0) const {
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+    waiting_since_ns_.fetch_sub(ns_of(t0), std::memory_order_relaxed);
+    count_wait(std::chrono::steady_clock::now() - t0);
+  }
 
   // -- the fetcher ------------------------------------------------------------
 
@@ -154,9 +166,15 @@ class ShardGate final : public detail::ForkClient {
     event_.wait(seen, deadline);
   }
   void notify() const { event_.notify(); }
-  /// Seconds readers have spent waiting for shards to be provided.
+  /// Seconds readers have spent waiting for shards to be provided, the waits
+  /// in progress included (a statistic: the two counters are read apart).
   double wait_seconds() const {
-    return static_cast<double>(wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+    const int64_t n = waiting_.load(std::memory_order_relaxed);
+    const int64_t since = waiting_since_ns_.load(std::memory_order_relaxed);
+    const int64_t live = n > 0 ? n * ns_of(std::chrono::steady_clock::now()) - since : 0;
+    return static_cast<double>(wait_ns_.load(std::memory_order_relaxed) +
+                               std::max<int64_t>(live, 0)) *
+           1e-9;
   }
 
   int fork_level() const override { return 1; }  // its lists are updated under a stripe
@@ -179,6 +197,11 @@ class ShardGate final : public detail::ForkClient {
   std::vector<int64_t> provided_at_;          // index in provided_, or -1; guarded by list_mu_
   mutable detail::EventCount event_;
   mutable std::atomic<int64_t> wait_ns_{0};
+  mutable std::atomic<int64_t> waiting_{0};           // waits in progress
+  mutable std::atomic<int64_t> waiting_since_ns_{0};  // the sum of their starts
+  static int64_t ns_of(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
 };
 
 }  // namespace stoker

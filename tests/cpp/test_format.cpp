@@ -302,6 +302,10 @@ static void deferred_shards_wait_for_provide() {
   for (int i = 0; i < 1000 && ds.demands().empty(); ++i) std::this_thread::yield();
   CHECK(ds.demands() == std::vector<size_t>{1});
   CHECK_EQ(outcome.load(), 0);
+  // the wait in progress counts already, and grows while it lasts
+  const double waited = ds.gate_wait_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(waited >= 0 && ds.gate_wait_seconds() >= waited + 0.015);
   copy_file(saved, shards[1].path);
   ds.provide(1);
   t.join();

@@ -274,9 +274,10 @@ class RemoteDataset:
 
     def stats(self) -> Dict[str, Any]:
         """The cache's counters (:meth:`ShardCache.stats`), with ``network_wait_seconds``
-        the time readers spent waiting for shards to download (a loader's workers, and
-        :meth:`ensure`), ``range_records``/``range_bytes`` the records (and their bytes)
-        fetched by range ahead of their shards (NOTE [ Records by range ]),
+        the time readers spent waiting for shards to download, waits in progress included
+        (a loader's workers, and :meth:`ensure`), ``range_records``/``range_bytes`` the
+        records (and their bytes) fetched by range ahead of their shards (NOTE [ Records
+        by range ]),
         ``failed_downloads`` (each after its retries), ``released`` (shards given back),
         and the fetcher thread's ``fetcher_turns`` and ``fetcher_cpu_seconds``."""
         st = self.cache.stats()
