@@ -77,6 +77,33 @@ int padding_mode_of(const Op& op) {
     return 0;
 }
 
+// Paints `fill` on the (w x h) RGB canvas wherever none of the `n` tiles
+// will be copied: tiles never overlap, so the rest of each row is gaps
+// between the tiles that cross it.
+void fill_around(uint8_t* canvas, int w, int h, const ops::Mosaic::Tile* tiles, int n,
+                 const Fill& fill) {
+  thread_local std::vector<uint8_t> pattern_buf;
+  std::vector<uint8_t>& pattern = pattern_buf;
+  pattern.resize(static_cast<size_t>(w) * 3);
+  for (int x = 0; x < w; ++x) std::memcpy(&pattern[static_cast<size_t>(x) * 3], fill.v, 3);
+  std::pair<int, int> spans[8];
+  for (int y = 0; y < h; ++y) {
+    int k = 0;
+    for (int i = 0; i < n; ++i) {
+      const ops::Mosaic::Tile& t = tiles[i];
+      if (t.cw > 0 && t.ch > 0 && y >= t.y && y < t.y + t.ch) spans[k++] = {t.x, t.x + t.cw};
+    }
+    std::sort(spans, spans + k);
+    uint8_t* row = canvas + static_cast<size_t>(y) * w * 3;
+    int x = 0;
+    for (int i = 0; i <= k; ++i) {
+      const int end = i < k ? spans[i].first : w;
+      if (end > x) std::memcpy(row + static_cast<size_t>(x) * 3, pattern.data(), (end - x) * 3u);
+      if (i < k) x = std::max(x, spans[i].second);
+    }
+  }
+}
+
 }  // namespace
 
 TransformGroup::TransformGroup(GroupSpec spec) : spec_(std::move(spec)) {
@@ -296,16 +323,22 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
   // ultralytics: int(random.uniform(-border, 2 * s + border)), border = -s / 2
   const int xc = static_cast<int>(rng.uniform(m.center[0] * m.w, m.center[1] * m.w));
   const int yc = static_cast<int>(rng.uniform(m.center[0] * m.h, m.center[1] * m.h));
-  thread_local std::vector<uint8_t> canvas;
+  thread_local std::vector<uint8_t> canvas_buf;
+  std::vector<uint8_t>& canvas = canvas_buf;  // one thread-local lookup, not one per use
+  ops::Mosaic::Tile tiles[K];
+  std::pair<int, int> sizes[K];
+  for (int k = 0; k < K; ++k) {
+    sizes[k] = input_size(inputs[k]);
+    tiles[k] = m.place(k, sizes[k].first, sizes[k].second, xc, yc);
+  }
   if (pipeline_) {
     canvas.resize(static_cast<size_t>(W) * H * 3);
-    const Fill f = ops::fill_of(m.fill);
-    for (size_t i = 0; i < canvas.size(); i += 3) std::memcpy(&canvas[i], f.v, 3);
+    fill_around(canvas.data(), W, H, tiles, K, ops::fill_of(m.fill));
   }
   Geometry geos[K];
   for (int k = 0; k < K; ++k) {
-    const auto [w0, h0] = input_size(inputs[k]);
-    const ops::Mosaic::Tile t = m.place(k, w0, h0, xc, yc);
+    const auto [w0, h0] = sizes[k];
+    const ops::Mosaic::Tile& t = tiles[k];
     Geometry& g = geos[k];
     g = Geometry(w0, h0);
     g.resize(t.tw, t.th);
