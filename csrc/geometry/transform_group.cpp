@@ -14,7 +14,9 @@
 #include "geometry/detail/op_checks.h"
 #include "geometry/detail/rng.h"
 #include "geometry/group_masks.h"
+#include "geometry/mosaic_canvas.h"
 #include "geometry/op_context.h"
+#include "geometry/resize.h"
 #include "geometry/warp.h"
 #include "sampler/permutation.h"
 
@@ -75,33 +77,6 @@ int padding_mode_of(const Op& op) {
     return op.padding_mode;
   else
     return 0;
-}
-
-// Paints `fill` on the (w x h) RGB canvas wherever none of the `n` tiles
-// will be copied: tiles never overlap, so the rest of each row is gaps
-// between the tiles that cross it.
-void fill_around(uint8_t* canvas, int w, int h, const ops::Mosaic::Tile* tiles, int n,
-                 const Fill& fill) {
-  thread_local std::vector<uint8_t> pattern_buf;
-  std::vector<uint8_t>& pattern = pattern_buf;
-  pattern.resize(static_cast<size_t>(w) * 3);
-  for (int x = 0; x < w; ++x) std::memcpy(&pattern[static_cast<size_t>(x) * 3], fill.v, 3);
-  std::pair<int, int> spans[8];
-  for (int y = 0; y < h; ++y) {
-    int k = 0;
-    for (int i = 0; i < n; ++i) {
-      const ops::Mosaic::Tile& t = tiles[i];
-      if (t.cw > 0 && t.ch > 0 && y >= t.y && y < t.y + t.ch) spans[k++] = {t.x, t.x + t.cw};
-    }
-    std::sort(spans, spans + k);
-    uint8_t* row = canvas + static_cast<size_t>(y) * w * 3;
-    int x = 0;
-    for (int i = 0; i <= k; ++i) {
-      const int end = i < k ? spans[i].first : w;
-      if (end > x) std::memcpy(row + static_cast<size_t>(x) * 3, pattern.data(), (end - x) * 3u);
-      if (i < k) x = std::max(x, spans[i].second);
-    }
-  }
 }
 
 }  // namespace
@@ -313,6 +288,10 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w, int6
 // Mosaic, which run once on the canvas. The masks of the four are resampled
 // through their own geometries, each kept inside what its tile shows; boxes,
 // keypoints and rows come one sample after the other (what is left of each).
+// Only the part of the canvas the ops after the Mosaic read is painted
+// (mosaic_canvas.h: with an affine warp then a centre crop, often a third of
+// it): each tile's share of it resized straight into the canvas, a tile
+// outside it not decoded at all. The bytes of the output are the same.
 void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uint64_t seed,
                                 int out_h, int out_w, int64_t* decode_ns) const {
   constexpr int K = ops::Mosaic::kSamples;
@@ -331,9 +310,11 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
     sizes[k] = input_size(inputs[k]);
     tiles[k] = m.place(k, sizes[k].first, sizes[k].second, xc, yc);
   }
+  // Only what the ops after the mosaic read is painted (the rest is never read).
+  const PixelRect need = pipeline_ ? mosaic_read_region(spec_.ops, rng, W, H) : PixelRect{};
   if (pipeline_) {
     canvas.resize(static_cast<size_t>(W) * H * 3);
-    fill_around(canvas.data(), W, H, tiles, K, ops::fill_of(m.fill));
+    fill_around(canvas.data(), W, H, need, tiles, K, ops::fill_of(m.fill));
   }
   Geometry geos[K];
   for (int k = 0; k < K; ++k) {
@@ -344,10 +325,16 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
     g.resize(t.tw, t.th);
     g.crop(t.sx, t.sy, t.cw, t.ch);
     g.crop(-t.x, -t.y, W, H);
-    if (!pipeline_ || t.cw <= 0 || t.ch <= 0) continue;
+    // The part of the tile that is read: none, and the image is not decoded.
+    const int vx0 = std::max(t.x, need.x), vx1 = std::min(t.x + t.cw, need.x + need.w);
+    const int vy0 = std::max(t.y, need.y), vy1 = std::min(t.y + t.ch, need.y + need.h);
+    if (!pipeline_ || vx1 <= vx0 || vy1 <= vy0) continue;
+    const PixelRect part{t.sx + vx0 - t.x, t.sy + vy0 - t.y, vx1 - vx0, vy1 - vy0};
+    uint8_t* dst = &canvas[(static_cast<size_t>(vy0) * W + vx0) * 3];
     const MemberIO& in = inputs[k][primary_];
     // The tile's pixels: decoded (a JPEG at the DCT scale that still covers the
-    // tile), resized, and the part the canvas shows copied there.
+    // tile), and the part read resized straight into the canvas, the bytes the
+    // whole resize gives there.
     CanvasOps ops(thread_scratch(), in.data, in.size);
     Canvas c;
     try {
@@ -355,11 +342,15 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
       detail::SplitMix64 none(0);
       OpContext ctx(ops, c, none);
       ctx.resize(t.tw, t.th);
-      ctx.crop({t.sx, t.sy, t.cw, t.ch});
-      const Pixels p = ctx.pixels();
-      for (int y = 0; y < t.ch; ++y)
-        std::memcpy(&canvas[(static_cast<size_t>(t.y + y) * W + t.x) * 3], p.row(y),
-                    static_cast<size_t>(t.cw) * 3);
+      if (c.pending) {
+        resize_rgb_part(c.pend_src, c.pend_box, t.tw, t.th, part, dst, static_cast<size_t>(W) * 3);
+      } else {  // the tile is the image's size: no resize
+        ctx.crop(part);
+        const Pixels p = ctx.pixels();
+        for (int y = 0; y < part.h; ++y)
+          std::memcpy(dst + static_cast<size_t>(y) * W * 3, p.row(y),
+                      static_cast<size_t>(part.w) * 3);
+      }
     } catch (...) {
       if (decode_ns) *decode_ns += ops.decode_ns;
       if (k == 0) throw;
