@@ -191,3 +191,33 @@ def test_an_image_alone_takes_a_mosaic(tmp_path):
     b = next(iter(stoker.Loader(only, batch_size=2, transforms={"image": [T.Mosaic(16)]})))
     assert b["image"].shape == (2, 3, 32, 32)
     assert len(regions(b["image"][0].permute(1, 2, 0).numpy())) >= 2
+
+
+def test_painting_only_what_the_warp_reads_gives_the_same_bytes(tmp_path):
+    # An affine warp then a centre crop read a part of the canvas, which alone is painted
+    # (csrc/geometry/mosaic_canvas.h); a vertical flip that never flips between them
+    # (p=0: the same draws, the warp still cropped) keeps the whole canvas painted.
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    with stoker.ShardWriter(tmp_path / "ds", {"image": stoker.image(),
+                                              "boxes": stoker.boxes()}) as w:
+        for _ in range(12):
+            h, wd = int(rng.integers(20, 90)), int(rng.integers(20, 90))
+            buf = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, (h, wd, 3), np.uint8)).save(buf, "JPEG")
+            w.write({"image": buf.getvalue(), "boxes": [[1, 2, wd - 3, h - 1]]})
+    textured = stoker.Dataset(tmp_path / "ds")
+    for warp in (T.RandomAffine(10, translate=(0.1, 0.1), scale=(0.5, 1.5), shear=5,
+                                interpolation="bilinear", fill=114),
+                 T.RandomRotation(30, interpolation="bilinear", fill=114)):
+        runs = []
+        for between in ([], [T.RandomVerticalFlip(p=0.0)]):
+            ops = [T.Mosaic(40), warp, *between, T.CenterCrop(40)]
+            runs.append(list(stoker.Loader(textured, batch_size=4, shuffle=True, seed=1,
+                                           num_threads=2, transforms={("image", "boxes"): ops})))
+        for a, b in zip(*runs, strict=True):
+            assert (a["image"] == b["image"]).all()
+            assert (a["boxes"] == b["boxes"]).all()

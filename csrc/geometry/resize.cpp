@@ -52,6 +52,8 @@ struct Taps {
   std::vector<int16_t> vec;
 };
 
+void finish_taps(Taps& t);
+
 // PIL's precompute_coeffs with the triangle filter, limited to [lo, hi).
 void make_taps(double in0, double in_size, int lo, int hi, int out, Taps& t) {
   const double scale = in_size / out;
@@ -108,6 +110,12 @@ void make_taps(double in0, double in_size, int lo, int hi, int out, Taps& t) {
   } else {
     t.fixed = 0;
   }
+  finish_taps(t);
+}
+
+// The range of input indices the windows read, and the AVX2 weights.
+void finish_taps(Taps& t) {
+  const int out = static_cast<int>(t.start.size());
   t.first = INT32_MAX;
   t.last = 0;
   for (int i = 0; i < out; ++i) {
@@ -130,6 +138,18 @@ void make_taps(double in0, double in_size, int lo, int hi, int out, Taps& t) {
       h[0] = h[2] = h[4] = static_cast<int16_t>(wi[k]);
     }
   }
+}
+
+// The taps of outputs [a, a + n) of `t`, as their own axis (same windows and
+// weights, so the same output values).
+void slice_taps(const Taps& t, int a, int n, Taps& out) {
+  out.stride = t.stride;
+  out.fixed = t.fixed;
+  out.start.assign(t.start.begin() + a, t.start.begin() + a + n);
+  out.count.assign(t.count.begin() + a, t.count.begin() + a + n);
+  out.weights.assign(t.weights.begin() + static_cast<ptrdiff_t>(a) * t.stride,
+                     t.weights.begin() + static_cast<ptrdiff_t>(a + n) * t.stride);
+  finish_taps(out);
 }
 
 // The inner loops are compiled twice, for AVX2 and for the baseline, and the
@@ -262,29 +282,34 @@ ResizeBox whole_box(const RgbView& src) {
 
 namespace detail {
 
-void resize_rgb_impl(const RgbView& src, const ResizeBox& box, uint8_t* dst, size_t dst_stride,
-                     int out_w, int out_h, bool mirror, bool simd, ResizeOrder order) {
-  thread_local ResizeScratch s;
-  make_taps(box.x, box.w, box.lo_x, box.hi_x, out_w, s.tx);
-  make_taps(box.y, box.h, box.lo_y, box.hi_y, out_h, s.ty);
-  const Taps& tx = s.tx;
-  const Taps& ty = s.ty;
+namespace {
+
+// The cheaper pass order for these taps. Either order does one pass at each
+// size in between: the horizontal pass over `rows` rows then the vertical at
+// out_w, or the vertical over `cols` columns then the horizontal on out_h
+// rows. Costs measured on the AVX2 loops: an output pixel of the horizontal
+// pass costs about 7 units per block of four taps; a byte of the vertical pass
+// 1 unit for its first pair of taps and half that for each further pair.
+ResizeOrder choose_order(const Taps& tx, const Taps& ty) {
+  const int out_w = static_cast<int>(tx.start.size()), out_h = static_cast<int>(ty.start.size());
   const int rows = ty.last - ty.first;  // input rows read
   const int cols = tx.last - tx.first;  // input columns read
-  if (order == ResizeOrder::kAuto) {
-    // Either order does one pass at each size in between: the horizontal pass
-    // over `rows` rows then the vertical at out_w, or the vertical over `cols`
-    // columns then the horizontal on out_h rows. Pick the cheaper, by costs
-    // measured on the AVX2 loops: an output pixel of the horizontal pass costs
-    // about 7 units per block of four taps; a byte of the vertical pass 1 unit
-    // for its first pair of taps and half that for each further pair.
-    const double h = 7.0 * std::max(1, (std::max(tx.fixed, 1) + 3) / 4);
-    const int ky = ty.fixed > 0 ? ty.fixed : ty.stride;
-    const double v = 1.0 + 0.5 * ((ky + 1) / 2 - 1);
-    const double hv = double(rows) * out_w * h + double(out_h) * out_w * 3 * v;
-    const double vh = double(out_h) * cols * 3 * v + double(out_h) * out_w * h;
-    order = vh < hv ? ResizeOrder::kVerticalFirst : ResizeOrder::kHorizontalFirst;
-  }
+  const double h = 7.0 * std::max(1, (std::max(tx.fixed, 1) + 3) / 4);
+  const int ky = ty.fixed > 0 ? ty.fixed : ty.stride;
+  const double v = 1.0 + 0.5 * ((ky + 1) / 2 - 1);
+  const double hv = double(rows) * out_w * h + double(out_h) * out_w * 3 * v;
+  const double vh = double(out_h) * cols * 3 * v + double(out_h) * out_w * h;
+  return vh < hv ? ResizeOrder::kVerticalFirst : ResizeOrder::kHorizontalFirst;
+}
+
+// Both passes, in `order`, with the taps in s.tx and s.ty (their sizes the output's).
+void run_passes(const RgbView& src, ResizeScratch& s, uint8_t* dst, size_t dst_stride, bool mirror,
+                bool simd, ResizeOrder order) {
+  const Taps& tx = s.tx;
+  const Taps& ty = s.ty;
+  const int out_w = static_cast<int>(tx.start.size()), out_h = static_cast<int>(ty.start.size());
+  const int rows = ty.last - ty.first;
+  const int cols = tx.last - tx.first;
   const uint8_t* src_end = src.data + static_cast<size_t>(src.height - 1) * src.stride +
                            static_cast<size_t>(src.width) * 3;
   if (order == ResizeOrder::kHorizontalFirst) {
@@ -316,7 +341,37 @@ void resize_rgb_impl(const RgbView& src, const ResizeBox& box, uint8_t* dst, siz
   }
 }
 
+ResizeScratch& resize_scratch() {
+  thread_local ResizeScratch s;
+  return s;
+}
+
+}  // namespace
+
+void resize_rgb_impl(const RgbView& src, const ResizeBox& box, uint8_t* dst, size_t dst_stride,
+                     int out_w, int out_h, bool mirror, bool simd, ResizeOrder order) {
+  ResizeScratch& s = resize_scratch();
+  make_taps(box.x, box.w, box.lo_x, box.hi_x, out_w, s.tx);
+  make_taps(box.y, box.h, box.lo_y, box.hi_y, out_h, s.ty);
+  if (order == ResizeOrder::kAuto) order = choose_order(s.tx, s.ty);
+  run_passes(src, s, dst, dst_stride, mirror, simd, order);
+}
+
 }  // namespace detail
+
+void resize_rgb_part(const RgbView& src, const ResizeBox& box, int out_w, int out_h,
+                     const PixelRect& part, uint8_t* dst, size_t dst_stride) {
+  if (part.w <= 0 || part.h <= 0) return;
+  ResizeScratch& s = detail::resize_scratch();
+  thread_local Taps full_x, full_y;
+  make_taps(box.x, box.w, box.lo_x, box.hi_x, out_w, full_x);
+  make_taps(box.y, box.h, box.lo_y, box.hi_y, out_h, full_y);
+  // The whole resize's order: the other would round between the passes differently.
+  const detail::ResizeOrder order = detail::choose_order(full_x, full_y);
+  slice_taps(full_x, part.x, part.w, s.tx);
+  slice_taps(full_y, part.y, part.h, s.ty);
+  detail::run_passes(src, s, dst, dst_stride, false, cpu_has_avx2(), order);
+}
 
 void resize_rgb(const RgbView& src, const ResizeBox& box, uint8_t* dst, size_t dst_stride,
                 int out_w, int out_h, bool mirror) {

@@ -34,6 +34,12 @@ struct ResizeBox {
 void resize_rgb(const RgbView& src, const ResizeBox& box, uint8_t* dst, size_t dst_stride,
                 int out_w, int out_h, bool mirror = false);
 
+/// The part `part` (in output pixels) of resize_rgb(src, box, ..., out_w,
+/// out_h) into `dst` (its top-left pixel; rows `dst_stride` bytes apart),
+/// the same bytes the whole resize gives there, for the work of the part.
+void resize_rgb_part(const RgbView& src, const ResizeBox& box, int out_w, int out_h,
+                     const PixelRect& part, uint8_t* dst, size_t dst_stride);
+
 /// The whole of `src` as a box.
 ResizeBox whole_box(const RgbView& src);
 

@@ -14,7 +14,9 @@
 #include "geometry/detail/op_checks.h"
 #include "geometry/detail/rng.h"
 #include "geometry/group_masks.h"
+#include "geometry/mosaic_canvas.h"
 #include "geometry/op_context.h"
+#include "geometry/resize.h"
 #include "geometry/warp.h"
 #include "sampler/permutation.h"
 
@@ -286,6 +288,10 @@ void TransformGroup::run(MemberIO* io, uint64_t seed, int out_h, int out_w, int6
 // Mosaic, which run once on the canvas. The masks of the four are resampled
 // through their own geometries, each kept inside what its tile shows; boxes,
 // keypoints and rows come one sample after the other (what is left of each).
+// Only the part of the canvas the ops after the Mosaic read is painted
+// (mosaic_canvas.h: with an affine warp then a centre crop, often a third of
+// it): each tile's share of it resized straight into the canvas, a tile
+// outside it not decoded at all. The bytes of the output are the same.
 void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uint64_t seed,
                                 int out_h, int out_w, int64_t* decode_ns) const {
   constexpr int K = ops::Mosaic::kSamples;
@@ -296,25 +302,39 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
   // ultralytics: int(random.uniform(-border, 2 * s + border)), border = -s / 2
   const int xc = static_cast<int>(rng.uniform(m.center[0] * m.w, m.center[1] * m.w));
   const int yc = static_cast<int>(rng.uniform(m.center[0] * m.h, m.center[1] * m.h));
-  thread_local std::vector<uint8_t> canvas;
+  thread_local std::vector<uint8_t> canvas_buf;
+  std::vector<uint8_t>& canvas = canvas_buf;  // one thread-local lookup, not one per use
+  ops::Mosaic::Tile tiles[K];
+  std::pair<int, int> sizes[K];
+  for (int k = 0; k < K; ++k) {
+    sizes[k] = input_size(inputs[k]);
+    tiles[k] = m.place(k, sizes[k].first, sizes[k].second, xc, yc);
+  }
+  // Only what the ops after the mosaic read is painted (the rest is never read).
+  const PixelRect need = pipeline_ ? mosaic_read_region(spec_.ops, rng, W, H) : PixelRect{};
   if (pipeline_) {
     canvas.resize(static_cast<size_t>(W) * H * 3);
-    const Fill f = ops::fill_of(m.fill);
-    for (size_t i = 0; i < canvas.size(); i += 3) std::memcpy(&canvas[i], f.v, 3);
+    fill_around(canvas.data(), W, H, need, tiles, K, ops::fill_of(m.fill));
   }
   Geometry geos[K];
   for (int k = 0; k < K; ++k) {
-    const auto [w0, h0] = input_size(inputs[k]);
-    const ops::Mosaic::Tile t = m.place(k, w0, h0, xc, yc);
+    const auto [w0, h0] = sizes[k];
+    const ops::Mosaic::Tile& t = tiles[k];
     Geometry& g = geos[k];
     g = Geometry(w0, h0);
     g.resize(t.tw, t.th);
     g.crop(t.sx, t.sy, t.cw, t.ch);
     g.crop(-t.x, -t.y, W, H);
-    if (!pipeline_ || t.cw <= 0 || t.ch <= 0) continue;
+    // The part of the tile that is read: none, and the image is not decoded.
+    const int vx0 = std::max(t.x, need.x), vx1 = std::min(t.x + t.cw, need.x + need.w);
+    const int vy0 = std::max(t.y, need.y), vy1 = std::min(t.y + t.ch, need.y + need.h);
+    if (!pipeline_ || vx1 <= vx0 || vy1 <= vy0) continue;
+    const PixelRect part{t.sx + vx0 - t.x, t.sy + vy0 - t.y, vx1 - vx0, vy1 - vy0};
+    uint8_t* dst = &canvas[(static_cast<size_t>(vy0) * W + vx0) * 3];
     const MemberIO& in = inputs[k][primary_];
     // The tile's pixels: decoded (a JPEG at the DCT scale that still covers the
-    // tile), resized, and the part the canvas shows copied there.
+    // tile), and the part read resized straight into the canvas, the bytes the
+    // whole resize gives there.
     CanvasOps ops(thread_scratch(), in.data, in.size);
     Canvas c;
     try {
@@ -322,11 +342,15 @@ void TransformGroup::run_mosaic(MemberIO* io, const MemberIO* const* others, uin
       detail::SplitMix64 none(0);
       OpContext ctx(ops, c, none);
       ctx.resize(t.tw, t.th);
-      ctx.crop({t.sx, t.sy, t.cw, t.ch});
-      const Pixels p = ctx.pixels();
-      for (int y = 0; y < t.ch; ++y)
-        std::memcpy(&canvas[(static_cast<size_t>(t.y + y) * W + t.x) * 3], p.row(y),
-                    static_cast<size_t>(t.cw) * 3);
+      if (c.pending) {
+        resize_rgb_part(c.pend_src, c.pend_box, t.tw, t.th, part, dst, static_cast<size_t>(W) * 3);
+      } else {  // the tile is the image's size: no resize
+        ctx.crop(part);
+        const Pixels p = ctx.pixels();
+        for (int y = 0; y < part.h; ++y)
+          std::memcpy(dst + static_cast<size_t>(y) * W * 3, p.row(y),
+                      static_cast<size_t>(part.w) * 3);
+      }
     } catch (...) {
       if (decode_ns) *decode_ns += ops.decode_ns;
       if (k == 0) throw;

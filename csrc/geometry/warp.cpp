@@ -4,10 +4,19 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/cpu.h"
 #include "common/detail/rounding.h"
 #include "common/error.h"
 
 namespace stoker {
+
+namespace detail {
+#if defined(__x86_64__)
+// warp_avx2.cpp, built with -mavx2.
+int warp_bilinear_row_avx2(const uint8_t* src, size_t stride, double x0, double dx, double y0,
+                           double dy, int j0, int j1, const float* fill, uint8_t* out);
+#endif
+}  // namespace detail
 
 namespace {
 
@@ -96,42 +105,100 @@ void warp_nearest(const Pixels& src, const Pixels& dst, const Transform2D& t,
   }
 }
 
+// Output pixel j of `row`: the four taps, those outside counting as 0, and
+// `fill` blended in by the weight outside (warp.h).
+template <int C>
+inline void bilinear_pixel(const Pixels& src, const Row& row, int j, const Fill* fill,
+                           const float* fv, uint8_t* out) {
+  const int w = src.width, h = src.height;
+  double fx, fy;
+  row.at(j, &fx, &fy);
+  if (!(fx > -1.0 && fx < w && fy > -1.0 && fy < h)) {  // no tap inside (NaN too)
+    for (int c = 0; c < C; ++c) out[c] = static_cast<uint8_t>(fv[c]);
+    return;
+  }
+  // floor, for x > -1: truncation, one lower when x < 0
+  const int x0 = static_cast<int>(fx) - (fx < 0), y0 = static_cast<int>(fy) - (fy < 0);
+  const float ax = static_cast<float>(fx - x0), ay = static_cast<float>(fy - y0);
+  const float bx = 1.0f - ax, by = 1.0f - ay;
+  // Taps outside count as 0 (weight and value): clamp their index, zero their weight.
+  const bool in_x0 = x0 >= 0, in_x1 = x0 + 1 < w, in_y0 = y0 >= 0, in_y1 = y0 + 1 < h;
+  const float w00 = in_x0 && in_y0 ? bx * by : 0.0f;
+  const float w01 = in_x1 && in_y0 ? ax * by : 0.0f;
+  const float w10 = in_x0 && in_y1 ? bx * ay : 0.0f;
+  const float w11 = in_x1 && in_y1 ? ax * ay : 0.0f;
+  const uint8_t* r0 = src.row(in_y0 ? y0 : y0 + 1);
+  const uint8_t* r1 = src.row(in_y1 ? y0 + 1 : y0);
+  const size_t c0 = static_cast<size_t>(in_x0 ? x0 : x0 + 1) * C;
+  const size_t c1 = static_cast<size_t>(in_x1 ? x0 + 1 : x0) * C;
+  const float m = ((w00 + w01) + w10) + w11;
+  for (int c = 0; c < C; ++c) {
+    float v = ((w00 * r0[c0 + c] + w01 * r0[c1 + c]) + w10 * r1[c0 + c]) + w11 * r1[c1 + c];
+    if (fill) v = (v - fv[c]) * m + fv[c];
+    out[c] = detail::round_u8(v);
+  }
+}
+
+// For an affine row: the span [*j0, *j1) of output columns whose source
+// point (x, y) has x in [0, xmax) and y in [0, ymax), checked exactly at both
+// ends (the points move monotonically along a row, and so do their roundings).
+void inner_span(const Row& row, int n, double xmax, double ymax, int* j0, int* j1) {
+  double lo = 0, hi = n;
+  auto clip = [&](double a0, double da, double amax) {  // a0 + j da in [0, amax)
+    if (da == 0) {
+      if (!(a0 >= 0 && a0 < amax)) hi = lo;
+      return;
+    }
+    double ja = (0 - a0) / da, jb = (amax - a0) / da;
+    if (ja > jb) std::swap(ja, jb);
+    lo = std::max(lo, std::ceil(ja));
+    hi = std::min(hi, std::floor(jb) + 1);
+  };
+  clip(row.x0 - 0.5, row.dx, xmax);
+  clip(row.y0 - 0.5, row.dy, ymax);
+  if (!(lo < hi)) {
+    *j0 = *j1 = 0;
+    return;
+  }
+  int a = static_cast<int>(lo), b = static_cast<int>(hi);
+  auto inside = [&](int j) {
+    double x, y;
+    row.at(j, &x, &y);
+    return x >= 0 && x < xmax && y >= 0 && y < ymax;
+  };
+  while (a < b && !inside(a)) ++a;
+  while (b > a && !inside(b - 1)) --b;
+  *j0 = a;
+  *j1 = b;
+}
+
 template <int C>
 void warp_bilinear(const Pixels& src, const Pixels& dst, const Transform2D& t, const Fill* fill) {
   const int w = src.width, h = src.height;
   float fv[C];
   for (int c = 0; c < C; ++c) fv[c] = fill ? fill->v[c] : 0.0f;
+#if defined(__x86_64__)
+  // All four taps inside, each read as 4 bytes (a spare byte right of the
+  // right-hand ones), offsets within int32: the vector loop.
+  const bool simd = C == 3 && t.is_affine() && w >= 3 && h >= 2 && cpu_has_avx2() &&
+                    static_cast<double>(h) * src.stride < 2147483647.0 - 64;
+#endif
   for (int i = 0; i < dst.height; ++i) {
     const Row row(t, i);
     uint8_t* out = dst.row(i);
-    for (int j = 0; j < dst.width; ++j, out += C) {
-      double fx, fy;
-      row.at(j, &fx, &fy);
-      if (!(fx > -1.0 && fx < w && fy > -1.0 && fy < h)) {  // no tap inside (NaN too)
-        for (int c = 0; c < C; ++c) out[c] = static_cast<uint8_t>(fv[c]);
-        continue;
-      }
-      // floor, for x > -1: truncation, one lower when x < 0
-      const int x0 = static_cast<int>(fx) - (fx < 0), y0 = static_cast<int>(fy) - (fy < 0);
-      const float ax = static_cast<float>(fx - x0), ay = static_cast<float>(fy - y0);
-      const float bx = 1.0f - ax, by = 1.0f - ay;
-      // Taps outside count as 0 (weight and value): clamp their index, zero their weight.
-      const bool in_x0 = x0 >= 0, in_x1 = x0 + 1 < w, in_y0 = y0 >= 0, in_y1 = y0 + 1 < h;
-      const float w00 = in_x0 && in_y0 ? bx * by : 0.0f;
-      const float w01 = in_x1 && in_y0 ? ax * by : 0.0f;
-      const float w10 = in_x0 && in_y1 ? bx * ay : 0.0f;
-      const float w11 = in_x1 && in_y1 ? ax * ay : 0.0f;
-      const uint8_t* r0 = src.row(in_y0 ? y0 : y0 + 1);
-      const uint8_t* r1 = src.row(in_y1 ? y0 + 1 : y0);
-      const size_t c0 = static_cast<size_t>(in_x0 ? x0 : x0 + 1) * C;
-      const size_t c1 = static_cast<size_t>(in_x1 ? x0 + 1 : x0) * C;
-      const float m = ((w00 + w01) + w10) + w11;
-      for (int c = 0; c < C; ++c) {
-        float v = ((w00 * r0[c0 + c] + w01 * r0[c1 + c]) + w10 * r1[c0 + c]) + w11 * r1[c1 + c];
-        if (fill) v = (v - fv[c]) * m + fv[c];
-        out[c] = detail::round_u8(v);
-      }
+    int skip0 = dst.width, skip1 = dst.width;  // columns written by the vector loop
+#if defined(__x86_64__)
+    if (simd) {
+      int a = 0, b = 0;
+      inner_span(row, dst.width, w - 2, h - 1, &a, &b);
+      const int done = detail::warp_bilinear_row_avx2(src.data, src.stride, row.x0, row.dx, row.y0,
+                                                      row.dy, a, b, fill ? fv : nullptr, out);
+      skip0 = a;
+      skip1 = a + done;
     }
+#endif
+    for (int j = 0; j < skip0; ++j) bilinear_pixel<C>(src, row, j, fill, fv, out + j * C);
+    for (int j = skip1; j < dst.width; ++j) bilinear_pixel<C>(src, row, j, fill, fv, out + j * C);
   }
 }
 
