@@ -757,7 +757,10 @@ def test_soak_faults_at_random(labels_ds, workers):
                 t1 = time.monotonic()
                 loader.close()
                 assert time.monotonic() - t1 < BOUNDED_S, (e, fault)
-            _CTL.pack_into(ctl, 0, NONE, -1, 0.0, NONE, -1, 0.0, os.getpid(), e + 1)
+            # the next epoch's plan stays in place: its first batches may be mapped before
+            # its iter() (next-epoch prefetch; after a failed batch, the failed iterator
+            # maps ahead until the next iter() closes it: NOTE [ After a failed batch ])
+            _CTL.pack_into(ctl, 0, NONE, -1, 0.0, *plan[e + 1][:3], os.getpid(), e + 1)
             assert time.monotonic() - t0 < 60, (e, fault)
         assert all(seen.values()), seen
     finally:
