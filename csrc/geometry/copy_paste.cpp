@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -113,7 +114,10 @@ void TransformGroup::run_copy_paste(MemberIO* io, const MemberIO* const* others,
   const MemberIO* other = others[0];
   static const char* const kDrawn = " (in a sample the CopyPaste drew)";
   detail::SplitMix64 rng(seed);
-  const auto [w0, h0] = input_size(io);
+  // plain names, not a structured binding: the lambdas below capture them (which
+  // clang before 16 refuses for bindings)
+  const std::pair<int, int> size0 = input_size(io);
+  const int w0 = size0.first, h0 = size0.second;
   MaskScratch& s = mask_scratch();
   const size_t e = static_cast<size_t>(mm.encoded ? 1 : mm.elem_bytes);
   const bool sgn = !mm.encoded && mm.signed_elems;
