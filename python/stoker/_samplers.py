@@ -126,6 +126,26 @@ class UserSampler:
         except TypeError:
             return np.arange(len(items), dtype=np.int64), items
 
+    def _stream(self, items: Any) -> Tuple[np.ndarray, Optional[List[Any]]]:
+        """As _indices, from an iterator, with no Python list of the indices (a sampler of
+        millions of them): the items are kept only from the first one that is not an
+        integer on (with those before it)."""
+        other: List[Any] = []
+
+        def ints() -> Any:
+            for i in items:
+                try:
+                    yield operator.index(i)
+                except TypeError:
+                    other.append(i)
+                    return
+
+        indices = np.fromiter(ints(), np.int64)
+        if not other:
+            return indices, None
+        keys = [int(i) for i in indices] + other + list(items)
+        return np.arange(len(keys), dtype=np.int64), keys
+
     def _list(self) -> Tuple[np.ndarray, np.ndarray, Optional[List[Any]]]:
         """The sampler's epoch: (indices, where each batch ends, the items when they are
         not indices)."""
@@ -136,7 +156,7 @@ class UserSampler:
             if any(len(b) == 0 for b in batches):
                 raise ValueError("the batch_sampler gave an empty batch")
         else:
-            indices, keys = self._indices(list(self.sampler))
+            indices, keys = self._stream(iter(self.sampler))
             n, b = len(indices), self.batch_size
             full = n // b
             ends = np.arange(1, full + 1, dtype=np.int64) * b
