@@ -53,6 +53,34 @@ def thread_names():
     return list(thread_table().values())
 
 
+def same_for_threads_and_resume(make):
+    """Batches of `make(num_threads)` (a Loader) as NumPy dicts: with 1 and 3 threads, and
+    with 2 threads stopped after 2 batches then resumed from its state on 1 thread, they
+    must be equal, field by field. Returns the 1-thread run."""
+
+    def run(threads, state=None, stop=None):
+        with make(threads) as loader:
+            if state is not None:
+                loader.load_state_dict(state)
+            out = []
+            for k, b in enumerate(loader):
+                out.append({n: t.numpy().copy() for n, t in b.items()})
+                if k + 1 == stop:
+                    return out, loader.state_dict()
+            return out, None
+
+    one, _ = run(1)
+    three, _ = run(3)
+    head, state = run(2, stop=2)
+    rest, _ = run(1, state=state)
+    for a, b, c in zip(one, three, head + rest, strict=True):
+        assert a.keys() == b.keys() == c.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+            np.testing.assert_array_equal(a[k], c[k], err_msg=k)
+    return one
+
+
 def epoch_labels(loader):
     return [b["label"].tolist() for b in loader]
 
