@@ -316,7 +316,9 @@ void register_loader(py::module_& m) {
            "with_ticket: ([...], ticket), the Python stage's ticket of the batch (0: none); "
            "side_stream: also ordered after the device copy (batch_map's stream); "
            "timeout_ms >= 0: False if no batch came within it.")
-      .def("close", &LoaderCore::Iterator::close, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "close", [](LoaderCore::Iterator& it) { it.close(); },
+          py::call_guard<py::gil_scoped_release>())
       .def("note_handoff", &LoaderCore::Iterator::note_handoff, py::arg("ns"),
            "Adds ns of the consumer's next() outside next() (the batch's Python objects) to "
            "wait_seconds and data_stall, not to the tuner's wait.")

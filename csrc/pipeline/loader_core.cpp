@@ -378,7 +378,10 @@ void LoaderCore::close() {
     for (const auto& w : iterators_)
       if (auto it = w.lock()) its.push_back(std::move(it));
   }
-  for (const auto& it : its) it->close();
+  // Every stream stops: an open iterator's is not kept for the next one (the
+  // Python stage drops the work of every batch at close(); a kept stream
+  // would wait for batches nobody finishes, or get rows of two batches).
+  for (const auto& it : its) it->close(/*keep=*/false);
   producer_->close();
   workers_->stop();
 }
@@ -437,13 +440,13 @@ void LoaderCore::Iterator::note_handoff(int64_t ns) {
   if (ns > 0) core_->stats_->handoff_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
-void LoaderCore::Iterator::close() {
+void LoaderCore::Iterator::close(bool keep) {
   if (core_->forked()) return;
   closed_.store(true, std::memory_order_release);
   // A next() in flight on another thread may still read from the stream: it
   // is stopped then, not kept for the next iterator (it would have two readers).
   std::unique_lock<detail::TimedMutex> lock(mu_, std::try_to_lock);
-  core_->release(*this, lock.owns_lock());
+  core_->release(*this, keep && lock.owns_lock());
 }
 
 LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,

@@ -214,14 +214,17 @@ class LoaderCore::Iterator {
 
   /// The next batch, waiting up to `deadline` (kTimeout: call again). The
   /// first call claims the epoch (NOTE [ Epochs and iterators ]). A batch's
-  /// error is thrown when its position is reached, and ends the iterator.
+  /// error is thrown when its position is reached; the next call goes on with
+  /// the batch after it (NOTE [ After a failed batch ] in stoker/_iterator.py).
   /// Calls from several threads are served one at a time. UsageError in a
   /// forked child.
   /// `side_stream`: BatchReader::next.
   Status next(DeliveredBatch& out, Clock::time_point deadline, uintptr_t consumer_stream = 0,
               uintptr_t side_stream = 0);
-  /// Ends the iterator and stops its stream; batches handed out stay valid. Any thread.
-  void close();
+  /// Ends the iterator; batches handed out stay valid. Any thread. Its stream
+  /// is kept for the next iterator when it already reached the next epoch and
+  /// `keep` (NOTE [ Next-epoch prefetch ]), else stopped.
+  void close(bool keep = true);
   /// Time the consumer spent in its next() outside next() here (making the batch's
   /// Python objects): data_stall counts it (the share of the loop spent in the
   /// loader's next()); the tuner and the verdict do not (more workers would not

@@ -1219,6 +1219,20 @@ void worker_lifetime() {
   flowing->close();
   CHECK_EQ(threads_named("stoker-worker-"), 0);
   CHECK(run_epoch(*flowing) == expected(60, s, 1));  // usable after close()
+  // close() with an iterator still open whose stream already reached the next
+  // epoch stops that stream too (a left-early iterator's own close() keeps it
+  // for the next iterator): the next iterator starts a stream of its own, and
+  // drops nothing of the epoch left.
+  {
+    auto open = flowing->iter(0, 1);
+    Batches first = take(*open, 9);
+    CHECK_EQ(first.size(), 9u);
+    CHECK(eventually([&] { return flowing->stats().queue_depth >= 2; }));  // epoch 3 begun
+    const int64_t streams = flowing->stats().streams;
+    flowing->close();
+    CHECK(run_epoch(*flowing) == expected(60, s, 3));
+    CHECK_EQ(flowing->stats().streams, streams + 1);
+  }
   flowing.reset();
   CHECK_EQ(threads_named("stoker-worker-"), 0);
 }

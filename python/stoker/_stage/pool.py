@@ -249,7 +249,10 @@ def _serve(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_nam
         owner = owner_ref()
         if owner is None or _exiting:
             return
-        if item is not None and not stop.is_set():
+        # A chunk taken is run even when the stop came meanwhile: never dropped, as a
+        # batch with a chunk that nobody runs would never complete (a stopped stream's
+        # chunk ends at once: run_chunk sees task.stopped).
+        if item is not None:
             try:
                 getattr(owner, handle_name)(item, slot)
             except BaseException:  # the handler fails its batch itself; this is a bug
