@@ -335,9 +335,15 @@ def gil_bound(python_s: float, cpu_s: float, wait_s: float, threads: int,
     blocked as much while this process keeps the cores it may use busy (`busy`, its CPU
     time over wall time and cores, 0..1): the user's code waits for work of this process
     on other threads (the GIL held by them, or a native thread pool such as OpenCV's),
-    not for a sleep or I/O, and worker processes each get their own."""
+    not for a sleep or I/O, and worker processes each get their own. With the cores
+    that busy, a tenth of the time blocked is enough: it is time lost to the GIL, which
+    processes win back (albumentations on OpenCV, bench/bench_python.py (a): threads
+    blocked 13-16% at 1.6 cores, processes 1.13-1.2x threads' speed)."""
     if threads < 2 or python_s < 0.05:
         return False
     blocked = python_s - cpu_s - wait_s
     cores = threads * cpu_s / python_s
-    return blocked > 0.3 * python_s and (0.6 < cores < 1.5 or (busy >= 0.85 and cores < 1.5))
+    if busy >= 0.85:
+        # (not when they wait for a core more: the machine has no core to spare)
+        return blocked > 0.1 * python_s and wait_s < blocked and cores < 0.9 * threads
+    return blocked > 0.3 * python_s and 0.6 < cores < 1.5
