@@ -105,7 +105,9 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         # processes ]), one when the threads run the code themselves.
         self._per_worker = PROCESS_THREADS_PER_WORKER if self.processes else 1
         self._delivered = 0  # batches the consumer took (auto: when to measure)
-        self._since: Optional[Tuple[float, float]] = None  # auto: (wall, process CPU) then
+        # auto: (wall, process CPU, the stage's Python, CPU and wait seconds) at the
+        # measurement's start
+        self._since: Optional[Tuple[float, ...]] = None
         self.batch_size = 1  # samples in a batch (build() sets it): chunk sizes
         self._init_error: Optional[BaseException] = None  # worker_init_fn's, raised in next()
         self._probed = False  # the global generators watched over one sample
@@ -283,21 +285,23 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         more threads blocked a third of their time or more, at about one core between
         them); if so, processes from here on."""
         self._delivered += 1
-        if self._delivered < 4 or self._delivered % 4:
+        # measured from batch 2 (the first ones carry imports and cold caches), decided
+        # at batch 4 and every 4 after, over the batches since batch 2
+        if self._delivered < 2 or (self._delivered > 2 and self._delivered % 4):
             return
         if self.pool is None or self.pool.active < 2 or _loader_args.available_cores() < 2:
             self.auto = self._delivered < 64  # no second core: threads it is
             return
-        now = (time.monotonic(), time.process_time())
+        s = core.stats()
+        now = (time.monotonic(), time.process_time(), s["python_seconds"],
+               s["python_cpu_seconds"], s["python_wait_seconds"])
         if self._since is None:
             self._since = now
             return
         cores = _loader_args.available_cores()
-        wall = now[0] - self._since[0]
-        busy = (now[1] - self._since[1]) / (wall * cores) if wall > 0 else 0.0
-        s = core.stats()
-        if gil_bound(s["python_seconds"], s["python_cpu_seconds"], s["python_wait_seconds"],
-                     self.pool.active, busy):
+        d = [a - b for a, b in zip(now, self._since)]
+        busy = d[1] / (d[0] * cores) if d[0] > 0 else 0.0
+        if gil_bound(d[2], d[3], d[4], self.pool.active, busy):
             self._to_processes()
 
     def stop(self) -> None:
