@@ -191,6 +191,9 @@ STUCK_SCRIPT = """
 import os, signal, sys, threading, time
 import stoker
 
+# Ctrl-C as a terminal gives it: Python's own handler, whatever disposition the parent left
+# (a non-interactive shell starts its background jobs with SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 flag = {flag!r}
 
 
