@@ -523,6 +523,28 @@ def test_a_sampler_of_index_lists_passes_them_whole_as_dataloader(num_workers):
                            python_workers="process"))
 
 
+
+class _Keyed(torch.utils.data.Dataset):
+    """Indexed by int or by name, as a dict-backed dataset."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, key):
+        return torch.tensor(float(key if isinstance(key, int) else 100 + ord(key[0])))
+
+
+@pytest.mark.parametrize("how", ["sampler", "batch_sampler"])
+def test_a_sampler_of_indices_then_keys_passes_each_as_dataloader(how):
+    """Integers first, then items that are not (the order switches to keys at the first
+    one): every item reaches __getitem__, in order, as DataLoader passes it."""
+    items = [3, 0, "a", 5, "b", "c"]
+    kw = dict(sampler=items, batch_size=2) if how == "sampler" else \
+        dict(batch_sampler=[items[:2], items[2:5], items[5:]])
+    want = [b.tolist() for b in DataLoader(_Keyed(), **kw)]
+    got = [b.tolist() for b in stoker.Loader(_Keyed(), **kw)]
+    assert got == want and len(got) == 3
+
 def test_a_resume_loaded_then_the_dataset_grown_is_refused():
     data = [torch.full((2,), float(i)) for i in range(6)]
     loader = stoker.Loader(data, batch_size=2, shuffle=True)

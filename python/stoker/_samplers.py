@@ -116,20 +116,13 @@ class UserSampler:
         np.random.set_state(snap[2][1])
         random.setstate(snap[2][2])
 
-    def _indices(self, items: List[Any]) -> Tuple[np.ndarray, Optional[List[Any]]]:
-        """Items of the sampler as the C++ order's indices; items that are not integers
-        (a list of indices for a dataset that loads in bulk, a key) are passed to
-        ``__getitem__`` as they are, as DataLoader passes them: the order then holds
-        their positions, and the items go with the epoch (``keys``)."""
-        try:
-            return np.fromiter((operator.index(i) for i in items), np.int64, len(items)), None
-        except TypeError:
-            return np.arange(len(items), dtype=np.int64), items
-
     def _stream(self, items: Any) -> Tuple[np.ndarray, Optional[List[Any]]]:
-        """As _indices, from an iterator, with no Python list of the indices (a sampler of
-        millions of them): the items are kept only from the first one that is not an
-        integer on (with those before it)."""
+        """Items of the sampler (an iterable) as the C++ order's indices, with no Python
+        list of them (a sampler of millions). Items that are not integers (a list of
+        indices for a dataset that loads in bulk, a key) are passed to ``__getitem__`` as
+        they are, as DataLoader passes them: the order then holds their positions, and
+        the items go with the epoch (``keys``; those before the first non-integer as
+        ints)."""
         other: List[Any] = []
 
         def ints() -> Any:
@@ -151,7 +144,7 @@ class UserSampler:
         not indices)."""
         if self.batched:
             batches = [list(b) for b in self.sampler]
-            indices, keys = self._indices([i for b in batches for i in b])
+            indices, keys = self._stream(i for b in batches for i in b)
             ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
             if any(len(b) == 0 for b in batches):
                 raise ValueError("the batch_sampler gave an empty batch")
