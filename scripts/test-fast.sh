@@ -28,7 +28,7 @@ lint="build/ci-lint"
 xargs "$lint/bin/clang-format" --dry-run --Werror <scripts/clang-format-files.txt
 
 step "install (incremental)"
-pip install -q --no-build-isolation ".[test]"
+pip install -q --no-build-isolation ".[test]" -c tests/constraints.txt
 
 step "the tests but the slow ones, with the C++ unit tests (plain) beside it"
 # The C++ tests build and run in the background while pytest runs (pytest's time is partly

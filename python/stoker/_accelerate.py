@@ -81,18 +81,34 @@ def _saved_world(checkpoint: str, process_index: int, world: int) -> Any:
     return None
 
 
+def _trainer_resume(frame: Any) -> Any:
+    """(checkpoint, TrainingArguments) of the Trainer's resume that called
+    skip_first_batches, or None. The call comes from a method of ``transformers.trainer``
+    (``_inner_training_loop`` up to transformers 4.x; ``get_resumed_dataloader``, called by
+    the epoch's loop that holds the checkpoint, in 5.x), so the first few frames up that
+    belong to that module are searched for the one holding ``resume_from_checkpoint``."""
+    for _ in range(8):
+        if frame is None:
+            return None
+        if frame.f_globals.get("__name__") == "transformers.trainer":
+            checkpoint = frame.f_locals.get("resume_from_checkpoint")
+            targs = getattr(frame.f_locals.get("self"), "args", None)
+            if isinstance(checkpoint, (str, os.PathLike)) and targs is not None:
+                return os.fspath(checkpoint), targs
+        frame = frame.f_back
+    return None
+
+
 def _check_trainer_world(caller: Any) -> None:
-    if caller.f_globals.get("__name__") != "transformers.trainer":
+    found = _trainer_resume(caller)
+    if found is None:
         return
-    checkpoint = caller.f_locals.get("resume_from_checkpoint")
-    targs = getattr(caller.f_locals.get("self"), "args", None)
-    if not isinstance(checkpoint, (str, os.PathLike)) or targs is None:
-        return
+    checkpoint, targs = found
     world = int(getattr(targs, "world_size", 1))
-    saved = _saved_world(os.fspath(checkpoint), int(getattr(targs, "process_index", 0)), world)
+    saved = _saved_world(checkpoint, int(getattr(targs, "process_index", 0)), world)
     if saved is not None and saved != world:
         raise RuntimeError(
-            f"cannot resume exactly: {os.fspath(checkpoint)} was saved by {saved} "
+            f"cannot resume exactly: {checkpoint} was saved by {saved} "
             f"process(es) and this run has {world}. transformers' Trainer finds its place "
             f"from the optimizer step and len(loader), which mean other samples at another "
             f"world size, and keeps no loader state; resume on {saved} process(es), or "
