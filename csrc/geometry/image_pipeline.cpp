@@ -34,7 +34,10 @@ ImagePipeline::ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> op
 std::pair<int, int> ImagePipeline::output_size(const uint8_t* data, size_t n) const {
   const ImageInfo info = probe_image(data, n);
   check_declared(info, max_pixels_);
-  std::pair<int, int> hw{info.height, info.width};
+  return output_size_for({info.height, info.width});
+}
+
+std::pair<int, int> ImagePipeline::output_size_for(std::pair<int, int> hw) const {
   for (const ImageOp& op : ops_) hw = size_after(op, hw);
   return hw;
 }

@@ -54,6 +54,8 @@ class ImagePipeline {
   std::optional<std::pair<int, int>> fixed_size() const { return fixed_; }
   /// Output (h, w) of this image, from its header. Throws DecodeError.
   std::pair<int, int> output_size(const uint8_t* data, size_t n) const;
+  /// Output (h, w) of an image of (h, w) pixels (a video's frames).
+  std::pair<int, int> output_size_for(std::pair<int, int> hw) const;
   /// Decodes and transforms one image into `out` (out_h * out_w * 3 elements
   /// of out_dtype(), in layout()). Random draws come from `seed` only, so the
   /// same seed gives bit-identical output on any thread. Thread-safe (scratch
