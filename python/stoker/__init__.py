@@ -28,6 +28,9 @@ from .fields import (
     NDArray,
     Scalar,
     Tokens,
+    Video,
+    Audio,
+    audio,
     blob,
     boxes,
     image,
@@ -35,6 +38,7 @@ from .fields import (
     ndarray,
     scalar,
     tokens,
+    video,
 )
 from .mix import Mix
 from .token_dataset import TokenDataset
@@ -63,6 +67,7 @@ def __getattr__(name: str) -> Any:
 _accelerate.install()
 
 __all__ = [
+    "Audio",
     "Blob",
     "Boxes",
     "CudaError",
@@ -80,7 +85,9 @@ __all__ = [
     "ShardWriter",
     "TokenDataset",
     "Tokens",
+    "Video",
     "WriterLockError",
+    "audio",
     "blob",
     "boxes",
     "image",
@@ -89,5 +96,6 @@ __all__ = [
     "ops",
     "scalar",
     "tokens",
+    "video",
     "__version__",
 ]

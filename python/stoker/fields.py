@@ -8,6 +8,8 @@ A schema is a dict ``{name: field}``::
         "x": stoker.ndarray("float32", (3, 32, 32)),      # fixed shape
         "tokens": stoker.ndarray("int32", (None,)),       # variable length, padded per batch
         "raw": stoker.blob(),                             # opaque bytes
+        "clip": stoker.video(),                           # a video file, decoded into clips
+        "speech": stoker.audio(sample_rate=16000),        # an audio file, decoded to float32
     }
 
 Every field type is a small subclass of :class:`Field` with a fixed contract:
@@ -48,8 +50,9 @@ from ._field_encoding import is_raw_record as is_raw_record
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "Tokens", "Boxes", "KeyPoints", "scalar",
-           "ndarray", "blob", "image", "tokens", "boxes", "keypoints"]
+__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "Tokens", "Boxes", "KeyPoints", "Video",
+           "Audio", "scalar", "ndarray", "blob", "image", "tokens", "boxes", "keypoints", "video",
+           "audio"]
 
 
 class _Typed:
@@ -104,6 +107,10 @@ class Field:
             return KeyPoints(int(spec["num_keypoints"]), bool(spec.get("normalized", False)))
         if kind == "tokens":
             return Tokens(spec["dtype"])
+        if kind == "video":
+            return Video()
+        if kind == "audio":
+            return Audio(spec.get("sample_rate"), spec.get("channels"))
         raise ValueError(f"unknown field kind {kind!r}")
 
     def _core_spec(self, name: str) -> Dict[str, Any]:
@@ -517,6 +524,9 @@ def keypoints(num_keypoints: int, normalized: bool = False) -> KeyPoints:
     e.g. ``stoker.keypoints(17)`` for COCO person keypoints."""
     return KeyPoints(num_keypoints, normalized)
 
+
+# Video and audio (stoker/_media_fields.py), at the end: they subclass Field.
+from ._media_fields import Audio, Video, audio, video  # noqa: E402
 
 # -- schema helpers (private) ------------------------------------------------
 
