@@ -190,6 +190,13 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
   int err = swr_alloc_set_opts2(&raw, &out_layout, AV_SAMPLE_FMT_FLTP, rate, &in_layout,
                                 a.ctx->sample_fmt, in_rate, 0, nullptr);
   SwrPtr swr(raw);
+  if (err >= 0 && channels == 1 && in_layout.nb_channels > 1) {
+    // To mono: the mean of the channels (librosa's to_mono, torchaudio's mean), not
+    // libswresample's default of each at -3 dB.
+    std::vector<double> mean(static_cast<size_t>(in_layout.nb_channels),
+                             1.0 / in_layout.nb_channels);
+    err = swr_set_matrix(swr.get(), mean.data(), in_layout.nb_channels);
+  }
   if (err >= 0) err = swr_init(swr.get());
   STOKER_CHECK(err >= 0, DecodeError, "libswresample cannot convert ", in_rate, " Hz x ",
                in_layout.nb_channels, " to ", rate, " Hz x ", channels, " (",

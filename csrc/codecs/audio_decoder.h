@@ -35,8 +35,8 @@ namespace stoker {
 std::vector<uint8_t> make_audio_record(const uint8_t* data, size_t n);
 
 /// Decodes samples [start, start + count) of `rec`, at `rate` and with
-/// `channels` channels (downmixed or upmixed by libswresample's default
-/// matrix where they differ), as float32 rows of `stride` floats, one per
+/// `channels` channels (to mono: the mean of the channels; other changes by
+/// libswresample's default matrix), as float32 rows of `stride` floats, one per
 /// channel. Samples past the end are not written. NOTE [ Audio ranges ].
 /// @return the samples written per channel
 int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int rate, int channels,
