@@ -318,8 +318,8 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     i.set_defaults(func=_inspect)
 
     c = sub.add_parser("convert", help="convert data to a stoker dataset (npy, imagefolder, "
-                                       "tfrecord, webdataset, jsonl, parquet, hf, megatron, "
-                                       "nanogpt)",
+                                       "video, audio, tfrecord, webdataset, jsonl, parquet, "
+                                       "hf, megatron, nanogpt)",
                        description="Convert data to a stoker dataset. `stoker convert FORMAT "
                                    "--help` shows a format's options.")
     csub = c.add_subparsers(dest="source", required=True, metavar="FORMAT")
@@ -335,6 +335,9 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     npy.set_defaults(func=_convert_npy)
     for fmt, name, what in (
             ("imagefolder", "imagefolder", "torchvision ImageFolder layout to a dataset"),
+            ("video", "media", "class folders of videos to a dataset (labels from folders)"),
+            ("audio", "media", "class folders of audio files to a dataset (labels from "
+                               "folders)"),
             ("tfrecord", "tfrecord", "TFRecord files of tf.train.Example to a dataset"),
             ("webdataset", "webdataset", "WebDataset tar shards to a dataset"),
             ("jsonl", "text", "JSON lines to token documents through a tokenizer"),
@@ -347,7 +350,8 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
         t = csub.add_parser(fmt, help=what)
         if want("convert", fmt):
             m = module(f"convert.{name}")
-            m.add_arguments(t, fmt) if name in ("text", "tokens") else m.add_arguments(t)
+            m.add_arguments(t, fmt) if name in ("text", "tokens", "media") else \
+                m.add_arguments(t)
         t.set_defaults(func=_lazy(f"convert.{name}", "run"))
 
     mrg = sub.add_parser("merge", help="merge part datasets (from Ray, Spark, ...) into one")
