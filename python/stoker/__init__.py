@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import _accelerate, ops
 from ._core import CudaError, DataError, DecodeError, Error
 from .dataset import Dataset
+from ._media_fields import Audio, Video, audio, video
 from .fields import (
     Blob,
     Boxes,
@@ -28,9 +29,6 @@ from .fields import (
     NDArray,
     Scalar,
     Tokens,
-    Video,
-    Audio,
-    audio,
     blob,
     boxes,
     image,
@@ -38,7 +36,6 @@ from .fields import (
     ndarray,
     scalar,
     tokens,
-    video,
 )
 from .mix import Mix
 from .token_dataset import TokenDataset

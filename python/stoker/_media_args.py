@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .fields import Audio, Field, Video
+from ._media_fields import Audio, Video
+from .fields import Field
 from .ops import Op, _specs
 from .ops.clip import AudioCropOp, ClipOp, audio_spec
 

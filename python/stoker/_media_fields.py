@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from .fields import Field
+from .fields import SPEC_MAKERS, Field
 
 
 def _file_bytes(value: Any, what: str, kind: str) -> bytes:
@@ -135,3 +135,7 @@ def audio(sample_rate: Optional[int] = None, channels: Optional[int] = None) -> 
         transforms = {"audio": [stoker.ops.RandomAudioCrop(2.0)]}
     """
     return Audio(sample_rate, channels)
+
+
+SPEC_MAKERS["video"] = lambda spec: Video()
+SPEC_MAKERS["audio"] = lambda spec: Audio(spec.get("sample_rate"), spec.get("channels"))

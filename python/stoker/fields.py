@@ -8,9 +8,9 @@ A schema is a dict ``{name: field}``::
         "x": stoker.ndarray("float32", (3, 32, 32)),      # fixed shape
         "tokens": stoker.ndarray("int32", (None,)),       # variable length, padded per batch
         "raw": stoker.blob(),                             # opaque bytes
-        "clip": stoker.video(),                           # a video file, decoded into clips
-        "speech": stoker.audio(sample_rate=16000),        # an audio file, decoded to float32
     }
+
+Video and audio files are ``stoker.video()`` and ``stoker.audio()`` (stoker/_media_fields.py).
 
 Every field type is a small subclass of :class:`Field` with a fixed contract:
 ``encode`` validates one value and returns its bytes, ``decode`` turns stored
@@ -50,9 +50,8 @@ from ._field_encoding import is_raw_record as is_raw_record
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "Tokens", "Boxes", "KeyPoints", "Video",
-           "Audio", "scalar", "ndarray", "blob", "image", "tokens", "boxes", "keypoints", "video",
-           "audio"]
+__all__ = ["Field", "Scalar", "NDArray", "Blob", "Image", "Tokens", "Boxes", "KeyPoints", "scalar",
+           "ndarray", "blob", "image", "tokens", "boxes", "keypoints"]
 
 
 class _Typed:
@@ -107,10 +106,8 @@ class Field:
             return KeyPoints(int(spec["num_keypoints"]), bool(spec.get("normalized", False)))
         if kind == "tokens":
             return Tokens(spec["dtype"])
-        if kind == "video":
-            return Video()
-        if kind == "audio":
-            return Audio(spec.get("sample_rate"), spec.get("channels"))
+        if kind in SPEC_MAKERS:
+            return SPEC_MAKERS[kind](spec)  # type: ignore[no-any-return]
         raise ValueError(f"unknown field kind {kind!r}")
 
     def _core_spec(self, name: str) -> Dict[str, Any]:
@@ -525,8 +522,10 @@ def keypoints(num_keypoints: int, normalized: bool = False) -> KeyPoints:
     return KeyPoints(num_keypoints, normalized)
 
 
-# Video and audio (stoker/_media_fields.py), at the end: they subclass Field.
-from ._media_fields import Audio, Video, audio, video  # noqa: E402
+# Field kinds defined in other modules (stoker/_media_fields.py: video, audio), each with
+# the function that makes one from its spec; they register here when imported (stoker's
+# __init__ imports them), so Field.from_spec knows them without importing them.
+SPEC_MAKERS: Dict[str, Any] = {}
 
 # -- schema helpers (private) ------------------------------------------------
 

@@ -11,7 +11,8 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 import numpy as np
 
 from .. import _core
-from ..fields import Blob, Image, NDArray, Scalar, Tokens, Video
+from .._media_fields import Video
+from ..fields import Blob, Image, NDArray, Scalar, Tokens
 from ..ops import _specs
 from .telemetry import native_times
 
