@@ -24,8 +24,8 @@ AudioPipeline::AudioPipeline(const AudioFieldSpec& spec) : spec_(spec) {
                "audio sample_rate must be positive (at most 768000), got ", spec_.sample_rate);
   STOKER_CHECK(spec_.channels >= 0 && spec_.channels <= 64, UsageError,
                "audio channels must be in [1, 64], got ", spec_.channels);
-  STOKER_CHECK(spec_.crop == 0 || (spec_.seconds > 0 && std::isfinite(spec_.seconds) &&
-                                   spec_.seconds <= 86400),
+  STOKER_CHECK(spec_.crop == 0 ||
+                   (spec_.seconds > 0 && std::isfinite(spec_.seconds) && spec_.seconds <= 86400),
                UsageError, "an audio crop's seconds must be positive, got ", spec_.seconds);
 }
 
@@ -64,8 +64,7 @@ int64_t AudioPipeline::run(const uint8_t* data, size_t n, uint64_t seed, float* 
   STOKER_CHECK(count <= row, DecodeError, "audio of ", count,
                " samples does not fit the batch's rows of ", row);
   const int64_t got = decode_audio(rec, start, count, rate, channels, out, row, decode_ns);
-  for (int c = 0; c < channels; ++c)
-    std::fill(out + c * row + got, out + (c + 1) * row, 0.0f);
+  for (int c = 0; c < channels; ++c) std::fill(out + c * row + got, out + (c + 1) * row, 0.0f);
   return got;
 }
 

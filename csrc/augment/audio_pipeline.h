@@ -46,8 +46,8 @@ class AudioPipeline {
   /// Decodes this record's crop for `seed` into `out` (`channels` rows of
   /// `row` floats; the samples past its length are zeros). Thread-safe.
   /// @return the samples per channel written
-  int64_t run(const uint8_t* data, size_t n, uint64_t seed, float* out, int channels,
-              int64_t row, int64_t* decode_ns = nullptr) const;
+  int64_t run(const uint8_t* data, size_t n, uint64_t seed, float* out, int channels, int64_t row,
+              int64_t* decode_ns = nullptr) const;
 
  private:
   AudioFieldSpec spec_;

@@ -33,8 +33,8 @@ py::bytes to_bytes(const std::vector<uint8_t>& v) {
 void register_media(py::module_& m) {
   py::class_<VideoFieldSpec>(m, "VideoFieldSpec",
                              "How one video field's clips are chosen and transformed.")
-      .def(py::init([](bool random, int num_frames, int step, double fps,
-                       std::vector<ImageOp> ops, const std::string& layout, int64_t max_pixels) {
+      .def(py::init([](bool random, int num_frames, int step, double fps, std::vector<ImageOp> ops,
+                       const std::string& layout, int64_t max_pixels) {
              VideoFieldSpec s;
              s.clip = {random, num_frames, step, fps};
              s.ops = std::move(ops);
@@ -44,17 +44,16 @@ void register_media(py::module_& m) {
              return s;
            }),
            py::kw_only(), py::arg("random"), py::arg("num_frames"), py::arg("step") = 1,
-           py::arg("fps") = 0.0, py::arg("ops") = std::vector<ImageOp>{},
-           py::arg("layout") = "CHW", py::arg("max_pixels") = VideoFieldSpec{}.max_pixels);
+           py::arg("fps") = 0.0, py::arg("ops") = std::vector<ImageOp>{}, py::arg("layout") = "CHW",
+           py::arg("max_pixels") = VideoFieldSpec{}.max_pixels);
   py::class_<AudioFieldSpec>(m, "AudioFieldSpec", "How one audio field is decoded and cropped.")
       .def(py::init([](int sample_rate, int channels, int crop, double seconds) {
              AudioFieldSpec s{sample_rate, channels, crop, seconds};
              AudioPipeline check(s);
              return s;
            }),
-           py::kw_only(), py::arg("sample_rate") = 0, py::arg("channels") = 0,
-           py::arg("crop") = 0, py::arg("seconds") = 0.0,
-           "crop: 0 none, 1 random, 2 centre, of `seconds`.");
+           py::kw_only(), py::arg("sample_rate") = 0, py::arg("channels") = 0, py::arg("crop") = 0,
+           py::arg("seconds") = 0.0, "crop: 0 none, 1 random, 2 centre, of `seconds`.");
 
   m.def(
       "video_record",
@@ -136,10 +135,10 @@ void register_media(py::module_& m) {
         const std::vector<py::ssize_t> shape = pipe.layout() == ImageLayout::kCHW
                                                    ? std::vector<py::ssize_t>{t, 3, h, w}
                                                    : std::vector<py::ssize_t>{t, h, w, 3};
-        py::array frames = pipe.out_dtype() == DType::kUInt8 ? py::array(py::array_t<uint8_t>(shape))
-                           : pipe.out_dtype() == DType::kFloat32
-                               ? py::array(py::array_t<float>(shape))
-                               : py::array(py::dtype("float16"), shape);
+        py::array frames =
+            pipe.out_dtype() == DType::kUInt8     ? py::array(py::array_t<uint8_t>(shape))
+            : pipe.out_dtype() == DType::kFloat32 ? py::array(py::array_t<float>(shape))
+                                                  : py::array(py::dtype("float16"), shape);
         py::array_t<double> pts(t);
         void* dst = frames.mutable_data();
         double* p = pts.mutable_data();
@@ -170,8 +169,8 @@ void register_media(py::module_& m) {
           py::gil_scoped_release nogil;
           s = pipe.output_shape(ptr(b), b.size());
         }
-        py::array_t<float> out({static_cast<py::ssize_t>(s.channels),
-                                static_cast<py::ssize_t>(s.samples)});
+        py::array_t<float> out(
+            {static_cast<py::ssize_t>(s.channels), static_cast<py::ssize_t>(s.samples)});
         float* dst = out.mutable_data();
         int64_t got;
         {
@@ -183,9 +182,10 @@ void register_media(py::module_& m) {
       py::arg("record"), py::arg("spec"), py::arg("seed") = 0,
       "An audio record's crop for `seed` as a loader worker decodes it: (float32 (C, N), "
       "samples written, sample rate).");
-  m.def("media_codecs", [] { return media_decoders(); },
-        "The video and audio decoders this build's FFmpeg has, comma-separated ('' without "
-        "FFmpeg).");
+  m.def(
+      "media_codecs", [] { return media_decoders(); },
+      "The video and audio decoders this build's FFmpeg has, comma-separated ('' without "
+      "FFmpeg).");
 }
 
 }  // namespace stoker::bindings

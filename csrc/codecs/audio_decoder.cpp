@@ -113,8 +113,7 @@ std::vector<uint8_t> make_audio_record(const uint8_t* data, size_t n) {
     }
     STOKER_CHECK(f->sample_rate == rate && f->ch_layout.nb_channels == channels, DecodeError,
                  "the audio changes from ", rate, " Hz x ", channels, " to ", f->sample_rate,
-                 " Hz x ", f->ch_layout.nb_channels, " at sample ", samples,
-                 " (not supported)");
+                 " Hz x ", f->ch_layout.nb_channels, " at sample ", samples, " (not supported)");
     samples += f->nb_samples;
     return true;
   });
@@ -199,8 +198,8 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
   }
   if (err >= 0) err = swr_init(swr.get());
   STOKER_CHECK(err >= 0, DecodeError, "libswresample cannot convert ", in_rate, " Hz x ",
-               in_layout.nb_channels, " to ", rate, " Hz x ", channels, " (",
-               av_error_text(err), ")");
+               in_layout.nb_channels, " to ", rate, " Hz x ", channels, " (", av_error_text(err),
+               ")");
 
   int64_t written = 0;  // output samples kept
   int64_t dropped = 0;  // output samples dropped before `start`

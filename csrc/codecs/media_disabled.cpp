@@ -28,8 +28,8 @@ std::vector<uint8_t> make_video_record(const uint8_t*, size_t) {
   return {};
 }
 
-void decode_video_frames(const VideoRecord&, const int32_t*, size_t, size_t,
-                         const VideoFrameSink&, int64_t*) {
+void decode_video_frames(const VideoRecord&, const int32_t*, size_t, size_t, const VideoFrameSink&,
+                         int64_t*) {
   require_media_codecs();
 }
 

@@ -18,8 +18,8 @@ T load(const uint8_t* p) {
 void check_header(const uint8_t* data, size_t n, const uint8_t* magic, const char* what) {
   if (n < 4 || std::memcmp(data, magic, 4) != 0)
     STOKER_THROW(DecodeError, "not a stoker.", what,
-                 "() record (written as another field type?); starts with ", n >= 1 ? int(data[0]) : -1,
-                 " ...");
+                 "() record (written as another field type?); starts with ",
+                 n >= 1 ? int(data[0]) : -1, " ...");
   STOKER_CHECK(n >= kMediaHeaderBytes, DecodeError, what, " record cut short (", n,
                " bytes, the header alone is ", kMediaHeaderBytes, ")");
   STOKER_CHECK(data[4] == kMediaVersion, DecodeError, what, " record of version ", int(data[4]),
@@ -93,8 +93,8 @@ AudioRecord parse_audio_record(const uint8_t* data, size_t n) {
   r.channels = load<int32_t>(data + 20);
   r.samples = load<int64_t>(data + 24);
   r.flags = load<int32_t>(data + 32);
-  STOKER_CHECK(head == kMediaHeaderBytes && r.stream >= 0 && r.sample_rate > 0 &&
-                   r.channels > 0 && r.channels <= 64 && r.samples >= 0,
+  STOKER_CHECK(head == kMediaHeaderBytes && r.stream >= 0 && r.sample_rate > 0 && r.channels > 0 &&
+                   r.channels <= 64 && r.samples >= 0,
                DecodeError, "audio record header is inconsistent (", r.sample_rate, " Hz, ",
                r.channels, " channels, ", r.samples, " samples)");
   r.file = data + head;

@@ -63,8 +63,7 @@ std::vector<uint8_t> make_video_record(const uint8_t* data, size_t n) {
   int err;
   while ((err = av_read_frame(in.fmt(), pkt.get())) >= 0) {
     if (pkt->stream_index == s) {
-      STOKER_CHECK(pkt->pts != AV_NOPTS_VALUE, DecodeError,
-                   "video packet ", packets.size(),
+      STOKER_CHECK(pkt->pts != AV_NOPTS_VALUE, DecodeError, "video packet ", packets.size(),
                    " has no presentation time (a raw elementary stream?); remux the file "
                    "into mp4 or mkv (ffmpeg -i IN -c copy OUT.mp4)");
       packets.push_back({pkt->pts, pkt->dts == AV_NOPTS_VALUE ? pkt->pts : pkt->dts,
@@ -73,8 +72,8 @@ std::vector<uint8_t> make_video_record(const uint8_t* data, size_t n) {
     }
     av_packet_unref(pkt.get());
   }
-  STOKER_CHECK(err == AVERROR_EOF, DecodeError, "reading the video's packets: ",
-               av_error_text(err));
+  STOKER_CHECK(err == AVERROR_EOF, DecodeError,
+               "reading the video's packets: ", av_error_text(err));
   // Key frames in decode order; each frame's: the last at or before its packet.
   std::vector<VideoKeyEntry> keys;
   std::vector<int64_t> frame_pts;
@@ -100,8 +99,8 @@ std::vector<uint8_t> make_video_record(const uint8_t* data, size_t n) {
   }
   const uint64_t head = kMediaHeaderBytes + frames.size() * sizeof(VideoFrameEntry) +
                         keys.size() * sizeof(VideoKeyEntry);
-  STOKER_CHECK(head + n <= std::numeric_limits<uint32_t>::max(), DecodeError,
-               "video of ", n, " bytes is over a record's limit (4 GiB)");
+  STOKER_CHECK(head + n <= std::numeric_limits<uint32_t>::max(), DecodeError, "video of ", n,
+               " bytes is over a record's limit (4 GiB)");
   std::vector<uint8_t> out;
   out.reserve(head + n);
   out.insert(out.end(), kVideoMagic, kVideoMagic + 4);
@@ -183,8 +182,8 @@ class ClipDecode {
         pkt_(make_packet()),
         frame_(make_frame()),
         skip_(skips_nonref(st_->codecpar->codec_id)) {
-    STOKER_CHECK(st_->codecpar->codec_type == AVMEDIA_TYPE_VIDEO, DecodeError,
-                 "stream ", rec.stream, " is not video");
+    STOKER_CHECK(st_->codecpar->codec_type == AVMEDIA_TYPE_VIDEO, DecodeError, "stream ",
+                 rec.stream, " is not video");
     // every other stream's packets are dropped by the demuxer
     for (unsigned i = 0; i < in_.fmt()->nb_streams; ++i)
       if (static_cast<int>(i) != rec.stream) in_.fmt()->streams[i]->discard = AVDISCARD_ALL;
@@ -239,8 +238,7 @@ class ClipDecode {
                rec_.key(static_cast<int32_t>(fed_key_ + 1)).pts <= pkt_->pts)
           ++fed_key_;
       }
-      if (skip_)
-        ctx_->skip_frame = wanted(pkt_->pts) ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+      if (skip_) ctx_->skip_frame = wanted(pkt_->pts) ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
       const int sent = avcodec_send_packet(ctx_.get(), pkt_.get());
       STOKER_CHECK(sent >= 0 || sent == AVERROR_INVALIDDATA, DecodeError,
                    "decoding the video: ", av_error_text(sent));
@@ -250,8 +248,8 @@ class ClipDecode {
   }
 
   void seek_ts(int64_t ts) {
-    int err = avformat_seek_file(in_.fmt(), rec_.stream, std::numeric_limits<int64_t>::min(), ts,
-                                 ts, 0);
+    int err =
+        avformat_seek_file(in_.fmt(), rec_.stream, std::numeric_limits<int64_t>::min(), ts, ts, 0);
     if (err < 0) err = av_seek_frame(in_.fmt(), rec_.stream, ts, AVSEEK_FLAG_BACKWARD);
     STOKER_CHECK(err >= 0, DecodeError, "cannot seek in the video (", av_error_text(err), ")");
   }
@@ -301,8 +299,8 @@ class ClipDecode {
   }
 
   [[noreturn]] void missing() const {
-    STOKER_THROW(DecodeError, "frame ", ids_[next_], " (pts ", rec_.frame(ids_[next_]).pts,
-                 ", ", rec_.seconds(ids_[next_]), " s) was not produced by the decoder");
+    STOKER_THROW(DecodeError, "frame ", ids_[next_], " (pts ", rec_.frame(ids_[next_]).pts, ", ",
+                 rec_.seconds(ids_[next_]), " s) was not produced by the decoder");
   }
 
   static RgbConverter& converter() {
@@ -321,18 +319,18 @@ class ClipDecode {
   PacketPtr pkt_;
   FramePtr frame_;
   bool skip_;
-  size_t next_ = 0;          // the next wanted frame
+  size_t next_ = 0;  // the next wanted frame
   bool started_ = false;
-  bool seeking_ = false;     // dropping packets up to waiting_for_
+  bool seeking_ = false;  // dropping packets up to waiting_for_
   bool restarted_ = false;
   uint32_t waiting_for_ = 0;
-  uint32_t fed_key_ = 0;     // the last key frame whose packet was decoded
+  uint32_t fed_key_ = 0;  // the last key frame whose packet was decoded
 };
 
 }  // namespace
 
-void decode_video_frames(const VideoRecord& rec, const int32_t* ids, size_t count,
-                         size_t headroom, const VideoFrameSink& sink, int64_t* decode_ns) {
+void decode_video_frames(const VideoRecord& rec, const int32_t* ids, size_t count, size_t headroom,
+                         const VideoFrameSink& sink, int64_t* decode_ns) {
   const auto t0 = std::chrono::steady_clock::now();
   struct Report {
     std::chrono::steady_clock::time_point t0;

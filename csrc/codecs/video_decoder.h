@@ -49,8 +49,7 @@ using VideoFrameSink = std::function<void(size_t i, uint8_t* rgb)>;
 /// naming the frame and time for a frame the file does not give.
 /// @param decode_ns if given, the codec's and the colour conversion's time
 ///   is added there
-void decode_video_frames(const VideoRecord& rec, const int32_t* ids, size_t count,
-                         size_t headroom, const VideoFrameSink& sink,
-                         int64_t* decode_ns = nullptr);
+void decode_video_frames(const VideoRecord& rec, const int32_t* ids, size_t count, size_t headroom,
+                         const VideoFrameSink& sink, int64_t* decode_ns = nullptr);
 
 }  // namespace stoker

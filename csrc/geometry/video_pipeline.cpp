@@ -112,8 +112,8 @@ void VideoPipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
   const size_t bytes = frame_bytes(out_h, out_w);
   auto* dst = static_cast<uint8_t*>(out);
   const size_t raw = kRawHeaderBytes + static_cast<size_t>(rec.width) * rec.height * 3;
-  size_t t = 0;         // the next output frame
-  int64_t ops_ns = 0;   // the image ops' share of the decode's time
+  size_t t = 0;        // the next output frame
+  int64_t ops_ns = 0;  // the image ops' share of the decode's time
   // Each decoded frame becomes a raw pixel record in place (the header in the
   // headroom before its pixels), which the image ops read with no copy.
   decode_video_frames(

@@ -203,10 +203,10 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
       plan.img_h = h;
       plan.img_w = w;
       plan.sample_bytes = static_cast<size_t>(t) * vp.frame_bytes(h, w);
-      plan.out = add_tensor(spec.name, vp.out_dtype(),
-                            vp.layout() == ImageLayout::kCHW
-                                ? std::vector<int64_t>{len, t, 3, h, w}
-                                : std::vector<int64_t>{len, t, h, w, 3});
+      plan.out =
+          add_tensor(spec.name, vp.out_dtype(),
+                     vp.layout() == ImageLayout::kCHW ? std::vector<int64_t>{len, t, 3, h, w}
+                                                      : std::vector<int64_t>{len, t, h, w, 3});
       plan.pts = add_tensor(spec.name + "_pts", DType::kFloat64, {len, t});
     } else if (spec.kind == FieldKind::kAudio) {
       // One channel count for the batch; rows of the crop's length, or of the
@@ -240,7 +240,8 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
         } else if (s.channels != common.channels || s.rate != common.rate) {
           STOKER_THROW(UsageError, "audio of field '", spec.name, "' comes as ", common.rate,
                        " Hz x ", common.channels, " and ", s.rate, " Hz x ", s.channels,
-                       " (sample ", idx, "); give the field a sample_rate and channels to batch "
+                       " (sample ", idx,
+                       "); give the field a sample_rate and channels to batch "
                        "them: stoker.audio(sample_rate=16000, channels=1)");
         }
         longest = std::max(longest, s.samples);

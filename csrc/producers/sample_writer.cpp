@@ -286,8 +286,8 @@ class SampleWriter {
         sample_draw_seed(b_.sample_seed_, draw_key(pos, index), src_.draw_keys[f]);
     if (image_decode_ns_ < 0) image_decode_ns_ = 0;
     if (const VideoPipeline* vp = src_.videos[f].get()) {
-      auto* pts = reinterpret_cast<double*>(base_ + b_.tensors[plan.pts].offset) +
-                  pos * vp->num_frames();
+      auto* pts =
+          reinterpret_cast<double*>(base_ + b_.tensors[plan.pts].offset) + pos * vp->num_frames();
       vp->run(v.data, v.size, seed, dst, pts, plan.img_h, plan.img_w, &image_decode_ns_);
     } else {
       const int64_t got = src_.audios[f]->run(v.data, v.size, seed, reinterpret_cast<float*>(dst),
@@ -414,8 +414,7 @@ class SampleWriter {
             std::make_pair(plan.img_h, plan.img_w))
           return false;
       } else if (spec.kind == FieldKind::kAudio) {
-        const AudioPipeline::Shape s =
-            src_.audios[f]->output_shape(views_[f].data, views_[f].size);
+        const AudioPipeline::Shape s = src_.audios[f]->output_shape(views_[f].data, views_[f].size);
         if (s.channels != plan.channels || s.samples > plan.max_rows) return false;
       } else if (spec.variable() &&
                  static_cast<int64_t>(views_[f].size / spec.row_bytes()) > plan.max_rows) {

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import _accelerate, ops
 from ._core import CudaError, DataError, DecodeError, Error
-from .dataset import Dataset
 from ._media_fields import Audio, Video, audio, video
+from .dataset import Dataset
 from .fields import (
     Blob,
     Boxes,

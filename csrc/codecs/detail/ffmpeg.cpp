@@ -73,8 +73,7 @@ int64_t MemoryInput::seek(void* opaque, int64_t offset, int whence) {
   return to;
 }
 
-MemoryInput::MemoryInput(const uint8_t* data, size_t n, bool probe_streams)
-    : cursor_{data, n, 0} {
+MemoryInput::MemoryInput(const uint8_t* data, size_t n, bool probe_streams) : cursor_{data, n, 0} {
   quiet_ffmpeg_log();
   auto* buf = static_cast<uint8_t*>(av_malloc(kIOBufferBytes));
   if (!buf) throw std::bad_alloc();

@@ -26,8 +26,15 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._args import add_out, add_overwrite, add_quiet, add_shard_size, add_workers, plain
-from .._args import positive_int
+from .._args import (
+    add_out,
+    add_overwrite,
+    add_quiet,
+    add_shard_size,
+    add_workers,
+    plain,
+    positive_int,
+)
 from .._progress import Progress
 from ._workers import available_cores
 
