@@ -19,10 +19,11 @@ namespace {
 // more than libswresample's default filter reaches (32 taps at the lower rate).
 constexpr int64_t kResampleMargin = 256;
 
+// Writes v at out[at] and returns the offset after it.
 template <typename T>
-void append(std::vector<uint8_t>& out, const T& v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof v);
+size_t put(std::vector<uint8_t>& out, size_t at, const T& v) {
+  std::memcpy(out.data() + at, &v, sizeof v);
+  return at + sizeof v;
 }
 
 bool exact_seek(AVCodecID id) {
@@ -120,20 +121,18 @@ std::vector<uint8_t> make_audio_record(const uint8_t* data, size_t n) {
   STOKER_CHECK(samples > 0, DecodeError, "the audio stream decodes to no samples");
   STOKER_CHECK(n + kMediaHeaderBytes <= std::numeric_limits<uint32_t>::max(), DecodeError,
                "audio of ", n, " bytes is over a record's limit (4 GiB)");
-  std::vector<uint8_t> out;
-  out.reserve(kMediaHeaderBytes + n);
-  out.insert(out.end(), kAudioMagic, kAudioMagic + 4);
-  out.insert(out.end(), {kMediaVersion, 0, 0, 0});
-  append(out, static_cast<uint32_t>(kMediaHeaderBytes));
-  append(out, static_cast<int32_t>(s));
-  append(out, static_cast<int32_t>(rate));
-  append(out, static_cast<int32_t>(channels));
-  append(out, samples);
+  std::vector<uint8_t> out(kMediaHeaderBytes + n, 0);
+  std::memcpy(out.data(), kAudioMagic, 4);
+  out[4] = kMediaVersion;
+  size_t at = put(out, 8, static_cast<uint32_t>(kMediaHeaderBytes));
+  at = put(out, at, static_cast<int32_t>(s));
+  at = put(out, at, static_cast<int32_t>(rate));
+  at = put(out, at, static_cast<int32_t>(channels));
+  at = put(out, at, samples);
   const int32_t flags = (exact_seek(a.st->codecpar->codec_id) ? kAudioExactSeek : 0) |
                         (probe ? kAudioProbeStreams : 0);
-  append(out, flags);
-  out.resize(kMediaHeaderBytes, 0);
-  out.insert(out.end(), data, data + n);
+  put(out, at, flags);
+  std::memcpy(out.data() + kMediaHeaderBytes, data, n);
   return out;
 }
 

@@ -20,10 +20,11 @@ struct Packet {
   bool discard;
 };
 
+// Writes v at out[at] and returns the offset after it.
 template <typename T>
-void append(std::vector<uint8_t>& out, const T& v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof v);
+size_t put(std::vector<uint8_t>& out, size_t at, const T& v) {
+  std::memcpy(out.data() + at, &v, sizeof v);
+  return at + sizeof v;
 }
 
 // The first video stream, the file opened with a stream probe only where the
@@ -101,24 +102,23 @@ std::vector<uint8_t> make_video_record(const uint8_t* data, size_t n) {
                         keys.size() * sizeof(VideoKeyEntry);
   STOKER_CHECK(head + n <= std::numeric_limits<uint32_t>::max(), DecodeError, "video of ", n,
                " bytes is over a record's limit (4 GiB)");
-  std::vector<uint8_t> out;
-  out.reserve(head + n);
-  out.insert(out.end(), kVideoMagic, kVideoMagic + 4);
-  out.insert(out.end(), {kMediaVersion, 0, 0, 0});
+  std::vector<uint8_t> out(head + n, 0);
   const AVCodecParameters* par = st->codecpar;
-  append(out, static_cast<uint32_t>(head));
-  append(out, static_cast<uint32_t>(frames.size()));
-  append(out, static_cast<uint32_t>(keys.size()));
-  append(out, static_cast<int32_t>(s));
-  append(out, static_cast<int32_t>(st->time_base.num));
-  append(out, static_cast<int32_t>(st->time_base.den));
-  append(out, static_cast<int32_t>(par->width));
-  append(out, static_cast<int32_t>(par->height));
-  append(out, static_cast<int32_t>(probe ? kVideoProbeStreams : 0));
-  append(out, int32_t{0});
-  for (const VideoFrameEntry& f : frames) append(out, f);
-  for (const VideoKeyEntry& k : keys) append(out, k);
-  out.insert(out.end(), data, data + n);
+  std::memcpy(out.data(), kVideoMagic, 4);
+  out[4] = kMediaVersion;
+  size_t at = put(out, 8, static_cast<uint32_t>(head));
+  at = put(out, at, static_cast<uint32_t>(frames.size()));
+  at = put(out, at, static_cast<uint32_t>(keys.size()));
+  at = put(out, at, static_cast<int32_t>(s));
+  at = put(out, at, static_cast<int32_t>(st->time_base.num));
+  at = put(out, at, static_cast<int32_t>(st->time_base.den));
+  at = put(out, at, static_cast<int32_t>(par->width));
+  at = put(out, at, static_cast<int32_t>(par->height));
+  put(out, at, static_cast<int32_t>(probe ? kVideoProbeStreams : 0));
+  at = kMediaHeaderBytes;
+  for (const VideoFrameEntry& f : frames) at = put(out, at, f);
+  for (const VideoKeyEntry& k : keys) at = put(out, at, k);
+  std::memcpy(out.data() + at, data, n);
   return out;
 }
 

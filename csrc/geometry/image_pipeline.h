@@ -44,8 +44,11 @@ ImageInfo probe_image(const uint8_t* data, size_t n);
 
 class ImagePipeline {
  public:
-  /// Checks the ops (check_image_ops: UsageError naming the bad op).
-  explicit ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> ops = {});
+  /// Checks the ops (check_image_ops: UsageError naming the bad op). A build
+  /// without image codecs refuses, unless the images are only ever raw pixel
+  /// records (`raw_only`: a video's decoded frames).
+  explicit ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> ops = {},
+                         bool raw_only = false);
 
   /// kUInt8, or kFloat16 / kFloat32 after Normalize.
   DType out_dtype() const { return out_dtype_; }

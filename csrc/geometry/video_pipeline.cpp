@@ -78,7 +78,9 @@ std::vector<int32_t> choose_clip(const ClipSpec& clip, const VideoRecord& rec, u
 }
 
 VideoPipeline::VideoPipeline(const VideoFieldSpec& spec)
-    : clip_(spec.clip), frames_(frame_spec(spec), spec.ops), max_pixels_(spec.max_pixels) {
+    : clip_(spec.clip),
+      frames_(frame_spec(spec), spec.ops, /*raw_only=*/true),
+      max_pixels_(spec.max_pixels) {
   require_media_codecs();
   STOKER_CHECK(clip_.num_frames >= 1 && clip_.num_frames <= 100000, UsageError,
                "a clip's num_frames must be in [1, 100000], got ", clip_.num_frames);

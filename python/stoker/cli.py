@@ -64,7 +64,9 @@ def version_text() -> str:
     info = _core.build_info()
     images = (info["codecs"] if info["images"]
               else "none (built with -DSTOKER_WITH_IMAGES=OFF)")
-    text = f"stoker {__version__} (image codecs: {images})"
+    media = (info["media"] if info.get("video")
+             else "none (built with -DSTOKER_WITH_VIDEO=OFF)")
+    text = f"stoker {__version__} (image codecs: {images}; video and audio: {media})"
     if info["version"] not in (__version__, "unknown"):
         text += f"\nwarning: the compiled core is version {info['version']}: reinstall stoker"
     return text
@@ -269,7 +271,8 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     p = _Parser(prog="stoker", description=DESCRIPTION,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action=_Version,
-                   help="print the version and the image codecs of the native core")
+                   help="print the version and the image, video and audio codecs of the native "
+                        "core")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser("demo", help="write a small built-in dataset and iterate it, with "

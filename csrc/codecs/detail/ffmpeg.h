@@ -15,6 +15,11 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+// FFmpeg 5.1 (libavcodec 59.37): the channel-layout API the audio path uses.
+#if LIBAVCODEC_VERSION_INT < AV_VERSION_INT(59, 37, 100)
+#error "stoker's video and audio fields need FFmpeg 5.1 or newer (or -DSTOKER_WITH_VIDEO=OFF)"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
