@@ -208,7 +208,8 @@ def main():
         print("|---|---:|---:|---:|")
         rows = []
         s_rate, s_mem = median_run(
-            lambda r: time_stoker(root, shard_files, a.crops, cores, a.batch_size, r),
+            lambda r, root=root, sf=shard_files: time_stoker(root, sf, a.crops, cores,
+                                                              a.batch_size, r),
             a.repeats)
         rows.append((f"stoker, {cores} threads", s_rate, s_mem))
         best_peer = 0.0
@@ -221,7 +222,8 @@ def main():
             best = None
             for workers in sorted({0, 1, cores}):
                 rate, mem = median_run(
-                    lambda r: time_dataloader(cls, paths, a.crops, workers, a.batch_size),
+                    lambda r, cls=cls, paths=paths, workers=workers: time_dataloader(
+                        cls, paths, a.crops, workers, a.batch_size),
                     a.repeats)
                 if best is None or rate > best[1]:
                     best = (f"DataLoader + {name}, best num_workers={workers}", rate, mem)

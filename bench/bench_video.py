@@ -330,7 +330,8 @@ def main():
         print("|---|---:|---:|---:|")
         rows = []
         s_rate, s_mem = median_run(
-            lambda r: time_stoker(root, shard_files, a.clips, cores, a.batch_size, r), a.repeats)
+            lambda r, root=root, sf=shard_files: time_stoker(root, sf, a.clips, cores,
+                                                              a.batch_size, r), a.repeats)
         rows.append((f"stoker, {cores} threads", s_rate, s_mem))
         best_peer = 0.0
         for name, cls in (("pyav", PyAVClips), ("decord", DecordClips),
@@ -342,13 +343,15 @@ def main():
             best = None
             for workers in sorted({0, 1, cores}):
                 rate, mem = median_run(
-                    lambda r: time_dataloader(cls, paths, a.clips, workers, a.batch_size),
+                    lambda r, cls=cls, paths=paths, workers=workers: time_dataloader(
+                        cls, paths, a.clips, workers, a.batch_size),
                     a.repeats)
                 if best is None or rate > best[1]:
                     best = (f"DataLoader + {name}, best num_workers={workers}", rate, mem)
             rows.append(best)
             best_peer = max(best_peer, best[1])
-        c_rate, c_mem = median_run(lambda r: time_ceiling(paths, a.clips, cores), a.repeats)
+        c_rate, c_mem = median_run(lambda r, paths=paths: time_ceiling(paths, a.clips, cores),
+                                   a.repeats)
         rows.append((f"decode alone (PyAV, {cores} processes, no conversion)", c_rate, c_mem))
         for name, rate, mem in rows:
             print(f"| {name} | {rate:.1f} | {mem / 1e6:.0f} | {s_rate / rate:.2f}x |")
