@@ -165,9 +165,12 @@ def time_stoker(root, shard_files, crops, threads, batch, epoch):
     return n / dt, mem.peak
 
 
-def median_run(f, repeats):
-    runs = [f(r) for r in range(repeats)]
-    return statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+PEERS = (("soundfile + scipy", SoundfileCrops), ("pyav", PyAVCrops),
+         ("torchaudio", TorchaudioCrops))
+
+
+def CEILINGS(paths, a, cores):
+    return []
 
 
 def main():
@@ -206,29 +209,35 @@ def main():
         print(f"\n## {fmt}\n")
         print("| loader | crops/s | peak PSS (MB) | stoker / this |")
         print("|---|---:|---:|---:|")
-        rows = []
-        s_rate, s_mem = median_run(
-            lambda r, root=root, sf=shard_files: time_stoker(root, sf, a.crops, cores,
-                                                              a.batch_size, r),
-            a.repeats)
-        rows.append((f"stoker, {cores} threads", s_rate, s_mem))
-        best_peer = 0.0
-        for name, cls in (("soundfile + scipy", SoundfileCrops), ("pyav", PyAVCrops),
-                          ("torchaudio", TorchaudioCrops)):
+        # every configuration once per round, rounds interleaved: a shared machine's load
+        # drifts, and each configuration then sees the same drift
+        configs = [("stoker", f"stoker, {cores} threads",
+                    lambda r, root=root, sf=shard_files: time_stoker(root, sf, a.crops, cores,
+                                                                      a.batch_size, r))]
+        for name, cls in PEERS:
             why = peer_ok(cls, paths[0])
             if why:
                 print(f"| DataLoader + {name} | not run: {why} | | |")
                 continue
-            best = None
             for workers in sorted({0, 1, cores}):
-                rate, mem = median_run(
-                    lambda r, cls=cls, paths=paths, workers=workers: time_dataloader(
-                        cls, paths, a.crops, workers, a.batch_size),
-                    a.repeats)
-                if best is None or rate > best[1]:
-                    best = (f"DataLoader + {name}, best num_workers={workers}", rate, mem)
-            rows.append(best)
-            best_peer = max(best_peer, best[1])
+                configs.append((name, f"DataLoader + {name}, best num_workers={workers}",
+                                lambda r, cls=cls, paths=paths, workers=workers: time_dataloader(
+                                    cls, paths, a.crops, workers, a.batch_size)))
+        configs += CEILINGS(paths, a, cores)
+        runs = {label: [] for _, label, _ in configs}
+        for r in range(a.repeats):
+            for _, label, f in configs:
+                runs[label].append(f(r))
+        best = {}
+        for group, label, _ in configs:
+            rate = statistics.median(x[0] for x in runs[label])
+            mem = max(x[1] for x in runs[label])
+            if group not in best or rate > best[group][1]:
+                best[group] = (label, rate, mem)
+        rows = list(best.values())
+        s_rate = best["stoker"][1]
+        peers = [v[1] for k, v in best.items() if k not in ("stoker", "ceiling")]
+        best_peer = max(peers, default=0.0)
         for name, rate, mem in rows:
             print(f"| {name} | {rate:.0f} | {mem / 1e6:.0f} | {s_rate / rate:.2f}x |")
         if best_peer:
