@@ -20,7 +20,8 @@ the peak PSS of the process tree for
           against, so it is skipped here and the reason printed);
   (c) the decode ceiling: the same clips' seek + decode, nothing converted, one process
       per core (PyAV, multiprocessing), with no loader at all.
-Every clip is [16, 3, 224, 224] uint8 (the shorter side resized to 224, centre crop). The
+Every clip is [16, 3, 224, 224] uint8 (the shorter side resized to 224, centre crop); each
+loader's first batch (start-up: forks, threads, the first decodes) is outside the timing. The
 video files and shards are read right before each timed run (a warm page cache). Prints
 each row's ratio to stoker, and stoker's to the best peer.
 """
@@ -240,9 +241,11 @@ def time_stoker(root, shard_files, clips, threads, batch, epoch):
                                                  stoker.ops.CenterCrop(SIZE)]})
     warm(shard_files)
     with PeakPss() as mem, loader:
+        it = iter(loader)
+        next(it)  # start-up outside the timing, as for DataLoader
         t0 = time.perf_counter()
         n = 0
-        for b in loader:
+        for b in it:
             assert b["video"].shape[1:] == (T, 3, SIZE, SIZE)
             n += len(b["video"])
             if n >= clips:
