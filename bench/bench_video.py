@@ -245,11 +245,13 @@ def time_stoker(root, shard_files, clips, threads, batch, epoch):
         next(it)  # start-up outside the timing, as for DataLoader
         t0 = time.perf_counter()
         n = 0
-        for b in it:
-            assert b["video"].shape[1:] == (T, 3, SIZE, SIZE)
-            n += len(b["video"])
-            if n >= clips:
-                break
+        while n < clips:
+            for b in it:
+                assert b["video"].shape[1:] == (T, 3, SIZE, SIZE)
+                n += len(b["video"])
+                if n >= clips:
+                    break
+            it = iter(loader)  # the next epoch: new clips
         dt = time.perf_counter() - t0
     return n / dt, mem.peak
 
@@ -301,6 +303,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--gop", type=int, default=60)
+    ap.add_argument("--copies", type=int, default=16)
     ap.add_argument("--codecs", default="h264,av1")
     ap.add_argument("--dir", default=None)
     a = ap.parse_args()
@@ -323,11 +326,14 @@ def main():
                 with open(p, "wb") as f:
                     f.write(make_video(codec, i, a.gop))
             paths.append(p)
-        root = os.path.join(tmp, f"ds-{codec}-{a.gop}")
+        root = os.path.join(tmp, f"ds-{codec}-{a.gop}-{a.copies}")
         if not os.path.exists(os.path.join(root, "index.json")):
+            # each video `--copies` times: a dataset of videos x copies samples, as the
+            # peers' index space is (a real dataset has thousands of videos)
             with stoker.ShardWriter(root, {"video": stoker.video()}, overwrite=True) as w:
-                for p in paths:
-                    w.write({"video": p})
+                for _ in range(a.copies):
+                    for p in paths:
+                        w.write({"video": p})
         shard_files = [os.path.join(root, s["path"]) for s in stoker.Dataset(root).shards]
         mb = sum(os.path.getsize(p) for p in paths) / len(paths) / 1e6
         print(f"\n## {codec} ({mb:.1f} MB a video)\n")
