@@ -28,7 +28,12 @@ class ClipOp:
     ``fps`` frames a second by presentation time (a clip of (num_frames - 1) / fps seconds
     whatever the file's frame rate, variable rates included: each time takes the frame
     shown then). A video shorter than its clip repeats its last frame (``"<name>_pts"``
-    shows it)."""
+    shows it). ``spec()`` is the clip as the C++ pipeline takes it.
+
+    Example::
+
+        transforms = {"video": [stoker.ops.RandomClip(16, step=2), stoker.ops.Resize(224)]}
+    """
 
     random = True
 
@@ -69,20 +74,37 @@ class ClipOp:
 class RandomClip(ClipOp):
     """A clip starting at a random frame (uniform among the starts whose clip fits), drawn
     anew per sample and epoch: ``RandomClip(16, step=2)`` takes 16 frames, every other one;
-    ``RandomClip(8, fps=4)`` 8 frames a quarter second apart."""
+    ``RandomClip(8, fps=4)`` 8 frames a quarter second apart.
+
+    Example::
+
+        transforms = {"video": [stoker.ops.RandomClip(16, step=2),
+                                stoker.ops.RandomResizedCrop(112)]}
+    """
 
     random = True
 
 
 class CenterClip(ClipOp):
-    """The clip in the middle of the video (evaluation's choice)."""
+    """The clip in the middle of the video (evaluation's choice).
+
+    Example::
+
+        transforms = {"video": [stoker.ops.CenterClip(16, step=2), stoker.ops.Resize(128),
+                                stoker.ops.CenterCrop(112)]}
+    """
 
     random = False
 
 
 class AudioCropOp:
     """Base of the audio crop ops: ``seconds`` of audio at the field's sample rate. A file
-    shorter than that is taken whole, its row padded with zeros (``"<name>_lengths"``)."""
+    shorter than that is taken whole, its row padded with zeros (``"<name>_lengths"``).
+
+    Example::
+
+        transforms = {"audio": stoker.ops.RandomAudioCrop(1.5)}
+    """
 
     crop = 1
 
@@ -109,13 +131,23 @@ class AudioCropOp:
 
 class RandomAudioCrop(AudioCropOp):
     """``seconds`` of audio from a random position (uniform among those that fit), drawn
-    anew per sample and epoch."""
+    anew per sample and epoch.
+
+    Example::
+
+        transforms = {"audio": [stoker.ops.RandomAudioCrop(2.0)]}
+    """
 
     crop = 1
 
 
 class CenterAudioCrop(AudioCropOp):
-    """The middle ``seconds`` of the audio."""
+    """The middle ``seconds`` of the audio.
+
+    Example::
+
+        transforms = {"audio": [stoker.ops.CenterAudioCrop(2.0)]}
+    """
 
     crop = 2
 
