@@ -506,7 +506,8 @@ def decode_only_throughput(images: Sequence[bytes], threads: int, rounds: int = 
 # video and audio fields (csrc/bindings/register_media.cpp)
 class VideoFieldSpec:
     def __init__(self, *, random: bool, num_frames: int, step: int = ..., fps: float = ...,
-                 ops: Sequence[ImageOp] = ..., layout: str = ..., max_pixels: int = ...) -> None: ...
+                 ops: Sequence[ImageOp] = ..., layout: str = ...,
+                 max_pixels: int = ...) -> None: ...
 class AudioFieldSpec:
     def __init__(self, *, sample_rate: int = ..., channels: int = ..., crop: int = ...,
                  seconds: float = ...) -> None: ...
