@@ -4,8 +4,10 @@
 #   1. sdist, then a wheel from the sdist (python -m build, isolated build environment),
 #      so the sdist is proven to build; without stoker._testing (CMake option
 #      STOKER_TESTING_MODULE=OFF: the test-only entry points, tests/ext/);
-#   2. auditwheel repair: copies libjpeg-turbo and libpng into the wheel (stoker.libs/,
-#      renamed, RPATHs rewritten) and tags it manylinux_2_34 (README, "Install": why 2_34);
+#   2. auditwheel repair: copies libjpeg-turbo, libpng and libdav1d into the wheel
+#      (stoker.libs/, renamed, RPATHs rewritten) and tags it manylinux_2_34 (README,
+#      "Install": why 2_34); FFmpeg itself is linked in statically, decoders only
+#      (scripts/build-ffmpeg.sh: Debian's own libavcodec would bring 130 libraries);
 #   3. zlib, which libpng needs, is copied in the same way: auditwheel's policy counts
 #      libz.so.1 as part of the system, but not every system has it (a minimal container,
 #      a Python that links zlib statically), and the wheel should need only glibc,
@@ -70,9 +72,14 @@ rm -rf "$work"
 mkdir -p "$work" build/sdist dist
 rm -f dist/stoker-*-"$tag"-*.whl  # this Python's previous wheel; others' stay
 
+step "FFmpeg, decoders only, static (scripts/build-ffmpeg.sh; kept in build/ffmpeg-min)"
+bash scripts/build-ffmpeg.sh
+ffmpeg_define="-Ccmake.define.STOKER_FFMPEG_ROOT=$PWD/build/ffmpeg-min"
+
 step "sdist, then the wheel from the sdist (compiler progress below: ninja's [n/N])"
 # Without stoker._testing (tests/ext/): the test-only entry points are not the users'.
-"$frontend/bin/python" -m build -Ccmake.define.STOKER_TESTING_MODULE=OFF --outdir "$work" . 2>&1
+"$frontend/bin/python" -m build -Ccmake.define.STOKER_TESTING_MODULE=OFF "$ffmpeg_define" \
+  --outdir "$work" . 2>&1
 sdist=$(ls "$work"/stoker-*.tar.gz)
 raw=$(ls "$work"/stoker-*.whl)
 cp "$sdist" build/sdist/

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building stoker from source needs, and only what is missing:
-#   - system packages: the development files of libjpeg-turbo, libpng and xxHash, each
+#   - system packages: the development files of libjpeg-turbo, libpng, FFmpeg (libavformat,
+#     libavcodec, libswscale, libswresample: video and audio fields) and xxHash, each
 #     installed only if the compiler does not find its header;
 #   - Python build tools, into the Python that builds stoker ($PYTHON, default python3):
 #     scikit-build-core and pybind11, plus ninja and cmake when none is found. They let
@@ -13,7 +14,7 @@
 #
 # Package managers: apt-get (Debian, Ubuntu), dnf/yum (Fedora, RHEL), apk (Alpine).
 # In a conda environment, install the libraries with conda instead:
-#   conda install -c conda-forge libjpeg-turbo libpng xxhash
+#   conda install -c conda-forge libjpeg-turbo libpng xxhash ffmpeg
 set -euo pipefail
 
 cc="${CC:-cc}"
@@ -36,6 +37,10 @@ deps=(
   "jpeglib.h libjpeg-dev libjpeg-turbo-devel libjpeg-turbo-dev"
   "png.h libpng-dev libpng-devel libpng-dev"
   "xxhash.h libxxhash-dev xxhash-devel xxhash-dev"
+  "libavformat/avformat.h libavformat-dev ffmpeg-free-devel ffmpeg-dev"
+  "libavcodec/avcodec.h libavcodec-dev ffmpeg-free-devel ffmpeg-dev"
+  "libswscale/swscale.h libswscale-dev ffmpeg-free-devel ffmpeg-dev"
+  "libswresample/swresample.h libswresample-dev ffmpeg-free-devel ffmpeg-dev"
 )
 
 if command -v apt-get >/dev/null; then
@@ -55,18 +60,22 @@ for d in "${deps[@]}"; do
   read -r -a f <<<"$d"
   if ! has_header "${f[0]}"; then
     missing+=("${f[0]}")
-    packages+=("${f[$col]}")
+    # one package may provide several headers (dnf's ffmpeg-free-devel): listed once
+    case " ${packages[*]} " in
+      *" ${f[$col]} "*) ;;
+      *) packages+=("${f[$col]}") ;;
+    esac
   fi
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: libjpeg-turbo, libpng and xxHash headers found"
+  echo "install-deps: libjpeg-turbo, libpng, FFmpeg and xxHash headers found"
 else
   echo "install-deps: missing ${missing[*]}"
   lacking=1
   if [ -z "$pm" ]; then
     echo "install-deps: no known package manager: install the development packages for" \
-         "${missing[*]} (libjpeg-turbo, libpng, xxHash), then run pip install again" >&2
+         "${missing[*]} (libjpeg-turbo, libpng, FFmpeg, xxHash), then run pip install again" >&2
     exit 1
   fi
   sudo=""

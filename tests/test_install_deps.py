@@ -16,12 +16,16 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "install-deps.sh"
 BASH = shutil.which("bash")
-HEADERS = ["jpeglib.h", "png.h", "xxhash.h"]
+FFMPEG = ["libavformat/avformat.h", "libavcodec/avcodec.h", "libswscale/swscale.h",
+          "libswresample/swresample.h"]
+HEADERS = ["jpeglib.h", "png.h", "xxhash.h"] + FFMPEG
 PACKAGES = {  # header -> package, per package manager
-    "apt-get": {"jpeglib.h": "libjpeg-dev", "png.h": "libpng-dev", "xxhash.h": "libxxhash-dev"},
+    "apt-get": {"jpeglib.h": "libjpeg-dev", "png.h": "libpng-dev", "xxhash.h": "libxxhash-dev",
+                **{h: h.split("/")[0] + "-dev" for h in FFMPEG}},
     "dnf": {"jpeglib.h": "libjpeg-turbo-devel", "png.h": "libpng-devel",
-            "xxhash.h": "xxhash-devel"},
-    "apk": {"jpeglib.h": "libjpeg-turbo-dev", "png.h": "libpng-dev", "xxhash.h": "xxhash-dev"},
+            "xxhash.h": "xxhash-devel", **{h: "ffmpeg-free-devel" for h in FFMPEG}},
+    "apk": {"jpeglib.h": "libjpeg-turbo-dev", "png.h": "libpng-dev", "xxhash.h": "xxhash-dev",
+            **{h: "ffmpeg-dev" for h in FFMPEG}},
 }
 
 # A preprocessor that succeeds when the last #include of its input is in $FOUND.
@@ -56,8 +60,11 @@ exec "$@"
 
 
 def fake_pm(name):
-    cases = "\n".join(f"    {pkg}) echo {header} >> \"$FOUND\" ;;"
-                      for header, pkg in PACKAGES["dnf" if name == "yum" else name].items())
+    provides = {}  # package -> the headers it installs (ffmpeg-dev: several)
+    for header, pkg in PACKAGES["dnf" if name == "yum" else name].items():
+        provides.setdefault(pkg, []).append(header)
+    cases = "\n".join(f"    {pkg}) printf '%s\\n' {' '.join(hs)} >> \"$FOUND\" ;;"
+                      for pkg, hs in provides.items())
     return FAKE_PM.replace("{name}", name).replace("{cases}", cases)
 
 
@@ -112,12 +119,13 @@ def test_nothing_to_do_when_everything_is_there(tmp_path):
 
 
 @pytest.mark.parametrize("found", [[], ["jpeglib.h"], ["png.h", "xxhash.h"],
-                                   ["jpeglib.h", "xxhash.h"]])
+                                   ["jpeglib.h", "xxhash.h"], ["jpeglib.h", "png.h", "xxhash.h"],
+                                   ["jpeglib.h", "png.h", "xxhash.h", FFMPEG[0]]])
 def test_installs_only_the_missing_packages(tmp_path, found):
     missing = [h for h in HEADERS if h not in found]
     r, log = run(tools(tmp_path, uid=0, found=found))
     assert r.returncode == 0, r.stderr
-    want = [PACKAGES["apt-get"][h] for h in missing]
+    want = list(dict.fromkeys(PACKAGES["apt-get"][h] for h in missing))
     assert installs(log) == [want]  # one install, of exactly these: nothing already there
     assert not any(line.startswith("sudo") for line in log)
     # says what it installs before doing it
@@ -130,11 +138,13 @@ def test_installs_only_the_missing_packages(tmp_path, found):
 def test_other_package_managers_get_their_names(tmp_path, pm):
     r, log = run(tools(tmp_path, uid=0, found=["jpeglib.h", "xxhash.h"], pm=pm))
     assert r.returncode == 0, r.stderr
-    assert installs(log) == [[PACKAGES["dnf" if pm == "yum" else pm]["png.h"]]]
+    names = PACKAGES["dnf" if pm == "yum" else pm]
+    # FFmpeg's four headers come from one package there: named once
+    assert installs(log) == [[names["png.h"], names[FFMPEG[0]]]]
 
 
 def test_uses_sudo_when_not_root(tmp_path):
-    r, log = run(tools(tmp_path, uid=1000, found=["png.h"], with_sudo=True))
+    r, log = run(tools(tmp_path, uid=1000, found=["png.h", *FFMPEG], with_sudo=True))
     assert r.returncode == 0, r.stderr
     # apt-get update and install, through sudo -n: without a terminal it must not wait
     # for a password
@@ -151,7 +161,7 @@ def test_installs_only_the_missing_python_build_tools(tmp_path):
 
 
 def test_check_says_what_is_missing_and_installs_nothing(tmp_path):
-    env = tools(tmp_path, uid=0, found=["png.h"], py_missing=["cmake>=3.18"])
+    env = tools(tmp_path, uid=0, found=["png.h", *FFMPEG], py_missing=["cmake>=3.18"])
     r, log = run(env, "--check")
     assert r.returncode == 1 and log == []
     assert "would install with apt-get: libjpeg-dev libxxhash-dev" in r.stdout

@@ -189,7 +189,9 @@ def test_public_names():
                                 "RandomCrop", "Pad", "RandomVerticalFlip", "Letterbox",
                                 "RandomRotation", "RandomAffine", "RandomPerspective",
                                 "SanitizeBoundingBoxes", "Mosaic", "DetectionMixUp", "CopyPaste",
-                                "BatchOp", "MixUp", "CutMix"}
+                                "BatchOp", "MixUp", "CutMix", "ClipOp", "RandomClip",
+                                "CenterClip", "AudioCropOp", "RandomAudioCrop",
+                                "CenterAudioCrop"}
     assert stoker.ops is ops
     for name in ops.__all__:
         assert getattr(ops, name).__doc__ and "Example" in getattr(ops, name).__doc__

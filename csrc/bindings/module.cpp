@@ -5,6 +5,7 @@
 #include <string>
 
 #include "codecs/codecs.h"
+#include "codecs/media.h"
 #include "common/error.h"
 
 #ifndef STOKER_VERSION
@@ -46,6 +47,7 @@ void register_fetch_plan(py::module_& m);
 void register_mixture(py::module_& m);
 void register_python_stage(py::module_& m);
 void register_cache(py::module_& m);
+void register_media(py::module_& m);
 }  // namespace stoker::bindings
 
 // Free-threading ready (docs/python.md, "Threads or processes"): the bindings touch Python
@@ -93,10 +95,13 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
         info["version"] = STOKER_VERSION;
         info["images"] = stoker::have_image_codecs();
         info["codecs"] = stoker::image_codec_versions();
+        info["video"] = stoker::have_media_codecs();
+        info["media"] = stoker::media_codec_versions();
         return info;
       },
       "How this extension was built: version, whether image fields can be decoded, and the "
-      "codec libraries' versions.");
+      "codec libraries' versions; whether video and audio fields can (video), and FFmpeg's "
+      "versions (media).");
 
   stoker::bindings::register_format(m);
   stoker::bindings::register_image_ops(m);
@@ -106,6 +111,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   stoker::bindings::register_checksum(m);
   stoker::bindings::register_tokens(m);
   stoker::bindings::register_cache(m);
+  stoker::bindings::register_media(m);
   stoker::bindings::register_fetch_plan(m);
   stoker::bindings::register_mixture(m);
   stoker::bindings::register_python_stage(m);

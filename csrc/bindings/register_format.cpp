@@ -22,6 +22,8 @@ FieldKind kind_from_name(const std::string& k) {
   if (k == "ndarray") return FieldKind::kNDArray;
   if (k == "blob") return FieldKind::kBlob;
   if (k == "image") return FieldKind::kImage;
+  if (k == "video") return FieldKind::kVideo;
+  if (k == "audio") return FieldKind::kAudio;
   STOKER_THROW(UsageError, "unknown field kind '", k, "'");
 }
 

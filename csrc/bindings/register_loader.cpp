@@ -189,7 +189,9 @@ void register_loader(py::module_& m) {
                        int64_t unit_samples, bool handoff, int64_t warm_bytes,
                        const std::map<std::string, py::bytes>& pad_values,
                        std::optional<BatchMixOptions> mix, const std::string& verify,
-                       std::shared_ptr<DecodedCache> cache) {
+                       std::shared_ptr<DecodedCache> cache,
+                       std::map<std::string, VideoFieldSpec> videos,
+                       std::map<std::string, AudioFieldSpec> audios) {
              RecordOptions o;
              STOKER_CHECK(verify == "first" || verify == "always", UsageError,
                           "verify must be 'first' or 'always', got '", verify, "'");
@@ -199,6 +201,8 @@ void register_loader(py::module_& m) {
              o.sampler = sampler;
              o.skip_errors = skip_errors;
              o.images = std::move(images);
+             o.videos = std::move(videos);
+             o.audios = std::move(audios);
              o.transforms = std::move(transforms);
              for (const auto& [name, value] : pad_values) {
                const std::string v = value;
@@ -216,13 +220,16 @@ void register_loader(py::module_& m) {
            py::arg("unit_samples") = 0, py::arg("handoff") = false, py::arg("warm_bytes") = -1,
            py::arg("pad_values") = std::map<std::string, py::bytes>{}, py::arg("mix") = py::none(),
            py::arg("verify") = "first", py::arg("cache") = py::none(),
+           py::arg("videos") = std::map<std::string, VideoFieldSpec>{},
+           py::arg("audios") = std::map<std::string, AudioFieldSpec>{},
            "images: {field: ImageFieldSpec}; transforms: [TransformSpec]; threads_hint sizes the "
            "units of work (unit_samples: samples per unit, 0 = from it); handoff: each batch "
            "goes to the loader's finisher (batch_map in the Python stage); warm_bytes: shards "
            "the first epoch reads mapped and faulted in ahead (-1: an eighth of the memory, 0: "
            "none); pad_values: {field: one element's bytes}; mix: BatchMixOptions "
            "(batch_transforms); verify: 'first' (a record's checksum on its first read in this "
-           "process) or 'always'; cache: a DecodedCache for the RGB image fields.")
+           "process) or 'always'; cache: a DecodedCache for the RGB image fields; videos: "
+           "{field: VideoFieldSpec}; audios: {field: AudioFieldSpec}.")
       .def_readonly("sampler", &RecordOptions::sampler)
       .def_readonly("skip_errors", &RecordOptions::skip_errors)
       .def_readonly("images", &RecordOptions::images)

@@ -6,13 +6,22 @@
 
 namespace stoker {
 
+namespace {
+
+bool bytes_kind(FieldKind k) {
+  return k == FieldKind::kBlob || k == FieldKind::kImage || k == FieldKind::kVideo ||
+         k == FieldKind::kAudio;
+}
+
+}  // namespace
+
 bool FieldSpec::variable() const {
-  if (kind == FieldKind::kBlob || kind == FieldKind::kImage) return true;
+  if (bytes_kind(kind)) return true;
   return !shape.empty() && shape[0] < 0;
 }
 
 size_t FieldSpec::row_bytes() const {
-  if (kind == FieldKind::kBlob || kind == FieldKind::kImage) return 1;
+  if (bytes_kind(kind)) return 1;
   size_t n = dtype_size(dtype);
   for (size_t i = 1; i < shape.size(); ++i) n *= static_cast<size_t>(shape[i]);
   return n;

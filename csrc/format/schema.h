@@ -10,14 +10,15 @@
 
 namespace stoker {
 
-enum class FieldKind : uint8_t { kScalar, kNDArray, kBlob, kImage };
+/// kVideo and kAudio hold a media record (codecs/media_record.h): bytes, like a blob.
+enum class FieldKind : uint8_t { kScalar, kNDArray, kBlob, kImage, kVideo, kAudio };
 
 struct FieldSpec {
   std::string name;
   FieldKind kind = FieldKind::kBlob;
   DType dtype = DType::kUInt8;
   /// Element shape of one sample; for kNDArray the first dimension may be -1
-  /// (variable length). Empty for scalars, blobs and images.
+  /// (variable length). Empty for scalars, blobs, images, videos and audio.
   std::vector<int64_t> shape;
 
   bool variable() const;       ///< payload length varies per sample

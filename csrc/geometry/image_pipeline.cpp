@@ -20,21 +20,24 @@ ImageInfo probe_image(const uint8_t* data, size_t n) {
   not_an_image(data, n);
 }
 
-ImagePipeline::ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> ops)
+ImagePipeline::ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> ops, bool raw_only)
     : ops_(std::move(ops)),
       layout_(spec.layout),
       max_pixels_(spec.max_pixels),
       out_dtype_(output_dtype(ops_)),
       fixed_(fixed_output_size(ops_)) {
   check_image_ops(ops_);
-  require_image_codecs();  // a build without codecs refuses image fields up front
+  if (!raw_only) require_image_codecs();  // a build without codecs refuses image fields up front
   STOKER_CHECK(max_pixels_ > 0, UsageError, "max_pixels must be positive");
 }
 
 std::pair<int, int> ImagePipeline::output_size(const uint8_t* data, size_t n) const {
   const ImageInfo info = probe_image(data, n);
   check_declared(info, max_pixels_);
-  std::pair<int, int> hw{info.height, info.width};
+  return output_size_for({info.height, info.width});
+}
+
+std::pair<int, int> ImagePipeline::output_size_for(std::pair<int, int> hw) const {
   for (const ImageOp& op : ops_) hw = size_after(op, hw);
   return hw;
 }

@@ -44,8 +44,11 @@ ImageInfo probe_image(const uint8_t* data, size_t n);
 
 class ImagePipeline {
  public:
-  /// Checks the ops (check_image_ops: UsageError naming the bad op).
-  explicit ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> ops = {});
+  /// Checks the ops (check_image_ops: UsageError naming the bad op). A build
+  /// without image codecs refuses, unless the images are only ever raw pixel
+  /// records (`raw_only`: a video's decoded frames).
+  explicit ImagePipeline(const ImageFieldSpec& spec, std::vector<ImageOp> ops = {},
+                         bool raw_only = false);
 
   /// kUInt8, or kFloat16 / kFloat32 after Normalize.
   DType out_dtype() const { return out_dtype_; }
@@ -54,6 +57,8 @@ class ImagePipeline {
   std::optional<std::pair<int, int>> fixed_size() const { return fixed_; }
   /// Output (h, w) of this image, from its header. Throws DecodeError.
   std::pair<int, int> output_size(const uint8_t* data, size_t n) const;
+  /// Output (h, w) of an image of (h, w) pixels (a video's frames).
+  std::pair<int, int> output_size_for(std::pair<int, int> hw) const;
   /// Decodes and transforms one image into `out` (out_h * out_w * 3 elements
   /// of out_dtype(), in layout()). Random draws come from `seed` only, so the
   /// same seed gives bit-identical output on any thread. Thread-safe (scratch

@@ -191,6 +191,68 @@ void plan_record_batch(const RecordSource& src, std::vector<int64_t> indices, in
                                        ? std::vector<int64_t>{len, 3, hw.first, hw.second}
                                        : std::vector<int64_t>{len, hw.first, hw.second, 3};
       plan.out = add_tensor(spec.name, pipe.out_dtype(), shape);
+    } else if (spec.kind == FieldKind::kVideo) {
+      const VideoPipeline& vp = *src.videos[f];
+      std::pair<int, int> hw;
+      if (auto fixed = vp.fixed_size())
+        hw = *fixed;
+      else
+        hw = common_size(spec.name, [&] { return vp.output_size(views[f].data, views[f].size); });
+      const auto [h, w] = hw;
+      const int64_t t = vp.num_frames();
+      plan.img_h = h;
+      plan.img_w = w;
+      plan.sample_bytes = static_cast<size_t>(t) * vp.frame_bytes(h, w);
+      plan.out =
+          add_tensor(spec.name, vp.out_dtype(),
+                     vp.layout() == ImageLayout::kCHW ? std::vector<int64_t>{len, t, 3, h, w}
+                                                      : std::vector<int64_t>{len, t, h, w, 3});
+      plan.pts = add_tensor(spec.name + "_pts", DType::kFloat64, {len, t});
+    } else if (spec.kind == FieldKind::kAudio) {
+      // One channel count for the batch; rows of the crop's length, or of the
+      // longest sample without one (NOTE [ Audio crops ]).
+      const AudioPipeline& ap = *src.audios[f];
+      std::exception_ptr first_error;
+      bool have = false;
+      AudioPipeline::Shape common;
+      int64_t longest = 0;
+      for (int64_t p = 0; p < len; ++p) {
+        const int64_t idx = b.indices[static_cast<size_t>(p)];
+        const Dataset& ds = b.dataset_of(p);
+        if (!read_for_plan(src, ds, idx, spec.name, views, hold, true, first_error) &&
+            !read_replacement(src, ds, idx, spec.name, views, hold, true))
+          continue;
+        AudioPipeline::Shape s;
+        try {
+          try {
+            s = ap.output_shape(views[f].data, views[f].size);
+          } catch (...) {
+            rethrow_with_context(ds, idx, spec.name);
+          }
+        } catch (...) {
+          if (!src.skip_errors) throw;
+          if (!first_error) first_error = std::current_exception();
+          continue;
+        }
+        if (!have) {
+          common = s;
+          have = true;
+        } else if (s.channels != common.channels || s.rate != common.rate) {
+          STOKER_THROW(UsageError, "audio of field '", spec.name, "' comes as ", common.rate,
+                       " Hz x ", common.channels, " and ", s.rate, " Hz x ", s.channels,
+                       " (sample ", idx,
+                       "); give the field a sample_rate and channels to batch "
+                       "them: stoker.audio(sample_rate=16000, channels=1)");
+        }
+        longest = std::max(longest, s.samples);
+      }
+      if (!have && len > 0 && first_error) std::rethrow_exception(first_error);
+      const int64_t crop = ap.crop_samples(common.rate);
+      plan.max_rows = crop >= 0 ? crop : longest;
+      plan.channels = common.channels;
+      plan.sample_bytes = static_cast<size_t>(plan.channels) * plan.max_rows * sizeof(float);
+      plan.out = add_tensor(spec.name, DType::kFloat32, {len, plan.channels, plan.max_rows});
+      plan.lengths = add_tensor(spec.name + "_lengths", DType::kInt64, {len});
     } else if (!spec.variable()) {
       plan.sample_bytes = spec.fixed_bytes();
       if (src.mix && src.mix->labels == f) {

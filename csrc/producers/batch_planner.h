@@ -26,7 +26,9 @@ struct FieldPlan {
   size_t lengths = SIZE_MAX;  ///< index of "<name>_lengths", if variable
   size_t sample_bytes = 0;    ///< bytes per sample in the output tensor
   int64_t max_rows = 0;       ///< padded length of a variable field
-  int img_h = 0, img_w = 0;   ///< output size of an image field (or of its group)
+  int img_h = 0, img_w = 0;   ///< output size of an image field (or of its group, a video's frames)
+  size_t pts = SIZE_MAX;      ///< a video field's "<name>_pts" tensor
+  int channels = 0;           ///< an audio field's rows per sample (max_rows: its samples)
   /// Where samples are written when that is not the tensor (the integer
   /// labels that batch_transforms turn into the soft labels of the tensor).
   size_t raw = SIZE_MAX;

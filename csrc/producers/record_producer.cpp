@@ -151,11 +151,43 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
         std::make_unique<ImagePipeline>(image_spec(schema.fields[f].name),
                                         group_of[f] ? group_of[f]->ops : std::vector<ImageOp>{}));
   }
+  // Video and audio fields (NOTE [ Clip sampling ], [ Audio crops ]): each its own
+  // draws, keyed by the field as a group of one is.
+  for (const auto& [name, spec] : opts.videos)
+    STOKER_CHECK(schema.fields[schema.index_of(name)].kind == FieldKind::kVideo, UsageError,
+                 "field '", name, "' is not a video field; clips apply to stoker.video() fields");
+  for (const auto& [name, spec] : opts.audios)
+    STOKER_CHECK(schema.fields[schema.index_of(name)].kind == FieldKind::kAudio, UsageError,
+                 "field '", name,
+                 "' is not an audio field; audio crops apply to stoker.audio() "
+                 "fields");
+  src.videos.resize(nf);
+  src.audios.resize(nf);
+  for (size_t f = 0; f < nf; ++f) {
+    const FieldSpec& fs = schema.fields[f];
+    STOKER_CHECK(
+        group_of[f] == nullptr || (fs.kind != FieldKind::kVideo && fs.kind != FieldKind::kAudio),
+        UsageError, "field '", fs.name, "' is a ", fs.kind == FieldKind::kVideo ? "video" : "audio",
+        " field: its clip and ops go in RecordOptions.videos / audios");
+    if (fs.kind == FieldKind::kVideo) {
+      auto it = opts.videos.find(fs.name);
+      STOKER_CHECK(it != opts.videos.end(), UsageError, "video field '", fs.name,
+                   "' needs a clip: transforms={'", fs.name,
+                   "': [stoker.ops.RandomClip(16), ...]} (or CenterClip)");
+      src.videos[f] = std::make_unique<VideoPipeline>(it->second);
+    } else if (fs.kind == FieldKind::kAudio) {
+      auto it = opts.audios.find(fs.name);
+      src.audios[f] =
+          std::make_unique<AudioPipeline>(it != opts.audios.end() ? it->second : AudioFieldSpec{});
+    }
+  }
   for (const auto& [name, value] : opts.pad_values) {
     const size_t f = schema.index_of(name);
     const FieldSpec& fs = schema.fields[f];
-    STOKER_CHECK(fs.variable() && fs.kind != FieldKind::kImage, UsageError, "pad_values: field '",
-                 name, "' is not a variable-length field: only those are padded");
+    STOKER_CHECK(fs.variable() && fs.kind != FieldKind::kImage && fs.kind != FieldKind::kVideo &&
+                     fs.kind != FieldKind::kAudio,
+                 UsageError, "pad_values: field '", name,
+                 "' is not a variable-length field: only those are padded");
     const size_t elem = fs.kind == FieldKind::kBlob ? 1 : dtype_size(fs.dtype);
     STOKER_CHECK(value.size() == elem, UsageError, "pad_values: field '", name, "' takes ", elem,
                  "-byte values, got ", value.size(), " bytes");

@@ -14,11 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "augment/audio_pipeline.h"
 #include "augment/batch_mix.h"
 #include "cache/decoded_cache.h"
 #include "format/dataset.h"
 #include "geometry/image_pipeline.h"
 #include "geometry/transform_group.h"
+#include "geometry/video_pipeline.h"
 #include "pipeline/batch_producer.h"
 #include "producers/mapping_warmer.h"
 #include "sampler/permutation.h"
@@ -64,6 +66,9 @@ struct RecordOptions {
   /// slots() = records x RGB image fields, in schema order. Not with a mixture.
   std::shared_ptr<DecodedCache> cache;
   std::map<std::string, ImageFieldSpec> images;  ///< per image field; others use defaults
+  /// Per video field: its clip and frame ops (a video field needs one).
+  std::map<std::string, VideoFieldSpec> videos;
+  std::map<std::string, AudioFieldSpec> audios;  ///< per audio field; others as stored
   std::vector<TransformSpec> transforms;         ///< a field is in one group at most
   /// Per variable-length field: one element (its dtype's bytes) that pads
   /// samples shorter than the batch's longest; others pad with zeros.
@@ -109,6 +114,8 @@ struct RecordSource {
   /// A mixture's datasets, all with ds's schema (sets[0] is ds); empty otherwise.
   std::vector<std::shared_ptr<const Dataset>> sets;
   std::vector<std::unique_ptr<ImagePipeline>> pipelines;  ///< per field; null if not an image alone
+  std::vector<std::unique_ptr<VideoPipeline>> videos;     ///< per field; null if not a video
+  std::vector<std::unique_ptr<AudioPipeline>> audios;     ///< per field; null if not audio
   std::vector<std::unique_ptr<TransformGroup>> groups;
   std::vector<int> group_of;                      ///< per field: its TransformGroup, or -1
   std::vector<int> member_of;                     ///< per field in a group: its member index there

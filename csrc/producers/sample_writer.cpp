@@ -98,6 +98,10 @@ class SampleWriter {
         views_(views_buffer(schema_.fields.size())),
         time_each_(!src_.groups.empty() ||
                    std::any_of(src_.pipelines.begin(), src_.pipelines.end(),
+                               [](const auto& p) { return p != nullptr; }) ||
+                   std::any_of(src_.videos.begin(), src_.videos.end(),
+                               [](const auto& p) { return p != nullptr; }) ||
+                   std::any_of(src_.audios.begin(), src_.audios.end(),
                                [](const auto& p) { return p != nullptr; })) {}
 
   // Samples [lo, hi) of the batch. Returns early (leaving the rest unwritten)
@@ -257,6 +261,8 @@ class SampleWriter {
       src_.pipelines[f]->run(v.data, v.size, seed, dst, plan.img_h, plan.img_w, &image_decode_ns_,
                              nullptr, src_.cache_slot(f, index));
       set_activity(Activity::kDecoding);
+    } else if (spec.kind == FieldKind::kVideo || spec.kind == FieldKind::kAudio) {
+      write_media(f, pos, index, dst);
     } else if (!spec.variable()) {
       stream_copy(dst, v.data, v.size, next_.data, next_.size);
       next_ = {};
@@ -269,6 +275,26 @@ class SampleWriter {
       next_ = {};
       finish_rows(f, pos, rows);
     }
+  }
+
+  // A video's clip and its times, or an audio crop and its length (NOTE [ Clip
+  // sampling ] in geometry/video_pipeline.h, [ Audio crops ] in augment/audio_pipeline.h).
+  void write_media(size_t f, int64_t pos, int64_t index, uint8_t* dst) {
+    const FieldPlan& plan = b_.plans[f];
+    const RecordView& v = views_[f];
+    const uint64_t seed =
+        sample_draw_seed(b_.sample_seed_, draw_key(pos, index), src_.draw_keys[f]);
+    if (image_decode_ns_ < 0) image_decode_ns_ = 0;
+    if (const VideoPipeline* vp = src_.videos[f].get()) {
+      auto* pts =
+          reinterpret_cast<double*>(base_ + b_.tensors[plan.pts].offset) + pos * vp->num_frames();
+      vp->run(v.data, v.size, seed, dst, pts, plan.img_h, plan.img_w, &image_decode_ns_);
+    } else {
+      const int64_t got = src_.audios[f]->run(v.data, v.size, seed, reinterpret_cast<float*>(dst),
+                                              plan.channels, plan.max_rows, &image_decode_ns_);
+      std::memcpy(base_ + b_.tensors[plan.lengths].offset + static_cast<size_t>(pos) * 8, &got, 8);
+    }
+    set_activity(Activity::kDecoding);
   }
 
   // What sample `index` at `pos` keys its random draws by: its index, or a
@@ -381,6 +407,15 @@ class SampleWriter {
         if (pipe.fixed_size()) continue;
         auto s = pipe.output_size(views_[f].data, views_[f].size);
         if (s.first != plan.img_h || s.second != plan.img_w) return false;
+      } else if (spec.kind == FieldKind::kVideo) {
+        const VideoPipeline& vp = *src_.videos[f];
+        if (vp.fixed_size()) continue;
+        if (vp.output_size(views_[f].data, views_[f].size) !=
+            std::make_pair(plan.img_h, plan.img_w))
+          return false;
+      } else if (spec.kind == FieldKind::kAudio) {
+        const AudioPipeline::Shape s = src_.audios[f]->output_shape(views_[f].data, views_[f].size);
+        if (s.channels != plan.channels || s.samples > plan.max_rows) return false;
       } else if (spec.variable() &&
                  static_cast<int64_t>(views_[f].size / spec.row_bytes()) > plan.max_rows) {
         return false;

@@ -41,10 +41,16 @@ void SampleFetcher::read(int64_t index, Sample& out, PythonTimes& times) const {
     out.pin = ds.pin_record(loc);  // the shard, or a remote record by range
     ds.read(out.pin, loc, out.views.data(), source_->verify);
     for (size_t f = 0; f < out.views.size(); ++f) {
-      const ImagePipeline* pipe = source_->pipelines[f].get();
-      if (!pipe) continue;
       field = ds.schema().fields[f].name;
-      out.image_hw[f] = pipe->output_size(out.views[f].data, out.views[f].size);
+      const RecordView& v = out.views[f];
+      if (const ImagePipeline* pipe = source_->pipelines[f].get()) {
+        out.image_hw[f] = pipe->output_size(v.data, v.size);
+      } else if (const VideoPipeline* vp = source_->videos[f].get()) {
+        out.image_hw[f] = vp->fixed_size() ? *vp->fixed_size() : vp->output_size(v.data, v.size);
+      } else if (const AudioPipeline* ap = source_->audios[f].get()) {
+        const AudioPipeline::Shape sh = ap->output_shape(v.data, v.size);
+        out.image_hw[f] = {sh.channels, static_cast<int>(sh.samples)};
+      }
     }
     for (size_t g = 0; g < source_->groups.size(); ++g) {
       const std::vector<size_t>& fields = source_->group_fields[g];
@@ -102,12 +108,32 @@ std::vector<SampleFetcher::FieldOut> SampleFetcher::outputs(const Sample& s) con
       else
         o.shape =
             spec.shape.size() == 3 ? std::vector<int64_t>{h, w, 1} : std::vector<int64_t>{h, w};
+    } else if (const VideoPipeline* vp = source_->videos[f].get()) {
+      const auto [h, w] = s.image_hw[f];
+      const int64_t t = vp->num_frames();
+      o.kind = FieldOut::Kind::kImage;
+      o.dtype = vp->out_dtype();
+      o.shape = vp->layout() == ImageLayout::kCHW ? std::vector<int64_t>{t, 3, h, w}
+                                                  : std::vector<int64_t>{t, h, w, 3};
+    } else if (source_->audios[f]) {
+      o.kind = FieldOut::Kind::kImage;
+      o.dtype = DType::kFloat32;
+      o.shape = {s.image_hw[f].first, s.image_hw[f].second};
     } else if (spec.kind == FieldKind::kBlob) {
       o.kind = FieldOut::Kind::kBytes;
     } else {  // Python gives it its shape
       o.kind = FieldOut::Kind::kArray;
       o.dtype = spec.dtype;
       o.shape = {static_cast<int64_t>(v.size / dtype_size(spec.dtype))};
+    }
+  }
+  for (size_t f = 0; f < schema.fields.size(); ++f) {
+    if (const VideoPipeline* vp = source_->videos[f].get()) {
+      FieldOut o;
+      o.kind = FieldOut::Kind::kImage;
+      o.dtype = DType::kFloat64;
+      o.shape = {vp->num_frames()};
+      out.push_back(std::move(o));
     }
   }
   return out;
@@ -119,11 +145,16 @@ std::vector<int64_t> SampleFetcher::write(Sample& s, const std::vector<void*>& d
   STOKER_CHECK(dst.size() == out.size(), UsageError, "SampleFetcher::write: ", dst.size(),
                " destinations for ", out.size(), " fields");
   std::vector<int64_t> left(out.size(), -1);
-  for (size_t f = 0; f < out.size(); ++f)
+  const size_t nf = source_->ds->schema().fields.size();
+  for (size_t f = 0; f < nf; ++f)
     if (out[f].kind == FieldOut::Kind::kArray && source_->group_of[f] < 0)
       std::memcpy(dst[f], out[f].data, out[f].size);
-  for (size_t f = 0; f < out.size(); ++f)
+  for (size_t f = 0; f < nf; ++f)
     if (pipeline(f)) decode_image(s, f, epoch, dst[f], times);
+  size_t extra = nf;  // the video fields' frame times, after the fields
+  for (size_t f = 0; f < nf; ++f)
+    if (source_->videos[f] || source_->audios[f])
+      decode_media(s, f, epoch, dst[f], source_->videos[f] ? dst[extra++] : nullptr, times);
   for (size_t g = 0; g < source_->groups.size(); ++g) run_group(s, g, epoch, dst, left, times);
   release(s);
   return left;
@@ -172,6 +203,27 @@ void SampleFetcher::decode_image(const Sample& s, size_t f, uint64_t epoch, void
   try {
     pipe.run(s.views[f].data, s.views[f].size, seed, dst, s.image_hw[f].first, s.image_hw[f].second,
              &decode_ns, nullptr, source_->cache_slot(f, s.index));
+  } catch (...) {
+    rethrow_with_context(*source_->ds, s.index, source_->ds->schema().fields[f].name);
+  }
+  const int64_t total = ns_since(t0);
+  times.decode_ns += std::min(decode_ns, total);
+  times.ops_ns += total - std::min(decode_ns, total);
+}
+
+void SampleFetcher::decode_media(const Sample& s, size_t f, uint64_t epoch, void* dst, void* pts,
+                                 PythonTimes& times) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t seed =
+      sample_draw_seed(hash_combine(seed_, epoch), s.index, source_->draw_keys.at(f));
+  int64_t decode_ns = 0;
+  const RecordView& v = s.views[f];
+  const auto [h, w] = s.image_hw[f];
+  try {
+    if (const VideoPipeline* vp = source_->videos[f].get())
+      vp->run(v.data, v.size, seed, dst, static_cast<double*>(pts), h, w, &decode_ns);
+    else
+      source_->audios[f]->run(v.data, v.size, seed, static_cast<float*>(dst), h, w, &decode_ns);
   } catch (...) {
     rethrow_with_context(*source_->ds, s.index, source_->ds->schema().fields[f].name);
   }

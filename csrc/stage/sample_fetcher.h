@@ -42,7 +42,8 @@ class SampleFetcher {
     int64_t index = -1;
     Dataset::ShardPin pin;
     std::vector<RecordView> views;
-    /// Output (h, w) of each image field, and of each field of a transform group.
+    /// Output (h, w) of each image field, and of each field of a transform group
+    /// (a video's frames; an audio field's (channels, samples)).
     std::vector<std::pair<int, int>> image_hw;
   };
   /// Reads sample `index` (waiting for a remote shard as a worker does) and
@@ -64,7 +65,8 @@ class SampleFetcher {
     const uint8_t* data = nullptr;  ///< the stored bytes, valid until write()
     size_t size = 0;
   };
-  /// What each field of `s` (read()) becomes, in schema order.
+  /// What each field of `s` (read()) becomes, in schema order, then each video
+  /// field's frame times (float64, one per frame), in schema order.
   std::vector<FieldOut> outputs(const Sample& s) const;
   /// Fills the arrays made as outputs(s) says, `dst[f]` for field f (ignored for
   /// kBytes): the kArray fields' bytes copied, then each image decoded and
@@ -85,6 +87,10 @@ class SampleFetcher {
   /// Decodes and transforms image field `f` of `s` into `dst` (h * w * 3
   /// elements of the pipeline's dtype, in its layout).
   void decode_image(const Sample& s, size_t f, uint64_t epoch, void* dst, PythonTimes& times) const;
+  /// Decodes video or audio field `f` of `s` into `dst` (a video's frame times
+  /// into `pts`), with the loader's draws for `epoch`.
+  void decode_media(const Sample& s, size_t f, uint64_t epoch, void* dst, void* pts,
+                    PythonTimes& times) const;
   /// Checks that the bytes copied out of `s` were not cut short under the read
   /// (format/mapped_file.h); then releases its shard.
   void release(Sample& s) const;

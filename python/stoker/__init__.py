@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _accelerate, ops
 from ._core import CudaError, DataError, DecodeError, Error
+from ._media_fields import Audio, Video, audio, video
 from .dataset import Dataset
 from .fields import (
     Blob,
@@ -63,6 +64,7 @@ def __getattr__(name: str) -> Any:
 _accelerate.install()
 
 __all__ = [
+    "Audio",
     "Blob",
     "Boxes",
     "CudaError",
@@ -80,7 +82,9 @@ __all__ = [
     "ShardWriter",
     "TokenDataset",
     "Tokens",
+    "Video",
     "WriterLockError",
+    "audio",
     "blob",
     "boxes",
     "image",
@@ -89,5 +93,6 @@ __all__ = [
     "ops",
     "scalar",
     "tokens",
+    "video",
     "__version__",
 ]

@@ -55,7 +55,7 @@ def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
                     for g in r.groups],
         threads_hint=threads_hint, handoff=r.handoff, pad_values=dict(r.pad_values),
         mix=None if r.batch_mix is None else r.batch_mix.options(), verify=r.verify,
-        cache=cache)
+        cache=cache, **r.media.options())
 
 
 def sampler_options(s: Sampling, listed: Any = None) -> Any:

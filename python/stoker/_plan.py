@@ -39,6 +39,7 @@ import torch
 from . import _cache, _core
 from . import _loader_args as args
 from ._loader_args import check_int
+from ._media_args import MediaPlan, split_media
 from ._transform_args import check_batch_transforms, check_transforms, group_targets
 from .dataset import Dataset
 from .fields import Image
@@ -124,6 +125,7 @@ class RecordPlan:
     handoff: bool = False  # the batch goes to the Python stage (batch_map) when assembled
     verify: str = "first"  # a record's checksum: on its first read in the process, or "always"
     cache: Optional[_cache.CachePlan] = None  # decoded images kept (stoker/_cache.py)
+    media: MediaPlan = MediaPlan()  # video clips and audio crops (stoker/_media_args.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -453,6 +455,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         remote = getattr(dataset, "remote", None)
         if remote is not None:  # a cache smaller than the dataset needs a shard order
             remote.check_window(shard_window, sampling.shuffle)
+        media, transforms = split_media(dataset.fields, transforms, image_layout, max_pixels)
         checked = check_transforms(dataset.fields, transforms or {}, a["box_rows"],
                                    a["as_stored"])
         images, nchw = _images(dataset.fields, image_layout, max_pixels)
@@ -468,7 +471,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                          shuffle=sampling.shuffle)
             producer = "MixRecordProducer"
             records = RecordPlan(images, groups, pads, mix, on_error == "skip",
-                                 batch_map is not None, verify)
+                                 batch_map is not None, verify, media=media)
         elif hooks:
             # Samples are fetched by the stage's threads (the C++ decode, GIL released) as
             # map receives them: images in their decoded layout, alone (a one-channel
@@ -482,7 +485,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                                              for k, ops in checked.items()
                                              if ops and not isinstance(k, tuple)) +
                                tuple(g for g in groups if len(g.fields) > 1),
-                               verify=verify, cache=cache)
+                               verify=verify, cache=cache, media=media)
             stage = StagePlan("records", map_fn, batch_map, collate_fn, a["map_fields"],
                               None, workers, on_device, fetch, **stage_kw)
         else:
@@ -491,7 +494,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             # at next()).
             producer = "RecordProducer"
             records = RecordPlan(images, groups, pads, mix, on_error == "skip",
-                                 batch_map is not None, verify, cache)
+                                 batch_map is not None, verify, cache, media)
         if batch_map is not None and stage is None:
             stage = StagePlan("batches", None, batch_map, None, a["map_fields"], None,
                               "thread", on_device, num_workers=dl["num_workers"])

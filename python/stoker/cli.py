@@ -64,7 +64,9 @@ def version_text() -> str:
     info = _core.build_info()
     images = (info["codecs"] if info["images"]
               else "none (built with -DSTOKER_WITH_IMAGES=OFF)")
-    text = f"stoker {__version__} (image codecs: {images})"
+    media = (info["media"] if info.get("video")
+             else "none (built with -DSTOKER_WITH_VIDEO=OFF)")
+    text = f"stoker {__version__} (image codecs: {images}; video and audio: {media})"
     if info["version"] not in (__version__, "unknown"):
         text += f"\nwarning: the compiled core is version {info['version']}: reinstall stoker"
     return text
@@ -269,7 +271,8 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     p = _Parser(prog="stoker", description=DESCRIPTION,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action=_Version,
-                   help="print the version and the image codecs of the native core")
+                   help="print the version and the image, video and audio codecs of the native "
+                        "core")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser("demo", help="write a small built-in dataset and iterate it, with "
@@ -318,8 +321,8 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     i.set_defaults(func=_inspect)
 
     c = sub.add_parser("convert", help="convert data to a stoker dataset (npy, imagefolder, "
-                                       "tfrecord, webdataset, jsonl, parquet, hf, megatron, "
-                                       "nanogpt)",
+                                       "video, audio, tfrecord, webdataset, jsonl, parquet, "
+                                       "hf, megatron, nanogpt)",
                        description="Convert data to a stoker dataset. `stoker convert FORMAT "
                                    "--help` shows a format's options.")
     csub = c.add_subparsers(dest="source", required=True, metavar="FORMAT")
@@ -335,6 +338,9 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
     npy.set_defaults(func=_convert_npy)
     for fmt, name, what in (
             ("imagefolder", "imagefolder", "torchvision ImageFolder layout to a dataset"),
+            ("video", "media", "class folders of videos to a dataset (labels from folders)"),
+            ("audio", "media", "class folders of audio files to a dataset (labels from "
+                               "folders)"),
             ("tfrecord", "tfrecord", "TFRecord files of tf.train.Example to a dataset"),
             ("webdataset", "webdataset", "WebDataset tar shards to a dataset"),
             ("jsonl", "text", "JSON lines to token documents through a tokenizer"),
@@ -347,7 +353,8 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
         t = csub.add_parser(fmt, help=what)
         if want("convert", fmt):
             m = module(f"convert.{name}")
-            m.add_arguments(t, fmt) if name in ("text", "tokens") else m.add_arguments(t)
+            m.add_arguments(t, fmt) if name in ("text", "tokens", "media") else \
+                m.add_arguments(t)
         t.set_defaults(func=_lazy(f"convert.{name}", "run"))
 
     mrg = sub.add_parser("merge", help="merge part datasets (from Ray, Spark, ...) into one")

@@ -10,6 +10,8 @@ A schema is a dict ``{name: field}``::
         "raw": stoker.blob(),                             # opaque bytes
     }
 
+Video and audio files are ``stoker.video()`` and ``stoker.audio()`` (stoker/_media_fields.py).
+
 Every field type is a small subclass of :class:`Field` with a fixed contract:
 ``encode`` validates one value and returns its bytes, ``decode`` turns stored
 bytes back into a value, ``spec`` is the JSON stored in ``index.json``. The checks and
@@ -104,6 +106,8 @@ class Field:
             return KeyPoints(int(spec["num_keypoints"]), bool(spec.get("normalized", False)))
         if kind == "tokens":
             return Tokens(spec["dtype"])
+        if kind in SPEC_MAKERS:
+            return SPEC_MAKERS[kind](spec)  # type: ignore[no-any-return]
         raise ValueError(f"unknown field kind {kind!r}")
 
     def _core_spec(self, name: str) -> Dict[str, Any]:
@@ -517,6 +521,11 @@ def keypoints(num_keypoints: int, normalized: bool = False) -> KeyPoints:
     e.g. ``stoker.keypoints(17)`` for COCO person keypoints."""
     return KeyPoints(num_keypoints, normalized)
 
+
+# Field kinds defined in other modules (stoker/_media_fields.py: video, audio), each with
+# the function that makes one from its spec; they register here when imported (stoker's
+# __init__ imports them), so Field.from_spec knows them without importing them.
+SPEC_MAKERS: Dict[str, Any] = {}
 
 # -- schema helpers (private) ------------------------------------------------
 

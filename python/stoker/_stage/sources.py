@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Seque
 import numpy as np
 
 from .. import _core
+from .._media_fields import Video
 from ..fields import Blob, Image, NDArray, Scalar, Tokens
 from ..ops import _specs
 from .telemetry import native_times
@@ -93,8 +94,11 @@ class DatasetSource:
                 finish.append((name, _reshaper(tuple(-1 if d is None else d for d in f.shape))))
             elif isinstance(f, Image):
                 finish.append((name, _same))
-            else:  # 1-D arrays, tokens, blobs (bytes)
+            else:  # 1-D arrays, tokens, blobs (bytes); a video's frames, audio's samples
                 finish.append((name, _same))
+        # after the fields: each video's frame times (SampleFetcher::outputs)
+        finish += [(name + "_pts", _same) for name, f in dataset.fields.items()
+                   if isinstance(f, Video)]
         self._finish = finish
         # A stored variable-length field or blob that map passes on is batched as the
         # loader batches it without map: padded, with "<name>_lengths".
@@ -159,9 +163,12 @@ def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[Any, Any
 
     if image_layout not in (None, "HWC", "CHW"):
         raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
+    from .._media_args import split_media
+
+    media, transforms = split_media(dataset.fields, transforms, image_layout, int(max_pixels))
     transforms = check_transforms(dataset.fields, transforms or {}, box_rows, as_stored)
     key = (repr(sorted(transforms.items(), key=lambda kv: repr(kv[0]))), image_layout,
-           int(max_pixels))
+           int(max_pixels), repr(media))
     with _fetchers_lock:
         cache = _fetchers.setdefault(dataset, {})
         source = cache.get(key)
@@ -175,7 +182,7 @@ def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[Any, Any
                                         for t in group_targets(dataset.fields, names)])
                    for names, ops in transforms.items() if isinstance(names, tuple)]
         options = _core.RecordOptions(sampler=_core.SamplerOptions(batch_size=1),
-                                      images=images, transforms=groups)
+                                      images=images, transforms=groups, **media.options())
         source = DatasetSource(dataset, options)
         with _fetchers_lock:
             cache[key] = source

@@ -13,6 +13,10 @@ masks, boxes, keypoints and per-box rows follow the image's geometry (docs/augme
     transforms = {("image", "mask", "boxes", "classes"): [stoker.ops.RandomResizedCrop(512),
                                                            stoker.ops.RandomHorizontalFlip()]}
 
+:class:`RandomClip` and :class:`CenterClip` choose a ``stoker.video()`` field's frames (the
+image ops after them run on every frame with one set of draws); :class:`RandomAudioCrop` and
+:class:`CenterAudioCrop` a ``stoker.audio()`` field's samples (docs/video.md).
+
 :class:`MixUp` and :class:`CutMix` act on whole batches: ``Loader(batch_transforms=[...])``;
 :class:`Mosaic` reads three more samples for each one (YOLO's mosaic), :class:`DetectionMixUp`
 one more (YOLO's MixUp, with the targets of both), :class:`CopyPaste` pastes another
@@ -34,6 +38,14 @@ from ._base import BatchOp, Op
 from ._base import _specs as _specs  # not public: the loader and the tests take it from here
 from .auto_augment import AutoAugment, RandAugment, TrivialAugmentWide
 from .batch import CutMix, MixUp
+from .clip import (
+    AudioCropOp,
+    CenterAudioCrop,
+    CenterClip,
+    ClipOp,
+    RandomAudioCrop,
+    RandomClip,
+)
 from .color import ColorJitter, GaussianBlur, HSVJitter, Normalize, RandomGrayscale
 from .erasing_boxes import RandomErasing, SanitizeBoundingBoxes
 from .geometry import (
@@ -57,4 +69,5 @@ __all__ = ["Op", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalF
            "RandomCrop", "Pad", "Letterbox", "RandomRotation", "RandomAffine",
            "RandomPerspective", "SanitizeBoundingBoxes", "Mosaic", "DetectionMixUp", "CopyPaste",
            "BatchOp",
-           "MixUp", "CutMix"]
+           "MixUp", "CutMix", "ClipOp", "RandomClip", "CenterClip", "AudioCropOp",
+           "RandomAudioCrop", "CenterAudioCrop"]
