@@ -82,6 +82,13 @@ def cache_dir(monkeypatch):
     shutil.rmtree(path, ignore_errors=True)
 
 
+def cache_files(folder):
+    """The cache files in `folder`: in this user's private folder there (NOTE [ Cache
+    trust ] in csrc/cache/decoded_cache.cpp)."""
+    private = _core.DecodedCache.private_dir(folder)
+    return sorted(os.listdir(private)) if os.path.isdir(private) else []
+
+
 def loader(ds, threads=2, tf=TF, **kw):
     return stoker.Loader(ds, batch_size=8, shuffle=True, seed=3, num_threads=threads,
                          transforms=tf, stall_warning=None, **kw)
@@ -261,13 +268,13 @@ def test_two_processes_share_one_cache(images, cache_dir):
     try:
         d1, hits1, misses1, shared1 = result(first)
         assert shared1 and d1 == digest.hexdigest() and misses1 == len(images)
-        assert len(os.listdir(cache_dir)) == 1
+        assert len(cache_files(cache_dir)) == 1
         # A second process while the first still maps the cache: it decodes nothing.
         d2, hits2, misses2, shared2 = result(child(images, "go", cache_dir), done=True)
         assert shared2 and d2 == d1 and misses2 == 0 and hits2 == len(images)
     finally:
         finish(first)
-    assert os.listdir(cache_dir) == []  # the last one out removed it
+    assert cache_files(cache_dir) == []  # the last one out removed it
 
 
 @pytest.mark.slow
@@ -298,12 +305,12 @@ def test_a_rewritten_dataset_is_never_served_stale(tmp_path, cache_dir):
     s = fresh.stats()["cache"]
     assert s["hits"] == 0 or s["misses"] >= 22  # nothing came from the old dataset's cache
     assert s["path"] != old.stats()["cache"]["path"]
-    assert len(os.listdir(cache_dir)) == 2
+    assert len(cache_files(cache_dir)) == 2
     del old, fresh
     import gc
 
     gc.collect()
-    assert os.listdir(cache_dir) == []
+    assert cache_files(cache_dir) == []
 
 
 def _mount_tmpfs(path, size):
@@ -341,7 +348,7 @@ def test_a_full_dev_shm_is_never_a_sigbus(images, tmp_path, monkeypatch):
         assert same(want[0], epoch(private, 0))
         s = private.stats()["cache"]
         assert not s["shared"] and s["fallback"] and s["cached_share"] == 1.0
-        assert os.listdir(small) == ["filler"]
+        assert cache_files(small) == [] and "filler" in os.listdir(small)
         del private
     finally:
         gc.collect()  # loaders an assertion left behind let go of the file system
@@ -392,4 +399,7 @@ def test_cache_files_are_named_by_dataset_and_arguments(images, cache_dir):
     d = loader(images, 1, cache="decoded", cache_size="33MB")
     paths = {x.stats()["cache"]["path"] for x in (a, b, c, d)}
     assert len(paths) == 3 and a.stats()["cache"]["path"] == b.stats()["cache"]["path"]
-    assert sorted(glob.glob(os.path.join(cache_dir, "stoker-cache-*"))) == sorted(paths)
+    private = _core.DecodedCache.private_dir(cache_dir)
+    assert sorted(glob.glob(os.path.join(private, "stoker-cache-*"))) == sorted(paths)
+    assert os.stat(private).st_mode & 0o777 == 0o700
+    assert all(os.stat(p).st_mode & 0o777 == 0o600 for p in paths)

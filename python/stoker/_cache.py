@@ -127,24 +127,43 @@ def dataset_identity(dataset: Any) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def open_cache(plan: CachePlan, dataset: Any) -> Any:
+def open_cache(plan: CachePlan, dataset: Any, verify: str = "first") -> Any:
     """The ``_core.DecodedCache`` of `plan` for `dataset`: the node's shared one, or this
-    process's own with a warning saying why."""
+    process's own with a warning saying why (once per reason). Its entries' checksums are
+    checked as `verify` says records are (NOTE [ Cache trust ] in
+    csrc/cache/decoded_cache.cpp)."""
     slots = len(dataset) * image_fields(dataset.fields)
     identity = dataset_identity(dataset) + f"|{plan.budget}|{plan.max_side}|{slots}"
     ident64 = int.from_bytes(hashlib.sha256(identity.encode()).digest()[:8], "little")
     local = args.local_world_size()
     cache = _core.DecodedCache(budget=plan.budget, slots=slots, variants=plan.variants,
                                max_side=plan.max_side, identity=ident64, dir=plan.dir,
-                               private_budget=plan.budget // local)
+                               private_budget=plan.budget // local,
+                               verify_always=verify == "always")
     if plan.dir and not cache.shared:
-        warnings.warn(f"stoker: the decoded-sample cache is not shared with this node's other "
-                      f"processes ({cache.fallback}); each keeps its own, of cache_size over "
-                      f"the {local} process(es) of the job here ({cache.budget} bytes). Give "
-                      f"/dev/shm room for cache_size (docker run --shm-size=...), set "
-                      f"{CACHE_DIR_ENV} to a tmpfs with room, or lower cache_size",
-                      RuntimeWarning, stacklevel=4)
+        why = cache.fallback
+        hint = ("Give /dev/shm room for cache_size (docker run --shm-size=...), set "
+                f"{CACHE_DIR_ENV} to a tmpfs with room, or lower cache_size") \
+            if "free, less than" in why or "cannot" in why else \
+            (f"The shared cache is kept in a folder only this user can open ("
+             f"{_core.DecodedCache.private_dir(plan.dir)}, mode 0700); set {CACHE_DIR_ENV} "
+             "to another folder to share it again (docs/cache.md, \"Who can see the cache\")")
+        say_once(f"stoker: the decoded-sample cache is not shared with this node's other "
+                 f"processes ({why}); each keeps its own, of cache_size over the {local} "
+                 f"process(es) of the job here ({cache.budget} bytes). {hint}", stacklevel=5)
     return cache
+
+
+_said: set = set()
+
+
+def say_once(message: str, stacklevel: int = 2) -> None:
+    """A RuntimeWarning, once per message in this process (a fallback is said once, not
+    per loader)."""
+    if message in _said:
+        return
+    _said.add(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
 
 def cache_stats(cache: Any) -> Dict[str, Union[int, float, bool, str]]:
@@ -156,5 +175,5 @@ def cache_stats(cache: Any) -> Dict[str, Union[int, float, bool, str]]:
     s["hit_rate"] = s["hits"] / looked if looked else 0.0
     s["cached_share"] = s["images"] / s["slots"] if s["slots"] else 0.0
     s["path"] = cache.path
-    s["fallback"] = cache.fallback
+    s["fallback"] = cache.fallback or cache.abandoned
     return s

@@ -77,8 +77,17 @@ def stats(self: Loader) -> Dict[str, Any]:
 
 
 def report_cache(loader: Loader) -> None:
-    """Says once, at the end of an epoch, that the decoded cache ran out of room."""
-    if loader._cache is None or loader._cache_full_said:
+    """Says once, at the end of an epoch, that the decoded cache ran out of room, or that
+    this process left the shared cache (an entry failed its check)."""
+    if loader._cache is None:
+        return
+    left = loader._cache.abandoned
+    if left:
+        _cache.say_once(f"stoker: this process no longer reads the shared decoded-sample cache: "
+                        f"{left}. It keeps a private cache from now on (the images are decoded "
+                        "again); the shared file is never read again by this loader "
+                        "(docs/cache.md, \"Who can see the cache\")", stacklevel=4)
+    if loader._cache_full_said:
         return
     s = _cache.cache_stats(loader._cache)
     if s["full"]:
