@@ -355,6 +355,53 @@ def test_a_full_dev_shm_is_never_a_sigbus(images, tmp_path, monkeypatch):
         subprocess.run(["umount", "-l", small])
 
 
+def _schema_dataset(path, fields, n=20):
+    """Records of `fields`: RGB images as JPEGs (every fourth a PNG, one a large JPEG that
+    decodes at DCT scales) and masks as PNGs of class ids, one size per record."""
+    with stoker.ShardWriter(path, fields) as w:
+        for i in range(n):
+            h, wd = (300, 380) if i == 7 else (50 + i % 5, 64 + i % 7)
+            row = {}
+            for k, (name, f) in enumerate(fields.items()):
+                if isinstance(f, stoker.fields.Image) and f.mode == "L":
+                    m = np.zeros((h, wd), np.uint8)
+                    m[10:30, 12:40] = 1 + i % 3
+                    row[name] = encode(m, "PNG")
+                elif isinstance(f, stoker.fields.Image):
+                    row[name] = encode(photo(h, wd, 10 * i + k), "PNG" if i % 4 == 1 else "JPEG")
+                else:
+                    row[name] = i
+            w.write(row)
+    return stoker.Dataset(path)
+
+
+@pytest.mark.parametrize("schema", ["image+mask", "two images", "image+mask+image"])
+def test_every_schema_the_docs_show_caches(tmp_path, schema):
+    """An image with a mask (the docs' segmentation recipe), several image fields: the
+    cache opens (one slot per record and image field, a mask's left empty), and its batches
+    are the uncached loader's, bit for bit, in the epoch that fills it and the next."""
+    rgb, mask = stoker.image(), stoker.image(mode="L")
+    crop = [ops.RandomResizedCrop(40, scale=(0.5, 1.0)), ops.RandomHorizontalFlip()]
+    fields, tf = {
+        "image+mask": ({"image": rgb, "mask": mask, "label": stoker.scalar("int64")},
+                       {("image", "mask"): crop}),
+        "two images": ({"left": rgb, "right": rgb}, {"left": crop, "right": [ops.Resize(32),
+                                                                          ops.CenterCrop(32)]}),
+        "image+mask+image": ({"image": rgb, "mask": mask, "depth": rgb},
+                             {("image", "mask"): crop, "depth": [ops.Resize((24, 24))]}),
+    }[schema]
+    ds = _schema_dataset(tmp_path / "ds", fields)
+    want = [epoch(loader(ds, 2, tf), e) for e in range(2)]
+    cached = loader(ds, 2, tf, cache="decoded", cache_size="64MB")
+    got = [epoch(cached, e) for e in range(2)]
+    assert all(same(w, g) for w, g in zip(want, got, strict=True))
+    s = cached.stats()["cache"]
+    rgb_fields = sum(f is rgb for f in fields.values())
+    assert s["slots"] == len(ds) * sum(isinstance(f, stoker.fields.Image)
+                                       for f in fields.values())
+    assert s["images"] >= len(ds) * rgb_fields and s["hits"] > 0
+
+
 def test_cache_arguments_are_checked(images, tmp_path):
     with pytest.raises(ValueError, match="cache must be None or 'decoded'"):
         loader(images, cache="pixels")

@@ -82,11 +82,12 @@ def report_cache(loader: Loader) -> None:
     if loader._cache is None:
         return
     left = loader._cache.abandoned
-    if left:
-        _cache.say_once(f"stoker: this process no longer reads the shared decoded-sample cache: "
-                        f"{left}. It keeps a private cache from now on (the images are decoded "
-                        "again); the shared file is never read again by this loader "
-                        "(docs/cache.md, \"Who can see the cache\")", stacklevel=4)
+    if left and not getattr(loader, "_cache_left_said", False):
+        loader._cache_left_said = True
+        warnings.warn(f"stoker: this loader no longer reads the shared decoded-sample cache: "
+                      f"{left}. It keeps a private cache from now on (the images are decoded "
+                      "again), and never reads the shared file again (docs/cache.md, \"Who "
+                      "can see the cache\")", RuntimeWarning, stacklevel=3)
     if loader._cache_full_said:
         return
     s = _cache.cache_stats(loader._cache)
