@@ -191,9 +191,11 @@ void register_loader(py::module_& m) {
                        std::optional<BatchMixOptions> mix, const std::string& verify,
                        std::shared_ptr<DecodedCache> cache) {
              RecordOptions o;
-             STOKER_CHECK(verify == "first" || verify == "always", UsageError,
-                          "verify must be 'first' or 'always', got '", verify, "'");
-             o.verify = verify == "first" ? Verify::kFirst : Verify::kAlways;
+             STOKER_CHECK(verify == "first" || verify == "always" || verify == "once", UsageError,
+                          "verify must be 'first', 'always' or 'once', got '", verify, "'");
+             o.verify = verify == "first"    ? Verify::kFirst
+                        : verify == "always" ? Verify::kAlways
+                                             : Verify::kOnce;
              o.cache = std::move(cache);
              o.handoff = handoff;
              o.sampler = sampler;
@@ -222,7 +224,9 @@ void register_loader(py::module_& m) {
            "the first epoch reads mapped and faulted in ahead (-1: an eighth of the memory, 0: "
            "none); pad_values: {field: one element's bytes}; mix: BatchMixOptions "
            "(batch_transforms); verify: 'first' (a record's checksum on its first read in this "
-           "process) or 'always'; cache: a DecodedCache for the RGB image fields.")
+           "process, again after its file changed; every read of a version-1 shard), 'always', "
+           "or 'once' ('first' for version-1 shards too); cache: a DecodedCache for the image "
+           "fields.")
       .def_readonly("sampler", &RecordOptions::sampler)
       .def_readonly("skip_errors", &RecordOptions::skip_errors)
       .def_readonly("images", &RecordOptions::images)
@@ -231,9 +235,12 @@ void register_loader(py::module_& m) {
       .def_readonly("unit_samples", &RecordOptions::unit_samples)
       .def_readonly("handoff", &RecordOptions::handoff)
       .def_readonly("warm_bytes", &RecordOptions::warm_bytes)
-      .def_property_readonly(
-          "verify",
-          [](const RecordOptions& o) { return o.verify == Verify::kAlways ? "always" : "first"; })
+      .def_property_readonly("verify",
+                             [](const RecordOptions& o) {
+                               return o.verify == Verify::kAlways ? "always"
+                                      : o.verify == Verify::kOnce ? "once"
+                                                                  : "first";
+                             })
       .def_readonly("cache", &RecordOptions::cache);
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")

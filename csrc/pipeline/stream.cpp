@@ -5,6 +5,7 @@
 #include "common/activity.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/file_checks.h"
 
 namespace stoker {
 
@@ -271,6 +272,7 @@ bool Stream::extend(int64_t pos) {
   Segment s;
   s.key = *next_;
   s.begin = limit;
+  new_file_check_round();  // the next epoch begins (NOTE [ Verified once ] in format/)
   try {
     s.plan = producer_->plan_epoch(s.key);
   } catch (...) {
@@ -334,6 +336,7 @@ std::optional<Segment> Stream::segment_from(int64_t pos) {
     Segment s;
     s.key = *next_;
     s.begin = pos;
+    new_file_check_round();
     s.plan = producer_->plan_epoch(s.key);
     s.batches = s.plan->num_batches();
     next_.reset();

@@ -93,9 +93,11 @@ def check_cache(cache: Any, cache_max_side: Any, cache_size: Any) -> Optional[Ca
 
 
 def check_verify(verify: Any) -> str:
-    if verify not in ("first", "always"):
+    if verify not in ("first", "always", "once"):
         raise ValueError(f"verify must be 'first' (a record's checksum is checked on its first "
-                         f"read in this process) or 'always', got {verify!r}")
+                         f"read in this process, and again after its file changed; every read "
+                         f"of a format-1 shard), 'always', or 'once' ('first' for format-1 "
+                         f"shards too), got {verify!r}")
     return verify
 
 

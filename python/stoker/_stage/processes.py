@@ -107,6 +107,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .. import _core
 from . import lifecycle
 from .lifecycle import _become_worker, _end_all, _end_workers, _loader_ends
 from .rng import rng_keys
@@ -176,6 +177,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         pass
     arenas: Dict[int, _Arena] = {0: arena}
     usage = _Usage()
+    last_epoch = None
     while True:
         if status is not None:
             status.idle()
@@ -187,6 +189,9 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         if msg[0] == "stop":
             return
         _, ticket, epoch, indices, slot, size = msg
+        if epoch != last_epoch:  # shards checked against their files again (NOTE
+            last_epoch = epoch  # [ Verified once ] in csrc/format/shard_reader.h)
+            _core.new_file_check_round()
         if fds:  # a new arena for this slot, made by the loader's process
             if slot in arenas:
                 arenas[slot].close()
