@@ -313,6 +313,8 @@ void register_loader(py::module_& m) {
           "world_size: of the job that saved the state (padding follows it; 0: unknown)")
       .def("skip", &LoaderCore::skip, py::arg("batches"), py::arg("rank"), py::arg("world_size"))
       .def("close", &LoaderCore::close, py::call_guard<py::gil_scoped_release>())
+      .def("drop_prefetch", &LoaderCore::drop_prefetch, py::call_guard<py::gil_scoped_release>(),
+           "Stops the stream kept or started for the next iterator.")
       .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); })
       .def_property_readonly("active_threads", &LoaderCore::active_threads);
 

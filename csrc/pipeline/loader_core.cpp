@@ -372,6 +372,13 @@ void LoaderCore::resume_at(const LoaderState& s, Retired& retired) {
   }
 }
 
+void LoaderCore::drop_prefetch() {
+  if (forked()) return;
+  Retired retired;
+  std::lock_guard<std::mutex> lock(mu_);
+  drop_spec(retired);
+}
+
 void LoaderCore::close() {
   if (forked()) return;
   std::vector<std::shared_ptr<Iterator>> its;

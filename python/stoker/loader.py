@@ -325,6 +325,8 @@ class Loader:
         opener = None if type(self)._open_device is Loader._open_device else self._open_device
         parts = _build.build(p, self._world()[1], opener)
         self._producer, self._core, self._stage = parts.producer, parts.core, parts.stage
+        if self._stage is not None:  # (NOTE [ Stuck workers ] in stoker/_stage/stuck.py)
+            weakref.finalize(self, self._stage.dropped)
         self._mix: Optional[MixRun] = parts.mix
         self.device, self._stream_device = parts.device, parts.stream_device
         self.pin_memory = parts.pin_memory
@@ -492,8 +494,8 @@ class Loader:
         self._failed_iter = None
         if failed is not None:
             failed.close()
-        if self._stage is not None:
-            self._stage.start()
+        if self._stage is not None and self._stage.start(self._core.epoch):
+            self._core.drop_prefetch()  # it waits on stuck work (NOTE [ Stuck workers ])
         it = LoaderIter(self, self._core.iter(rank, world), (rank, world))
         self._live_iter = weakref.ref(it)
         return it

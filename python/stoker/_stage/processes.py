@@ -140,6 +140,10 @@ class WorkerDied(RuntimeError):
     no awaited request: NOTE [ Worker faults ])."""
 
 
+def _never() -> bool:
+    return False
+
+
 # -- the worker process -------------------------------------------------------------------
 
 def _reply_header(ticket: int, pid: int) -> Tuple[int, int]:
@@ -266,7 +270,7 @@ class _Worker:
     requests), what it is doing (its status), and the order of its replies."""
 
     __slots__ = ("pid", "sock", "arenas", "free", "known", "lock", "send_lock", "turn",
-                 "sent", "received", "dead", "leases", "status", "__weakref__")
+                 "sent", "received", "dead", "leases", "status", "stopped", "__weakref__")
 
     def __init__(self, pid: int, sock: socket.socket, arena: _Arena, status: _SharedStatus):
         self.pid = pid
@@ -282,6 +286,9 @@ class _Worker:
         self.dead: Optional[str] = None
         self.leases = 0
         self.status = status
+        # Per request not answered yet (by ticket): its epoch, and whether its batch's
+        # stream stopped (NOTE [ Stuck workers ] in stuck.py).
+        self.stopped: Dict[int, Tuple[int, Callable[[], bool]]] = {}
 
     def lease(self) -> int:
         try:
@@ -419,12 +426,14 @@ class ProcessWorkers:
 
     def run(self, worker: int, epoch: int, indices: List[int], copy: bool = False,
             turn: Optional[Callable[[], None]] = None,
-            sent: Optional[Callable[[], None]] = None) -> Tuple[Any, ...]:
+            sent: Optional[Callable[[], None]] = None,
+            stopped: Optional[Callable[[], bool]] = None) -> Tuple[Any, ...]:
         """Maps `indices` on worker `worker`: (rows, errors, skipped, times, lease). The
         top-level arrays of each row are views of an arena that `lease` holds until its
         release() (all arrays copied out with `copy`, and the lease released at once).
         `turn` waits for this request's turn to go out (SendOrder), `sent` says it went
-        (or never will)."""
+        (or never will); `stopped` says whether the request's batch is no longer wanted
+        (NOTE [ Stuck workers ] in stuck.py)."""
         try:
             if turn is not None:
                 turn()
@@ -442,6 +451,7 @@ class ProcessWorkers:
                                                 arena.size if new else 0)),
                           (arena.fd,) if new else ())
                     w.known[slot] = True
+                    w.stopped[ticket] = (epoch, stopped or _never)
                     w.sent += 1
                 except OSError:
                     self._lost(w)
@@ -478,6 +488,7 @@ class ProcessWorkers:
                 self._fault(w, why)
                 w.turn.notify_all()
                 raise WorkerDied(self._died_message(w, worker)) from None
+            w.stopped.pop(ticket, None)
             w.received += 1
             w.turn.notify_all()
         _, encoded, offsets, errors, skipped, new_size, times = reply
@@ -491,6 +502,36 @@ class ProcessWorkers:
         if copy:
             lease.release()
         return rows, errors, skipped, times, lease
+
+    def end(self, worker: int, why: str) -> None:
+        """Ends worker `worker` (SIGKILL: it is stuck in user code), which `why` says; the
+        next start() replaces it (NOTE [ Stuck workers ] in stuck.py)."""
+        w = self._workers[worker] if 0 <= worker < len(self._workers) else None
+        if w is None or w.dead is not None:
+            return
+        w.dead = why
+        w.hang_up()
+        try:
+            os.kill(w.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def on_stale_request(self, worker: int, epoch: Optional[int]) -> bool:
+        """Whether worker `worker` works on a request (the oldest it has not answered) of
+        an epoch before `epoch`, or whose batch's stream stopped."""
+        w = self._workers[worker] if 0 <= worker < len(self._workers) else None
+        if w is None or w.dead is not None or w.sent <= w.received:
+            return False
+        request = w.stopped.get(w.received)
+        if request is None:
+            return False
+        of, stopped = request
+        return (epoch is not None and of < epoch) or stopped()
+
+    def answered(self, worker: int) -> int:
+        """Requests worker `worker` answered so far (-1 if it is not running)."""
+        w = self._workers[worker] if 0 <= worker < len(self._workers) else None
+        return -1 if w is None or w.dead is not None else w.received
 
     def _lost(self, w: _Worker) -> None:
         if w.dead is None:

@@ -1,0 +1,123 @@
+"""Stage workers stuck in user code: ended (a process) or left behind (a thread), and
+replaced, so that the next epoch runs at full strength.
+
+NOTE [ Stuck workers ]
+A ``map`` or ``__getitem__`` that never returns holds its worker. Two moments tell that it
+is stuck rather than slow, and at each the worker is replaced:
+
+  * ``timeout`` (DataLoader's): when no batch came within it, every worker process in
+    user code for the late batch (the oldest the stage has), or on one sample that long,
+    is ended (SIGKILL), and every such stage thread is left behind (a thread cannot be
+    ended: it is told to stop, and ends when that code returns) with a new thread in its
+    slot. The RuntimeError (DataLoader's) names each sample, the worker and for how long.
+    The batches the ended processes held fail; the next ``iter()`` forks their successors.
+  * The epoch it belonged to is over: at the next ``iter()`` (PythonStage.start), a worker
+    process still on a request of an earlier epoch, or of a stream that stopped (a loop
+    that left its epoch, by a break or an error), is given _PAST_EPOCH_GRACE to answer,
+    then ended and replaced at once (the batches it held fail: nobody reads them); a
+    stage thread still in user code for an earlier epoch is left behind, with a new
+    thread in its slot. The stream the core kept for the new iterator (NOTE [ Next-epoch
+    prefetch ] in csrc/pipeline/loader_core.h) is dropped then: its first batches are the
+    old epoch's, which stuck work would never let pass, and its next-epoch batches may
+    be queued behind the stuck request; the new iterator starts a stream of its own.
+
+Either way a loop that meets a hang in every epoch loses that epoch's batch (or the time
+until ``timeout``), never the epochs after it. What a dropped loader's stuck workers hold
+(processes, sockets, memfd arenas) is freed by the loader's finalizer (PythonStage.dropped),
+even while a stage thread waits on them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, List, Optional
+
+if TYPE_CHECKING:
+    from .stage import PythonStage
+
+__all__ = ["past_their_epoch", "past_timeout"]
+
+# How long a worker process on a request of a stopped stream has to answer, at iter(),
+# before it is ended (a sample of an ordinary map ends within it).
+_PAST_EPOCH_GRACE = 0.25
+# The phases of a stage thread that run user code (not "worker": waiting for a process).
+_USER_PHASES = ("dataset", "map", "collate_fn", "batch_map")
+
+
+def _what(stage: PythonStage, index: int, phase: Any) -> str:
+    if phase is None:
+        return "between samples"
+    return stage.activity(phase, index)
+
+
+def past_their_epoch(stage: PythonStage, epoch: Optional[int] = None) -> bool:
+    """At iter() of `epoch`: the workers still in user code for a stream that stopped, or
+    for an earlier epoch, are replaced (NOTE [ Stuck workers ]). Whether any was."""
+    replaced = False
+    workers = stage.workers
+    if workers is not None:
+        stale = [(i, workers.answered(i)) for i in range(workers.count)
+                 if workers.on_stale_request(i, epoch)]
+        deadline = time.monotonic() + _PAST_EPOCH_GRACE
+        while stale and time.monotonic() < deadline:
+            time.sleep(0.005)
+            stale = [(i, n) for i, n in stale if workers.answered(i) == n]
+        for i, _ in stale:
+            doing = workers.doing(i)
+            if doing is None:
+                continue
+            replaced = True
+            _, index, phase, since, _ = doing
+            workers.end(i, f"was still {_what(stage, index, phase)} for "
+                           f"{time.monotonic() - since:.1f} s when the next epoch began, in "
+                           "an epoch that had ended: it was ended and replaced")
+    threads = _replace_threads(stage, lambda d: d.task is not None and (
+        d.task.stopped or (epoch is not None and d.task.epoch < epoch)))
+    return replaced or bool(threads)
+
+
+def past_timeout(stage: PythonStage, seconds: float) -> List[str]:
+    """When no batch came within `seconds` (DataLoader's timeout): the workers that hold
+    the late batch (the oldest one the stage has) in user code, or that have been on one
+    sample that long, are replaced (NOTE [ Stuck workers ]); what each was doing, for the
+    error."""
+    now = time.monotonic()
+    with stage._lock:
+        tasks = [p.task for p in stage._pending.values()]
+        doing = [d for d in stage._doing.values() if d.thread.is_alive()]
+    late = min(tasks, key=lambda t: (t.epoch, t.batch), default=None)
+    holding = {d.worker for d in doing if d.phase == "worker" and d.task is late}
+    said: List[str] = []
+    workers = stage.workers
+    if workers is not None:
+        for i in range(workers.count):
+            state = workers.doing(i)
+            if state is None:
+                continue
+            pid, index, phase, since, _ = state
+            if phase is None or (i not in holding and now - since < seconds):
+                continue
+            what = f"{_what(stage, index, phase)} for {now - since:.1f} s"
+            workers.end(i, f"was {what} when no batch had come within timeout={seconds:g} "
+                           "s: it was ended")
+            said.append(f"Python worker process {i} (pid {pid}) had been {what}: it was "
+                        "ended, and the next iter() starts another in its place")
+    for d, held in _replace_threads(
+            stage, lambda d: d.task is late or now - d.since >= seconds):
+        said.append(f"thread {d.name} had been {_what(stage, d.index, d.phase)} for "
+                    f"{held:.1f} s: it is left to return on its own (a thread cannot be "
+                    "ended), and a new thread took its place")
+    return said
+
+
+def _replace_threads(stage: PythonStage, stuck: Any) -> List[Any]:
+    """Stage threads in user code for which `stuck(doing)` holds: each left behind, a new
+    thread in its slot. [(its _Doing, seconds in that code)]."""
+    pool = stage.pool
+    if pool is None:
+        return []
+    now = time.monotonic()
+    with stage._lock:
+        doing = [d for d in stage._doing.values()
+                 if d.phase in _USER_PHASES and d.thread.is_alive() and stuck(d)]
+    return [(d, now - d.since) for d in doing if pool.replace(d.thread)]
