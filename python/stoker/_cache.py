@@ -4,9 +4,10 @@ the plan (stoker/_plan.py), the shared memory it is opened in, and its stats.
 NOTE [ Decoded cache, from Python ]
 ``stoker.Loader(ds, cache="decoded", cache_size=..., cache_max_side=...)`` keeps every RGB
 image a worker decodes (csrc/cache/decoded_cache.h), so later epochs crop, resize and
-augment from memory instead of decoding again. The cache is one file in ``/dev/shm``
-(``STOKER_CACHE_DIR`` moves it) that every process of the node opening the same dataset
-with the same cache arguments maps: ranks hold one copy. Its name carries the dataset's
+augment from memory instead of decoding again. The cache is one file in a folder of the
+user's own in ``/dev/shm`` (``STOKER_CACHE_DIR`` moves it; NOTE [ Cache trust ] in
+csrc/cache/decoded_cache.cpp) that every process of the user on the node opening the same
+dataset with the same cache arguments maps: ranks hold one copy. Its name carries the dataset's
 content (:func:`dataset_identity`: the dataset id of each write, every shard's size and
 checksums) and the arguments, so a dataset rewritten since, or other arguments, never
 meet stale pixels. The last process to leave removes it; a killed run's file is removed

@@ -187,9 +187,10 @@ class Loader:
         cache: ``"decoded"``: decode each RGB image once per run. The first time a worker
             decodes an image its pixels are kept; later epochs crop, resize and augment from
             them and never decode it again (docs/cache.md). The cache lives in shared memory
-            (``/dev/shm``, or ``STOKER_CACHE_DIR``), one copy for every process of the node
-            that reads the same dataset with the same cache arguments (ranks of a job), and
-            goes when the last of them exits. Without ``cache_max_side`` every batch is
+            (``/dev/shm``, or ``STOKER_CACHE_DIR``, in a folder only this user can open),
+            one copy for every process of the user on the node that reads the same dataset
+            with the same cache arguments (ranks of a job), and goes when the last of them
+            exits. Without ``cache_max_side`` every batch is
             bit-identical to the uncached loader's. ``stats()["cache"]`` counts hits,
             misses, bytes and the share of the dataset held. None (default): no cache.
         cache_max_side: keep each image reduced to this longer side (DCT-scaled while
