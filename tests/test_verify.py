@@ -126,7 +126,8 @@ def read_twice(ds, index, verify, pause=0.0):
     reads (by map, after the first), after a record of its shard was read twice (so its
     file was checked this epoch): (the second read's sample or the DataError it raised,
     the next epoch's DataError or None). A sampler names the samples; no workers: the
-    reads run in order."""
+    reads run in order. With `pause`, map waits that long after the change, and 40 other
+    samples come between the reads (their batches are planned after the pause)."""
     seen = []
 
     def change(sample, rng):
@@ -137,10 +138,12 @@ def read_twice(ds, index, verify, pause=0.0):
         return sample
 
     other = index - 1
-    ld = stoker.Loader(ds, batch_size=1, sampler=[other, other, index, index], num_workers=0,
-                       map=change, verify=verify, collate_fn=lambda b: b[0])
+    between = [other] * (40 if pause else 0)
+    ld = stoker.Loader(ds, batch_size=1, sampler=[other, other, index] + between + [index],
+                       num_workers=0, map=change, verify=verify, collate_fn=lambda b: b[0],
+                       prefetch=2)
     try:
-        second = list(ld)[3]
+        second = list(ld)[-1]
     except stoker.DataError as e:
         second = e
     try:
@@ -157,8 +160,9 @@ def read_twice(ds, index, verify, pause=0.0):
 def test_what_a_change_within_an_epoch_meets(tmp_path, case):
     """A record changed between two reads of one epoch: "always" hashes every read, and so
     does "first" on a format-1 shard (its header cannot tell a rewrite); "first" on format
-    2 and "once" look at the file once an epoch and once a second, so the second read
-    within the second gives the new bytes, unverified, and one a second later raises."""
+    2 and "once" look at the file once an epoch and once a second while batches are
+    planned, so the second read within the second gives the new bytes, unverified, and one
+    of a batch planned a second later raises."""
     fmt, verify = case.split(", ")[:2]
     later = case.endswith("a second later")
     ds = v1_dataset(tmp_path) if fmt == "format 1" else write_dataset(tmp_path / "ds", 12)

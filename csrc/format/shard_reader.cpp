@@ -133,16 +133,10 @@ ShardReader::ShardReader(std::string path, const ShardExpectation& expect, Sourc
   verified_ = std::make_unique<std::atomic<uint64_t>[]>(words);  // value-initialised: zeros
   checked_stamp_ = stamp_;  // what probe_shard found: checked this round
   checked_round_.store(file_check_round(), std::memory_order_relaxed);
-  checked_at_.store(coarse_now_ns(), std::memory_order_relaxed);
 }
 
-namespace {
-constexpr int64_t kCheckEveryNs = 1000000000;  // a mapping's file stat'ed at least this often
-}  // namespace
-
 bool ShardReader::check_due() const noexcept {
-  return checked_round_.load(std::memory_order_relaxed) != file_check_round() ||
-         coarse_now_ns() - checked_at_.load(std::memory_order_relaxed) > kCheckEveryNs;
+  return checked_round_.load(std::memory_order_relaxed) != file_check_round();
 }
 
 bool ShardReader::check_file() const {
@@ -158,7 +152,6 @@ bool ShardReader::check_file() const {
     for (size_t w = 0; w < words; ++w) verified_[w].store(0, std::memory_order_relaxed);
     if (found) checked_stamp_ = stamp_of(st);
   }
-  checked_at_.store(coarse_now_ns(), std::memory_order_relaxed);
   checked_round_.store(round, std::memory_order_release);
   return true;
 }

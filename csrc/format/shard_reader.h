@@ -42,15 +42,16 @@ struct RecordView {
 // its record was verified: a same-size overwrite of a payload in place keeps
 // the table's bounds and the header, and the mapping shows the new bytes. So
 // a read that would skip the hash first makes sure the file is still the one
-// verified: once per check round (each epoch a loader starts begins one:
-// common/file_checks.h) and at least once a second, one thread stats the path
-// and compares it with what it found last time (device, inode, size,
-// modification and change times, to the nanosecond); if anything differs, every
-// bit of the mapping is cleared, so each record is hashed again on its next
-// read, and a changed one raises DataError naming it ("changed on disk while
-// in use"). A change made since the last check is caught in the epoch after it
-// at the latest (a read of the same epoch sees the new bytes only if the
-// second passed meanwhile). What the stat misses (a write that leaves every
+// verified: once per check round (each epoch a loader starts begins one, and so
+// does a batch planned a second or more into a round: common/file_checks.h), one
+// thread stats the path and compares it with what it found last time (device,
+// inode, size, modification and change times, to the nanosecond); if anything
+// differs, every bit of the mapping is cleared, so each record is hashed again on
+// its next read, and a changed one raises DataError naming it ("changed on disk
+// while in use"). A change made since the last check is caught in the epoch
+// after it at the latest, or once a second has passed while batches are
+// planned. A read compares two counters; the clock is read once per batch
+// planned, not per record. What the stat misses (a write that leaves every
 // time stamp as it was, a page read back wrong from a failing disk after the
 // page cache dropped it) needs Verify::kAlways. The rest is caught on every
 // read either way: the table entry's bounds, the header compare, the fault
@@ -210,14 +211,12 @@ class ShardReader {
   uint32_t load_sum_ = 0;
   // One bit per record, set once its checksum matched (NOTE [ Verified once ]).
   std::unique_ptr<std::atomic<uint64_t>[]> verified_;
-  // The file as the last check found it, that check's round and time (coarse
-  // ns); the mutex is held by the one thread that checks.
+  // The file as the last check found it, and that check's round; the mutex is
+  // held by the one thread that checks.
   mutable std::mutex check_mu_;
   mutable FileStamp checked_stamp_;
   mutable std::atomic<uint64_t> checked_round_{0};
-  mutable std::atomic<int64_t> checked_at_{0};
-  // Whether the file is due a check (NOTE [ Verified once ]): one relaxed load
-  // of the round and a coarse clock read.
+  // Whether the file is due a check (NOTE [ Verified once ]): two relaxed loads.
   bool check_due() const noexcept;
   // Stats the file; if it changed since the last check, clears every verified
   // bit. False when another thread is checking it now (the caller hashes).

@@ -120,6 +120,7 @@ void Stream::plan(int64_t pos, Job& job) {
     std::optional<Segment> seg = segment_at(pos);
     STOKER_CHECK(seg.has_value(), Error, "internal: no segment for batch position ", pos);
     job.index = pos - seg->begin;
+    file_check_tick();  // shards are checked against their files once a second at least
     job.work = producer_->plan_batch(*seg->plan, job.index);
     job.work->key = seg->key;
     job.work->index = job.index;

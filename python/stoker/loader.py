@@ -205,8 +205,9 @@ class Loader:
             ``LOCAL_WORLD_SIZE``) counts in it.
         verify: ``"first"`` (default): a record's checksum is checked the first time this
             process reads it (a bit per record beside the shard's mapping), later reads skip
-            the hash until the shard's file changes (it is stat'ed each epoch and each
-            second); shards of format version 1 are checked on every read. ``"always"``: on
+            the hash until the shard's file changes (it is stat'ed each epoch, and each
+            second while batches are planned); shards of format version 1 are checked on
+            every read. ``"always"``: on
             every read. ``"once"``: ``"first"`` for version-1 shards too. Corruption is
             reported with the shard's path and the record either way (docs/storage.md,
             "What verify catches"). The decoded cache's entries are checked the same way.

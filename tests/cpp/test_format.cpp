@@ -120,7 +120,8 @@ static void records_verified_once() {
 }
 
 // NOTE [ Verified once ]: a record verified once is hashed again after its file
-// changed on disk (stat'ed once per check round, and at least once a second), so
+// changed on disk (stat'ed once per check round: each epoch, and a batch planned a
+// second or more into a round), so
 // a same-size change in place is caught in the next round at the latest; a
 // change that leaves the content as it was (a touch) costs a hash and nothing else.
 static void records_changed_on_disk_are_verified_again() {
@@ -144,9 +145,13 @@ static void records_changed_on_disk_are_verified_again() {
   new_file_check_round();
   ds.read(loc, f.data(), Verify::kFirst);
   CHECK(ds.shard(0).verified(4));
-  // Without a new round, a second later.
+  ds.read(loc, f.data(), Verify::kFirst);  // a hit: the file checked this round
+  // Without a new epoch: a batch planned a second later begins a round.
   flip_byte(shards[0].path, static_cast<long>(at));
+  file_check_tick();  // within the second: the same round
+  ds.read(loc, f.data(), Verify::kFirst);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  file_check_tick();
   CHECK(test::throws_with([&] { ds.read(loc, f.data(), Verify::kFirst); }, "record 4"));
   flip_byte(shards[0].path, static_cast<long>(at));
   // A touch: the content is the same, the records are hashed again and pass.
