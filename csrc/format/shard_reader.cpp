@@ -176,8 +176,9 @@ RecordView ShardReader::record(int64_t i, Verify verify) const {
   // NOTE [ Verified once ]: a version-1 shard is verified on every read unless kOnce.
   const bool once = verify == Verify::kOnce || (verify == Verify::kFirst && version_ >= 2);
   if (once && verified(i)) {
-    // The file checked for changes first (once a round, once a second); a check
-    // that another thread is making, or that found a change, means this read hashes.
+    // The file checked for changes first, once a round (each epoch, and each second
+    // of planned batches); a check that another thread is making, or that found a
+    // change, means this read hashes.
     const bool checked = in_memory() || !check_due() || check_file();
     if (checked && verified(i)) {
       if (header_changed()) throw_changed(i, "the file now has another shard's header");

@@ -116,7 +116,7 @@ from .telemetry import native_times, thread_sched
 from .transport import (
     _MAGIC,
     _REPLY,
-    _STATUS,
+    _STATUS_BYTES,
     _Arena,
     _BadReply,
     _decode,
@@ -142,6 +142,11 @@ class WorkerDied(RuntimeError):
 
 def _never() -> bool:
     return False
+
+
+# The error of a sample left undone because its epoch ended (never raised to anyone: its
+# batch's stream stopped).
+_DROPPED = RuntimeError("stoker: left undone: the epoch of its batch had ended")
 
 
 # -- the worker process -------------------------------------------------------------------
@@ -213,6 +218,10 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             if init_error is not None:
                 rows.append(None)
                 errors[pos] = _portable_error(init_error)
+                continue
+            if status is not None and status.dropped(ticket):  # its epoch ended (NOTE
+                rows.append(None)  # [ Stuck workers ] in stuck.py): nobody reads them
+                errors[pos] = _DROPPED
                 continue
             try:
                 rows.append(stage.worker_sample(index, epoch,
@@ -384,8 +393,9 @@ class ProcessWorkers:
     def _spawn(self, stage: Any, worker_id: int = 0) -> _Worker:
         from_main = threading.current_thread() is threading.main_thread()
         loader_pid = os.getpid()
-        status = _SharedStatus(mmap.mmap(-1, _STATUS.size))  # shared with the worker
+        status = _SharedStatus(mmap.mmap(-1, _STATUS_BYTES))  # shared with the worker
         status.idle()
+        status.drop_through(-1)
         with lifecycle._SPAWN_LOCK:  # read at each fork: _become_worker replaces it
             parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             fd = _Arena.new_fd(_ARENA_BYTES)
@@ -516,17 +526,25 @@ class ProcessWorkers:
         except ProcessLookupError:
             pass
 
-    def on_stale_request(self, worker: int, epoch: Optional[int]) -> bool:
-        """Whether worker `worker` works on a request (the oldest it has not answered) of
-        an epoch before `epoch`, or whose batch's stream stopped."""
+    def drop_stale(self, worker: int, epoch: Optional[int]) -> int:
+        """Lets worker `worker` leave undone the samples of the requests it has not answered
+        that belong to an epoch before `epoch` or to a stopped stream (those first in its
+        queue); the last such request's ticket, or -1 if there is none."""
         w = self._workers[worker] if 0 <= worker < len(self._workers) else None
-        if w is None or w.dead is not None or w.sent <= w.received:
-            return False
-        request = w.stopped.get(w.received)
-        if request is None:
-            return False
-        of, stopped = request
-        return (epoch is not None and of < epoch) or stopped()
+        if w is None or w.dead is not None:
+            return -1
+        last = -1
+        for ticket in range(w.received, w.sent):
+            request = w.stopped.get(ticket)
+            if request is None:
+                break
+            of, stopped = request
+            if not ((epoch is not None and of < epoch) or stopped()):
+                break
+            last = ticket
+        if last >= 0:
+            w.status.drop_through(last)
+        return last
 
     def answered(self, worker: int) -> int:
         """Requests worker `worker` answered so far (-1 if it is not running)."""

@@ -12,14 +12,18 @@ is stuck rather than slow, and at each the worker is replaced:
     slot. The RuntimeError (DataLoader's) names each sample, the worker and for how long.
     The batches the ended processes held fail; the next ``iter()`` forks their successors.
   * The epoch it belonged to is over: at the next ``iter()`` (PythonStage.start), a worker
-    process still on a request of an earlier epoch, or of a stream that stopped (a loop
-    that left its epoch, by a break or an error), is given _PAST_EPOCH_GRACE to answer,
-    then ended and replaced at once (the batches it held fail: nobody reads them); a
-    stage thread still in user code for an earlier epoch is left behind, with a new
+    process still on requests of an earlier epoch, or of a stream that stopped (a loop
+    that left its epoch, by a break or an error), is told (in the memory it shares with
+    the loader) to leave the rest of them undone, and given _PAST_EPOCH_GRACE to answer:
+    the sample it is on when told is all it still runs. One that has not answered by then
+    is stuck in that sample: it is ended and replaced at once (the batches it held fail:
+    nobody reads them). A stage thread still in user code for an earlier epoch stops after
+    the sample it is on (its batch's stream stopped) and is left behind, with a new
     thread in its slot. The stream the core kept for the new iterator (NOTE [ Next-epoch
-    prefetch ] in csrc/pipeline/loader_core.h) is dropped then: its first batches are the
-    old epoch's, which stuck work would never let pass, and its next-epoch batches may
-    be queued behind the stuck request; the new iterator starts a stream of its own.
+    prefetch ] in csrc/pipeline/loader_core.h) is dropped whenever there was such work:
+    its first batches are the old epoch's, which stuck work would never let pass, and its
+    next-epoch requests may be queued behind the old ones; the new iterator starts a
+    stream of its own.
 
 Either way a loop that meets a hang in every epoch loses that epoch's batch (or the time
 until ``timeout``), never the epochs after it. What a dropped loader's stuck workers hold
@@ -37,9 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = ["past_their_epoch", "past_timeout"]
 
-# How long a worker process on a request of a stopped stream has to answer, at iter(),
-# before it is ended (a sample of an ordinary map ends within it).
-_PAST_EPOCH_GRACE = 0.25
+# How long a worker process on a request of an ended epoch has to answer, at iter(),
+# before it is ended: it leaves the rest of the request undone, so this is the time its
+# current sample may still take.
+_PAST_EPOCH_GRACE = 1.0
 # The phases of a stage thread that run user code (not "worker": waiting for a process).
 _USER_PHASES = ("dataset", "map", "collate_fn", "batch_map")
 
@@ -52,28 +57,33 @@ def _what(stage: PythonStage, index: int, phase: Any) -> str:
 
 def past_their_epoch(stage: PythonStage, epoch: Optional[int] = None) -> bool:
     """At iter() of `epoch`: the workers still in user code for a stream that stopped, or
-    for an earlier epoch, are replaced (NOTE [ Stuck workers ]). Whether any was."""
-    replaced = False
+    for an earlier epoch, leave that work; those stuck in it are replaced (NOTE [ Stuck
+    workers ]). Whether there was any such work (the streams it belongs to are dropped)."""
+    found = False
     workers = stage.workers
     if workers is not None:
-        stale = [(i, workers.answered(i)) for i in range(workers.count)
-                 if workers.on_stale_request(i, epoch)]
+        stale = {}
+        for i in range(workers.count):
+            last = workers.drop_stale(i, epoch)
+            if last >= 0:
+                stale[i] = last
+        found = bool(stale)
         deadline = time.monotonic() + _PAST_EPOCH_GRACE
         while stale and time.monotonic() < deadline:
             time.sleep(0.005)
-            stale = [(i, n) for i, n in stale if workers.answered(i) == n]
-        for i, _ in stale:
+            stale = {i: last for i, last in stale.items()  # (-1: it died meanwhile)
+                     if 0 <= workers.answered(i) <= last}
+        for i in stale:
             doing = workers.doing(i)
             if doing is None:
                 continue
-            replaced = True
             _, index, phase, since, _ = doing
             workers.end(i, f"was still {_what(stage, index, phase)} for "
                            f"{time.monotonic() - since:.1f} s when the next epoch began, in "
                            "an epoch that had ended: it was ended and replaced")
     threads = _replace_threads(stage, lambda d: d.task is not None and (
         d.task.stopped or (epoch is not None and d.task.epoch < epoch)))
-    return replaced or bool(threads)
+    return found or bool(threads)
 
 
 def past_timeout(stage: PythonStage, seconds: float) -> List[str]:
