@@ -165,18 +165,19 @@ def test_nothing_outlives_loaders_whose_workers_were_killed_or_hung(tmp_path, mo
                        make=lambda i: {"image": png(np.full((12, 16, 3), i, np.uint8)),
                                        "label": i})
     kinds = ["kill, close", "hang, close", "kill, drop", "hang, drop"]
-    _use(ds, kinds[0], shm)
+    _use(ds, kinds[0], shm)  # what the first loader sets up once
     gc.collect()
-    eventually(lambda: fd_counts()[1] == 0 and _shm_files(shm) == 0, 10)
-    before = fd_counts()
+    eventually(lambda: _shm_files(shm) == 0, 10)
+    time.sleep(0.5)
+    before = fd_counts()  # (other tests' loaders may hold memfds of their own)
     pids = []
     for i in range(loaders):
         pids += _use(ds, kinds[i % 4], shm)
         if i % 8 == 7:
             gc.collect()
     gc.collect()
-    settled = eventually(lambda: fd_counts()[0] <= before[0] and fd_counts()[1] == 0 and
-                         _shm_files(shm) == 0, 15)
+    settled = eventually(lambda: fd_counts()[0] <= before[0] and
+                         fd_counts()[1] <= before[1] and _shm_files(shm) == 0, 15)
     assert settled, (before, fd_counts(), _shm_files(shm))
     assert pids and not any(process_alive(p) for p in pids)
     for p in pids:
