@@ -513,44 +513,6 @@ class ProcessWorkers:
             lease.release()
         return rows, errors, skipped, times, lease
 
-    def end(self, worker: int, why: str) -> None:
-        """Ends worker `worker` (SIGKILL: it is stuck in user code), which `why` says; the
-        next start() replaces it (NOTE [ Stuck workers ] in stuck.py)."""
-        w = self._workers[worker] if 0 <= worker < len(self._workers) else None
-        if w is None or w.dead is not None:
-            return
-        w.dead = why
-        w.hang_up()
-        try:
-            os.kill(w.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def drop_stale(self, worker: int, epoch: Optional[int]) -> int:
-        """Lets worker `worker` leave undone the samples of the requests it has not answered
-        that belong to an epoch before `epoch` or to a stopped stream (those first in its
-        queue); the last such request's ticket, or -1 if there is none."""
-        w = self._workers[worker] if 0 <= worker < len(self._workers) else None
-        if w is None or w.dead is not None:
-            return -1
-        last = -1
-        for ticket in range(w.received, w.sent):
-            request = w.stopped.get(ticket)
-            if request is None:
-                break
-            of, stopped = request
-            if not ((epoch is not None and of < epoch) or stopped()):
-                break
-            last = ticket
-        if last >= 0:
-            w.status.drop_through(last)
-        return last
-
-    def answered(self, worker: int) -> int:
-        """Requests worker `worker` answered so far (-1 if it is not running)."""
-        w = self._workers[worker] if 0 <= worker < len(self._workers) else None
-        return -1 if w is None or w.dead is not None else w.received
-
     def _lost(self, w: _Worker) -> None:
         if w.dead is None:
             w.dead = self._exit_status(w)

@@ -33,10 +33,13 @@ even while a stage thread waits on them.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import TYPE_CHECKING, Any, List, Optional
 
 if TYPE_CHECKING:
+    from .processes import ProcessWorkers, _Worker
     from .stage import PythonStage
 
 __all__ = ["past_their_epoch", "past_timeout"]
@@ -55,6 +58,53 @@ def _what(stage: PythonStage, index: int, phase: Any) -> str:
     return stage.activity(phase, index)
 
 
+def _running(workers: ProcessWorkers, i: int) -> Optional[_Worker]:
+    """The loader's side of worker process `i`, if it runs."""
+    w = workers._workers[i] if 0 <= i < len(workers._workers) else None
+    return None if w is None or w.dead is not None else w
+
+
+def _end(workers: ProcessWorkers, i: int, why: str) -> None:
+    """Ends worker process `i` (SIGKILL: it is stuck in user code), which `why` says; the
+    next start() replaces it."""
+    w = _running(workers, i)
+    if w is None:
+        return
+    w.dead = why
+    w.hang_up()
+    try:
+        os.kill(w.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _drop_stale(workers: ProcessWorkers, i: int, epoch: Optional[int]) -> int:
+    """Lets worker process `i` leave undone the samples of the requests it has not
+    answered that belong to an epoch before `epoch` or to a stopped stream (those first in
+    its queue); the last such request's ticket, or -1 if there is none."""
+    w = _running(workers, i)
+    if w is None:
+        return -1
+    last = -1
+    for ticket in range(w.received, w.sent):
+        request = w.stopped.get(ticket)
+        if request is None:
+            break
+        of, stopped = request
+        if not ((epoch is not None and of < epoch) or stopped()):
+            break
+        last = ticket
+    if last >= 0:
+        w.status.drop_through(last)
+    return last
+
+
+def _answered(workers: ProcessWorkers, i: int) -> int:
+    """Requests worker process `i` answered so far (-1 if it is not running)."""
+    w = _running(workers, i)
+    return -1 if w is None else w.received
+
+
 def past_their_epoch(stage: PythonStage, epoch: Optional[int] = None) -> bool:
     """At iter() of `epoch`: the workers still in user code for a stream that stopped, or
     for an earlier epoch, leave that work; those stuck in it are replaced (NOTE [ Stuck
@@ -64,7 +114,7 @@ def past_their_epoch(stage: PythonStage, epoch: Optional[int] = None) -> bool:
     if workers is not None:
         stale = {}
         for i in range(workers.count):
-            last = workers.drop_stale(i, epoch)
+            last = _drop_stale(workers, i, epoch)
             if last >= 0:
                 stale[i] = last
         found = bool(stale)
@@ -72,15 +122,15 @@ def past_their_epoch(stage: PythonStage, epoch: Optional[int] = None) -> bool:
         while stale and time.monotonic() < deadline:
             time.sleep(0.005)
             stale = {i: last for i, last in stale.items()  # (-1: it died meanwhile)
-                     if 0 <= workers.answered(i) <= last}
+                     if 0 <= _answered(workers, i) <= last}
         for i in stale:
             doing = workers.doing(i)
             if doing is None:
                 continue
             _, index, phase, since, _ = doing
-            workers.end(i, f"was still {_what(stage, index, phase)} for "
-                           f"{time.monotonic() - since:.1f} s when the next epoch began, in "
-                           "an epoch that had ended: it was ended and replaced")
+            _end(workers, i, f"was still {_what(stage, index, phase)} for "
+                             f"{time.monotonic() - since:.1f} s when the next epoch began, in "
+                             "an epoch that had ended: it was ended and replaced")
     threads = _replace_threads(stage, lambda d: d.task is not None and (
         d.task.stopped or (epoch is not None and d.task.epoch < epoch)))
     return found or bool(threads)
@@ -108,8 +158,8 @@ def past_timeout(stage: PythonStage, seconds: float) -> List[str]:
             if phase is None or (i not in holding and now - since < seconds):
                 continue
             what = f"{_what(stage, index, phase)} for {now - since:.1f} s"
-            workers.end(i, f"was {what} when no batch had come within timeout={seconds:g} "
-                           "s: it was ended")
+            _end(workers, i, f"was {what} when no batch had come within timeout={seconds:g} "
+                             "s: it was ended")
             said.append(f"Python worker process {i} (pid {pid}) had been {what}: it was "
                         "ended, and the next iter() starts another in its place")
     for d, held in _replace_threads(
