@@ -109,7 +109,8 @@ def _shm_files(folder):
 
 def _at_17(workers):
     """Whether a worker is on sample 17 (or gone: killed there)."""
-    return any(workers.doing(i) is None or workers.doing(i)[1] == 17 for i in range(2))
+    doing = [workers.doing(i) for i in range(2)]
+    return any(d is None or d[1] == 17 for d in doing)
 
 
 def _use(ds, how, folder):
