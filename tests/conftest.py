@@ -272,3 +272,47 @@ def nginx(served_root, tmp_path_factory):
     server = Nginx(str(served_root), str(tmp_path_factory.mktemp("nginx")))
     yield server
     server.stop()
+
+
+SECOND_USER = "stoker-test-other"
+
+
+def second_user():
+    """(uid, gid) of a second local user, for tests that play another user of a shared
+    machine: created once with useradd (a system user, no home, no shell), found after.
+    Skips where this cannot be: not root (only root creates and becomes another user), or
+    no useradd."""
+    import pwd
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("playing a second local user needs root (useradd, then setuid in a "
+                    "child): the held-out checks run it with two real users")
+    try:
+        pw = pwd.getpwnam(SECOND_USER)
+    except KeyError:
+        try:
+            r = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                                "/usr/sbin/nologin", SECOND_USER], capture_output=True,
+                               text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            pytest.skip(f"cannot create a second local user: {e}")
+        if r.returncode not in (0, 9):  # 9: made meanwhile by another test process
+            pytest.skip(f"cannot create a second local user: useradd: {r.stderr.strip()}")
+        pw = pwd.getpwnam(SECOND_USER)
+    return pw.pw_uid, pw.pw_gid
+
+
+def as_user(user, argv, **kw):
+    """Runs `argv` as `user` ((uid, gid) from second_user()): its CompletedProcess."""
+    import subprocess
+
+    uid, gid = user
+
+    def become():
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+
+    return subprocess.run(argv, preexec_fn=become, capture_output=True, text=True,
+                          timeout=60, **kw)

@@ -4,6 +4,7 @@
 
 #include "common/checksum.h"
 #include "common/error.h"
+#include "common/file_checks.h"
 #include "format/dataset.h"
 #include "format/mapped_file.h"
 #include "format/read_benchmark.h"
@@ -89,6 +90,9 @@ void register_format(py::module_& m) {
       py::arg("data"), "The shard format's checksum of a buffer (low 32 bits of XXH3-64).");
 
   m.def("live_mappings", &MappedFile::live_mappings, "Shard files mapped in this process now.");
+  m.def("new_file_check_round", &new_file_check_round,
+        "An epoch begins: every shard mapping checks its file again before a read skips a "
+        "record's hash (NOTE [ Verified once ] in format/shard_reader.h).");
 
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset")
       .def(py::init([](const py::list& fields, uint64_t schema_hash, const py::list& shards,

@@ -193,9 +193,11 @@ void register_loader(py::module_& m) {
                        std::map<std::string, VideoFieldSpec> videos,
                        std::map<std::string, AudioFieldSpec> audios) {
              RecordOptions o;
-             STOKER_CHECK(verify == "first" || verify == "always", UsageError,
-                          "verify must be 'first' or 'always', got '", verify, "'");
-             o.verify = verify == "first" ? Verify::kFirst : Verify::kAlways;
+             STOKER_CHECK(verify == "first" || verify == "always" || verify == "once", UsageError,
+                          "verify must be 'first', 'always' or 'once', got '", verify, "'");
+             o.verify = verify == "first"    ? Verify::kFirst
+                        : verify == "always" ? Verify::kAlways
+                                             : Verify::kOnce;
              o.cache = std::move(cache);
              o.handoff = handoff;
              o.sampler = sampler;
@@ -228,8 +230,9 @@ void register_loader(py::module_& m) {
            "the first epoch reads mapped and faulted in ahead (-1: an eighth of the memory, 0: "
            "none); pad_values: {field: one element's bytes}; mix: BatchMixOptions "
            "(batch_transforms); verify: 'first' (a record's checksum on its first read in this "
-           "process) or 'always'; cache: a DecodedCache for the RGB image fields; videos: "
-           "{field: VideoFieldSpec}; audios: {field: AudioFieldSpec}.")
+           "process, again after its file changed; every read of a version-1 shard), 'always', "
+           "or 'once' ('first' for version-1 shards too); cache: a DecodedCache for the image "
+           "fields; videos: {field: VideoFieldSpec}; audios: {field: AudioFieldSpec}.")
       .def_readonly("sampler", &RecordOptions::sampler)
       .def_readonly("skip_errors", &RecordOptions::skip_errors)
       .def_readonly("images", &RecordOptions::images)
@@ -238,9 +241,12 @@ void register_loader(py::module_& m) {
       .def_readonly("unit_samples", &RecordOptions::unit_samples)
       .def_readonly("handoff", &RecordOptions::handoff)
       .def_readonly("warm_bytes", &RecordOptions::warm_bytes)
-      .def_property_readonly(
-          "verify",
-          [](const RecordOptions& o) { return o.verify == Verify::kAlways ? "always" : "first"; })
+      .def_property_readonly("verify",
+                             [](const RecordOptions& o) {
+                               return o.verify == Verify::kAlways ? "always"
+                                      : o.verify == Verify::kOnce ? "once"
+                                                                  : "first";
+                             })
       .def_readonly("cache", &RecordOptions::cache);
 
   py::class_<RecordProducer, BatchProducer, std::shared_ptr<RecordProducer>>(m, "RecordProducer")
@@ -313,6 +319,8 @@ void register_loader(py::module_& m) {
           "world_size: of the job that saved the state (padding follows it; 0: unknown)")
       .def("skip", &LoaderCore::skip, py::arg("batches"), py::arg("rank"), py::arg("world_size"))
       .def("close", &LoaderCore::close, py::call_guard<py::gil_scoped_release>())
+      .def("drop_prefetch", &LoaderCore::drop_prefetch, py::call_guard<py::gil_scoped_release>(),
+           "Stops the stream kept or started for the next iterator.")
       .def("stats", [](const LoaderCore& c) { return stats_dict(c.stats()); })
       .def_property_readonly("active_threads", &LoaderCore::active_threads);
 

@@ -9,6 +9,7 @@
 
 #include "common/checksum.h"
 #include "common/error.h"
+#include "common/file_checks.h"
 #include "format/detail/shard_checks.h"
 
 namespace stoker {
@@ -130,6 +131,29 @@ ShardReader::ShardReader(std::string path, const ShardExpectation& expect, Sourc
                               num_fields_);
   const size_t words = (static_cast<size_t>(num_records_) + 63) / 64;
   verified_ = std::make_unique<std::atomic<uint64_t>[]>(words);  // value-initialised: zeros
+  checked_stamp_ = stamp_;  // what probe_shard found: checked this round
+  checked_round_.store(file_check_round(), std::memory_order_relaxed);
+}
+
+bool ShardReader::check_due() const noexcept {
+  return checked_round_.load(std::memory_order_relaxed) != file_check_round();
+}
+
+bool ShardReader::check_file() const {
+  std::unique_lock<std::mutex> lock(check_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  const uint64_t round = file_check_round();
+  if (!check_due()) return true;  // another thread checked it meanwhile
+  struct stat st;
+  const bool found = ::stat(path_.c_str(), &st) == 0;
+  if (!found || stamp_of(st) != checked_stamp_) {
+    // Changed (or removed, or replaced): every record is hashed again on its next read.
+    const size_t words = (static_cast<size_t>(num_records_) + 63) / 64;
+    for (size_t w = 0; w < words; ++w) verified_[w].store(0, std::memory_order_relaxed);
+    if (found) checked_stamp_ = stamp_of(st);
+  }
+  checked_round_.store(round, std::memory_order_release);
+  return true;
 }
 
 RecordView ShardReader::record_unchecked(int64_t i) const {
@@ -149,9 +173,17 @@ RecordView ShardReader::record_unchecked(int64_t i) const {
 RecordView ShardReader::record(int64_t i, Verify verify) const {
   RecordView v = record_unchecked(i);
   if (verify == Verify::kNever) return v;
-  if (verify == Verify::kFirst && verified(i)) {
-    if (header_changed()) throw_changed(i, "the file now has another shard's header");
-    return v;
+  // NOTE [ Verified once ]: a version-1 shard is verified on every read unless kOnce.
+  const bool once = verify == Verify::kOnce || (verify == Verify::kFirst && version_ >= 2);
+  if (once && verified(i)) {
+    // The file checked for changes first, once a round (each epoch, and each second
+    // of planned batches); a check that another thread is making, or that found a
+    // change, means this read hashes.
+    const bool checked = in_memory() || !check_due() || check_file();
+    if (checked && verified(i)) {
+      if (header_changed()) throw_changed(i, "the file now has another shard's header");
+      return v;
+    }
   }
   uint32_t want;
   std::memcpy(&want, &table_[i].sum, sizeof want);

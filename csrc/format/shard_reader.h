@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -30,22 +31,45 @@ struct RecordView {
 // A record's checksum proves that the bytes under the mapping are the bytes
 // written. Once a read has proven it, hashing the record again on every later
 // read mostly costs time (a whole epoch of small records spends about a sixth
-// of it there): the file being rewritten or cut short under the mapping is
-// caught by every read anyway (the table entry's bounds, the header compare,
-// the fault count: NOTE [ Shards changed under a reader ] in mapped_file.h).
-// What a second hash would still catch is a page read back from a failing
-// disk after the page cache dropped it. So with Verify::kFirst (the loader's
-// default) a read hashes a record the first time this process reads it from
-// this mapping and sets its bit beside the mapping (ShardReader::verified_,
-// one bit per record); later reads skip the hash. A shard mapped again (a
-// remote shard given back and fetched anew) starts with no bits.
-// Verify::kAlways hashes on every read (Loader(verify="always")).
+// of it there). So with Verify::kFirst (the loader's default) a read hashes a
+// record the first time this process reads it from this mapping and sets its
+// bit beside the mapping (ShardReader::verified_, one bit per record); later
+// reads skip the hash. A shard mapped again (a remote shard given back and
+// fetched anew) starts with no bits. Verify::kAlways hashes on every read
+// (Loader(verify="always")).
+//
+// What a skipped hash could miss is the file changed under the mapping after
+// its record was verified: a same-size overwrite of a payload in place keeps
+// the table's bounds and the header, and the mapping shows the new bytes. So
+// a read that would skip the hash first makes sure the file is still the one
+// verified: once per check round (each epoch a loader starts begins one, and so
+// does a batch planned a second or more into a round: common/file_checks.h), one
+// thread stats the path and compares it with what it found last time (device,
+// inode, size, modification and change times, to the nanosecond); if anything
+// differs, every bit of the mapping is cleared, so each record is hashed again on
+// its next read, and a changed one raises DataError naming it ("changed on disk
+// while in use"). A change made since the last check is caught in the epoch
+// after it at the latest, or once a second has passed while batches are
+// planned. A read compares two counters; the clock is read once per batch
+// planned, not per record. What the stat misses (a write that leaves every
+// time stamp as it was, a page read back wrong from a failing disk after the
+// page cache dropped it) needs Verify::kAlways. The rest is caught on every
+// read either way: the table entry's bounds, the header compare, the fault
+// count (NOTE [ Shards changed under a reader ] in mapped_file.h).
+//
+// A version-1 shard carries no identity in its header, so a rewrite of it by
+// another dataset of the same schema and size is told by nothing but its
+// records' hashes: kFirst verifies its records on every read, as kAlways does;
+// kOnce (Loader(verify="once")) is kFirst for every version, for a user who
+// keeps version-1 data and wants the speed (the stat checks still run).
 
 /// How a read checks a record's checksum (NOTE [ Verified once ]).
 enum class Verify : uint8_t {
   kNever,   ///< bounds and structure only (sizing a batch; records by range, checked on arrival)
-  kFirst,   ///< the first read of the record from this mapping, then never again
+  kFirst,   ///< the first read of the record from this mapping, again after the file changed;
+            ///< every read of a version-1 shard
   kAlways,  ///< every read
+  kOnce,    ///< kFirst for every format version (version-1 shards too)
 };
 
 /// The file a shard was when it was opened, to tell later whether it changed.
@@ -124,7 +148,8 @@ class ShardReader {
   /// record(i), hashing the record only as `verify` says (NOTE [ Verified once ]):
   /// kFirst skips the hash once a read of this reader has verified record `i`.
   RecordView record(int64_t i, Verify verify) const;
-  /// Whether a read has verified record `i` (kFirst skips its hash from then on).
+  /// Whether a read has verified record `i` since the file last changed (kFirst
+  /// skips its hash then).
   bool verified(int64_t i) const noexcept {
     return i >= 0 && i < num_records_ &&
            (verified_[static_cast<size_t>(i) >> 6].load(std::memory_order_relaxed) >> (i & 63)) & 1;
@@ -186,6 +211,16 @@ class ShardReader {
   uint32_t load_sum_ = 0;
   // One bit per record, set once its checksum matched (NOTE [ Verified once ]).
   std::unique_ptr<std::atomic<uint64_t>[]> verified_;
+  // The file as the last check found it, and that check's round; the mutex is
+  // held by the one thread that checks.
+  mutable std::mutex check_mu_;
+  mutable FileStamp checked_stamp_;
+  mutable std::atomic<uint64_t> checked_round_{0};
+  // Whether the file is due a check (NOTE [ Verified once ]): two relaxed loads.
+  bool check_due() const noexcept;
+  // Stats the file; if it changed since the last check, clears every verified
+  // bit. False when another thread is checking it now (the caller hashes).
+  bool check_file() const;
 };
 
 }  // namespace stoker

@@ -77,6 +77,19 @@ std::pair<int, int> reduced_size(int w, int h, int max_side) {
 // the image's own coordinates as always (same draws, same geometry for boxes
 // and masks, same output sizes); only the pixels are resampled from the copy.
 
+bool CanvasOps::fits(const CachedImage& e, int variant, int full_w, int full_h) const {
+  std::pair<int, int> want;
+  if (reduced_mode())
+    want = reduced_size(e.full_w, e.full_h, cache_.cache->options().max_side);
+  else if (variant >= 0 && variant < 4)
+    want = {JpegDecoder::scaled_size(e.full_w, 1 << variant),
+            JpegDecoder::scaled_size(e.full_h, 1 << variant)};
+  const bool ok = e.pix.width == want.first && e.pix.height == want.second &&
+                  (full_w == 0 || (e.full_w == full_w && e.full_h == full_h));
+  if (!ok) cache_.cache->reject(cache_.slot, variant, "has a size its image cannot have");
+  return ok;
+}
+
 CanvasOps::~CanvasOps() {
   if (!cache_) return;
   if (decoded_)
@@ -137,7 +150,8 @@ void CanvasOps::open(int64_t max_pixels, Canvas& c) {
     cache_ = {};  // its pixels are at hand already: nothing to keep, nothing to count
   } else if (is_jpeg(data_, n_)) {
     CachedImage hit;
-    if (cache_ && cache_.cache->find_any(cache_.slot, &hit)) {
+    int variant = 0;
+    if (cache_ && cache_.cache->find_any(cache_.slot, &hit, &variant) && fits(hit, variant)) {
       info = {hit.full_w, hit.full_h};  // no header to read
       check_declared(info, max_pixels);
       if (reduced_mode()) reduced_ = hit;
@@ -149,7 +163,7 @@ void CanvasOps::open(int64_t max_pixels, Canvas& c) {
     png_ = true;
     CachedImage hit;
     const int variant = reduced_mode() ? 0 : scale_variant(8);
-    if (cache_ && cache_.cache->find(cache_.slot, variant, &hit)) {
+    if (cache_ && cache_.cache->find(cache_.slot, variant, &hit) && fits(hit, variant)) {
       info = {hit.full_w, hit.full_h};
       check_declared(info, max_pixels);
       if (reduced_mode()) {
@@ -205,7 +219,7 @@ RgbView CanvasOps::region(const PixelRect& in, int num, int* ox, int* oy, bool* 
   if (cache_) {
     const int variant = scale_variant(num);
     CachedImage e;
-    bool have = cache_.cache->find(cache_.slot, variant, &e);
+    bool have = cache_.cache->find(cache_.slot, variant, &e) && fits(e, variant, full_w_, full_h_);
     if (have) {
       served_ = true;
     } else {

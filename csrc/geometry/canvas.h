@@ -106,6 +106,10 @@ class CanvasOps {
   // cache_max_side: the image's reduced copy, from the cache or made now.
   bool reduced_mode() const { return cache_ && cache_.cache->options().max_side > 0; }
   const CachedImage& reduced_source();
+  // Whether a cached entry of `variant` has the size its original's size gives
+  // it (and that original, when known); if not, the cache is left (NOTE [ Cache
+  // trust ] in cache/decoded_cache.cpp) and the image decoded.
+  bool fits(const CachedImage& e, int variant, int full_w = 0, int full_h = 0) const;
 
   Scratch& s_;
   const uint8_t* data_;

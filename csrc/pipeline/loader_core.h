@@ -140,6 +140,11 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   /// loader stays usable: the next iterator starts them again.
   void close();
 
+  /// Stops the stream kept or started for the next iterator (NOTE [ Next-epoch
+  /// prefetch ]): the Python stage drops it when its earlier batches wait on
+  /// work nobody will finish (NOTE [ Stuck workers ] in stoker/_stage/stuck.py).
+  void drop_prefetch();
+
   LoaderStatsSnapshot stats() const;
   /// The counters themselves, for a BatchFinisher that adds its time to them.
   std::shared_ptr<LoaderStats> stats_handle() const { return stats_; }

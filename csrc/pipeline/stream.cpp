@@ -5,6 +5,7 @@
 #include "common/activity.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/file_checks.h"
 
 namespace stoker {
 
@@ -119,6 +120,7 @@ void Stream::plan(int64_t pos, Job& job) {
     std::optional<Segment> seg = segment_at(pos);
     STOKER_CHECK(seg.has_value(), Error, "internal: no segment for batch position ", pos);
     job.index = pos - seg->begin;
+    file_check_tick();  // shards are checked against their files once a second at least
     job.work = producer_->plan_batch(*seg->plan, job.index);
     job.work->key = seg->key;
     job.work->index = job.index;
@@ -271,6 +273,7 @@ bool Stream::extend(int64_t pos) {
   Segment s;
   s.key = *next_;
   s.begin = limit;
+  new_file_check_round();  // the next epoch begins (NOTE [ Verified once ] in format/)
   try {
     s.plan = producer_->plan_epoch(s.key);
   } catch (...) {
@@ -334,6 +337,7 @@ std::optional<Segment> Stream::segment_from(int64_t pos) {
     Segment s;
     s.key = *next_;
     s.begin = pos;
+    new_file_check_round();
     s.plan = producer_->plan_epoch(s.key);
     s.batches = s.plan->num_batches();
     next_.reset();

@@ -215,23 +215,31 @@ std::shared_ptr<RecordSource> make_record_source(std::shared_ptr<const Dataset> 
   src.ds = std::move(ds);
   src.skip_errors = opts.skip_errors;
   src.verify = opts.verify;
-  // The RGB images, each on its own pipeline or its group's image: one cache slot
-  // per record each.
+  // One cache slot per record and image field, whatever the field's mode and
+  // transforms (the schema alone says how many: stoker/_cache.py image_fields);
+  // the images decoded as RGB, each on its own pipeline or as its group's
+  // image, use theirs, and a mask's stays empty.
   src.cache_field.assign(nf, -1);
+  int rgb_fields = 0;
   for (size_t f = 0; f < nf; ++f) {
+    if (schema.fields[f].kind != FieldKind::kImage) continue;
+    const int place = src.cache_fields++;
     const int g = src.group_of[f];
     const bool rgb =
         g >= 0 ? src.groups[g]->image_member() == src.member_of[f] : src.pipelines[f] != nullptr;
-    if (rgb) src.cache_field[f] = src.cache_fields++;
+    if (rgb) {
+      src.cache_field[f] = place;
+      ++rgb_fields;
+    }
   }
   if (opts.cache) {
     const int64_t want = src.ds->size() * src.cache_fields;
-    STOKER_CHECK(src.cache_fields > 0, UsageError,
+    STOKER_CHECK(rgb_fields > 0, UsageError,
                  "cache='decoded' keeps decoded RGB images, and this dataset has no "
                  "stoker.image() field of mode 'RGB'");
     STOKER_CHECK(opts.cache->options().slots == want, UsageError, "the decoded cache has ",
                  opts.cache->options().slots, " image slots, this dataset needs ", want, " (",
-                 src.ds->size(), " records x ", src.cache_fields, " RGB image fields)");
+                 src.ds->size(), " records x ", src.cache_fields, " image fields)");
     src.cache = opts.cache;
   }
   return source;

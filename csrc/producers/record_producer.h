@@ -128,8 +128,9 @@ struct RecordSource {
   bool skip_errors = false;
   Verify verify = Verify::kFirst;       ///< RecordOptions::verify
   std::shared_ptr<DecodedCache> cache;  ///< RecordOptions::cache
-  std::vector<int> cache_field;         ///< per field: its place among the RGB images, or -1
-  int cache_fields = 0;                 ///< RGB image fields
+  std::vector<int> cache_field;         ///< per field: its place among the image fields if it is
+                                        ///< decoded as RGB (a cached image), else -1
+  int cache_fields = 0;                 ///< image fields: the cache's slots per record
 
   /// Where the decoded pixels of field `f` of record `index` of ds are kept
   /// (none for a field that is not an RGB image, or without a cache).

@@ -122,9 +122,10 @@ def build(p: LoaderPlan, world_size: int,
     listed = _listed(s)
     if p.source == "iterable":  # NOTE [ Iterable datasets ]: the stream is core and stage
         return _build_iterable(p, open_device)
-    wanted = p.records.cache if p.records is not None else \
-        p.stage.records.cache if p.stage is not None and p.stage.records is not None else None
-    cache = None if wanted is None else _cache.open_cache(wanted, p.dataset)
+    records = p.records if p.records is not None else \
+        p.stage.records if p.stage is not None else None
+    wanted = records.cache if records is not None else None
+    cache = None if wanted is None else _cache.open_cache(wanted, p.dataset, records.verify)
     if p.source == "token mixture":
         mix = MixRun(p.dataset, tokens=True, record_options=None, batch_size=s.batch_size,
                      shuffle=s.shuffle, seed=s.seed, drop_last=s.drop_last,

@@ -4,9 +4,10 @@ the plan (stoker/_plan.py), the shared memory it is opened in, and its stats.
 NOTE [ Decoded cache, from Python ]
 ``stoker.Loader(ds, cache="decoded", cache_size=..., cache_max_side=...)`` keeps every RGB
 image a worker decodes (csrc/cache/decoded_cache.h), so later epochs crop, resize and
-augment from memory instead of decoding again. The cache is one file in ``/dev/shm``
-(``STOKER_CACHE_DIR`` moves it) that every process of the node opening the same dataset
-with the same cache arguments maps: ranks hold one copy. Its name carries the dataset's
+augment from memory instead of decoding again. The cache is one file in a folder of the
+user's own in ``/dev/shm`` (``STOKER_CACHE_DIR`` moves it; NOTE [ Cache trust ] in
+csrc/cache/decoded_cache.cpp) that every process of the user on the node opening the same
+dataset with the same cache arguments maps: ranks hold one copy. Its name carries the dataset's
 content (:func:`dataset_identity`: the dataset id of each write, every shard's size and
 checksums) and the arguments, so a dataset rewritten since, or other arguments, never
 meet stale pixels. The last process to leave removes it; a killed run's file is removed
@@ -93,9 +94,11 @@ def check_cache(cache: Any, cache_max_side: Any, cache_size: Any) -> Optional[Ca
 
 
 def check_verify(verify: Any) -> str:
-    if verify not in ("first", "always"):
+    if verify not in ("first", "always", "once"):
         raise ValueError(f"verify must be 'first' (a record's checksum is checked on its first "
-                         f"read in this process) or 'always', got {verify!r}")
+                         f"read in this process, and again after its file changed; every read "
+                         f"of a format-1 shard), 'always', or 'once' ('first' for format-1 "
+                         f"shards too), got {verify!r}")
     return verify
 
 
@@ -127,24 +130,43 @@ def dataset_identity(dataset: Any) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def open_cache(plan: CachePlan, dataset: Any) -> Any:
+def open_cache(plan: CachePlan, dataset: Any, verify: str = "first") -> Any:
     """The ``_core.DecodedCache`` of `plan` for `dataset`: the node's shared one, or this
-    process's own with a warning saying why."""
+    process's own with a warning saying why (once per reason). Its entries' checksums are
+    checked as `verify` says records are (NOTE [ Cache trust ] in
+    csrc/cache/decoded_cache.cpp)."""
     slots = len(dataset) * image_fields(dataset.fields)
     identity = dataset_identity(dataset) + f"|{plan.budget}|{plan.max_side}|{slots}"
     ident64 = int.from_bytes(hashlib.sha256(identity.encode()).digest()[:8], "little")
     local = args.local_world_size()
     cache = _core.DecodedCache(budget=plan.budget, slots=slots, variants=plan.variants,
                                max_side=plan.max_side, identity=ident64, dir=plan.dir,
-                               private_budget=plan.budget // local)
+                               private_budget=plan.budget // local,
+                               verify_always=verify == "always")
     if plan.dir and not cache.shared:
-        warnings.warn(f"stoker: the decoded-sample cache is not shared with this node's other "
-                      f"processes ({cache.fallback}); each keeps its own, of cache_size over "
-                      f"the {local} process(es) of the job here ({cache.budget} bytes). Give "
-                      f"/dev/shm room for cache_size (docker run --shm-size=...), set "
-                      f"{CACHE_DIR_ENV} to a tmpfs with room, or lower cache_size",
-                      RuntimeWarning, stacklevel=4)
+        why = cache.fallback
+        hint = ("Give /dev/shm room for cache_size (docker run --shm-size=...), set "
+                f"{CACHE_DIR_ENV} to a tmpfs with room, or lower cache_size") \
+            if "free, less than" in why or "cannot" in why else \
+            (f"The shared cache is kept in a folder only this user can open ("
+             f"{_core.DecodedCache.private_dir(plan.dir)}, mode 0700); set {CACHE_DIR_ENV} "
+             "to another folder to share it again (docs/cache.md, \"Who can see the cache\")")
+        say_once(f"stoker: the decoded-sample cache is not shared with this node's other "
+                 f"processes ({why}); each keeps its own, of cache_size over the {local} "
+                 f"process(es) of the job here ({cache.budget} bytes). {hint}", stacklevel=5)
     return cache
+
+
+_said: set = set()
+
+
+def say_once(message: str, stacklevel: int = 2) -> None:
+    """A RuntimeWarning, once per message in this process (a fallback is said once, not
+    per loader)."""
+    if message in _said:
+        return
+    _said.add(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
 
 def cache_stats(cache: Any) -> Dict[str, Union[int, float, bool, str]]:
@@ -156,5 +178,5 @@ def cache_stats(cache: Any) -> Dict[str, Union[int, float, bool, str]]:
     s["hit_rate"] = s["hits"] / looked if looked else 0.0
     s["cached_share"] = s["images"] / s["slots"] if s["slots"] else 0.0
     s["path"] = cache.path
-    s["fallback"] = cache.fallback
+    s["fallback"] = cache.fallback or cache.abandoned
     return s

@@ -77,8 +77,18 @@ def stats(self: Loader) -> Dict[str, Any]:
 
 
 def report_cache(loader: Loader) -> None:
-    """Says once, at the end of an epoch, that the decoded cache ran out of room."""
-    if loader._cache is None or loader._cache_full_said:
+    """Says once, at the end of an epoch, that the decoded cache ran out of room, or that
+    this process left the shared cache (an entry failed its check)."""
+    if loader._cache is None:
+        return
+    left = loader._cache.abandoned
+    if left and not getattr(loader, "_cache_left_said", False):
+        loader._cache_left_said = True
+        warnings.warn(f"stoker: this loader no longer reads the shared decoded-sample cache: "
+                      f"{left}. It keeps a private cache from now on (the images are decoded "
+                      "again), and never reads the shared file again (docs/cache.md, \"Who "
+                      "can see the cache\")", RuntimeWarning, stacklevel=3)
+    if loader._cache_full_said:
         return
     s = _cache.cache_stats(loader._cache)
     if s["full"]:

@@ -123,7 +123,7 @@ class RecordPlan:
     batch_mix: Any = None  # _transform_args.BatchMixPlan
     skip_errors: bool = False
     handoff: bool = False  # the batch goes to the Python stage (batch_map) when assembled
-    verify: str = "first"  # a record's checksum: on its first read in the process, or "always"
+    verify: str = "first"  # a record's checksum: "first", "always" or "once" (_cache.check_verify)
     cache: Optional[_cache.CachePlan] = None  # decoded images kept (stoker/_cache.py)
     media: MediaPlan = MediaPlan()  # video clips and audio crops (stoker/_media_args.py)
 

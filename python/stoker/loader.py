@@ -187,9 +187,10 @@ class Loader:
         cache: ``"decoded"``: decode each RGB image once per run. The first time a worker
             decodes an image its pixels are kept; later epochs crop, resize and augment from
             them and never decode it again (docs/cache.md). The cache lives in shared memory
-            (``/dev/shm``, or ``STOKER_CACHE_DIR``), one copy for every process of the node
-            that reads the same dataset with the same cache arguments (ranks of a job), and
-            goes when the last of them exits. Without ``cache_max_side`` every batch is
+            (``/dev/shm``, or ``STOKER_CACHE_DIR``, in a folder only this user can open),
+            one copy for every process of the user on the node that reads the same dataset
+            with the same cache arguments (ranks of a job), and goes when the last of them
+            exits. Without ``cache_max_side`` every batch is
             bit-identical to the uncached loader's. ``stats()["cache"]`` counts hits,
             misses, bytes and the share of the dataset held. None (default): no cache.
         cache_max_side: keep each image reduced to this longer side (DCT-scaled while
@@ -204,8 +205,12 @@ class Loader:
             ``LOCAL_WORLD_SIZE``) counts in it.
         verify: ``"first"`` (default): a record's checksum is checked the first time this
             process reads it (a bit per record beside the shard's mapping), later reads skip
-            the hash; ``"always"``: on every read. Corruption is reported with the shard's
-            path and the record either way.
+            the hash until the shard's file changes (it is stat'ed each epoch, and each
+            second while batches are planned); shards of format version 1 are checked on
+            every read. ``"always"``: on
+            every read. ``"once"``: ``"first"`` for version-1 shards too. Corruption is
+            reported with the shard's path and the record either way (docs/storage.md,
+            "What verify catches"). The decoded cache's entries are checked the same way.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -322,6 +327,8 @@ class Loader:
         opener = None if type(self)._open_device is Loader._open_device else self._open_device
         parts = _build.build(p, self._world()[1], opener)
         self._producer, self._core, self._stage = parts.producer, parts.core, parts.stage
+        if self._stage is not None:  # (NOTE [ Stuck workers ] in stoker/_stage/stuck.py)
+            weakref.finalize(self, self._stage.dropped)
         self._mix: Optional[MixRun] = parts.mix
         self.device, self._stream_device = parts.device, parts.stream_device
         self.pin_memory = parts.pin_memory
@@ -489,8 +496,8 @@ class Loader:
         self._failed_iter = None
         if failed is not None:
             failed.close()
-        if self._stage is not None:
-            self._stage.start()
+        if self._stage is not None and self._stage.start(self._core.epoch):
+            self._core.drop_prefetch()  # it waits on stuck work (NOTE [ Stuck workers ])
         it = LoaderIter(self, self._core.iter(rank, world), (rank, world))
         self._live_iter = weakref.ref(it)
         return it

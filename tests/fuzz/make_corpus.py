@@ -1,8 +1,8 @@
 """Writes seed corpora for the fuzz targets: small valid shards (format versions 2 and 1),
-images and Megatron indexes.
+images, Megatron indexes, and patches of a decoded cache's file.
 
     python tests/fuzz/make_corpus.py OUT_DIR   -> OUT_DIR/shard/*, OUT_DIR/image/*,
-                                                  OUT_DIR/megatron/*
+                                                  OUT_DIR/megatron/*, OUT_DIR/cache/*
 """
 
 import io
@@ -75,9 +75,29 @@ def megatron(out):
             f.write(data)
 
 
+def cache(out):
+    """Patches (u16 offset, u8 length, bytes) of fuzz_cache.cpp: a header field, an entry's
+    word, an entry's head and pixels, a process slot's holder count."""
+    os.makedirs(out, exist_ok=True)
+    data = 4096 + 8192 + 4096 + 4096  # header, process slots, words and marks of 8 slots
+    seeds = {
+        "words-offset": [(56, struct.pack("<Q", 1 << 40))],
+        "used": [(128, struct.pack("<Q", 1 << 62))],
+        "word-past-end": [(4096 + 8192 + 3 * 8, struct.pack("<Q", (1 << 40) << 2 | 2))],
+        "head": [(data, struct.pack("<Qiiii", 99, 1 << 30, 1 << 30, 1, 1))],
+        "pixels": [(data + 64, b"\xff" * 60)],
+        "holders": [(4096, b"\x00" * 64)],
+    }
+    for name, patches in seeds.items():
+        with open(os.path.join(out, name), "wb") as f:
+            for at, raw in patches:
+                f.write(struct.pack("<HB", at, len(raw)) + raw)
+
+
 if __name__ == "__main__":
     root = sys.argv[1]
     shards(os.path.join(root, "shard"))
     v1_shards(os.path.join(root, "shard"))
     images(os.path.join(root, "image"))
     megatron(os.path.join(root, "megatron"))
+    cache(os.path.join(root, "cache"))

@@ -7,7 +7,8 @@ structure, as default_collate sees it), ``collate`` (native batching), ``workers
 (DataLoader's worker protocol, the global random generators), ``state`` (what the
 stage's parts share), ``taking`` (how its threads take chunks), ``transport`` (what
 crosses to a worker process: framing, arenas), ``lifecycle`` (a worker process's start
-and end), ``processes`` (worker processes), ``chunks`` (a chunk's samples), ``assemble``
+and end), ``processes`` (worker processes), ``stuck`` (workers stuck in user code,
+replaced), ``chunks`` (a chunk's samples), ``assemble``
 (a batch's assembly), ``consumer`` (next() and deliveries), ``stage`` (the stage itself),
 ``iterable`` (an IterableDataset's stream).
 The Loader's arguments for it are checked by the plan (``stoker/_plan.py``).
@@ -78,7 +79,8 @@ Why there, and what it keeps:
     for at most pool.JOIN_SECONDS; a thread still in user code is left behind (a daemon
     thread told to stop: when that code returns it drops its batch, whose stream
     stopped, and ends). Worker processes are ended within a few seconds (NOTE [ Worker
-    faults ] in processes.py).
+    faults ] in processes.py). A worker stuck past ``timeout``, or past the epoch it
+    belonged to, is replaced (NOTE [ Stuck workers ] in stuck.py).
   * No value is a signal: the end of an epoch is the core's (stage.END), never a value
     a hook returned. collate_fn's None is a batch (as DataLoader yields it); batch_map's
     None is an error that names it.

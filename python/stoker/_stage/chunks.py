@@ -101,7 +101,7 @@ class ChunkRunner:
                 turn=None if turn is None or order is None else
                 (lambda: order.wait(worker, turn, lambda: task.stopped)),
                 sent=None if turn is None or order is None else
-                (lambda: order.done(worker, turn)))
+                (lambda: order.done(worker, turn)), stopped=lambda: task.stopped)
         except WorkerDied as e:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)

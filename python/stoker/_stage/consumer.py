@@ -17,6 +17,7 @@ from .. import _core, _loader_args
 from .errors import add_note
 from .rng import batch_rng, batch_torch_seed, call_with_torch_seeded
 from .state import _UNSET, END, _Delivery, _not_none, _Pending, _tensor_from_capsule
+from .stuck import past_timeout
 
 __all__ = ["Consumer"]
 
@@ -198,9 +199,11 @@ class Consumer:
                     self.run_chunk(item)
                     continue
             if deadline is not None and waited > deadline:
+                stuck = past_timeout(self, timeout)  # NOTE [ Stuck workers ] in stuck.py
                 raise RuntimeError(f"DataLoader timed out after {timeout:g} seconds (stoker: "
-                                   f"no batch came within timeout={timeout:g} seconds: a worker "
-                                   "is stuck or too slow)")
+                                   f"no batch came within timeout={timeout:g} seconds: " +
+                                   ("; ".join(stuck) if stuck else
+                                    "a worker is stuck or too slow") + ")")
             if report_at is not None and waited >= report_at:
                 again = which is not None
                 which, text = self.stall_report(waited, again)
@@ -240,6 +243,10 @@ class Consumer:
                          "workers plan it)")
         return which, (f"stoker: {which} is {'still ' if again else ''}not ready after "
                        f"{waited:.1f} s: " + "; ".join(parts))
+
+    def activity(self, phase: str, index: int) -> str:
+        """What a thread or worker in `phase` on dataset index `index` does, in words."""
+        return f"in {phase}" if index < 0 else _activity(phase, self._describe(index))
 
     def _describe(self, index: int) -> str:
         try:

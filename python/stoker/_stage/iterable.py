@@ -332,11 +332,14 @@ class IterableStream:
 
     # -- the stage's part ---------------------------------------------------------------
 
-    def start(self) -> None:
-        pass
+    def start(self, epoch: Optional[int] = None) -> bool:
+        return False  # (nothing is left of an earlier epoch: PythonStage.start)
 
     def stop(self) -> None:
         self.close()
+
+    def dropped(self) -> None:
+        pass  # its threads end with the iterators that hold them (PythonStage.dropped)
 
     def follow(self, active: int) -> None:
         pass

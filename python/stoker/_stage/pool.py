@@ -77,6 +77,9 @@ class StagePool:
         self._size = max(1, int(threads))
         self._active = self._size
         self._threads: List[threading.Thread] = []
+        # Per slot: its thread's generation; a thread whose slot moved on (replace()) ends
+        # once it is back from the unit it holds.
+        self._gens: List[int] = [0] * self._size
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -100,6 +103,7 @@ class StagePool:
                 return
             old, self._size = self._size, n
             self._active = n
+            self._gens += [0] * (n - old)
             if not self._threads or self._stop.is_set():
                 return  # start() makes them all
             for i in range(old, n):
@@ -164,8 +168,23 @@ class StagePool:
     def _thread(self, i: int) -> threading.Thread:
         return threading.Thread(target=_pool_loop,
                                 args=(self._owner, self._wait, self._handle_name, i,
-                                      self._stop, weakref.ref(self), self._start_name),
+                                      self._stop, weakref.ref(self), self._start_name,
+                                      self._gens[i]),
                                 name=f"{self._name}-{i}", daemon=True)
+
+    def replace(self, thread: threading.Thread) -> bool:
+        """A new thread in `thread`'s slot, now; `thread` (stuck in user code: NOTE [ Stuck
+        workers ] in stuck.py) is left behind and ends once that code returns. False if
+        it is not one of the pool's running threads."""
+        with self._lock:
+            if self._stop.is_set() or thread not in self._threads:
+                return False
+            i = self._threads.index(thread)
+            self._gens[i] += 1
+            _abandoned.add(thread)
+            self._threads[i] = self._thread(i)
+            self._threads[i].start()
+        return True
 
     def stop(self, join: bool = True) -> List[threading.Thread]:
         """Tells the threads to end; with `join`, waits for them for at most
@@ -205,7 +224,7 @@ def _stop_every_stage_thread() -> None:
 
 def _pool_loop(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_name: str,
                slot: int, stop: threading.Event, pool_ref: "weakref.ref[StagePool]",
-               start_name: str = "") -> None:
+               start_name: str = "", gen: int = 0) -> None:
     me = threading.current_thread()
     with _running_lock:
         _running[me] = (stop, wait)
@@ -214,22 +233,23 @@ def _pool_loop(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle
         if start_name and owner is not None:
             getattr(owner, start_name)(slot)  # reports its own failure to the owner
         del owner
-        _serve(owner_ref, wait, handle_name, slot, stop, pool_ref)
+        _serve(owner_ref, wait, handle_name, slot, stop, pool_ref, gen)
     finally:
         with _running_lock:
             _running.pop(me, None)
 
 
 def _serve(owner_ref: "weakref.ref[Any]", wait: Callable[[int], Any], handle_name: str,
-           slot: int, stop: threading.Event, pool_ref: "weakref.ref[StagePool]") -> None:
+           slot: int, stop: threading.Event, pool_ref: "weakref.ref[StagePool]",
+           gen: int = 0) -> None:
     try:
         _core.set_thread_name(threading.current_thread().name)
     except Exception:  # only a name
         pass
     while not stop.is_set():
         pool = pool_ref()
-        if pool is None or owner_ref() is None:
-            return
+        if pool is None or owner_ref() is None or pool._gens[slot] != gen:
+            return  # (replaced: another thread serves the slot)
         if slot >= pool._active or pool.paused:  # parked (the tuner, a quiesce): wait,
             wake, parked = pool._wake, pool._parked  # holding neither pool nor owner
             del pool

@@ -107,6 +107,7 @@ import traceback
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .. import _core
 from . import lifecycle
 from .lifecycle import _become_worker, _end_all, _end_workers, _loader_ends
 from .rng import rng_keys
@@ -115,7 +116,7 @@ from .telemetry import native_times, thread_sched
 from .transport import (
     _MAGIC,
     _REPLY,
-    _STATUS,
+    _STATUS_BYTES,
     _Arena,
     _BadReply,
     _decode,
@@ -137,6 +138,15 @@ _ROUND_EVERY = 16  # every this many leases take the arena idle longest (_Worker
 class WorkerDied(RuntimeError):
     """A Python worker process ended while it held a chunk (or sent a reply that answers
     no awaited request: NOTE [ Worker faults ])."""
+
+
+def _never() -> bool:
+    return False
+
+
+# The error of a sample left undone because its epoch ended (never raised to anyone: its
+# batch's stream stopped).
+_DROPPED = RuntimeError("stoker: left undone: the epoch of its batch had ended")
 
 
 # -- the worker process -------------------------------------------------------------------
@@ -176,6 +186,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         pass
     arenas: Dict[int, _Arena] = {0: arena}
     usage = _Usage()
+    last_epoch = None
     while True:
         if status is not None:
             status.idle()
@@ -187,6 +198,9 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         if msg[0] == "stop":
             return
         _, ticket, epoch, indices, slot, size = msg
+        if epoch != last_epoch:  # shards checked against their files again (NOTE
+            last_epoch = epoch  # [ Verified once ] in csrc/format/shard_reader.h)
+            _core.new_file_check_round()
         if fds:  # a new arena for this slot, made by the loader's process
             if slot in arenas:
                 arenas[slot].close()
@@ -204,6 +218,10 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             if init_error is not None:
                 rows.append(None)
                 errors[pos] = _portable_error(init_error)
+                continue
+            if status is not None and status.dropped(ticket):  # its epoch ended (NOTE
+                rows.append(None)  # [ Stuck workers ] in stuck.py): nobody reads them
+                errors[pos] = _DROPPED
                 continue
             try:
                 rows.append(stage.worker_sample(index, epoch,
@@ -261,7 +279,7 @@ class _Worker:
     requests), what it is doing (its status), and the order of its replies."""
 
     __slots__ = ("pid", "sock", "arenas", "free", "known", "lock", "send_lock", "turn",
-                 "sent", "received", "dead", "leases", "status", "__weakref__")
+                 "sent", "received", "dead", "leases", "status", "stopped", "__weakref__")
 
     def __init__(self, pid: int, sock: socket.socket, arena: _Arena, status: _SharedStatus):
         self.pid = pid
@@ -277,6 +295,9 @@ class _Worker:
         self.dead: Optional[str] = None
         self.leases = 0
         self.status = status
+        # Per request not answered yet (by ticket): its epoch, and whether its batch's
+        # stream stopped (NOTE [ Stuck workers ] in stuck.py).
+        self.stopped: Dict[int, Tuple[int, Callable[[], bool]]] = {}
 
     def lease(self) -> int:
         try:
@@ -372,8 +393,9 @@ class ProcessWorkers:
     def _spawn(self, stage: Any, worker_id: int = 0) -> _Worker:
         from_main = threading.current_thread() is threading.main_thread()
         loader_pid = os.getpid()
-        status = _SharedStatus(mmap.mmap(-1, _STATUS.size))  # shared with the worker
+        status = _SharedStatus(mmap.mmap(-1, _STATUS_BYTES))  # shared with the worker
         status.idle()
+        status.drop_through(-1)
         with lifecycle._SPAWN_LOCK:  # read at each fork: _become_worker replaces it
             parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             fd = _Arena.new_fd(_ARENA_BYTES)
@@ -414,12 +436,14 @@ class ProcessWorkers:
 
     def run(self, worker: int, epoch: int, indices: List[int], copy: bool = False,
             turn: Optional[Callable[[], None]] = None,
-            sent: Optional[Callable[[], None]] = None) -> Tuple[Any, ...]:
+            sent: Optional[Callable[[], None]] = None,
+            stopped: Optional[Callable[[], bool]] = None) -> Tuple[Any, ...]:
         """Maps `indices` on worker `worker`: (rows, errors, skipped, times, lease). The
         top-level arrays of each row are views of an arena that `lease` holds until its
         release() (all arrays copied out with `copy`, and the lease released at once).
         `turn` waits for this request's turn to go out (SendOrder), `sent` says it went
-        (or never will)."""
+        (or never will); `stopped` says whether the request's batch is no longer wanted
+        (NOTE [ Stuck workers ] in stuck.py)."""
         try:
             if turn is not None:
                 turn()
@@ -437,6 +461,7 @@ class ProcessWorkers:
                                                 arena.size if new else 0)),
                           (arena.fd,) if new else ())
                     w.known[slot] = True
+                    w.stopped[ticket] = (epoch, stopped or _never)
                     w.sent += 1
                 except OSError:
                     self._lost(w)
@@ -473,6 +498,7 @@ class ProcessWorkers:
                 self._fault(w, why)
                 w.turn.notify_all()
                 raise WorkerDied(self._died_message(w, worker)) from None
+            w.stopped.pop(ticket, None)
             w.received += 1
             w.turn.notify_all()
         _, encoded, offsets, errors, skipped, new_size, times = reply

@@ -32,6 +32,7 @@ from .state import (
     _Pending,
     forks,
 )
+from .stuck import past_their_epoch
 from .taking import _Taker
 from .workers import set_thread_worker_info, worker_info_wanted
 
@@ -166,12 +167,14 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
             add_note(e, f"stoker: raised by worker_init_fn in worker thread {slot}")
             self._init_error = e
 
-    def start(self) -> None:
-        """At iter(): the threads, and the worker processes (a worker that died is
-        replaced here, once per iter(); the first ones start before the threads, so
-        that the fork copies a process with fewer threads running)."""
+    def start(self, epoch: Optional[int] = None) -> bool:
+        """At iter() of `epoch`: the threads, and the worker processes (a worker that died,
+        or is stuck in an earlier epoch, is replaced here, once per iter(); the first ones
+        start before the threads, so that the fork copies a process with fewer threads
+        running). True if a stuck worker was replaced: the batches it held never finish."""
         if self.pool is None:
-            return
+            return False
+        stuck = past_their_epoch(self, epoch)  # NOTE [ Stuck workers ] in stuck.py
         if self.processes:
             if self.workers is None:
                 self.workers = ProcessWorkers(self._threads)
@@ -180,6 +183,7 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
             if self._order is not None:
                 self._order.reset()
             self.pool.start()
+        return stuck
 
     def use_keys(self, keys: Dict[int, Any]) -> None:
         """A user sampler whose items are not indices (stoker/_samplers.py): the source
@@ -321,6 +325,15 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
             self._pending.clear()
         for p in dropped:
             p.release()
+
+    def dropped(self) -> None:
+        """The loader was dropped without close(): its worker processes are ended and their
+        arenas closed even while a stage thread waits on one stuck in user code (which
+        holds the stage), and the threads are told to stop (NOTE [ Stuck workers ])."""
+        if self.pool is not None:
+            self.pool.stop(join=False)
+        if self.workers is not None:
+            self.workers.stop()
 
     def follow(self, active: int) -> None:
         """Keeps `active` of the stage's threads working (the tuner's thread count)."""

@@ -37,6 +37,10 @@ _ARENA_NAME = "stoker-python-arena"
 # dataset index, the phase (PHASES), since when (time.monotonic(), the same clock in
 # every process).
 _STATUS = struct.Struct("<qqd")
+# ... and after it, written by the loader's process: the last request whose samples the
+# worker may leave undone (their epoch ended: NOTE [ Stuck workers ] in stuck.py).
+_DROP = struct.Struct("<q")
+_STATUS_BYTES = _STATUS.size + _DROP.size
 PHASES = (None, "dataset", "map")
 
 
@@ -288,3 +292,11 @@ class _SharedStatus:
     def read(self) -> Tuple[int, Optional[str], float]:
         index, phase, since = _STATUS.unpack_from(self.mem)
         return index, PHASES[phase] if 0 <= phase < len(PHASES) else None, since
+
+    def drop_through(self, ticket: int) -> None:
+        """The worker may leave the samples of requests up to `ticket` undone."""
+        _DROP.pack_into(self.mem, _STATUS.size, ticket)
+
+    def dropped(self, ticket: int) -> bool:
+        """Whether request `ticket`'s remaining samples may be left undone."""
+        return _DROP.unpack_from(self.mem, _STATUS.size)[0] >= ticket

@@ -59,6 +59,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from ._threads import DaemonPool
+from .private import check_dir, fallback_dir
 from .retry import Cancelled, CancelToken, Retry
 from .space import CacheDirectory, Holder, close_locked, flock, open_locked
 from .transport import PermanentError, RemoteError, Source, TransientError, download_to_fd
@@ -115,7 +116,8 @@ class ShardCache:
     Args:
         source: where the shards are (:func:`stoker.remote.transport.open_source`).
         shards: the ``index.json`` shard entries (``path``, ``bytes``, ``checksum``).
-        cache_dir: the local directory; share it between the processes of a node.
+        cache_dir: the local directory; share it between the processes of a node (one
+            user's: NOTE [ Private cache directory ] in :mod:`.private`).
         cache_limit: bytes this dataset allows the directory to hold (None: no limit of
             its own); the directory's budget is the smallest of its users' (NOTE
             [ Cache budget ]).
@@ -142,6 +144,9 @@ class ShardCache:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
         self.source = source
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
+        why = check_dir(self.cache_dir)  # NOTE [ Private cache directory ] in private.py
+        if why is not None:
+            self.cache_dir = fallback_dir(self.cache_dir, why)
         self.cache_limit = cache_limit
         self.retry = Retry.of(retry).replace(retries=retries, backoff=backoff)
         self.timeout = timeout

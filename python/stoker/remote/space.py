@@ -51,6 +51,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from .private import open_own
 from .retry import Cancelled, CancelToken
 from .transport import RemoteError
 
@@ -66,9 +67,10 @@ _FD_LOCK = threading.Lock()
 
 def open_locked(path: str, flags: int) -> int:
     """os.open for a file this process will hold a flock on (exclusive or shared): the
-    descriptor is closed in a forked child."""
+    descriptor is closed in a forked child. Made owner-only; a file there that is not this
+    user's own is never used (open_own: NOTE [ Private cache directory ] in private.py)."""
     with _FD_LOCK:
-        fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
+        fd = open_own(path, flags)
         _HELD_LOCK_FDS.add(fd)
         return fd
 
@@ -213,9 +215,11 @@ class CacheDirectory:
     GRACE = 3.0
 
     def __init__(self, path: str):
+        """`path`: a directory private_dir() accepted (NOTE [ Private cache directory ])."""
         self.path = os.path.abspath(os.fspath(path))
         for sub in ("objects", "locks", "tmp", "holders"):
-            os.makedirs(os.path.join(self.path, sub), exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(os.path.join(self.path, sub), 0o700)
         self.holders_dir = os.path.join(self.path, "holders")
         self._mu = threading.Lock()
         self._seen: Tuple[float, List[Dict[str, Any]]] = (0.0, [])
