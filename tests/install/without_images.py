@@ -1,7 +1,8 @@
-"""A stoker built with -DSTOKER_WITH_IMAGES=OFF (no libjpeg-turbo, no libpng): arrays and
-tokens load as usual, and an image field fails at once with an error that says why.
-`.ci/run` builds that variant and runs this file with pytest from outside the source tree;
-it is not part of `pytest tests` (its name does not start with test_)."""
+"""A stoker built with -DSTOKER_WITH_IMAGES=OFF -DSTOKER_WITH_VIDEO=OFF (no libjpeg-turbo, no
+libpng, no FFmpeg): arrays and tokens load as usual, and an image, video or audio field fails
+at once with an error that says why. `.ci/run` builds that variant and runs this file with
+pytest from outside the source tree; it is not part of `pytest tests` (its name does not start
+with test_)."""
 
 import re
 import subprocess
@@ -16,22 +17,26 @@ from stoker import _core
 JPEG = bytes.fromhex("ffd8ffe000104a46494600010100000100010000ffd9")  # SOI, APP0, EOI
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(32)
 NO_IMAGES = re.escape("built with -DSTOKER_WITH_IMAGES=OFF")
+NO_MEDIA = re.escape("built with -DSTOKER_WITH_VIDEO=OFF")
 
 
 def test_build_info_and_version_say_so():
     assert _core.build_info()["images"] is False
     assert _core.build_info()["codecs"] == "none"
+    assert _core.build_info()["video"] is False
+    assert _core.build_info()["media"] == "none"
     out = subprocess.run([sys.executable, "-m", "stoker", "--version"], capture_output=True,
                          text=True, check=True).stdout
     assert out.startswith(f"stoker {stoker.__version__} (image codecs: none (built with "
-                          "-DSTOKER_WITH_IMAGES=OFF))")
+                          "-DSTOKER_WITH_IMAGES=OFF); video and audio: none (built with "
+                          "-DSTOKER_WITH_VIDEO=OFF))")
 
 
 def test_extension_does_not_link_the_codecs():
     core = Path(_core.__file__)
     out = subprocess.run(["ldd", str(core)], capture_output=True, text=True, check=True).stdout
     assert "not found" not in out
-    assert not re.search(r"lib(jpeg|png)", out), out
+    assert not re.search(r"lib(jpeg|png|av(format|codec|util)|sw(scale|resample))", out), out
 
 
 def test_arrays_load(tmp_path):
@@ -62,3 +67,10 @@ def test_an_image_field_is_a_clear_error(tmp_path):
             _core.image_size(data)
     with pytest.raises(_core.Error, match=NO_IMAGES):
         _core.decode_only_throughput([JPEG], 1)
+
+
+@pytest.mark.parametrize("field", [stoker.video(), stoker.audio()])
+def test_a_video_or_audio_field_is_a_clear_error(tmp_path, field):
+    with pytest.raises(_core.Error, match=NO_MEDIA):
+        with stoker.ShardWriter(tmp_path / "ds", {"media": field}) as w:
+            w.write({"media": b"\x1aE\xdf\xa3" + bytes(60)})
