@@ -68,6 +68,8 @@ def sampler_options(s: Sampling, listed: Any = None) -> Any:
 def _listed(s: Sampling) -> Any:
     """The C++ side of a user's sampler (NOTE [ User samplers ]), with its len() as the
     length of an epoch until the first is listed; None without one."""
+    if s.generator is not None:  # a permutation per epoch, batched and split by the loader
+        return _core.ListedOrders(permutations=True)
     user = s.batch_sampler if s.batch_sampler is not None else s.sampler
     if user is None:
         return None

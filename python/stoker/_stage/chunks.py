@@ -95,13 +95,15 @@ class ChunkRunner:
         indices = [int(i) for i in task.indices[lo:hi]]
         worker = slot // PROCESS_THREADS_PER_WORKER
         order = self._order
+        listed = getattr(self.source, "keys", None)  # a sampler's items, not indices
         try:
             rows, errors, skipped, times, lease = self.workers.run(
                 worker, task.epoch, indices, copy=self.collate_fn is not None,
                 turn=None if turn is None or order is None else
                 (lambda: order.wait(worker, turn, lambda: task.stopped)),
                 sent=None if turn is None or order is None else
-                (lambda: order.done(worker, turn)))
+                (lambda: order.done(worker, turn)),
+                keys=None if listed is None else [listed[task.epoch][i] for i in indices])
         except WorkerDied as e:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)

@@ -186,7 +186,9 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         msg = pickle.loads(data)
         if msg[0] == "stop":
             return
-        _, ticket, epoch, indices, slot, size = msg
+        _, ticket, epoch, indices, slot, size = msg[:6]
+        if hasattr(stage.source, "keys"):  # a sampler's items that are not indices
+            stage.source.keys = {epoch: dict(zip(indices, msg[6]))} if len(msg) > 6 else None
         if fds:  # a new arena for this slot, made by the loader's process
             if slot in arenas:
                 arenas[slot].close()
@@ -414,12 +416,14 @@ class ProcessWorkers:
 
     def run(self, worker: int, epoch: int, indices: List[int], copy: bool = False,
             turn: Optional[Callable[[], None]] = None,
-            sent: Optional[Callable[[], None]] = None) -> Tuple[Any, ...]:
+            sent: Optional[Callable[[], None]] = None,
+            keys: Optional[List[Any]] = None) -> Tuple[Any, ...]:
         """Maps `indices` on worker `worker`: (rows, errors, skipped, times, lease). The
         top-level arrays of each row are views of an arena that `lease` holds until its
         release() (all arrays copied out with `copy`, and the lease released at once).
         `turn` waits for this request's turn to go out (SendOrder), `sent` says it went
-        (or never will)."""
+        (or never will). `keys`: a sampler's items at those positions, where they are not
+        indices (passed to __getitem__ as they are)."""
         try:
             if turn is not None:
                 turn()
@@ -433,8 +437,8 @@ class ProcessWorkers:
                 arena = w.arenas[slot]
                 ticket = w.sent
                 try:
-                    _send(w.sock, pickle.dumps(("chunk", ticket, epoch, indices, slot,
-                                                arena.size if new else 0)),
+                    msg = ("chunk", ticket, epoch, indices, slot, arena.size if new else 0)
+                    _send(w.sock, pickle.dumps(msg if keys is None else msg + (keys,)),
                           (arena.fd,) if new else ())
                     w.known[slot] = True
                     w.sent += 1

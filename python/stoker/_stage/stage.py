@@ -183,13 +183,7 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
 
     def use_keys(self, keys: Dict[int, Any]) -> None:
         """A user sampler whose items are not indices (stoker/_samplers.py): the source
-        reads them by epoch. Worker threads only: a worker process has the items of the
-        epochs listed before it started."""
-        if self.processes:
-            raise ValueError("the sampler gives items that are not indices (passed to "
-                             "__getitem__ as they are): they reach worker threads only; "
-                             "use python_workers='thread' (or 'auto')")
-        self.auto = False
+        reads them by epoch (a worker process gets those of its chunk with it)."""
         self.source.keys = keys
 
     def _claim_probe(self) -> bool:
