@@ -103,7 +103,8 @@ def _build_iterable(p: LoaderPlan, open_device: Optional[Callable[[int], Any]]) 
                             worker_init_fn=st.worker_init_fn, map_fn=st.map,
                             batch_map=st.batch_map, collate_fn=st.collate_fn,
                             map_fields=st.map_fields, unbatched=st.unbatched,
-                            timeout=p.timeout, generator=p.arguments.get("generator"))
+                            timeout=p.timeout, generator=p.arguments.get("generator"),
+                            split_ranks=s.split_ranks)
     _, pin, api = args.resolve_device(torch.device("cpu"), p.delivery.pin_memory, open_device,
                                       p.delivery.pin_device)
     stream.pin = pin and api is not None and not getattr(api, "fake", False)

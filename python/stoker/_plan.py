@@ -478,6 +478,13 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             dataset, token_kw = ds, kw
     elif iterable:  # NOTE [ Iterable datasets ] in stoker/_stage/iterable.py
         source, producer = "iterable", "IterableStream"
+        how = _dropin.self_split(dataset) if sampling.split_ranks and \
+            sampling.world_size != 1 else None
+        if how is not None:
+            raise ValueError(f"the IterableDataset splits itself by rank ({how}), and "
+                             "even_batches=, rank= or world_size= asks stoker to split it "
+                             "too: each rank would get a share of a share. Leave those out "
+                             "(each rank is given the dataset as it is, DataLoader's rule)")
         stage = StagePlan("iterable", map_fn, batch_map, collate_fn, a["map_fields"], None,
                           "thread", False, **stage_kw)
     elif map_style:
