@@ -275,7 +275,9 @@ def samplers(loader: Any, generator_order: bool) -> Tuple[Any, Any]:
     ``set_epoch``. ``batch_sampler`` is None where DataLoader's is (batch_size=None)."""
     p = loader.plan
     s = p.sampling
-    if s.batch_sampler is not None and not s.bulk:
+    if s.bulk:  # DataLoader's: the BatchSampler is its sampler, batch_sampler None
+        return s.batch_sampler, None
+    if s.batch_sampler is not None:
         return _SequentialOrder(loader), s.batch_sampler
     if s.sampler is not None:
         sampler = s.sampler
@@ -287,7 +289,7 @@ def samplers(loader: Any, generator_order: bool) -> Tuple[Any, Any]:
         sampler = _ShuffledOrder(loader)
     else:
         sampler = _SequentialOrder(loader)
-    if s.unbatched or s.bulk:
+    if s.unbatched:
         return sampler, None
     return sampler, _Batches(loader, sampler)
 
@@ -321,6 +323,7 @@ class Repeating:
         self._loader = loader
         self._epoch_iter = epoch_iter
         self._it: Any = None
+        self._started = False
 
     def __iter__(self) -> "Repeating":
         return self
@@ -328,7 +331,9 @@ class Repeating:
     def __next__(self) -> Any:
         for _ in range(2):
             if self._it is None:
-                self._it = self._epoch_iter()
+                # one iterator: DataLoader draws its base seed once, at its start
+                self._it = self._epoch_iter(base_draw=not self._started)
+                self._started = True
             try:
                 return next(self._it)
             except StopIteration:

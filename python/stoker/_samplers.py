@@ -87,6 +87,7 @@ class UserSampler:
         # stoker/_dropin.py), not the sampler's batches
         self.permutation = permutation
         self.draw = draw  # called first at each listing (DataLoader's base-seed draw)
+        self.draw_now = True  # (not for the later epochs of one repeating iterator)
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.num_records = num_records
@@ -172,7 +173,7 @@ class UserSampler:
     def _list(self) -> Tuple[np.ndarray, np.ndarray, Optional[List[Any]]]:
         """The sampler's epoch: (indices, where each batch ends, the items when they are
         not indices). A permutation's ends are empty: stoker batches it."""
-        if self.draw is not None:
+        if self.draw is not None and self.draw_now:
             self.draw()
         if self.batched:
             batches = [list(b) for b in self.sampler]
@@ -200,10 +201,12 @@ class UserSampler:
                 indices = indices[: full * b]
         return indices, ends, keys
 
-    def list_epoch(self, epoch: int) -> None:
-        """Lists `epoch` (once: a later iter() of the same epoch runs the same order)."""
+    def list_epoch(self, epoch: int, base_draw: bool = True) -> None:
+        """Lists `epoch` (once: a later iter() of the same epoch runs the same order);
+        `base_draw`: DataLoader's draw of a new iterator's base seed comes first."""
         if epoch in self.kept:
             return
+        self.draw_now = base_draw
         snap = self._snapshot()
         indices, ends, keys = self._list()
         if self.checked is None and not self.stateful:

@@ -473,7 +473,7 @@ class Loader:
         """DataLoader's name for a new iterator (YOLO's InfiniteDataLoader.reset calls it)."""
         return Loader.__iter__(self)
 
-    def _epoch_iter(self) -> LoaderIter:
+    def _epoch_iter(self, base_draw: bool = True) -> LoaderIter:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
@@ -497,7 +497,7 @@ class Loader:
             self._mix.at_world(world)
             self._mix.follow(self)  # each remote source ahead of its own stream
         if self._samplers is not None:  # the sampler's order for the epoch, once
-            self._samplers.list_epoch(self._core.epoch)
+            self._samplers.list_epoch(self._core.epoch, base_draw)
         # NOTE [ After a failed batch ]: a batch that raised is consumed, and its iterator
         # goes on with the next one when asked, as DataLoader's does. A loop that leaves
         # on the error and starts a new iterator starts the next epoch, as after a break:

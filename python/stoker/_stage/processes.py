@@ -510,8 +510,16 @@ class ProcessWorkers:
     def _died_message(self, w: Optional[_Worker], slot: int) -> str:
         what = w.dead if w is not None and w.dead else "is not running"
         pid = w.pid if w is not None else "-"
-        return (f"stoker: Python worker process {slot} (pid {pid}) {what}; the batch it held "
-                "fails. The next iter() starts a new worker in its place")
+        # DataLoader's words first, for a worker a signal ended (a segfault in the
+        # dataset's native code): code that matches them finds them
+        lead = ""
+        killed = what.split("was killed by signal ", 1)[1].split()[0] \
+            if "was killed by signal " in what else ""
+        if killed in signal.Signals.__members__:
+            lead = (f"DataLoader worker (pid {pid}) is killed by signal: "
+                    f"{signal.strsignal(signal.Signals[killed])}. ")
+        return (f"{lead}stoker: Python worker process {slot} (pid {pid}) {what}; the batch it "
+                "held fails. The next iter() starts a new worker in its place")
 
     @staticmethod
     def _exit_status(w: _Worker) -> str:
