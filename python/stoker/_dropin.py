@@ -73,7 +73,13 @@ def base_seed(seed: Any, generator: Any, *, tokens: bool, shuffled_order: bool
     """(the loader's seed, whether each epoch's permutation comes from `generator`).
     `tokens`: token batches or a mixture (orders of stoker's own); `shuffled_order`:
     shuffle=True over stoker's permutation of a map-style dataset or a stoker.Dataset (no
-    user sampler)."""
+    user sampler). A seed is 64 bits: negative seeds are taken modulo 2**64, larger ones
+    refused rather than silently aliased to a smaller one."""
+    from ._loader_args import check_int
+
+    if seed is not None:
+        checked = check_int("seed", seed, -2**63, 2**64 - 1)
+        seed = DrawnSeed(checked) if isinstance(seed, DrawnSeed) else checked
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if generator is None:
@@ -147,6 +153,37 @@ def self_split(dataset: Any) -> Optional[str]:
     return None
 
 
+def check_rank_split(dataset: Any, sampling: Any) -> None:
+    """stoker's rank split asked for over a dataset whose structure says it splits itself:
+    refused (each rank would get a share of a share)."""
+    how = self_split(dataset) if sampling.split_ranks and sampling.world_size != 1 else None
+    if how is not None:
+        raise ValueError(f"the IterableDataset splits itself by rank ({how}), and "
+                         "even_batches=, rank= or world_size= asks stoker to split it too: "
+                         "each rank would get a share of a share. Leave those out (each rank "
+                         "is given the dataset as it is, DataLoader's rule)")
+
+
+# -- a torch Dataset's tuples ------------------------------------------------------------------
+
+def as_tuple(dataset: Any, collate_fn: Any, map_fn: Any) -> Tuple[str, ...]:
+    """A stoker.Dataset's as_tuple, for batches made without collate_fn (lists in its
+    order, as default_collate batches tuple items): each named field must batch to one
+    tensor (a variable-length one comes padded with its lengths, which a list would
+    lose)."""
+    names = getattr(dataset, "as_tuple", None)
+    if names is None or collate_fn is not None:
+        return ()
+    for n in names:
+        f = dataset.fields[n]
+        if map_fn is None and (getattr(f, "variable", False) or f.kind == "tokens"):
+            raise ValueError(f"as_tuple names {n!r}, a variable-length field: its batches are "
+                             f"padded, with their lengths as '{n}_lengths', which batches in "
+                             "as_tuple's order would lose. Pass collate_fn= (it receives the "
+                             "tuples), or read dict batches (no as_tuple)")
+    return tuple(names)
+
+
 # -- a bulk-loading sampler ------------------------------------------------------------------
 
 def bulk_sampler(sampler: Any, batch_size: Any, batch_sampler: Any, records: bool) -> bool:
@@ -155,6 +192,22 @@ def bulk_sampler(sampler: Any, batch_size: Any, batch_sampler: Any, records: boo
     hands to ``__getitem__`` whole: each is a batch of those indices."""
     return (records and batch_size is None and batch_sampler is None and
             isinstance(sampler, torch.utils.data.BatchSampler))
+
+
+def check_orders(dl: Any, a: Any, bulk: bool, generator_order: bool, shard_window: Any,
+                 drop_last: bool, explicit_batch: bool) -> None:
+    """A user's sampler (or a bulk one) and a generator's order, checked as DataLoader
+    checks them."""
+    from ._loader_args import check_samplers
+
+    if not bulk:
+        check_samplers(dl, a, shard_window=shard_window, explicit_batch=explicit_batch)
+    elif a["shuffle"] or drop_last:
+        raise ValueError("sampler option is mutually exclusive with shuffle, and batch_size="
+                         "None with drop_last (as DataLoader)")
+    if shard_window is not None and generator_order:
+        raise ValueError("shard_window orders shards by stoker's seed; a generator= draws "
+                         "each epoch's permutation as RandomSampler does: pass one of them")
 
 
 # -- DataLoader's sampler and batch_sampler ---------------------------------------------------
@@ -235,9 +288,10 @@ class _Batches(torch.utils.data.BatchSampler):
         self._loader.set_epoch(epoch)
 
     def __len__(self) -> int:
-        from .loader import Loader
-
-        return Loader.__len__(self._loader)  # not a subclass's (YOLO's counts on this)
+        # the loader's own len(), not a subclass's (YOLO's __len__ is this one's)
+        loader = self._loader
+        loader._follow_len()
+        return int(loader._core.num_batches(*loader._world()))
 
     def __iter__(self) -> Iterator[List[int]]:
         if not isinstance(self.sampler, _Order):
@@ -252,7 +306,7 @@ class _Batches(torch.utils.data.BatchSampler):
 
 def _epoch_batches(loader: Any) -> Tuple[np.ndarray, np.ndarray]:
     """(indices, batch ends) of this rank's next epoch in stoker's own order."""
-    from . import _build, _core
+    from . import _core
 
     p = loader.plan
     if p.source == "map-style":
@@ -264,8 +318,7 @@ def _epoch_batches(loader: Any) -> Tuple[np.ndarray, np.ndarray]:
                         "producer (windows, rows of sources): it has no per-sample index "
                         "list to iterate")
     rank, world = loader._world()
-    return _core.epoch_batches(shards, _build.sampler_options(p.sampling), loader.epoch,
-                               rank, world)
+    return _core.epoch_batches(shards, loader._order_options, loader.epoch, rank, world)
 
 
 def samplers(loader: Any, generator_order: bool) -> Tuple[Any, Any]:
@@ -354,6 +407,20 @@ class Repeating:
 
 
 # -- functions bound as Loader methods ---------------------------------------------------------
+
+def loader_iter(self: Any) -> Any:
+    """``iter(loader)``: one epoch's iterator, or epoch after epoch for a batch sampler a
+    subclass made repeat (YOLO's InfiniteDataLoader: repeating())."""
+    if repeating(self):
+        return Repeating(self, self._epoch_iter)
+    return self._epoch_iter()
+
+
+def get_iterator(self: Any) -> Any:
+    """DataLoader's name for a new iterator (YOLO's InfiniteDataLoader.reset calls it): the
+    loader's own, not a subclass's ``__iter__``."""
+    return loader_iter(self)
+
 
 def follow_len(self: Any) -> None:
     """DataLoader reads len(dataset) at every len() and iter(): a map-style dataset

@@ -172,6 +172,9 @@ class DeliveryPlan:
     nchw_views: Tuple[str, ...] = ()  # HWC images delivered as NCHW views
     hf_lengths: bool = False  # labels="unshifted" + packing: max_length_q/_k as ints
     pin_device: str = ""  # DataLoader's pin_memory_device: the CUDA device pinning goes through
+    # a stoker.Dataset's as_tuple, without collate_fn: batches as lists in that order
+    # (default_collate's structure for tuple items)
+    as_tuple: Tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,10 +390,6 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused rather
     # than silently aliased to a smaller one
-    if a["seed"] is not None:
-        checked = check_int("seed", a["seed"], -2**63, 2**64 - 1)
-        a["seed"] = _dropin.DrawnSeed(checked) if isinstance(a["seed"], _dropin.DrawnSeed) \
-            else checked
     # NOTE [ Seeds as DataLoader draws them ] in stoker/_dropin.py
     seed, generator_order = _dropin.base_seed(
         a["seed"], a["generator"], tokens=tokens or isinstance(dataset, Mix),
@@ -410,14 +409,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         if map_style:
             raise ValueError("shard_window shuffles the shards of a stoker.Dataset; a "
                              "map-style dataset has none (shuffle=True shuffles it whole)")
-    if not bulk:
-        args.check_samplers(dl, a, shard_window=shard_window, explicit_batch=not default_batch)
-    elif a["shuffle"] or drop_last:
-        raise ValueError("sampler option is mutually exclusive with shuffle, and batch_size="
-                         "None with drop_last (as DataLoader)")
-    if shard_window is not None and generator_order:
-        raise ValueError("shard_window orders shards by stoker's seed; a generator= draws "
-                         "each epoch's permutation as RandomSampler does: pass one of them")
+    _dropin.check_orders(dl, a, bulk, generator_order, shard_window, drop_last,
+                         explicit_batch=not default_batch)
     num_threads, prefetch = a["num_threads"], a["prefetch"]
     per_sample = map_style or iterable or map_fn is not None or collate_fn is not None
     if num_threads is None and dl["num_workers"] and not per_sample:
@@ -478,13 +471,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             dataset, token_kw = ds, kw
     elif iterable:  # NOTE [ Iterable datasets ] in stoker/_stage/iterable.py
         source, producer = "iterable", "IterableStream"
-        how = _dropin.self_split(dataset) if sampling.split_ranks and \
-            sampling.world_size != 1 else None
-        if how is not None:
-            raise ValueError(f"the IterableDataset splits itself by rank ({how}), and "
-                             "even_batches=, rank= or world_size= asks stoker to split it "
-                             "too: each rank would get a share of a share. Leave those out "
-                             "(each rank is given the dataset as it is, DataLoader's rule)")
+        _dropin.check_rank_split(dataset, sampling)
         stage = StagePlan("iterable", map_fn, batch_map, collate_fn, a["map_fields"], None,
                           "thread", False, **stage_kw)
     elif map_style:
@@ -541,9 +528,10 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                               "thread", on_device, num_workers=dl["num_workers"])
     if stage is not None and stage.num_workers is not None:
         args.check_worker_number(stage.num_workers)
+    as_tuple = _dropin.as_tuple(dataset, collate_fn, map_fn) if source == "records" else ()
     delivery = DeliveryPlan(str(device), a["pin_memory"], image_layout, nchw,
                             tokens and labels == "unshifted" and packing is not None,
-                            a["pin_memory_device"])
+                            a["pin_memory_device"], as_tuple)
     return LoaderPlan(source, dataset, sampling, producer, records, token_kw, stage, delivery,
                       settings, on_error, prefetch_next, labels, dl["timeout"], given)
 

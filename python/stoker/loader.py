@@ -325,6 +325,7 @@ class Loader:
         self.device, self._stream_device = parts.device, parts.stream_device
         self.pin_memory = parts.pin_memory
         # DataLoader's sampler and batch_sampler objects (stoker/_dropin.py)
+        self._order_options = _build.sampler_options(s)  # loader.sampler iterates it
         sampler, batch_sampler = _dropin.samplers(self, s.generator is not None)
         self.batch_sampler = self._own_batch_sampler = batch_sampler
         self._samplers: Optional[UserSampler] = None  # a user's sampler (stoker/_samplers.py)
@@ -464,14 +465,9 @@ class Loader:
         rest of e is what a resume from that state continues; this loader starts e + 1."""
         return self._core.epoch
 
-    def __iter__(self) -> Any:
-        if _dropin.repeating(self):  # YOLO's InfiniteDataLoader (stoker/_dropin.py)
-            return _dropin.Repeating(self, self._epoch_iter)
-        return self._epoch_iter()
-
-    def _get_iterator(self) -> Any:
-        """DataLoader's name for a new iterator (YOLO's InfiniteDataLoader.reset calls it)."""
-        return Loader.__iter__(self)
+    # one epoch, or epoch after epoch (YOLO's InfiniteDataLoader): stoker/_dropin.py
+    __iter__ = _dropin.loader_iter
+    _get_iterator = _dropin.get_iterator
 
     def _epoch_iter(self, base_draw: bool = True) -> LoaderIter:
         if os.getpid() != self._pid:
