@@ -302,4 +302,4 @@ def test_as_tuple_is_checked(folder):
     with pytest.raises(TypeError, match="sequence of field names"):
         stoker.Dataset(folder, as_tuple="image")
     with pytest.raises(AttributeError, match="no class names"):
-        write_dataset(os.path.join(os.path.dirname(folder), "plain"), 3).classes
+        _ = write_dataset(os.path.join(os.path.dirname(folder), "plain"), 3).classes

@@ -12,7 +12,8 @@ constexpr size_t kKeptEpochs = 4;  // an epoch running, the next, a resumed one
 
 void ListedOrders::set(uint64_t epoch, std::vector<int64_t> indices, std::vector<int64_t> ends,
                        int64_t num_records) {
-  STOKER_CHECK(!permutations_, UsageError, "these orders are permutations, not a sampler's batches");
+  STOKER_CHECK(!permutations_, UsageError,
+               "these orders are permutations, not a sampler's batches");
   int64_t prev = 0;
   for (int64_t e : ends) {
     STOKER_CHECK(e > prev, UsageError, "a batch sampler gave an empty batch");
@@ -35,8 +36,8 @@ void ListedOrders::set(uint64_t epoch, std::vector<int64_t> indices, std::vector
 void ListedOrders::set_permutation(uint64_t epoch, std::vector<int64_t> indices,
                                    int64_t num_records) {
   STOKER_CHECK(permutations_, UsageError, "these orders are a sampler's batches, not permutations");
-  STOKER_CHECK(static_cast<int64_t>(indices.size()) == num_records, UsageError,
-               "a permutation of ", num_records, " records has ", indices.size(), " indices");
+  STOKER_CHECK(static_cast<int64_t>(indices.size()) == num_records, UsageError, "a permutation of ",
+               num_records, " records has ", indices.size(), " indices");
   std::vector<bool> seen(indices.size(), false);
   for (int64_t i : indices) {
     STOKER_CHECK(i >= 0 && i < num_records, UsageError, "the permutation gave index ", i,

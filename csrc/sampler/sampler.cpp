@@ -84,8 +84,8 @@ EpochOrder::EpochOrder(std::span<const int64_t> shard_records, const SamplerOpti
                   : offset_ + static_cast<uint64_t>(per_rank) * world_;
   if (opts.listed) {  // a listed permutation (ListedOrders::set_permutation)
     listed_perm_ = opts.listed->get(epoch);
-    STOKER_CHECK(listed_perm_->indices.size() == n_, UsageError, "the permutation of epoch ",
-                 epoch, " has ", listed_perm_->indices.size(), " indices for ", n_, " records");
+    STOKER_CHECK(listed_perm_->indices.size() == n_, UsageError, "the permutation of epoch ", epoch,
+                 " has ", listed_perm_->indices.size(), " indices for ", n_, " records");
     return;
   }
   if (!opts.shuffle || num_records <= 1) return;

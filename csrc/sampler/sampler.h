@@ -119,10 +119,10 @@ class EpochOrder {
   std::vector<uint64_t> shard_start_;    // dataset index of each shard's first record; then n
   std::optional<Permutation> perm_;      // the global shuffle
   std::optional<ShardWindows> windows_;  // the shard-window order
-  std::shared_ptr<const ListedOrders::Epoch> listed_;  // a user sampler's order
+  std::shared_ptr<const ListedOrders::Epoch> listed_;       // a user sampler's order
   std::shared_ptr<const ListedOrders::Epoch> listed_perm_;  // a listed permutation
-  int64_t first_ = 0;                                  // listed: the segment's first batch
-  int64_t listed_start(int64_t batch) const {          // listed: batch's first position
+  int64_t first_ = 0;                                       // listed: the segment's first batch
+  int64_t listed_start(int64_t batch) const {               // listed: batch's first position
     return batch == 0 ? 0 : listed_->ends[static_cast<size_t>(batch - 1)];
   }
 };
