@@ -37,11 +37,13 @@ iteration, state and stats code is the same):
 
 from __future__ import annotations
 
+import atexit
 import copy
 import queue
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -57,6 +59,25 @@ __all__ = ["IterableStream"]
 
 _QUEUE = 64  # samples a worker may hold ahead of the loop
 _DONE = object()
+_EXIT_JOIN_SECONDS = 2.0
+
+# Worker threads alive (an epoch left with a break keeps them until its iterator goes): at
+# exit they are told to stop and joined before the interpreter finalizes, as the stage's
+# threads are (stoker/_stage/pool.py): a daemon thread that takes the GIL back from a
+# native call (torch's) once finalization began is unwound through that C++ frame, which
+# aborts the process ("terminate called without an active exception").
+_live_workers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers_at_exit() -> None:
+    workers = list(_live_workers)
+    for w in workers:
+        w.stop.set()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + _EXIT_JOIN_SECONDS
+    for w in workers:
+        if w is not threading.current_thread():
+            w.join(max(0.0, deadline - time.monotonic()))
 
 
 # A dataset asking torch.distributed for its rank from a worker of a stream that stoker
@@ -174,6 +195,7 @@ class _Iter:
                             for w in range(n)]
             for w in self.workers:
                 w.start()
+                _live_workers.add(w)
         self._turn = 0
         self._ended = False
         for _ in range(skip_rows):  # a resume: the rows consumed are read, not yielded
