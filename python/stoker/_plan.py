@@ -413,8 +413,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                          explicit_batch=not default_batch)
     num_threads, prefetch = a["num_threads"], a["prefetch"]
     per_sample = map_style or iterable or map_fn is not None or collate_fn is not None
-    if num_threads is None and dl["num_workers"] and not per_sample:
-        num_threads = dl["num_workers"]  # no Python per sample: the C++ workers
+    if num_threads is None and dl["num_workers"]:
+        num_threads = dl["num_workers"]  # DataLoader's count, never tuned down
     if prefetch is None and dl["prefetch_factor"] is not None:
         prefetch = min(dl["prefetch_factor"] * max(1, dl["num_workers"] or 1), _core.MAX_PREFETCH)
     elif prefetch is None and per_sample and dl["num_workers"]:
