@@ -2,9 +2,9 @@
 
     python bench/bench_python.py [--repeats 3] [--images 512] [--boxes 2048] [--only a|b|c]
 
-Three workloads, each loader timed over --epochs epochs after an untimed first one (the
-steady state of a training run; the first epoch holds the start-up and gives the time to
-the first batch), in one run, configurations interleaved, medians of --repeats:
+Three workloads, each loader timed over its first epoch (start-up included) and over
+--epochs epochs after it (the steady state of a training run), in one run, configurations
+interleaved, medians of --repeats:
 
   (a) GIL-releasing: JPEG -> 224x224 random resized crop -> albumentations ColorJitter,
       Rotate(20), GaussianBlur (OpenCV and NumPy: they release the GIL).
@@ -24,12 +24,18 @@ the first batch), in one run, configurations interleaved, medians of --repeats:
         DataLoader:  a torch Dataset over the same arrays, the processing in __getitem__,
                      a collate_fn that pads boxes as stoker does
 
-Rows: stoker's default loader with no flags at all (python_workers="auto": threads,
-processes once its Python is GIL-bound; workers tuned online), stoker with threads and
-with process workers (num_threads=2), stoker over the *same* torch Dataset with no flags
-(the drop-in: one word changed), DataLoader with num_workers 0/1/2. Columns: samples/s,
-the ratio to the best DataLoader, time to first batch, and the peak PSS of the whole process
-tree (the main process and its workers, from /proc/<pid>/smaps_rollup).
+Rows: first, the drop-in: stoker over the *same* torch Dataset with exactly DataLoader's
+arguments (``num_workers=2, persistent_workers=True`` and, for (b), the same collate_fn:
+one word changed, nothing stoker-specific); then stoker's default loader with no flags at
+all (python_workers="auto": threads, processes once its Python is GIL-bound; workers tuned
+online), stoker with threads and with process workers (num_threads=2), stoker over the
+torch Dataset with no arguments beyond batch_size and shuffle, and DataLoader with
+num_workers 0/1/2. Columns: the first epoch's samples/s (the loader made, its workers
+started and one epoch read: what a training run's first epoch pays) and its ratio to the
+best DataLoader's first epoch; the steady state's samples/s (the --epochs epochs after the
+first) and its ratio to the best DataLoader's; time to the first batch; and the peak PSS
+of the whole process tree (the main process and its workers, from
+/proc/<pid>/smaps_rollup).
 """
 
 import argparse
@@ -104,20 +110,24 @@ class PeakPss:
 
 
 def timed_epochs(make, epochs):
-    """(samples/s, seconds to the first batch, peak PSS) of one loader: an untimed first
-    epoch (start-up: DataLoader forks its workers, kept with persistent_workers=True;
-    stoker starts its threads and any process workers; the first batch's time is taken
-    here), then `epochs` timed epochs, the steady state a training run sees. The tree's
-    PSS is sampled through the first epoch and once after the last: reading it costs
-    milliseconds of a core per sample, which would slow the timed epochs (more so
+    """(first epoch samples/s, steady samples/s, seconds to the first batch, peak PSS) of one
+    loader. The first epoch is timed from before the loader is made to its last batch: the
+    start-up a training run's first epoch pays (DataLoader forks its workers at iter(),
+    kept with persistent_workers=True; stoker starts its threads and any process workers).
+    Then `epochs` epochs more, the steady state a training run sees. The tree's PSS is
+    sampled through the first epoch and once after the last: reading it costs
+    milliseconds of a core per sample, which would slow the steady epochs (more so
     DataLoader's, whose workers are read too)."""
-    loader = make()
     with PeakPss() as mem:
         t0 = time.perf_counter()
+        loader = make()
         first = None
-        for _batch in _epoch(loader, 0):
+        n0 = 0
+        for batch in _epoch(loader, 0):
             if first is None:
                 first = time.perf_counter() - t0
+            n0 += _batch_len(batch)
+        first_epoch = time.perf_counter() - t0
     t0 = time.perf_counter()
     n = 0
     for e in range(1, epochs + 1):
@@ -127,7 +137,7 @@ def timed_epochs(make, epochs):
     peak = max(mem.peak, tree_pss())
     if hasattr(loader, "close"):
         loader.close()
-    return n / wall, first, peak
+    return n0 / first_epoch, n / wall, first, peak
 
 
 def _epoch(loader, e):
@@ -366,7 +376,12 @@ def configs(workload, tmp, n_images, n_boxes):
         return lambda: stoker.Loader(ds, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
                                      stall_warning=None, **stoker_kw, **kw)
 
-    # first: the default loader, no flags at all (python_workers="auto", workers tuned)
+    # first: the drop-in, the torch Dataset with exactly DataLoader's best arguments
+    out["drop-in: stoker over the torch Dataset, DataLoader's arguments"] = lambda: \
+        stoker.Loader(torch_ds, batch_size=BATCH, shuffle=True, num_workers=2,
+                      persistent_workers=True, **dl_kw)
+    # the default loader over a stoker dataset, no flags at all (python_workers="auto",
+    # workers tuned)
     out["stoker default (no flags)"] = lambda: stoker.Loader(
         ds, batch_size=BATCH, shuffle=True, **stoker_kw)
     out["stoker threads (python_workers='thread', 2)"] = stoker_run(python_workers="thread") \
@@ -397,18 +412,20 @@ def run(workload, title, args, tmp):
         for name, make in runs.items():
             warm_files(warm)  # the page cache may have dropped the data since the last run
             results[name].append(timed_epochs(make, args.epochs))
-    med = {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs),
-                  statistics.median(r[2] for r in rs)) for name, rs in results.items()}
-    best_dl = max(v[0] for k, v in med.items() if k.startswith("DataLoader"))
-    best_name = max((k for k in med if k.startswith("DataLoader")), key=lambda k: med[k][0])
+    med = {name: tuple(statistics.median(r[i] for r in rs) for i in range(4))
+           for name, rs in results.items()}
+    dl = [k for k in med if k.startswith("DataLoader")]
+    best_first = max(dl, key=lambda k: med[k][0])
+    best_steady = max(dl, key=lambda k: med[k][1])
     print(f"\n({workload}) {title}")
     width = max(map(len, med))
-    print(f"  {'':<{width}}  {'samples/s':>10}  {'vs best DL':>10}  {'first batch':>11}  "
-          f"{'peak PSS':>9}")
-    for name, (rate, first, pss) in med.items():
-        print(f"  {name:<{width}}  {rate:10.0f}  {rate / best_dl:9.2f}x  {first:10.3f}s  "
+    print(f"  {'':<{width}}  {'first epoch':>11}  {'vs best DL':>10}  {'steady':>9}  "
+          f"{'vs best DL':>10}  {'first batch':>11}  {'peak PSS':>9}")
+    for name, (first_rate, rate, first, pss) in med.items():
+        print(f"  {name:<{width}}  {first_rate:9.0f}/s  {first_rate / med[best_first][0]:9.2f}x"
+              f"  {rate:7.0f}/s  {rate / med[best_steady][1]:9.2f}x  {first:10.3f}s  "
               f"{pss / 2**20:7.0f}MB")
-    print(f"  best DataLoader: {best_name}")
+    print(f"  best DataLoader: {best_first} (first epoch), {best_steady} (steady state)")
     return med
 
 
@@ -420,7 +437,7 @@ def main():
     p.add_argument("--boxes", type=int, default=2048, help="samples in workload (b)")
     p.add_argument("--only", choices=["a", "b", "c"], default=None)
     p.add_argument("--epochs", type=int, default=2,
-                   help="timed epochs per loader, after an untimed first one")
+                   help="steady-state epochs per loader, after the first")
     args = p.parse_args()
     if args.epochs < 1:
         p.error("--epochs must be at least 1")

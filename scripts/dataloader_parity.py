@@ -164,31 +164,21 @@ class TestCase(unittest.TestCase):
 # The first failure a test meets decides its line; a test that fails for an unlisted
 # reason is reported as unexplained.
 KNOWN = {
-    "test_worker_seed": (
-        "c", "worker threads share one process, so torch.initial_seed() is the same in "
-        "every worker (DataLoader's worker processes each have base_seed + id); stoker "
-        "seeds the global generators per sample in worker processes instead"),
+    "test_worker_init_fn": (
+        "c", "worker processes seed random, numpy.random and torch's generator before each "
+        "sample from (seed, epoch, index), so that the batches are the same for any worker "
+        "count, chunk assignment and resume; that overrides the torch.manual_seed a "
+        "worker_init_fn made, which DataLoader's once-per-worker seeding leaves in place"),
     "test_multi_epochs_reproducibility": (
         "c", "an IterableDataset's batches are cut from the merged stream of the workers "
         "(so the batch count does not depend on num_workers: NOTE [ Iterable datasets ]); "
         "DataLoader batches each worker's stream apart, which this test checks"),
     "test_iterable_style_dataset": (
         "c", "expects per-worker batches (as test_multi_epochs_reproducibility)"),
-    "test_get_worker_info": (
-        "b", "reads it._workers to match each worker's pid (DataLoader's processes)"),
-    "test_segfault": (
-        "c", "a map-style dataset runs on worker threads by default, so a segfault in "
-        "__getitem__ kills the loop's process itself; DataLoader's worker process dies and "
-        "the loop raises 'DataLoader worker (pid N) is killed by signal'"),
-    "test_dataset_not_reset": (
-        "c", "worker threads read the dataset object itself, so an attribute the loop "
-        "changes between epochs is seen by the workers; DataLoader's persistent worker "
-        "processes keep the copy they were given"),
     "test_ind_worker_queue": (
         "b", "checks that batch i is made by worker i % num_workers (DataLoader's "
-        "per-worker index queues) with a worker_init_fn that sets an attribute on each "
-        "worker's copy of the dataset; stoker's worker threads share the dataset and take "
-        "chunks of batches as they come"),
+        "per-worker index queues); stoker's worker processes each take a chunk of every "
+        "batch, as they come"),
     "test_multiprocessing_iterdatapipe": (
         "c", "expects one batch per worker, where stoker batches the workers' merged "
         "stream (as test_multi_epochs_reproducibility)"),

@@ -236,13 +236,42 @@ def test_worker_init_fn_and_get_worker_info(workers, tmp_path):
     assert torch.utils.data.get_worker_info() is None  # not in the loop's thread
 
 
-def test_generator_is_the_orders_seed(tds):
-    a = _labels(stoker.Loader(tds, batch_size=8, shuffle=True, generator=_gen(42)))
-    b = _labels(stoker.Loader(tds, batch_size=8, shuffle=True, seed=42))
-    c = _labels(stoker.Loader(tds, batch_size=8, shuffle=True, seed=41))
-    assert a == b != c
+def test_generator_draws_each_epochs_order_as_dataloader(tds):
+    """NOTE [ Seeds as DataLoader draws them ]: with a generator, each epoch's permutation
+    is RandomSampler's, drawn from it at iter(): DataLoader's batches for the same
+    generator state, epoch after epoch; an advanced generator gives another order."""
+    want = DataLoader(tds, batch_size=8, shuffle=True, generator=_gen(42))
+    loader = stoker.Loader(tds, batch_size=8, shuffle=True, generator=_gen(42))
+    for _ in range(3):
+        assert _labels(loader) == _labels(want)
+    advanced = _gen(42)
+    torch.randperm(5, generator=advanced)
+    assert _labels(stoker.Loader(tds, batch_size=8, shuffle=True, generator=advanced)) != \
+        _labels(stoker.Loader(tds, batch_size=8, shuffle=True, generator=_gen(42)))
+    assert isinstance(loader.sampler, torch.utils.data.RandomSampler)
+    assert loader.sampler.generator is loader.generator
     with pytest.raises(ValueError, match="disagree"):
         stoker.Loader(tds, shuffle=True, seed=1, generator=_gen(2))
+
+
+def test_generator_order_resumes_exactly_and_splits_across_ranks(tds):
+    loader = stoker.Loader(tds, batch_size=4, shuffle=True, generator=_gen(7))
+    list(loader)  # epoch 0
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    state = loader.state_dict()
+    rest = _labels(it)
+    again = stoker.Loader(tds, batch_size=4, shuffle=True, generator=_gen(7))  # fresh
+    again.load_state_dict(state)
+    assert _labels(again) == rest and len(head) + len(rest) == len(loader)
+    # the same permutation, split by rank as stoker's own order (DistributedSampler's way)
+    whole = [x for b in _labels(stoker.Loader(tds, batch_size=4, shuffle=True,
+                                              generator=_gen(3))) for x in b]
+    ranks = [[x for b in _labels(stoker.Loader(tds, batch_size=2, shuffle=True,
+                                               generator=_gen(3), rank=r, world_size=2))
+              for x in b] for r in range(2)]
+    padded = whole + whole[:len(whole) % 2]  # wrapped around: equal shares
+    assert ranks[0] == padded[0::2] and ranks[1] == padded[1::2]
 
 
 def test_timeout_raises_when_no_batch_comes():
@@ -432,7 +461,8 @@ def test_num_workers_samples_run_at_once_as_dataloaders(monkeypatch):
 def test_a_first_sample_that_waits_for_others_is_said_when_it_drew(monkeypatch):
     from stoker._stage import chunks
     monkeypatch.setattr(chunks, "PROBE_WAIT_SECONDS", 0.5)
-    loader = stoker.Loader(_Barrier(8, 3, draw=True), batch_size=1, num_workers=3)
+    # stoker's own default (no num_workers): threads first, the first sample watched
+    loader = stoker.Loader(_Barrier(8, 3, draw=True), batch_size=1, num_threads=3)
     with pytest.warns(RuntimeWarning, match=r"first sample took over 0.5 s.*may differ"):
         got = sorted(int(b["i"]) for b in loader)
     assert got == list(range(8))
@@ -518,9 +548,11 @@ def test_a_sampler_of_index_lists_passes_them_whole_as_dataloader(num_workers):
                           sampler=_BulkSampler(35, torch.Generator().manual_seed(99)))
     again.load_state_dict(state)
     assert [t.tolist() for t in again] == rest and len(first) + len(rest) == 9
-    with pytest.raises(ValueError, match="not indices.*python_workers='thread'"):
-        list(stoker.Loader(_Bulk(), batch_size=None, num_workers=2, sampler=sampler,
-                           python_workers="process"))
+    # worker processes get each chunk's items with it
+    procs = stoker.Loader(_Bulk(), batch_size=None, num_workers=2, python_workers="process",
+                          sampler=_BulkSampler(35, torch.Generator().manual_seed(3)))
+    assert all(torch.equal(a, b) for a, b in zip(list(procs), want, strict=True))
+    assert procs._stage.processes
 
 
 

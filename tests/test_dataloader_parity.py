@@ -238,9 +238,13 @@ def test_samples_that_draw_and_cannot_be_pickled_stay_on_threads():
         pickle.dumps(_Holder.Pair(0, 1))
     want = [b.x.tolist() for b in DataLoader(_Drawing(), batch_size=2)]
     with pytest.warns(RuntimeWarning, match="cannot be pickled"):
-        got = list(stoker.Loader(_Drawing(), batch_size=2, num_workers=2))
+        got = list(stoker.Loader(_Drawing(), batch_size=2, num_threads=2))
     assert all(isinstance(b, _Holder.Pair) and b.noise.shape == (2, 3) for b in got)
     assert [b.x.tolist() for b in got] == want
+    # DataLoader's num_workers=2 means worker processes, which must send the sample back
+    # (DataLoader's own workers then hang on the pickling error; stoker says it)
+    with pytest.raises(TypeError, match="cannot leave the worker process"):
+        list(stoker.Loader(_Drawing(), batch_size=2, num_workers=2))
 
 
 class _DrawingTuples(_Drawing):
@@ -249,7 +253,7 @@ class _DrawingTuples(_Drawing):
 
 
 def test_samples_that_draw_and_can_be_pickled_go_to_processes():
-    loader = stoker.Loader(_DrawingTuples(), batch_size=2, num_workers=2)
+    loader = stoker.Loader(_DrawingTuples(), batch_size=2, num_threads=2)
     for _ in range(2):  # the second epoch on the processes the first one switched to
         assert [b[0].tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert loader._stage.processes

@@ -6,6 +6,7 @@ import struct
 import numpy as np
 import pytest
 import stoker
+import torch
 from conftest import write_dataset
 
 HEADER = 64
@@ -244,3 +245,61 @@ def test_getitem_types(small_ds):
     assert s["x"].shape == (3, 4, 4) and (s["x"] == 7).all()
     s["x"][0, 0, 0] = 1  # writable copy, the mapping is untouched
     assert small_ds[7]["x"][0, 0, 0] == 7
+
+
+# -- a torch Dataset's items: as_tuple, classes (docs/python.md, "Step 2") -------------------
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """An ImageFolder-style dataset: PNG images (exact pixels) and labels, class names."""
+    from conftest import png
+
+    rng = np.random.default_rng(0)
+    fields = {"image": stoker.image(), "label": stoker.scalar("int64")}
+    path = tmp_path_factory.mktemp("folder") / "ds"
+    with stoker.ShardWriter(path, fields, metadata={"classes": ["cat", "dog", "emu"]}) as w:
+        for i in range(10):
+            w.write({"image": png(rng.integers(0, 255, (6, 5, 3), np.uint8)), "label": i % 3})
+    return path
+
+
+def _my_collate(samples):  # a torch Dataset's collate_fn, as written for (x, y) items
+    xs, ys = zip(*samples)
+    return torch.stack(xs), torch.stack(ys)
+
+
+def test_as_tuple_gives_a_torch_datasets_items_and_dataloaders_batches(folder):
+    import pickle
+
+    from torch.utils.data import DataLoader
+
+    ds = stoker.Dataset(folder, as_tuple=("image", "label"))
+    x, y = ds[4]
+    assert x.dtype == torch.uint8 and x.shape == (3, 6, 5) and y.dtype == torch.int64 \
+        and y.dim() == 0 and int(y) == 1
+    plain = stoker.Dataset(folder)
+    assert torch.equal(x, torch.from_numpy(plain.sample(4)["image"]).permute(2, 0, 1))
+    assert ds.classes == ["cat", "dog", "emu"] and ds.class_to_idx == {"cat": 0, "dog": 1,
+                                                                      "emu": 2}
+    assert pickle.loads(pickle.dumps(ds)).as_tuple == ("image", "label")
+    # the same batches as DataLoader over the same dataset, with and without a collate_fn,
+    # for images, labels in loader
+    for kw in ({}, {"collate_fn": _my_collate}, {"collate_fn": _my_collate, "num_workers": 2}):
+        want = list(DataLoader(ds, batch_size=4, **kw))
+        got = list(stoker.Loader(ds, batch_size=4, **kw))
+        assert len(got) == len(want) == 3
+        for (gx, gy), (wx, wy) in zip(got, want, strict=True):
+            assert type(gx) is type(wx) and torch.equal(gx, wx) and torch.equal(gy, wy)
+        if not kw:
+            assert all(isinstance(b, list) for b in got)  # default_collate's for tuples
+    images, labels = next(iter(stoker.Loader(ds, batch_size=None)))  # the item itself
+    assert images.shape == (3, 6, 5) and labels.dim() == 0
+
+
+def test_as_tuple_is_checked(folder):
+    with pytest.raises(ValueError, match="as_tuple=.*must name fields.*image, label"):
+        stoker.Dataset(folder, as_tuple=("image", "target"))
+    with pytest.raises(TypeError, match="sequence of field names"):
+        stoker.Dataset(folder, as_tuple="image")
+    with pytest.raises(AttributeError, match="no class names"):
+        _ = write_dataset(os.path.join(os.path.dirname(folder), "plain"), 3).classes

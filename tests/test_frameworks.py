@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import stoker
+import torch
 from conftest import epoch_labels, run_framework_script, run_framework_scripts, write_dataset
 
 # subprocesses of a framework with their own timeouts (pyproject: 120 s a test)
@@ -74,16 +75,18 @@ def _batches(labels, size):
 
 def test_names_frameworks_probe_answer_without_raising(ds):
     """Lightning, accelerate and transformers read DataLoader attributes by name; each one
-    answers as a DataLoader without worker processes would (batch_sampler None: stoker
-    batches in C++), and Lightning's own helpers run on a stoker loader."""
+    answers as DataLoader's does (sampler and batch_sampler DataLoader's objects, over
+    stoker's order), and Lightning's own helpers run on a stoker loader."""
     from lightning.fabric.utilities.data import _set_sampler_epoch, has_iterable_dataset
     from lightning.pytorch.utilities.data import _is_dataloader_shuffled
 
     loader = stoker.Loader(ds, batch_size=4, shuffle=True, seed=3)
-    assert loader.batch_sampler is None and loader.collate_fn is None
+    assert isinstance(loader.batch_sampler, torch.utils.data.BatchSampler)
+    assert loader.collate_fn is None
     assert loader.num_workers == 0 and loader.worker_init_fn is None
     assert loader.dataset is ds and loader.batch_size == 4 and loader.drop_last is False
-    assert not _is_dataloader_shuffled(loader)  # what crashed every validation loader
+    assert _is_dataloader_shuffled(loader)  # a RandomSampler, as DataLoader's
+    assert not _is_dataloader_shuffled(stoker.Loader(ds, batch_size=4))
     assert not has_iterable_dataset(loader)
     _set_sampler_epoch(loader, 4)
     assert loader.epoch == 4

@@ -179,3 +179,62 @@ def test_a_datapipe_is_shuffled_and_sharded_as_dataloader_does_it(num_workers):
         list(range(10))
     with pytest.raises(ValueError, match="expected unspecified shuffle"):
         stoker.Loader(Range(8), batch_size=2, shuffle=True)
+
+
+# -- ranks: DataLoader's rule, stoker's split only when asked ---------------------------------
+
+def test_a_dataset_that_splits_itself_by_rank_is_read_whole_under_torchrun(tmp_path):
+    """A webdataset-style dataset splitting its shards by rank (RANK/WORLD_SIZE, as
+    split_by_node reads them) under 2 real ranks: each rank is given the dataset as it is,
+    as DataLoader gives it, so the union of both ranks' samples is the whole dataset, once
+    each. stoker's own split, asked for with even_batches=, gives equal batches over a
+    dataset that does not split itself, and is said when the dataset splits too."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "frameworks", "torchrun_iterable.py")
+    out = str(tmp_path / "it")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc_per_node=2", script, out], capture_output=True, text=True,
+                       timeout=240, env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    res = []
+    for r in range(2):
+        with open(f"{out}.{r}") as f:
+            res.append(json.load(f))
+    for key in ("dataloader", "stoker", "stoker_0"):
+        rows = [x for r in res for b in r[key] for x in b]
+        assert sorted(rows) == list(range(203)), key  # all of it, once each
+    for r in res:  # each rank's samples are the ones DataLoader gives that rank
+        assert sorted(x for b in r["stoker"] for x in b) == \
+            sorted(x for b in r["dataloader"] for x in b)
+    even = [[x for b in r["even"] for x in b] for r in res]
+    assert len(res[0]["even"]) == len(res[1]["even"]) == 13  # ceil(203 / 16)
+    assert set(even[0]) | set(even[1]) == set(range(203))
+    assert len(even[0]) == len(even[1]) == 102  # ceil(203 / 2): one padding sample
+    assert all(len(r["warned"]) == 1 for r in res)
+
+
+class _SplitByNode(IterableDataset):
+    """A WebDataset pipeline's shape: split_by_node among its stages."""
+
+    def __init__(self):
+        def split_by_node(src):
+            yield from src
+        self.pipeline = [lambda: iter(range(10)), split_by_node]
+
+    def __iter__(self):
+        yield from range(10)
+
+
+def test_stokers_split_over_a_dataset_that_splits_itself_is_refused():
+    with pytest.raises(ValueError, match="splits itself by rank.*split_by_node"):
+        stoker.Loader(_SplitByNode(), batch_size=2, even_batches=True)
+    with pytest.raises(ValueError, match="splits itself by rank"):
+        stoker.Loader(_SplitByNode(), batch_size=2, rank=0, world_size=2)
+    loader = stoker.Loader(_SplitByNode(), batch_size=2, rank=0, world_size=1)
+    assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    assert "as it is" in str(stoker.Loader(_SplitByNode(), batch_size=2).plan)

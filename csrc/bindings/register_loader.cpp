@@ -145,7 +145,9 @@ void register_loader(py::module_& m) {
 
   py::class_<ListedOrders, std::shared_ptr<ListedOrders>>(
       m, "ListedOrders", "Per epoch, the order a user's sampler gives (sampler/listed_order.h).")
-      .def(py::init<>())
+      .def(py::init<bool>(), py::arg("permutations") = false,
+           "permutations: each epoch is a permutation of the dataset (set_permutation), "
+           "batched and split by rank as the loader's own order")
       .def(
           "set",
           [](ListedOrders& o, uint64_t epoch,
@@ -158,6 +160,17 @@ void register_loader(py::module_& m) {
             o.set(epoch, std::move(idx), std::move(end), num_records);
           },
           py::arg("epoch"), py::arg("indices"), py::arg("ends"), py::arg("num_records"))
+      .def(
+          "set_permutation",
+          [](ListedOrders& o, uint64_t epoch,
+             py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices,
+             int64_t num_records) {
+            std::vector<int64_t> idx(indices.data(), indices.data() + indices.size());
+            py::gil_scoped_release release;
+            o.set_permutation(epoch, std::move(idx), num_records);
+          },
+          py::arg("epoch"), py::arg("indices"), py::arg("num_records"))
+      .def_property_readonly("permutations", &ListedOrders::permutations)
       .def("set_hint", &ListedOrders::set_hint, py::arg("batches"), py::arg("samples"))
       .def_property_readonly("num_batches", &ListedOrders::num_batches)
       .def_property_readonly("num_samples", &ListedOrders::num_samples);
@@ -180,6 +193,33 @@ void register_loader(py::module_& m) {
       .def_readonly("drop_last", &SamplerOptions::drop_last)
       .def_readonly("even_batches", &SamplerOptions::even_batches)
       .def_readonly("shard_window", &SamplerOptions::shard_window);
+
+  m.def(
+      "epoch_batches",
+      [](std::vector<int64_t> shard_records, const SamplerOptions& options, uint64_t epoch,
+         int64_t rank, int64_t world_size) {
+        std::vector<int64_t> indices, ends;
+        {
+          py::gil_scoped_release release;
+          EpochOrder order(shard_records, options, epoch, rank, world_size, 0);
+          indices.resize(static_cast<size_t>(order.num_samples()));
+          ends.reserve(static_cast<size_t>(order.num_batches()));
+          int64_t at = 0;
+          for (int64_t k = 0; k < order.num_batches(); ++k) {
+            order.batch_indices(k, indices.data() + at);
+            at += order.batch_length(k);
+            ends.push_back(at);
+          }
+          indices.resize(static_cast<size_t>(at));
+        }
+        return py::make_tuple(py::array_t<int64_t>(indices.size(), indices.data()),
+                              py::array_t<int64_t>(ends.size(), ends.data()));
+      },
+      py::arg("shard_records"), py::arg("options"), py::arg("epoch"), py::arg("rank"),
+      py::arg("world_size"),
+      "(indices, ends): rank `rank`'s whole epoch in the loader's own order (sampler.h), "
+      "batch k being indices[ends[k-1]:ends[k]]: what loader.sampler and "
+      "loader.batch_sampler iterate.");
 
   py::class_<RecordOptions>(m, "RecordOptions",
                             "What batches of records hold and how to make them.")

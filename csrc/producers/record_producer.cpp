@@ -251,7 +251,8 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
   shard_records_.reserve(d.num_shards());
   for (size_t s = 0; s < d.num_shards(); ++s) shard_records_.push_back(d.shard_info(s).num_records);
   // Validates the sampling options once, here, rather than at the first epoch.
-  if (!opts_.sampler.listed) EpochOrder(shard_records_, opts_.sampler, 0, 0, 1, 0);
+  if (!sampler_batches(opts_.sampler))
+    EpochOrder(shard_records_, counting_options(opts_.sampler), 0, 0, 1, 0);
   // NOTE [ Warm mappings ]: the shards of epoch 0, in the whole job's order.
   const size_t budget = opts_.warm_bytes < 0 ? MappingWarmer::default_budget()
                                              : static_cast<size_t>(opts_.warm_bytes);
@@ -263,18 +264,20 @@ RecordProducer::RecordProducer(std::shared_ptr<const Dataset> ds, RecordOptions 
 
 // Counts do not depend on the order, so they need no shard layout.
 int64_t RecordProducer::num_batches(int64_t rank, int64_t world_size) const {
-  if (opts_.sampler.listed) return opts_.sampler.listed->num_batches();
-  return EpochOrder(source_->ds->size(), opts_.sampler, 0, rank, world_size, 0).num_batches();
+  if (sampler_batches(opts_.sampler)) return opts_.sampler.listed->num_batches();
+  return EpochOrder(source_->ds->size(), counting_options(opts_.sampler), 0, rank, world_size, 0)
+      .num_batches();
 }
 
 int64_t RecordProducer::rank_samples(int64_t rank, int64_t world_size) const {
-  if (opts_.sampler.listed) return opts_.sampler.listed->num_samples();
-  return EpochOrder(source_->ds->size(), opts_.sampler, 0, rank, world_size, 0).num_samples();
+  if (sampler_batches(opts_.sampler)) return opts_.sampler.listed->num_samples();
+  return EpochOrder(source_->ds->size(), counting_options(opts_.sampler), 0, rank, world_size, 0)
+      .num_samples();
 }
 
 int64_t RecordProducer::consumed_after(const EpochKey& key, int64_t batches) const {
-  return EpochOrder(source_->ds->size(), opts_.sampler, key.epoch, key.rank, key.world_size,
-                    key.offset, key.pad_from)
+  return EpochOrder(source_->ds->size(), counting_options(opts_.sampler), key.epoch, key.rank,
+                    key.world_size, key.offset, key.pad_from)
       .consumed_after(batches);
 }
 

@@ -158,7 +158,8 @@ class RecordProducer final : public BatchProducer {
   int64_t num_batches(int64_t rank, int64_t world_size) const override;
   int64_t rank_samples(int64_t rank, int64_t world_size) const override;
   int64_t epoch_samples() const override {
-    return opts_.sampler.listed ? opts_.sampler.listed->num_samples() : source_->ds->size();
+    return sampler_batches(opts_.sampler) ? opts_.sampler.listed->num_samples()
+                                          : source_->ds->size();
   }
   int64_t consumed_after(const EpochKey& key, int64_t batches) const override;
   std::shared_ptr<const EpochPlan> plan_epoch(const EpochKey& key) const override;

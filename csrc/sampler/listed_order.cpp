@@ -12,6 +12,8 @@ constexpr size_t kKeptEpochs = 4;  // an epoch running, the next, a resumed one
 
 void ListedOrders::set(uint64_t epoch, std::vector<int64_t> indices, std::vector<int64_t> ends,
                        int64_t num_records) {
+  STOKER_CHECK(!permutations_, UsageError,
+               "these orders are permutations, not a sampler's batches");
   int64_t prev = 0;
   for (int64_t e : ends) {
     STOKER_CHECK(e > prev, UsageError, "a batch sampler gave an empty batch");
@@ -25,6 +27,27 @@ void ListedOrders::set(uint64_t epoch, std::vector<int64_t> indices, std::vector
   auto e = std::make_shared<Epoch>();
   e->indices = std::move(indices);
   e->ends = std::move(ends);
+  std::lock_guard<std::mutex> lock(mu_);
+  epochs_[epoch] = e;
+  latest_ = e;
+  while (epochs_.size() > kKeptEpochs) epochs_.erase(epochs_.begin());
+}
+
+void ListedOrders::set_permutation(uint64_t epoch, std::vector<int64_t> indices,
+                                   int64_t num_records) {
+  STOKER_CHECK(permutations_, UsageError, "these orders are a sampler's batches, not permutations");
+  STOKER_CHECK(static_cast<int64_t>(indices.size()) == num_records, UsageError, "a permutation of ",
+               num_records, " records has ", indices.size(), " indices");
+  std::vector<bool> seen(indices.size(), false);
+  for (int64_t i : indices) {
+    STOKER_CHECK(i >= 0 && i < num_records, UsageError, "the permutation gave index ", i,
+                 ", outside the dataset's [0, ", num_records, ")");
+    STOKER_CHECK(!seen[static_cast<size_t>(i)], UsageError, "the permutation gave index ", i,
+                 " twice");
+    seen[static_cast<size_t>(i)] = true;
+  }
+  auto e = std::make_shared<Epoch>();
+  e->indices = std::move(indices);
   std::lock_guard<std::mutex> lock(mu_);
   epochs_[epoch] = e;
   latest_ = e;

@@ -18,7 +18,7 @@ EpochOrder::EpochOrder(std::span<const int64_t> shard_records, const SamplerOpti
                        uint64_t epoch, int64_t rank, int64_t world_size, int64_t offset,
                        int64_t pad_from)
     : batch_size_(opts.batch_size) {
-  if (opts.listed) {
+  if (opts.listed && !opts.listed->permutations()) {
     // A user sampler's order (listed_order.h): its batches, from the one at `offset`.
     listed_ = opts.listed->get(epoch);
     const auto& ends = listed_->ends;
@@ -82,6 +82,12 @@ EpochOrder::EpochOrder(std::span<const int64_t> shard_records, const SamplerOpti
   read_end_ = !opts.drop_last && !opts.even_batches
                   ? n_
                   : offset_ + static_cast<uint64_t>(per_rank) * world_;
+  if (opts.listed) {  // a listed permutation (ListedOrders::set_permutation)
+    listed_perm_ = opts.listed->get(epoch);
+    STOKER_CHECK(listed_perm_->indices.size() == n_, UsageError, "the permutation of epoch ", epoch,
+                 " has ", listed_perm_->indices.size(), " indices for ", n_, " records");
+    return;
+  }
   if (!opts.shuffle || num_records <= 1) return;
   const uint64_t key = hash_combine(opts.seed, epoch);
   if (opts.shard_window > 0)
@@ -108,6 +114,7 @@ uint64_t EpochOrder::position(int64_t k, int64_t pos) const {
 
 uint64_t EpochOrder::map(uint64_t q) const {
   if (listed_) return static_cast<uint64_t>(listed_->indices[q]);
+  if (listed_perm_) return static_cast<uint64_t>(listed_perm_->indices[q]);
   if (perm_) return (*perm_)(q);
   if (windows_) return (*windows_)(q);
   return q;
@@ -131,6 +138,8 @@ void EpochOrder::batch_indices(int64_t k, int64_t* out) const {
     perm_->map(q, q, static_cast<size_t>(len));
   else if (windows_)
     windows_->map(q, q, static_cast<size_t>(len));
+  else if (listed_perm_)
+    for (int64_t p = 0; p < len; ++p) q[p] = static_cast<uint64_t>(listed_perm_->indices[q[p]]);
 }
 
 int64_t EpochOrder::consumed_after(int64_t batches) const {
@@ -173,15 +182,16 @@ std::vector<size_t> EpochOrder::shard_schedule(int64_t from_position, size_t max
     } else {
       // A global shuffle reads every shard from the first batch on; the identity
       // order one shard after the other.
-      const size_t first = perm_ ? 0 : shard_of(from);
-      const size_t last = perm_ ? shard_start_.size() - 2 : shard_of(end - 1);
+      const bool global = perm_ || listed_perm_;
+      const size_t first = global ? 0 : shard_of(from);
+      const size_t last = global ? shard_start_.size() - 2 : shard_of(end - 1);
       for (size_t s = first; s <= last && out.size() < max_shards; ++s)
         if (shard_start_[s + 1] > shard_start_[s]) out.push_back(s);
     }
   }
   // Wrap-around padding: fewer samples than ranks, read at the very end.
   // A global shuffle's listed every shard already.
-  const bool listed_all = perm_ && from < end;
+  const bool listed_all = (perm_ || listed_perm_) && from < end;
   std::vector<size_t> padding;
   for (uint64_t q = std::max(from, n_); q < read_end_ && !listed_all; ++q) {
     const size_t s = shard_of(map(pad_from_ + (q - n_) % (n_ - pad_from_)));

@@ -44,9 +44,24 @@ struct SamplerOptions {
   int64_t shard_window = 0;
   /// The order a user's sampler gives, listed per epoch (listed_order.h): it
   /// replaces the permutation, the rank split and padding; batch_size and
-  /// drop_last were the sampler's to apply.
+  /// drop_last were the sampler's to apply. Listed permutations
+  /// (ListedOrders::permutations()) replace the (seed, epoch) permutation only.
   std::shared_ptr<const ListedOrders> listed;
 };
+
+/// `opts` for counting batches and samples, which do not depend on the order: a
+/// listed permutation (which may not be listed yet for the epoch asked) left out.
+inline SamplerOptions counting_options(const SamplerOptions& opts) {
+  SamplerOptions o = opts;
+  if (o.listed && o.listed->permutations()) o.listed = nullptr;
+  return o;
+}
+
+/// Whether `opts` lists a sampler's own batches (a user sampler or batch sampler),
+/// which decide the batch count.
+inline bool sampler_batches(const SamplerOptions& opts) {
+  return opts.listed && !opts.listed->permutations();
+}
 
 /// One rank's share of one epoch (or of the rest of it, from an offset).
 class EpochOrder {
@@ -104,9 +119,10 @@ class EpochOrder {
   std::vector<uint64_t> shard_start_;    // dataset index of each shard's first record; then n
   std::optional<Permutation> perm_;      // the global shuffle
   std::optional<ShardWindows> windows_;  // the shard-window order
-  std::shared_ptr<const ListedOrders::Epoch> listed_;  // a user sampler's order
-  int64_t first_ = 0;                                  // listed: the segment's first batch
-  int64_t listed_start(int64_t batch) const {          // listed: batch's first position
+  std::shared_ptr<const ListedOrders::Epoch> listed_;       // a user sampler's order
+  std::shared_ptr<const ListedOrders::Epoch> listed_perm_;  // a listed permutation
+  int64_t first_ = 0;                                       // listed: the segment's first batch
+  int64_t listed_start(int64_t batch) const {               // listed: batch's first position
     return batch == 0 ? 0 : listed_->ends[static_cast<size_t>(batch - 1)];
   }
 };

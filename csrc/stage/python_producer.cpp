@@ -21,7 +21,8 @@ PythonProducer::PythonProducer(int64_t num_records, const SamplerOptions& opts)
   STOKER_CHECK(num_records >= 0, UsageError, "a dataset of ", num_records, " samples");
   STOKER_CHECK(opts.shard_window == 0, UsageError,
                "shard_window needs a stoker dataset (a map-style dataset has no shards)");
-  if (!opts_.listed) EpochOrder(shard_records_, opts_, 0, 0, 1, 0);  // validates the options
+  if (!sampler_batches(opts_))  // validates the options
+    EpochOrder(shard_records_, counting_options(opts_), 0, 0, 1, 0);
 }
 
 PythonProducer::PythonProducer(std::shared_ptr<const Dataset> ds, const SamplerOptions& opts)
@@ -31,21 +32,22 @@ PythonProducer::PythonProducer(std::shared_ptr<const Dataset> ds, const SamplerO
   shard_records_.reserve(ds_->num_shards());
   for (size_t s = 0; s < ds_->num_shards(); ++s)
     shard_records_.push_back(ds_->shard_info(s).num_records);
-  if (!opts_.listed) EpochOrder(shard_records_, opts_, 0, 0, 1, 0);
+  if (!sampler_batches(opts_)) EpochOrder(shard_records_, counting_options(opts_), 0, 0, 1, 0);
 }
 
 int64_t PythonProducer::num_batches(int64_t rank, int64_t world_size) const {
-  if (opts_.listed) return opts_.listed->num_batches();
-  return EpochOrder(n_, opts_, 0, rank, world_size, 0).num_batches();
+  if (sampler_batches(opts_)) return opts_.listed->num_batches();
+  return EpochOrder(n_, counting_options(opts_), 0, rank, world_size, 0).num_batches();
 }
 
 int64_t PythonProducer::rank_samples(int64_t rank, int64_t world_size) const {
-  if (opts_.listed) return opts_.listed->num_samples();
-  return EpochOrder(n_, opts_, 0, rank, world_size, 0).num_samples();
+  if (sampler_batches(opts_)) return opts_.listed->num_samples();
+  return EpochOrder(n_, counting_options(opts_), 0, rank, world_size, 0).num_samples();
 }
 
 int64_t PythonProducer::consumed_after(const EpochKey& key, int64_t batches) const {
-  return EpochOrder(n_, opts_, key.epoch, key.rank, key.world_size, key.offset, key.pad_from)
+  return EpochOrder(n_, counting_options(opts_), key.epoch, key.rank, key.world_size, key.offset,
+                    key.pad_from)
       .consumed_after(batches);
 }
 

@@ -35,7 +35,9 @@ class PythonProducer final : public BatchProducer {
 
   int64_t num_batches(int64_t rank, int64_t world_size) const override;
   int64_t rank_samples(int64_t rank, int64_t world_size) const override;
-  int64_t epoch_samples() const override { return opts_.listed ? opts_.listed->num_samples() : n_; }
+  int64_t epoch_samples() const override {
+    return sampler_batches(opts_) ? opts_.listed->num_samples() : n_;
+  }
   int64_t consumed_after(const EpochKey& key, int64_t batches) const override;
   std::shared_ptr<const EpochPlan> plan_epoch(const EpochKey& key) const override;
   std::unique_ptr<BatchWork> plan_batch(const EpochPlan& epoch, int64_t k) const override;

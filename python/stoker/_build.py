@@ -68,6 +68,8 @@ def sampler_options(s: Sampling, listed: Any = None) -> Any:
 def _listed(s: Sampling) -> Any:
     """The C++ side of a user's sampler (NOTE [ User samplers ]), with its len() as the
     length of an epoch until the first is listed; None without one."""
+    if s.generator is not None:  # a permutation per epoch, batched and split by the loader
+        return _core.ListedOrders(permutations=True)
     user = s.batch_sampler if s.batch_sampler is not None else s.sampler
     if user is None:
         return None
@@ -101,7 +103,8 @@ def _build_iterable(p: LoaderPlan, open_device: Optional[Callable[[int], Any]]) 
                             worker_init_fn=st.worker_init_fn, map_fn=st.map,
                             batch_map=st.batch_map, collate_fn=st.collate_fn,
                             map_fields=st.map_fields, unbatched=st.unbatched,
-                            timeout=p.timeout, generator=p.arguments.get("generator"))
+                            timeout=p.timeout, generator=p.arguments.get("generator"),
+                            split_ranks=s.split_ranks)
     _, pin, api = args.resolve_device(torch.device("cpu"), p.delivery.pin_memory, open_device,
                                       p.delivery.pin_device)
     stream.pin = pin and api is not None and not getattr(api, "fake", False)

@@ -1,11 +1,425 @@
-"""What a Loader does as DataLoader does where stoker's own design would not: functions
-bound as Loader methods (stoker/loader.py)."""
+"""What a Loader does as DataLoader does where stoker's own design would not: the
+translation of DataLoader's arguments that the plan makes (seeds, worker processes, an
+IterableDataset's ranks, a bulk-loading sampler), DataLoader's ``sampler`` and
+``batch_sampler`` objects, and functions bound as Loader methods (stoker/loader.py).
+
+NOTE [ Seeds as DataLoader draws them ]
+DataLoader draws its randomness from torch's generators: ``RandomSampler`` draws a seed
+from torch's default generator at each epoch (or draws its permutation from the
+``generator`` given), and each iterator draws its workers' base seed from the same
+generator. So ``torch.manual_seed(s)`` selects the order and the augmentations, and an
+advanced ``generator`` gives another order. stoker keeps that meaning:
+
+  * ``seed=None`` (the default) and no ``generator``: the loader's seed is drawn from
+    torch's default generator when the loader is made (one 63-bit draw), and is the
+    seed of everything stoker keys by (seed, epoch, index): the order of every epoch,
+    the transforms' draws, map's ``rng``, and the global generators that worker
+    processes seed per sample. ``state_dict()`` keeps it; ``load_state_dict()`` on a
+    loader whose seed was drawn takes the state's, so a resume in a new process (where
+    torch's generator is elsewhere) continues the same order.
+  * ``generator=g`` with ``shuffle=True`` (a map-style dataset or a stoker.Dataset):
+    each epoch's permutation is ``RandomSampler(dataset, generator=g)``'s, drawn from g
+    at that epoch's ``iter()`` after one draw for the workers' base seed, as
+    DataLoader's iterator makes them: the same generator state gives DataLoader's order
+    exactly (batches, ranks and resume are stoker's own: ``ListedOrders`` permutations
+    in csrc/sampler/listed_order.h). The state keeps g's state before the epoch. The
+    seed of the rest is ``g.initial_seed()``. For token batches and mixtures, whose
+    orders are stoker's, the seed is one draw from g when the loader is made.
+  * ``seed=s``: stoker's own, as before: the same s, the same batches.
+
+NOTE [ Worker processes for num_workers ]
+DataLoader's ``num_workers=N`` means N worker processes, and code written for it relies on
+what processes give: the dataset's draws from ``random``, ``numpy.random`` and torch are
+the worker's own (reproducible for a seed), the dataset object is each worker's copy, and
+a crash in native code ends a worker, not the training process. So a map-style dataset
+given ``num_workers > 0`` (with ``python_workers`` left at its default) runs in N worker
+processes from the first batch, each sample's global generators seeded from (seed, epoch,
+index) (NOTE [ Global random generators ] in stoker/_stage/workers.py): the same batches
+for any worker count and after a resume. Without ``num_workers`` (stoker's own default)
+the stage starts on threads and moves to processes when that pays
+(``python_workers="auto"``, NOTE [ Python stage processes ]).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, Iterator, List, Optional, Tuple
 
-__all__ = ["follow_len"]
+import numpy as np
+import torch
+import torch.utils.data
+
+__all__ = ["follow_len", "DrawnSeed", "base_seed", "worker_kind", "splits_ranks",
+           "samplers", "repeating", "Repeating", "adopt_seed", "bulk_sampler"]
+
+
+# -- seeds (NOTE [ Seeds as DataLoader draws them ]) ---------------------------------------
+
+class DrawnSeed(int):
+    """A seed drawn from torch's default generator (``seed=None``): a resume state's seed
+    replaces it (adopt_seed), where an explicit seed must match the state's."""
+
+    def __repr__(self) -> str:
+        return f"{int(self)} (drawn from torch's default generator)"
+
+
+def _draw(generator: Optional[torch.Generator] = None) -> int:
+    """One int64 draw, as DataLoader draws a seed (63 bits: non-negative)."""
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
+def base_seed(seed: Any, generator: Any, *, tokens: bool, shuffled_order: bool
+              ) -> Tuple[Any, bool]:
+    """(the loader's seed, whether each epoch's permutation comes from `generator`).
+    `tokens`: token batches or a mixture (orders of stoker's own); `shuffled_order`:
+    shuffle=True over stoker's permutation of a map-style dataset or a stoker.Dataset (no
+    user sampler). A seed is 64 bits: negative seeds are taken modulo 2**64, larger ones
+    refused rather than silently aliased to a smaller one."""
+    from ._loader_args import check_int
+
+    if seed is not None:
+        checked = check_int("seed", seed, -2**63, 2**64 - 1)
+        seed = DrawnSeed(checked) if isinstance(seed, DrawnSeed) else checked
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if generator is None:
+        return (DrawnSeed(_draw()) if seed is None else seed), False
+    if seed is not None and not isinstance(seed, DrawnSeed) and \
+            seed != generator.initial_seed():
+        raise ValueError(f"seed={seed} and generator (initial seed "
+                         f"{generator.initial_seed()}) disagree: pass one of them")
+    if tokens:
+        return _draw(generator), False
+    return generator.initial_seed(), shuffled_order
+
+
+def adopt_seed(loader: Any, state: Any) -> None:
+    """load_state_dict on a loader whose seed was drawn (seed=None): the state's seed
+    becomes the loader's, the loader made again with it (between epochs: nothing runs)."""
+    seed = loader.plan.sampling.seed
+    if not isinstance(seed, DrawnSeed) or not hasattr(state, "get"):
+        return
+    theirs = state.get("seed")
+    if isinstance(theirs, bool) or not isinstance(theirs, int) or theirs == int(seed):
+        return
+    _rebuild(loader, seed=DrawnSeed(theirs))
+
+
+def _rebuild(loader: Any, **changes: Any) -> None:
+    """The loader made again from its arguments (with `changes`), at the epoch it was at."""
+    epoch, arguments = loader.epoch, dict(loader.plan.arguments)
+    arguments.update(changes)
+    loader.close()
+    object.__setattr__(loader, "_initialized", False)
+    loader.__init__(loader.dataset, **arguments)  # type: ignore[misc]
+    if epoch:
+        loader.set_epoch(epoch)
+
+
+# -- worker processes (NOTE [ Worker processes for num_workers ]) --------------------------
+
+def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: bool) -> str:
+    """The Python stage's workers: a map-style dataset given DataLoader's num_workers > 0,
+    with python_workers left at "auto", runs in worker processes from the start."""
+    if python_workers == "auto" and map_style and num_workers:
+        return "process"
+    return python_workers
+
+
+# -- an IterableDataset's ranks ---------------------------------------------------------------
+
+def splits_ranks(given: Any) -> bool:
+    """Whether stoker splits an IterableDataset's stream across ranks: only when asked, by
+    ``even_batches=`` or ``rank=``/``world_size=`` (NOTE [ Iterable datasets ] in
+    stoker/_stage/iterable.py); by default each rank is given the dataset as it is, as
+    DataLoader gives it (the dataset splits itself by rank, or every rank reads it all)."""
+    return any(given.get(k) is not None for k in ("even_batches", "rank", "world_size"))
+
+
+def self_split(dataset: Any) -> Optional[str]:
+    """How `dataset` splits itself by rank, where its structure says so (a WebDataset
+    pipeline with split_by_node, a HF dataset from split_dataset_by_node), else None."""
+    distributed = getattr(dataset, "_distributed", None)
+    if distributed is not None and getattr(distributed, "world_size", 1) != 1:
+        return "it is a HF dataset from datasets.distributed.split_dataset_by_node"
+    stages = getattr(dataset, "pipeline", None)
+    if isinstance(stages, (list, tuple)):
+        for stage in stages:
+            name = getattr(stage, "__name__", "") or type(stage).__name__
+            if name == "split_by_node" or getattr(stage, "nodesplitter", None) is not None:
+                return "its pipeline splits shards by node (webdataset's split_by_node)"
+    if getattr(dataset, "nodesplitter", None) is not None:
+        return "it has a nodesplitter (webdataset)"
+    return None
+
+
+def check_rank_split(dataset: Any, sampling: Any) -> None:
+    """stoker's rank split asked for over a dataset whose structure says it splits itself:
+    refused (each rank would get a share of a share)."""
+    how = self_split(dataset) if sampling.split_ranks and sampling.world_size != 1 else None
+    if how is not None:
+        raise ValueError(f"the IterableDataset splits itself by rank ({how}), and "
+                         "even_batches=, rank= or world_size= asks stoker to split it too: "
+                         "each rank would get a share of a share. Leave those out (each rank "
+                         "is given the dataset as it is, DataLoader's rule)")
+
+
+# -- a torch Dataset's tuples ------------------------------------------------------------------
+
+def as_tuple(dataset: Any, collate_fn: Any, map_fn: Any) -> Tuple[str, ...]:
+    """A stoker.Dataset's as_tuple, for batches made without collate_fn (lists in its
+    order, as default_collate batches tuple items): each named field must batch to one
+    tensor (a variable-length one comes padded with its lengths, which a list would
+    lose)."""
+    names = getattr(dataset, "as_tuple", None)
+    if names is None or collate_fn is not None:
+        return ()
+    for n in names:
+        f = dataset.fields[n]
+        if map_fn is None and (getattr(f, "variable", False) or f.kind == "tokens"):
+            raise ValueError(f"as_tuple names {n!r}, a variable-length field: its batches are "
+                             f"padded, with their lengths as '{n}_lengths', which batches in "
+                             "as_tuple's order would lose. Pass collate_fn= (it receives the "
+                             "tuples), or read dict batches (no as_tuple)")
+    return tuple(names)
+
+
+# -- a bulk-loading sampler ------------------------------------------------------------------
+
+def bulk_sampler(sampler: Any, batch_size: Any, batch_sampler: Any, records: bool) -> bool:
+    """DataLoader's bulk-loading pattern over a stoker.Dataset: a ``BatchSampler`` passed
+    as ``sampler=`` with ``batch_size=None``, whose items (lists of indices) DataLoader
+    hands to ``__getitem__`` whole: each is a batch of those indices."""
+    return (records and batch_size is None and batch_sampler is None and
+            isinstance(sampler, torch.utils.data.BatchSampler))
+
+
+def check_orders(dl: Any, a: Any, bulk: bool, generator_order: bool, shard_window: Any,
+                 drop_last: bool, explicit_batch: bool) -> None:
+    """A user's sampler (or a bulk one) and a generator's order, checked as DataLoader
+    checks them."""
+    from ._loader_args import check_samplers
+
+    if not bulk:
+        check_samplers(dl, a, shard_window=shard_window, explicit_batch=explicit_batch)
+    elif a["shuffle"] or drop_last:
+        raise ValueError("sampler option is mutually exclusive with shuffle, and batch_size="
+                         "None with drop_last (as DataLoader)")
+    if shard_window is not None and generator_order:
+        raise ValueError("shard_window orders shards by stoker's seed; a generator= draws "
+                         "each epoch's permutation as RandomSampler does: pass one of them")
+
+
+# -- DataLoader's sampler and batch_sampler ---------------------------------------------------
+
+class _Order(torch.utils.data.Sampler):
+    """``loader.sampler`` for stoker's own order: DataLoader's RandomSampler or
+    SequentialSampler in type (as frameworks test it: Lightning's
+    ``_is_dataloader_shuffled``), iterating this rank's indices of the epoch the next
+    iterator runs; ``set_epoch`` is ``loader.set_epoch``; ``len`` this rank's samples."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = weakref.proxy(loader)
+        self.data_source = loader.dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return int(self._loader.num_samples)
+
+    def __iter__(self) -> Iterator[int]:
+        indices, _ = _epoch_batches(self._loader)
+        return iter(indices.tolist())
+
+    def __repr__(self) -> str:
+        return "stoker sampler (the loader's order; set_epoch -> Loader.set_epoch)"
+
+
+class _ShuffledOrder(_Order, torch.utils.data.RandomSampler):
+    replacement = False
+    generator = None
+    _num_samples = None
+
+
+class _SequentialOrder(_Order, torch.utils.data.SequentialSampler):
+    pass
+
+
+class _StreamOrder(_Order, torch.utils.data.dataloader._InfiniteConstantSampler):
+    """An IterableDataset's: DataLoader's _InfiniteConstantSampler, with set_epoch."""
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            yield None
+
+    def __len__(self) -> int:
+        raise TypeError("an IterableDataset's sampler has no length (as DataLoader's)")
+
+
+class _GeneratorOrder(torch.utils.data.RandomSampler):
+    """``shuffle=True`` with a ``generator``: DataLoader's own sampler,
+    ``RandomSampler(dataset, generator=generator)``, whose permutation the loader lists
+    at each epoch (NOTE [ Seeds as DataLoader draws them ]); ``set_epoch`` is
+    ``loader.set_epoch``."""
+
+    def __init__(self, loader: Any, generator: torch.Generator) -> None:
+        super().__init__(loader.dataset, generator=generator)
+        self._loader = weakref.proxy(loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+
+class _Batches(torch.utils.data.BatchSampler):
+    """``loader.batch_sampler``: DataLoader's ``BatchSampler(sampler, batch_size,
+    drop_last)``; its length is ``len(loader)`` and, over stoker's own order, it iterates
+    this rank's batches of the epoch the next iterator runs (other samplers are batched
+    as BatchSampler batches them)."""
+
+    def __init__(self, loader: Any, sampler: Any) -> None:
+        # BatchSampler's own checks would refuse batch_size=None; the attributes are its
+        self.sampler = sampler
+        self.batch_size = loader.batch_size
+        self.drop_last = loader.drop_last
+        self._loader = weakref.proxy(loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        # the loader's own len(), not a subclass's (YOLO's __len__ is this one's)
+        loader = self._loader
+        loader._follow_len()
+        return int(loader._core.num_batches(*loader._world()))
+
+    def __iter__(self) -> Iterator[List[int]]:
+        if not isinstance(self.sampler, _Order):
+            yield from torch.utils.data.BatchSampler.__iter__(self)
+            return
+        indices, ends = _epoch_batches(self._loader)
+        start = 0
+        for end in ends.tolist():
+            yield indices[start:end].tolist()
+            start = end
+
+
+def _epoch_batches(loader: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """(indices, batch ends) of this rank's next epoch in stoker's own order."""
+    from . import _core
+
+    p = loader.plan
+    if p.source == "map-style":
+        shards = [len(p.dataset)]
+    elif p.source == "records":
+        shards = [s["num_records"] for s in p.dataset.shards]
+    else:
+        raise TypeError(f"the order of a loader over {p.source} is planned by its C++ "
+                        "producer (windows, rows of sources): it has no per-sample index "
+                        "list to iterate")
+    rank, world = loader._world()
+    return _core.epoch_batches(shards, loader._order_options, loader.epoch, rank, world)
+
+
+def samplers(loader: Any, generator_order: bool) -> Tuple[Any, Any]:
+    """(loader.sampler, loader.batch_sampler), DataLoader's objects (DataLoader's
+    attributes that subclasses and frameworks use): the user's sampler (or batch sampler)
+    as given; else RandomSampler / SequentialSampler in type, over stoker's order, with
+    ``set_epoch``. ``batch_sampler`` is None where DataLoader's is (batch_size=None)."""
+    p = loader.plan
+    s = p.sampling
+    if s.bulk:  # DataLoader's: the BatchSampler is its sampler, batch_sampler None
+        return s.batch_sampler, None
+    if s.batch_sampler is not None:
+        return _SequentialOrder(loader), s.batch_sampler
+    if s.sampler is not None:
+        sampler = s.sampler
+    elif generator_order:
+        sampler = _GeneratorOrder(loader, loader.generator)
+    elif p.source == "iterable":
+        sampler = _StreamOrder(loader)
+    elif s.shuffle:
+        sampler = _ShuffledOrder(loader)
+    else:
+        sampler = _SequentialOrder(loader)
+    if s.unbatched:
+        return sampler, None
+    return sampler, _Batches(loader, sampler)
+
+
+# -- YOLO's InfiniteDataLoader -----------------------------------------------------------------
+
+def repeating(loader: Any) -> bool:
+    """Whether a subclass replaced ``batch_sampler`` after construction by a wrapper that
+    repeats it (YOLO's ``InfiniteDataLoader``: ``object.__setattr__(self,
+    "batch_sampler", _RepeatSampler(self.batch_sampler))``, whose iteration is the
+    original's, epoch after epoch, without end)."""
+    now = loader.__dict__.get("batch_sampler")
+    own = loader.__dict__.get("_own_batch_sampler")
+    if now is own or now is None:
+        return False
+    if getattr(now, "sampler", None) is own and own is not None:
+        return True
+    raise ValueError(f"batch_sampler was replaced after the loader was made (by "
+                     f"{type(now).__name__}): stoker plans batches from the arguments given "
+                     "(as DataLoader refuses to set it): make a new loader with "
+                     "batch_sampler=... (a wrapper whose .sampler is the loader's own batch "
+                     "sampler repeats its epochs, as YOLO's InfiniteDataLoader)")
+
+
+class Repeating:
+    """The iterator of a loader whose batch sampler repeats (repeating()): epoch after
+    epoch of the loader's own iterators, without end, as DataLoader's iterator over
+    ``_RepeatSampler`` runs; ``set_epoch`` between them applies to the next."""
+
+    def __init__(self, loader: Any, epoch_iter: Any) -> None:
+        self._loader = loader
+        self._epoch_iter = epoch_iter
+        self._it: Any = None
+        self._started = False
+
+    def __iter__(self) -> "Repeating":
+        return self
+
+    def __next__(self) -> Any:
+        for _ in range(2):
+            if self._it is None:
+                # one iterator: DataLoader draws its base seed once, at its start
+                self._it = self._epoch_iter(base_draw=not self._started)
+                self._started = True
+            try:
+                return next(self._it)
+            except StopIteration:
+                self._it = None
+        raise StopIteration  # an epoch with no batch: nothing to repeat
+
+    @property
+    def _workers(self) -> List[Any]:
+        return [] if self._it is None else self._it._workers
+
+    def _shutdown_workers(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._it is not None:
+            self._it.close()
+            self._it = None
+
+
+# -- functions bound as Loader methods ---------------------------------------------------------
+
+def loader_iter(self: Any) -> Any:
+    """``iter(loader)``: one epoch's iterator, or epoch after epoch for a batch sampler a
+    subclass made repeat (YOLO's InfiniteDataLoader: repeating())."""
+    if repeating(self):
+        return Repeating(self, self._epoch_iter)
+    return self._epoch_iter()
+
+
+def get_iterator(self: Any) -> Any:
+    """DataLoader's name for a new iterator (YOLO's InfiniteDataLoader.reset calls it): the
+    loader's own, not a subclass's ``__iter__``."""
+    return loader_iter(self)
 
 
 def follow_len(self: Any) -> None:
@@ -27,9 +441,8 @@ def follow_len(self: Any) -> None:
         raise ValueError(f"the dataset has {n} samples now, {self._built_len} when this "
                          "loader was made and its state loaded: a resume continues the "
                          "order of the dataset it was saved with")
-    epoch, arguments = self.epoch, dict(self.plan.arguments)
-    self.close()
-    object.__setattr__(self, "_initialized", False)
-    self.__init__(self.dataset, **arguments)  # type: ignore[misc]
-    if epoch:
-        self.set_epoch(epoch)
+    seed = self.plan.sampling.seed
+    if isinstance(seed, DrawnSeed):
+        _rebuild(self, seed=seed)  # the same seed: a drawn one is not drawn again
+    else:
+        _rebuild(self)

@@ -67,6 +67,7 @@ class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
         self._nchw_views = loader._nchw_views
         self._timeout = loader.timeout
         self._unbatched = loader.plan.sampling.unbatched
+        self._as_tuple = loader.plan.delivery.as_tuple
         self._len_reported = loader._iterable_len  # as len() said when this iterator began
         self._yielded = 0
 
@@ -117,7 +118,7 @@ class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
                 self._yielded += 1
                 if self._yielded > self._len_reported:
                     self._warn_past_len()
-            return batch
+            return self._in_order(batch) if self._as_tuple else batch
         calling = time.perf_counter_ns()
         caps = self._it.next(stream or 0) if self._timeout <= 0 else self._timed(stream or 0)
         if caps is None:
@@ -135,7 +136,19 @@ class LoaderIter(Iterator[Dict[str, torch.Tensor]]):
             batch["max_length_q"] = batch["max_length_k"] = batch.pop("max_length").shape[0]
         # The loop's time in next() outside the C++ next(): counted with its wait.
         self._it.note_handoff(calling - entered + time.perf_counter_ns() - t0)
-        return batch
+        return self._in_order(batch) if self._as_tuple else batch
+
+    def _in_order(self, batch: Any) -> Any:
+        """A dataset's as_tuple: the batch as default_collate batches tuple items (a list
+        in that order; the sample's tuple itself with batch_size=None)."""
+        if not isinstance(batch, dict):
+            return batch  # batch_map gave something else: the user's
+        missing = [n for n in self._as_tuple if n not in batch]
+        if missing:
+            raise KeyError(f"the dataset's as_tuple names {missing}, which the batch lacks "
+                           f"(its keys: {list(batch)}): map or batch_map dropped them")
+        values = [batch[n] for n in self._as_tuple]
+        return tuple(values) if self._unbatched else values
 
     def _warn_past_len(self) -> None:
         """DataLoader's warning, in its words: an IterableDataset yields more batches than

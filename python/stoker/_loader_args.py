@@ -278,13 +278,18 @@ def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[st
 
       sampler, batch_sampler   any torch Sampler (NOTE [ User samplers ]): its indices, in
                                its order, iterated once per epoch ahead of the workers
-      num_workers              the Python stage's workers (threads or processes,
-                               python_workers=); 0: the user's code runs in the loop's
-                               thread, in next(); without a Python stage, num_threads.
-                               More than the cores available: DataLoader's warning
+      num_workers              the Python stage's workers: worker processes for a
+                               map-style dataset (NOTE [ Worker processes for
+                               num_workers ] in stoker/_dropin.py), else threads or
+                               processes (python_workers=); 0: the user's code runs in
+                               the loop's thread, in next(); without a Python stage,
+                               num_threads. More than the cores available: DataLoader's
+                               warning
       worker_init_fn           called once in each worker thread or process, where
                                torch.utils.data.get_worker_info() answers
-      generator                the order's seed (generator.initial_seed())
+      generator                with shuffle, each epoch's permutation is RandomSampler's,
+                               drawn from it at iter() (NOTE [ Seeds as DataLoader draws
+                               them ] in stoker/_dropin.py)
       timeout                  next() raises after waiting that many seconds for a batch
       prefetch_factor          batches in flight: prefetch_factor * num_workers
       persistent_workers       accepted: stoker's workers always persist across epochs
@@ -318,15 +323,6 @@ def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[st
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
         raise ValueError(f"timeout option should be non-negative, got {timeout!r}")
     out["timeout"] = float(timeout)
-    gen = a["generator"]
-    out["seed"] = None
-    if gen is not None:
-        if not isinstance(gen, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(gen).__name__}")
-        if a["seed"] not in (0, gen.initial_seed()):
-            raise ValueError(f"seed={a['seed']} and generator (initial seed "
-                             f"{gen.initial_seed()}) disagree: pass one of them")
-        out["seed"] = gen.initial_seed()
     ctx = a["multiprocessing_context"]
     if ctx is not None and num_workers == 0:
         raise ValueError("multiprocessing_context can only be used with multi-process loading "
@@ -396,7 +392,7 @@ def check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
         if a["rank"] is not None or a["world_size"] is not None:
             raise ValueError("a sampler decides what each rank reads (DistributedSampler): "
                              "rank= and world_size= apply to stoker's own sampling")
-        if shard_window is not None or not a["even_batches"]:
+        if shard_window is not None or a["even_batches"] is False:
             raise ValueError("shard_window and even_batches apply to stoker's own sampling, "
                              "not to a user's sampler")
 

@@ -229,6 +229,9 @@ def loader_state(loader: Loader) -> LoaderState:
 def load_loader_state(loader: Loader, state: Mapping[str, Any], caller: Any) -> None:
     """``loader.load_state_dict(state)``: every field of `state` checked, then the parts
     and the core resumed. `caller` is the frame that called ``load_state_dict``."""
+    from ._dropin import adopt_seed
+
+    adopt_seed(loader, state)  # a drawn seed (seed=None) takes the state's
     epoch_samples = loader._producer.epoch_samples()
     parts = loader_parts(loader)
     s = LoaderState.from_dict(state, loader.plan.sampling.state_keys(), loader._identity(),

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 
-from . import _cache, _core
+from . import _cache, _core, _dropin
 from . import _loader_args as args
 from ._loader_args import check_int
 from ._media_args import MediaPlan, split_media
@@ -52,11 +52,11 @@ __all__ = ["LoaderPlan", "plan", "DEFAULTS"]
 # Loader's arguments and their defaults: plan() takes exactly these (Loader's signature
 # says the same; tests/test_plan.py checks that they agree).
 DEFAULTS: Dict[str, Any] = dict(
-    batch_size=args.DEFAULT_BATCH_SIZE, shuffle=False, seed=0, drop_last=False,
+    batch_size=args.DEFAULT_BATCH_SIZE, shuffle=False, seed=None, drop_last=False,
     num_threads=None, prefetch=None,
     device="cpu", pin_memory=None, rank=None, world_size=None, transforms=None,
     on_error="raise", max_image_pixels=args.DEFAULT_MAX_PIXELS, prefetch_next_epoch=True,
-    image_layout=None, even_batches=True, seq_len=None, packing=None, token_dtype="int64",
+    image_layout=None, even_batches=None, seq_len=None, packing=None, token_dtype="int64",
     max_tokens=None, max_memory=None, stall_warning=args.DEFAULT_STALL_WARNING,
     shard_window=None, labels="shifted", batch_transforms=None, pad_values=None, map=None,
     batch_map=None, collate_fn=None, map_fields=None, names=None, python_workers="auto",
@@ -90,6 +90,15 @@ class Sampling:
     sampler: Any = dataclasses.field(default=None, compare=False)
     batch_sampler: Any = dataclasses.field(default=None, compare=False)
     unbatched: bool = False  # batch_size=None: each sample alone, as DataLoader's
+    # shuffle=True with a generator: each epoch's permutation is RandomSampler's, drawn
+    # from it (NOTE [ Seeds as DataLoader draws them ] in stoker/_dropin.py)
+    generator: Any = dataclasses.field(default=None, compare=False)
+    # a BatchSampler given as sampler= with batch_size=None over a stoker.Dataset: its
+    # lists are batches (DataLoader's bulk loading), listed as a batch sampler's
+    bulk: bool = False
+    # an IterableDataset's stream split across ranks by stoker (even_batches=, rank= or
+    # world_size= given), not given to each rank as it is (DataLoader's rule)
+    split_ranks: bool = True
 
     @property
     def seed64(self) -> int:
@@ -97,7 +106,8 @@ class Sampling:
 
     def state_keys(self) -> Dict[str, Any]:
         """What a resume state is valid for (stoker/_loader_state.py)."""
-        return {"seed": self.seed, "shuffle": self.shuffle, "shard_window": self.shard_window,
+        return {"seed": int(self.seed), "shuffle": self.shuffle,
+                "shard_window": self.shard_window,
                 "batch_size": self.batch_size, "drop_last": self.drop_last,
                 "even_batches": self.even_batches}
 
@@ -164,6 +174,9 @@ class DeliveryPlan:
     nchw_views: Tuple[str, ...] = ()  # HWC images delivered as NCHW views
     hf_lengths: bool = False  # labels="unshifted" + packing: max_length_q/_k as ints
     pin_device: str = ""  # DataLoader's pin_memory_device: the CUDA device pinning goes through
+    # a stoker.Dataset's as_tuple, without collate_fn: batches as lists in that order
+    # (default_collate's structure for tuple items)
+    as_tuple: Tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +213,10 @@ class LoaderPlan:
         if s.shard_window:
             order += f", shard_window={s.shard_window}"
         user = s.batch_sampler if s.batch_sampler is not None else s.sampler
+        if s.generator is not None:
+            order = "shuffled, each epoch's permutation RandomSampler's from the generator"
+        if self.source == "iterable" and not s.split_ranks:
+            world = "none (each rank is given the dataset as it is)"
         if user is not None:
             what = "batch_sampler" if s.batch_sampler is not None else "sampler"
             order = f"{what} {type(user).__name__}'s order, listed per epoch"
@@ -341,6 +358,12 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         collate_fn=collate_fn, map_fields=a["map_fields"], names=a["names"],
         python_workers=a["python_workers"], transforms=transforms,
         image_layout=image_layout, device=device, context=dl["context"])
+    # NOTE [ Worker processes for num_workers ] in stoker/_dropin.py
+    workers = _dropin.worker_kind(workers, dl["num_workers"], map_style=map_style)
+    records = not (tokens or map_style or iterable or isinstance(dataset, Mix))
+    bulk = _dropin.bulk_sampler(dl["sampler"], a["batch_size"], dl["batch_sampler"], records)
+    if bulk:  # its lists are batches, listed as a batch sampler's
+        dl = {**dl, "batch_sampler": dl["sampler"], "sampler": None}
 
     batch_size = a["batch_size"]
     default_batch = type(batch_size) is args.DefaultBatchSize
@@ -355,7 +378,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         batch_size = None  # the batch sampler's batches; or each sample alone
     else:
         batch_size = check_int("batch_size", batch_size, 1, what="a positive int or None")
-    drop_last, even_batches = bool(a["drop_last"]), bool(a["even_batches"])
+    drop_last = bool(a["drop_last"])
+    even_batches = True if a["even_batches"] is None else bool(a["even_batches"])
     if unbatched and drop_last:
         raise ValueError("batch_size=None option disables auto-batching and is mutually "
                          "exclusive with drop_last (as DataLoader)")
@@ -368,8 +392,11 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     # a seed is 64 bits: negative seeds are taken modulo 2**64, larger ones refused rather
     # than silently aliased to a smaller one
-    seed = a["seed"] if dl["seed"] is None else dl["seed"]
-    seed = check_int("seed", seed, -2**63, 2**64 - 1)
+    # NOTE [ Seeds as DataLoader draws them ] in stoker/_dropin.py
+    seed, generator_order = _dropin.base_seed(
+        a["seed"], a["generator"], tokens=tokens or isinstance(dataset, Mix),
+        shuffled_order=bool(a["shuffle"]) and not iterable and dl["sampler"] is None and
+        dl["batch_sampler"] is None)
     shard_window = a["shard_window"]
     if shard_window is not None:
         shard_window = check_int("shard_window", shard_window, 1, 2**63 - 1,
@@ -384,11 +411,12 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         if map_style:
             raise ValueError("shard_window shuffles the shards of a stoker.Dataset; a "
                              "map-style dataset has none (shuffle=True shuffles it whole)")
-    args.check_samplers(dl, a, shard_window=shard_window, explicit_batch=not default_batch)
+    _dropin.check_orders(dl, a, bulk, generator_order, shard_window, drop_last,
+                         explicit_batch=not default_batch)
     num_threads, prefetch = a["num_threads"], a["prefetch"]
     per_sample = map_style or iterable or map_fn is not None or collate_fn is not None
-    if num_threads is None and dl["num_workers"] and not per_sample:
-        num_threads = dl["num_workers"]  # no Python per sample: the C++ workers
+    if num_threads is None and dl["num_workers"]:
+        num_threads = dl["num_workers"]  # DataLoader's count, never tuned down
     if prefetch is None and dl["prefetch_factor"] is not None:
         prefetch = min(dl["prefetch_factor"] * max(1, dl["num_workers"] or 1), _core.MAX_PREFETCH)
     elif prefetch is None and per_sample and dl["num_workers"]:
@@ -411,10 +439,12 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     args.check_device(device)
     sampling = Sampling(batch_size if not unbatched else 1, bool(a["shuffle"]), seed,
                         drop_last, even_batches, shard_window, rank, world_size,
-                        dl["sampler"], dl["batch_sampler"], unbatched)
+                        dl["sampler"], dl["batch_sampler"], unbatched,
+                        a["generator"] if generator_order else None, bulk,
+                        _dropin.splits_ranks(given) if iterable else True)
     on_device = device.type == "cuda"
     prefetch_next = bool(a["prefetch_next_epoch"])
-    if sampling.sampler is not None or sampling.batch_sampler is not None:
+    if sampling.sampler is not None or sampling.batch_sampler is not None or generator_order:
         prefetch_next = False  # the next epoch's order is the sampler's, asked at iter()
 
     records: Optional[RecordPlan] = None
@@ -443,6 +473,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
             dataset, token_kw = ds, kw
     elif iterable:  # NOTE [ Iterable datasets ] in stoker/_stage/iterable.py
         source, producer = "iterable", "IterableStream"
+        _dropin.check_rank_split(dataset, sampling)
         stage = StagePlan("iterable", map_fn, batch_map, collate_fn, a["map_fields"], None,
                           "thread", False, **stage_kw)
     elif map_style:
@@ -500,9 +531,10 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                               "thread", on_device, num_workers=dl["num_workers"])
     if stage is not None and stage.num_workers is not None:
         args.check_worker_number(stage.num_workers)
+    as_tuple = _dropin.as_tuple(dataset, collate_fn, map_fn) if source == "records" else ()
     delivery = DeliveryPlan(str(device), a["pin_memory"], image_layout, nchw,
                             tokens and labels == "unshifted" and packing is not None,
-                            a["pin_memory_device"])
+                            a["pin_memory_device"], as_tuple)
     return LoaderPlan(source, dataset, sampling, producer, records, token_kw, stage, delivery,
                       settings, on_error, prefetch_next, labels, dl["timeout"], given)
 

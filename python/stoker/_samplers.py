@@ -74,9 +74,20 @@ class UserSampler:
     """A loader's user sampler: lists epochs, keeps what makes them again."""
 
     def __init__(self, sampler: Any, batched: bool, batch_size: int, drop_last: bool,
-                 num_records: int, listed: Any):
+                 num_records: int, listed: Any, indices_only: bool = False,
+                 permutation: bool = False, draw: Any = None):
         self.sampler = sampler
         self.batched = batched  # a batch sampler (its items are lists of indices)
+        # a dataset read by index in C++ (a stoker.Dataset): an item that is not an index
+        # is refused, never read as a position (a map-style dataset's __getitem__ takes
+        # any key: _stream)
+        self.indices_only = indices_only
+        # the epoch's permutation of the dataset, batched and split by rank as stoker's own
+        # order (shuffle=True with a generator: NOTE [ Seeds as DataLoader draws them ] in
+        # stoker/_dropin.py), not the sampler's batches
+        self.permutation = permutation
+        self.draw = draw  # called first at each listing (DataLoader's base-seed draw)
+        self.draw_now = True  # (not for the later epochs of one repeating iterator)
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.num_records = num_records
@@ -92,6 +103,8 @@ class UserSampler:
         self.checked: Optional[bool] = None  # the first listing, made twice, agreed
 
     def set_epoch(self, epoch: int) -> None:
+        if self.permutation:  # the loader's own sampler: its set_epoch is the loader's
+            return
         for s in _inner(self.sampler):
             fn = getattr(s, "set_epoch", None)
             if callable(fn):
@@ -116,20 +129,26 @@ class UserSampler:
         np.random.set_state(snap[2][1])
         random.setstate(snap[2][2])
 
-    def _stream(self, items: Any) -> Tuple[np.ndarray, Optional[List[Any]]]:
+    def _stream(self, items: Any, where: Any = None
+                ) -> Tuple[np.ndarray, Optional[List[Any]]]:
         """Items of the sampler (an iterable) as the C++ order's indices, with no Python
         list of them (a sampler of millions). Items that are not integers (a list of
         indices for a dataset that loads in bulk, a key) are passed to ``__getitem__`` as
         they are, as DataLoader passes them: the order then holds their positions, and
         the items go with the epoch (``keys``; those before the first non-integer as
-        ints)."""
+        ints). Over a dataset read by index (``indices_only``) such an item is an error
+        naming it and its position (`where(position)` says it in the sampler's terms)."""
         other: List[Any] = []
 
         def ints() -> Any:
-            for i in items:
+            for pos, i in enumerate(items):
                 try:
+                    if self.indices_only and isinstance(i, (bool, np.bool_)):
+                        raise TypeError
                     yield operator.index(i)
                 except TypeError:
+                    if self.indices_only:
+                        self._refuse(i, pos if where is None else where(pos))
                     other.append(i)
                     return
 
@@ -139,17 +158,40 @@ class UserSampler:
         keys = [int(i) for i in indices] + other + list(items)
         return np.arange(len(keys), dtype=np.int64), keys
 
+    def _refuse(self, item: Any, where: Any) -> None:
+        what = "batch_sampler" if self.batched else "sampler"
+        hint = ""
+        if isinstance(item, (list, tuple)) or (hasattr(item, "__len__") and
+                                                not isinstance(item, (str, bytes))):
+            hint = (": a sampler whose items are lists of indices (a BatchSampler) is a "
+                    "batch_sampler= (or, as DataLoader's bulk-loading pattern, sampler= "
+                    "with batch_size=None)")
+        raise ValueError(f"the {what} gave {item!r} at {where}: a stoker.Dataset is read "
+                         f"by integer index (0 <= index < {self.num_records}), and an item "
+                         f"that is not one is refused rather than read as a position{hint}")
+
     def _list(self) -> Tuple[np.ndarray, np.ndarray, Optional[List[Any]]]:
         """The sampler's epoch: (indices, where each batch ends, the items when they are
-        not indices)."""
+        not indices). A permutation's ends are empty: stoker batches it."""
+        if self.draw is not None and self.draw_now:
+            self.draw()
         if self.batched:
             batches = [list(b) for b in self.sampler]
-            indices, keys = self._stream(i for b in batches for i in b)
+            starts = np.cumsum([0] + [len(b) for b in batches])
+
+            def where(pos: int) -> str:
+                k = int(np.searchsorted(starts, pos, side="right")) - 1
+                return f"batch {k}, position {pos - int(starts[k])}"
+
+            indices, keys = self._stream((i for b in batches for i in b), where)
             ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
             if any(len(b) == 0 for b in batches):
                 raise ValueError("the batch_sampler gave an empty batch")
+        elif self.permutation:
+            indices, keys = self._stream(iter(self.sampler), lambda pos: f"position {pos}")
+            ends = np.zeros(0, np.int64)
         else:
-            indices, keys = self._stream(iter(self.sampler))
+            indices, keys = self._stream(iter(self.sampler), lambda pos: f"position {pos}")
             n, b = len(indices), self.batch_size
             full = n // b
             ends = np.arange(1, full + 1, dtype=np.int64) * b
@@ -159,10 +201,12 @@ class UserSampler:
                 indices = indices[: full * b]
         return indices, ends, keys
 
-    def list_epoch(self, epoch: int) -> None:
-        """Lists `epoch` (once: a later iter() of the same epoch runs the same order)."""
+    def list_epoch(self, epoch: int, base_draw: bool = True) -> None:
+        """Lists `epoch` (once: a later iter() of the same epoch runs the same order);
+        `base_draw`: DataLoader's draw of a new iterator's base seed comes first."""
         if epoch in self.kept:
             return
+        self.draw_now = base_draw
         snap = self._snapshot()
         indices, ends, keys = self._list()
         if self.checked is None and not self.stateful:
@@ -177,7 +221,14 @@ class UserSampler:
             if self.on_keys is not None:
                 self.on_keys()
             self.keys[epoch] = keys
-        self.listed.set(epoch, indices, ends, max(self.num_records, len(indices)))
+        if self.permutation:
+            self.listed.set_permutation(epoch, indices, self.num_records)
+        else:
+            # a map-style dataset's __getitem__ answers an index past its len() itself (as
+            # with DataLoader); a stoker.Dataset's records stop at its len()
+            bound = self.num_records if self.indices_only else \
+                max(self.num_records, len(indices))
+            self.listed.set(epoch, indices, ends, bound)
         self.kept[epoch] = snap
         for old in sorted(self.kept)[:-4]:
             del self.kept[old]

@@ -72,6 +72,15 @@ class Dataset:
             served the reads (``"memory"``, ``"mmap"`` or ``"remote"``). A URL's dataset
             is downloaded whole first, then read into memory.
 
+        as_tuple: field names, in the order a torch Dataset's items had them: ``ds[i]``
+            is then that tuple (an image as a uint8 ``[C, H, W]`` tensor, arrays as
+            tensors, a scalar as a 0-d tensor), a ``Loader``'s ``collate_fn`` receives
+            those tuples, and without one its batches are lists in that order, as
+            ``default_collate`` gives them: ``for images, labels in loader`` is unchanged
+            after a move from a torch Dataset to shards (docs/python.md, "Step 2").
+            Example: ``stoker.Dataset("out/train", as_tuple=("image", "label"))``.
+            None (default): samples and batches are dicts of every field.
+
     Remote datasets (a URL) also take ``cache_dir``, ``cache_limit`` (the cache
     directory's budget is the smallest cache_limit of the datasets using it),
     ``storage_options``, ``retry`` (:class:`stoker.remote.Retry`: how often and how long a
@@ -86,7 +95,8 @@ class Dataset:
                  cache_limit: Optional[Union[int, str]] = None,
                  storage_options: Optional[Dict[str, Any]] = None,
                  preload: Union[bool, str] = False, retry: Any = None,
-                 stall_timeout: Optional[float] = None):
+                 stall_timeout: Optional[float] = None,
+                 as_tuple: Optional[Sequence[str]] = None):
         # A URL (s3://, https://, any fsspec URL): shards come through a local cache
         # (stoker.remote); ``self.remote`` holds it, its stats and the pins. stoker.remote
         # (http.client, ssl) is imported for a URL only: a local open stays quick.
@@ -99,6 +109,11 @@ class Dataset:
             raise ValueError(f"preload must be True, False or 'auto', got {preload!r}")
         self.remote = None
         self._preload = preload
+        if as_tuple is not None and (isinstance(as_tuple, (str, bytes)) or
+                                     not all(isinstance(n, str) for n in as_tuple)):
+            raise TypeError(f"as_tuple must be a sequence of field names, got {as_tuple!r}")
+        self.as_tuple: Optional[Tuple[str, ...]] = None if as_tuple is None else \
+            tuple(as_tuple)
         if url:
             from .remote import RemoteDataset
 
@@ -235,6 +250,12 @@ class Dataset:
         return "remote" if self._core.deferred else "mmap"
 
     def _opened(self, index: Dict[str, Any]) -> None:
+        if self.as_tuple is not None:
+            missing = [n for n in self.as_tuple if n not in self.fields]
+            if missing or not self.as_tuple or len(set(self.as_tuple)) != len(self.as_tuple):
+                raise ValueError(f"{self.path}: as_tuple={self.as_tuple!r} must name fields of "
+                                 f"the dataset, each once (its fields: "
+                                 f"{', '.join(self.fields)})")
         self._index = index
         self._shards = index["shards"]
         self.metadata: Any = index.get("metadata")
@@ -282,7 +303,28 @@ class Dataset:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __getitem__(self, i: int) -> Dict[str, Any]:
+    @property
+    def classes(self) -> List[str]:
+        """The class names, as torchvision's ``ImageFolder.classes``: label i is
+        ``classes[i]`` (``stoker convert imagefolder`` keeps them in ``metadata``)."""
+        classes = (self.metadata or {}).get("classes") if isinstance(self.metadata, dict) \
+            else None
+        if not isinstance(classes, list):
+            raise AttributeError(f"{self.path}: this dataset has no class names (its metadata "
+                                 "has no 'classes' list; `stoker convert imagefolder` writes "
+                                 "one, ShardWriter(metadata={'classes': [...]}) too)")
+        return list(classes)
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        """``{class name: label}``, as torchvision's ``ImageFolder.class_to_idx``."""
+        return {c: i for i, c in enumerate(self.classes)}
+
+    def __getitem__(self, i: int) -> Any:
+        if self.as_tuple is not None:  # a torch Dataset's item: ds.sample's values as tensors
+            from ._stage.sources import hwc_images, tuple_item
+
+            return tuple_item(self.sample(i), self.as_tuple, hwc_images(self.fields))
         n = len(self)
         if not isinstance(i, int):
             try:
@@ -402,16 +444,19 @@ class Dataset:
         # Pickled as its path (a remote one's URL and cache settings, so a spawned worker
         # on the node reopens it through the shared cache) plus its identity: a dataset
         # rewritten in between is an error, not a mix.
+        view = {"as_tuple": self.as_tuple} if self.as_tuple is not None else {}
         if self.remote is not None:
-            return (_reopen, (self.url, self._identity(), self._remote_args))
+            return (_reopen, (self.url, self._identity(), {**self._remote_args, **view}))
         return (_reopen, (self.index_path, self._identity(),
-                          {"preload": self._preload} if self._preload else None))
+                          {**({"preload": self._preload} if self._preload else {}), **view}
+                          or None))
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}: {f!r}" for n, f in self.fields.items())
+        view = "" if self.as_tuple is None else f", as_tuple={self.as_tuple!r}"
         if self.closed:
-            return f"stoker.Dataset({self.path!r}, closed, {{{fields}}})"
-        return f"stoker.Dataset({self.path!r}, {len(self)} samples, {{{fields}}})"
+            return f"stoker.Dataset({self.path!r}, closed, {{{fields}}}{view})"
+        return f"stoker.Dataset({self.path!r}, {len(self)} samples, {{{fields}}}{view})"
 
 
 def _stat(path: str, follow: bool = True) -> Optional[os.stat_result]:

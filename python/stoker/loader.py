@@ -40,24 +40,6 @@ def _stop_all() -> None:
         loader.close()
 
 
-class _EpochHook:
-    """``loader.sampler``: what Lightning and accelerate call ``set_epoch`` on."""
-
-    __slots__ = ("_loader",)
-
-    def __init__(self, loader: "Loader") -> None:
-        self._loader = weakref.proxy(loader)
-
-    def set_epoch(self, epoch: int) -> None:
-        self._loader.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return self._loader.num_samples
-
-    def __repr__(self) -> str:
-        return "stoker sampler (set_epoch -> Loader.set_epoch)"
-
-
 class Loader:
     """Batches of a :class:`stoker.Dataset` as dicts of ``torch.Tensor``.
 
@@ -93,7 +75,12 @@ class Loader:
             (docs/python.md).
         batch_size: samples per batch.
         shuffle: a new permutation each epoch, from (seed, epoch); sequential if False.
-        seed: the shuffling and augmentation seed.
+        seed: the shuffling and augmentation seed: the same seed, the same batches. None
+            (default): drawn from torch's default generator when the loader is made, so
+            ``torch.manual_seed(s)`` selects the order and the draws, as it does
+            DataLoader's; kept in ``state_dict()``, and a loader made with ``seed=None``
+            takes the seed of the state it loads (NOTE [ Seeds as DataLoader draws them ]
+            in ``stoker/_dropin.py``).
         shard_window: with ``shuffle=True``, shuffle N shards at a time instead of the
             whole dataset (None, the default: a global shuffle). Each epoch puts the shards
             in a random order, cuts it into windows of N shards, and yields each window's
@@ -129,7 +116,10 @@ class Loader:
         rank, world_size: this process's share; None = from torch.distributed at each
             ``iter()`` and ``len()`` (so a loader made before ``init_process_group`` shards
             correctly), else 0 and 1. Every rank gets the same number of batches (the order
-            wraps around to pad, as DistributedSampler does, unless drop_last).
+            wraps around to pad, as DistributedSampler does, unless drop_last). An
+            ``IterableDataset`` is given to each rank as it is (DataLoader's rule: it splits
+            itself by rank, as webdataset's ``split_by_node`` does), unless ``rank``,
+            ``world_size`` or ``even_batches`` is given: stoker then splits its stream.
         transforms: ``{field: [op, ...]}`` with ops from :mod:`stoker.ops` (image fields).
             A key may be a tuple of fields that move together, with one set of random draws
             per sample: ``{("image", "mask", "boxes", "classes"): [...]}``; masks, boxes,
@@ -169,13 +159,25 @@ class Loader:
             results of all ranks gives exactly the dataset (windows or packed rows for
             token batches, a mixture's rows for a ``stoker.Mix``). False with
             ``drop_last=True`` is an error (drop_last already repeats nothing), and so is
-            False with ``max_tokens=`` (budget batches are whole).
+            False with ``max_tokens=`` (budget batches are whole). None (default): True;
+            given (True or False) with an ``IterableDataset``, stoker splits its stream
+            across ranks (see ``rank``).
         map: ``fn(sample, rng) -> dict`` per sample, after the C++ read, decode and
             ``transforms``; ``rng`` is a ``numpy.random.Generator`` keyed by (seed, epoch,
             dataset index). The outputs are batched natively (docs/python.md).
         batch_map: ``fn(batch, rng) -> batch`` per batch, ahead of the loop; with a CUDA
             device it receives the batch on the device, after the copy.
         collate_fn: as ``DataLoader``'s: the list of samples (after ``map``) to any batch.
+        num_workers: as ``DataLoader``'s: a map-style dataset's ``__getitem__`` runs in this
+            many worker processes (their global random generators seeded per sample, so
+            the same seed gives the same batches; a crash there fails the batch, not the
+            loop), 0 in the loop's thread; over a stoker.Dataset without Python per sample,
+            the C++ worker threads. None (default): stoker's choice (threads tuned online,
+            processes when the Python is GIL-bound: ``python_workers``).
+        generator: as ``DataLoader``'s: with ``shuffle=True``, each epoch's permutation is
+            ``RandomSampler(dataset, generator=generator)``'s, drawn at that epoch's
+            ``iter()`` (DataLoader's order for the same generator state; the state keeps
+            it for an exact resume); ``generator.initial_seed()`` is the seed of the rest.
         map_fields: ``{key: stoker.ndarray(dtype, shape) | stoker.scalar(dtype) |
             stoker.blob() | object}``: how map's (or a map-style dataset's) outputs are
             batched; a leading ``None`` pads a variable first dimension. Keys not named
@@ -242,7 +244,7 @@ class Loader:
         pin_memory_device: str = "",
         in_order: bool = True,
         # stoker's own
-        seed: int = 0,
+        seed: Optional[int] = None,
         num_threads: Optional[int] = None,
         prefetch: Optional[int] = None,
         device: Union[str, torch.device] = "cpu",
@@ -253,7 +255,7 @@ class Loader:
         max_image_pixels: int = args.DEFAULT_MAX_PIXELS,
         prefetch_next_epoch: bool = True,
         image_layout: Optional[str] = None,
-        even_batches: bool = True,
+        even_batches: Optional[bool] = None,
         seq_len: Optional[int] = None,
         packing: Optional[str] = None,
         token_dtype: str = "int64",
@@ -287,8 +289,7 @@ class Loader:
         # DataLoader's attributes, as DataLoader sets them
         self.batch_size = None if s.unbatched else s.batch_size
         self.timeout = p.timeout
-        self.num_workers = 0 if p.stage is None or p.stage.num_workers is None \
-            else p.stage.num_workers
+        self.num_workers = 0 if num_workers is None else int(num_workers)
         self.worker_init_fn = worker_init_fn
         self.generator = generator
         self.prefetch_factor = prefetch_factor
@@ -297,10 +298,8 @@ class Loader:
         self.pin_memory_device = pin_memory_device
         self.in_order = in_order
         self._user_sampler = s.batch_sampler if s.batch_sampler is not None else s.sampler
-        if s.batch_sampler is not None:
-            self.batch_sampler = s.batch_sampler
         self.shuffle = s.shuffle
-        self.seed = s.seed
+        self.seed = int(s.seed)
         self.drop_last = s.drop_last
         self.even_batches = s.even_batches
         self.shard_window: Optional[int] = s.shard_window
@@ -332,11 +331,21 @@ class Loader:
         self._mix: Optional[MixRun] = parts.mix
         self.device, self._stream_device = parts.device, parts.stream_device
         self.pin_memory = parts.pin_memory
+        # DataLoader's sampler and batch_sampler objects (stoker/_dropin.py)
+        self._order_options = _build.sampler_options(s)  # loader.sampler iterates it
+        sampler, batch_sampler = _dropin.samplers(self, s.generator is not None)
+        self.batch_sampler = self._own_batch_sampler = batch_sampler
         self._samplers: Optional[UserSampler] = None  # a user's sampler (stoker/_samplers.py)
         if parts.listed is not None:
+            # each listing first draws DataLoader's base seed from the generator, as
+            # DataLoader's iterator does before its sampler (NOTE [ Seeds as DataLoader
+            # draws them ])
+            draw = None if generator is None else (lambda g=generator: _dropin._draw(g))
             self._samplers = UserSampler(
-                self._user_sampler, s.batch_sampler is not None, s.batch_size or 1,
-                s.drop_last, len(p.dataset), parts.listed)
+                sampler if s.generator is not None else self._user_sampler,
+                s.batch_sampler is not None, s.batch_size or 1, s.drop_last, len(p.dataset),
+                parts.listed, indices_only=p.source == "records",
+                permutation=s.generator is not None, draw=draw)
             stage = self._stage
             if stage is not None and isinstance(getattr(stage, "source", None), MapStyleSource):
                 keys = self._samplers.keys
@@ -352,7 +361,7 @@ class Loader:
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
         self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
-        self.sampler = _EpochHook(self)
+        self.sampler = sampler
         _live_loaders.add(self)
         self._initialized = True  # the attributes of _FIXED are set (__setattr__)
 
@@ -416,8 +425,9 @@ class Loader:
     # DataLoader's attributes that frameworks read by name (Lightning's
     # _is_dataloader_shuffled reads batch_sampler directly once `sampler` exists; accelerate
     # and transformers use getattr): answered as DataLoader answers them, never by raising.
-    # `sampler` is the set_epoch hook (it passes set_epoch on to a user's sampler);
-    # `batch_sampler` the user's, if one was given. The rest are set in __init__.
+    # `sampler` and `batch_sampler` are DataLoader's objects (stoker/_dropin.py: the user's,
+    # or a RandomSampler / SequentialSampler and a BatchSampler over stoker's order, with
+    # set_epoch); the rest are set in __init__.
     batch_sampler: Any = None
     collate_fn: Any = None
     _iterator: Any = None  # DataLoader's persistent iterator: a stoker loader keeps none
@@ -462,7 +472,11 @@ class Loader:
         rest of e is what a resume from that state continues; this loader starts e + 1."""
         return self._core.epoch
 
-    def __iter__(self) -> LoaderIter:
+    # one epoch, or epoch after epoch (YOLO's InfiniteDataLoader): stoker/_dropin.py
+    __iter__ = _dropin.loader_iter
+    _get_iterator = _dropin.get_iterator
+
+    def _epoch_iter(self, base_draw: bool = True) -> LoaderIter:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
@@ -486,7 +500,7 @@ class Loader:
             self._mix.at_world(world)
             self._mix.follow(self)  # each remote source ahead of its own stream
         if self._samplers is not None:  # the sampler's order for the epoch, once
-            self._samplers.list_epoch(self._core.epoch)
+            self._samplers.list_epoch(self._core.epoch, base_draw)
         # NOTE [ After a failed batch ]: a batch that raised is consumed, and its iterator
         # goes on with the next one when asked, as DataLoader's does. A loop that leaves
         # on the error and starts a new iterator starts the next epoch, as after a break:

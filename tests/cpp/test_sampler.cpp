@@ -442,7 +442,46 @@ static void listed_orders() {
   CHECK_THROWS(UsageError, lists->set(1, {0, 1}, {1}, 10));
 }
 
+// Listed permutations (shuffle with a torch.Generator: RandomSampler's order): they stand
+// in for the (seed, epoch) permutation only; batches, the rank split, padding, resume
+// offsets and counts are the loader's own, counted before any epoch is listed.
+static void listed_permutations() {
+  auto lists = std::make_shared<ListedOrders>(true);
+  CHECK(lists->permutations());
+  CHECK_THROWS(UsageError, lists->set(0, {0, 1}, {2}, 10));  // batches: not this kind
+  SamplerOptions o = opts(2, true, 7, false);
+  o.listed = lists;
+  const std::vector<int64_t> shards{4, 3};
+  // counts need no listing
+  CHECK_EQ(EpochOrder(7, counting_options(o), 0, 1, 2, 0).num_batches(), 2);
+  CHECK_THROWS(UsageError, EpochOrder(shards, o, 0, 0, 1, 0));  // epoch 0 not listed yet
+  const std::vector<int64_t> perm{6, 2, 0, 5, 1, 3, 4};
+  lists->set_permutation(0, perm, 7);
+  // one rank: the permutation in batches of 2
+  EpochOrder whole(shards, o, 0, 0, 1, 0);
+  CHECK_EQ(whole.num_batches(), 4);
+  for (int64_t q = 0; q < 7; ++q) CHECK_EQ(whole.index(q / 2, q % 2), perm[q]);
+  // two ranks: positions r, r + 2, ..., wrapped around to pad the last
+  for (int64_t r = 0; r < 2; ++r) {
+    EpochOrder e(shards, o, 0, r, 2, 0);
+    CHECK_EQ(e.num_samples(), 4);
+    std::vector<int64_t> b(2);
+    e.batch_indices(1, b.data());
+    CHECK_EQ(b[0], perm[4 + r]);
+    CHECK_EQ(b[1], perm[(6 + r) % 7]);
+  }
+  // resumed after 3 samples consumed: the rest of the same permutation
+  EpochOrder rest(shards, o, 0, 0, 1, 3);
+  CHECK_EQ(rest.index(0, 0), perm[3]);
+  CHECK_EQ(rest.consumed_after(1), 5);
+  CHECK((whole.shard_schedule(0, SIZE_MAX) == std::vector<size_t>{0, 1}));
+  // a permutation it is: every index once, each in range
+  CHECK_THROWS(UsageError, lists->set_permutation(1, {0, 1, 2}, 7));
+  CHECK_THROWS(UsageError, lists->set_permutation(1, {0, 0, 1, 2, 3, 4, 5}, 7));
+  CHECK_THROWS(UsageError, lists->set_permutation(1, {0, 1, 2, 3, 4, 5, 7}, 7));
+}
+
 TEST_MAIN(permutation_is_bijective(); rank_shares(); resume_offsets(); huge_arguments();
           batched_images_match(); shard_window_is_a_permutation(); shard_window_reads_windows();
           shard_window_keys_differ(); shard_window_ranks_and_resume(); shard_schedules();
-          listed_orders())
+          listed_orders(); listed_permutations())

@@ -18,7 +18,7 @@ from .rng import rng_from_key, rng_keys
 from .sources import DatasetSource
 from .state import PROBE_WAIT_SECONDS, PROCESS_THREADS_PER_WORKER, _Doing, _Pending, forks
 from .telemetry import native_times, thread_sched
-from .workers import draws_globals, seed_globals, set_process_worker_info
+from .workers import seed_globals, seeded_call, set_process_worker_info
 
 if TYPE_CHECKING:
     from .stage import PythonStage
@@ -57,6 +57,8 @@ class ChunkRunner:
                 remote = self._run_remote(task, pending, lo, hi, slot, turn)
                 turn = None  # (said done when its request went out)
             else:
+                if self._hold_ahead and task.epoch > self._open_epoch:
+                    self._wait_for_epoch(task)  # NOTE [ Global random generators ]
                 indices = task.indices
                 keys = rng_keys(self.seed, task.epoch, indices[lo:hi]) \
                     if self.map_fn is not None else None
@@ -87,6 +89,22 @@ class ChunkRunner:
                 self._finish(task, pending)
                 doing.idle()  # (collate_fn, batch_map)
 
+    def _wait_for_epoch(self, task: Any) -> None:
+        """Thread workers whose samples draw from the global generators run none of an epoch
+        the loop has not started (the next epoch's prefetch): the user's process is left
+        alone between epochs (NOTE [ Global random generators ] in workers.py)."""
+        with self._epoch_opened:
+            while task.epoch > self._open_epoch and not task.stopped:
+                self._epoch_opened.wait(0.1)
+
+    def open_epoch(self, epoch: int) -> None:
+        """The loop asks for a batch of `epoch` (consumer.next): thread workers held back
+        by _wait_for_epoch may run it."""
+        with self._epoch_opened:
+            if epoch > self._open_epoch:
+                self._open_epoch = epoch
+                self._epoch_opened.notify_all()
+
     def _run_remote(self, task: Any, pending: _Pending, lo: int, hi: int, slot: int,
                     turn: Any = None) -> Tuple[int, ...]:
         """Samples [lo, hi) mapped by this thread's worker process; checked here. The
@@ -95,13 +113,15 @@ class ChunkRunner:
         indices = [int(i) for i in task.indices[lo:hi]]
         worker = slot // PROCESS_THREADS_PER_WORKER
         order = self._order
+        listed = getattr(self.source, "keys", None)  # a sampler's items, not indices
         try:
             rows, errors, skipped, times, lease = self.workers.run(
                 worker, task.epoch, indices, copy=self.collate_fn is not None,
                 turn=None if turn is None or order is None else
                 (lambda: order.wait(worker, turn, lambda: task.stopped)),
                 sent=None if turn is None or order is None else
-                (lambda: order.done(worker, turn)), stopped=lambda: task.stopped)
+                (lambda: order.done(worker, turn)), stopped=lambda: task.stopped,
+                keys=None if listed is None else [listed[task.epoch][i] for i in indices])
         except WorkerDied as e:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)
@@ -144,12 +164,20 @@ class ChunkRunner:
                 if self._claim_probe():
                     # NOTE [ Global random generators ] in workers.py: the first sample run
                     # on a thread is watched, the other threads waiting for the answer
+                    # (run as a worker process runs it: its draws are a worker's)
                     produced: List[Any] = []  # the sample as a worker process would send it
                     try:
-                        drew, row = draws_globals(lambda: self._sample(index, task.epoch, key,
-                                                                       produced))
+                        drew, row = seeded_call(self.seed, task.epoch, index,
+                                                lambda: self._sample(index, task.epoch, key,
+                                                                     produced))
                         if drew and self.auto and not self._leaves_processes(produced):
                             self.auto = False  # its samples cannot come back from a process
+                        if drew:
+                            # auto: the threads run what they hold seeded, as the processes
+                            # will; else they stay on threads, within the loop's epochs
+                            self._seed_on_threads = self.auto
+                            self._hold_ahead = not self.auto
+                            self._open_epoch = task.epoch
                     finally:
                         self._probe_done.set()
                     pending.rows[pos] = row
@@ -162,7 +190,11 @@ class ChunkRunner:
                     # a slow first sample (or one that waits for others: a barrier across
                     # workers) does not hold the rest back for good; said if it drew
                     self._probe_overran = PROBE_WAIT_SECONDS
-            pending.rows[pos] = self._sample(index, task.epoch, key)
+            if self._seed_on_threads:
+                pending.rows[pos] = seeded_call(self.seed, task.epoch, index,
+                                                lambda: self._sample(index, task.epoch, key))[1]
+            else:
+                pending.rows[pos] = self._sample(index, task.epoch, key)
             return True
         except Exception as e:
             if not self.skip:
@@ -299,6 +331,7 @@ class ChunkRunner:
 
         w = copy.copy(self)
         w._lock = threading.Lock()
+        w._epoch_opened = threading.Condition(threading.Lock())
         w.layout = copy.copy(self.layout)
         w.layout._lock = threading.Lock()
         w.pool = None

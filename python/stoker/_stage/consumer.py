@@ -127,6 +127,8 @@ class Consumer:
             raise e
         if self._global_draws:
             self._global_draws_seen()
+        if self._hold_ahead:  # threads that draw from the globals: this epoch may run
+            self.open_epoch(it.epoch)
         side = 0
         if consumer_stream is not None and self.batch_map_on_consumer and \
                 self.batch_map is not None:

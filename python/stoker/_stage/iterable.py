@@ -18,10 +18,16 @@ iteration, state and stats code is the same):
 
   * What stoker adds: the batch count does not depend on the workers (rows are batched
     from the merged stream, not per worker, so a dataset that shards by get_worker_info()
-    gives ceil(n / batch_size) batches for any N); ranks get equal batches: every rank
-    reads the stream (a dataset that shards by rank itself should be given rank=0,
-    world_size=1) and takes its rows of each step of batch_size * world_size rows, the
-    last step split evenly, padded from the epoch's first rows (even_batches=True) or not.
+    gives ceil(n / batch_size) batches for any N).
+  * Ranks, by DataLoader's rule: each rank is given the dataset as it is, and the dataset
+    splits itself by rank (webdataset's split_by_node, HF's split_dataset_by_node, its own
+    torch.distributed calls) or every rank reads it all. Only when asked (even_batches=,
+    rank= or world_size= given: Sampling.split_ranks) does stoker split it, with equal
+    batches on every rank: every rank reads the whole stream and takes its rows of each
+    step of batch_size * world_size rows, the last step split evenly, padded from the
+    epoch's first rows (even_batches=True) or not. Both splitting at once would lose most
+    of the data: a dataset whose structure says it splits itself is refused then, and one
+    that asks torch.distributed for its rank while stoker splits is warned about.
   * Resume: state_dict() holds the epoch, the rows the job consumed, and the dataset's
     own state_dict() taken when the epoch started; load_state_dict() gives the dataset
     that state and the next iterator skips the rows consumed (read again, not yielded).
@@ -31,10 +37,13 @@ iteration, state and stats code is the same):
 
 from __future__ import annotations
 
+import atexit
 import copy
 import queue
 import threading
 import time
+import warnings
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -50,14 +59,70 @@ __all__ = ["IterableStream"]
 
 _QUEUE = 64  # samples a worker may hold ahead of the loop
 _DONE = object()
+_EXIT_JOIN_SECONDS = 2.0
+
+# Worker threads alive (an epoch left with a break keeps them until its iterator goes): at
+# exit they are told to stop and joined before the interpreter finalizes, as the stage's
+# threads are (stoker/_stage/pool.py): a daemon thread that takes the GIL back from a
+# native call (torch's) once finalization began is unwound through that C++ frame, which
+# aborts the process ("terminate called without an active exception").
+_live_workers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers_at_exit() -> None:
+    workers = list(_live_workers)
+    for w in workers:
+        w.stop.set()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + _EXIT_JOIN_SECONDS
+    for w in workers:
+        if w is not threading.current_thread():
+            w.join(max(0.0, deadline - time.monotonic()))
+
+
+# A dataset asking torch.distributed for its rank from a worker of a stream that stoker
+# splits across ranks splits itself too (NOTE [ Iterable datasets ]): said once per stream.
+_watching = threading.local()
+_watch_lock = threading.Lock()
+_watched = False
+
+
+def _watch_rank_calls(stream: "IterableStream") -> None:
+    """In a worker thread of a stream that stoker splits: torch.distributed.get_rank() or
+    get_world_size() called from here (the dataset splitting itself) warns, once."""
+    global _watched
+    _watching.stream = stream
+    with _watch_lock:
+        if _watched:
+            return
+        _watched = True
+        dist = torch.distributed
+        for name in ("get_rank", "get_world_size"):
+            original = getattr(dist, name)
+
+            def watched(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                s = getattr(_watching, "stream", None)
+                if s is not None and not s.warned_self_split:
+                    s.warned_self_split = True
+                    warnings.warn(
+                        "stoker: the IterableDataset asks torch.distributed for its rank "
+                        "(it splits itself by rank) while stoker splits its stream across "
+                        "ranks too (even_batches=, rank= or world_size= given): each rank "
+                        "would get a 1/world_size share of a share. Leave those out (each "
+                        "rank is then given the dataset as it is, DataLoader's rule) or "
+                        "stop the dataset's own split", RuntimeWarning, stacklevel=2)
+                return _original(*args, **kwargs)
+
+            setattr(dist, name, watched)
 
 
 class _Worker(threading.Thread):
     """Worker `wid` of `n`: its iterator of the dataset, into its queue."""
 
     def __init__(self, stream: "IterableStream", wid: int, n: int, epoch: int,
-                 pipe: Any = None):
+                 pipe: Any = None, world: int = 1):
         super().__init__(name=f"stoker-iterable-{wid}", daemon=True)
+        self.epoch_world = world
         self.pipe = pipe  # an IterDataPipe's copy for this worker (_datapipes), else None
         self.q: "queue.Queue[Any]" = queue.Queue(_QUEUE)
         self.stream, self.wid, self.n, self.epoch = stream, wid, n, epoch
@@ -76,6 +141,8 @@ class _Worker(threading.Thread):
         s = self.stream
         try:
             set_thread_worker_info(self.wid, self.n, s.seed, s.dataset)
+            if s.split_ranks and self.epoch_world > 1:
+                _watch_rank_calls(s)
             if s.worker_init_fn is not None:
                 s.worker_init_fn(self.wid)
             for item in (s.dataset if self.pipe is None else self.pipe):
@@ -124,10 +191,11 @@ class _Iter:
             self.workers: List[_Worker] = []
         else:
             self._inline = None
-            self.workers = [_Worker(stream, w, n, epoch, pipes[w] if pipes else None)
+            self.workers = [_Worker(stream, w, n, epoch, pipes[w] if pipes else None, world)
                             for w in range(n)]
             for w in self.workers:
                 w.start()
+                _live_workers.add(w)
         self._turn = 0
         self._ended = False
         for _ in range(skip_rows):  # a resume: the rows consumed are read, not yielded
@@ -227,8 +295,13 @@ class IterableStream:
                  seed: int, workers: int, worker_init_fn: Optional[Callable],
                  map_fn: Optional[Callable], batch_map: Optional[Callable],
                  collate_fn: Optional[Callable], map_fields: Any, unbatched: bool,
-                 timeout: float, generator: Optional[torch.Generator] = None):
+                 timeout: float, generator: Optional[torch.Generator] = None,
+                 split_ranks: bool = False):
         self.dataset = dataset
+        # stoker splits the stream across ranks (asked for); else each rank reads it as
+        # the dataset gives it (NOTE [ Iterable datasets ])
+        self.split_ranks = split_ranks
+        self.warned_self_split = False
         self.generator = generator  # DataLoader's: an IterDataPipe's seed is drawn from it
         self.batch_size = 1 if unbatched else batch_size
         self.drop_last, self.even_batches = drop_last, even_batches
@@ -262,6 +335,8 @@ class IterableStream:
         self._epoch = epoch
 
     def num_batches(self, rank: int, world: int) -> int:
+        if not self.split_ranks:
+            world = 1
         try:
             n = len(self.dataset)
         except TypeError:
@@ -274,6 +349,8 @@ class IterableStream:
     next_batches = num_batches
 
     def iter(self, rank: int, world: int) -> _Iter:
+        if not self.split_ranks:  # the dataset as it is, on every rank
+            rank, world = 0, 1
         epoch = self.epoch
         skip = 0
         if self._resume is not None:
@@ -319,6 +396,8 @@ class IterableStream:
         self._resume = (epoch, position, world)
 
     def skip(self, batches: int, rank: int, world: int) -> None:
+        if not self.split_ranks:
+            world = 1
         self._resume = (self.epoch, batches * self.batch_size * world, world)
 
     def close(self) -> None:

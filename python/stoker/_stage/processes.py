@@ -197,10 +197,12 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         msg = pickle.loads(data)
         if msg[0] == "stop":
             return
-        _, ticket, epoch, indices, slot, size = msg
+        _, ticket, epoch, indices, slot, size = msg[:6]
         if epoch != last_epoch:  # shards checked against their files again (NOTE
             last_epoch = epoch  # [ Verified once ] in csrc/format/shard_reader.h)
             _core.new_file_check_round()
+        if hasattr(stage.source, "keys"):  # a sampler's items that are not indices
+            stage.source.keys = {epoch: dict(zip(indices, msg[6]))} if len(msg) > 6 else None
         if fds:  # a new arena for this slot, made by the loader's process
             if slot in arenas:
                 arenas[slot].close()
@@ -437,13 +439,15 @@ class ProcessWorkers:
     def run(self, worker: int, epoch: int, indices: List[int], copy: bool = False,
             turn: Optional[Callable[[], None]] = None,
             sent: Optional[Callable[[], None]] = None,
-            stopped: Optional[Callable[[], bool]] = None) -> Tuple[Any, ...]:
+            stopped: Optional[Callable[[], bool]] = None,
+            keys: Optional[List[Any]] = None) -> Tuple[Any, ...]:
         """Maps `indices` on worker `worker`: (rows, errors, skipped, times, lease). The
         top-level arrays of each row are views of an arena that `lease` holds until its
         release() (all arrays copied out with `copy`, and the lease released at once).
         `turn` waits for this request's turn to go out (SendOrder), `sent` says it went
         (or never will); `stopped` says whether the request's batch is no longer wanted
-        (NOTE [ Stuck workers ] in stuck.py)."""
+        (NOTE [ Stuck workers ] in stuck.py). `keys`: a sampler's items at those positions,
+        where they are not indices (passed to __getitem__ as they are)."""
         try:
             if turn is not None:
                 turn()
@@ -457,8 +461,8 @@ class ProcessWorkers:
                 arena = w.arenas[slot]
                 ticket = w.sent
                 try:
-                    _send(w.sock, pickle.dumps(("chunk", ticket, epoch, indices, slot,
-                                                arena.size if new else 0)),
+                    msg = ("chunk", ticket, epoch, indices, slot, arena.size if new else 0)
+                    _send(w.sock, pickle.dumps(msg if keys is None else msg + (keys,)),
                           (arena.fd,) if new else ())
                     w.known[slot] = True
                     w.stopped[ticket] = (epoch, stopped or _never)
@@ -532,8 +536,16 @@ class ProcessWorkers:
     def _died_message(self, w: Optional[_Worker], slot: int) -> str:
         what = w.dead if w is not None and w.dead else "is not running"
         pid = w.pid if w is not None else "-"
-        return (f"stoker: Python worker process {slot} (pid {pid}) {what}; the batch it held "
-                "fails. The next iter() starts a new worker in its place")
+        # DataLoader's words first, for a worker a signal ended (a segfault in the
+        # dataset's native code): code that matches them finds them
+        lead = ""
+        killed = what.split("was killed by signal ", 1)[1].split()[0] \
+            if "was killed by signal " in what else ""
+        if killed in signal.Signals.__members__:
+            lead = (f"DataLoader worker (pid {pid}) is killed by signal: "
+                    f"{signal.strsignal(signal.Signals[killed])}. ")
+        return (f"{lead}stoker: Python worker process {slot} (pid {pid}) {what}; the batch it "
+                "held fails. The next iter() starts a new worker in its place")
 
     @staticmethod
     def _exit_status(w: _Worker) -> str:

@@ -16,7 +16,8 @@ from ..fields import Blob, Image, NDArray, Scalar, Tokens
 from ..ops import _specs
 from .telemetry import native_times
 
-__all__ = ["normalize_item", "MapStyleSource", "DatasetSource", "fetch_sample"]
+__all__ = ["normalize_item", "MapStyleSource", "DatasetSource", "fetch_sample", "tuple_item",
+           "hwc_images"]
 
 
 
@@ -100,6 +101,9 @@ class DatasetSource:
         finish += [(name + "_pts", _same) for name, f in dataset.fields.items()
                    if isinstance(f, Video)]
         self._finish = finish
+        # a dataset with as_tuple: what collate_fn receives is its tuple (tuple_item)
+        self._names = getattr(dataset, "as_tuple", None)
+        self._hwc = tuple(n for n, spec in options.images.items() if spec.layout == "HWC")
         # A stored variable-length field or blob that map passes on is batched as the
         # loader batches it without map: padded, with "<name>_lengths".
         self.default_layout: Dict[str, Any] = {}
@@ -145,7 +149,11 @@ class DatasetSource:
         t.bytes += nbytes
         return {name: fin(v) for (name, fin), v in zip(self._finish, values)}
 
-    raw = sample
+    def raw(self, index: int, epoch: int) -> Any:
+        """What collate_fn receives without map: the sample, or the dataset's as_tuple item
+        (a torch Dataset's tuple)."""
+        sample = self.sample(index, epoch)
+        return sample if self._names is None else tuple_item(sample, self._names, self._hwc)
 
 
 _fetchers: "weakref.WeakKeyDictionary[Any, Dict[Any, DatasetSource]]" = \
@@ -187,6 +195,30 @@ def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[Any, Any
         with _fetchers_lock:
             cache[key] = source
     return source.sample(index, int(seed) & 0xFFFFFFFFFFFFFFFF)
+
+
+def tuple_item(sample: Mapping[str, Any], names: Sequence[str],
+               hwc: Sequence[str]) -> Tuple[Any, ...]:
+    """A stoker sample (``ds.sample``'s dict) as a torch Dataset's item: the fields named
+    by ``as_tuple``, in that order; an image decoded HWC (the fields `hwc`) as a uint8
+    ``[C, H, W]`` tensor (a view, as ``pil_to_tensor`` gives), arrays as tensors, a
+    scalar as a 0-d tensor (TensorDataset's), blobs as bytes."""
+    import torch
+
+    out = []
+    for name in names:
+        v = sample[name]
+        if isinstance(v, (np.ndarray, np.generic)):
+            t = torch.from_numpy(np.asarray(v))
+            out.append(t.permute(2, 0, 1) if name in hwc and t.dim() == 3 else t)
+        else:
+            out.append(v)
+    return tuple(out)
+
+
+def hwc_images(fields: Mapping[str, Any]) -> Tuple[str, ...]:
+    """The image fields decoded HWC by default (the stored layout)."""
+    return tuple(n for n, f in fields.items() if isinstance(f, Image) and f.layout == "HWC")
 
 
 def _first(a: np.ndarray) -> Any:

@@ -116,6 +116,13 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         # a thread stopped waiting for it: after how long (PROBE_WAIT_SECONDS), else 0
         self._probe_overran = 0.0
         self._global_draws = False  # ... and it drew from them
+        # ... and auto goes to processes: until then threads run each sample seeded, as a
+        # worker process does (NOTE [ Global random generators ] in workers.py)
+        self._seed_on_threads = False
+        # ... and threads keep running them: none of an epoch the loop has not started
+        self._hold_ahead = False
+        self._open_epoch = 0
+        self._epoch_opened = threading.Condition(threading.Lock())
         self._unpicklable: Optional[str] = None  # ... and could not be pickled: why
         # Image fields of a C++-assembled batch that the loop gets as NCHW views of their
         # HWC memory (channels_last strides): batch_map sees them as the loop would.
@@ -187,13 +194,7 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
 
     def use_keys(self, keys: Dict[int, Any]) -> None:
         """A user sampler whose items are not indices (stoker/_samplers.py): the source
-        reads them by epoch. Worker threads only: a worker process has the items of the
-        epochs listed before it started."""
-        if self.processes:
-            raise ValueError("the sampler gives items that are not indices (passed to "
-                             "__getitem__ as they are): they reach worker threads only; "
-                             "use python_workers='thread' (or 'auto')")
-        self.auto = False
+        reads them by epoch (a worker process gets those of its chunk with it)."""
         self.source.keys = keys
 
     def _claim_probe(self) -> bool:

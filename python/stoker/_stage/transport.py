@@ -187,7 +187,10 @@ class _Writer:
     def encode(self, value: Any) -> Any:
         import torch
 
-        if isinstance(value, torch.Tensor) and value.device.type == "cpu" and \
+        # a plain tensor's memory; a subclass (a nested or jagged tensor, a tensor
+        # wrapper) has no .numpy() of its own and is pickled as it is
+        if type(value) is torch.Tensor and value.layout == torch.strided and \
+                not value.is_nested and value.device.type == "cpu" and \
                 value.dtype != torch.bfloat16 and value.is_contiguous() and \
                 not value.requires_grad:
             return ("__stoker_tensor__", self._put(value.numpy()))

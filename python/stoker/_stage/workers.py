@@ -13,10 +13,17 @@
   all three before each sample from (seed, epoch, index), so the draws of a sample are the
   same whatever worker runs it and however many there are, and a resume is exact. Threads
   share one set of globals, so which sample gets which draw depends on timing: the first
-  sample a stage thread runs is watched (``draws_globals``); if it drew, the threads take
-  no more work and the stage goes to processes at once (python_workers="auto": the chunks
-  the threads held are the only ones made without seeding), or it warns once
-  (python_workers="thread").
+  sample a stage thread runs is watched, run as a worker process would run it
+  (``seeded_call``: the globals seeded for it, the process's own states put back after,
+  one such call at a time) while the other threads wait for the answer; if it drew, the
+  threads take no more work and the stage goes to processes at once
+  (python_workers="auto"), the threads running the rest of the chunks they hold the same
+  seeded way, so that every sample's draws are a worker process's and the batches the
+  same run to run; or it warns once (python_workers="thread", or samples that cannot be
+  pickled), and the threads then never run ahead of the loop into an epoch it has not
+  started (the user's process is left alone between epochs: a validation loader's draws
+  stay its own). The loader's own thread (DataLoader's num_workers=0: ``inline``) runs
+  the dataset as DataLoader's does, unseeded, in the loop's order.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import torch.utils.data
 from .rng import key_words
 
 __all__ = ["set_thread_worker_info", "set_process_worker_info", "seed_globals",
-           "draws_globals", "worker_info_wanted"]
+           "draws_globals", "seeded_call", "worker_info_wanted"]
 
 _GLOBAL_DOMAIN = 0x5354_4B52_4E47_0003  # "STKRNG" 3: a sample's global generators
 _local = threading.local()
@@ -112,15 +119,44 @@ def _snapshot() -> Any:
     return (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
 
 
+def _restore(state: Any) -> None:
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.random.set_rng_state(state[2])
+
+
+# One seeded call at a time: the globals are the process's, shared by every thread.
+_SEEDED = threading.Lock()
+
+
+def seeded_call(seed: int, epoch: int, index: int, run: Callable[[], Any]) -> Tuple[bool, Any]:
+    """(whether `run()` drew from the global generators, what it returned), run with them
+    seeded for sample `index` of `epoch` as a worker process seeds them (so its draws are
+    a worker's), and the process's own states put back after (NOTE [ Global random
+    generators ])."""
+    with _SEEDED:
+        saved = _snapshot()
+        try:
+            seed_globals(seed, epoch, index)
+            before = _snapshot()
+            out = run()
+            after = _snapshot()
+        finally:
+            _restore(saved)
+    return _drew(before, after), out
+
+
 def draws_globals(run: Callable[[], Any]) -> Tuple[bool, Any]:
     """(whether `run()` (one sample) drew from random, numpy.random or torch's default
     generator, what it returned)."""
     before = _snapshot()
     out = run()
-    after = _snapshot()
-    drew = (before[0] != after[0] or not _same_np(before[1], after[1])
+    return _drew(before, _snapshot()), out
+
+
+def _drew(before: Any, after: Any) -> bool:
+    return (before[0] != after[0] or not _same_np(before[1], after[1])
             or not torch.equal(before[2], after[2]))
-    return drew, out
 
 
 def _same_np(a: Any, b: Any) -> bool:

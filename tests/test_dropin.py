@@ -1,0 +1,278 @@
+"""What a DataLoader user passes, read as DataLoader reads it (stoker/_dropin.py): seeds
+drawn from torch's generators, worker processes for num_workers, sampler items over a
+stoker.Dataset, DataLoader's sampler and batch_sampler objects (YOLO's InfiniteDataLoader),
+compared with DataLoader itself where the meaning is the same."""
+
+import ctypes
+import random
+
+import numpy as np
+import pytest
+import stoker
+import torch
+from conftest import write_dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+
+
+class Drawing(Dataset):
+    """A __getitem__ that draws from Python's, NumPy's and torch's global generators, as
+    torchvision-style augmentation code does."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return {"i": i, "r": random.random(), "n": float(np.random.rand()),
+                "t": torch.rand(())}
+
+
+def _draws(batches):
+    return [(b["i"].tolist(), b["r"].tolist(), b["n"].tolist(), b["t"].tolist())
+            for b in batches]
+
+
+def _scramble(k):
+    """Another process's global generators (what a new run starts from)."""
+    random.seed(1000 + k)
+    np.random.seed(2000 + k)
+
+
+# -- seeds: torch.manual_seed selects the order (NOTE [ Seeds as DataLoader draws them ]) -----
+
+def test_torch_manual_seed_selects_the_order_as_with_dataloader():
+    ds = torch.utils.data.TensorDataset(torch.arange(50))
+
+    def order(s, **kw):
+        torch.manual_seed(s)
+        return [b[0].tolist() for b in stoker.Loader(ds, batch_size=8, shuffle=True, **kw)]
+
+    assert order(1) == order(1)
+    assert len({str(order(s)) for s in range(4)}) == 4  # a seed sweep varies the order
+    assert order(1, seed=5) == order(2, seed=5)  # an explicit seed is the loader's own
+    torch.manual_seed(3)
+    loader = stoker.Loader(ds, batch_size=8, shuffle=True)
+    assert isinstance(loader.plan.sampling.seed, int) and loader.seed == loader.state_dict()["seed"]
+
+
+def test_a_drawn_seed_is_kept_in_the_state_and_taken_by_a_resume():
+    ds = torch.utils.data.TensorDataset(torch.arange(50))
+    torch.manual_seed(11)
+    loader = stoker.Loader(ds, batch_size=8, shuffle=True)
+    it = iter(loader)
+    head = [next(it)[0].tolist() for _ in range(2)]
+    state = loader.state_dict()
+    rest = [b[0].tolist() for b in it]
+    torch.manual_seed(12)  # another process: torch's generator elsewhere
+    again = stoker.Loader(ds, batch_size=8, shuffle=True)
+    again.load_state_dict(state)
+    assert [b[0].tolist() for b in again] == rest and len(head) + len(rest) == 7
+    assert again.seed == loader.seed
+    with pytest.raises(ValueError, match="seed"):  # an explicit seed must match
+        stoker.Loader(ds, batch_size=8, shuffle=True, seed=loader.seed + 1).load_state_dict(state)
+
+
+# -- reproducible with DataLoader's arguments -------------------------------------------------
+
+@pytest.mark.parametrize("kw", [dict(num_workers=2), dict(num_workers=3), dict()],
+                         ids=["num_workers=2", "num_workers=3", "no flags"])
+def test_global_draws_give_the_same_batches_run_to_run(kw):
+    """A Dataset drawing from random / np.random / torch: the same torch.manual_seed gives
+    the same batches, whatever the other generators' states, the worker count, and on
+    stoker's own default (threads first: its watched first sample runs as a worker
+    process runs it)."""
+    runs = []
+    for k in range(3):
+        _scramble(k)
+        torch.manual_seed(7)
+        loader = stoker.Loader(Drawing(), batch_size=4, shuffle=True, **kw)
+        runs.append(_draws(loader))
+        loader.close()
+    assert runs[0] == runs[1] == runs[2]
+    torch.manual_seed(7)
+    other = stoker.Loader(Drawing(), batch_size=4, shuffle=True, num_workers=2)
+    assert _draws(other) == runs[0]  # the same draws for any worker count
+    torch.manual_seed(8)
+    assert _draws(stoker.Loader(Drawing(), batch_size=4, shuffle=True, num_workers=2)) != \
+        runs[0]
+
+
+def test_global_draws_resume_exactly_mid_epoch():
+    torch.manual_seed(3)
+    loader = stoker.Loader(Drawing(), batch_size=4, shuffle=True, num_workers=2)
+    _draws(loader)  # epoch 0
+    it = iter(loader)
+    head = [next(it) for _ in range(2)]
+    state = loader.state_dict()
+    rest = _draws(it)
+    loader.close()
+    _scramble(9)
+    torch.manual_seed(4)
+    again = stoker.Loader(Drawing(), batch_size=4, shuffle=True, num_workers=3)
+    again.load_state_dict(state)
+    assert _draws(again) == rest and len(head) + len(rest) == 6
+
+
+def test_num_workers_means_worker_processes():
+    loader = stoker.Loader(Drawing(), batch_size=4, num_workers=2)
+    assert loader.plan.stage.workers == "process"
+    assert stoker.Loader(Drawing(), batch_size=4, num_workers=2,
+                         python_workers="thread").plan.stage.workers == "thread"
+    assert stoker.Loader(Drawing(), batch_size=4).plan.stage.workers == "auto"
+
+
+class _Segfault(Dataset):
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return ctypes.string_at(0)
+
+
+def test_a_segfault_in_getitem_raises_in_the_loop_as_dataloader():
+    """PyTorch's test_segfault: the worker dies, the loop raises DataLoader's words, and
+    the training process goes on."""
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid \d+\) is killed by "
+                                           r"signal: Segmentation fault"):
+        next(iter(stoker.Loader(_Segfault(), batch_size=2, num_workers=2)))
+
+
+def test_thread_workers_leave_the_global_generators_alone_between_epochs():
+    """Thread workers running a Dataset that draws from the global generators (asked for:
+    python_workers="thread") never run the next epoch ahead of the loop: the process's
+    generators are as the loop left them while it does something else (a validation
+    loader's draws stay its own)."""
+    import time
+
+    class Slow(Drawing):
+        def __getitem__(self, i):
+            time.sleep(0.02)  # the next epoch's prefetch would still be running at its end
+            return super().__getitem__(i)
+
+    loader = stoker.Loader(Slow(), batch_size=4, num_workers=2, python_workers="thread")
+    with pytest.warns(RuntimeWarning, match="global random generators"):
+        list(loader)
+    before = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    time.sleep(0.5)  # (the next epoch's prefetch would have drawn by now)
+    after = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    assert before[0] == after[0] and np.array_equal(before[1], after[1])
+    assert torch.equal(before[2], after[2])
+    assert len(list(loader)) == 6  # and the next epoch runs when asked
+    loader.close()
+
+
+def test_the_watched_first_sample_leaves_the_global_generators_as_they_were():
+    _scramble(0)
+    torch.manual_seed(0)
+    want = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    _scramble(0)
+    torch.manual_seed(0)
+    loader = stoker.Loader(Drawing(), batch_size=4, shuffle=True, seed=1)
+    next(iter(loader))
+    loader.close()
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == want
+
+
+# -- sampler items over a stoker.Dataset ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("recs") / "ds", 1000, shard_size="64KB")
+
+
+@pytest.mark.parametrize("map_fn", [None, lambda s, rng: s], ids=["native", "map"])
+def test_a_sampler_item_that_is_not_an_index_is_refused_over_a_stoker_dataset(records, map_fn):
+    kw = {} if map_fn is None else {"map": map_fn}
+    with pytest.raises(ValueError, match=r"gave None at position 1: a stoker.Dataset is read "
+                                         r"by integer index"):
+        list(stoker.Loader(records, batch_size=2, sampler=[700, None, 900, 3], **kw))
+    with pytest.raises(ValueError, match=r"gave None at batch 1, position 1"):
+        list(stoker.Loader(records, batch_sampler=[[700, 701], [900, None]], **kw))
+    with pytest.raises(ValueError, match=r"gave \[0, 1\].*is a batch_sampler="):
+        list(stoker.Loader(records, batch_size=2, sampler=[[0, 1], [2, 3]], **kw))
+    with pytest.raises(ValueError, match="outside the dataset"):
+        list(stoker.Loader(records, batch_size=2, sampler=[5, 1000], **kw))
+    got = [b["label"].tolist() for b in stoker.Loader(records, batch_size=2,
+                                                      sampler=[700, 5, 900, 3], **kw)]
+    assert got == [[700, 5], [900, 3]]
+
+
+def test_a_batch_sampler_as_sampler_without_batch_size_loads_in_bulk(records):
+    """DataLoader's bulk-loading pattern: BatchSampler(RandomSampler(ds), 4, False) passed
+    as sampler= with batch_size=None: each of its lists is a batch of those indices."""
+    bs = BatchSampler(RandomSampler(range(1000), generator=torch.Generator().manual_seed(1)),
+                      4, False)
+    want = [list(b) for b in BatchSampler(RandomSampler(
+        range(1000), generator=torch.Generator().manual_seed(1)), 4, False)]
+    loader = stoker.Loader(records, batch_size=None, sampler=bs)
+    got = [b["label"].tolist() for b in loader]
+    assert got == want and len(got) == 250
+    assert loader.sampler is bs and loader.batch_sampler is None  # DataLoader's attributes
+    again = [b["label"].tolist() for b in loader]
+    assert again != got and sorted(sum(again, [])) == list(range(1000))  # reshuffled
+
+
+# -- DataLoader's sampler and batch_sampler; YOLO's InfiniteDataLoader ------------------------
+
+def test_sampler_and_batch_sampler_are_dataloaders_objects():
+    ds = torch.utils.data.TensorDataset(torch.arange(10))
+    for shuffle, kind in ((True, torch.utils.data.RandomSampler),
+                          (False, torch.utils.data.SequentialSampler)):
+        loader = stoker.Loader(ds, batch_size=4, shuffle=shuffle, seed=2)
+        assert isinstance(loader.sampler, kind)
+        assert isinstance(loader.batch_sampler, torch.utils.data.BatchSampler)
+        assert loader.batch_sampler.sampler is loader.sampler
+        assert loader.batch_sampler.batch_size == 4 and not loader.batch_sampler.drop_last
+        assert len(loader.batch_sampler) == len(loader) == 3 and len(loader.sampler) == 10
+        # iterating them gives the loader's next epoch
+        planned = list(loader.batch_sampler)
+        assert planned == [b[0].tolist() for b in loader]
+        assert list(loader.sampler) == [i for b in planned for i in b] or shuffle
+    unbatched = stoker.Loader(ds, batch_size=None)
+    assert unbatched.batch_sampler is None  # as DataLoader's with batch_size=None
+    dl = DataLoader(ds, batch_size=4, num_workers=0)
+    assert dl.batch_sampler is not None  # (DataLoader without workers has one too)
+    user = torch.utils.data.SequentialSampler(ds)
+    assert stoker.Loader(ds, batch_size=2, sampler=user).sampler is user
+
+
+def _infinite(base):
+    """YOLO's InfiniteDataLoader (ultralytics' data/build.py), on `base`."""
+
+    class _RepeatSampler:
+        def __init__(self, sampler):
+            self.sampler = sampler
+
+        def __iter__(self):
+            while True:
+                yield from iter(self.sampler)
+
+    class InfiniteDataLoader(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            object.__setattr__(self, "batch_sampler", _RepeatSampler(self.batch_sampler))
+            self.iterator = super().__iter__()
+
+        def __len__(self):
+            return len(self.batch_sampler.sampler)
+
+        def __iter__(self):
+            for _ in range(len(self)):
+                yield next(self.iterator)
+
+        def reset(self):
+            self.iterator = self._get_iterator()
+
+    return InfiniteDataLoader
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_yolos_infinite_dataloader_runs_as_with_dataloader(num_workers):
+    ds = torch.utils.data.TensorDataset(torch.arange(10))
+    kw = dict(batch_size=4, shuffle=True, num_workers=num_workers)
+    want = _infinite(DataLoader)(ds, generator=torch.Generator().manual_seed(4), **kw)
+    got = _infinite(stoker.Loader)(ds, generator=torch.Generator().manual_seed(4), **kw)
+    assert len(got) == len(want) == 3
+    for _ in range(3):  # epochs of one iterator that never ends
+        assert [b[0].tolist() for b in got] == [b[0].tolist() for b in want]
+    got.reset()
+    assert len([b for b in got]) == 3
