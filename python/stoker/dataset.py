@@ -24,7 +24,7 @@ from typing import (
 
 from . import _core
 from . import _generations as gen
-from ._index import INDEX_NAME, Index, parse_index, shard_identity
+from ._index import INDEX_NAME, Index, image_folder_hint, parse_index, shard_identity
 from .fields import Field, core_specs
 
 __all__ = ["Dataset"]
@@ -131,7 +131,8 @@ class Dataset:
             root, index_path = os.path.dirname(path) or ".", path
         if _stat(index_path, follow=False) is None:
             raise FileNotFoundError(f"{index_path}: no index.json (not a stoker dataset, or "
-                                    "its writing did not finish)")
+                                    "its writing did not finish)"
+                                    + (image_folder_hint(root) if root == path else ""))
         self.path = root
         self.index_path = index_path
         self._open(check_shards)
