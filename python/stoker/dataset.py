@@ -71,12 +71,23 @@ class Dataset:
             memory available (at most 16 GiB). ``Loader.stats()["tier"]`` says which tier
             served the reads (``"memory"``, ``"mmap"`` or ``"remote"``). A URL's dataset
             is downloaded whole first, then read into memory.
+        cache_dir: remote datasets (a URL): the local directory their shards are cached
+            in, shared by every dataset and rank of the node that uses it. None:
+            ``$STOKER_CACHE_DIR``, else ``$XDG_CACHE_HOME/stoker``, else
+            ``~/.cache/stoker``.
+        cache_limit: remote datasets: bytes (or a size such as ``"50GB"``) the cache may
+            hold; the directory's budget is the smallest ``cache_limit`` of the datasets
+            using it. None: no limit of this dataset's.
+        storage_options: remote datasets: options of the transport, e.g.
+            ``{"endpoint_url": ...}`` for an S3-compatible store or ``{"headers": {...}}``
+            for a private HTTP server (docs/sources.md).
+        retry: remote datasets: a :class:`stoker.remote.Retry`, how often and how long a
+            download is tried. None: ``Retry()``'s defaults.
+        stall_timeout: remote datasets: seconds a transfer may receive nothing before it
+            is retried. None: 30.
 
-    Remote datasets (a URL) also take ``cache_dir``, ``cache_limit`` (the cache
-    directory's budget is the smallest cache_limit of the datasets using it),
-    ``storage_options``, ``retry`` (:class:`stoker.remote.Retry`: how often and how long a
-    download is tried) and ``stall_timeout`` (seconds a transfer may receive nothing
-    before it is retried; default 30): see ``docs/sources.md``.
+    Local paths take none of the remote arguments (a ``ValueError``); docs/sources.md
+    describes the cache, ranges and retries.
     """
 
     _core: Any  # the C++ dataset (_core.Dataset), or _Closed once closed
