@@ -84,6 +84,22 @@ def _jpeg_folder(path: str) -> None:
                 f.write(_jpeg(img))
 
 
+def _photos(path: str) -> None:
+    """The quickstart's folder: three classes, each with its dominant colour (a small
+    model learns them in a few epochs), split into train and val."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 16), ("val", 4)):
+        for label, name in enumerate(["red", "green", "blue"]):
+            os.makedirs(os.path.join(path, split, name), exist_ok=True)
+            for i in range(count):
+                pixels = rng.integers(0, 90, (int(rng.integers(64, 129)), 96, 3))
+                pixels[..., label] += 150
+                with open(os.path.join(path, split, name, f"{i:03d}.jpg"), "wb") as f:
+                    f.write(_jpeg(pixels.astype(np.uint8)))
+
+
 def _token_docs(n: int, seed: int, vocab: int) -> list:
     import numpy as np
 
@@ -227,6 +243,9 @@ KINDS: Dict[str, Tuple[str, Callable[[str], None]]] = {
                "`label` int64 (i % 4)", _images),
     "jpeg-folder": ("a folder of 24 JPEGs in torchvision's ImageFolder layout: "
                     "PATH/{cat,dog,fox}/*.jpg", _jpeg_folder),
+    "photos": ("the quickstart's JPEGs: PATH/train (16 a class) and PATH/val (4 a class), "
+               "each in torchvision's ImageFolder layout, classes red, green and blue (each "
+               "image's dominant colour), 64-128 x 96 px", _photos),
     "tokens-bin": ("a nanoGPT token file: 100,000 uint16 ids below 50257, documents ended "
                    "by 50256 (GPT-2's end of text)", _tokens_bin),
     "tokens": ("a stoker dataset of 200 token documents, field `tokens` "
