@@ -1,10 +1,11 @@
 """Build flags, measured: what link-time optimisation costs at build time and gives at run
 time, in one run.
 
-    python bench/bench_build_flags.py [--variants OFF,PYBIND11] [--rounds 3] [--jobs N]
+    python bench/bench_build_flags.py [--variants PYBIND11,OFF,ON] [--rounds 3] [--jobs N]
+    python bench/bench_build_flags.py --reuse --rounds 5     # runtime again, same builds
 
-Each variant is a value of the CMake option STOKER_LTO (CMakeLists.txt): OFF (the default),
-PYBIND11 (pybind11_add_module's own: -flto on the extension's sources, the bindings), ON
+Each variant is a value of the CMake option STOKER_LTO (CMakeLists.txt): PYBIND11 (the
+default: pybind11_add_module's own -flto on the extension's sources, the bindings), OFF, ON
 (CMAKE_INTERPROCEDURAL_OPTIMIZATION: every target, the core too). For each, in one run:
 
   (a) the wheel built from this tree in a fresh build directory, as README's install does
@@ -105,14 +106,16 @@ def run_benches(variant: str, work: Path, jpegs: Path, images: int) -> Dict[str,
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--variants", default="OFF,PYBIND11",
+    p.add_argument("--variants", default="PYBIND11,OFF,ON",
                    help="STOKER_LTO values to compare, the first the reference "
-                        "(default OFF,PYBIND11; ON: every target)")
+                        "(default PYBIND11,OFF,ON)")
     p.add_argument("--rounds", type=int, default=3, help="runtime rounds per variant")
     p.add_argument("--images", type=int, default=600, help="JPEGs for bench_images.py")
     p.add_argument("--jobs", type=int, default=os.cpu_count(), help="build jobs (all cores)")
     p.add_argument("--work", default=str(ROOT / "build" / "bench-build-flags"),
                    help="where the builds and data go")
+    p.add_argument("--reuse", action="store_true",
+                   help="runtime only: take each variant's build from an earlier run in --work")
     args = p.parse_args()
     variants: List[str] = args.variants.split(",")
     work = Path(args.work)
@@ -122,6 +125,10 @@ def main() -> int:
 
     builds = {}
     for v in variants:
+        if args.reuse:
+            if not (work / v / "site").is_dir():
+                sys.exit(f"--reuse: no build of {v} in {work}")
+            continue
         builds[v] = build(v, work, args.jobs)
         b = builds[v]
         print(f"build {v:<9} {b['wall'] / 60:5.2f} min wall, {b['cpu'] / 60:5.2f} min CPU "
@@ -143,7 +150,9 @@ def main() -> int:
     ref = variants[0]
     names = list(runs[ref])
     width = max(map(len, names))
-    print(f"\nruntime, median of {args.rounds} rounds [range]; ratio to STOKER_LTO={ref}")
+    print(f"\nruntime, median of {args.rounds} rounds [range]; ratio to STOKER_LTO={ref}: "
+          "the median of the rounds' ratios (each round runs the variants back to back, so "
+          "its ratio is less at the mercy of the machine's load) [their range]")
     for name in names:
         cells = []
         for v in variants:
@@ -151,15 +160,18 @@ def main() -> int:
             if not vals:
                 cells.append(f"{v}: -")
                 continue
-            med = statistics.median(vals)
-            cell = f"{v}: {med:>10,.0f} [{min(vals):,.0f}-{max(vals):,.0f}]"
-            if v != ref and runs[ref].get(name):
-                cell += f" {med / statistics.median(runs[ref][name]):.2f}x"
+            cell = f"{v}: {statistics.median(vals):>9,.0f} [{min(vals):,.0f}-{max(vals):,.0f}]"
+            base = runs[ref].get(name, [])
+            if v != ref and len(base) == len(vals):
+                ratios = [a / b for a, b in zip(vals, base)]
+                cell += (f" {statistics.median(ratios):.2f}x [{min(ratios):.2f}-"
+                         f"{max(ratios):.2f}]")
             cells.append(cell)
         print(f"  {name:<{width}}  " + "   ".join(cells))
-    print(f"\nbuild time ratio to STOKER_LTO={ref} (wall, CPU): " + ", ".join(
-        f"{v} {builds[v]['wall'] / builds[ref]['wall']:.2f}x, "
-        f"{builds[v]['cpu'] / builds[ref]['cpu']:.2f}x" for v in variants[1:]))
+    if builds:
+        print(f"\nbuild time ratio to STOKER_LTO={ref} (wall, CPU): " + ", ".join(
+            f"{v} {builds[v]['wall'] / builds[ref]['wall']:.2f}x, "
+            f"{builds[v]['cpu'] / builds[ref]['cpu']:.2f}x" for v in variants[1:]))
     print(f"load average at the end: {load()}")
     return 0
 
