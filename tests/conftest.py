@@ -86,7 +86,7 @@ TESTING_INSTALL = ("pip install --no-build-isolation -Ccmake.define.STOKER_TESTI
                    "\".[test]\" -c tests/constraints.txt")
 
 
-def testing_module():
+def native_testing():
     """stoker._testing, the test-only entry points (tests/ext/), built only when asked for
     (CMake option STOKER_TESTING_MODULE): an install for use leaves it out. Missing, the
     error says how to build it."""
@@ -111,7 +111,7 @@ class FakeDeviceLoader(stoker.Loader):
     copy_delay_us = 0
 
     def _open_device(self, index):
-        return testing_module().fake_device(self.copy_delay_us)
+        return native_testing().fake_device(self.copy_delay_us)
 
 
 def fake_device_loader(ds, delay_us=0, **kw):

@@ -20,9 +20,9 @@ import math
 import augment_reference as ref
 import numpy as np
 import pytest
-from conftest import testing_module
+from conftest import native_testing
 
-_testing = testing_module()  # the test-only entry points (tests/ext/)
+_testing = native_testing()  # the test-only entry points (tests/ext/)
 
 
 def photo(h, w, c=3, seed=0):
