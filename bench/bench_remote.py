@@ -219,7 +219,7 @@ def bench_transports(args, work):
         import boto3  # noqa: F401
         import moto  # noqa: F401
     except ImportError:
-        print("  s3: boto3 and moto[server] are needed")
+        print("  s3: boto3, moto[s3], flask and flask-cors are needed")
         return
     s3 = S3Server()
     try:

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Measures the numbers the README quotes about installing and testing, on this machine:
-#   - the wheel's size (builds it: scripts/build-wheel.sh),
+#   - the wheel's size, and the time scripts/build-wheel.sh takes to build it (sdist, wheel
+#     from the sdist in an isolated build environment, auditwheel),
 #   - the first build of the README's install command (a fresh build directory: what
 #     `pip install --no-build-isolation .` takes in a new clone; -v shows its progress),
+#     then what the test command adds to it (stoker._testing, in the same build directory),
 #   - the README's test command, `python -m pytest tests -q` (stoker installed), with its
 #     summary line,
-#   - what the [test] extra adds to a venv that has torch (pip's dry-run report),
+#   - the [test] extra: the packages it adds to a venv that has torch, and the time pip
+#     takes to install them there (a new venv, pip's cache not used: downloads included),
 #   - `stoker --help` and `stoker inspect` start-up (median of 5 runs each),
 #   - the fast tier's wall time (scripts/test-fast.sh).
-# Run it in the development venv (stoker installed). All of it takes about 45 minutes on 2
-# cores; STEPS="wheel build tests extra startup fast" picks some. The load average is
-# noted first: on a machine busy with other work every time grows.
+# Run it in the development venv (stoker installed, with stoker._testing). All of it takes
+# about 45 minutes on 2 cores; STEPS="wheel build tests extra startup fast" picks some. The
+# load average is noted before and after each timed step: on a machine busy with other work
+# the wall time grows, the CPU time much less; quote each figure with the load it had.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${STEPS:-wheel build tests extra startup fast}"
@@ -46,10 +50,10 @@ median5() {  # median wall seconds of 5 runs of "$@"
 note "machine: $(nproc) cores, $(uname -m), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 if [[ $steps == *wheel* ]]; then
-  bash scripts/build-wheel.sh >build/readme-numbers-wheel.log 2>&1
+  timed build/readme-numbers-wheel.log env -u CMAKE_CXX_COMPILER_LAUNCHER bash scripts/build-wheel.sh
   tag=$(python -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
   wheel=$(ls dist/stoker-*-"$tag"-*.whl)
-  note "wheel: $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB"
+  note "wheel: $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB; scripts/build-wheel.sh: $took"
   if unzip -l "$wheel" | grep -q "_token_reference\|tests/"; then
     note "wheel: WARNING: test files inside"; fi
 fi
@@ -59,9 +63,16 @@ if [[ $steps == *build* ]]; then
   # fresh build directory), then package; `pip wheel` leaves the installed stoker alone.
   dir=build/readme-numbers-build
   rm -rf "$dir" build/readme-numbers-wheel
-  timed build/readme-numbers-build.log pip wheel -q --no-build-isolation --no-deps \
-    -Cbuild-dir="$dir" -w build/readme-numbers-wheel .
+  # No compiler cache and no extra CMake options of this shell: a new clone has neither.
+  clean=(env -u CMAKE_CXX_COMPILER_LAUNCHER -u SKBUILD_CMAKE_DEFINE)
+  timed build/readme-numbers-build.log "${clean[@]}" pip wheel -q --no-build-isolation \
+    --no-deps -Cbuild-dir="$dir" -w build/readme-numbers-wheel .
   note "first build (pip install --no-build-isolation ., a fresh build dir, $(nproc) cores): $took"
+  # README's test command then builds the test-only extension in the same build directory
+  timed build/readme-numbers-build-testing.log "${clean[@]}" pip wheel -q \
+    --no-build-isolation --no-deps -Cbuild-dir="$dir" \
+    -Ccmake.define.STOKER_TESTING_MODULE=ON -w build/readme-numbers-wheel .
+  note "the test command's addition (stoker._testing, in that build dir): $took"
   rm -rf "$dir" build/readme-numbers-wheel
 fi
 
@@ -74,21 +85,32 @@ fi
 
 if [[ $steps == *extra* ]]; then
   python - <<'PY' | tee -a "$out"
-import json, os, subprocess, sys, tempfile, tomllib, venv
+import json, os, subprocess, sys, tempfile, time, tomllib, venv
 
 import torch
 
 extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]
 base = [f"torch=={torch.__version__.split('+')[0]}", "numpy"]
+pins = ["-c", "tests/constraints.txt"]
+load = lambda: open("/proc/loadavg").read().split()[0]  # noqa: E731
 with tempfile.TemporaryDirectory() as tmp:
     venv.create(tmp, with_pip=True)
+    pip = [os.path.join(tmp, "bin", "python"), "-m", "pip"]
     names = []
     for what in (base, base + extra):
         report = os.path.join(tmp, "report.json")
-        subprocess.run([os.path.join(tmp, "bin", "pip"), "install", "-q", "--dry-run",
-                        "--ignore-installed", "--report", report, *what], check=True)
+        subprocess.run([*pip, "install", "-q", "--dry-run", "--ignore-installed", "--report",
+                        report, *pins, *what], check=True)
         names.append({i["metadata"]["name"].lower() for i in json.load(open(report))["install"]})
-print(f"[test] extra: {len(names[1] - names[0])} packages beyond torch and numpy")
+    # what README's test command does after the torch the reader has: torch first (not
+    # timed), then the extra, fetched anew (no cache) as on a new machine
+    subprocess.run([*pip, "install", "-q", *base], check=True)
+    before, t0 = load(), time.perf_counter()
+    subprocess.run([*pip, "install", "-q", "--no-cache-dir", *pins, *extra], check=True)
+    took = (time.perf_counter() - t0) / 60
+print(f"[test] extra: {len(names[1] - names[0])} packages beyond torch and numpy; installing "
+      f"them into a venv that has torch: {took:.1f} min wall, downloads included (load "
+      f"average {before} before, {load()} after)")
 PY
 fi
 

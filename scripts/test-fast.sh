@@ -27,8 +27,9 @@ lint="build/ci-lint"
 "$lint/bin/ruff" check .
 xargs "$lint/bin/clang-format" --dry-run --Werror <scripts/clang-format-files.txt
 
-step "install (incremental)"
-pip install -q --no-build-isolation ".[test]" -c tests/constraints.txt
+step "install (incremental), with the test-only extension stoker._testing"
+pip install -q --no-build-isolation -Ccmake.define.STOKER_TESTING_MODULE=ON ".[test]" \
+  -c tests/constraints.txt
 
 step "the tests but the slow ones, with the C++ unit tests (plain) beside it"
 # The C++ tests build and run in the background while pytest runs (pytest's time is partly

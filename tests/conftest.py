@@ -81,6 +81,24 @@ def same_for_threads_and_resume(make):
     return one
 
 
+# The command that builds stoker with its test-only extension, as README's test command does.
+TESTING_INSTALL = ("pip install --no-build-isolation -Ccmake.define.STOKER_TESTING_MODULE=ON "
+                   "\".[test]\" -c tests/constraints.txt")
+
+
+def native_testing():
+    """stoker._testing, the test-only entry points (tests/ext/), built only when asked for
+    (CMake option STOKER_TESTING_MODULE): an install for use leaves it out. Missing, the
+    error says how to build it."""
+    try:
+        from stoker import _testing
+    except ImportError:
+        raise ImportError("stoker._testing, the test-only extension (tests/ext/), is not "
+                          "installed: an install for use leaves it out. Install stoker as "
+                          f"README's test command does: {TESTING_INSTALL}") from None
+    return _testing
+
+
 def epoch_labels(loader):
     return [b["label"].tolist() for b in loader]
 
@@ -93,9 +111,7 @@ class FakeDeviceLoader(stoker.Loader):
     copy_delay_us = 0
 
     def _open_device(self, index):
-        from stoker import _testing
-
-        return _testing.fake_device(self.copy_delay_us)
+        return native_testing().fake_device(self.copy_delay_us)
 
 
 def fake_device_loader(ds, delay_us=0, **kw):

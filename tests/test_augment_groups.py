@@ -11,10 +11,11 @@ held to Pillow's BILINEAR within 2 levels; boxes to 1e-3 pixel.
 import augment_reference as ref
 import numpy as np
 import pytest
-from conftest import png
+from conftest import native_testing, png
 from PIL import Image
-from stoker import _testing
 from stoker import ops as T
+
+_testing = native_testing()  # the test-only entry points (tests/ext/)
 
 
 def scene(h=48, w=64, seed=0):

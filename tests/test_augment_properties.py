@@ -39,11 +39,12 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from conftest import png  # noqa: E402
+from conftest import native_testing, png  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from stoker import _testing  # noqa: E402
 from stoker import ops as T  # noqa: E402
+
+_testing = native_testing()  # the test-only entry points (tests/ext/)
 
 # hypothesis' pytest plugin imports its patch writer (libcst) to report a failure, and that
 # import warns (warnings are errors here): import it now, quietly.

@@ -92,6 +92,28 @@ def test_example_data_writes_what_the_docs_read(tmp_path):
         assert kind in help_text
 
 
+def test_example_images_need_no_pillow(tmp_path):
+    """`stoker example-data images` and `jpeg-folder` write their JPEGs with the core's own
+    encoder (libjpeg-turbo): they work where Pillow cannot be imported, and the images hold
+    the pictures they were made from."""
+    script = ("import sys; sys.modules['PIL'] = None; from stoker.cli import main; "
+              "sys.exit(main(['example-data', 'images', 'i', 'jpeg-folder', 'f']))")
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rng = np.random.default_rng(0)  # the first picture of each, as example_data draws it
+    h, w = int(rng.integers(40, 73)), int(rng.integers(40, 73))
+    first = stoker.example_data.photo_like(rng, h, w)
+    jpeg = bytes(stoker.Dataset(tmp_path / "i")[0]["image"])
+    got = stoker._core.decode_image(jpeg)
+    assert got.shape == (h, w, 3)
+    err = np.abs(got.astype(int) - first).mean()  # JPEG's loss on a noisy picture
+    assert err < 12 and err < np.abs(got.astype(int) - first[::-1, ::-1]).mean() / 4
+    files = sorted((tmp_path / "f").glob("*/*.jpg"))
+    assert len(files) == 24
+    assert all(stoker._core.image_size(p.read_bytes()) for p in files)
+
+
 def test_inspect_missing_dataset_is_an_error(tmp_path):
     r = run("inspect", str(tmp_path / "nope"))
     assert r.returncode == 2 and "no such dataset" in r.stderr

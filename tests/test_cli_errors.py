@@ -39,6 +39,13 @@ def work(tmp_path_factory):
     (w / "notnpy.npy").write_bytes(b"hello, not an array")
     (w / "bad.jsonl").write_text('{"text": "fine"}\n{"text": \n')
     (w / "odd.bin").write_bytes(b"\x00\x01\x02")
+    from stoker import _core
+
+    jpeg = _core.encode_jpeg(np.full((40, 40, 3), 99, np.uint8))
+    (w / "photos" / "a").mkdir(parents=True)  # an ImageFolder tree, not yet a dataset
+    (w / "photos" / "a" / "p.jpg").write_bytes(jpeg)
+    (w / "cut" / "a").mkdir(parents=True)
+    (w / "cut" / "a" / "t.jpg").write_bytes(jpeg[:len(jpeg) // 2])
     (w / "unreadable").mkdir()
     write_dataset(w / "unreadable" / "ds", 5)
     np.save(w / "unreadable" / "x.npy", np.arange(3))
@@ -138,6 +145,11 @@ CASES = [
     (["convert", "imagefolder", "missing", "o6"], 2, ["missing"]),
     (["convert", "imagefolder", "empty", "o6"], 2, ["empty"]),
     (["convert", "imagefolder", "empty", "o6", "--quality", "0"], 2, ["--quality"]),
+    (["convert", "imagefolder", "cut", "o6"], 1, ["t.jpg", "truncated JPEG", "--skip-bad"]),
+    # images where a dataset belongs: the command that makes one
+    (["inspect", "photos"], 2, ["photos", "stoker convert imagefolder"]),
+    (["inspect", "photos/a/p.jpg"], 2, ["p.jpg", "a JPEG image", "stoker convert imagefolder"]),
+    (["bench", "photos"], 2, ["photos", "stoker convert imagefolder"]),
     (["convert", "megatron", "afile", "o7"], 2, ["afile"]),
     (["convert", "nanogpt", "odd.bin", "o7", "--dtype", "uint16"], 1, ["odd.bin"]),
     (["convert", "nanogpt", "odd.bin", "o7", "--dtype", "float"], 2, ["--dtype"]),

@@ -1,5 +1,6 @@
 import io
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -114,8 +115,32 @@ def test_cli(tree, tmp_path, capsys):
     assert "wrote 5 images of 4 classes" in capsys.readouterr().err
     assert len(stoker.Dataset(tmp_path / "out")) == 5
     (src / "cat" / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0garbage")
-    assert main(["convert", "imagefolder", str(src), str(tmp_path / "o2"), "--quiet"]) == 2
+    # bad data, not usage: exit status 1 (README, "Command line")
+    assert main(["convert", "imagefolder", str(src), str(tmp_path / "o2"), "--quiet"]) == 1
     assert "bad.jpg" in capsys.readouterr().err
+
+
+def test_files_named_as_images_that_are_not_say_so_without_pillow(tree, tmp_path, monkeypatch):
+    """A text file named .jpg is not a JPEG, whether or not Pillow is there; a BMP needs
+    Pillow to be stored (as PNG), and says so."""
+    src, _ = tree
+    (src / "cat" / "notes.jpg").write_text("hello, I am text")
+    (src / "cat" / "empty.png").write_bytes(b"")
+    for pillow in (True, False):
+        if not pillow:
+            monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL fails
+        stats = convert_imagefolder(src, tmp_path / f"out{pillow}", skip_bad=True,
+                                    progress=False, overwrite=True)
+        why = dict(stats["skipped"])
+        assert why[str(src / "cat" / "notes.jpg")] == \
+            "not a JPEG: the file starts with b'hello, I am ', no image format's signature"
+        assert why[str(src / "cat" / "empty.png")] == "not a PNG: the file is empty"
+        if pillow:
+            assert len(why) == 2 and stats["images"] == 5
+        else:
+            assert why[str(src / "dog" / "pic.bmp")] == \
+                "a BMP image: storing it (as PNG) needs Pillow (pip install pillow)"
+            assert not any("Pillow" in w for p, w in why.items() if not p.endswith(".bmp"))
 
 
 def test_missing_source(tmp_path):
@@ -137,7 +162,7 @@ def test_write_options_in_metadata_and_verify(tree, tmp_path, capsys):
     bad = src / "cat" / "c_cut.jpg"
     bad.write_bytes(files["cat/b.jpg"][: len(files["cat/b.jpg"]) * 2 // 3])
     assert main(["convert", "imagefolder", str(src), str(tmp_path / "o2"), "--quiet",
-                 "--verify"]) == 2
+                 "--verify"]) == 1  # bad data: exit status 1
     assert "c_cut.jpg: truncated JPEG data" in capsys.readouterr().err
     assert main(["convert", "imagefolder", str(src), str(tmp_path / "o3"), "--quiet",
                  "--no-verify"]) == 0

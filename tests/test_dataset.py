@@ -25,6 +25,33 @@ def test_missing_directory_and_index(tmp_path):
         stoker.Dataset(tmp_path / "empty")
 
 
+def test_images_given_for_a_dataset_point_to_convert_imagefolder(tmp_path):
+    """A JPEG file, a folder of JPEGs and an ImageFolder tree opened as a dataset: each
+    error says what was given and the command that makes a dataset of it."""
+    from stoker import _core
+
+    jpeg = _core.encode_jpeg(np.zeros((8, 8, 3), np.uint8))
+    (tmp_path / "tree" / "cat").mkdir(parents=True)
+    (tmp_path / "tree" / "cat" / "a.jpg").write_bytes(jpeg)
+    with pytest.raises(stoker.DataError, match=r"a\.jpg: not a stoker dataset index \(a JPEG "
+                       r"image\).*stoker convert imagefolder") as e:
+        stoker.Dataset(tmp_path / "tree" / "cat" / "a.jpg")
+    assert "JSON" not in str(e.value)
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(stoker.DataError, match=r"notes\.txt: not a stoker dataset index"):
+        stoker.Dataset(tmp_path / "notes.txt")
+    for folder, says in (("tree", "an ImageFolder tree"), ("tree/cat", "one sub-folder per "
+                                                                         "class")):
+        for open_ in (stoker.Dataset, stoker.Loader):
+            with pytest.raises(FileNotFoundError, match="no index.json") as e:
+                open_(str(tmp_path / folder))
+            assert "stoker convert imagefolder" in str(e.value) and says in str(e.value)
+    (tmp_path / "arrays").mkdir()
+    with pytest.raises(FileNotFoundError) as e:  # no images: no such advice
+        stoker.Dataset(tmp_path / "arrays")
+    assert "imagefolder" not in str(e.value)
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda t: "{not json", "invalid JSON"),
     (lambda t: t.replace('"version": 2', '"version": 99'), "format version 99"),

@@ -97,22 +97,23 @@ class Block:
     @property
     def data_commands(self) -> List[List[str]]:
         """The `stoker example-data KIND PATH ...` commands that the leading comment lines
-        of a Python block name, a command possibly spanning lines (a bash block runs its
-        own)."""
+        of a Python block name, each whole on its line, as a reader copies it (a bash block
+        runs its own)."""
         if self.lang != "python":
             return []
         return [["stoker", "example-data", *m.group(1).split()]
-                for m in _DATA_COMMAND.finditer(self.first_comment)]
+                for line in self.first_comment.split("\n")
+                for m in _DATA_COMMAND.finditer(line)]
 
     @property
     def first_comment(self) -> str:
-        """The leading comment lines of the code, joined: what a reader sees first."""
+        """The leading comment lines of the code, one a line: what a reader sees first."""
         lines = []
         for line in self.code.splitlines():
             if not line.startswith("#"):
                 break
             lines.append(line.lstrip("# ").strip())
-        return " ".join(lines)
+        return "\n".join(lines)
 
     @property
     def runnable(self) -> bool:

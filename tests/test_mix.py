@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import write_dataset
+from conftest import native_testing, write_dataset
 from remote_servers import Nginx, nginx_binary
-from stoker import _core, _testing
+from stoker import _core
 from stoker.mix import rational_counts
+
+_testing = native_testing()  # the test-only entry points (tests/ext/)
 
 
 @pytest.fixture(scope="module")

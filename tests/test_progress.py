@@ -1,5 +1,6 @@
 """Progress bars of the command line (stoker._progress): a tqdm bar with rate and ETA on a
-terminal, nothing when stderr is not one."""
+terminal, stoker's own line with the same figures when tqdm is not installed, nothing when
+stderr is not a terminal."""
 
 import io
 import re
@@ -88,3 +89,29 @@ def test_bench_sweep_draws_a_bar(tmp_path, terminal):
     assert main(["bench", ds.path, "--sweep", "--batch-sizes", "16,32", "--threads", "1",
                  "--seconds", "0.05"]) == 0
     assert "stoker bench --sweep" in terminal.getvalue()
+
+
+def test_without_tqdm_a_line_of_our_own_with_rate_and_eta(terminal, monkeypatch, tmp_path):
+    terminal = terminal()
+    monkeypatch.setattr(stoker._progress, "_tqdm", lambda: None)  # as if not installed
+    with Progress(200, "work", unit="files") as bar:
+        assert bar.active
+        for i in range(200):
+            bar.update()
+            if i == 99:
+                bar.note("half way")
+                bar.write("a line between", file=sys.stderr)
+    out = terminal.getvalue()
+    assert "work:  50% 100/200 files [" in out and "half way" in out
+    assert re.search(r"work: 100% 200/200 files \[\d\d:\d\d<00:00, [\d,]+ files/s\]", out)
+    assert "\ra line between\n" in out  # the line cleared first, then redrawn
+    assert out.endswith("\r")  # cleared at the end, as tqdm's leave=False
+    # bytes are scaled, and the commands draw it too
+    terminal.seek(0)
+    terminal.truncate()
+    np.save(tmp_path / "x.npy", np.arange(2000 * 4, dtype=np.int32).reshape(2000, 4))
+    assert main(["convert", "npy", str(tmp_path / "ds"), f"x={tmp_path / 'x.npy'}"]) == 0
+    assert main(["inspect", str(tmp_path / "ds"), "--verify"]) == 0
+    text = terminal.getvalue()
+    assert "stoker convert npy: 100% 2,000/2,000 samples" in text
+    assert re.search(r"stoker inspect --verify: 100% [\d.]+k/[\d.]+k B \[.*B/s\]", text)

@@ -57,7 +57,7 @@ def served_root(local_ds):
 @pytest.fixture(scope="module")
 def s3(local_ds):
     pytest.importorskip("boto3", reason="boto3 is in the test extra")
-    pytest.importorskip("moto", reason="moto[server] is in the test extra")
+    pytest.importorskip("moto", reason="moto (with flask for its server) is in the test extra")
     server = S3Server()
     server.upload_dir(str(local_ds[0] / "ds"), "bucket", "datasets/ds")
     yield server

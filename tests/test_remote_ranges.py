@@ -66,7 +66,7 @@ def served_root(www):
 @pytest.fixture(scope="module")
 def s3(www):
     pytest.importorskip("boto3", reason="boto3 is in the test extra")
-    pytest.importorskip("moto", reason="moto[server] is in the test extra")
+    pytest.importorskip("moto", reason="moto (with flask for its server) is in the test extra")
     server = S3Server()
     server.upload_dir(str(www), "bucket", "www")
     yield server

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import corrupt_record, fake_device_loader, thread_names, write_dataset
-from stoker import _core, _testing
+from conftest import corrupt_record, fake_device_loader, native_testing, thread_names, write_dataset
+from stoker import _core
+
+_testing = native_testing()  # the test-only entry points (tests/ext/)
 
 
 def wait_until(pred, seconds=3.0):

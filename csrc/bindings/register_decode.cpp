@@ -1,5 +1,6 @@
-// Bindings of csrc/codecs: one-image decode for tests and tools, and the
-// decode-only throughput that the image benchmark uses as its ceiling.
+// Bindings of csrc/codecs: one-image decode for tests and tools, the JPEG encoder
+// (example data, stoker.image(storage="smart")), and the decode-only throughput that
+// the image benchmark uses as its ceiling.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,6 +8,7 @@
 #include <string_view>
 
 #include "codecs/decode_benchmark.h"
+#include "codecs/jpeg_encoder.h"
 #include "common/error.h"
 #include "geometry/image_pipeline.h"
 
@@ -92,6 +94,28 @@ void register_decode(py::module_& m) {
         return py::make_tuple(i.height, i.width);
       },
       py::arg("data"), "(height, width) from the header.");
+  m.def(
+      "encode_jpeg",
+      [](const py::array_t<uint8_t, py::array::c_style>& pixels, int quality) {
+        const py::ssize_t nd = pixels.ndim();
+        STOKER_CHECK(nd == 2 || (nd == 3 && (pixels.shape(2) == 3 || pixels.shape(2) == 1)),
+                     UsageError, "encode_jpeg takes (h, w, 3) RGB or (h, w) grayscale pixels, got ",
+                     nd, " dimensions");
+        const int channels = nd == 3 ? static_cast<int>(pixels.shape(2)) : 1;
+        const py::ssize_t h = pixels.shape(0), w = pixels.shape(1);
+        STOKER_CHECK(h <= INT32_MAX && w <= INT32_MAX, UsageError, "image of ", h, "x", w,
+                     " pixels is too large for a JPEG");
+        std::vector<uint8_t> out;
+        {
+          py::gil_scoped_release nogil;
+          out = jpeg_encode(pixels.data(), static_cast<int>(w), static_cast<int>(h), channels,
+                            static_cast<size_t>(w) * channels, quality);
+        }
+        return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+      },
+      py::arg("pixels"), py::arg("quality") = 90,
+      "JPEG bytes (libjpeg-turbo, baseline, 4:2:0) of (h, w, 3) RGB or (h, w) grayscale uint8 "
+      "pixels at quality 1-100; refuses in a build without image support.");
   m.def(
       "decode_only_throughput",
       [](const std::vector<py::bytes>& images, int threads, int rounds) {

@@ -1,4 +1,4 @@
-// Built instead of jpeg_decoder.cpp, png_decoder.cpp and codecs.cpp when
+// Built instead of jpeg_decoder.cpp, jpeg_encoder.cpp, png_decoder.cpp and codecs.cpp when
 // STOKER_WITH_IMAGES=OFF: the same functions, each refusing with the reason.
 // The signature checks still work, so an image is recognised as one and the
 // error names the missing support rather than calling the data corrupt.
@@ -6,6 +6,7 @@
 
 #include "codecs/codecs.h"
 #include "codecs/jpeg_decoder.h"
+#include "codecs/jpeg_encoder.h"
 #include "codecs/png_decoder.h"
 #include "common/error.h"
 
@@ -46,6 +47,11 @@ void JpegDecoder::decode_scaled(int, uint8_t*, size_t) { require_image_codecs();
 int JpegDecoder::choose_scale(int, int, int, int) { return 8; }
 
 RgbView JpegDecoder::decode_region(const PixelRect&, int, std::vector<uint8_t>&, int*, int*) {
+  require_image_codecs();
+  return {};
+}
+
+std::vector<uint8_t> jpeg_encode(const uint8_t*, int, int, int, size_t, int) {
   require_image_codecs();
   return {};
 }

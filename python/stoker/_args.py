@@ -139,7 +139,12 @@ def check_dataset(path: str) -> None:
         if not os.path.exists(index):
             return  # the reader says what is there instead (a version-1 dataset, parts)
     elif os.path.basename(path) != "index.json":
-        raise ValueError(f"{path}: a file, not a dataset (a directory with index.json, or "
-                         "its index.json)")
+        from ._index import IMAGES_HINT, what_file
+
+        with open(path, "rb") as f:
+            what = what_file(f.read(16))
+        raise ValueError(f"{path}: a file{f' ({what})' if what else ''}, not a dataset (a "
+                         "directory with index.json, or its index.json)"
+                         + (IMAGES_HINT if what and "image" in what else ""))
     with open(index, "rb"):  # unreadable: PermissionError, a usage error, not corruption
         pass

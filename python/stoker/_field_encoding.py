@@ -230,13 +230,9 @@ def pixel_record(value: Any, mode: str, storage: str, smart_pixels: int, what: s
             (mode == "RGB" and (arr.ndim != 3 or arr.shape[2] != 3)):
         raise ValueError(f"{what}: image pixels must be {want} uint8, got shape {arr.shape}")
     if storage == "smart" and arr.shape[0] * arr.shape[1] > smart_pixels:
-        import io
+        from . import _core
 
-        from PIL import Image as PILImage
-
-        out = io.BytesIO()
-        PILImage.fromarray(arr).save(out, format="JPEG", quality=90)
-        return out.getvalue()
+        return _core.encode_jpeg(np.ascontiguousarray(arr), 90)
     try:
         return raw_record(arr)
     except ValueError as e:

@@ -18,7 +18,7 @@ from .fields import Field, schema_hash
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READABLE_VERSIONS", "INDEX_NAME",
            "GENERATION_PREFIX", "LEASE_NAME", "parse_size", "Index", "parse_index",
-           "shard_identity", "generation_name"]
+           "shard_identity", "generation_name", "what_file", "image_folder_hint"]
 
 FORMAT_NAME = "stoker"
 FORMAT_VERSION = 2
@@ -50,6 +50,60 @@ def parse_size(size: Union[int, str]) -> int:
     if value <= 0:
         raise ValueError(f"size must be positive, got {size!r}")
     return value
+
+
+# What turns images into a dataset, for the errors of a reader given images.
+IMAGES_HINT = ("; to make one of a folder of images: stoker convert imagefolder SRC OUT "
+               "(SRC/<class>/<image>, as torchvision's ImageFolder)")
+
+_SIGNATURES = ((b"\xff\xd8\xff", "a JPEG image"), (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+               (b"GIF8", "a GIF image"), (b"BM", "a BMP image"), (b"II*\x00", "a TIFF image"),
+               (b"MM\x00*", "a TIFF image"), (b"\x93NUMPY", "a NumPy .npy file"),
+               (b"STKSHARD", "a stoker shard (open its dataset's directory)"),
+               (b"PK\x03\x04", "a zip archive"), (b"\x1f\x8b", "a gzip file"),
+               (b"PAR1", "a Parquet file"))
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def what_file(head: bytes) -> Optional[str]:
+    """What a file is, from its first bytes, when it is a kind a user may hand a reader by
+    mistake ("a JPEG image"); None otherwise."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "a WebP image"
+    for magic, what in _SIGNATURES:
+        if head.startswith(magic):
+            return what
+    return None
+
+
+def image_folder_hint(path: str) -> str:
+    """For a directory without index.json that holds images (at its top or in its
+    sub-folders, as an ImageFolder tree does): the command that converts it; else ""."""
+    def images(folder: str) -> bool:
+        try:
+            with os.scandir(folder) as it:
+                for i, e in enumerate(it):
+                    if i >= 1000:
+                        break
+                    if e.name.lower().endswith(_IMAGE_SUFFIXES) and e.is_file():
+                        return True
+        except OSError:
+            pass
+        return False
+
+    if images(path):
+        return ("; it holds image files: `stoker convert imagefolder SRC OUT` makes a dataset "
+                "of images kept one sub-folder per class (SRC/<class>/<image>, as torchvision's "
+                "ImageFolder): put them in such folders (one for all will do), then convert SRC")
+    try:
+        with os.scandir(path) as it:
+            subs = [e.path for _, e in zip(range(100), it) if e.is_dir()]
+    except OSError:
+        return ""
+    if any(images(s) for s in subs):
+        return (f"; it holds folders of images, an ImageFolder tree: make a dataset of it "
+                f"with `stoker convert imagefolder {path} OUT`, then open OUT")
+    return ""
 
 
 def generation_name(dataset_id: str) -> str:
@@ -105,6 +159,12 @@ def parse_index(raw: bytes, where: str) -> Index:
     try:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        what = what_file(raw)
+        if what is not None or posixpath.basename(where.rstrip("/")) != INDEX_NAME:
+            # a file given for a dataset (x.jpg): say what it is, not that its JSON is bad
+            hint = IMAGES_HINT if what is not None and "image" in what else ""
+            raise bad(f"not a stoker dataset index ({what or 'not JSON'}): a dataset is a "
+                      f"directory holding {INDEX_NAME}, or that {INDEX_NAME}{hint}") from None
         raise bad(f"invalid JSON ({e})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT_NAME:
         raise bad("not a stoker index (missing 'format': 'stoker')")

@@ -24,7 +24,7 @@ from typing import (
 
 from . import _core
 from . import _generations as gen
-from ._index import INDEX_NAME, Index, parse_index, shard_identity
+from ._index import INDEX_NAME, Index, image_folder_hint, parse_index, shard_identity
 from .fields import Field, core_specs
 
 __all__ = ["Dataset"]
@@ -71,7 +71,20 @@ class Dataset:
             memory available (at most 16 GiB). ``Loader.stats()["tier"]`` says which tier
             served the reads (``"memory"``, ``"mmap"`` or ``"remote"``). A URL's dataset
             is downloaded whole first, then read into memory.
-
+        cache_dir: remote datasets (a URL): the local directory their shards are cached
+            in, shared by every dataset and rank of the node that uses it. None:
+            ``$STOKER_CACHE_DIR``, else ``$XDG_CACHE_HOME/stoker``, else
+            ``~/.cache/stoker``.
+        cache_limit: remote datasets: bytes (or a size such as ``"50GB"``) the cache may
+            hold; the directory's budget is the smallest ``cache_limit`` of the datasets
+            using it. None: no limit of this dataset's.
+        storage_options: remote datasets: options of the transport, e.g.
+            ``{"endpoint_url": ...}`` for an S3-compatible store or ``{"headers": {...}}``
+            for a private HTTP server (docs/sources.md).
+        retry: remote datasets: a :class:`stoker.remote.Retry`, how often and how long a
+            download is tried. None: ``Retry()``'s defaults.
+        stall_timeout: remote datasets: seconds a transfer may receive nothing before it
+            is retried. None: 30.
         as_tuple: field names, in the order a torch Dataset's items had them: ``ds[i]``
             is then that tuple (an image as a uint8 ``[C, H, W]`` tensor, arrays as
             tensors, a scalar as a 0-d tensor), a ``Loader``'s ``collate_fn`` receives
@@ -81,11 +94,8 @@ class Dataset:
             Example: ``stoker.Dataset("out/train", as_tuple=("image", "label"))``.
             None (default): samples and batches are dicts of every field.
 
-    Remote datasets (a URL) also take ``cache_dir``, ``cache_limit`` (the cache
-    directory's budget is the smallest cache_limit of the datasets using it),
-    ``storage_options``, ``retry`` (:class:`stoker.remote.Retry`: how often and how long a
-    download is tried) and ``stall_timeout`` (seconds a transfer may receive nothing
-    before it is retried; default 30): see ``docs/sources.md``.
+    Local paths take none of the remote arguments (a ``ValueError``); docs/sources.md
+    describes the cache, ranges and retries.
     """
 
     _core: Any  # the C++ dataset (_core.Dataset), or _Closed once closed
@@ -146,7 +156,8 @@ class Dataset:
             root, index_path = os.path.dirname(path) or ".", path
         if _stat(index_path, follow=False) is None:
             raise FileNotFoundError(f"{index_path}: no index.json (not a stoker dataset, or "
-                                    "its writing did not finish)")
+                                    "its writing did not finish)"
+                                    + (image_folder_hint(root) if root == path else ""))
         self.path = root
         self.index_path = index_path
         self._open(check_shards)

@@ -15,7 +15,6 @@ From Python: ``stoker.example_data.write("images", "data/train")``.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
@@ -39,13 +38,15 @@ def _records(path: str) -> None:
 
 
 def _jpeg(img) -> bytes:
-    try:
-        from PIL import Image
-    except ImportError:
-        raise RuntimeError("writing JPEGs needs Pillow: pip install pillow") from None
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, "JPEG", quality=90)
-    return buf.getvalue()
+    """JPEG bytes of ``uint8[h, w, 3]`` pixels, by libjpeg-turbo's encoder inside stoker's
+    native core (no Pillow)."""
+    from . import _core
+
+    if not _core.build_info()["images"]:
+        raise RuntimeError("writing JPEGs needs image support, and this build of stoker has "
+                           "none (built with -DSTOKER_WITH_IMAGES=OFF): install the stoker "
+                           "wheel, or build from source with libjpeg-turbo and libpng")
+    return _core.encode_jpeg(img, 90)
 
 
 def photo_like(rng, h: int, w: int):
@@ -81,6 +82,22 @@ def _jpeg_folder(path: str) -> None:
             img = photo_like(rng, int(rng.integers(48, 97)), int(rng.integers(48, 97)))
             with open(os.path.join(path, name, f"{name}-{i}.jpg"), "wb") as f:
                 f.write(_jpeg(img))
+
+
+def _photos(path: str) -> None:
+    """The quickstart's folder: three classes, each with its dominant colour (a small
+    model learns them in a few epochs), split into train and val."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 16), ("val", 4)):
+        for label, name in enumerate(["red", "green", "blue"]):
+            os.makedirs(os.path.join(path, split, name), exist_ok=True)
+            for i in range(count):
+                pixels = rng.integers(0, 90, (int(rng.integers(64, 129)), 96, 3))
+                pixels[..., label] += 150
+                with open(os.path.join(path, split, name, f"{i:03d}.jpg"), "wb") as f:
+                    f.write(_jpeg(pixels.astype(np.uint8)))
 
 
 def _token_docs(n: int, seed: int, vocab: int) -> list:
@@ -223,9 +240,12 @@ KINDS: Dict[str, Tuple[str, Callable[[str], None]]] = {
     "records": ("a stoker dataset of 40 samples: x uint8[3,4,4] filled with i, label "
                 "int64 = i; shards of 1 KB", _records),
     "images": ("a stoker dataset of 48 small JPEGs (40-72 px) in an `image` field, and "
-               "`label` int64 (i % 4); needs Pillow", _images),
+               "`label` int64 (i % 4)", _images),
     "jpeg-folder": ("a folder of 24 JPEGs in torchvision's ImageFolder layout: "
-                    "PATH/{cat,dog,fox}/*.jpg; needs Pillow", _jpeg_folder),
+                    "PATH/{cat,dog,fox}/*.jpg", _jpeg_folder),
+    "photos": ("the quickstart's JPEGs: PATH/train (16 a class) and PATH/val (4 a class), "
+               "each in torchvision's ImageFolder layout, classes red, green and blue (each "
+               "image's dominant colour), 64-128 x 96 px", _photos),
     "tokens-bin": ("a nanoGPT token file: 100,000 uint16 ids below 50257, documents ended "
                    "by 50256 (GPT-2's end of text)", _tokens_bin),
     "tokens": ("a stoker dataset of 200 token documents, field `tokens` "

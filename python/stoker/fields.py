@@ -477,18 +477,35 @@ class Tokens(_Typed, Field):
 
 
 def tokens(dtype: Any = "uint32") -> Tokens:
-    """A token document per sample, e.g. ``stoker.tokens("uint16")`` for a GPT-2 vocabulary."""
+    """A token document per sample, e.g. ``stoker.tokens("uint16")`` for a GPT-2 vocabulary.
+
+    Args:
+        dtype: ``"uint16"`` (vocabularies up to 65,536 ids), ``"uint32"``, ``"int32"`` or
+            ``"int64"``: the type the ids are stored in (:class:`Tokens`).
+    """
     return Tokens(dtype)
 
 
 def scalar(dtype: Any) -> Scalar:
-    """A number per sample, e.g. ``stoker.scalar("int64")`` for a class label."""
+    """A number per sample, e.g. ``stoker.scalar("int64")`` for a class label.
+
+    Args:
+        dtype: a NumPy or torch dtype, or its name (``"int64"``, ``np.float32``,
+            ``torch.float16``); batches are 1-D tensors of it.
+    """
     return Scalar(dtype)
 
 
 def ndarray(dtype: Any, shape: Sequence[Optional[int]]) -> NDArray:
     """An array per sample, e.g. ``stoker.ndarray("float32", (3, 32, 32))``, or
-    ``stoker.ndarray("int32", (None,))`` for variable-length token sequences."""
+    ``stoker.ndarray("int32", (None,))`` for variable-length token sequences.
+
+    Args:
+        dtype: a NumPy or torch dtype, or its name.
+        shape: every sample's shape; the first dimension may be None (variable length:
+            batches are padded with zeros to the longest sample, with the lengths in
+            ``"<name>_lengths"``).
+    """
     return NDArray(dtype, shape)
 
 
@@ -506,19 +523,40 @@ def image(layout: str = "HWC", mode: str = "RGB", storage: str = "encoded",
 
         fields = {"image": stoker.image(storage="raw"), "label": stoker.scalar("int64")}
         w.write({"image": jpeg_bytes_or_uint8_hwc_array, "label": 3})
+
+    Args:
+        layout: ``"HWC"`` (interleaved, what the codecs write) or ``"CHW"`` (planar) for
+            the decoded pixels; the loader delivers both as ``[N, C, H, W]`` unless its
+            ``image_layout`` says otherwise.
+        mode: ``"RGB"``, or ``"L"`` for one channel (grayscale; a mask of class ids).
+        storage: ``"encoded"`` (JPEG/PNG bytes as written), ``"raw"`` (decoded pixels,
+            no decode when loading) or ``"smart"`` (raw up to ``smart_pixels``).
+        smart_pixels: with ``storage="smart"``: images of at most this many pixels are
+            stored raw, larger ones encoded (an array is JPEG-encoded at quality 90).
     """
     return Image(layout, mode, storage, smart_pixels)
 
 
 def boxes(format: str = "xyxy", normalized: bool = False) -> Boxes:
     """Boxes per sample, ``float32`` ``(None, 4)``, e.g. ``stoker.boxes("xywh")`` for COCO or
-    ``stoker.boxes("cxcywh", normalized=True)`` for YOLO labels."""
+    ``stoker.boxes("cxcywh", normalized=True)`` for YOLO labels.
+
+    Args:
+        format: ``"xyxy"`` (corners), ``"xywh"`` (COCO: corner and size) or
+            ``"cxcywh"`` (centre and size).
+        normalized: coordinates are fractions of the image's size, not pixels.
+    """
     return Boxes(format, normalized)
 
 
 def keypoints(num_keypoints: int, normalized: bool = False) -> KeyPoints:
     """Keypoints per instance, ``float32`` ``(None, num_keypoints, 3)`` of (x, y, visibility),
-    e.g. ``stoker.keypoints(17)`` for COCO person keypoints."""
+    e.g. ``stoker.keypoints(17)`` for COCO person keypoints.
+
+    Args:
+        num_keypoints: keypoints per instance (17 for COCO's people).
+        normalized: coordinates are fractions of the image's size, not pixels.
+    """
     return KeyPoints(num_keypoints, normalized)
 
 

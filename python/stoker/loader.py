@@ -73,8 +73,57 @@ class Loader:
             (a ``torch.utils.data.Dataset``, any object with ``__len__`` and
             ``__getitem__``), whose items the loader's Python stage fetches and batches
             (docs/python.md).
-        batch_size: samples per batch.
-        shuffle: a new permutation each epoch, from (seed, epoch); sequential if False.
+        batch_size: samples per batch (1 by default, as DataLoader's); None: each sample
+            alone, unbatched (DataLoader's ``default_convert``).
+        shuffle: a new permutation each epoch, from (seed, epoch); sequential if False
+            (the default). The permutation is stoker's (a keyed Feistel permutation: the
+            same for any worker count, resumable), not the order of DataLoader's
+            ``RandomSampler`` unless ``generator`` is given.
+        sampler: as DataLoader's: any ``torch.utils.data.Sampler`` (``WeightedRandomSampler``,
+            ``SubsetRandomSampler``, ``DistributedSampler``, your own), iterated once per
+            epoch at ``iter()`` (``set_epoch`` is passed on to it), its indices read ahead
+            in its order; items that are not indices go to a map-style dataset's
+            ``__getitem__`` as they are. Exclusive with ``shuffle``; the sampler decides
+            what each rank reads (no ``rank``/``world_size``). ``state_dict()`` resumes
+            exactly when the sampler has ``state_dict()`` or draws only from random
+            generators, and says why not otherwise (docs/python.md).
+        batch_sampler: as DataLoader's: lists of indices, one batch each (any size:
+            bucketing); exclusive with ``batch_size``, ``shuffle``, ``sampler`` and
+            ``drop_last``.
+        num_workers: as DataLoader's, the workers that run your Python per sample (a
+            map-style dataset's ``__getitem__``, ``map``, ``collate_fn``): threads, or
+            processes (``python_workers``); 0 runs that code in the loop's thread, inside
+            ``next()``. Given, it is the count, never tuned down; a map-style dataset's
+            workers are then processes from the first batch, as DataLoader's (each
+            sample's ``random``/``numpy``/torch generators seeded from (seed, epoch,
+            index)), unless ``python_workers`` says otherwise. None (the default): as many
+            as the cores this rank may use, tuned online. With no Python per sample, it
+            sets the C++ worker threads (``num_threads``). More than the cores available
+            warns, as DataLoader does.
+        timeout: as DataLoader's: seconds ``next()`` waits for a batch before it raises;
+            0 (the default) waits as long as it takes.
+        worker_init_fn: as DataLoader's: called with the worker's id once in each worker
+            of the Python stage (thread or process), where
+            ``torch.utils.data.get_worker_info()`` answers. A stoker dataset read with no
+            Python per sample has no such workers, and it is not called.
+        multiprocessing_context: as DataLoader's, how worker processes start: None or
+            ``"fork"`` (stoker's worker processes fork: the dataset is inherited, never
+            pickled). ``"spawn"`` and ``"forkserver"`` are refused with
+            ``python_workers="process"`` and keep the workers on threads otherwise.
+        generator: as DataLoader's: a ``torch.Generator``. With ``shuffle=True`` each
+            epoch's permutation is ``RandomSampler(dataset, generator=generator)``'s, drawn
+            from it as DataLoader's iterator draws it (the same generator state, DataLoader's
+            batches); the loader's seed for the transforms is its ``initial_seed()``.
+        prefetch_factor: as DataLoader's: batches in flight are ``prefetch_factor *
+            num_workers`` (needs ``num_workers`` > 0). None (the default): with
+            ``num_workers`` given and Python per sample, twice ``num_workers``
+            (DataLoader's factor of 2); otherwise ``prefetch`` decides, which also sets the
+            count directly.
+        persistent_workers: accepted, as DataLoader's: stoker's workers always persist
+            across epochs (True with ``num_workers=0`` is an error, as in DataLoader).
+        pin_memory_device: as DataLoader's, with ``pin_memory``: the CUDA device whose
+            context pins host batches (``""``, the default: the current device).
+        in_order: accepted, as DataLoader's: stoker always delivers batches in order.
         seed: the shuffling and augmentation seed: the same seed, the same batches. None
             (default): drawn from torch's default generator when the loader is made, so
             ``torch.manual_seed(s)`` selects the order and the draws, as it does
@@ -152,6 +201,17 @@ class Loader:
             nanoGPT's x, y) or ``"unshifted"`` (HuggingFace's: ``labels`` is ``input_ids``
             with -100 where no loss is taken, the model shifts; packed batches carry
             ``DataCollatorWithFlattening``'s keys), docs/tokens.md.
+        seq_len: token batches (docs/tokens.md): rows of ``seq_len`` tokens,
+            ``input_ids`` and ``labels`` ``[batch_size, seq_len]``.
+        packing: with ``seq_len``: None (the default) for windows of the token stream;
+            ``"concat"`` cuts the stream into rows; ``"document"`` places whole documents
+            into rows where they fit. Both add ``position_ids``, ``cu_seqlens``,
+            ``max_seqlen`` and ``loss_mask`` (FlashAttention's varlen layout).
+        token_dtype: the dtype of ``input_ids`` and ``labels`` (``"int32"`` halves
+            them).
+        max_tokens: token batches of whole documents by length, as many rows as fit
+            ``rows * width <= max_tokens`` (fairseq's ``batch_by_size``); ``batch_size``
+            then caps the rows if given.
         even_batches: without ``drop_last``, pad every rank to the same number of samples
             by wrapping around (True, as DistributedSampler). False, for evaluation: no
             sample is repeated across ranks; every rank still yields ``len(loader)``
@@ -183,9 +243,11 @@ class Loader:
             batched; a leading ``None`` pads a variable first dimension. Keys not named
             follow the first sample.
         names: keys for a map-style dataset's tuple items (default 0, 1, ...).
-        python_workers: ``"thread"`` (default) or ``"process"``: run map and a map-style
-            dataset's ``__getitem__`` in worker processes, for pure-Python code that holds
-            the GIL.
+        python_workers: where the Python stage's workers run ``map``, ``collate_fn`` and
+            a map-style dataset's ``__getitem__``: ``"auto"`` (the default) starts on
+            threads and moves the work to processes, at a batch boundary, once the threads
+            are measured GIL-bound; ``"thread"`` or ``"process"`` fixes the choice
+            (docs/python.md, "Threads or processes").
         cache: ``"decoded"``: decode each RGB image once per run. The first time a worker
             decodes an image its pixels are kept; later epochs crop, resize and augment from
             them and never decode it again (docs/cache.md). The cache lives in shared memory
@@ -213,6 +275,10 @@ class Loader:
             every read. ``"once"``: ``"first"`` for version-1 shards too. Corruption is
             reported with the shard's path and the record either way (docs/storage.md,
             "What verify catches"). The decoded cache's entries are checked the same way.
+        **options: token batches' further options, as docs/tokens.md describes them:
+            ``stride``, ``pad_id``, ``ignore_index``, ``pack_fit``, ``pack_window``,
+            ``overlong``, ``max_length``, ``pad_to_multiple_of``, ``attention_mask``,
+            ``field``. Any other name is a ``TypeError``.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last

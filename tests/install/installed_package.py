@@ -223,3 +223,18 @@ def test_demo_runs():
                         "--epochs", "1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "epoch 0: 1000 samples" in r.stdout
+
+
+def test_example_images_need_nothing_beyond_the_wheel(tmp_path):
+    """`stoker example-data images` and the quickstart's `photos` write JPEGs with the
+    encoder of the bundled libjpeg-turbo, Pillow unimportable; Pillow decodes them."""
+    script = ("import sys; sys.modules['PIL'] = None; from stoker.cli import main; "
+              "sys.exit(main(['example-data', 'images', 'i', 'photos', 'p']))")
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len(stoker.Dataset(tmp_path / "i")) == 48
+    files = sorted((tmp_path / "p").glob("*/*/*.jpg"))
+    assert len(files) == 60
+    red = np.asarray(PIL.Image.open(tmp_path / "p" / "train" / "red" / "000.jpg"))
+    assert red[..., 0].mean() > red[..., 1].mean() + 100  # the class's dominant colour

@@ -74,3 +74,16 @@ def test_a_video_or_audio_field_is_a_clear_error(tmp_path, field):
     with pytest.raises(_core.Error, match=NO_MEDIA):
         with stoker.ShardWriter(tmp_path / "ds", {"media": field}) as w:
             w.write({"media": b"\x1aE\xdf\xa3" + bytes(60)})
+
+
+def test_example_images_say_this_build_cannot_write_them(tmp_path):
+    """The JPEGs of `stoker example-data images` come from the core's libjpeg-turbo
+    encoder, which this build has not: one line that says so, exit status 1."""
+    for kind in ("images", "jpeg-folder"):
+        r = subprocess.run([sys.executable, "-m", "stoker", "example-data", kind, "out"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "no image support" in r.stderr and "-DSTOKER_WITH_IMAGES=OFF" in r.stderr
+    with pytest.raises(_core.Error, match=NO_IMAGES):
+        _core.encode_jpeg(np.zeros((8, 8, 3), np.uint8))

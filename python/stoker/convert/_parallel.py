@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from .._progress import Progress
 from ..fields import Field
 from ._workers import ProcessPool, available_cores
 from .merge import _sibling_tmp, copy_records, part_name, record_writer
@@ -64,28 +64,6 @@ def _part_task(reader: Reader, path: str, fields: Mapping[str, Field], options: 
     return n, skipped
 
 
-class _Bar:
-    """tqdm over input bytes on a terminal; nothing otherwise (or without tqdm)."""
-
-    def __init__(self, total: int, desc: str, enabled: bool):
-        self._bar = None
-        if enabled and sys.stderr.isatty():
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                return
-            self._bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True,
-                             file=sys.stderr, dynamic_ncols=True)
-
-    def update(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.update(n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
 def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], reader: Reader,
                   options: Dict[str, Any], *, workers: Optional[int], shard_size,
                   metadata: Any, overwrite: bool, progress: bool, desc: str
@@ -117,7 +95,7 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
         # index.json renamed last), refused if `out` holds a dataset and not overwrite.
         with record_writer(out, fields, shard_size=shard_size, metadata=metadata,
                            overwrite=overwrite) as w:
-            bar = _Bar(sum(sizes), desc, progress)
+            bar = Progress(sum(sizes), desc, unit="B", unit_scale=True, enabled=progress)
             if parts is None:
                 for f in files:
                     for record in reader(f, fields, options, skipped, bar.update):

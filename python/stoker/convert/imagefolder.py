@@ -47,6 +47,7 @@ from .._args import (
     positive_int,
 )
 from .._progress import Progress
+from ._errors import InputError
 from ._workers import available_cores
 
 __all__ = ["convert_imagefolder", "add_arguments", "run", "IMG_EXTENSIONS"]
@@ -130,12 +131,40 @@ def _prepare_file(path: str, max_side: Optional[int], quality: int, verify: bool
     return _reencode(path, data, max_side, quality, native)
 
 
+# The formats Pillow reads that are re-encoded (IMG_EXTENSIONS), by their signatures.
+_OTHER_FORMATS = ((b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"),
+                  (b"P1", "PBM"), (b"P2", "PGM"), (b"P3", "PPM"), (b"P4", "PBM"),
+                  (b"P5", "PGM"), (b"P6", "PPM"))
+_NAMES = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".bmp": "BMP", ".tif": "TIFF",
+          ".tiff": "TIFF", ".webp": "WebP", ".ppm": "PPM", ".pgm": "PGM"}
+
+
+def _format(data: bytes) -> Optional[str]:
+    """The image format of bytes that are not JPEG or PNG, by signature; None if none."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WebP"
+    return next((name for magic, name in _OTHER_FORMATS if data.startswith(magic)), None)
+
+
+def _not_an_image(path: str, data: bytes) -> str:
+    """Why a file with an image's name is not one: what its first bytes are instead."""
+    want = _NAMES.get(os.path.splitext(path)[1].lower(), "image")
+    if not data:
+        return f"not a {want}: the file is empty"
+    return f"not a {want}: the file starts with {data[:12]!r}, no image format's signature"
+
+
 def _reencode(path: str, data: bytes, max_side: Optional[int], quality: int,
               native: bool) -> bytes:
+    fmt = None if native else _format(data)
+    if not native and fmt is None:
+        raise _BadImage(path, _not_an_image(path, data))
     try:
         from PIL import Image
     except ImportError:
-        raise _BadImage(path, "needs Pillow to re-encode (pip install pillow)") from None
+        what = ("shrinking it to --max-side" if native
+                else f"a {fmt} image: storing it (as PNG)")
+        raise _BadImage(path, f"{what} needs Pillow (pip install pillow)") from None
     try:
         img = Image.open(io.BytesIO(data))
         if max_side is not None and max(img.size) > max_side:
@@ -202,7 +231,8 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
         ``{"images", "classes", "skipped" (list of (path, reason)), "bytes", "seconds"}``.
 
     Raises:
-        ValueError: a bad file without ``skip_bad`` (the message names it).
+        stoker.convert.InputError: a bad file without ``skip_bad`` (the message names it
+            and why; a ``ValueError``, and exit status 1 of ``stoker convert``).
 
     Example::
 
@@ -268,7 +298,7 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
                 if not skip_bad:
                     for f in pending:
                         f.cancel()
-                    raise ValueError(f"{result}; pass --skip-bad (skip_bad=True) to skip "
+                    raise InputError(f"{result}; pass --skip-bad (skip_bad=True) to skip "
                                      "unreadable files")
                 skipped.append((result.path, result.reason))
                 if progress:
