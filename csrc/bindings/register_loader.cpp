@@ -362,6 +362,7 @@ void register_loader(py::module_& m) {
       .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
       .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)
       .def_property_readonly("claimed", &LoaderCore::Iterator::claimed)
+      .def_property_readonly("closed", &LoaderCore::Iterator::closed)
       .def_property_readonly("ready_batches", &LoaderCore::Iterator::ready_batches);
 }
 

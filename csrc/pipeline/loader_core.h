@@ -263,6 +263,8 @@ class LoaderCore::Iterator {
   /// The epoch, once claimed (else the one it would claim now).
   uint64_t epoch() const;
   bool claimed() const { return claimed_; }
+  /// Ended by close() (or its run stopped); an epoch that ran out is not closed.
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
   /// Batches waiting for this iterator.
   int ready_batches() const;
   LoaderCore& core() const { return *core_; }

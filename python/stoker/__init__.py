@@ -42,6 +42,7 @@ from .writer import ShardWriter, WriterLockError
 
 if TYPE_CHECKING:
     from .loader import Loader
+    from .service import RayService
 
 __version__ = "0.1.0"
 
@@ -55,6 +56,11 @@ def __getattr__(name: str) -> Any:
 
         globals()["Loader"] = Loader
         return Loader
+    if name == "RayService":  # stoker/service/: Ray is imported when a pool is made
+        from .service import RayService
+
+        globals()["RayService"] = RayService
+        return RayService
     raise AttributeError(f"module 'stoker' has no attribute {name!r}")
 
 
@@ -76,6 +82,7 @@ __all__ = [
     "Loader",
     "Mix",
     "NDArray",
+    "RayService",
     "Scalar",
     "ShardWriter",
     "TokenDataset",

@@ -124,6 +124,8 @@ def build(p: LoaderPlan, world_size: int,
         return _build_iterable(p, open_device)
     wanted = p.records.cache if p.records is not None else \
         p.stage.records.cache if p.stage is not None and p.stage.records is not None else None
+    if p.service is not None:
+        wanted = None  # the service's actors read and decode: their nodes keep the cache
     cache = None if wanted is None else _cache.open_cache(wanted, p.dataset)
     if p.source == "token mixture":
         mix = MixRun(p.dataset, tokens=True, record_options=None, batch_size=s.batch_size,
@@ -153,6 +155,11 @@ def build(p: LoaderPlan, world_size: int,
         producer = _core.RecordProducer(p.dataset._core,
                                         record_options(p.records, s, t.num_threads, listed,
                                                        cache))
+    if p.service is not None:  # NOTE [ Disaggregated loading ] in stoker/service/__init__.py
+        from .service.stage import service_parts
+
+        core, stage = service_parts(p, producer)
+        return Parts(producer, core, stage, mix, torch.device("cpu"), None, False, listed)
     if p.stage is not None:
         st = p.stage
         if st.fetch == "map-style":

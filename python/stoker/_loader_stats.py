@@ -68,6 +68,8 @@ def stats(self: Loader) -> Dict[str, Any]:
         s["network"] = self.dataset.remote.stats()
     if self._cache is not None:
         s["cache"] = _cache.cache_stats(self._cache)
+    if self.plan.service is not None:  # made by a service's actors (docs/service.md)
+        s["service"] = self._stage.stats(s)
     if not self._map_style:  # where reads were served from: memory, mmap or remote
         tier = getattr(self.dataset, "tier", None)
         if tier is None and self._tokens:

@@ -206,6 +206,14 @@ class Loader:
             process reads it (a bit per record beside the shard's mapping), later reads skip
             the hash; ``"always"``: on every read. Corruption is reported with the shard's
             path and the record either way.
+        service: a :class:`stoker.RayService`: the pipeline (read, decode, transforms,
+            map, collate) runs on its Ray actors, on any nodes, and this process takes
+            the batches: the same batches as without it, each exactly once per epoch
+            whatever actors die or join, and the same ``state_dict()`` (docs/service.md).
+            ``num_threads`` is then each actor's (default: its ``cpus_per_actor``),
+            ``prefetch`` the batches in flight for this loop (default: two parts per
+            actor, within ``max_memory``); ``stats()["service"]`` has each actor's
+            throughput, the transport time and the loop's wait.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -270,6 +278,7 @@ class Loader:
         cache_max_side: Optional[int] = None,
         cache_size: Optional[Union[int, float, str]] = None,
         verify: str = "first",
+        service: Optional[Any] = None,
         **options: Any,
     ):
         # Declare, then build (NOTE [ Loader plan ] in stoker/_plan.py): every check first.
