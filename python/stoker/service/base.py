@@ -5,9 +5,22 @@ that fetch batches (NOTE [ Disaggregated loading ] in stoker/service/__init__.py
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import dataclasses
+from typing import Any, Dict, Optional
 
-__all__ = ["Service"]
+__all__ = ["Service", "Delivery"]
+
+
+@dataclasses.dataclass
+class Delivery:
+    """One batch as it arrived: the encoded batch, or its error."""
+
+    index: int
+    samples: int
+    error: Optional[BaseException]
+    payload: Any
+    wait_seconds: float  # waiting for the actor (the batch not made yet)
+    get_seconds: float  # the object's transfer and mapping (ray.get)
 
 
 class Service:
@@ -22,8 +35,10 @@ class Service:
     def _fetcher(self, spec: Any, window: int) -> Any:
         """The object that fetches batches of the pipeline `spec` (stoker/service/
         pipeline.py) for one loader, with at most `window` batches in flight per
-        iterator: ``open(key, first, total)`` gives a segment's stream of batches
-        (stoker/service/dispatch.py has Ray's)."""
+        iterator (its ``window`` attribute, which the loader may move):
+        ``open(key, first, total)`` gives the batches [first, total) of a segment, whose
+        ``take(j, deadline)`` returns batch j as a :class:`Delivery` (in order) and whose
+        ``close()`` drops the rest (stoker/service/dispatch.py has Ray's)."""
         raise NotImplementedError
 
     @property

@@ -35,6 +35,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import ray
 import ray.exceptions as rex
 
+from .base import Delivery
+
 __all__ = ["Member", "RayFetcher", "SegmentFetch", "Delivery", "MAX_ATTEMPTS"]
 
 _log = logging.getLogger("stoker")
@@ -85,18 +87,6 @@ class _ActorStats:
     put_seconds: float = 0.0
     parts: int = 0
     lost: bool = False
-
-
-@dataclasses.dataclass
-class Delivery:
-    """One batch as it arrived: the encoded batch, or its error."""
-
-    index: int
-    samples: int
-    error: Optional[BaseException]
-    payload: Any
-    wait_seconds: float  # waiting for the actor (the batch not made yet)
-    get_seconds: float  # the object's transfer and mapping (ray.get)
 
 
 class RayFetcher:

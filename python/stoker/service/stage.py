@@ -55,7 +55,8 @@ class ServiceStage:
         self._window = window  # None: automatic
         self._max_memory = max_memory
         self._fetcher: Any = None  # made at the first batch (it puts the spec in the store)
-        self._segments: Dict[int, Tuple[Any, Any]] = {}  # id(core iterator) -> (it, fetch)
+        # id(core iterator) -> (it, the segment's fetch, its batches)
+        self._segments: Dict[int, Tuple[Any, Any, int]] = {}
         self._batch_bytes = 0
         self.batches = self.samples = 0
         self.wait_seconds = self.get_seconds = self.decode_seconds = 0.0
@@ -65,14 +66,14 @@ class ServiceStage:
     def start(self) -> None:
         """A new iterator: the segments of iterators closed since are dropped (their parts
         in flight cancelled)."""
-        for key, (it, seg) in list(self._segments.items()):
+        for key, (it, seg, _) in list(self._segments.items()):
             if it.closed:
                 seg.close()
                 del self._segments[key]
 
     def stop(self) -> None:
         """Loader.close(): every segment's parts cancelled."""
-        for it, seg in self._segments.values():
+        for _, seg, _ in self._segments.values():
             seg.close()
         self._segments.clear()
 
@@ -90,19 +91,19 @@ class ServiceStage:
             w = min(w, max(1, self._max_memory // self._batch_bytes))
         return max(1, min(w, _core.MAX_PREFETCH))
 
-    def _segment(self, it: Any) -> Any:
+    def _segment(self, it: Any) -> Tuple[Any, Any, int]:
         got = self._segments.get(id(it))
         if got is not None and got[0] is it:
-            return got[1]
+            return got
         if self._fetcher is None:
             self._fetcher = self.service._fetcher(self.spec, 1)
         self._fetcher.window = self.window()
         key = tuple(it.key)
         remaining = it.remaining
         # batch numbers count from the segment's start; a new segment starts at 0
-        seg = self._fetcher.open(key, 0, remaining)
-        self._segments[id(it)] = (it, seg)
-        return seg
+        got = (it, self._fetcher.open(key, 0, remaining), remaining)
+        self._segments[id(it)] = got
+        return got
 
     def next(self, it: Any, consumer_stream: Optional[int], entered: int,
              timeout: float = 0.0, core: Any = None) -> Any:
@@ -117,9 +118,9 @@ class ServiceStage:
             if caps is not None:
                 raise RuntimeError("stoker: internal error: a batch after the segment's end")
             return END
-        seg = self._segment(it)
-        seg.f.window = self.window()
-        j = seg.total - remaining
+        _, seg, total = self._segment(it)
+        self._fetcher.window = self.window()
+        j = total - remaining
         deadline = time.monotonic() + timeout if timeout > 0 else None
         try:
             d = seg.take(j, deadline)
