@@ -156,9 +156,15 @@ class RayService(Service):
         return [m.handle for m in self._live()]
 
     def ready(self, timeout: Optional[float] = None) -> List[Tuple[str, str, int]]:
-        """Waits until every actor is up; (label, node id, pid) of each."""
+        """Waits until every actor is up (within `timeout` seconds: Ray's GetTimeoutError
+        after that, e.g. when the cluster has no room for them); (label, node id, pid) of
+        each."""
         ray = _ray()
-        return ray.get([h.hello.remote() for h in self.actors], timeout=timeout)
+        members = self._live()
+        out = ray.get([m.handle.hello.remote() for m in members], timeout=timeout)
+        for m, (_, node, _) in zip(members, out):
+            m.node = node
+        return out
 
     @property
     def producers(self) -> int:

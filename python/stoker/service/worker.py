@@ -75,8 +75,17 @@ class ServiceWorker:
         pid = pipeline[0]
         loader = self._replicas.get(pid)
         if loader is None:
-            spec = cloudpickle.loads(ray.get(pipeline[1]))
-            loader = Loader(spec.dataset, **spec.arguments)
+            try:
+                spec = cloudpickle.loads(ray.get(pipeline[1]))
+                loader = Loader(spec.dataset, **spec.arguments)
+            except Exception as e:
+                e.add_note(f"stoker: raised on {self._where} while it made the loader's "
+                           "replica (from the dataset and arguments pickled by the trainer: "
+                           "the dataset's files and the modules of map and the dataset class "
+                           "must be there too; a function of the main script travels by "
+                           "value, one of another module by reference: Ray's runtime_env="
+                           "{'py_modules': [...]} brings a module)")
+                raise
             self._replicas[pid] = loader
             while len(self._replicas) > MAX_REPLICAS:
                 _, old = self._replicas.popitem(last=False)
