@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <utility>
 
 #include "common/clock.h"
@@ -92,13 +91,12 @@ int64_t LoaderCore::num_batches(int64_t rank, int64_t world_size) const {
 
 int64_t LoaderCore::next_batches(int64_t rank, int64_t world_size) const {
   EpochKey key;
-  int64_t limit = INT64_MAX;
   {
     std::lock_guard<std::mutex> lock(mu_);
     key = prospective_key(rank, world_size);
-    if (part_ && part_->key == key) limit = part_->batches;
+    if (part_ && part_->key == key) return part_->batches;  // NOTE [ Parts ]
   }
-  return std::min(limit, producer_->plan_epoch(key)->num_batches());
+  return producer_->plan_epoch(key)->num_batches();
 }
 
 EpochKey LoaderCore::prospective_key(int64_t rank, int64_t world) const {
@@ -121,14 +119,12 @@ bool LoaderCore::run_starts(const Run& run, const EpochKey& key) const {
 
 std::shared_ptr<LoaderCore::Run> LoaderCore::new_run(const EpochKey& key) {
   auto run = std::make_shared<Run>();
-  std::shared_ptr<const BatchProducer> producer = producer_;
-  if (part_ && part_->key == key) {  // NOTE [ Parts ]
-    producer = std::make_shared<const detail::PartProducer>(producer_, part_->batches);
-    run->part = true;
-  }
-  run->stream =
-      std::make_shared<Stream>(std::move(producer), host_pool_, workers_->signal(), stats_,
-                               opts_.prefetch, telemetry_->window(), key, opts_.finisher);
+  run->part = part_ && part_->key == key;  // NOTE [ Parts ]: its stream ends with the part
+  run->stream = std::make_shared<Stream>(
+      run->part ? std::make_shared<const detail::PartProducer>(producer_, part_->batches)
+                : std::shared_ptr<const BatchProducer>(producer_),
+      host_pool_, workers_->signal(), stats_, opts_.prefetch, telemetry_->window(), key,
+      opts_.finisher);
   if (opts_.auto_prefetch && opts_.max_memory > 0)  // NOTE [ Window and memory ]
     run->stream->set_memory_limit(
         opts_.max_memory,
@@ -369,12 +365,9 @@ void LoaderCore::skip(int64_t batches, int64_t rank, int64_t world_size) {
 void LoaderCore::run_part(const EpochKey& key, int64_t first, int64_t count) {
   STOKER_CHECK(key.world_size >= 1 && key.rank >= 0 && key.rank < key.world_size, UsageError,
                "part: rank ", key.rank, " outside [0, world_size=", key.world_size, ")");
-  STOKER_CHECK(first >= 0 && count >= 1, UsageError,
-               "part: first must be >= 0 and count >= 1, got ", first, " and ", count);
-  // Planned outside the mutex (a token plan may take a while); its errors are the caller's.
-  const int64_t batches = producer_->plan_epoch(key)->num_batches();
-  STOKER_CHECK(first <= batches && count <= batches - first, UsageError, "part: batches [", first,
-               ", ", first + count, ") outside the segment's ", batches);
+  const int64_t batches = producer_->plan_epoch(key)->num_batches();  // without mu_: may be slow
+  STOKER_CHECK(first >= 0 && count >= 1 && first <= batches && count <= batches - first, UsageError,
+               "part: batches [", first, ", ", first + count, ") outside the segment's ", batches);
   EpochKey start = key;
   start.offset = producer_->consumed_after(key, first);
   Retired retired;
@@ -574,9 +567,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
 }
 
 void LoaderCore::Iterator::claim() {
-  STOKER_CHECK(!core_->forked(), UsageError,
-               "this loader iterator was started in another process (before os.fork()); "
-               "create a new Loader in this process");
+  if (core_->forked()) return;  // next() says why
   std::lock_guard<detail::TimedMutex> lock(mu_);
   if (!claimed_ && !closed_.load(std::memory_order_acquire)) core_->claim(*this);
 }
