@@ -257,6 +257,18 @@ def test_an_actor_added_mid_epoch(data, cluster):
         svc.shutdown()
 
 
+def test_stoker_bench_on_the_service(data, cluster, capsys):
+    """`stoker bench DATASET --ray-actors N`: the local loader and the service, side by
+    side, with each actor's rate."""
+    from stoker.bench.service import run_service
+
+    rates = run_service(str(data / "images"), 1, batch_size=8, repeats=1, image_size=32,
+                        max_batches=3, progress=False)
+    assert len(rates) == 2 and all(r > 0 for r in rates.values())
+    out = capsys.readouterr().out
+    assert "service / local" in out and "actor actor-" in out
+
+
 def test_a_node_lost_mid_epoch(data, cluster, pool):
     """Last: it takes a node away, the one whose actor holds the next part in flight. The
     actor dies with the batches it made (objects in that node's store): they are computed
