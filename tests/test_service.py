@@ -70,6 +70,7 @@ def data(tmp_path_factory):
     example_data.write("images", str(root / "images"))
     example_data.write("tokens", str(root / "tokens"))
     write_dataset(root / "labels", 96, shard_size="2KB")  # label = index: coverage checks
+    write_dataset(root / "more", 40, shard_size="2KB")
     return root
 
 
@@ -94,6 +95,12 @@ def make(data, kind, **kw):
     if kind == "tokens":
         return stoker.Loader(stoker.Dataset(data / "tokens"), batch_size=16, seq_len=64,
                              packing="document", shuffle=True, seed=1, **kw)
+    if kind == "mixture":  # a schedule: the replica takes the loader's rows per step
+        mix = stoker.Mix({"labels": stoker.Dataset(data / "labels"),
+                          "more": stoker.Dataset(data / "more")},
+                         weights=[(0, {"labels": 0.8, "more": 0.2}),
+                                  (4, {"labels": 0.3, "more": 0.7})])
+        return stoker.Loader(mix, batch_size=8, shuffle=True, seed=4, **kw)
     if kind == "map":
         return stoker.Loader(stoker.Dataset(data / "labels"), batch_size=8, shuffle=True,
                              seed=5, map=noisy, **kw)
@@ -122,7 +129,7 @@ def epoch(loader, e):
 
 
 def test_batches_and_state_equal_the_local_loaders(data, pool):
-    for kind in ("images", "tokens", "map", "map-style"):
+    for kind in ("images", "tokens", "mixture", "map", "map-style"):
         local, remote = make(data, kind), make(data, kind, service=pool)
         assert same_batches(epoch(remote, 1), epoch(local, 1)), kind
         # mid-epoch: the same state after each batch

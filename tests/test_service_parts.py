@@ -130,26 +130,32 @@ class LocalService(Service):
         self.made = collections.Counter()  # (key, batch) -> times made
 
     def _fetcher(self, spec, window):
-        replica = stoker.Loader(spec.dataset, **spec.arguments)
-        return LocalFetcher(self, replica)
+        return LocalFetcher(self, spec)
 
 
 class LocalFetcher:
     part = 1
 
-    def __init__(self, service, replica):
-        self.service, self.replica, self.window = service, replica, 1
+    def __init__(self, service, spec):
+        self.service, self.spec, self.window = service, spec, 1
+        self.replicas = {}  # variant -> a replica, as an actor keeps them
 
-    def open(self, key, first, total):
-        return LocalSegment(self, key)
+    def open(self, key, first, total, variant=None):
+        replica = self.replicas.get(repr(variant))
+        if replica is None:
+            replica = stoker.Loader(self.spec.dataset, **self.spec.arguments)
+            if variant:
+                replica._mix.load(variant["mix"])
+            self.replicas[repr(variant)] = replica
+        return LocalSegment(self, key, replica)
 
 
 class LocalSegment:
-    def __init__(self, f, key):
-        self.f, self.key, self.total = f, key, None
+    def __init__(self, f, key, replica):
+        self.f, self.key, self.replica = f, key, replica
 
     def take(self, j, deadline):
-        r = self.f.replica
+        r = self.replica
         r._rank, r._world_size = self.key[1], self.key[2]
         r._core.run_part(self.key, j, 1)
         self.f.service.made[self.key, j] += 1
@@ -197,6 +203,34 @@ def test_a_service_loader_keeps_the_local_epochs_and_state(images):
         assert same_batches(list(b), list(a))
     # every batch was made once (the loader asked each once)
     assert max(svc.made.values()) == 1
+
+
+def test_a_scheduled_mixture_resumed_at_another_world_size(tmp_path):
+    """A schedule's weights follow the rows of a step, fixed by the world (or by a resumed
+    state): each part carries them, and the replica takes them."""
+    a = write_dataset(tmp_path / "a", 60, shard_size="2KB")
+    b = write_dataset(tmp_path / "b", 40, shard_size="2KB")
+    mix = stoker.Mix({"a": a, "b": b}, weights=[(0, {"a": 0.9, "b": 0.1}),
+                                                (6, {"a": 0.2, "b": 0.8})])
+    svc = LocalService()
+
+    def make(**kw):
+        return stoker.Loader(mix, batch_size=6, shuffle=True, seed=2, **kw)
+
+    states = []
+    for rank in range(2):
+        local, remote = make(rank=rank, world_size=2), make(rank=rank, world_size=2,
+                                                            service=svc)
+        for loader in (local, remote):
+            loader.set_epoch(1)
+        got = [b for _, b in zip(range(3), remote)]
+        assert same_batches(got, [b for _, b in zip(range(3), local)])
+        assert remote.state_dict() == local.state_dict()
+        states.append(remote.state_dict())
+    local, remote = make(rank=0, world_size=1), make(rank=0, world_size=1, service=svc)
+    for loader in (local, remote):
+        loader.load_state_dict(states[0])
+    assert same_batches(list(remote), list(local))
 
 
 def test_a_failed_batch_raises_at_its_place_and_the_epoch_goes_on(tmp_path):

@@ -158,7 +158,7 @@ def build(p: LoaderPlan, world_size: int,
     if p.service is not None:  # NOTE [ Disaggregated loading ] in stoker/service/__init__.py
         from .service.stage import service_parts
 
-        core, stage = service_parts(p, producer)
+        core, stage = service_parts(p, producer, mix)
         return Parts(producer, core, stage, mix, torch.device("cpu"), None, False, listed)
     if p.stage is not None:
         st = p.stage

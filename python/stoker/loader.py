@@ -476,7 +476,8 @@ class Loader:
                 "convention: labels = input_ids, -100 where no loss; docs/tokens.md)")
         self._follow_len()
         rank, world = self._world()
-        remote = None if self._map_style else getattr(self.dataset, "remote", None)
+        remote = None if self._map_style or self.plan.service is not None else \
+            getattr(self.dataset, "remote", None)  # a service's actors fetch for themselves
         if remote is not None and not self._tokens and self.dataset._core.deferred:
             # Downloads go ahead of this loader's own order (NOTE [ Fetch plan ] in
             # csrc/sampler/fetch_plan.h); a dataset opened before a fork starts this
@@ -486,7 +487,8 @@ class Loader:
         if self._mix is not None:
             # a schedule's steps are batches of the whole job: the world known now
             self._mix.at_world(world)
-            self._mix.follow(self)  # each remote source ahead of its own stream
+            if self.plan.service is None:
+                self._mix.follow(self)  # each remote source ahead of its own stream
         if self._samplers is not None:  # the sampler's order for the epoch, once
             self._samplers.list_epoch(self._core.epoch)
         # NOTE [ After a failed batch ]: a batch that raised is consumed, and its iterator

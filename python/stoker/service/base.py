@@ -36,7 +36,9 @@ class Service:
         """The object that fetches batches of the pipeline `spec` (stoker/service/
         pipeline.py) for one loader, with at most `window` batches in flight per
         iterator (its ``window`` attribute, which the loader may move):
-        ``open(key, first, total)`` gives the batches [first, total) of a segment, whose
+        ``open(key, first, total, variant)`` gives the batches [first, total) of a segment
+        (`variant`: the state of the loader's parts that the replica must share, a
+        schedule mixture's rows per step, or None), whose
         ``take(j, deadline)`` returns batch j as a :class:`Delivery` (in order) and whose
         ``close()`` drops the rest (stoker/service/dispatch.py has Ray's)."""
         raise NotImplementedError

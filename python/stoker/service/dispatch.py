@@ -113,9 +113,11 @@ class RayFetcher:
         self._segments: "List[SegmentFetch]" = []
         self._local_node = ray.get_runtime_context().get_node_id()
 
-    def open(self, key: Tuple[int, ...], first: int, total: int) -> "SegmentFetch":
-        """Batches [first, total) of segment `key`, taken in order."""
-        seg = SegmentFetch(self, tuple(int(x) for x in key), first, total)
+    def open(self, key: Tuple[int, ...], first: int, total: int,
+             variant: Optional[Dict[str, Any]] = None) -> "SegmentFetch":
+        """Batches [first, total) of segment `key`, taken in order (`variant`: the
+        replica's part states, stoker/service/base.py)."""
+        seg = SegmentFetch(self, tuple(int(x) for x in key), first, total, variant)
         self._segments.append(seg)
         return seg
 
@@ -138,10 +140,10 @@ class RayFetcher:
                                    "died or was removed): add actors with RayService.add(n)")
             time.sleep(_SLICE)
 
-    def _submit(self, first: int, end: int, key: Tuple[int, ...],
+    def _submit(self, first: int, end: int, seg: "SegmentFetch",
                 deadline: Optional[float]) -> _Part:
         m = self._pick(deadline)
-        gen = m.handle.run.remote(self.pipeline, key, first, end - first)
+        gen = m.handle.run.remote(self.pipeline, seg.key, first, end - first, seg.variant)
         self.load[id(m)] += end - first
         self._stats(m).parts += 1
         return _Part(first, end, m, gen)
@@ -171,9 +173,11 @@ class RayFetcher:
 class SegmentFetch:
     """The batches of one segment for one iterator (NOTE [ Exactly once ])."""
 
-    def __init__(self, fetcher: RayFetcher, key: Tuple[int, ...], first: int, total: int):
+    def __init__(self, fetcher: RayFetcher, key: Tuple[int, ...], first: int, total: int,
+                 variant: Optional[Dict[str, Any]] = None):
         self.f = fetcher
         self.key = key
+        self.variant = variant
         self.total = total
         self.taken = first  # the next batch the loop takes
         self.submitted = first  # the first batch in no part yet
@@ -185,7 +189,7 @@ class SegmentFetch:
         f = self.f
         while self.submitted < self.total and self.submitted - self.taken < f.window:
             end = min(self.total, self.submitted + f.part, self.taken + f.window)
-            self.parts.append(f._submit(self.submitted, end, self.key, deadline))
+            self.parts.append(f._submit(self.submitted, end, self, deadline))
             self.submitted = end
 
     def _resubmit_from(self, m: Member, error: BaseException) -> None:
@@ -204,7 +208,7 @@ class SegmentFetch:
         f = self.f
         f.load[id(p.member)] -= p.end - p.first
         _cancel(p.gen)
-        q = f._submit(p.first, p.end, self.key, None)
+        q = f._submit(p.first, p.end, self, None)
         q.attempts = p.attempts + 1
         self.parts[i] = q
         f.resubmitted_parts += 1

@@ -24,9 +24,10 @@ __all__ = ["ServiceStage", "service_parts", "END"]
 _PARTS_AHEAD = 2
 
 
-def service_parts(plan: Any, producer: Any) -> Tuple[Any, "ServiceStage"]:
+def service_parts(plan: Any, producer: Any, mix: Any = None) -> Tuple[Any, "ServiceStage"]:
     """The loader core over placeholders of `producer` (the loader's own, which counts
-    its epochs), and the stage that fetches the batches from ``plan.service``."""
+    its epochs), and the stage that fetches the batches from ``plan.service``; `mix`: the
+    loader's MixRun (a schedule's rows per step go with each part)."""
     t = plan.settings
     options = _core.LoaderOptions()
     options.num_threads = 1  # placeholders take no work
@@ -39,7 +40,7 @@ def service_parts(plan: Any, producer: Any) -> Tuple[Any, "ServiceStage"]:
     service = plan.service
     spec = pipeline_spec(plan, service.threads_per_producer)
     window = None if t.auto_prefetch else t.prefetch
-    return core, ServiceStage(service, spec, window, t.max_memory)
+    return core, ServiceStage(service, spec, window, t.max_memory, mix)
 
 
 class ServiceStage:
@@ -49,8 +50,10 @@ class ServiceStage:
     needs_handoff = False
     source = None  # no dataset source of its own (the replicas have theirs)
 
-    def __init__(self, service: Any, spec: Any, window: Optional[int], max_memory: int):
+    def __init__(self, service: Any, spec: Any, window: Optional[int], max_memory: int,
+                 mix: Any = None):
         self.service = service
+        self.mix = mix
         self.spec = spec
         self._window = window  # None: automatic
         self._max_memory = max_memory
@@ -101,7 +104,11 @@ class ServiceStage:
         key = tuple(it.key)
         remaining = it.remaining
         # batch numbers count from the segment's start; a new segment starts at 0
-        got = (it, self._fetcher.open(key, 0, remaining), remaining)
+        # A schedule's weights follow the rows of a step, which the loader fixed for this
+        # segment (MixRun.at_world, or a resumed state's): the replica takes the same.
+        variant = {"mix": self.mix.state()} if self.mix is not None and \
+            self.mix.mix.is_schedule else None
+        got = (it, self._fetcher.open(key, 0, remaining, variant), remaining)
         self._segments[id(it)] = got
         return got
 
@@ -133,6 +140,9 @@ class ServiceStage:
         if caps is None:
             raise RuntimeError("stoker: internal error: the core's epoch ended before the "
                                "service's")
+        if remaining == 1:  # the segment's last batch: nothing more to fetch for it
+            self._segments.pop(id(it), None)
+            seg.close()
         self.wait_seconds += d.wait_seconds
         self.get_seconds += d.get_seconds
         if d.error is not None:

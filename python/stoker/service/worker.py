@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import os
 import time
-from typing import Any, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 __all__ = ["ServiceWorker", "MAX_REPLICAS"]
 
@@ -66,18 +66,20 @@ class ServiceWorker:
         """(label, node id, pid): the actor is up."""
         return self._label, self._node, os.getpid()
 
-    def _replica(self, pipeline: Sequence[Any]) -> Any:
+    def _replica(self, pipeline: Sequence[Any], variant: Optional[Dict[str, Any]]) -> Any:
         import ray
         import ray.cloudpickle as cloudpickle
 
         from ..loader import Loader
 
-        pid = pipeline[0]
+        pid = pipeline[0] if not variant else f"{pipeline[0]} {sorted(variant.items())}"
         loader = self._replicas.get(pid)
         if loader is None:
             try:
                 spec = cloudpickle.loads(ray.get(pipeline[1]))
                 loader = Loader(spec.dataset, **spec.arguments)
+                if variant and "mix" in variant:  # a schedule's rows per step, as the loader's
+                    loader._mix.load(variant["mix"])
             except Exception as e:
                 e.add_note(f"stoker: raised on {self._where} while it made the loader's "
                            "replica (from the dataset and arguments pickled by the trainer: "
@@ -93,15 +95,16 @@ class ServiceWorker:
         self._replicas.move_to_end(pid)
         return loader
 
-    def run(self, pipeline: Sequence[Any], key: Tuple[int, ...], first: int,
-            count: int) -> Iterator[Tuple[Any, ...]]:
+    def run(self, pipeline: Sequence[Any], key: Tuple[int, ...], first: int, count: int,
+            variant: Optional[Dict[str, Any]] = None) -> Iterator[Tuple[Any, ...]]:
         """Batches [first, first + count) of segment `key` of `pipeline` ([id, ObjectRef
-        of its pickled spec]), one yield each: (batch number, samples, the seconds the
+        of its pickled spec]; `variant`: the states of the loader's parts the replica takes,
+        a schedule mixture's rows per step), one yield each: (batch number, samples, the seconds the
         batch took here, the seconds the previous yield took (the store's put), the
         actor's label, its node, the batch's error or None, the encoded batch)."""
         from .wire import encode
 
-        loader = self._replica(pipeline)
+        loader = self._replica(pipeline, variant)
         # The part's rank and world: the replica is one loader for every rank (a part
         # names its own), and its iterator takes them from these.
         loader._rank, loader._world_size = int(key[1]), int(key[2])
