@@ -107,22 +107,63 @@ class Step:
             self.a @ self.a
 
 
-def timed(batches_of, path, warmup, batches, step=None):
-    """Seconds per batch over `batches` batches after `warmup`, each followed by `step`."""
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(stat_path):
+    """CPU seconds (user + system) of a process or thread, from its /proc stat file."""
+    try:
+        with open(stat_path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def threads_cpu(prefix):
+    """CPU seconds of this process's threads whose name starts with `prefix`."""
+    total = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if not f.read().startswith(prefix):
+                    continue
+        except OSError:
+            continue
+        total += cpu_of(f"/proc/self/task/{tid}/stat")
+    return total
+
+
+def timed(batches_of, path, warmup, batches, step=None, producer_cpu=None):
+    """Seconds per batch over `batches` batches after `warmup`, each followed by `step`;
+    with `producer_cpu` (CPU seconds of what makes the batches, now), also the CPU
+    seconds per batch of the producer and of this process's other threads (the loop)."""
     read_files(path)
     it = iter(batches_of())
     for _ in range(warmup):
         next(it)
         if step:
             step()
+    p0, c0 = (producer_cpu(), time.process_time()) if producer_cpu else (0, 0)
     t0 = time.perf_counter()
     for _ in range(batches):
         next(it)
         if step:
             step()
     secs = (time.perf_counter() - t0) / batches
+    if producer_cpu is None:
+        del it
+        return secs
+    made = producer_cpu() - p0
+    mine = time.process_time() - c0
+    if producer_cpu is _local_workers:  # the producer's threads are this process's
+        mine -= made
     del it
-    return secs
+    return secs, made / batches, mine / batches
+
+
+def _local_workers():
+    return threads_cpu("stoker-worker")
 
 
 def med(xs):
@@ -173,6 +214,11 @@ def main():
              configure_logging=False)
     svc = stoker.RayService(actors=1, cpus_per_actor=1)
     (_, _, actor_pid), = svc.ready(timeout=120)
+    with open(f"/proc/{actor_pid}/stat") as f:
+        raylet_pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the actor's parent
+
+    def service_cpu():  # the actor, and the raylet, which holds the node's object store
+        return cpu_of(f"/proc/{actor_pid}/stat") + cpu_of(f"/proc/{raylet_pid}/stat")
     pin_threads(train)
     print(f"{len(ds)} JPEGs, batch_size={args.batch_size}, RandomResizedCrop("
           f"{args.size}) + flip; {args.batches} timed batches per run after {args.warmup}, "
@@ -210,11 +256,22 @@ def main():
 
     # -- producing alone, equal cores ------------------------------------------------------
     alone = {"local": [], "service": []}
+    cpu = {"local": [], "service": []}
     for _ in range(args.repeats):
-        alone["local"].append(timed(local_on(serve), path, args.warmup, args.batches))
-        alone["service"].append(timed(service(), path, args.warmup, args.batches))
+        secs, made, mine = timed(local_on(serve), path, args.warmup, args.batches,
+                                 producer_cpu=_local_workers)
+        alone["local"].append(secs)
+        cpu["local"].append((made, mine))
+        secs, made, mine = timed(service(), path, args.warmup, args.batches,
+                                 producer_cpu=service_cpu)
+        alone["service"].append(secs)
+        cpu["service"].append((made, mine))
     per_local = statistics.median(alone["local"])
     per_service = statistics.median(alone["service"])
+    made_local = statistics.median(c[0] for c in cpu["local"])
+    made_service = statistics.median(c[0] for c in cpu["service"])
+    loop_local = statistics.median(c[1] for c in cpu["local"])
+    loop_service = statistics.median(c[1] for c in cpu["service"])
     s = remote.stats()["service"]
     (actor,) = s["actors"].values()
     put = actor["put_seconds"] / max(1, actor["batches"])
@@ -229,6 +286,10 @@ def main():
           f"overhead {overhead:+.1%} (goal: under 10%)")
     print(f"  per batch ({batch_mb:.2f} MB): actor's store put {put * 1e3:.2f} ms, trainer's "
           f"get + views {get * 1e3:.2f} ms, compute {per_local * 1e3:.1f} ms")
+    print(f"  CPU per batch (less sensitive to other load on the machine): making it "
+          f"{made_local * 1e3:.1f} ms local, {made_service * 1e3:.1f} ms service (actor + "
+          f"raylet) -> {made_service / made_local - 1:+.1%}; the loop's "
+          f"{loop_local * 1e3:.2f} ms local, {loop_service * 1e3:.2f} ms service")
 
     # -- the training loop -----------------------------------------------------------------
     step = Step(per_local)
