@@ -43,10 +43,12 @@ _log = logging.getLogger("stoker")
 
 # Actors a part may be given before its batches are reported as lost.
 MAX_ATTEMPTS = 4
-# Failures that lose a part's batches (an actor gone or going, a worker crash, a lost
-# object), as opposed to the batch's own error, which comes back as the batch.
-_LOST = (rex.RayActorError, rex.ObjectLostError, rex.WorkerCrashedError, rex.NodeDiedError,
-         rex.OutOfMemoryError, rex.TaskCancelledError)
+# Failures that lose a part's batches, as opposed to the batch's own error, which comes
+# back as the batch: the actor gone (killed, crashed, out of memory, its node lost), which
+# loses every part it holds, or one object lost, which loses the rest of its part.
+_ACTOR_GONE = (rex.RayActorError, rex.WorkerCrashedError, rex.NodeDiedError,
+               rex.OutOfMemoryError)
+_LOST = _ACTOR_GONE + (rex.ObjectLostError, rex.TaskCancelledError)
 # A wait is cut into slices so that Ctrl-C and DataLoader's timeout are seen.
 _SLICE = 0.05
 # With no live actor (all lost, none joined yet: replacements start), how long a part
@@ -236,7 +238,10 @@ class SegmentFetch:
                 k, samples, compute, put, label, node, error, payload = ray.get(ref)
                 t2 = time.perf_counter()
             except _LOST as e:
-                f._lose(p.member, e)
+                if isinstance(e, _ACTOR_GONE):
+                    f._lose(p.member, e)
+                else:
+                    self._resubmit(0, e)
                 continue
             except rex.RayTaskError as e:  # the pipeline itself failed on the actor
                 cause = e.cause if isinstance(e.cause, BaseException) else e

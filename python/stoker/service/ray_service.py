@@ -209,6 +209,10 @@ class RayService(Service):
         """A fetcher found `member` failed: replaced (a shared pool's by the same name, so
         that processes that all saw it lost start one actor between them)."""
         self._lost_count += 1
+        try:  # an actor only unreachable for now would otherwise stay, unused
+            _ray().kill(member.handle, no_restart=True)
+        except Exception:
+            pass
         if self._name is None:
             self._members = [m for m in self._members if m is not member]
         if self._replace and not getattr(member, "removed", False):
