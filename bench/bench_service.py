@@ -274,7 +274,7 @@ def main():
     loop_service = statistics.median(c[1] for c in cpu["service"])
     s = remote.stats()["service"]
     (actor,) = s["actors"].values()
-    put = actor["put_seconds"] / max(1, actor["batches"])
+    put = actor["put_seconds_per_batch"]
     get = s["transport_seconds_per_batch"]
     batch_mb = remote._stage._batch_bytes / 1e6
     print("\nproducing batches alone (one core makes them, the loop takes them on the other):")

@@ -21,7 +21,7 @@ that, and on nothing else:
     iter(): claims segment K ------ parts of K ------>  run_part(K, first, count): the
     next(): batch j of K from the part that holds        replica's threads stream the part
       it  <------- objects in Ray's store ---------      (read, decode, ops, map, collate),
-      then the placeholder: the core counts j            each batch yielded as it is out
+      then the placeholder: the core counts j            the part's batches: one object
     state_dict(): the core's (batches taken)
 
 * The same batches: an actor runs the loader's own pipeline on the segment the trainer's

@@ -12,8 +12,9 @@ trainer, as long as the batches submitted and not yet taken stay within the wind
   batches   0 1 2 3 | 4 5 6 7 | 8 9 10 11 | 12 ...      taken: 0 1 2   window: 12
   parts     actor A | actor B | actor C   | (not yet: window full)
 
-The loop takes batch j from the part that holds it, in order, whatever order the actors
-finish in. When an actor dies (ray.kill, a lost node, a crash) or an object is lost, the
+Each part comes back as one object holding its batches (Ray's cost per object paid once
+for them); the loop takes batch j from the part that holds it, in order, whatever order
+the actors finish in. When an actor dies (ray.kill, a lost node, a crash) or an object is lost, the
 part's batches not yet taken, and every other part that actor held, are submitted again to
 the others: a batch is a pure function of (key, j) (NOTE [ Parts ]), so the one computed
 again is the same, bit for bit, and the first copy of batch j that arrives is the one
@@ -74,9 +75,10 @@ class _Part:
     first: int  # the next batch of the part the loop has not taken
     end: int
     member: Member
-    gen: Any  # ray.ObjectRefGenerator
+    gen: Any  # ray.ObjectRefGenerator: the part's one object
     attempts: int = 1
-    ahead: Deque[Any] = dataclasses.field(default_factory=collections.deque)  # refs taken early
+    ref: Any = None  # the object's ref, once taken from the generator
+    here: Deque[Any] = dataclasses.field(default_factory=collections.deque)  # its batches
 
 
 @dataclasses.dataclass
@@ -86,7 +88,8 @@ class _ActorStats:
     batches: int = 0
     samples: int = 0
     compute_seconds: float = 0.0
-    put_seconds: float = 0.0
+    put_seconds: float = 0.0  # the actor's store writes so far (all its loaders) ...
+    put_batches: int = 0  # ... for these batches
     parts: int = 0
     lost: bool = False
 
@@ -196,7 +199,7 @@ class SegmentFetch:
 
     def _resubmit_from(self, m: Member, error: BaseException) -> None:
         for i, p in enumerate(self.parts):
-            if p.member is m:
+            if p.member is m and not p.here:  # a part already here lost nothing
                 self._resubmit(i, error)
 
     def _resubmit(self, i: int, error: BaseException) -> None:
@@ -225,18 +228,22 @@ class SegmentFetch:
             raise RuntimeError(f"stoker: internal error: batch {j} asked, {self.taken} due")
         f = self.f
         t0 = time.perf_counter()
+        get = 0.0
         next_report = time.monotonic() + _SLOW_SECONDS
         while True:
             self._fill(deadline)
             p = self.parts[0]
+            if p.here:
+                break
             try:
-                ref = self._next_ref(p, deadline, t0, next_report)
+                ref = p.ref if p.ref is not None else \
+                    self._next_ref(p, deadline, t0, next_report)
                 if ref is None:
                     next_report = time.monotonic() + _SLOW_SECONDS
                     continue
                 t1 = time.perf_counter()
-                k, samples, compute, put, label, node, error, payload = ray.get(ref)
-                t2 = time.perf_counter()
+                label, node, put, put_batches, batches = ray.get(ref)
+                get = time.perf_counter() - t1
             except _LOST as e:
                 if isinstance(e, _ACTOR_GONE):
                     f._lose(p.member, e)
@@ -246,31 +253,34 @@ class SegmentFetch:
             except rex.RayTaskError as e:  # the pipeline itself failed on the actor
                 cause = e.cause if isinstance(e.cause, BaseException) else e
                 raise cause from None
-            if k != j:
-                raise RuntimeError(f"stoker: internal error: batch {k} came for {j}")
+            if batches[0][0] != p.first:
+                raise RuntimeError(f"stoker: internal error: batch {batches[0][0]} came for "
+                                   f"{p.first}")
+            p.ref = None
+            p.here.extend(batches)
             m = p.member
             m.node = node
             st = f._stats(m)
             st.node = node
-            st.batches += 1
-            st.samples += samples
-            st.compute_seconds += compute
-            st.put_seconds += put
-            f.load[id(m)] -= 1
-            p.first += 1
-            if p.first == p.end:
-                self.parts.popleft()
-            self.taken += 1
-            self._fill(deadline)
-            self._pull_ahead()
-            return Delivery(j, samples, error, payload, t1 - t0, t2 - t1)
+            st.put_seconds, st.put_batches = put, put_batches
+        k, samples, compute, error, payload = p.here.popleft()
+        st = f._stats(p.member)
+        st.batches += 1
+        st.samples += samples
+        st.compute_seconds += compute
+        f.load[id(p.member)] -= 1
+        p.first += 1
+        if p.first == p.end:
+            self.parts.popleft()
+        self.taken += 1
+        self._fill(deadline)
+        self._pull_ahead()
+        return Delivery(j, samples, error, payload, time.perf_counter() - t0 - get, get)
 
     def _next_ref(self, p: _Part, deadline: Optional[float], t0: float,
                   next_report: float) -> Any:
-        """The ref of part `p`'s next batch; None when it is time to report a slow batch
-        (the caller goes on waiting)."""
-        if p.ahead:
-            return p.ahead.popleft()
+        """The ref of part `p`'s object; None when it is time to report a slow batch (the
+        caller goes on waiting)."""
         while True:
             ready, _ = ray.wait([p.gen], timeout=_SLICE)
             if ready:
@@ -291,21 +301,19 @@ class SegmentFetch:
                 return None
 
     def _pull_ahead(self) -> None:
-        """Batches made on another node start moving here before the loop asks for them:
-        refs of finished batches are taken from their generators and fetched."""
+        """Parts made on another node start moving here before the loop asks for them:
+        the refs of finished parts are taken from their generators and fetched."""
         refs = []
         for p in self.parts:
-            if p.member.node is None or p.member.node == self.f._local_node:
+            if p.here or p.member.node is None or p.member.node == self.f._local_node:
                 continue
-            while len(p.ahead) < p.end - p.first:
-                ready, _ = ray.wait([p.gen], timeout=0)
-                if not ready:
-                    break
+            if p.ref is None and ray.wait([p.gen], timeout=0)[0]:
                 try:
-                    p.ahead.append(next(p.gen))
+                    p.ref = next(p.gen)
                 except StopIteration:
-                    break
-            refs += p.ahead
+                    continue
+            if p.ref is not None:
+                refs.append(p.ref)
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
 

@@ -169,11 +169,14 @@ class ServiceStage:
         s["samples_per_second"] = self.samples / run if run > 0 else 0.0
         f = self._fetcher
         actors: Dict[str, Dict[str, Any]] = {}
+        put_per_batch = [a.put_seconds / a.put_batches
+                         for a in (f.actors.values() if f is not None else ()) if a.put_batches]
         for label, a in (f.actors.items() if f is not None else ()):
-            busy = a.compute_seconds + a.put_seconds
+            put = a.put_seconds / a.put_batches if a.put_batches else 0.0
+            busy = a.compute_seconds + put * a.batches
             actors[label] = {
                 "node": a.node, "batches": a.batches, "samples": a.samples, "parts": a.parts,
-                "compute_seconds": a.compute_seconds, "put_seconds": a.put_seconds,
+                "compute_seconds": a.compute_seconds, "put_seconds_per_batch": put,
                 "batches_per_second": a.batches / busy if busy > 0 else 0.0, "lost": a.lost}
         n = max(1, self.batches)
         transport = self.get_seconds + self.decode_seconds
@@ -185,8 +188,8 @@ class ServiceStage:
             "wait_seconds": self.wait_seconds,  # for batches not made yet
             "transport_seconds": transport,  # ray.get and the tensors' views
             "transport_seconds_per_batch": transport / n,
-            "put_seconds_per_batch": sum(a.put_seconds for a in (f.actors.values() if f else ()))
-            / n,
+            "put_seconds_per_batch": sum(put_per_batch) / len(put_per_batch)
+            if put_per_batch else 0.0,
             "parts_resubmitted": getattr(f, "resubmitted_parts", 0),
             "batches_recomputed": getattr(f, "recomputed_batches", 0),
         }

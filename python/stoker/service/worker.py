@@ -5,9 +5,10 @@ An actor keeps a replica of each pipeline it has been asked for (``Loader(datase
 **arguments)`` from the pipeline's spec, stoker/service/pipeline.py), built the first
 time and kept for the next parts, the few most recent ones. A part (key, first, count) is
 ``run_part`` on the replica's core (NOTE [ Parts ] in csrc/pipeline/loader_core.h): its
-threads (and Python stage) run the part as one stream, and each batch is yielded to the
-caller as soon as it is out, while the next ones are being made (Ray's streaming
-generator: each yield is an object in the store, NOTE [ Batch transport ] in wire.py).
+threads (and Python stage) run the part as one stream, and its batches go to the caller
+as one object once they are all out (Ray's fixed cost per object, a few milliseconds of
+the actor's and the raylet's CPU, is paid once for them: NOTE [ Batch transport ] in
+wire.py).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class ServiceWorker:
         ctx = ray.get_runtime_context()
         self._node = ctx.get_node_id()
         self._where = f"service actor {label} (node {self._node[:8]}, pid {os.getpid()})"
+        self._put_seconds = 0.0  # in the store's writes of this actor's parts, so far
+        self._put_batches = 0
 
     def hello(self) -> Tuple[str, str, int]:
         """(label, node id, pid): the actor is up."""
@@ -98,10 +101,11 @@ class ServiceWorker:
     def run(self, pipeline: Sequence[Any], key: Tuple[int, ...], first: int, count: int,
             variant: Optional[Dict[str, Any]] = None) -> Iterator[Tuple[Any, ...]]:
         """Batches [first, first + count) of segment `key` of `pipeline` ([id, ObjectRef
-        of its pickled spec]; `variant`: the states of the loader's parts the replica takes,
-        a schedule mixture's rows per step), one yield each: (batch number, samples, the seconds the
-        batch took here, the seconds the previous yield took (the store's put), the
-        actor's label, its node, the batch's error or None, the encoded batch)."""
+        of its pickled spec]; `variant`: the states of the loader's parts the replica
+        takes, a schedule mixture's rows per step), yielded together as one object (NOTE
+        [ Batch transport ] in wire.py): (the actor's label, its node, the seconds its puts
+        took so far and the batches they held, then per batch: its number, samples, the
+        seconds it took here, its error or None, the encoded batch)."""
         from .wire import encode
 
         loader = self._replica(pipeline, variant)
@@ -110,7 +114,7 @@ class ServiceWorker:
         loader._rank, loader._world_size = int(key[1]), int(key[2])
         loader._core.run_part(tuple(key), first, count)
         it = iter(loader)
-        put = 0.0
+        batches = []
         try:
             for k in range(first, first + count):
                 t0 = time.perf_counter()
@@ -123,14 +127,17 @@ class ServiceWorker:
                                        f"{first + count}) of {key} ended at batch {k}") from None
                 except Exception as e:  # the batch's own error: it travels as the batch
                     error = _portable(e, self._where)
-                t1 = time.perf_counter()
-                payload = None if error is not None else encode(batch)
-                yield (k, 0 if error else _samples(batch), t1 - t0, put, self._label,
-                       self._node, error, payload)
-                del batch, payload
-                put = time.perf_counter() - t1
+                batches.append((k, 0 if error else _samples(batch),
+                                time.perf_counter() - t0, error,
+                                None if error is not None else encode(batch)))
+                del batch
         finally:
             it.close()
+        t = time.perf_counter()
+        yield (self._label, self._node, self._put_seconds, self._put_batches, batches)
+        # Ray wrote the object into the store during the yield
+        self._put_seconds += time.perf_counter() - t
+        self._put_batches += count
 
     def close(self) -> None:
         """Closes every replica (their threads stop); the actor stays usable."""
