@@ -19,7 +19,11 @@ Printed, in one run (medians of --repeats, with their extremes):
     service   stoker.RayService(actors=1, cpus_per_actor=1) on the SERVICE core
   -> the service's transport overhead per batch: its time per batch over the local
      loader's, minus one (goal: under 10%), with the actor's store puts and the
-     trainer's gets per batch;
+     trainer's gets per batch, and the CPU per batch of each side (the actor and its
+     node's raylet against the local worker thread), steadier than wall time on a busy
+     machine. Ray's object store is written through once first (--store-mb): the first
+     pass over its memory costs a page fault per page to whoever writes or maps it, a
+     training run pays it in its first gigabytes only; that pass's rate is printed too;
 
   the training loop (steps/s):
     (a) local     stoker.Loader(num_threads=1) on the TRAIN core, beside the step
@@ -120,6 +124,12 @@ def cpu_of(stat_path):
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def faults_of(pid):
+    """Minor page faults of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def threads_cpu(prefix):
     """CPU seconds of this process's threads whose name starts with `prefix`."""
     total = 0.0
@@ -134,17 +144,20 @@ def threads_cpu(prefix):
     return total
 
 
-def timed(batches_of, path, warmup, batches, step=None, producer_cpu=None):
-    """Seconds per batch over `batches` batches after `warmup`, each followed by `step`;
-    with `producer_cpu` (CPU seconds of what makes the batches, now), also the CPU
-    seconds per batch of the producer and of this process's other threads (the loop)."""
+def timed(batches_of, path, warmup, batches, step=None, producer_cpu=None, epoch=None):
+    """Seconds per batch over `batches` batches after `warmup`, each followed by `step`.
+    With `producer_cpu` (CPU seconds of what makes the batches, now), the iterator then
+    runs to the end of its epoch of `epoch` batches, so that what was made was taken, and
+    the figures are per batch over the whole epoch, its start included: seconds, and
+    CPU seconds of the producer and of this process's other threads (the loop)."""
     read_files(path)
+    p0, c0 = (producer_cpu(), time.process_time()) if producer_cpu else (0, 0)
+    start = time.perf_counter()
     it = iter(batches_of())
     for _ in range(warmup):
         next(it)
         if step:
             step()
-    p0, c0 = (producer_cpu(), time.process_time()) if producer_cpu else (0, 0)
     t0 = time.perf_counter()
     for _ in range(batches):
         next(it)
@@ -154,12 +167,15 @@ def timed(batches_of, path, warmup, batches, step=None, producer_cpu=None):
     if producer_cpu is None:
         del it
         return secs
+    for _ in it:  # the epoch's rest: nothing made beyond what is taken
+        pass
+    whole = (time.perf_counter() - start) / epoch
     made = producer_cpu() - p0
     mine = time.process_time() - c0
     if producer_cpu is _local_workers:  # the producer's threads are this process's
         mine -= made
     del it
-    return secs, made / batches, mine / batches
+    return whole, made / epoch, mine / epoch
 
 
 def _local_workers():
@@ -186,6 +202,12 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--data", default=None, help="directory to keep the dataset in")
     p.add_argument("--no-dataloader", action="store_true", help="skip (c)")
+    p.add_argument("--part", type=int, default=4, help="RayService(part_batches=)")
+    p.add_argument("--ops", choices=("rrc", "timm"), default="rrc",
+                   help="rrc: RandomResizedCrop + flip; timm: + TrivialAugmentWide and "
+                        "ColorJitter(0.4, 0.4, 0.4)")
+    p.add_argument("--store-mb", type=int, default=256,
+                   help="Ray's object store (MB), written through once before timing")
     p.add_argument("--host-cores", type=int, default=32, help="projection: cores per host")
     p.add_argument("--nic-gbps", type=float, default=25.0, help="projection: trainer NIC")
     args = p.parse_args()
@@ -201,7 +223,10 @@ def main():
     if not os.path.exists(os.path.join(path, "index.json")):
         write_dataset(path, args.images)
     ds = stoker.Dataset(path)
-    tr = {"image": [stoker.ops.RandomResizedCrop(args.size), stoker.ops.RandomHorizontalFlip()]}
+    tr = [stoker.ops.RandomResizedCrop(args.size), stoker.ops.RandomHorizontalFlip()]
+    if args.ops == "timm":  # timm's ImageNet recipe: + TrivialAugmentWide, ColorJitter(0.4)
+        tr += [stoker.ops.TrivialAugmentWide(), stoker.ops.ColorJitter(0.4, 0.4, 0.4)]
+    tr = {"image": tr}
     batches_per_epoch = len(ds) // args.batch_size
     need = args.warmup + args.batches + 1
     assert need <= batches_per_epoch, "more batches asked than an epoch has"
@@ -211,18 +236,23 @@ def main():
     # to the TRAIN core.
     pin_threads(serve)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    svc = stoker.RayService(actors=1, cpus_per_actor=1)
+             configure_logging=False, object_store_memory=args.store_mb << 20)
+    svc = stoker.RayService(actors=1, cpus_per_actor=1, part_batches=args.part)
     (_, _, actor_pid), = svc.ready(timeout=120)
     with open(f"/proc/{actor_pid}/stat") as f:
         raylet_pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the actor's parent
 
     def service_cpu():  # the actor, and the raylet, which holds the node's object store
         return cpu_of(f"/proc/{actor_pid}/stat") + cpu_of(f"/proc/{raylet_pid}/stat")
+
+    def sides():  # CPU of the actor and the raylet, the actor's page faults, apart
+        return (cpu_of(f"/proc/{actor_pid}/stat"), cpu_of(f"/proc/{raylet_pid}/stat"),
+                faults_of(actor_pid))
     pin_threads(train)
+    more = " + TrivialAugmentWide + ColorJitter" if args.ops == "timm" else ""
     print(f"{len(ds)} JPEGs, batch_size={args.batch_size}, RandomResizedCrop("
-          f"{args.size}) + flip; {args.batches} timed batches per run after {args.warmup}, "
-          f"median of {args.repeats} (extremes in brackets)")
+          f"{args.size}) + flip{more}; {args.batches} timed batches per run after "
+          f"{args.warmup} (training loop), median of {args.repeats} (extremes in brackets)")
     print(f"TRAIN core {train}: this process (cpus {allowed_cpus(os.getpid())}); SERVICE "
           f"core {serve}: the actor (pid {actor_pid}, cpus {allowed_cpus(actor_pid)})")
 
@@ -244,8 +274,8 @@ def main():
             return _Chain(it)
         return batches
 
-    remote = loader(service=svc, prefetch=8)  # two parts of 4 in flight
-    looped = loader(service=svc, prefetch=8)  # the same, for the training loop's stats
+    remote = loader(service=svc, prefetch=2 * args.part)  # two parts in flight
+    looped = loader(service=svc, prefetch=2 * args.part)  # the same, for the loop's stats
 
     def service(of=remote):
         def batches():
@@ -254,18 +284,33 @@ def main():
             return of
         return batches
 
+    # The object store's memory is new to the processes that write and map it until it
+    # has been written through once: each page costs a fault (about 4 us, ~1,200 per MB)
+    # the first time only. A training run is past that within its first gigabytes; the
+    # timed runs start there too.
+    cold = timed(service(), path, 0, args.warmup + args.batches)
+    batch_bytes = remote._stage._batch_bytes
+    written = (args.warmup + args.batches) * batch_bytes
+    while written < 1.5 * (args.store_mb << 20):
+        timed(service(), path, 0, args.warmup + args.batches)
+        written += (args.warmup + args.batches) * batch_bytes
+
     # -- producing alone, equal cores ------------------------------------------------------
     alone = {"local": [], "service": []}
     cpu = {"local": [], "service": []}
+    s0 = sides()
     for _ in range(args.repeats):
         secs, made, mine = timed(local_on(serve), path, args.warmup, args.batches,
-                                 producer_cpu=_local_workers)
+                                 producer_cpu=_local_workers, epoch=batches_per_epoch)
         alone["local"].append(secs)
         cpu["local"].append((made, mine))
         secs, made, mine = timed(service(), path, args.warmup, args.batches,
-                                 producer_cpu=service_cpu)
+                                 producer_cpu=service_cpu, epoch=batches_per_epoch)
         alone["service"].append(secs)
         cpu["service"].append((made, mine))
+    s1 = sides()
+    served = args.repeats * batches_per_epoch
+    actor_cpu, raylet_cpu, faults = ((b - a) / served for a, b in zip(s0, s1))
     per_local = statistics.median(alone["local"])
     per_service = statistics.median(alone["service"])
     made_local = statistics.median(c[0] for c in cpu["local"])
@@ -277,11 +322,13 @@ def main():
     put = actor["put_seconds_per_batch"]
     get = s["transport_seconds_per_batch"]
     batch_mb = remote._stage._batch_bytes / 1e6
-    print("\nproducing batches alone (one core makes them, the loop takes them on the other):")
+    print("\nproducing batches alone, whole epochs (one core makes them, the loop takes them "
+          "on the other):")
     print(f"  local   stoker.Loader(num_threads=1)          {fmt_rate(alone['local'])} batches")
     print(f"  service RayService(actors=1, cpus_per_actor=1) {fmt_rate(alone['service'])} "
           "batches")
     overhead = per_service / per_local - 1
+    print(f"  (the store's first pass, its pages new: {1 / cold:.2f} batches/s)")
     print(f"  service / local time per batch: {per_service / per_local:.3f} -> transport "
           f"overhead {overhead:+.1%} (goal: under 10%)")
     print(f"  per batch ({batch_mb:.2f} MB): actor's store put {put * 1e3:.2f} ms, trainer's "
@@ -290,6 +337,8 @@ def main():
           f"{made_local * 1e3:.1f} ms local, {made_service * 1e3:.1f} ms service (actor + "
           f"raylet) -> {made_service / made_local - 1:+.1%}; the loop's "
           f"{loop_local * 1e3:.2f} ms local, {loop_service * 1e3:.2f} ms service")
+    print(f"  the service's side: actor {actor_cpu * 1e3:.1f} ms, raylet {raylet_cpu * 1e3:.1f} "
+          f"ms of CPU and {faults:.0f} page faults in the actor per batch")
 
     # -- the training loop -----------------------------------------------------------------
     step = Step(per_local)
