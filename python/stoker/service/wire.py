@@ -4,10 +4,12 @@ NOTE [ Batch transport ]
 A batch crosses Ray's object store as NumPy arrays: Ray writes each array's buffer out of
 band (pickle protocol 5) into the store, once, and the trainer's ``ray.get`` maps it with
 no copy (on another node Ray first moves the object, then the same). The batches of a
-part travel as one object: each object costs the actor and its node's raylet a few
-milliseconds of CPU whatever its size (measured by bench/bench_service.py: about 5 ms per
-4.8 MB batch sent alone, against 17.5 ms to make it), which a part of four batches pays
-once. The object is freed once the loop has dropped the last of its batches. A tensor is sent as
+part travel as one object, so that Ray's fixed costs per object and per task (the
+raylet's bookkeeping, the call itself) are paid once for them; what stays is about a
+millisecond of CPU per MB between the actor's copy into the store and the raylet
+(bench/bench_service.py: 4-5 ms per 4.8 MB batch, against 18 ms to make it with
+RandomResizedCrop and a flip). The object is freed once the loop has dropped the last of
+its batches. A tensor is sent as
 the contiguous array its strides walk (an image delivered as an NCHW view of HWC memory
 travels as HWC and is viewed again), so the loop gets the local loader's shapes, strides
 and dtypes. Dtypes NumPy lacks (bfloat16) travel as same-sized integers. Anything else in
