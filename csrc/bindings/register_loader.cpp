@@ -12,6 +12,7 @@
 #include "bindings/dlpack.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
+#include "pipeline/placeholder_producer.h"
 #include "pipeline/window.h"
 #include "producers/record_producer.h"
 
@@ -61,6 +62,19 @@ py::object next_batch(LoaderCore::Iterator& it, uintptr_t consumer_stream, bool 
   it.note_handoff(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - got).count());
   if (with_ticket) return py::make_tuple(caps, b.ticket);
   return caps;
+}
+
+// A segment's key as Python sees it: (epoch, rank, world_size, offset, pad_from).
+py::tuple key_tuple(const EpochKey& k) {
+  return py::make_tuple(k.epoch, k.rank, k.world_size, k.offset, k.pad_from);
+}
+
+EpochKey epoch_key(const py::tuple& t) {
+  STOKER_CHECK(t.size() == 5, UsageError,
+               "a segment key is (epoch, rank, world_size, offset, pad_from), got ", t.size(),
+               " values");
+  return EpochKey{t[0].cast<uint64_t>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
+                  t[3].cast<int64_t>(), t[4].cast<int64_t>()};
 }
 
 py::dict stats_dict(const LoaderStatsSnapshot& s) {
@@ -142,6 +156,15 @@ void register_loader(py::module_& m) {
           py::arg("epoch"), py::arg("rank"), py::arg("world_size"), py::arg("offset"),
           py::arg("batches"),
           "Global samples consumed once every rank has taken `batches` batches of that epoch.");
+
+  py::class_<PlaceholderProducer, BatchProducer, std::shared_ptr<PlaceholderProducer>>(
+      m, "PlaceholderProducer",
+      "A producer's epochs and counts with empty batches: a loader whose batches are made "
+      "elsewhere (NOTE [ Placeholder batches ] in pipeline/placeholder_producer.h).")
+      .def(py::init([](std::shared_ptr<BatchProducer> inner) {
+             return std::make_shared<PlaceholderProducer>(std::move(inner));
+           }),
+           py::arg("inner"));
 
   py::class_<ListedOrders, std::shared_ptr<ListedOrders>>(
       m, "ListedOrders", "Per epoch, the order a user's sampler gives (sampler/listed_order.h).")
@@ -358,6 +381,14 @@ void register_loader(py::module_& m) {
           py::arg("epoch"), py::arg("offset"), py::arg("world_size") = 0,
           "world_size: of the job that saved the state (padding follows it; 0: unknown)")
       .def("skip", &LoaderCore::skip, py::arg("batches"), py::arg("rank"), py::arg("world_size"))
+      .def(
+          "run_part",
+          [](LoaderCore& c, py::tuple key, int64_t first, int64_t count) {
+            c.run_part(epoch_key(key), first, count);
+          },
+          py::arg("key"), py::arg("first"), py::arg("count"),
+          "The next iterator on the key's rank and world size runs batches [first, first + "
+          "count) of segment `key` (an iterator's key) and ends (NOTE [ Parts ]).")
       .def("close", &LoaderCore::close, py::call_guard<py::gil_scoped_release>())
       .def("drop_prefetch", &LoaderCore::drop_prefetch, py::call_guard<py::gil_scoped_release>(),
            "Stops the stream kept or started for the next iterator.")
@@ -377,9 +408,16 @@ void register_loader(py::module_& m) {
       .def("note_handoff", &LoaderCore::Iterator::note_handoff, py::arg("ns"),
            "Adds ns of the consumer's next() outside next() (the batch's Python objects) to "
            "wait_seconds and data_stall, not to the tuner's wait.")
+      .def("claim", &LoaderCore::Iterator::claim, py::call_guard<py::gil_scoped_release>(),
+           "Claims the epoch now, as the first next() would, without taking a batch.")
+      .def_property_readonly(
+          "key", [](const LoaderCore::Iterator& it) { return key_tuple(it.key()); },
+          "(epoch, rank, world_size, offset, pad_from): the segment it runs (claimed), else "
+          "the one it would claim now; batch k of it is a pure function of this and k.")
       .def_property_readonly("remaining", &LoaderCore::Iterator::remaining)
       .def_property_readonly("epoch", &LoaderCore::Iterator::epoch)
       .def_property_readonly("claimed", &LoaderCore::Iterator::claimed)
+      .def_property_readonly("closed", &LoaderCore::Iterator::closed)
       .def_property_readonly("ready_batches", &LoaderCore::Iterator::ready_batches);
 }
 

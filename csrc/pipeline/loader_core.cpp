@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/file_checks.h"
+#include "pipeline/detail/part_producer.h"
 #include "pipeline/window.h"
 
 namespace stoker {
@@ -24,6 +25,7 @@ struct LoaderCore::Run {
   std::unique_ptr<BatchReader> reader;
   std::atomic<int64_t> delivered{0};  // positions handed to an iterator
   int64_t skip_to = -1;  // positions before this belong to an epoch left early (with mu_)
+  bool part = false;     // a part's stream (NOTE [ Parts ]): nothing flows on after it
 
   int64_t start() const {
     return skip_to >= 0 ? skip_to : delivered.load(std::memory_order_acquire);
@@ -93,11 +95,13 @@ int64_t LoaderCore::next_batches(int64_t rank, int64_t world_size) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     key = prospective_key(rank, world_size);
+    if (part_ && part_->key == key) return part_->batches;  // NOTE [ Parts ]
   }
   return producer_->plan_epoch(key)->num_batches();
 }
 
 EpochKey LoaderCore::prospective_key(int64_t rank, int64_t world) const {
+  if (part_ && part_->key.rank == rank && part_->key.world_size == world) return part_->key;
   if (resume_) {
     // At the world size that saved it, the rest is exactly what the
     // uninterrupted epoch would have given; at another, padding repeats only
@@ -116,8 +120,12 @@ bool LoaderCore::run_starts(const Run& run, const EpochKey& key) const {
 
 std::shared_ptr<LoaderCore::Run> LoaderCore::new_run(const EpochKey& key) {
   auto run = std::make_shared<Run>();
-  run->stream = std::make_shared<Stream>(producer_, host_pool_, workers_->signal(), stats_,
-                                         opts_.prefetch, telemetry_->window(), key, opts_.finisher);
+  run->part = part_ && part_->key == key;  // NOTE [ Parts ]: its stream ends with the part
+  run->stream = std::make_shared<Stream>(
+      run->part ? std::make_shared<const detail::PartProducer>(producer_, part_->batches)
+                : std::shared_ptr<const BatchProducer>(producer_),
+      host_pool_, workers_->signal(), stats_, opts_.prefetch, telemetry_->window(), key,
+      opts_.finisher);
   if (opts_.auto_prefetch && opts_.max_memory > 0)  // NOTE [ Window and memory ]
     run->stream->set_memory_limit(
         opts_.max_memory,
@@ -151,6 +159,7 @@ void LoaderCore::set_epoch(uint64_t epoch) {
   } else {
     pending_ = epoch;
     if (resume_ && resume_->epoch != epoch) resume_.reset();
+    if (part_ && part_->key.epoch != epoch) part_.reset();
     if (!main_.live || main_.finished) main_.claimed = false;  // the state moves on to `epoch`
   }
   // transformers' Trainer skips first and sets the epoch after, as a DataLoader's
@@ -245,9 +254,10 @@ void LoaderCore::claim(Iterator& it) {
     telemetry_->note_between_epochs(Clock::now());
     pending_.reset();
     resume_.reset();
+    part_.reset();
     next_epoch_ = key.epoch + 1;
     main_ = Main{&it, key, 0, false, true, true};
-    if (opts_.prefetch_next_epoch && seg->batches > 0)
+    if (opts_.prefetch_next_epoch && seg->batches > 0 && !run->part)
       run->stream->set_next(EpochKey{next_epoch_, it.rank_, it.world_, 0});
     workers_->wake();
   }
@@ -356,7 +366,24 @@ void LoaderCore::skip(int64_t batches, int64_t rank, int64_t world_size) {
       retired);
 }
 
+void LoaderCore::run_part(const EpochKey& key, int64_t first, int64_t count) {
+  STOKER_CHECK(key.world_size >= 1 && key.rank >= 0 && key.rank < key.world_size, UsageError,
+               "part: rank ", key.rank, " outside [0, world_size=", key.world_size, ")");
+  const int64_t batches = producer_->plan_epoch(key)->num_batches();  // without mu_: may be slow
+  STOKER_CHECK(first >= 0 && count >= 1 && first <= batches && count <= batches - first, UsageError,
+               "part: batches [", first, ", ", first + count, ") outside the segment's ", batches);
+  EpochKey start = key;
+  start.offset = producer_->consumed_after(key, first);
+  Retired retired;
+  std::lock_guard<std::mutex> lock(mu_);
+  skip_.reset();
+  resume_at(LoaderState{key.epoch, start.offset, key.world_size}, retired);
+  drop_spec(retired);  // a stream of the same key would not end with the part
+  part_ = Part{start, count};
+}
+
 void LoaderCore::resume_at(const LoaderState& s, Retired& retired) {
+  part_.reset();
   STOKER_CHECK(s.offset >= 0 && s.offset <= producer_->epoch_samples(), UsageError,
                "cannot resume: position ", s.offset, " outside [0, ", producer_->epoch_samples(),
                "]");
@@ -548,6 +575,19 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
   }
   core_->yielded(*this);
   return Status::kBatch;
+}
+
+void LoaderCore::Iterator::claim() {
+  if (core_->forked()) return;  // next() says why
+  std::lock_guard<detail::TimedMutex> lock(mu_);
+  if (!claimed_ && !closed_.load(std::memory_order_acquire)) core_->claim(*this);
+}
+
+EpochKey LoaderCore::Iterator::key() const {
+  std::lock_guard<detail::TimedMutex> lock(mu_);
+  if (claimed_) return key_;
+  std::lock_guard<std::mutex> core_lock(core_->mu_);
+  return core_->prospective_key(rank_, world_);
 }
 
 int64_t LoaderCore::Iterator::remaining() const {

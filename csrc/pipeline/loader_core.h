@@ -38,6 +38,18 @@
 // batch arrives, its time. The bindings hand posted lines to the "stoker"
 // logger between their waits, so the consumer's thread logs them.
 //
+// NOTE [ Parts ]
+// A batch is a pure function of its segment's key and its number (batch_producer.h),
+// so batches [first, first + count) of any loader's segment can be made by
+// another core over the same producer (a service's actor: python/stoker/
+// service/). run_part() makes them the next iterator's segment: the key with
+// `offset` moved to where the first of them starts (consumed_after(key, first),
+// the rule skip() and a resume at the same world size rely on: batch 0 there is
+// batch `first` of the key) and the key's own pad_from (a resume at another
+// world size restarts padding there, which no load_state() can say again), cut
+// to `count` batches (detail/part_producer.h), so the workers plan nothing past
+// the part; the next epoch never flows on after it.
+//
 // NOTE [ Loader shutdown ]
 // The whole stop order, for each way a loader stops: an iterator left early
 // (break, or dropped: Iterator::close), LoaderCore::close(), the core's end,
@@ -135,6 +147,11 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   /// A set_epoch(e) before that iterator moves the skip to epoch e; iter() takes
   /// it, load_state() drops it (accelerate's skip_first_batches calls it).
   void skip(int64_t batches, int64_t rank, int64_t world_size);
+  /// The next iterator on (key.rank, key.world_size) runs batches [first, first
+  /// + count) of segment `key` and ends: a part of another loader's epoch,
+  /// batch for batch what that loader's iterator yields there (NOTE [ Parts ]).
+  /// UsageError when the part is not inside the segment.
+  void run_part(const EpochKey& key, int64_t first, int64_t count);
 
   /// Stops every stream and worker thread now; iterators end (kEnd). The
   /// loader stays usable: the next iterator starts them again.
@@ -203,7 +220,12 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
     uint64_t epoch;
     int64_t batches, rank, world_size;
   };
-  std::optional<Skip> skip_;   // guarded by mu_: skip()'s, until an iterator takes it
+  std::optional<Skip> skip_;  // guarded by mu_: skip()'s, until an iterator takes it
+  struct Part {
+    EpochKey key;  // the part's first batch as a segment of its own
+    int64_t batches;
+  };
+  std::optional<Part> part_;   // guarded by mu_: run_part()'s, until an iterator claims it
   Main main_;                  // guarded by mu_
   std::shared_ptr<Run> spec_;  // guarded by mu_: a stream waiting for its iterator
   std::vector<std::weak_ptr<Iterator>> iterators_;  // guarded by mu_
@@ -236,11 +258,18 @@ class LoaderCore::Iterator {
   /// shorten it).
   void note_handoff(int64_t ns);
 
+  /// Claims the iterator's epoch now, as its first next() would, without taking a
+  /// batch (NOTE [ Placeholder batches ] in placeholder_producer.h). Idempotent.
+  void claim();
+  /// The segment it runs (claimed), else the one it would claim now.
+  EpochKey key() const;
   /// Batches left: for an iterator not yet advanced, those of the epoch it would claim now.
   int64_t remaining() const;
   /// The epoch, once claimed (else the one it would claim now).
   uint64_t epoch() const;
   bool claimed() const { return claimed_; }
+  /// Ended by close() (or its run stopped); an epoch that ran out is not closed.
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
   /// Batches waiting for this iterator.
   int ready_batches() const;
   LoaderCore& core() const { return *core_; }

@@ -43,6 +43,7 @@ from .writer import ShardWriter, WriterLockError
 
 if TYPE_CHECKING:
     from .loader import Loader
+    from .service import RayService
 
 __version__ = "0.1.0"
 
@@ -56,6 +57,11 @@ def __getattr__(name: str) -> Any:
 
         globals()["Loader"] = Loader
         return Loader
+    if name == "RayService":  # stoker/service/: Ray is imported when a pool is made
+        from .service import RayService
+
+        globals()["RayService"] = RayService
+        return RayService
     raise AttributeError(f"module 'stoker' has no attribute {name!r}")
 
 
@@ -78,6 +84,7 @@ __all__ = [
     "Loader",
     "Mix",
     "NDArray",
+    "RayService",
     "Scalar",
     "ShardWriter",
     "TokenDataset",

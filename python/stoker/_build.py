@@ -128,6 +128,8 @@ def build(p: LoaderPlan, world_size: int,
     records = p.records if p.records is not None else \
         p.stage.records if p.stage is not None else None
     wanted = records.cache if records is not None else None
+    if p.service is not None:
+        wanted = None  # the service's actors read and decode: their nodes keep the cache
     cache = None if wanted is None else _cache.open_cache(wanted, p.dataset, records.verify)
     if p.source == "token mixture":
         mix = MixRun(p.dataset, tokens=True, record_options=None, batch_size=s.batch_size,
@@ -157,6 +159,11 @@ def build(p: LoaderPlan, world_size: int,
         producer = _core.RecordProducer(p.dataset._core,
                                         record_options(p.records, s, t.num_threads, listed,
                                                        cache))
+    if p.service is not None:  # NOTE [ Disaggregated loading ] in stoker/service/__init__.py
+        from .service.stage import service_parts
+
+        core, stage = service_parts(p, producer, mix)
+        return Parts(producer, core, stage, mix, torch.device("cpu"), None, False, listed)
     if p.stage is not None:
         st = p.stage
         if st.fetch == "map-style":

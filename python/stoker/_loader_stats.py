@@ -51,6 +51,13 @@ def stats(self: Loader) -> Dict[str, Any]:
     host_blocks/host_bytes (batch memory alive). With a device: copies, copy_bytes,
     copy_seconds (device time), copy_gbps, device_buffers, device_bytes.
 
+    With ``service=`` (docs/service.md), ``stats()["service"]``: per actor (``actors``) its
+    batches, samples, parts and rate; the loop's wait for batches not made yet, the
+    transport's time (``transport_seconds_per_batch``: taking a batch from Ray's store;
+    ``put_seconds_per_batch``: the actors' writes), the window, the work made again
+    after failures (``parts_resubmitted``, ``batches_recomputed``) and the pool's
+    ``live_actors`` and ``lost``; ``samples`` counts the batches delivered.
+
     With ``cache="decoded"``, ``stats()["cache"]``: hits and misses (images this process
     took from the cache or decoded), hit_rate, inserts, declined (entries that found no
     room), and the cache's own figures, every process's together: entries, images
@@ -68,6 +75,8 @@ def stats(self: Loader) -> Dict[str, Any]:
         s["network"] = self.dataset.remote.stats()
     if self._cache is not None:
         s["cache"] = _cache.cache_stats(self._cache)
+    if self.plan.service is not None:  # made by a service's actors (docs/service.md)
+        s["service"] = self._stage.stats(s)
     if not self._map_style:  # where reads were served from: memory, mmap or remote
         tier = getattr(self.dataset, "tier", None)
         if tier is None and self._tokens:

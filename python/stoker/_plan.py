@@ -23,6 +23,7 @@ A plan says what a loader is, in five parts, and prints them (``print(loader.pla
              from, threads or processes
   delivery   host (pageable or pinned) or device, image layout
   settings   threads, prefetch, memory, warnings, errors
+  service    where batches are made when not here (stoker/service/): None, or a pool
 
 Every argument error a user can make is raised by ``plan``, before anything starts, so a
 test checks "these arguments give this plan" without a thread. ``build`` assumes a
@@ -45,6 +46,7 @@ from .dataset import Dataset
 from .fields import Image
 from .mix import Mix, MixRun
 from .ops import Op, _specs
+from .service.checks import check_service
 from .token_dataset import TokenDataset, _producer_args
 
 __all__ = ["LoaderPlan", "plan", "DEFAULTS"]
@@ -61,7 +63,7 @@ DEFAULTS: Dict[str, Any] = dict(
     shard_window=None, labels="shifted", batch_transforms=None, pad_values=None, map=None,
     batch_map=None, collate_fn=None, map_fields=None, names=None, python_workers="auto",
     box_rows=None, as_stored=None, cache=None, cache_max_side=None, cache_size=None,
-    verify="first",
+    verify="first", service=None,
     # DataLoader's, with its meanings (NOTE [ DataLoader's arguments ])
     sampler=None, batch_sampler=None, num_workers=None, worker_init_fn=None, generator=None,
     timeout=0, prefetch_factor=None, persistent_workers=False, pin_memory_device="",
@@ -196,6 +198,8 @@ class LoaderPlan:
     prefetch_next_epoch: bool
     labels: str
     timeout: float = 0.0  # seconds next() waits for a batch before an error; 0: forever
+    # a pool that makes the batches (NOTE [ Disaggregated loading ] in stoker/service/)
+    service: Any = None
     # as given (pickling rebuilds the loader from them); not part of what the plan is
     arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False,
                                                      repr=False)
@@ -262,6 +266,9 @@ class LoaderPlan:
                      f"{t.max_memory / 2**20:.0f} MiB, on_error={self.on_error!r}, "
                      f"prefetch_next_epoch={self.prefetch_next_epoch}" +
                      (f", timeout={self.timeout:g} s" if self.timeout else ""))
+        if self.service is not None:
+            lines.append(f"  service: {self.service.describe()} makes the batches; this "
+                         "process counts and takes them")
         return "\n".join(lines)
 
 
@@ -437,6 +444,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
     max_pixels = check_int("max_image_pixels", a["max_image_pixels"], 1)
     args.check_device(device)
+    service = check_service(a["service"], iterable=iterable, sampler=dl["sampler"],
+                            batch_sampler=dl["batch_sampler"], device=device)
     sampling = Sampling(batch_size if not unbatched else 1, bool(a["shuffle"]), seed,
                         drop_last, even_batches, shard_window, rank, world_size,
                         dl["sampler"], dl["batch_sampler"], unbatched,
@@ -536,7 +545,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                             tokens and labels == "unshifted" and packing is not None,
                             a["pin_memory_device"], as_tuple)
     return LoaderPlan(source, dataset, sampling, producer, records, token_kw, stage, delivery,
-                      settings, on_error, prefetch_next, labels, dl["timeout"], given)
+                      settings, on_error, prefetch_next, labels, dl["timeout"], service, given)
 
 
 def _images(fields: Mapping[str, Any], image_layout: Optional[str],

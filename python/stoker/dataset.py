@@ -454,11 +454,12 @@ class Dataset:
     def __reduce__(self) -> Tuple[Any, ...]:
         # Pickled as its path (a remote one's URL and cache settings, so a spawned worker
         # on the node reopens it through the shared cache) plus its identity: a dataset
-        # rewritten in between is an error, not a mix.
+        # rewritten in between is an error, not a mix. A local path is made absolute: the
+        # process that reopens it may run in another folder (a service's actor).
         view = {"as_tuple": self.as_tuple} if self.as_tuple is not None else {}
         if self.remote is not None:
             return (_reopen, (self.url, self._identity(), {**self._remote_args, **view}))
-        return (_reopen, (self.index_path, self._identity(),
+        return (_reopen, (os.path.abspath(self.index_path), self._identity(),
                           {**({"preload": self._preload} if self._preload else {}), **view}
                           or None))
 

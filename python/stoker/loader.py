@@ -279,6 +279,14 @@ class Loader:
             ``stride``, ``pad_id``, ``ignore_index``, ``pack_fit``, ``pack_window``,
             ``overlong``, ``max_length``, ``pad_to_multiple_of``, ``attention_mask``,
             ``field``. Any other name is a ``TypeError``.
+        service: a :class:`stoker.RayService`: the pipeline (read, decode, transforms,
+            map, collate) runs on its Ray actors, on any nodes, and this process takes
+            the batches: the same batches as without it, each exactly once per epoch
+            whatever actors die or join, and the same ``state_dict()`` (docs/service.md).
+            ``num_threads`` is then each actor's (default: its ``cpus_per_actor``),
+            ``prefetch`` the batches in flight for this loop (default: two parts per
+            actor, within ``max_memory``); ``stats()["service"]`` has each actor's
+            throughput, the transport time and the loop's wait.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -343,6 +351,7 @@ class Loader:
         cache_max_side: Optional[int] = None,
         cache_size: Optional[Union[int, float, str]] = None,
         verify: str = "first",
+        service: Optional[Any] = None,
         **options: Any,
     ):
         # Declare, then build (NOTE [ Loader plan ] in stoker/_plan.py): every check first.
@@ -554,7 +563,8 @@ class Loader:
                 "convention: labels = input_ids, -100 where no loss; docs/tokens.md)")
         self._follow_len()
         rank, world = self._world()
-        remote = None if self._map_style else getattr(self.dataset, "remote", None)
+        remote = None if self._map_style or self.plan.service is not None else \
+            getattr(self.dataset, "remote", None)  # a service's actors fetch for themselves
         if remote is not None and not self._tokens and self.dataset._core.deferred:
             # Downloads go ahead of this loader's own order (NOTE [ Fetch plan ] in
             # csrc/sampler/fetch_plan.h); a dataset opened before a fork starts this
@@ -564,7 +574,8 @@ class Loader:
         if self._mix is not None:
             # a schedule's steps are batches of the whole job: the world known now
             self._mix.at_world(world)
-            self._mix.follow(self)  # each remote source ahead of its own stream
+            if self.plan.service is None:
+                self._mix.follow(self)  # each remote source ahead of its own stream
         if self._samplers is not None:  # the sampler's order for the epoch, once
             self._samplers.list_epoch(self._core.epoch, base_draw)
         # NOTE [ After a failed batch ]: a batch that raised is consumed, and its iterator

@@ -260,7 +260,10 @@ class TokenDataset:
         return self._fingerprint
 
     def __reduce__(self):
-        args = (self.paths if len(self.paths) > 1 else self.paths[0],
+        # local paths made absolute: the process that reopens them may run in another
+        # folder (a service's actor)
+        paths = [p if "://" in str(p) else os.path.abspath(p) for p in self.paths]
+        args = (paths if len(paths) > 1 else paths[0],
                 self.dtype if self.kind == "flat" else None)
         return (_rebuild, (args, {"eos_id": self.eos_id, "field": self.field,
                                   "vocab_size": self.vocab_size,

@@ -27,6 +27,7 @@
 #include "cuda/fake_device_api.h"
 #include "format/shard_reader.h"
 #include "pipeline/loader_core.h"
+#include "pipeline/placeholder_producer.h"
 #include "producers/record_producer.h"
 #include "sampler/sampler.h"
 #include "test_threads.h"
@@ -640,6 +641,93 @@ void skip_batches() {
   core->set_epoch(9);  // the skip was dropped: nothing moves to epoch 9
   CHECK(run_epoch(*core) == expected(101, s, 9));
   CHECK_THROWS(UsageError, core->skip(-1, 0, 1));
+}
+
+// run_part(key, first, count): the next iterator yields exactly batches [first, first +
+// count) of segment `key`, for a whole epoch's key and for a resumed one at another
+// world size (pad_from), on a core that has run other epochs; then it ends, and the
+// core runs whole epochs again (NOTE [ Parts ]).
+void parts() {
+  std::printf("%s\n", __func__);
+  std::fflush(stdout);
+  auto ds = make_dataset(101);
+  const SamplerOptions s = sampler(4, true);
+  auto core = LoaderCore::create(records(ds, s, 3), options(3, 4));
+  CHECK(run_epoch(*core) == expected(101, s, 0));
+  struct Case {
+    EpochKey key;
+    int64_t first, count;
+  };
+  const std::vector<Case> cases = {
+      {EpochKey{3, 0, 1, 0, 0}, 0, 26},   // a whole epoch
+      {EpochKey{3, 0, 1, 0, 0}, 5, 3},    // from its middle
+      {EpochKey{3, 0, 1, 0, 0}, 25, 1},   // its last, short batch
+      {EpochKey{4, 2, 3, 0, 0}, 7, 2},    // rank 2 of 3, padded at the end
+      {EpochKey{4, 1, 3, 40, 40}, 2, 4},  // resumed at another world size: padding from 40
+      {EpochKey{4, 0, 2, 40, 0}, 1, 7},   // resumed at the same world size
+  };
+  for (const Case& c : cases) {
+    const Batches all =
+        expected(101, s, c.key.epoch, c.key.rank, c.key.world_size, c.key.offset, c.key.pad_from);
+    core->run_part(c.key, c.first, c.count);
+    auto it = core->iter(c.key.rank, c.key.world_size);
+    if (c.first == 0) CHECK(it->key() == c.key);
+    CHECK_EQ(it->remaining(), c.count);
+    const Batches got = take(*it);
+    CHECK(got == Batches(all.begin() + c.first, all.begin() + c.first + c.count));
+  }
+  // The next iterator runs the epoch after the last part's, whole.
+  CHECK(run_epoch(*core) == expected(101, s, 5));
+  {
+    // The stream of a part ends with it: with a window of 8 and slow units, the
+    // workers ran the part's 2 batches and nothing past them.
+    auto cfg = std::make_shared<SynthConfig>();
+    cfg->unit_sleep_ms = 2;
+    auto synth = LoaderCore::create(std::make_shared<SynthProducer>(cfg), options(2, 8));
+    synth->run_part(EpochKey{1, 0, 1, 0, 0}, 3, 2);
+    auto it = synth->iter(0, 1);
+    DeliveredBatch b;
+    CHECK(next(*it, b) == Status::kBatch);
+    CHECK(next(*it, b) == Status::kBatch);
+    CHECK(next(*it, b) == Status::kEnd);
+    std::this_thread::sleep_for(30ms);
+    CHECK_EQ(cfg->units_started.load(), 2 * cfg->units);
+  }
+  // A part outside its segment is refused; load_state() and another epoch drop it.
+  CHECK_THROWS(UsageError, core->run_part(EpochKey{1, 0, 1, 0, 0}, 20, 7));
+  CHECK_THROWS(UsageError, core->run_part(EpochKey{1, 3, 2, 0, 0}, 0, 1));
+  core->run_part(EpochKey{1, 0, 1, 0, 0}, 2, 2);
+  core->load_state(LoaderState{6, 0, 1});
+  CHECK(run_epoch(*core) == expected(101, s, 6));
+  core->run_part(EpochKey{1, 0, 1, 0, 0}, 2, 2);
+  core->set_epoch(8);
+  CHECK(run_epoch(*core) == expected(101, s, 8));
+}
+
+// A core over placeholders keeps the epochs, counts and resume state of the real
+// producer (NOTE [ Placeholder batches ]): its iterators' keys are the segments the
+// real loader's would run, and its state follows the placeholders taken.
+void placeholders() {
+  std::printf("%s\n", __func__);
+  std::fflush(stdout);
+  auto ds = make_dataset(101);
+  const SamplerOptions s = sampler(4, true);
+  auto real = records(ds, s);
+  auto core = LoaderCore::create(std::make_shared<PlaceholderProducer>(real), options(1, 4));
+  CHECK_EQ(core->num_batches(1, 2), real->num_batches(1, 2));
+  core->load_state(LoaderState{2, 40, 2});
+  auto it = core->iter(1, 3);
+  CHECK((it->key() == EpochKey{2, 1, 3, 40, 40}));  // before the claim: the one it would claim
+  it->claim();
+  CHECK_EQ(core->state().offset, 0 + 40);
+  CHECK_EQ(it->remaining(), static_cast<int64_t>(expected(101, s, 2, 1, 3, 40, 40).size()));
+  DeliveredBatch b;
+  for (int k = 0; k < 3; ++k) {
+    CHECK(next(*it, b) == Status::kBatch);
+    CHECK(b.tensors.empty());
+  }
+  CHECK_EQ(core->state().offset, 40 + 3 * 4 * 3);
+  CHECK((it->key() == EpochKey{2, 1, 3, 40, 40}));
 }
 
 // The next epoch flows on in the same stream (NOTE [ Next-epoch prefetch ]).
@@ -1456,8 +1544,9 @@ void stress() {
 }  // namespace
 
 TEST_MAIN(order_and_content(); determinism(); epochs_and_iterators(); concurrent_iterators();
-          resume(); skip_batches(); next_epoch_flows_on(); corrupt_record_error_at_its_batch();
-          planning_errors(); error_at_epoch_end_then_new_iterator(); close_from_two_threads();
+          resume(); skip_batches(); parts(); placeholders(); next_epoch_flows_on();
+          corrupt_record_error_at_its_batch(); planning_errors();
+          error_at_epoch_end_then_new_iterator(); close_from_two_threads();
           close_while_an_iterator_starts(); close_during_next_near_epoch_end();
           stats_while_iterators_drop(); one_iterator_two_threads();
           cut_short_batch_never_delivered(); worker_lifetime(); bad_options();

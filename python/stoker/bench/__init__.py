@@ -3,6 +3,8 @@
 ``stoker bench DATASET``: your own dataset (:mod:`stoker.bench.dataset`).
 ``stoker bench DATASET --sweep [--plot FILE.png]``: batch size x threads on it
 (:mod:`stoker.bench.sweep`).
+``stoker bench DATASET --ray-actors N``: the dataset on a stoker.RayService beside the
+local loader (:mod:`stoker.bench.service`).
 ``stoker bench`` (no dataset): fixed-size records (:mod:`stoker.bench.records`).
 ``stoker demo``: a small dataset written and iterated (:mod:`stoker.bench.demo`).
 
@@ -76,6 +78,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--sweep: seconds per point after its first batches (default 3)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="--sweep: also plot it (needs matplotlib: pip install matplotlib)")
+    p.add_argument("--ray-actors", type=positive_int, default=None, metavar="N",
+                   help="dataset: also run it on a stoker.RayService of N actors (needs Ray: "
+                        "pip install 'stoker[distributed]'; docs/service.md)")
+    p.add_argument("--ray-cpus", type=positive_int, default=1, metavar="C",
+                   help="--ray-actors: CPUs (and threads) per actor (default 1)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="--ray-actors: the Ray cluster to join (default: RAY_ADDRESS, else a "
+                        "new local one)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -85,7 +95,16 @@ def main(args: argparse.Namespace) -> int:
         check_dataset(args.dataset)
     if args.plot is not None and not args.sweep:
         raise ValueError("argument --plot: goes with --sweep")
-    if args.sweep:
+    if args.ray_actors is not None:
+        if args.dataset is None or args.sweep:
+            raise ValueError("argument --ray-actors: runs on a dataset, without --sweep: "
+                             "stoker bench PATH --ray-actors N")
+        from .service import run_service
+
+        run_service(args.dataset, args.ray_actors, args.ray_cpus, args.ray_address,
+                    args.batch_size, args.repeats or 3, image_size, args.max_batches,
+                    progress=not args.quiet)
+    elif args.sweep:
         if args.dataset is None:
             raise ValueError("argument --sweep: runs on a dataset: stoker bench PATH --sweep")
         from .sweep import sweep
