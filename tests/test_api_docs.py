@@ -86,13 +86,15 @@ DOCUMENTED = {
     "stoker.Mix": stoker.Mix, "stoker.image": stoker.image, "stoker.scalar": stoker.scalar,
     "stoker.ndarray": stoker.ndarray, "stoker.tokens": stoker.tokens,
     "stoker.blob": stoker.blob, "stoker.boxes": stoker.boxes,
-    "stoker.keypoints": stoker.keypoints,
+    "stoker.keypoints": stoker.keypoints, "stoker.video": stoker.video,
+    "stoker.audio": stoker.audio, "stoker.RayService": stoker.RayService,
 }
 # each field type and the constructor users call, whose Args document it
 FIELD_TYPES = {stoker.Image: stoker.image, stoker.Scalar: stoker.scalar,
                stoker.NDArray: stoker.ndarray, stoker.Tokens: stoker.tokens,
                stoker.Blob: stoker.blob, stoker.Boxes: stoker.boxes,
-               stoker.KeyPoints: stoker.keypoints}
+               stoker.KeyPoints: stoker.keypoints, stoker.Video: stoker.video,
+               stoker.Audio: stoker.audio}
 DOCS = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").glob("*.md")
                                      if p.name != "api.md")  # api.md: the docstrings
 

@@ -128,11 +128,17 @@ def video() -> Video:
 
 
 def audio(sample_rate: Optional[int] = None, channels: Optional[int] = None) -> Audio:
-    """An audio file per sample, decoded to float32 at ``sample_rate`` with ``channels``
-    (None: as the file has them)::
+    """An audio file per sample (wav, flac, mp3, ogg/opus, m4a/aac), decoded by the loader
+    to float32 ``[C, N]``::
 
         fields = {"audio": stoker.audio(sample_rate=16000, channels=1)}
         transforms = {"audio": [stoker.ops.RandomAudioCrop(2.0)]}
+
+    Args:
+        sample_rate: samples per second the loader delivers; a file at another rate is
+            resampled (libswresample). None (default): the file's own rate.
+        channels: channels delivered (1: the mean of the file's channels). None
+            (default): the file's own.
     """
     return Audio(sample_rate, channels)
 

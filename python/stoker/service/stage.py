@@ -66,19 +66,29 @@ class ServiceStage:
 
     # -- what the Loader calls ---------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, epoch: Optional[int] = None) -> bool:
         """A new iterator: the segments of iterators closed since are dropped (their parts
-        in flight cancelled)."""
+        in flight cancelled). False: no stuck worker of this process to replace (the
+        actors' own stages replace theirs)."""
         for key, (it, seg, _) in list(self._segments.items()):
             if it.closed:
                 seg.close()
                 del self._segments[key]
+        return False
 
     def stop(self) -> None:
         """Loader.close(): every segment's parts cancelled."""
         for _, seg, _ in self._segments.values():
             seg.close()
         self._segments.clear()
+
+    def dropped(self) -> None:
+        """The loader was dropped without close(): its segments' parts are cancelled, so
+        the actors do not go on making batches nobody takes."""
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001 - Ray may be shutting down at the process's end
+            pass
 
     def follow(self, active_threads: int) -> None:
         """Nothing: the actors' threads are their own."""
