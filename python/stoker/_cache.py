@@ -32,7 +32,7 @@ from . import _core
 from . import _loader_args as args
 from .fields import Image
 
-__all__ = ["CachePlan", "check_cache", "check_verify", "open_cache", "cache_stats",
+__all__ = ["CachePlan", "check_cache", "check_verify", "check_use", "open_cache", "cache_stats",
            "DEFAULT_CACHE_SHARE", "CACHE_DIR_ENV"]
 
 # cache_size=None: this share of the machine's RAM (one copy per node, whatever its ranks).
@@ -180,3 +180,36 @@ def cache_stats(cache: Any) -> Dict[str, Union[int, float, bool, str]]:
     s["path"] = cache.path
     s["fallback"] = cache.fallback or cache.abandoned
     return s
+
+
+def check_use(cache: CachePlan, dataset: Any, settings: args.Settings,
+                     max_memory: Any, *, tokens: bool, map_style: bool) -> args.Settings:
+    """Where cache="decoded" applies (the RGB images of one stoker.Dataset), and its place in
+    max_memory: given, max_memory covers this rank's share of the cache (cache_size over the
+    processes of the job on this machine, which share it) besides the batches in flight."""
+    from .mix import Mix
+
+    if tokens or map_style or isinstance(dataset, Mix):
+        what = "token batches" if tokens else "a map-style dataset" if map_style else \
+            "a stoker.Mix (give each source its own loader to cache it)"
+        raise ValueError(f"cache='decoded' keeps the decoded images of a stoker.Dataset; it "
+                         f"does not apply to {what}")
+    if not any(isinstance(f, Image) and f.mode == "RGB" for f in dataset.fields.values()):
+        raise ValueError("cache='decoded' keeps decoded RGB images, and this dataset has no "
+                         "stoker.image() field of mode 'RGB'")
+    slots = len(dataset) * image_fields(dataset.fields)
+    index = _core.DecodedCache.index_bytes(slots, cache.variants)
+    if cache.budget <= index:
+        raise ValueError(f"cache_size={cache.budget} bytes cannot hold the cache's index alone "
+                         f"({index} bytes for {slots} images): give at least "
+                         f"{index + 2**20} bytes")
+    if max_memory is None:
+        return settings
+    share = cache.budget // args.local_world_size()
+    if share >= settings.max_memory:
+        raise ValueError(f"max_memory={settings.max_memory} bytes leaves nothing for batches "
+                         f"after this rank's share of the decoded cache ({share} bytes of "
+                         f"cache_size={cache.budget}, shared by {args.local_world_size()} "
+                         "process(es) on this machine): raise max_memory or lower cache_size")
+    return settings._replace(max_memory=settings.max_memory - share)
+

@@ -42,6 +42,7 @@ the stage starts on threads and moves to processes when that pays
 
 from __future__ import annotations
 
+import types
 import weakref
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -50,7 +51,9 @@ import torch
 import torch.utils.data
 
 __all__ = ["follow_len", "DrawnSeed", "base_seed", "worker_kind", "splits_ranks",
-           "samplers", "repeating", "Repeating", "adopt_seed", "bulk_sampler"]
+           "samplers", "repeating", "Repeating", "adopt_seed", "bulk_sampler",
+           "set_attributes", "attach_samplers", "DataLoaderAttributes",
+           "refuse_shifted_labels_under_trainer"]
 
 
 # -- seeds (NOTE [ Seeds as DataLoader draws them ]) ---------------------------------------
@@ -446,3 +449,106 @@ def follow_len(self: Any) -> None:
         _rebuild(self, seed=seed)  # the same seed: a drawn one is not drawn again
     else:
         _rebuild(self)
+
+
+# -- DataLoader's attribute protocol ----------------------------------------------------------
+
+_GIVEN = ("worker_init_fn", "generator", "prefetch_factor", "persistent_workers",
+          "multiprocessing_context", "pin_memory_device", "in_order")
+
+
+def set_attributes(loader: Any, p: Any, arguments: Any) -> None:
+    """DataLoader's attributes, as DataLoader sets them: frameworks and subclasses (YOLO's
+    InfiniteDataLoader, Lightning, accelerate) read them."""
+    s = p.sampling
+    loader.batch_size = None if s.unbatched else s.batch_size
+    loader.timeout = p.timeout
+    workers = arguments["num_workers"]
+    loader.num_workers = 0 if workers is None else int(workers)
+    for name in _GIVEN:
+        setattr(loader, name, arguments[name])
+
+
+def attach_samplers(loader: Any, p: Any, listed: Any) -> Any:
+    """Sets ``loader.batch_sampler`` (DataLoader's object) and, where a user's sampler (or
+    a generator's permutation) gives the order, ``loader._samplers``, which lists it into
+    the C++ order each epoch (stoker/_samplers.py). Returns ``loader.sampler``'s value."""
+    from ._samplers import UserSampler
+    from ._stage.sources import MapStyleSource
+
+    s = p.sampling
+    sampler, batch_sampler = samplers(loader, s.generator is not None)
+    loader.batch_sampler = loader._own_batch_sampler = batch_sampler
+    if listed is not None:
+        # each listing first draws DataLoader's base seed from the generator, as
+        # DataLoader's iterator does before its sampler (NOTE [ Seeds as DataLoader draws
+        # them ])
+        generator = loader.generator
+        draw = None if generator is None else (lambda g=generator: _draw(g))
+        loader._samplers = UserSampler(
+            sampler if s.generator is not None else loader._user_sampler,
+            s.batch_sampler is not None, s.batch_size or 1, s.drop_last, len(p.dataset),
+            listed, indices_only=p.source == "records", permutation=s.generator is not None,
+            draw=draw)
+        stage = loader._stage
+        if stage is not None and isinstance(getattr(stage, "source", None), MapStyleSource):
+            keys = loader._samplers.keys
+            loader._samplers.on_keys = lambda: stage.use_keys(keys)
+    return sampler
+
+
+class DataLoaderAttributes:
+    """DataLoader's attribute protocol, which Loader keeps: the attributes frameworks read
+    by name (Lightning's _is_dataloader_shuffled reads batch_sampler directly once `sampler`
+    exists; accelerate and transformers use getattr), answered as DataLoader answers them,
+    never by raising. `sampler` and `batch_sampler` are DataLoader's objects (the user's, or
+    a RandomSampler / SequentialSampler and a BatchSampler over stoker's order, with
+    set_epoch: attach_samplers); the rest are set by set_attributes."""
+
+    batch_sampler: Any = None
+    collate_fn: Any = None
+    _iterator: Any = None  # DataLoader's persistent iterator: a stoker loader keeps none
+    # an IterableDataset's len(loader), once asked: an iterator that yields more warns,
+    # as DataLoader's (NOTE [ IterableDataset and __len__ ] in torch/utils/data/dataloader.py)
+    _iterable_len: Optional[int] = None
+    plan: Any
+
+    # DataLoader is Generic[T_co]: annotations such as ``Loader[List[Tensor]]`` (or
+    # ``DataLoader[...]`` where a Loader stands in for DataLoader) are valid, as list[int].
+    __class_getitem__ = classmethod(types.GenericAlias)
+
+    # DataLoader reads len(dataset) at every len() and iter()
+    _follow_len = follow_len
+
+    # What the loader reads, as DataLoader refuses to change it after __init__ (the plan,
+    # the C++ order and the stage were made from it): a new loader takes new values.
+    _FIXED = frozenset(("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
+                        "persistent_workers"))
+    _initialized = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._initialized and name in DataLoaderAttributes._FIXED:
+            raise ValueError(f"{name} attribute should not be set after "
+                             f"{type(self).__name__} is initialized (as DataLoader's): "
+                             "make a new loader")
+        object.__setattr__(self, name, value)
+
+    @property
+    def _auto_collation(self) -> bool:
+        """DataLoader's name: samples are batched (False with batch_size=None)."""
+        return not self.plan.sampling.unbatched
+
+
+def refuse_shifted_labels_under_trainer(frame: Any) -> None:
+    """A token loader with labels="shifted" iterated by transformers' Trainer (a few frames
+    up from `frame`): refused, the model would shift the labels again."""
+    for _ in range(6):
+        if frame is None:
+            return
+        if frame.f_globals.get("__name__") == "transformers.trainer":
+            raise ValueError(
+                "this token loader gives labels shifted by one (labels='shifted', nanoGPT's "
+                "x, y), and transformers' Trainer passes them to a model that shifts them "
+                "again: it would train on token t+2. Pass labels='unshifted' (HF's "
+                "convention: labels = input_ids, -100 where no loss; docs/tokens.md)")
+        frame = frame.f_back

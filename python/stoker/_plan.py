@@ -437,7 +437,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                          "map-style dataset has no records of stoker's to verify")
     cache = _cache.check_cache(a["cache"], a["cache_max_side"], a["cache_size"])
     if cache is not None:
-        settings = _check_cache_use(cache, dataset, settings, a["max_memory"], tokens=tokens,
+        settings = _cache.check_use(cache, dataset, settings, a["max_memory"], tokens=tokens,
                                     map_style=map_style or iterable)
     rank, world_size = args.check_ranks(a["rank"], a["world_size"])
     if image_layout not in (None, "HWC", "CHW"):
@@ -579,34 +579,4 @@ def _groups(fields: Mapping[str, Any], transforms: Mapping[Any, list]) -> Tuple[
     out += [GroupPlan((n,), (), (("mask",),)) for n, f in fields.items()
             if isinstance(f, Image) and f.mode == "L" and n not in grouped]
     return tuple(out)
-
-
-def _check_cache_use(cache: _cache.CachePlan, dataset: Any, settings: args.Settings,
-                     max_memory: Any, *, tokens: bool, map_style: bool) -> args.Settings:
-    """Where cache="decoded" applies (the RGB images of one stoker.Dataset), and its place in
-    max_memory: given, max_memory covers this rank's share of the cache (cache_size over the
-    processes of the job on this machine, which share it) besides the batches in flight."""
-    if tokens or map_style or isinstance(dataset, Mix):
-        what = "token batches" if tokens else "a map-style dataset" if map_style else \
-            "a stoker.Mix (give each source its own loader to cache it)"
-        raise ValueError(f"cache='decoded' keeps the decoded images of a stoker.Dataset; it "
-                         f"does not apply to {what}")
-    if not any(isinstance(f, Image) and f.mode == "RGB" for f in dataset.fields.values()):
-        raise ValueError("cache='decoded' keeps decoded RGB images, and this dataset has no "
-                         "stoker.image() field of mode 'RGB'")
-    slots = len(dataset) * _cache.image_fields(dataset.fields)
-    index = _core.DecodedCache.index_bytes(slots, cache.variants)
-    if cache.budget <= index:
-        raise ValueError(f"cache_size={cache.budget} bytes cannot hold the cache's index alone "
-                         f"({index} bytes for {slots} images): give at least "
-                         f"{index + 2**20} bytes")
-    if max_memory is None:
-        return settings
-    share = cache.budget // args.local_world_size()
-    if share >= settings.max_memory:
-        raise ValueError(f"max_memory={settings.max_memory} bytes leaves nothing for batches "
-                         f"after this rank's share of the decoded cache ({share} bytes of "
-                         f"cache_size={cache.budget}, shared by {args.local_world_size()} "
-                         "process(es) on this machine): raise max_memory or lower cache_size")
-    return settings._replace(max_memory=settings.max_memory - share)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-import types
 import weakref
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -24,7 +23,6 @@ from . import _loader_state as state_mod
 from ._iterator import LoaderIter
 from ._loader_args import check_int
 from ._samplers import UserSampler
-from ._stage.sources import MapStyleSource
 from .mix import MixRun
 from .ops import Op
 
@@ -40,7 +38,7 @@ def _stop_all() -> None:
         loader.close()
 
 
-class Loader:
+class Loader(_dropin.DataLoaderAttributes):
     """Batches of a :class:`stoker.Dataset` as dicts of ``torch.Tensor``.
 
     A drop-in for ``torch.utils.data.DataLoader`` over stoker datasets: C++ worker threads
@@ -271,14 +269,10 @@ class Loader:
             process reads it (a bit per record beside the shard's mapping), later reads skip
             the hash until the shard's file changes (it is stat'ed each epoch, and each
             second while batches are planned); shards of format version 1 are checked on
-            every read. ``"always"``: on
-            every read. ``"once"``: ``"first"`` for version-1 shards too. Corruption is
-            reported with the shard's path and the record either way (docs/storage.md,
-            "What verify catches"). The decoded cache's entries are checked the same way.
-        **options: token batches' further options, as docs/tokens.md describes them:
-            ``stride``, ``pad_id``, ``ignore_index``, ``pack_fit``, ``pack_window``,
-            ``overlong``, ``max_length``, ``pad_to_multiple_of``, ``attention_mask``,
-            ``field``. Any other name is a ``TypeError``.
+            every read. ``"always"``: on every read. ``"once"``: ``"first"`` for version-1
+            shards too. Corruption is reported with the shard's path and the record either
+            way (docs/storage.md, "What verify catches"). The decoded cache's entries are
+            checked the same way.
         service: a :class:`stoker.RayService`: the pipeline (read, decode, transforms,
             map, collate) runs on its Ray actors, on any nodes, and this process takes
             the batches: the same batches as without it, each exactly once per epoch
@@ -287,6 +281,10 @@ class Loader:
             ``prefetch`` the batches in flight for this loop (default: two parts per
             actor, within ``max_memory``); ``stats()["service"]`` has each actor's
             throughput, the transport time and the loop's wait.
+        **options: token batches' further options, as docs/tokens.md describes them:
+            ``stride``, ``pad_id``, ``ignore_index``, ``pack_fit``, ``pack_window``,
+            ``overlong``, ``max_length``, ``pad_to_multiple_of``, ``attention_mask``,
+            ``field``. Any other name is a ``TypeError``.
 
     Epochs: each iterator runs one epoch, fixed when it yields its first batch: the epoch
     given by ``set_epoch`` (or ``loader.sampler.set_epoch``), else the one after the last
@@ -361,17 +359,7 @@ class Loader:
         p = self.plan
         s = p.sampling
         self.dataset = p.dataset
-        # DataLoader's attributes, as DataLoader sets them
-        self.batch_size = None if s.unbatched else s.batch_size
-        self.timeout = p.timeout
-        self.num_workers = 0 if num_workers is None else int(num_workers)
-        self.worker_init_fn = worker_init_fn
-        self.generator = generator
-        self.prefetch_factor = prefetch_factor
-        self.persistent_workers = persistent_workers
-        self.multiprocessing_context = multiprocessing_context
-        self.pin_memory_device = pin_memory_device
-        self.in_order = in_order
+        _dropin.set_attributes(self, p, arguments)  # DataLoader's, as DataLoader sets them
         self._user_sampler = s.batch_sampler if s.batch_sampler is not None else s.sampler
         self.shuffle = s.shuffle
         self.seed = int(s.seed)
@@ -406,25 +394,10 @@ class Loader:
         self._mix: Optional[MixRun] = parts.mix
         self.device, self._stream_device = parts.device, parts.stream_device
         self.pin_memory = parts.pin_memory
-        # DataLoader's sampler and batch_sampler objects (stoker/_dropin.py)
+        # DataLoader's sampler and batch_sampler objects, a user's sampler listed per epoch
         self._order_options = _build.sampler_options(s)  # loader.sampler iterates it
-        sampler, batch_sampler = _dropin.samplers(self, s.generator is not None)
-        self.batch_sampler = self._own_batch_sampler = batch_sampler
-        self._samplers: Optional[UserSampler] = None  # a user's sampler (stoker/_samplers.py)
-        if parts.listed is not None:
-            # each listing first draws DataLoader's base seed from the generator, as
-            # DataLoader's iterator does before its sampler (NOTE [ Seeds as DataLoader
-            # draws them ])
-            draw = None if generator is None else (lambda g=generator: _dropin._draw(g))
-            self._samplers = UserSampler(
-                sampler if s.generator is not None else self._user_sampler,
-                s.batch_sampler is not None, s.batch_size or 1, s.drop_last, len(p.dataset),
-                parts.listed, indices_only=p.source == "records",
-                permutation=s.generator is not None, draw=draw)
-            stage = self._stage
-            if stage is not None and isinstance(getattr(stage, "source", None), MapStyleSource):
-                keys = self._samplers.keys
-                self._samplers.on_keys = lambda: stage.use_keys(keys)
+        self._samplers: Optional[UserSampler] = None
+        sampler = _dropin.attach_samplers(self, p, parts.listed)
         self._cache = parts.cache
         self._cache_full_said = False
         self._ident: Optional[Dict[str, Any]] = None
@@ -440,26 +413,11 @@ class Loader:
         _live_loaders.add(self)
         self._initialized = True  # the attributes of _FIXED are set (__setattr__)
 
-    # What the loader reads, as DataLoader refuses to change it after __init__ (the plan,
-    # the C++ order and the stage were made from it): a new loader takes new values.
-    _FIXED = frozenset(("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
-                        "persistent_workers"))
-    _initialized = False
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if self._initialized and name in Loader._FIXED:
-            raise ValueError(f"{name} attribute should not be set after "
-                             f"{type(self).__name__} is initialized (as DataLoader's): "
-                             "make a new loader")
-        object.__setattr__(self, name, value)
-
-    # -- construction helpers -------------------------------------------------
+    # -- devices and ranks ------------------------------------------------------
 
     def _open_device(self, index: int) -> Any:
         """The device API for CUDA device `index` (tests substitute the host fake)."""
         return _core.cuda_device(index)
-
-    # -- ranks ------------------------------------------------------------------
 
     def _world(self) -> Tuple[int, int]:
         """(rank, world_size) now: the explicit ones, else torch.distributed's, else 0/1."""
@@ -470,18 +428,10 @@ class Loader:
         return self._world()[0]
 
     @property
-    def _auto_collation(self) -> bool:
-        """DataLoader's name: samples are batched (False with batch_size=None)."""
-        return not self.plan.sampling.unbatched
-
-    @property
     def world_size(self) -> int:
         return self._world()[1]
 
     # -- epochs and length ----------------------------------------------------
-
-    # DataLoader reads len(dataset) at every len() and iter() (stoker/_dropin.py)
-    _follow_len = _dropin.follow_len
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
@@ -496,23 +446,6 @@ class Loader:
         """Samples per epoch for this rank (including wrap-around padding): a mixture's
         rows, token windows or packed rows for token batches."""
         return self._producer.rank_samples(*self._world())
-
-    # DataLoader's attributes that frameworks read by name (Lightning's
-    # _is_dataloader_shuffled reads batch_sampler directly once `sampler` exists; accelerate
-    # and transformers use getattr): answered as DataLoader answers them, never by raising.
-    # `sampler` and `batch_sampler` are DataLoader's objects (stoker/_dropin.py: the user's,
-    # or a RandomSampler / SequentialSampler and a BatchSampler over stoker's order, with
-    # set_epoch); the rest are set in __init__.
-    batch_sampler: Any = None
-    collate_fn: Any = None
-    _iterator: Any = None  # DataLoader's persistent iterator: a stoker loader keeps none
-    # an IterableDataset's len(loader), once asked: an iterator that yields more warns,
-    # as DataLoader's (NOTE [ IterableDataset and __len__ ] in torch/utils/data/dataloader.py)
-    _iterable_len: Optional[int] = None
-
-    # DataLoader is Generic[T_co]: annotations such as ``Loader[List[Tensor]]`` (or
-    # ``DataLoader[...]`` where a Loader stands in for DataLoader) are valid, as list[int].
-    __class_getitem__ = classmethod(types.GenericAlias)
 
     def skip(self, num_batches: int) -> "Loader":
         """The next iterator starts at batch ``num_batches`` of its epoch (the one
@@ -555,12 +488,8 @@ class Loader:
         if os.getpid() != self._pid:
             raise RuntimeError("this Loader was created in another process (before os.fork()); "
                                "create a new Loader in this process")
-        if self._tokens and self.labels == "shifted" and _under_hf_trainer(sys._getframe(1)):
-            raise ValueError(
-                "this token loader gives labels shifted by one (labels='shifted', nanoGPT's "
-                "x, y), and transformers' Trainer passes them to a model that shifts them "
-                "again: it would train on token t+2. Pass labels='unshifted' (HF's "
-                "convention: labels = input_ids, -100 where no loss; docs/tokens.md)")
+        if self._tokens and self.labels == "shifted":
+            _dropin.refuse_shifted_labels_under_trainer(sys._getframe(1))
         self._follow_len()
         rank, world = self._world()
         remote = None if self._map_style or self.plan.service is not None else \
@@ -626,7 +555,7 @@ class Loader:
         rank, world = self._world()
         return self._loaded[2], self._core.next_batches(rank, world)
 
-    # -- threads --------------------------------------------------------------
+    # -- lifetime: threads, with, pickling --------------------------------------
 
     def close(self) -> None:
         """Stops every worker thread of this loader now, ends its iterators, and drops a
@@ -646,8 +575,6 @@ class Loader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    # -- pickling ---------------------------------------------------------------
 
     def __getstate__(self) -> Dict[str, Any]:
         args.check_picklable(self.plan.arguments)
@@ -671,14 +598,3 @@ class Loader:
                 f"batch_size={self.batch_size}, "
                 f"shuffle={self.shuffle}, {window}num_threads={self.num_threads}, "
                 f"device={str(self.device)!r})")
-
-
-def _under_hf_trainer(frame: Any) -> bool:
-    """Whether transformers' Trainer is what iterates (a few frames up)."""
-    for _ in range(6):
-        if frame is None:
-            return False
-        if frame.f_globals.get("__name__") == "transformers.trainer":
-            return True
-        frame = frame.f_back
-    return False
