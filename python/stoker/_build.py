@@ -104,7 +104,10 @@ def _build_iterable(p: LoaderPlan, open_device: Optional[Callable[[int], Any]]) 
                             batch_map=st.batch_map, collate_fn=st.collate_fn,
                             map_fields=st.map_fields, unbatched=st.unbatched,
                             timeout=p.timeout, generator=p.arguments.get("generator"),
-                            split_ranks=s.split_ranks)
+                            split_ranks=s.split_ranks,
+                            prefetch=None if p.settings.auto_prefetch else p.settings.prefetch,
+                            skip_errors=p.on_error == "skip",
+                            stall_warning=p.settings.stall_warning)
     _, pin, api = args.resolve_device(torch.device("cpu"), p.delivery.pin_memory, open_device,
                                       p.delivery.pin_device)
     stream.pin = pin and api is not None and not getattr(api, "fake", False)
