@@ -100,7 +100,8 @@ def _build_iterable(p: LoaderPlan, open_device: Optional[Callable[[int], Any]]) 
         dataset = torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=True)
     stream = IterableStream(dataset, batch_size=s.batch_size or 1, drop_last=s.drop_last,
                             even_batches=s.even_batches, seed=s.seed, workers=workers,
-                            worker_init_fn=st.worker_init_fn, map_fn=st.map,
+                            worker_init_fn=st.worker_init_fn,
+                            persistent_workers=st.persistent_workers, map_fn=st.map,
                             batch_map=st.batch_map, collate_fn=st.collate_fn,
                             map_fields=st.map_fields, unbatched=st.unbatched,
                             timeout=p.timeout, generator=p.arguments.get("generator"),
@@ -183,6 +184,7 @@ def build(p: LoaderPlan, world_size: int,
                             batch_map_on_consumer=st.batch_map_on_consumer,
                             workers=st.workers, nchw_views=p.delivery.nchw_views,
                             inline=workers == 0, worker_init_fn=st.worker_init_fn,
+                            persistent_workers=st.persistent_workers,
                             unbatched=st.unbatched)
 
     options = _core.LoaderOptions()

@@ -285,18 +285,22 @@ def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[st
                                the loop's thread, in next(); without a Python stage,
                                num_threads. More than the cores available: DataLoader's
                                warning
-      worker_init_fn           called once in each worker thread or process, where
-                               torch.utils.data.get_worker_info() answers
+      worker_init_fn           called in each worker thread or process of the Python
+                               stage, where torch.utils.data.get_worker_info() answers;
+                               refused without one (NOTE [ No argument ignored ] in
+                               stoker/_dropin.py)
       generator                with shuffle, each epoch's permutation is RandomSampler's,
                                drawn from it at iter() (NOTE [ Seeds as DataLoader draws
                                them ] in stoker/_dropin.py)
       timeout                  next() raises after waiting that many seconds for a batch
       prefetch_factor          batches in flight: prefetch_factor * num_workers
-      persistent_workers       accepted: stoker's workers always persist across epochs
+      persistent_workers       False: worker_init_fn runs again at each epoch's start;
+                               True: once per worker
       pin_memory_device        with pin_memory: the CUDA device whose memory is pinned
       multiprocessing_context  "fork" (or None): how process workers start; stoker's fork
                                (the dataset is inherited, never pickled), so "spawn" and
-                               "forkserver" are refused with python_workers="process"
+                               "forkserver" are refused with python_workers="process";
+                               refused where the workers are threads for certain
       in_order                 accepted: stoker always delivers in order
 
     Each is checked as DataLoader checks it (the same combinations refused)."""

@@ -156,7 +156,10 @@ class StagePlan:
     records: Optional[RecordPlan] = None  # fetch="records": what the C++ fetch does
     num_workers: Optional[int] = None  # DataLoader's: None follows num_threads; 0: inline
     worker_init_fn: Optional[Callable] = None
-    unbatched: bool = False  # each sample alone, default_convert'ed (batch_size=None)
+    unbatched: bool = False
+    # DataLoader's: False runs worker_init_fn again at each epoch (NOTE [ No argument
+    # ignored ] in stoker/_dropin.py)
+    persistent_workers: bool = False  # each sample alone, default_convert'ed (batch_size=None)
 
     @property
     def processes(self) -> bool:
@@ -462,6 +465,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     nchw: Tuple[str, ...] = ()
     hooks = map_fn is not None or collate_fn is not None
     stage_kw = dict(num_workers=dl["num_workers"], worker_init_fn=worker_init_fn,
+                    persistent_workers=bool(a["persistent_workers"]),
                     unbatched=unbatched)
     if tokens:
         token_kw = dict(seq_len=seq_len, packing=packing, token_dtype=a["token_dtype"],
@@ -538,6 +542,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         if batch_map is not None and stage is None:
             stage = StagePlan("batches", None, batch_map, None, a["map_fields"], None,
                               "thread", on_device, num_workers=dl["num_workers"])
+    # NOTE [ No argument ignored ] in stoker/_dropin.py
+    _dropin.check_honoured(given, stage=stage, iterable=iterable, context=dl["context"])
     if stage is not None and stage.num_workers is not None:
         args.check_worker_number(stage.num_workers)
     as_tuple = _dropin.as_tuple(dataset, collate_fn, map_fn) if source == "records" else ()

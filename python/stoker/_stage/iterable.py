@@ -166,7 +166,7 @@ class _Worker(threading.Thread):
             set_thread_worker_info(self.wid, self.n, s.seed, s.dataset)
             if s.split_ranks and it.world > 1:
                 _watch_rank_calls(s)
-            if s.worker_init_fn is not None:
+            if s.worker_init_fn is not None and s.first_start(self.wid):
                 s.worker_init_fn(self.wid)
             for j, item in enumerate(s.dataset if self.pipe is None else self.pipe):
                 # keyed by the row's place in the merged stream while every worker runs
@@ -390,6 +390,7 @@ class IterableStream:
 
     def __init__(self, dataset: Any, *, batch_size: int, drop_last: bool, even_batches: bool,
                  seed: int, workers: int, worker_init_fn: Optional[Callable],
+                 persistent_workers: bool = False,
                  map_fn: Optional[Callable], batch_map: Optional[Callable],
                  collate_fn: Optional[Callable], map_fields: Any, unbatched: bool,
                  timeout: float, generator: Optional[torch.Generator] = None,
@@ -405,6 +406,10 @@ class IterableStream:
         self.drop_last, self.even_batches = drop_last, even_batches
         self.seed, self.workers = seed, workers
         self.worker_init_fn, self.map_fn, self.batch_map = worker_init_fn, map_fn, batch_map
+        # each iterator starts workers of its own; with persistent_workers, worker_init_fn
+        # runs once per worker id over the loader's life (as in DataLoader's kept workers)
+        self.persistent_workers = persistent_workers
+        self._inited: set = set()
         self.unbatched = unbatched
         self.collate_fn = collate_fn
         if unbatched and collate_fn is None:
@@ -435,6 +440,14 @@ class IterableStream:
         self._stall_since: Optional[Tuple[int, int, int]] = None  # (ns, wait_ns, batches)
         self._stall_warned = False
         self.active_threads = max(1, workers)
+
+    def first_start(self, wid: int) -> bool:
+        """Whether worker `wid` runs worker_init_fn: every time it starts, or only the
+        first time with persistent_workers."""
+        with self._lock:
+            first = wid not in self._inited
+            self._inited.add(wid)
+        return first or not self.persistent_workers
 
     def queue_rows(self, n: int) -> int:
         """Rows each of `n` workers may hold ahead of the loop: prefetch batches in all."""
