@@ -148,11 +148,11 @@ def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: b
 #                            IterableDataset, no Python per sample); with "auto", "spawn"
 #                            or "forkserver" keeps the stage on threads (stoker's processes
 #                            fork)
-# and with an IterableDataset (NOTE [ Iterable datasets ] in stoker/_stage/iterable.py):
-# prefetch and prefetch_factor bound the rows its workers read ahead, stall_warning warns
-# as the core does, on_error="skip" leaves out rows whose map= raised (refused without
-# map=: the dataset's own errors end its iterator, nothing to skip to), num_threads and
-# max_memory (the C++ core's threads and memory-bounded autotuning) are refused.
+# and with an IterableDataset (its own checks: stoker/_sources/iterable.py): prefetch and
+# prefetch_factor bound the rows its workers read ahead, stall_warning warns as the core
+# does, on_error="skip" leaves out rows whose map= raised (refused without map=: the
+# dataset's own errors end its iterator, nothing to skip to), num_threads and max_memory
+# (the C++ core's threads and memory-bounded autotuning) are refused.
 
 def check_honoured(given: Any, *, stage: Any, iterable: bool, context: Optional[str]) -> None:
     """Refuses each argument of `given` (the arguments passed) that this loader, with its
@@ -174,19 +174,6 @@ def check_honoured(given: Any, *, stage: Any, iterable: bool, context: Optional[
                    "Python per sample)")
             raise ValueError(f"multiprocessing_context={context!r} says how worker processes "
                              f"start, and this loader starts none: {why}. Leave it out")
-    if not iterable:
-        return
-    for name, what in (("num_threads", "num_workers= sets its worker threads"),
-                       ("max_memory", "prefetch= bounds the batches read ahead")):
-        if given.get(name) is not None:
-            raise ValueError(
-                f"{name}= applies to the C++ core's workers (a stoker.Dataset, a map-style "
-                f"dataset), and an IterableDataset is read by Python worker threads: {what}")
-    if given.get("on_error") == "skip" and given.get("map") is None:
-        raise ValueError(
-            "on_error='skip' leaves out rows whose map= raised, and there is no map=: an "
-            "IterableDataset's own error ends its iterator, with nothing after it to skip "
-            "to. Handle the error inside the dataset's __iter__, or pass map=")
 
 
 # -- an IterableDataset's ranks ---------------------------------------------------------------

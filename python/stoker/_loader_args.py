@@ -401,31 +401,6 @@ def check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
                              "not to a user's sampler")
 
 
-def check_iterable(a: Mapping[str, Any], dataset: Any = None) -> None:
-    """DataLoader's rules for an IterableDataset, and stoker's."""
-    for name in ("sampler", "batch_sampler"):
-        if a[name] is not None:
-            raise ValueError(f"DataLoader with IterableDataset: expected unspecified {name} "
-                             f"option, but got {name}={a[name]!r} (as DataLoader)")
-    # an IterDataPipe takes shuffle=True into its shufflers (NOTE [ Iterable datasets ])
-    if a["shuffle"] and not isinstance(dataset, torch.utils.data.IterDataPipe):
-        raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
-                         f"option, but got shuffle={a['shuffle']!r} (as DataLoader): shuffle in "
-                         "the dataset")
-    if a["python_workers"] == "process":
-        raise ValueError("an IterableDataset runs on the loader's worker threads (NOTE "
-                         "[ Iterable datasets ]): python_workers='process' is for map-style "
-                         "datasets")
-    if torch.device(a["device"]).type == "cuda":
-        raise ValueError("an IterableDataset's batches are made in Python: use device='cpu' "
-                         "(with pin_memory=True) and move them in the loop")
-    for name in ("transforms", "batch_transforms", "pad_values", "names", "shard_window",
-                 "image_layout"):
-        if a[name] is not None:
-            raise ValueError(f"{name}= applies to a stoker.Dataset (or a map-style dataset), "
-                             "not to an IterableDataset")
-
-
 def _iterable(name: str, obj: Any) -> None:
     if not hasattr(obj, "__iter__"):
         raise TypeError(f"{name} must be an iterable of indices (a torch Sampler), got "

@@ -172,34 +172,13 @@ class SamplerPart:
         self._samplers.load(dict(part), int(part.get("epoch", -1)))
 
 
-class IterablePart:
-    """An IterableDataset's own state when the epoch started (NOTE [ Iterable datasets ])."""
-
-    def __init__(self, stream: Any):
-        self._stream = stream
-
-    def state(self) -> Dict[str, Any]:
-        epoch, position, _ = self._stream.state()
-        saved = self._stream.dataset_state(epoch)
-        if saved is None and position > 0:
-            name = type(self._stream.dataset).__name__
-            raise RuntimeError(
-                f"stoker cannot save an exact mid-epoch state of the IterableDataset {name}: "
-                "it has no state_dict()/load_state_dict() to make the epoch's stream again. "
-                "Give it those (torchdata's protocol), or save the state between epochs")
-        return {"state": saved}
-
-    def load(self, part: Mapping[str, Any]) -> None:
-        self._stream.pending_dataset_state = part.get("state")
-
-
 # -- a loader's state: Loader.state() and load_state_dict() ------------------------------
 
 def loader_identity(loader: Loader) -> Dict[str, Any]:
     """What a state records of `loader`'s data (``Loader._identity`` keeps it): an
-    IterableDataset's type, a mixture's identity, else the dataset's."""
-    if loader.plan.source == "iterable":
-        return {"iterable": type(loader.dataset).__qualname__}
+    source's own (an IterableDataset's type), a mixture's identity, else the dataset's."""
+    if loader._source is not None:  # (stoker/_sources/)
+        return loader._source.identity()
     if loader._mix is not None:
         return loader._mix.identity()
     return dataset_identity(loader.dataset, loader._tokens, loader._producer.epoch_samples())
@@ -212,8 +191,8 @@ def loader_parts(loader: Loader) -> Dict[str, Any]:
         parts["mix"] = loader._mix
     if loader._samplers is not None:
         parts["sampler"] = SamplerPart(loader._samplers, loader._core)
-    if loader.plan.source == "iterable":
-        parts["stream"] = IterablePart(loader._core)
+    if loader._source is not None:  # (stoker/_sources/)
+        parts.update(loader._source.state_parts())
     return parts
 
 

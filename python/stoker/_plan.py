@@ -41,6 +41,7 @@ from . import _cache, _core, _dropin
 from . import _loader_args as args
 from ._loader_args import check_int
 from ._media_args import MediaPlan, split_media
+from ._sources.iterable import IterableSource
 from ._transform_args import check_batch_transforms, check_transforms, group_targets
 from .dataset import Dataset
 from .fields import Image
@@ -337,7 +338,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     worker_init_fn = _hook("worker_init_fn", a["worker_init_fn"])
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)
     if iterable:
-        args.check_iterable(a, dataset)
+        IterableSource.check(a, dataset, given)
     map_style = not iterable and is_map_style(dataset)
     seq_len, packing, max_tokens = a["seq_len"], a["packing"], a["max_tokens"]
     tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \

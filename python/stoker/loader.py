@@ -438,6 +438,7 @@ class Loader:
                 keys = self._samplers.keys
                 self._samplers.on_keys = lambda: stage.use_keys(keys)
         self._cache = parts.cache
+        self._source = parts.source  # the dataset's source, where one owns it (_sources/)
         self._cache_full_said = False
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()

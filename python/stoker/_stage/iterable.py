@@ -47,157 +47,31 @@ iteration, state and stats code is the same):
 
 from __future__ import annotations
 
-import atexit
-import copy
 import logging
 import queue
 import threading
 import time
-import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 
 from .collate import BatchLayout, tensors_of
 from .errors import add_note
+from .iterable_workers import (
+    DONE,
+    MIN_QUEUE_ROWS,
+    SKIPPED,
+    Failed,
+    StreamWorker,
+    datapipes,
+    live_workers,
+)
 from .rng import batch_rng, rng_from_key, rng_keys
 from .stage import END
-from .workers import set_thread_worker_info
 
 __all__ = ["IterableStream"]
-
-_QUEUE = 64  # samples a worker may hold ahead of the loop
-_DONE = object()
-_EXIT_JOIN_SECONDS = 2.0
-
-# Worker threads alive (an epoch left with a break keeps them until its iterator goes): at
-# exit they are told to stop and joined before the interpreter finalizes, as the stage's
-# threads are (stoker/_stage/pool.py): a daemon thread that takes the GIL back from a
-# native call (torch's) once finalization began is unwound through that C++ frame, which
-# aborts the process ("terminate called without an active exception").
-_live_workers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_workers_at_exit() -> None:
-    workers = list(_live_workers)
-    for w in workers:
-        w.stop.set()  # type: ignore[attr-defined]
-    deadline = time.monotonic() + _EXIT_JOIN_SECONDS
-    for w in workers:
-        if w is not threading.current_thread():
-            w.join(max(0.0, deadline - time.monotonic()))
-
-
-# A dataset asking torch.distributed for its rank from a worker of a stream that stoker
-# splits across ranks splits itself too (NOTE [ Iterable datasets ]): said once per stream.
-_watching = threading.local()
-_watch_lock = threading.Lock()
-_watched = False
-
-
-def _watch_rank_calls(stream: "IterableStream") -> None:
-    """In a worker thread of a stream that stoker splits: torch.distributed.get_rank() or
-    get_world_size() called from here (the dataset splitting itself) warns, once."""
-    global _watched
-    _watching.stream = stream
-    with _watch_lock:
-        if _watched:
-            return
-        _watched = True
-        dist = torch.distributed
-        for name in ("get_rank", "get_world_size"):
-            original = getattr(dist, name)
-
-            def watched(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-                s = getattr(_watching, "stream", None)
-                if s is not None and not s.warned_self_split:
-                    s.warned_self_split = True
-                    warnings.warn(
-                        "stoker: the IterableDataset asks torch.distributed for its rank "
-                        "(it splits itself by rank) while stoker splits its stream across "
-                        "ranks too (even_batches=, rank= or world_size= given): each rank "
-                        "would get a 1/world_size share of a share. Leave those out (each "
-                        "rank is then given the dataset as it is, DataLoader's rule) or "
-                        "stop the dataset's own split", RuntimeWarning, stacklevel=2)
-                return _original(*args, **kwargs)
-
-            setattr(dist, name, watched)
-
-
-class _Failed:
-    """A row whose map raised: the error, raised by the loop at the row's batch."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
-
-
-_SKIPPED = object()  # a row whose map raised with on_error="skip": consumed, not yielded
-
-
-class _Worker(threading.Thread):
-    """Worker `wid` of `n` of one epoch: its iterator of the dataset, each sample through
-    map (keyed by its place in the stream), into its queue."""
-
-    def __init__(self, it: "_Iter", wid: int, n: int, pipe: Any = None):
-        super().__init__(name=f"stoker-iterable-{wid}", daemon=True)
-        self.pipe = pipe  # an IterDataPipe's copy for this worker (_datapipes), else None
-        self.q: "queue.Queue[Any]" = queue.Queue(it.stream.queue_rows(n))
-        self.it, self.wid, self.n = it, wid, n
-        self.stop = threading.Event()
-
-    def put(self, item: Any) -> bool:
-        while not self.stop.is_set():
-            try:
-                self.q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run(self) -> None:
-        it = self.it
-        s = it.stream
-        try:
-            set_thread_worker_info(self.wid, self.n, s.seed, s.dataset)
-            if s.split_ranks and it.world > 1:
-                _watch_rank_calls(s)
-            if s.worker_init_fn is not None and s.first_start(self.wid):
-                s.worker_init_fn(self.wid)
-            for j, item in enumerate(s.dataset if self.pipe is None else self.pipe):
-                # keyed by the row's place in the merged stream while every worker runs
-                # (rows are taken round-robin): the same draws for any timing
-                item = it.mapped(item, j * self.n + self.wid)
-                if not self.put(item):
-                    return
-        except BaseException as e:  # the loop raises it at this worker's place
-            self.put(_Failed(add_note(e, f"stoker: raised by the IterableDataset in "
-                                         f"worker {self.wid}")))
-        self.put(_DONE)
-
-
-def _datapipes(stream: "IterableStream", n: int) -> List[Any]:
-    """An IterDataPipe's graphs for an epoch's workers, as DataLoader makes them: one
-    seed drawn at iter() from the loader's generator (torch's global one without it)
-    for the shufflers of every worker, and each worker's own copy sharded to it (its
-    sharding_filter), since a DataPipe has one iterator at a time. [] for other
-    datasets."""
-    ds = stream.dataset
-    if not isinstance(ds, torch.utils.data.IterDataPipe):
-        return []
-    seed = int(torch.empty((), dtype=torch.int64).random_(generator=stream.generator).item())
-    settings = torch.utils.data.graph_settings
-    pipes = []
-    for w in range(max(1, n)):
-        pipe = ds if n == 0 else copy.deepcopy(ds)
-        if n > 0:
-            pipe = settings.apply_sharding(pipe, n, w)
-        pipes.append(settings.apply_random_seed(pipe, torch.Generator().manual_seed(seed)))
-    return pipes
 
 
 class _Iter:
@@ -215,7 +89,7 @@ class _Iter:
         self.rows = 0  # rows of the merged stream consumed
         self.start_rows = 0  # rows a resume (or skip) reads again without yielding them
         self.first: List[Any] = []  # the epoch's first rows (padding wraps onto them)
-        self.workers: List[Optional[_Worker]] = []
+        self.workers: List[Optional[StreamWorker]] = []
         self._inline: Optional[Iterator[Any]] = None
         self._turn = 0
         self._ended = False
@@ -248,18 +122,18 @@ class _Iter:
         self.claimed = True
         self._started_ns = time.perf_counter_ns()
         n = s.workers
-        pipes = _datapipes(s, n)
+        pipes = datapipes(s, n)
         skip = self.start_rows
         if n == 0:
             self._inline = iter(pipes[0] if pipes else s.dataset)
         else:
-            self.workers = [_Worker(self, w, n, pipes[w] if pipes else None) for w in range(n)]
+            self.workers = [StreamWorker(self, w, n, pipes[w] if pipes else None) for w in range(n)]
             for w in self.workers:
                 assert w is not None
                 w.start()
-                _live_workers.add(w)
+                live_workers.add(w)
         for _ in range(skip):  # a resume: the rows consumed are read again, not yielded
-            if self._row(resuming=True) is _DONE:
+            if self._row(resuming=True) is DONE:
                 break
 
     def mapped(self, item: Any, row: int) -> Any:
@@ -272,23 +146,23 @@ class _Iter:
             return s.map_fn(item, rng_from_key(rng_keys(s.seed, self.epoch, [row])[0]))
         except Exception as e:
             if s.skip_errors:
-                return _SKIPPED
-            return _Failed(add_note(e, f"stoker: raised by map for row {row} of the "
+                return SKIPPED
+            return Failed(add_note(e, f"stoker: raised by map for row {row} of the "
                                        f"IterableDataset's stream, epoch {self.epoch}"))
         finally:
             s.note_python(time.perf_counter_ns() - t0)
 
     def _row(self, resuming: bool = False) -> Any:
-        """The next row of the merged stream (a _Failed, _SKIPPED), or _DONE."""
+        """The next row of the merged stream (a Failed, SKIPPED), or DONE."""
         if self._inline is not None:
             try:
                 item = next(self._inline)
             except StopIteration:
-                return _DONE
+                return DONE
             except Exception as e:
                 self._inline = None
                 self.workers = []
-                return self._keep(_Failed(add_note(e, "stoker: raised by the "
+                return self._keep(Failed(add_note(e, "stoker: raised by the "
                                                       "IterableDataset")))
             if not resuming:
                 item = self.mapped(item, self.rows)
@@ -300,21 +174,21 @@ class _Iter:
             if w is None:
                 continue
             got = self._get(w)
-            if got is _DONE:
+            if got is DONE:
                 self.workers[self.workers.index(w)] = None
                 live = [x for x in self.workers if x is not None]
                 continue
             return self._keep(got)
-        return _DONE
+        return DONE
 
-    def _get(self, w: _Worker) -> Any:
+    def _get(self, w: StreamWorker) -> Any:
         deadline = None if self.stream.timeout <= 0 else time.monotonic() + self.stream.timeout
         while True:
             try:
                 return w.q.get(timeout=0.1)
             except queue.Empty:
                 if self._closed:
-                    return _DONE
+                    return DONE
                 if deadline is not None and time.monotonic() > deadline:
                     t = self.stream.timeout
                     raise RuntimeError(f"DataLoader timed out after {t:g} seconds (stoker: no "
@@ -324,7 +198,7 @@ class _Iter:
     def _keep(self, item: Any) -> Any:
         s = self.stream
         if self.rows < s.batch_size * self.world and s.even_batches and not s.drop_last and \
-                not isinstance(item, _Failed) and item is not _SKIPPED:
+                not isinstance(item, Failed) and item is not SKIPPED:
             self.first.append(item)
         self.rows += 1
         return item
@@ -340,12 +214,12 @@ class _Iter:
         failed: Optional[BaseException] = None
         while len(step) < b * w:
             r = self._row()
-            if r is _DONE:
+            if r is DONE:
                 break
-            if r is _SKIPPED:
+            if r is SKIPPED:
                 s.skipped += 1
                 continue
-            if isinstance(r, _Failed):
+            if isinstance(r, Failed):
                 failed = failed or r.error
                 step.append(None)
                 continue
@@ -453,7 +327,7 @@ class IterableStream:
         """Rows each of `n` workers may hold ahead of the loop: prefetch batches in all."""
         want = getattr(self, "prefetch", None)
         if want is None or getattr(self, "auto_prefetch", True):
-            return max(_QUEUE, 2 * self.batch_size)
+            return max(MIN_QUEUE_ROWS, 2 * self.batch_size)
         return max(1, -(-want * self.batch_size // max(1, n)))
 
     # -- the core's part ----------------------------------------------------------------
@@ -544,6 +418,14 @@ class IterableStream:
 
     def dataset_state(self, epoch: int) -> Any:
         return self._start_state.get(epoch)
+
+    def identity(self) -> Dict[str, Any]:
+        """What a state records of the data: the IterableDataset's type."""
+        return {"iterable": type(self.dataset).__qualname__}
+
+    def state_parts(self) -> Dict[str, Any]:
+        """This source's parts of the loader's state, by key: the dataset's own state."""
+        return {"stream": DatasetStatePart(self)}
 
     # the producer's part (len, num_samples, the state's bounds)
     def epoch_samples(self) -> int:
@@ -692,6 +574,28 @@ class IterableStream:
 
             batch = pin_memory(batch)
         return batch
+
+
+class DatasetStatePart:
+    """An IterableDataset's own state when the epoch started, a part of the loader's
+    state (NOTE [ Iterable datasets ])."""
+
+    def __init__(self, stream: IterableStream):
+        self._stream = stream
+
+    def state(self) -> Dict[str, Any]:
+        epoch, position, _ = self._stream.state()
+        saved = self._stream.dataset_state(epoch)
+        if saved is None and position > 0:
+            name = type(self._stream.dataset).__name__
+            raise RuntimeError(
+                f"stoker cannot save an exact mid-epoch state of the IterableDataset {name}: "
+                "it has no state_dict()/load_state_dict() to make the epoch's stream again. "
+                "Give it those (torchdata's protocol), or save the state between epochs")
+        return {"state": saved}
+
+    def load(self, part: Mapping[str, Any]) -> None:
+        self._stream.pending_dataset_state = part.get("state")
 
 
 # The iterators of each stream that claimed an epoch (stats() and close() reach them).

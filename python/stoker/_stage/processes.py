@@ -198,10 +198,8 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         if msg[0] == "stop":
             return
         _, ticket, epoch, indices, slot, size = msg[:6]
-        if epoch != last_epoch:  # shards checked against their files again (NOTE
-            # [ Verified once ] in csrc/format/shard_reader.h); worker_init_fn again
-            # without persistent_workers (NOTE [ No argument ignored ] in _dropin.py)
-            if last_epoch is not None and not stage.persistent_workers:
+        if epoch != last_epoch:  # shards checked again (NOTE [ Verified once ]); init
+            if last_epoch is not None and not stage.persistent_workers:  # each epoch
                 init_error = stage.worker_started(worker_id, num_workers)
             last_epoch = epoch
             _core.new_file_check_round()
