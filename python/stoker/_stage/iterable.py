@@ -47,7 +47,6 @@ iteration, state and stats code is the same):
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
@@ -59,6 +58,7 @@ import torch
 
 from .collate import BatchLayout, tensors_of
 from .errors import add_note
+from .iterable_stats import StreamTelemetry
 from .iterable_workers import (
     DONE,
     MIN_QUEUE_ROWS,
@@ -85,7 +85,6 @@ class _Iter:
         self.main = False  # claimed while no other iterator ran: the state follows it
         self._epoch: Optional[int] = None
         self.batch = 0  # batches yielded
-        self.skip_batches = 0  # batches of the epoch before this iterator's first
         self.rows = 0  # rows of the merged stream consumed
         self.start_rows = 0  # rows a resume (or skip) reads again without yielding them
         self.first: List[Any] = []  # the epoch's first rows (padding wraps onto them)
@@ -94,7 +93,7 @@ class _Iter:
         self._turn = 0
         self._ended = False
         self._closed = False
-        self._started_ns = 0  # the claim (run time counts from it)
+        self.started_ns = 0  # the claim (run time counts from it)
 
     @property
     def epoch(self) -> int:
@@ -104,6 +103,11 @@ class _Iter:
     @property
     def ended(self) -> bool:
         return self._ended
+
+    @property
+    def finished(self) -> bool:
+        """Its run time is counted (the epoch ended, or it closed)."""
+        return self._closed
 
     @property
     def remaining(self) -> int:
@@ -120,7 +124,7 @@ class _Iter:
         s = self.stream
         self._epoch, self.start_rows, self.main = s.claim(self)
         self.claimed = True
-        self._started_ns = time.perf_counter_ns()
+        self.started_ns = time.perf_counter_ns()
         n = s.workers
         pipes = datapipes(s, n)
         skip = self.start_rows
@@ -150,7 +154,7 @@ class _Iter:
             return Failed(add_note(e, f"stoker: raised by map for row {row} of the "
                                        f"IterableDataset's stream, epoch {self.epoch}"))
         finally:
-            s.note_python(time.perf_counter_ns() - t0)
+            s.telemetry.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
 
     def _row(self, resuming: bool = False) -> Any:
         """The next row of the merged stream (a Failed, SKIPPED), or DONE."""
@@ -217,7 +221,7 @@ class _Iter:
             if r is DONE:
                 break
             if r is SKIPPED:
-                s.skipped += 1
+                s.telemetry.skipped += 1
                 continue
             if isinstance(r, Failed):
                 failed = failed or r.error
@@ -240,8 +244,8 @@ class _Iter:
 
     def finish(self) -> None:
         """The epoch ended, or the iterator closed: its time counted, its workers told."""
-        if self._started_ns and not self._closed:
-            self.stream.note_run(time.perf_counter_ns() - self._started_ns)
+        if self.started_ns and not self._closed:
+            self.stream.telemetry.run_ns += time.perf_counter_ns() - self.started_ns
         self._closed = True
         self._ended = True
         for w in self.workers:
@@ -292,7 +296,6 @@ class IterableStream:
                                   else "dataset item")
         self.timeout = timeout
         self.skip_errors = skip_errors  # on_error="skip": a row whose map raised is left out
-        self.stall_warning = stall_warning
         # batches in flight: the rows the workers may hold ahead of the loop, in batches
         self.auto_prefetch = prefetch is None
         self.prefetch = prefetch if prefetch is not None else \
@@ -306,13 +309,7 @@ class IterableStream:
         self._skip: Optional[Tuple[int, int]] = None  # skip()'s (batches, world), not taken
         self._main: Optional[_Iter] = None  # the iterator the state follows
         self._start_state: Dict[int, Any] = {}  # epoch -> the dataset's state at its start
-        # measured (stats())
-        self._batches = self._samples = 0
-        self.skipped = 0
-        self._wait_ns = self._run_ns = self._python_ns = 0
-        self._first_batch_ns: Optional[int] = None
-        self._stall_since: Optional[Tuple[int, int, int]] = None  # (ns, wait_ns, batches)
-        self._stall_warned = False
+        self.telemetry = StreamTelemetry(stall_warning)  # stats()
         self.active_threads = max(1, workers)
 
     def first_start(self, wid: int) -> bool:
@@ -457,58 +454,10 @@ class IterableStream:
         for it in list(_open_iters.get(self, ())):
             it.close()
 
-    # -- measured ------------------------------------------------------------------------
-
-    def note_python(self, ns: int) -> None:
-        self._python_ns += ns  # (a race between workers loses a sample at worst)
-
-    def note_run(self, ns: int) -> None:
-        self._run_ns += ns
-
-    def _running_ns(self) -> int:
-        now = time.perf_counter_ns()
-        return sum(now - it._started_ns for it in _open_iters.get(self, ())
-                   if it.claimed and not it._closed)
-
     def stats(self) -> Dict[str, Any]:
-        run = (self._run_ns + self._running_ns()) / 1e9
-        wait = self._wait_ns / 1e9
-        stall = min(1.0, wait / run) if run > 0 else 0.0
-        queued = sum(w.q.qsize() for it in _open_iters.get(self, ()) for w in it.workers
-                     if w is not None)
-        return {"batches": self._batches, "samples": self._samples, "skipped": self.skipped,
-                "source_counts": [], "num_threads": self.active_threads,
-                "max_threads": self.active_threads, "auto_threads": False,
-                "prefetch": self.prefetch, "auto_prefetch": self.auto_prefetch,
-                "tier": "python", "data_stall": stall, "wait_seconds": wait,
-                "run_seconds": run,
-                "samples_per_second": self._samples / run if run > 0 else 0.0,
-                "first_batch_seconds": (self._first_batch_ns or 0) / 1e9,
-                "python_seconds": self._python_ns / 1e9,
-                "queue_depth": queued // self.batch_size,
-                "live_workers": sum(w is not None and w.is_alive()
-                                    for it in _open_iters.get(self, ()) for w in it.workers)}
-
-    def _watch_stall(self, now: int, batch: int) -> None:
-        """stall_warning: the "stoker" logger warns once when, after warm-up, the loop
-        waited for rows more than that fraction of a stretch of at least a second."""
-        if self.stall_warning <= 0 or self._stall_warned:
-            return
-        if self._stall_since is None or batch == 0:
-            self._stall_since = (now, self._wait_ns, self._batches)
-            return
-        t0, w0, b0 = self._stall_since
-        if now - t0 < 1_000_000_000 or self._batches - b0 < 8:
-            return
-        stall = (self._wait_ns - w0) / (now - t0)
-        self._stall_since = (now, self._wait_ns, self._batches)
-        if stall > self.stall_warning:
-            self._stall_warned = True
-            logging.getLogger("stoker").warning(
-                "stoker: the training loop waited for data %.0f%% of the last %.1f s "
-                "(stall_warning=%.2g): the IterableDataset's stream (its iteration, map, "
-                "collate_fn) is the bottleneck; more num_workers read it in parallel",
-                100 * stall, (now - t0) / 1e9, self.stall_warning)
+        return self.telemetry.stats(_open_iters.get(self, ()), threads=self.active_threads,
+                                    prefetch=self.prefetch, auto_prefetch=self.auto_prefetch,
+                                    batch_size=self.batch_size)
 
     # -- the stage's part ---------------------------------------------------------------
 
@@ -529,11 +478,7 @@ class IterableStream:
         try:
             return self._next(it)
         finally:
-            now = time.perf_counter_ns()
-            self._wait_ns += now - entered
-            if it.claimed and self._first_batch_ns is None and it.batch:
-                self._first_batch_ns = now - it._started_ns
-            self._watch_stall(now, it.batch)
+            self.telemetry.next_done(it, entered)
 
     def _next(self, it: _Iter) -> Any:
         if it._closed:
@@ -553,8 +498,8 @@ class IterableStream:
             return END
         k = it.batch
         it.batch += 1
-        self._batches += 1
-        self._samples += len(rows)
+        self.telemetry.batches += 1
+        self.telemetry.samples += len(rows)
         if self.collate_fn is not None:
             try:
                 batch = self.collate_fn(rows[0] if self.unbatched else rows)
