@@ -156,6 +156,10 @@ def test_iterable_refuses_the_core_settings():
     for kw in (dict(num_threads=2), dict(max_memory="1GB")):
         with pytest.raises(ValueError, match="IterableDataset is read by Python worker threads"):
             stoker.Loader(Stream(), batch_size=4, **kw)
+    # the plan says what runs: no C++ core's memory budget, no next epoch read ahead (a
+    # new iter(dataset), started with its iterator)
+    plan = str(stoker.Loader(Stream(), batch_size=4).plan)
+    assert "max_memory" not in plan and "prefetch_next_epoch=False" in plan
     with pytest.raises(ValueError, match="on_error='skip'.*there is no map="):
         stoker.Loader(Stream(), batch_size=4, on_error="skip")
 

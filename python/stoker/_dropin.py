@@ -152,7 +152,9 @@ def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: b
 # prefetch_factor bound the rows its workers read ahead, stall_warning warns as the core
 # does, on_error="skip" leaves out rows whose map= raised (refused without map=: the
 # dataset's own errors end its iterator, nothing to skip to), num_threads and max_memory
-# (the C++ core's threads and memory-bounded autotuning) are refused.
+# (the C++ core's threads and memory-bounded autotuning) are refused; prefetch_next_epoch
+# does not apply (its next epoch is a new iter(dataset), started with its iterator: the
+# plan says False).
 
 def check_honoured(given: Any, *, stage: Any, iterable: bool, context: Optional[str]) -> None:
     """Refuses each argument of `given` (the arguments passed) that this loader, with its

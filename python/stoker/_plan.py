@@ -248,7 +248,8 @@ class LoaderPlan:
             where = {"records": "samples fetched by C++ (read, decode, ops)",
                      "map-style": "dataset[i]", "iterable": "iter(dataset) per worker",
                      "batches": "batches assembled by C++"}[st.fetch]
-            count = "num_threads" if st.num_workers is None else st.num_workers
+            count = ("1" if st.fetch == "iterable" else "num_threads") \
+                if st.num_workers is None else st.num_workers
             if st.inline:
                 count = "none: in the loop's thread"
             lines.append(f"  stage: {', '.join(hooks) or 'native batching'}; {where}; "
@@ -266,8 +267,12 @@ class LoaderPlan:
         t = self.settings
         threads = f"auto (up to {t.num_threads})" if t.auto_threads else str(t.num_threads)
         window = f"auto (up to {t.prefetch})" if t.auto_prefetch else str(t.prefetch)
-        lines.append(f"  settings: threads {threads}, prefetch {window}, max_memory "
-                     f"{t.max_memory / 2**20:.0f} MiB, on_error={self.on_error!r}, "
+        memory = f", max_memory {t.max_memory / 2**20:.0f} MiB"
+        if self.source == "iterable":  # Python workers, a window of rows: no C++ core
+            threads, memory = "(the workers')", ""
+            window = "auto (64 rows a worker or more)" if t.auto_prefetch else window
+        lines.append(f"  settings: threads {threads}, prefetch {window}{memory}, "
+                     f"on_error={self.on_error!r}, "
                      f"prefetch_next_epoch={self.prefetch_next_epoch}" +
                      (f", timeout={self.timeout:g} s" if self.timeout else ""))
         if self.service is not None:
@@ -457,8 +462,9 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                         _dropin.splits_ranks(given) if iterable else True)
     on_device = device.type == "cuda"
     prefetch_next = bool(a["prefetch_next_epoch"])
-    if sampling.sampler is not None or sampling.batch_sampler is not None or generator_order:
-        prefetch_next = False  # the next epoch's order is the sampler's, asked at iter()
+    if sampling.sampler is not None or sampling.batch_sampler is not None or generator_order \
+            or iterable:  # the next epoch's order is the sampler's (or stream's), at iter()
+        prefetch_next = False
 
     records: Optional[RecordPlan] = None
     token_kw: Optional[Dict[str, Any]] = None
@@ -486,7 +492,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                                     seed=sampling.seed64, drop_last=drop_last, **token_kw)
             dataset, token_kw = ds, kw
     elif iterable:  # NOTE [ Iterable datasets ] in stoker/_stage/iterable.py
-        source, producer = "iterable", "IterableStream"
+        source, producer = "iterable", "IterableStream (stoker/_sources/iterable.py)"
         _dropin.check_rank_split(dataset, sampling)
         stage = StagePlan("iterable", map_fn, batch_map, collate_fn, a["map_fields"], None,
                           "thread", False, **stage_kw)
