@@ -179,7 +179,9 @@ def test_live_iterators_each_yield_their_full_epoch(kind, data):
     want = reference(kind, data, 0)
     a = iter(loader)
     head = [rows(next(a)), rows(next(a))]
+    state = loader.state_dict()
     assert epoch(iter(loader)) == want  # a peek inside the loop: the same epoch, whole
+    assert loader.state_dict() == state  # the state follows the first iterator
     assert head + epoch(a) == want  # and the loop's iterator goes on undisturbed
     zipped = [(rows(x), rows(y)) for x, y in zip(loader, loader)]
     want1 = reference(kind, data, 1)
@@ -206,6 +208,23 @@ def test_skip(kind, data):
     want = reference(kind, data, 0)
     assert epoch(loader.skip(3)) == want[3:]
     assert epoch(loader) == reference(kind, data, 1)
+    loader.skip(2)
+    loader.set_epoch(4)  # transformers' Trainer skips first: the skip moves to the epoch set
+    assert epoch(loader) == reference(kind, data, 4)[2:]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_epoch_a_loader_says(kind, data):
+    loader = make(kind, data)
+    assert loader.epoch == 0
+    it = iter(loader)
+    assert loader.epoch == 0 and it.epoch == 0
+    next(it)
+    assert it.epoch == 0 and loader.epoch == 1  # the next iterator's
+    del it  # a break: the rest of epoch 0 is what a resume continues, the loader goes on
+    assert loader.state_dict()["epoch"] == 0 and loader.epoch == 1
+    assert epoch(loader) == reference(kind, data, 1)
+    assert loader.epoch == 2
 
 
 # -- resume ------------------------------------------------------------------------------------

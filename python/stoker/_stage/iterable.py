@@ -91,7 +91,8 @@ class _Iter:
         self.workers: List[Optional[StreamWorker]] = []
         self._inline: Optional[Iterator[Any]] = None
         self._turn = 0
-        self._ended = False
+        self._ended = False  # no more rows to read: its epoch's end, or closed
+        self.exhausted = False  # its epoch's end reached (a break leaves it False)
         self._closed = False
         self.started_ns = 0  # the claim (run time counts from it)
 
@@ -229,7 +230,7 @@ class _Iter:
                 continue
             step.append(r)
         if len(step) < b * w:
-            self._ended = True
+            self._ended = self.exhausted = True
         if failed is not None:
             raise failed
         if len(step) == b * w:
@@ -350,6 +351,8 @@ class IterableStream:
                 self._pending = epoch
                 if self._resume is not None and self._resume[0] != epoch:
                     self._resume = None
+                if not self._main_running():
+                    self._main = None  # the state moves on to `epoch`
             if self._skip is not None:  # a skip not taken moves to the epoch set
                 batches, world = self._skip
                 self._resume = (epoch, batches * self.batch_size * world, world)
@@ -408,8 +411,8 @@ class IterableStream:
     def state(self) -> Tuple[int, int, int]:
         if self._resume is not None:
             return self._resume
-        m = self._main
-        if m is not None and m.claimed and not m.ended:
+        m = self._main  # after a break too: the rest of its epoch is what a resume reads
+        if m is not None and m.claimed and not m.exhausted:
             return (m.epoch, m.rows, m.world)
         return (self.epoch, 0, 0)
 
