@@ -5,6 +5,7 @@ of records, a map-style torch Dataset, an IterableDataset, a TokenDataset and a 
 A kind that cannot keep a rule says so in CANNOT, the one table of exceptions, with the
 reason; its test is then skipped with that reason (pytest -rs lists them)."""
 
+import pickle
 import threading
 
 import numpy as np
@@ -169,8 +170,11 @@ def test_set_epoch_confirms_the_running_epoch(kind, data):
     rest = epoch(it)
     assert head + rest == reference(kind, data, 0)
     assert epoch(loader) == reference(kind, data, 1)  # not epoch 0 again
-    loader.set_epoch(3)
+    loader.sampler.set_epoch(3)  # the hook Lightning and accelerate call
     assert epoch(loader) == reference(kind, data, 3)
+    it = iter(loader)
+    loader.set_epoch(6)  # before its first next(): the iterator runs epoch 6
+    assert epoch(it) == reference(kind, data, 6)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -260,6 +264,15 @@ def test_a_resume_at_another_world_size(kind, data):
     assert len(got[0]) == len(got[1])  # equal shares (padded, as DistributedSampler pads)
     assert set(rest) <= set(both) and len(both) - len(rest) < 2  # the rest, at most a pad
     assert set(both) - set(rest) <= set(r for b in head for r in b)  # padding: the start
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pickled_loader_goes_on_where_it_was(kind, data):
+    loader = make(kind, data)
+    it = iter(loader)
+    head = [rows(next(it)) for _ in range(2)]
+    again = pickle.loads(pickle.dumps(loader))  # by configuration and state
+    assert head + epoch(again) == reference(kind, data, 0)
 
 
 # -- stats, closing, errors, where user code runs ---------------------------------------------
