@@ -137,8 +137,10 @@ class _Iter:
                 assert w is not None
                 w.start()
                 live_workers.add(w)
-        for _ in range(skip):  # a resume: the rows consumed are read again, not yielded
-            if self._row(resuming=True) is DONE:
+        # a resume: the rows consumed are read again (through map, as in the workers: the
+        # epoch's first rows pad its end), not yielded
+        for _ in range(skip):
+            if self._row() is DONE:
                 break
 
     def mapped(self, item: Any, row: int) -> Any:
@@ -157,7 +159,7 @@ class _Iter:
         finally:
             s.telemetry.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
 
-    def _row(self, resuming: bool = False) -> Any:
+    def _row(self) -> Any:
         """The next row of the merged stream (a Failed, SKIPPED), or DONE."""
         if self._inline is not None:
             try:
@@ -169,9 +171,7 @@ class _Iter:
                 self.workers = []
                 return self._keep(Failed(add_note(e, "stoker: raised by the "
                                                       "IterableDataset")))
-            if not resuming:
-                item = self.mapped(item, self.rows)
-            return self._keep(item)
+            return self._keep(self.mapped(item, self.rows))
         live = [w for w in self.workers if w is not None]
         while live:
             w = self.workers[self._turn % len(self.workers)]
