@@ -1,8 +1,8 @@
 """Your Python code in the pipeline: stoker's Python stage against DataLoader.
 
-    python bench/bench_python.py [--repeats 3] [--images 512] [--boxes 2048] [--only a|b|c]
+    python bench/bench_python.py [--repeats 3] [--images 512] [--boxes 2048] [--only a|b|c|d]
 
-Three workloads, each loader timed over its first epoch (start-up included) and over
+Four workloads, each loader timed over its first epoch (start-up included) and over
 --epochs epochs after it (the steady state of a training run), in one run, configurations
 interleaved, medians of --repeats:
 
@@ -18,6 +18,13 @@ interleaved, medians of --repeats:
         stoker:      decode + RandomResizedCrop(224) in C++, the Pillow ops in map=
         DataLoader:  a torch Dataset reading the files: Pillow decode, crop + resize to
                      224 with Pillow, the same ops
+  (d) an IterableDataset: a stream of the same JPEG files, sharded by get_worker_info():
+      read + cv2 decode in its __iter__, then albumentations' RandomResizedCrop(224),
+      ColorJitter, Rotate(20) and GaussianBlur.
+        stoker:      the stream decodes, the ops in map= (run on the loader's num_workers=2
+                     worker threads); and the drop-in: the stream doing the ops itself,
+                     with exactly DataLoader's arguments
+        DataLoader:  the stream doing the ops itself (DataLoader has no map)
   (b) pure Python: per-box label processing in Python loops (64 boxes per sample: to
       corners, clipped, small ones dropped, classes remapped, best of 9 anchors by IoU).
         stoker:      a stoker dataset of boxes and classes, the processing in map=
@@ -236,6 +243,50 @@ class JpegFiles:
         return {"image": torch.from_numpy(self.aug(image=img)["image"]), "label": i % 1000}
 
 
+def jpeg_stream(paths, aug):
+    """(d): the JPEG files as an IterableDataset, each worker its share
+    (get_worker_info()); `aug`: the crop and the ops in the stream itself (DataLoader's
+    way), else decoded only (the ops in stoker's map=)."""
+    import torch
+
+    class JpegStream(torch.utils.data.IterableDataset):
+        def __len__(self):
+            return len(paths)
+
+        def __iter__(self):
+            import cv2
+
+            info = torch.utils.data.get_worker_info()
+            w, n = (0, 1) if info is None else (info.id, info.num_workers)
+            for i in range(w, len(paths), n):
+                with open(paths[i], "rb") as f:
+                    data = np.frombuffer(f.read(), np.uint8)
+                img = cv2.cvtColor(cv2.imdecode(data, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+                if aug:
+                    img = torch.from_numpy(stream_ops()(image=img)["image"])
+                yield {"image": img, "label": i % 1000}
+
+    return JpegStream()
+
+
+_STREAM_OPS = threading.local()
+
+
+def stream_ops():
+    """(d)'s crop and ops, one Compose per thread (albumentations draws from its own)."""
+    ops = getattr(_STREAM_OPS, "ops", None)
+    if ops is None:
+        import albumentations as A
+
+        ops = _STREAM_OPS.ops = A.Compose([A.RandomResizedCrop(size=(224, 224)), augment()])
+    return ops
+
+
+def stream_map(sample, rng):
+    """stoker's map for (d): the crop and the ops on the decoded image."""
+    return {"image": stream_ops()(image=sample["image"])["image"], "label": sample["label"]}
+
+
 def make_images(tmp, n):
     import stoker
     from make_jpegs import make_image
@@ -354,6 +405,19 @@ def configs(workload, tmp, n_images, n_boxes):
     import torch
 
     out = {}
+    if workload == "d":
+        paths, _ = make_images(os.path.join(tmp, workload), n_images)
+        out["drop-in: stoker over the IterableDataset, DataLoader's arguments"] = lambda: \
+            stoker.Loader(jpeg_stream(paths, aug=True), batch_size=BATCH, num_workers=2,
+                          persistent_workers=True)
+        out["stoker: the ops in map= (num_workers=2)"] = lambda: stoker.Loader(
+            jpeg_stream(paths, aug=False), batch_size=BATCH, num_workers=2, map=stream_map,
+            stall_warning=None)
+        for w in (0, 1, 2):
+            out[f"DataLoader num_workers={w}"] = (lambda w=w: torch.utils.data.DataLoader(
+                jpeg_stream(paths, aug=True), batch_size=BATCH, num_workers=w,
+                persistent_workers=w > 0))
+        return out, paths
     if workload in ("a", "c"):
         paths, ds_path = make_images(os.path.join(tmp, workload), n_images)
         ds = stoker.Dataset(ds_path)
@@ -435,7 +499,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3, help="runs per configuration (median)")
     p.add_argument("--images", type=int, default=512, help="JPEGs in workload (a)")
     p.add_argument("--boxes", type=int, default=2048, help="samples in workload (b)")
-    p.add_argument("--only", choices=["a", "b", "c"], default=None)
+    p.add_argument("--only", choices=["a", "b", "c", "d"], default=None)
     p.add_argument("--epochs", type=int, default=2,
                    help="steady-state epochs per loader, after the first")
     args = p.parse_args()
@@ -454,6 +518,9 @@ def main():
         if args.only in (None, "c"):
             run("c", f"GIL-releasing: {args.images} JPEGs, crop 224 + ImageEnhance x3 + rotate "
                 "+ GaussianBlur (Pillow)", args, tmp)
+        if args.only in (None, "d"):
+            run("d", f"an IterableDataset: {args.images} JPEGs streamed, crop 224 + ColorJitter + "
+                "Rotate + GaussianBlur (albumentations)", args, tmp)
         if args.only in (None, "b"):
             run("b", f"pure Python: {args.boxes} samples x 64 boxes, per-box loops", args, tmp)
 

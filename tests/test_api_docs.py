@@ -404,5 +404,8 @@ def test_the_attributes_readme_says_the_loader_answers(small_dataset):
     for attr in given:
         with stoker.Loader(small_dataset) as loader:
             assert getattr(loader, attr) is None, attr
-        with stoker.Loader(small_dataset, **{attr: values[attr]}) as loader:
+        # worker_init_fn runs in the Python stage's workers: map= makes one (NOTE [ No
+        # argument ignored ] in stoker/_dropin.py)
+        stage = {"map": lambda s, rng: s} if attr == "worker_init_fn" else {}
+        with stoker.Loader(small_dataset, **{attr: values[attr]}, **stage) as loader:
             assert getattr(loader, attr) is values[attr], attr

@@ -1,6 +1,8 @@
 """The package's structure: the import graph of stoker's Python modules has no circle,
-imports inside functions included (those under `if TYPE_CHECKING:` are for type checkers,
-not imports), and no source file is over 600 lines but the one documented kernel file."""
+imports inside functions included, and none either once the imports for type checkers
+(under `if TYPE_CHECKING:`) are counted, but the known ones listed below; no module imports
+another package's private (`_name`) names but the ones listed; and no source file is over
+600 lines but the one documented kernel file."""
 
 import ast
 import os
@@ -21,13 +23,36 @@ def _module(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path, name: str) -> set:
-    """stoker modules `path` imports, at any depth (function bodies too)."""
+# Type-only import circles that remain, each with why: a module here imports the other
+# under TYPE_CHECKING only, for annotations. New ones fail the test; these are to go.
+TYPE_ONLY_KNOWN = {
+    ("stoker._stage.chunks", "stoker._stage.stage"):
+        "PythonStage is one class spread over mixin modules (chunks, stage)",
+    ("stoker._stage.stuck", "stoker._stage.stage"): "the stuck-worker checks read the stage",
+    ("stoker._stage.stuck", "stoker._stage.processes"):
+        "the stuck-worker checks read the process workers",
+    ("stoker._stage.lifecycle", "stoker._stage.processes"):
+        "the process workers' lifecycle annotates their worker type",
+    ("stoker.remote.fetcher", "stoker.remote.dataset"):
+        "the fetcher annotates the remote dataset it serves",
+}
+# Private names imported across a package boundary that remain, each with why.
+PRIVATE_KNOWN = {
+    ("stoker.ops", "_specs"): "the op list as the C++ core takes it, read by the plan and "
+                              "the stage",
+    ("stoker.token_dataset", "_megatron_prefix"): "the converter writes Megatron's layout",
+}
+
+
+def _imports(path: Path, name: str, type_only: bool = False) -> set:
+    """stoker modules `path` imports, at any depth (function bodies too); with
+    `type_only`, those imported for type checkers (under `if TYPE_CHECKING:`) too."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     out = set()
     for node in ast.walk(tree):  # names for type checkers only are no imports
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) and \
+                not type_only:
             node.body = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -53,11 +78,61 @@ def _exists(module: str) -> bool:
         (PKG.parent / rel / "__init__.py").exists()
 
 
+def _private_imports(path: Path, name: str) -> set:
+    """(module, name) of each private name `path` imports from another package."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")
+            mod = ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module
+                                                                 else []))
+        else:
+            mod = node.module or ""
+        if not mod.startswith("stoker") or not _exists(mod):
+            continue
+        owner = mod if (PKG.parent / Path(*mod.split(".")) / "__init__.py").exists() else \
+            mod.rsplit(".", 1)[0]
+        for a in node.names:
+            private = a.name.startswith("_") and not a.name.startswith("__")
+            module = _exists(f"{mod}.{a.name}") or a.name == "_core"  # (the extension)
+            if private and not module and owner != package:
+                out.add((mod, a.name))
+    return out
+
+
 def test_the_import_graph_has_no_circle():
+    _no_circle(type_only=False, known={})
+
+
+def test_no_type_only_import_circle_but_the_known_ones():
+    _no_circle(type_only=True, known=TYPE_ONLY_KNOWN)
+    for a, b in TYPE_ONLY_KNOWN:  # each known one is still there (else: remove it)
+        path = _path(a)
+        assert b in _imports(path, a, type_only=True) - _imports(path, a), (a, b)
+
+
+def test_no_private_name_imported_across_packages_but_the_known_ones():
+    found = set()
+    for path in PKG.rglob("*.py"):
+        found |= _private_imports(path, _module(path))
+    assert found <= set(PRIVATE_KNOWN), sorted(found - set(PRIVATE_KNOWN))
+    assert set(PRIVATE_KNOWN) <= found, sorted(set(PRIVATE_KNOWN) - found)  # stale entries
+
+
+def _path(module: str) -> Path:
+    rel = PKG.parent / Path(*module.split("."))
+    return rel / "__init__.py" if (rel / "__init__.py").exists() else rel.with_suffix(".py")
+
+
+def _no_circle(type_only: bool, known: dict) -> None:
     graph = {}
     for path in PKG.rglob("*.py"):
         name = _module(path)
-        graph[name] = {m for m in _imports(path, name) if m != name and _exists(m)}
+        graph[name] = {m for m in _imports(path, name, type_only) if m != name and _exists(m)
+                       and (name, m) not in known}
     # a package's __init__ importing its own submodules is how Python loads them, not a
     # circle of meaning: edges from a package to its children are left out
     for name in graph:

@@ -29,6 +29,9 @@ class Parts(NamedTuple):
     pin_memory: bool
     listed: Any  # _core.ListedOrders of a user's sampler, else None
     cache: Any = None  # _core.DecodedCache (cache="decoded")
+    # the running half of the dataset's source (stoker/_sources/): its identity and its
+    # parts of the state; None for the kinds not yet behind a source class
+    source: Any = None
 
 
 def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int:
@@ -86,31 +89,6 @@ def _listed(s: Sampling) -> Any:
     return listed
 
 
-def _build_iterable(p: LoaderPlan, open_device: Optional[Callable[[int], Any]]) -> Parts:
-    from ._stage.iterable import IterableStream
-
-    s, st = p.sampling, p.stage
-    assert st is not None
-    # one reader by default: the stream of num_workers=0, read ahead of the loop; more
-    # workers shard the dataset by get_worker_info(), which changes the stream's order
-    workers = 1 if st.num_workers is None else st.num_workers
-    dataset = p.dataset
-    if s.shuffle and isinstance(dataset, torch.utils.data.IterDataPipe):
-        # DataLoader's: shuffle=True turns the DataPipe's shufflers on
-        dataset = torch.utils.data.graph_settings.apply_shuffle_settings(dataset, shuffle=True)
-    stream = IterableStream(dataset, batch_size=s.batch_size or 1, drop_last=s.drop_last,
-                            even_batches=s.even_batches, seed=s.seed, workers=workers,
-                            worker_init_fn=st.worker_init_fn, map_fn=st.map,
-                            batch_map=st.batch_map, collate_fn=st.collate_fn,
-                            map_fields=st.map_fields, unbatched=st.unbatched,
-                            timeout=p.timeout, generator=p.arguments.get("generator"),
-                            split_ranks=s.split_ranks)
-    _, pin, api = args.resolve_device(torch.device("cpu"), p.delivery.pin_memory, open_device,
-                                      p.delivery.pin_device)
-    stream.pin = pin and api is not None and not getattr(api, "fake", False)
-    return Parts(stream, stream, stream, None, torch.device("cpu"), None, pin, None)
-
-
 def build(p: LoaderPlan, world_size: int,
           open_device: Optional[Callable[[int], Any]] = None) -> Parts:
     """The running parts of plan `p` (NOTE [ Loader plan ]). `world_size` is the world
@@ -124,7 +102,11 @@ def build(p: LoaderPlan, world_size: int,
     stage = None
     listed = _listed(s)
     if p.source == "iterable":  # NOTE [ Iterable datasets ]: the stream is core and stage
-        return _build_iterable(p, open_device)
+        from ._sources.iterable import IterableSource
+
+        stream, pin = IterableSource.build(p, open_device)
+        return Parts(stream, stream, stream, None, torch.device("cpu"), None, pin, None,
+                     source=stream)
     records = p.records if p.records is not None else \
         p.stage.records if p.stage is not None else None
     wanted = records.cache if records is not None else None
@@ -180,6 +162,7 @@ def build(p: LoaderPlan, world_size: int,
                             batch_map_on_consumer=st.batch_map_on_consumer,
                             workers=st.workers, nchw_views=p.delivery.nchw_views,
                             inline=workers == 0, worker_init_fn=st.worker_init_fn,
+                            persistent_workers=st.persistent_workers,
                             unbatched=st.unbatched)
 
     options = _core.LoaderOptions()

@@ -53,7 +53,7 @@ import torch.utils.data
 __all__ = ["follow_len", "DrawnSeed", "base_seed", "worker_kind", "splits_ranks",
            "samplers", "repeating", "Repeating", "adopt_seed", "bulk_sampler",
            "set_attributes", "attach_samplers", "DataLoaderAttributes",
-           "refuse_shifted_labels_under_trainer"]
+           "refuse_shifted_labels_under_trainer", "check_honoured"]
 
 
 # -- seeds (NOTE [ Seeds as DataLoader draws them ]) ---------------------------------------
@@ -127,6 +127,57 @@ def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: b
     if python_workers == "auto" and map_style and num_workers:
         return "process"
     return python_workers
+
+
+# -- arguments a loader cannot honour ---------------------------------------------------------
+
+# NOTE [ No argument ignored ]
+# An argument either changes what the loader does or is refused with the reason and what to
+# use instead; none is accepted and dropped. What DataLoader's worker arguments become:
+#   worker_init_fn           called in each worker of the Python stage (thread or process);
+#                            a loader with no Python per sample (a stoker.Dataset without
+#                            map=/collate_fn=, batch_map= alone, token batches, a mixture)
+#                            has no Python workers to call it in: refused
+#   persistent_workers       False (DataLoader's default and stoker's): worker_init_fn runs
+#                            again in each worker at each epoch's start, as in DataLoader's
+#                            new workers; True: once per worker. stoker's workers themselves
+#                            persist either way (a worker process's dataset keeps what its
+#                            earlier epochs did to it); with no Python per sample nothing of
+#                            the user's runs in a worker and the argument changes nothing
+#                            there is to see
+#   multiprocessing_context  how worker processes start: refused where the workers are
+#                            threads for certain (python_workers="thread", an
+#                            IterableDataset, no Python per sample); with "auto", "spawn"
+#                            or "forkserver" keeps the stage on threads (stoker's processes
+#                            fork)
+# and with an IterableDataset (its own checks: stoker/_sources/iterable.py): prefetch and
+# prefetch_factor bound the rows its workers read ahead, stall_warning warns as the core
+# does, on_error="skip" leaves out rows whose map= raised (refused without map=: the
+# dataset's own errors end its iterator, nothing to skip to), num_threads and max_memory
+# (the C++ core's threads and memory-bounded autotuning) are refused; prefetch_next_epoch
+# does not apply (its next epoch is a new iter(dataset), started with its iterator: the
+# plan says False).
+
+def check_honoured(given: Any, *, stage: Any, iterable: bool, context: Optional[str]) -> None:
+    """Refuses each argument of `given` (the arguments passed) that this loader, with its
+    Python `stage` (a StagePlan or None), could not honour (NOTE [ No argument ignored ])."""
+    python_workers = stage is not None and stage.fetch != "batches"
+    if given.get("worker_init_fn") is not None and not python_workers:
+        raise ValueError(
+            "worker_init_fn= runs in each worker of the Python stage, and this loader has "
+            "none: its samples are read and batched by C++ threads that run no Python (a "
+            "stoker.Dataset without map= or collate_fn=, batch_map= alone, token batches or "
+            "a stoker.Mix). Pass map= to run Python per sample (worker_init_fn then runs in "
+            "each of its workers), or leave worker_init_fn out")
+    if context is not None:
+        threads = iterable or not python_workers or given.get("python_workers") == "thread"
+        if threads:
+            why = ("an IterableDataset is read by worker threads" if iterable else
+                   "python_workers='thread' runs the Python stage on threads"
+                   if python_workers else "this loader's workers are C++ threads (no "
+                   "Python per sample)")
+            raise ValueError(f"multiprocessing_context={context!r} says how worker processes "
+                             f"start, and this loader starts none: {why}. Leave it out")
 
 
 # -- an IterableDataset's ranks ---------------------------------------------------------------

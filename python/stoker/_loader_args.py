@@ -285,18 +285,22 @@ def dataloader_args(a: Mapping[str, Any], *, tokens: bool, mix: bool) -> Dict[st
                                the loop's thread, in next(); without a Python stage,
                                num_threads. More than the cores available: DataLoader's
                                warning
-      worker_init_fn           called once in each worker thread or process, where
-                               torch.utils.data.get_worker_info() answers
+      worker_init_fn           called in each worker thread or process of the Python
+                               stage, where torch.utils.data.get_worker_info() answers;
+                               refused without one (NOTE [ No argument ignored ] in
+                               stoker/_dropin.py)
       generator                with shuffle, each epoch's permutation is RandomSampler's,
                                drawn from it at iter() (NOTE [ Seeds as DataLoader draws
                                them ] in stoker/_dropin.py)
       timeout                  next() raises after waiting that many seconds for a batch
       prefetch_factor          batches in flight: prefetch_factor * num_workers
-      persistent_workers       accepted: stoker's workers always persist across epochs
+      persistent_workers       False: worker_init_fn runs again at each epoch's start;
+                               True: once per worker
       pin_memory_device        with pin_memory: the CUDA device whose memory is pinned
       multiprocessing_context  "fork" (or None): how process workers start; stoker's fork
                                (the dataset is inherited, never pickled), so "spawn" and
-                               "forkserver" are refused with python_workers="process"
+                               "forkserver" are refused with python_workers="process";
+                               refused where the workers are threads for certain
       in_order                 accepted: stoker always delivers in order
 
     Each is checked as DataLoader checks it (the same combinations refused)."""
@@ -395,31 +399,6 @@ def check_samplers(dl: Mapping[str, Any], a: Mapping[str, Any], *,
         if shard_window is not None or a["even_batches"] is False:
             raise ValueError("shard_window and even_batches apply to stoker's own sampling, "
                              "not to a user's sampler")
-
-
-def check_iterable(a: Mapping[str, Any], dataset: Any = None) -> None:
-    """DataLoader's rules for an IterableDataset, and stoker's."""
-    for name in ("sampler", "batch_sampler"):
-        if a[name] is not None:
-            raise ValueError(f"DataLoader with IterableDataset: expected unspecified {name} "
-                             f"option, but got {name}={a[name]!r} (as DataLoader)")
-    # an IterDataPipe takes shuffle=True into its shufflers (NOTE [ Iterable datasets ])
-    if a["shuffle"] and not isinstance(dataset, torch.utils.data.IterDataPipe):
-        raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
-                         f"option, but got shuffle={a['shuffle']!r} (as DataLoader): shuffle in "
-                         "the dataset")
-    if a["python_workers"] == "process":
-        raise ValueError("an IterableDataset runs on the loader's worker threads (NOTE "
-                         "[ Iterable datasets ]): python_workers='process' is for map-style "
-                         "datasets")
-    if torch.device(a["device"]).type == "cuda":
-        raise ValueError("an IterableDataset's batches are made in Python: use device='cpu' "
-                         "(with pin_memory=True) and move them in the loop")
-    for name in ("transforms", "batch_transforms", "pad_values", "names", "shard_window",
-                 "image_layout"):
-        if a[name] is not None:
-            raise ValueError(f"{name}= applies to a stoker.Dataset (or a map-style dataset), "
-                             "not to an IterableDataset")
 
 
 def _iterable(name: str, obj: Any) -> None:

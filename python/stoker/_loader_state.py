@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Sequence
+from typing import Any, Dict, Mapping, Sequence
 
 from ._loader_args import check_int
-
-if TYPE_CHECKING:
-    from .loader import Loader
 
 VERSION = 2
 # Settings a state is only valid for (Sampling.state_keys in stoker/_plan.py): each must be
@@ -172,52 +169,31 @@ class SamplerPart:
         self._samplers.load(dict(part), int(part.get("epoch", -1)))
 
 
-class IterablePart:
-    """An IterableDataset's own state when the epoch started (NOTE [ Iterable datasets ])."""
+# -- a loader's state: Any.state() and load_state_dict() ------------------------------
 
-    def __init__(self, stream: Any):
-        self._stream = stream
-
-    def state(self) -> Dict[str, Any]:
-        epoch, position, _ = self._stream.state()
-        saved = self._stream.dataset_state(epoch)
-        if saved is None and position > 0:
-            name = type(self._stream.dataset).__name__
-            raise RuntimeError(
-                f"stoker cannot save an exact mid-epoch state of the IterableDataset {name}: "
-                "it has no state_dict()/load_state_dict() to make the epoch's stream again. "
-                "Give it those (torchdata's protocol), or save the state between epochs")
-        return {"state": saved}
-
-    def load(self, part: Mapping[str, Any]) -> None:
-        self._stream.pending_dataset_state = part.get("state")
-
-
-# -- a loader's state: Loader.state() and load_state_dict() ------------------------------
-
-def loader_identity(loader: Loader) -> Dict[str, Any]:
+def loader_identity(loader: Any) -> Dict[str, Any]:
     """What a state records of `loader`'s data (``Loader._identity`` keeps it): an
-    IterableDataset's type, a mixture's identity, else the dataset's."""
-    if loader.plan.source == "iterable":
-        return {"iterable": type(loader.dataset).__qualname__}
+    source's own (an IterableDataset's type), a mixture's identity, else the dataset's."""
+    if loader._source is not None:  # (stoker/_sources/)
+        return loader._source.identity()
     if loader._mix is not None:
         return loader._mix.identity()
     return dataset_identity(loader.dataset, loader._tokens, loader._producer.epoch_samples())
 
 
-def loader_parts(loader: Loader) -> Dict[str, Any]:
+def loader_parts(loader: Any) -> Dict[str, Any]:
     """The stateful parts of `loader`, by the key of their state."""
     parts: Dict[str, Any] = {}
     if loader._mix is not None and loader._mix.mix.is_schedule:
         parts["mix"] = loader._mix
     if loader._samplers is not None:
         parts["sampler"] = SamplerPart(loader._samplers, loader._core)
-    if loader.plan.source == "iterable":
-        parts["stream"] = IterablePart(loader._core)
+    if loader._source is not None:  # (stoker/_sources/)
+        parts.update(loader._source.state_parts())
     return parts
 
 
-def loader_state(loader: Loader) -> LoaderState:
+def loader_state(loader: Any) -> LoaderState:
     """``loader.state()``: the core's epoch and position, with what they are valid for and
     each stateful part's state."""
     epoch, position, world = loader._core.state()
@@ -226,7 +202,7 @@ def loader_state(loader: Loader) -> LoaderState:
         loader._identity(), {k: part.state() for k, part in loader_parts(loader).items()})
 
 
-def load_loader_state(loader: Loader, state: Mapping[str, Any], caller: Any) -> None:
+def load_loader_state(loader: Any, state: Mapping[str, Any], caller: Any) -> None:
     """``loader.load_state_dict(state)``: every field of `state` checked, then the parts
     and the core resumed. `caller` is the frame that called ``load_state_dict``."""
     from ._dropin import adopt_seed

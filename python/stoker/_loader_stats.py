@@ -6,15 +6,12 @@ methods (``self`` is the :class:`stoker.Loader`).
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Dict
+from typing import Any, Dict
 
 from . import _cache
 
-if TYPE_CHECKING:
-    from .loader import Loader
 
-
-def stats(self: Loader) -> Dict[str, Any]:
+def stats(self: Any) -> Dict[str, Any]:
     """Counters since the loader was made, and where the time goes (docs/tuning.md).
 
     Progress: batches, samples, bytes_read, skipped (delivered to the loop).
@@ -85,7 +82,7 @@ def stats(self: Loader) -> Dict[str, Any]:
     return s
 
 
-def report_cache(loader: Loader) -> None:
+def report_cache(loader: Any) -> None:
     """Says once, at the end of an epoch, that the decoded cache ran out of room, or that
     this process left the shared cache (an entry failed its check)."""
     if loader._cache is None:
@@ -109,7 +106,7 @@ def report_cache(loader: Loader) -> None:
                       "more (stats()['cache'])", RuntimeWarning, stacklevel=3)
 
 
-def report_skipped(self: Loader) -> None:
+def report_skipped(self: Any) -> None:
     """At the end of an epoch (``Loader._report_skipped``): the samples ``on_error="skip"``
     replaced since the last report, and a full decoded cache."""
     report_cache(self)

@@ -41,6 +41,7 @@ from . import _cache, _core, _dropin
 from . import _loader_args as args
 from ._loader_args import check_int
 from ._media_args import MediaPlan, split_media
+from ._sources.iterable import IterableSource
 from ._transform_args import check_batch_transforms, check_transforms, group_targets
 from .dataset import Dataset
 from .fields import Image
@@ -156,7 +157,10 @@ class StagePlan:
     records: Optional[RecordPlan] = None  # fetch="records": what the C++ fetch does
     num_workers: Optional[int] = None  # DataLoader's: None follows num_threads; 0: inline
     worker_init_fn: Optional[Callable] = None
-    unbatched: bool = False  # each sample alone, default_convert'ed (batch_size=None)
+    unbatched: bool = False
+    # DataLoader's: False runs worker_init_fn again at each epoch (NOTE [ No argument
+    # ignored ] in stoker/_dropin.py)
+    persistent_workers: bool = False  # each sample alone, default_convert'ed (batch_size=None)
 
     @property
     def processes(self) -> bool:
@@ -244,7 +248,8 @@ class LoaderPlan:
             where = {"records": "samples fetched by C++ (read, decode, ops)",
                      "map-style": "dataset[i]", "iterable": "iter(dataset) per worker",
                      "batches": "batches assembled by C++"}[st.fetch]
-            count = "num_threads" if st.num_workers is None else st.num_workers
+            count = ("1" if st.fetch == "iterable" else "num_threads") \
+                if st.num_workers is None else st.num_workers
             if st.inline:
                 count = "none: in the loop's thread"
             lines.append(f"  stage: {', '.join(hooks) or 'native batching'}; {where}; "
@@ -262,8 +267,12 @@ class LoaderPlan:
         t = self.settings
         threads = f"auto (up to {t.num_threads})" if t.auto_threads else str(t.num_threads)
         window = f"auto (up to {t.prefetch})" if t.auto_prefetch else str(t.prefetch)
-        lines.append(f"  settings: threads {threads}, prefetch {window}, max_memory "
-                     f"{t.max_memory / 2**20:.0f} MiB, on_error={self.on_error!r}, "
+        memory = f", max_memory {t.max_memory / 2**20:.0f} MiB"
+        if self.source == "iterable":  # Python workers, a window of rows: no C++ core
+            threads, memory = "(the workers')", ""
+            window = "auto (64 rows a worker or more)" if t.auto_prefetch else window
+        lines.append(f"  settings: threads {threads}, prefetch {window}{memory}, "
+                     f"on_error={self.on_error!r}, "
                      f"prefetch_next_epoch={self.prefetch_next_epoch}" +
                      (f", timeout={self.timeout:g} s" if self.timeout else ""))
         if self.service is not None:
@@ -334,7 +343,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     worker_init_fn = _hook("worker_init_fn", a["worker_init_fn"])
     iterable = isinstance(dataset, torch.utils.data.IterableDataset)
     if iterable:
-        args.check_iterable(a, dataset)
+        IterableSource.check(a, dataset, given)
     map_style = not iterable and is_map_style(dataset)
     seq_len, packing, max_tokens = a["seq_len"], a["packing"], a["max_tokens"]
     tokens = isinstance(dataset, TokenDataset) or seq_len is not None or \
@@ -453,8 +462,9 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                         _dropin.splits_ranks(given) if iterable else True)
     on_device = device.type == "cuda"
     prefetch_next = bool(a["prefetch_next_epoch"])
-    if sampling.sampler is not None or sampling.batch_sampler is not None or generator_order:
-        prefetch_next = False  # the next epoch's order is the sampler's, asked at iter()
+    if sampling.sampler is not None or sampling.batch_sampler is not None or generator_order \
+            or iterable:  # the next epoch's order is the sampler's (or stream's), at iter()
+        prefetch_next = False
 
     records: Optional[RecordPlan] = None
     token_kw: Optional[Dict[str, Any]] = None
@@ -462,6 +472,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     nchw: Tuple[str, ...] = ()
     hooks = map_fn is not None or collate_fn is not None
     stage_kw = dict(num_workers=dl["num_workers"], worker_init_fn=worker_init_fn,
+                    persistent_workers=bool(a["persistent_workers"]),
                     unbatched=unbatched)
     if tokens:
         token_kw = dict(seq_len=seq_len, packing=packing, token_dtype=a["token_dtype"],
@@ -481,7 +492,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                                     seed=sampling.seed64, drop_last=drop_last, **token_kw)
             dataset, token_kw = ds, kw
     elif iterable:  # NOTE [ Iterable datasets ] in stoker/_stage/iterable.py
-        source, producer = "iterable", "IterableStream"
+        source, producer = "iterable", "IterableStream (stoker/_sources/iterable.py)"
         _dropin.check_rank_split(dataset, sampling)
         stage = StagePlan("iterable", map_fn, batch_map, collate_fn, a["map_fields"], None,
                           "thread", False, **stage_kw)
@@ -538,6 +549,8 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         if batch_map is not None and stage is None:
             stage = StagePlan("batches", None, batch_map, None, a["map_fields"], None,
                               "thread", on_device, num_workers=dl["num_workers"])
+    # NOTE [ No argument ignored ] in stoker/_dropin.py
+    _dropin.check_honoured(given, stage=stage, iterable=iterable, context=dl["context"])
     if stage is not None and stage.num_workers is not None:
         args.check_worker_number(stage.num_workers)
     as_tuple = _dropin.as_tuple(dataset, collate_fn, map_fn) if source == "records" else ()

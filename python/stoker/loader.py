@@ -100,14 +100,18 @@ class Loader(_dropin.DataLoaderAttributes):
             warns, as DataLoader does.
         timeout: as DataLoader's: seconds ``next()`` waits for a batch before it raises;
             0 (the default) waits as long as it takes.
-        worker_init_fn: as DataLoader's: called with the worker's id once in each worker
-            of the Python stage (thread or process), where
-            ``torch.utils.data.get_worker_info()`` answers. A stoker dataset read with no
-            Python per sample has no such workers, and it is not called.
+        worker_init_fn: as DataLoader's: called with the worker's id in each worker of the
+            Python stage (thread or process) when it starts, where
+            ``torch.utils.data.get_worker_info()`` answers (again at each epoch unless
+            ``persistent_workers``). A loader with no Python per sample (a stoker dataset
+            without ``map``/``collate_fn``, ``batch_map`` alone, token batches, a mixture)
+            has no such workers: it is refused there, with what to use.
         multiprocessing_context: as DataLoader's, how worker processes start: None or
             ``"fork"`` (stoker's worker processes fork: the dataset is inherited, never
             pickled). ``"spawn"`` and ``"forkserver"`` are refused with
-            ``python_workers="process"`` and keep the workers on threads otherwise.
+            ``python_workers="process"`` and keep ``"auto"`` on threads. Refused where the
+            workers are threads for certain (``python_workers="thread"``, an
+            ``IterableDataset``, no Python per sample).
         generator: as DataLoader's: a ``torch.Generator``. With ``shuffle=True`` each
             epoch's permutation is ``RandomSampler(dataset, generator=generator)``'s, drawn
             from it as DataLoader's iterator draws it (the same generator state, DataLoader's
@@ -117,8 +121,12 @@ class Loader(_dropin.DataLoaderAttributes):
             ``num_workers`` given and Python per sample, twice ``num_workers``
             (DataLoader's factor of 2); otherwise ``prefetch`` decides, which also sets the
             count directly.
-        persistent_workers: accepted, as DataLoader's: stoker's workers always persist
-            across epochs (True with ``num_workers=0`` is an error, as in DataLoader).
+        persistent_workers: as DataLoader's: False (the default) runs ``worker_init_fn``
+            again in each worker at each epoch's start, where DataLoader makes its workers
+            again; True runs it once per worker (True with ``num_workers=0`` is an error,
+            as in DataLoader). stoker's worker threads and processes themselves persist
+            either way (a worker process's copy of the dataset keeps what earlier epochs
+            did to it).
         pin_memory_device: as DataLoader's, with ``pin_memory``: the CUDA device whose
             context pins host batches (``""``, the default: the current device).
         in_order: accepted, as DataLoader's: stoker always delivers batches in order.
@@ -154,6 +162,9 @@ class Loader(_dropin.DataLoaderAttributes):
         max_memory: bytes (or a size such as ``"2GB"``) that the batches in flight of one
             iterator may take when ``prefetch`` is automatic; None = 1/16 of the machine's
             RAM divided by ``LOCAL_WORLD_SIZE``. At least one batch is always in flight.
+            With an ``IterableDataset`` (read by ``num_workers`` Python threads, not the
+            C++ core's), ``num_threads`` and ``max_memory`` are refused; ``prefetch``
+            bounds the rows its workers read ahead (None: at least 64 rows a worker).
         stall_warning: log a warning (logger ``"stoker"``) once, after warm-up, when the
             training loop waits for data more than this fraction of its time, naming the
             stage to fix; None or 0 = never. Default 0.2.
@@ -183,7 +194,8 @@ class Loader(_dropin.DataLoaderAttributes):
             boxes or keypoints field left unmoved knowingly (a detection dataset read for
             classification). Any other such field is a ``ValueError`` (docs/augment.md,
             "Whole groups").
-        on_error: ``"raise"`` (default) or ``"skip"``.
+        on_error: ``"raise"`` (default) or ``"skip"`` (with an ``IterableDataset``: rows
+            whose ``map`` raised are left out; refused without ``map``).
         max_image_pixels: images whose header declares more pixels are refused.
         prefetch_next_epoch: start loading the next epoch's first batches while this
             epoch's last ones are handed out (NOTE [ Next-epoch prefetch ] in
@@ -399,6 +411,7 @@ class Loader(_dropin.DataLoaderAttributes):
         self._samplers: Optional[UserSampler] = None
         sampler = _dropin.attach_samplers(self, p, parts.listed)
         self._cache = parts.cache
+        self._source = parts.source  # the dataset's source, where one owns it (_sources/)
         self._cache_full_said = False
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()

@@ -59,6 +59,7 @@ class ChunkRunner:
             else:
                 if self._hold_ahead and task.epoch > self._open_epoch:
                     self._wait_for_epoch(task)  # NOTE [ Global random generators ]
+                self.epoch_started(slot, task.epoch)
                 indices = task.indices
                 keys = rng_keys(self.seed, task.epoch, indices[lo:hi]) \
                     if self.map_fn is not None else None

@@ -11,11 +11,21 @@ iteration, state and stats code is the same):
   0: the loop's own)
   --------------------------------------------     --------------------------------------
   worker w of N: get_worker_info() says (w, N),    rows taken round-robin from the workers'
-  worker_init_fn(w), then iter(dataset): its       queues, worker 0, 1, ..., skipping those
-  samples (and map's) into its queue, bounded      that ended: the stream (the same for a
-                                                   given N); this rank's rows of it, batched
-                                                   natively (collate.py) or by collate_fn
+  worker_init_fn(w), then iter(dataset): each      queues, worker 0, 1, ..., skipping those
+  sample through map (its draws keyed by its       that ended: the stream (the same for a
+  place j * N + w in the merged stream), into      given N); this rank's rows of it, batched
+  its queue, bounded by prefetch batches in all    natively (collate.py) or by collate_fn
 
+  * Epochs and iterators keep the core's rules (NOTE [ Epochs and iterators ] in
+    csrc/pipeline/loader_core.h): an iterator claims its epoch at its first next() and
+    starts its workers then (iter() alone uses no epoch); set_epoch(e) while e runs
+    confirms it; an iterator started while another runs reads that epoch whole, with
+    workers of its own, and the state follows the first; len(iter(loader)) is the
+    batches left (a dataset without __len__: a TypeError, as len(loader)).
+  * A row whose map raises is raised by next() once the rest of its batch is read (the
+    batch is consumed, NOTE [ After a failed batch ]), or left out with on_error="skip"
+    (counted in stats()["skipped"]); an error of the dataset's own iterator ends that
+    worker's share of the stream after it is raised.
   * What stoker adds: the batch count does not depend on the workers (rows are batched
     from the merged stream, not per worker, so a dataset that shards by get_worker_info()
     gives ceil(n / batch_size) batches for any N).
@@ -37,183 +47,131 @@ iteration, state and stats code is the same):
 
 from __future__ import annotations
 
-import atexit
-import copy
 import queue
 import threading
 import time
-import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 
 from .collate import BatchLayout, tensors_of
 from .errors import add_note
+from .iterable_stats import StreamTelemetry
+from .iterable_workers import (
+    DONE,
+    MIN_QUEUE_ROWS,
+    SKIPPED,
+    Failed,
+    StreamWorker,
+    datapipes,
+    live_workers,
+)
 from .rng import batch_rng, rng_from_key, rng_keys
 from .stage import END
-from .workers import set_thread_worker_info
 
 __all__ = ["IterableStream"]
 
-_QUEUE = 64  # samples a worker may hold ahead of the loop
-_DONE = object()
-_EXIT_JOIN_SECONDS = 2.0
-
-# Worker threads alive (an epoch left with a break keeps them until its iterator goes): at
-# exit they are told to stop and joined before the interpreter finalizes, as the stage's
-# threads are (stoker/_stage/pool.py): a daemon thread that takes the GIL back from a
-# native call (torch's) once finalization began is unwound through that C++ frame, which
-# aborts the process ("terminate called without an active exception").
-_live_workers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_workers_at_exit() -> None:
-    workers = list(_live_workers)
-    for w in workers:
-        w.stop.set()  # type: ignore[attr-defined]
-    deadline = time.monotonic() + _EXIT_JOIN_SECONDS
-    for w in workers:
-        if w is not threading.current_thread():
-            w.join(max(0.0, deadline - time.monotonic()))
-
-
-# A dataset asking torch.distributed for its rank from a worker of a stream that stoker
-# splits across ranks splits itself too (NOTE [ Iterable datasets ]): said once per stream.
-_watching = threading.local()
-_watch_lock = threading.Lock()
-_watched = False
-
-
-def _watch_rank_calls(stream: "IterableStream") -> None:
-    """In a worker thread of a stream that stoker splits: torch.distributed.get_rank() or
-    get_world_size() called from here (the dataset splitting itself) warns, once."""
-    global _watched
-    _watching.stream = stream
-    with _watch_lock:
-        if _watched:
-            return
-        _watched = True
-        dist = torch.distributed
-        for name in ("get_rank", "get_world_size"):
-            original = getattr(dist, name)
-
-            def watched(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-                s = getattr(_watching, "stream", None)
-                if s is not None and not s.warned_self_split:
-                    s.warned_self_split = True
-                    warnings.warn(
-                        "stoker: the IterableDataset asks torch.distributed for its rank "
-                        "(it splits itself by rank) while stoker splits its stream across "
-                        "ranks too (even_batches=, rank= or world_size= given): each rank "
-                        "would get a 1/world_size share of a share. Leave those out (each "
-                        "rank is then given the dataset as it is, DataLoader's rule) or "
-                        "stop the dataset's own split", RuntimeWarning, stacklevel=2)
-                return _original(*args, **kwargs)
-
-            setattr(dist, name, watched)
-
-
-class _Worker(threading.Thread):
-    """Worker `wid` of `n`: its iterator of the dataset, into its queue."""
-
-    def __init__(self, stream: "IterableStream", wid: int, n: int, epoch: int,
-                 pipe: Any = None, world: int = 1):
-        super().__init__(name=f"stoker-iterable-{wid}", daemon=True)
-        self.epoch_world = world
-        self.pipe = pipe  # an IterDataPipe's copy for this worker (_datapipes), else None
-        self.q: "queue.Queue[Any]" = queue.Queue(_QUEUE)
-        self.stream, self.wid, self.n, self.epoch = stream, wid, n, epoch
-        self.stop = threading.Event()
-
-    def put(self, item: Any) -> bool:
-        while not self.stop.is_set():
-            try:
-                self.q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run(self) -> None:
-        s = self.stream
-        try:
-            set_thread_worker_info(self.wid, self.n, s.seed, s.dataset)
-            if s.split_ranks and self.epoch_world > 1:
-                _watch_rank_calls(s)
-            if s.worker_init_fn is not None:
-                s.worker_init_fn(self.wid)
-            for item in (s.dataset if self.pipe is None else self.pipe):
-                if not self.put(("item", item)):
-                    return
-        except BaseException as e:  # the loop raises it at this worker's place
-            self.put(("error", add_note(e, f"stoker: raised by the IterableDataset in "
-                                           f"worker {self.wid}")))
-        self.put(_DONE)
-
-
-def _datapipes(stream: "IterableStream", n: int) -> List[Any]:
-    """An IterDataPipe's graphs for an epoch's workers, as DataLoader makes them: one
-    seed drawn at iter() from the loader's generator (torch's global one without it)
-    for the shufflers of every worker, and each worker's own copy sharded to it (its
-    sharding_filter), since a DataPipe has one iterator at a time. [] for other
-    datasets."""
-    ds = stream.dataset
-    if not isinstance(ds, torch.utils.data.IterDataPipe):
-        return []
-    seed = int(torch.empty((), dtype=torch.int64).random_(generator=stream.generator).item())
-    settings = torch.utils.data.graph_settings
-    pipes = []
-    for w in range(max(1, n)):
-        pipe = ds if n == 0 else copy.deepcopy(ds)
-        if n > 0:
-            pipe = settings.apply_sharding(pipe, n, w)
-        pipes.append(settings.apply_random_seed(pipe, torch.Generator().manual_seed(seed)))
-    return pipes
-
 
 class _Iter:
-    """One epoch of the stream (the core iterator's part)."""
+    """One iterator of the stream (the core iterator's part): it claims its epoch at its
+    first next() (NOTE [ Epochs and iterators ] in csrc/pipeline/loader_core.h), and only
+    then starts its workers."""
 
-    def __init__(self, stream: "IterableStream", epoch: int, rank: int, world: int,
-                 skip_rows: int):
-        self.stream, self.epoch, self.rank, self.world = stream, epoch, rank, world
+    def __init__(self, stream: "IterableStream", rank: int, world: int):
+        self.stream, self.rank, self.world = stream, rank, world
         self.claimed = False
+        self.main = False  # claimed while no other iterator ran: the state follows it
+        self._epoch: Optional[int] = None
         self.batch = 0  # batches yielded
-        self.rows = 0  # rows of the merged stream taken
+        self.rows = 0  # rows of the merged stream consumed
+        self.start_rows = 0  # rows a resume (or skip) reads again without yielding them
         self.first: List[Any] = []  # the epoch's first rows (padding wraps onto them)
-        n = stream.workers
-        pipes = _datapipes(stream, n)
-        if n == 0:
-            self._inline: Optional[Any] = iter(pipes[0] if pipes else stream.dataset)
-            self.workers: List[_Worker] = []
-        else:
-            self._inline = None
-            self.workers = [_Worker(stream, w, n, epoch, pipes[w] if pipes else None, world)
-                            for w in range(n)]
-            for w in self.workers:
-                w.start()
-                _live_workers.add(w)
+        self.workers: List[Optional[StreamWorker]] = []
+        self._inline: Optional[Iterator[Any]] = None
         self._turn = 0
-        self._ended = False
-        for _ in range(skip_rows):  # a resume: the rows consumed are read, not yielded
-            if self._row() is _DONE:
-                break
+        self._ended = False  # no more rows to read: its epoch's end, or closed
+        self.exhausted = False  # its epoch's end reached (a break leaves it False)
+        self._closed = False
+        self.started_ns = 0  # the claim (run time counts from it)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch, once claimed (else the one it would claim now)."""
+        return self._epoch if self._epoch is not None else self.stream.epoch
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def finished(self) -> bool:
+        """Its run time is counted (the epoch ended, or it closed)."""
+        return self._closed
 
     @property
     def remaining(self) -> int:
-        return 0 if self._ended else 1  # unknown: an iterable has no length
+        """Batches left (len(iter(loader))): of the epoch it would claim now, before its
+        first next(); a TypeError for a dataset without __len__, as len(loader)."""
+        if self._ended:
+            return 0
+        s = self.stream
+        if not self.claimed:
+            return s.next_batches(self.rank, self.world)
+        return max(0, s.batches_from(self.start_rows, self.world) - self.batch)
+
+    def claim(self) -> None:
+        s = self.stream
+        self._epoch, self.start_rows, self.main = s.claim(self)
+        self.claimed = True
+        self.started_ns = time.perf_counter_ns()
+        n = s.workers
+        pipes = datapipes(s, n)
+        skip = self.start_rows
+        if n == 0:
+            self._inline = iter(pipes[0] if pipes else s.dataset)
+        else:
+            self.workers = [StreamWorker(self, w, n, pipes[w] if pipes else None) for w in range(n)]
+            for w in self.workers:
+                assert w is not None
+                w.start()
+                live_workers.add(w)
+        # a resume: the rows consumed are read again (through map, as in the workers: the
+        # epoch's first rows pad its end), not yielded
+        for _ in range(skip):
+            if self._row() is DONE:
+                break
+
+    def mapped(self, item: Any, row: int) -> Any:
+        """`item` through map (in a worker, or the loop's thread with num_workers=0)."""
+        s = self.stream
+        if s.map_fn is None:
+            return item
+        t0 = time.perf_counter_ns()
+        try:
+            return s.map_fn(item, rng_from_key(rng_keys(s.seed, self.epoch, [row])[0]))
+        except Exception as e:
+            if s.skip_errors:
+                return SKIPPED
+            return Failed(add_note(e, f"stoker: raised by map for row {row} of the "
+                                       f"IterableDataset's stream, epoch {self.epoch}"))
+        finally:
+            s.telemetry.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
 
     def _row(self) -> Any:
-        """The next row of the merged stream, or _DONE."""
+        """The next row of the merged stream (a Failed, SKIPPED), or DONE."""
         if self._inline is not None:
             try:
                 item = next(self._inline)
             except StopIteration:
-                return _DONE
-            return self._keep(item)
+                return DONE
+            except Exception as e:
+                self._inline = None
+                self.workers = []
+                return self._keep(Failed(add_note(e, "stoker: raised by the "
+                                                      "IterableDataset")))
+            return self._keep(self.mapped(item, self.rows))
         live = [w for w in self.workers if w is not None]
         while live:
             w = self.workers[self._turn % len(self.workers)]
@@ -221,22 +179,21 @@ class _Iter:
             if w is None:
                 continue
             got = self._get(w)
-            if got is _DONE:
-                self.workers[self.workers.index(w)] = None  # type: ignore[call-overload]
+            if got is DONE:
+                self.workers[self.workers.index(w)] = None
                 live = [x for x in self.workers if x is not None]
                 continue
-            kind, value = got
-            if kind == "error":
-                raise value
-            return self._keep(value)
-        return _DONE
+            return self._keep(got)
+        return DONE
 
-    def _get(self, w: _Worker) -> Any:
+    def _get(self, w: StreamWorker) -> Any:
         deadline = None if self.stream.timeout <= 0 else time.monotonic() + self.stream.timeout
         while True:
             try:
                 return w.q.get(timeout=0.1)
             except queue.Empty:
+                if self._closed:
+                    return DONE
                 if deadline is not None and time.monotonic() > deadline:
                     t = self.stream.timeout
                     raise RuntimeError(f"DataLoader timed out after {t:g} seconds (stoker: no "
@@ -245,46 +202,65 @@ class _Iter:
 
     def _keep(self, item: Any) -> Any:
         s = self.stream
-        if s.map_fn is not None:
-            key = rng_keys(s.seed, self.epoch, [self.rows])[0]
-            item = s.map_fn(item, rng_from_key(key))
-        if self.rows < s.batch_size * self.world and s.even_batches and not s.drop_last:
+        if self.rows < s.batch_size * self.world and s.even_batches and not s.drop_last and \
+                not isinstance(item, Failed) and item is not SKIPPED:
             self.first.append(item)
         self.rows += 1
         return item
 
     def next_rows(self) -> Optional[List[Any]]:
-        """This rank's rows of the next batch, or None at the end of the epoch."""
+        """This rank's rows of the next batch, or None at the end of the epoch. A row
+        whose map (or the dataset) raised raises here once the rest of its batch is read:
+        the batch is consumed (NOTE [ After a failed batch ] in stoker/_iterator.py)."""
         if self._ended:
             return None
         s, b, w = self.stream, self.stream.batch_size, self.world
-        step = []
-        for _ in range(b * w):
+        step: List[Any] = []
+        failed: Optional[BaseException] = None
+        while len(step) < b * w:
             r = self._row()
-            if r is _DONE:
+            if r is DONE:
                 break
+            if r is SKIPPED:
+                s.telemetry.skipped += 1
+                continue
+            if isinstance(r, Failed):
+                failed = failed or r.error
+                step.append(None)
+                continue
             step.append(r)
+        if len(step) < b * w:
+            self._ended = self.exhausted = True
+        if failed is not None:
+            raise failed
         if len(step) == b * w:
             return step[self.rank * b:(self.rank + 1) * b]
-        self._ended = True
         if not step or s.drop_last:
             return None
+        per = -(-len(step) // w)
         if s.even_batches:  # every rank ceil(L / w) rows, wrapping onto the epoch's start
-            per = -(-len(step) // w)
             pad = (self.first * (per * w))[: per * w - len(step)] if self.first else []
             step = step + pad
-            return step[self.rank * per:(self.rank + 1) * per]
-        per = -(-len(step) // w)
         return step[self.rank * per:(self.rank + 1) * per]
 
-    def close(self) -> None:
+    def finish(self) -> None:
+        """The epoch ended, or the iterator closed: its time counted, its workers told."""
+        if self.started_ns and not self._closed:
+            self.stream.telemetry.run_ns += time.perf_counter_ns() - self.started_ns
+        self._closed = True
         self._ended = True
         for w in self.workers:
             if w is not None:
                 w.stop.set()
 
+    def close(self) -> None:
+        self.finish()
+
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.finish()
+        except Exception:
+            pass
 
 
 class IterableStream:
@@ -293,10 +269,12 @@ class IterableStream:
 
     def __init__(self, dataset: Any, *, batch_size: int, drop_last: bool, even_batches: bool,
                  seed: int, workers: int, worker_init_fn: Optional[Callable],
+                 persistent_workers: bool = False,
                  map_fn: Optional[Callable], batch_map: Optional[Callable],
                  collate_fn: Optional[Callable], map_fields: Any, unbatched: bool,
                  timeout: float, generator: Optional[torch.Generator] = None,
-                 split_ranks: bool = False):
+                 split_ranks: bool = False, prefetch: Optional[int] = None,
+                 skip_errors: bool = False, stall_warning: float = 0.0):
         self.dataset = dataset
         # stoker splits the stream across ranks (asked for); else each rank reads it as
         # the dataset gives it (NOTE [ Iterable datasets ])
@@ -307,6 +285,10 @@ class IterableStream:
         self.drop_last, self.even_batches = drop_last, even_batches
         self.seed, self.workers = seed, workers
         self.worker_init_fn, self.map_fn, self.batch_map = worker_init_fn, map_fn, batch_map
+        # each iterator starts workers of its own; with persistent_workers, worker_init_fn
+        # runs once per worker id over the loader's life (as in DataLoader's kept workers)
+        self.persistent_workers = persistent_workers
+        self._inited: set = set()
         self.unbatched = unbatched
         self.collate_fn = collate_fn
         if unbatched and collate_fn is None:
@@ -314,72 +296,136 @@ class IterableStream:
         self.layout = BatchLayout(map_fields, what="map output" if map_fn is not None
                                   else "dataset item")
         self.timeout = timeout
+        self.skip_errors = skip_errors  # on_error="skip": a row whose map raised is left out
+        # batches in flight: the rows the workers may hold ahead of the loop, in batches
+        self.auto_prefetch = prefetch is None
+        self.prefetch = prefetch if prefetch is not None else \
+            max(1, self.queue_rows(workers) * max(1, workers) // self.batch_size)
         self.pin = False  # pin_memory=True with CUDA: batches page-locked (build() sets it)
         self.pending_dataset_state: Any = None  # load_state_dict's, for load_state
-        self._epoch = 0  # the epoch the next iterator runs
+        self._lock = threading.Lock()
+        self._next_epoch = 0  # the epoch after the last one claimed
+        self._pending: Optional[int] = None  # set_epoch's, for the next iterator
         self._resume: Optional[Tuple[int, int, int]] = None  # (epoch, rows, world)
-        self._running: Optional[_Iter] = None
+        self._skip: Optional[Tuple[int, int]] = None  # skip()'s (batches, world), not taken
+        self._main: Optional[_Iter] = None  # the iterator the state follows
         self._start_state: Dict[int, Any] = {}  # epoch -> the dataset's state at its start
-        self._batches = self._samples = 0
+        self.telemetry = StreamTelemetry(stall_warning)  # stats()
         self.active_threads = max(1, workers)
+
+    def first_start(self, wid: int) -> bool:
+        """Whether worker `wid` runs worker_init_fn: every time it starts, or only the
+        first time with persistent_workers."""
+        with self._lock:
+            first = wid not in self._inited
+            self._inited.add(wid)
+        return first or not self.persistent_workers
+
+    def queue_rows(self, n: int) -> int:
+        """Rows each of `n` workers may hold ahead of the loop: prefetch batches in all."""
+        want = getattr(self, "prefetch", None)
+        if want is None or getattr(self, "auto_prefetch", True):
+            return max(MIN_QUEUE_ROWS, 2 * self.batch_size)
+        return max(1, -(-want * self.batch_size // max(1, n)))
 
     # -- the core's part ----------------------------------------------------------------
 
     @property
     def epoch(self) -> int:
-        return self._resume[0] if self._resume else self._epoch
+        """The epoch the next iterator runs."""
+        if self._resume is not None:
+            return self._resume[0]
+        return self._pending if self._pending is not None else self._next_epoch
+
+    def _main_running(self) -> bool:
+        m = self._main
+        return m is not None and m.claimed and not m.ended
 
     def set_epoch(self, epoch: int) -> None:
-        if self._resume and self._resume[0] != epoch:
-            self._resume = None
-        self._epoch = epoch
+        with self._lock:
+            m = self._main
+            if self._main_running() and m is not None and m.epoch == epoch:
+                self._pending = None  # the running epoch: the next iterator runs the next
+                self._next_epoch = epoch + 1
+            else:
+                self._pending = epoch
+                if self._resume is not None and self._resume[0] != epoch:
+                    self._resume = None
+                if not self._main_running():
+                    self._main = None  # the state moves on to `epoch`
+            if self._skip is not None:  # a skip not taken moves to the epoch set
+                batches, world = self._skip
+                self._resume = (epoch, batches * self.batch_size * world, world)
 
-    def num_batches(self, rank: int, world: int) -> int:
-        if not self.split_ranks:
-            world = 1
-        try:
-            n = len(self.dataset)
-        except TypeError:
-            raise TypeError("len() of a stoker.Loader over an IterableDataset without "
-                            "__len__: its batches are known only when the stream ends") from None
-        per_step = self.batch_size * world
-        full, rem = divmod(n, per_step)
-        return full if self.drop_last or rem == 0 else full + 1
-
-    next_batches = num_batches
-
-    def iter(self, rank: int, world: int) -> _Iter:
-        if not self.split_ranks:  # the dataset as it is, on every rank
-            rank, world = 0, 1
-        epoch = self.epoch
-        skip = 0
-        if self._resume is not None:
-            skip = self._resume[1]
-            self._resume = None
-        self._epoch = epoch + 1
+    def claim(self, it: _Iter) -> Tuple[int, int, bool]:
+        """(epoch, rows to skip, main) for iterator `it`'s first next()."""
+        with self._lock:
+            if self._main_running() and self._main is not it:
+                assert self._main is not None
+                return self._main.epoch, 0, False  # a second iterator: the same epoch, whole
+            epoch, rows = self.epoch, 0
+            if self._resume is not None:
+                rows = self._resume[1]
+            self._resume = self._skip = self._pending = None
+            self._next_epoch = epoch + 1
+            self._main = it
         fn = getattr(self.dataset, "set_epoch", None)
         if callable(fn):
             fn(epoch)
         if callable(getattr(self.dataset, "state_dict", None)) and epoch not in \
                 self._start_state:
             self._start_state = {epoch: self.dataset.state_dict()}
-        it = _Iter(self, epoch, rank, world, skip)
-        it.claimed = True
-        it.base_rows = skip  # type: ignore[attr-defined]
-        self._running = it
-        return it
+        return epoch, rows, True
+
+    def _length(self) -> int:
+        try:
+            return len(self.dataset)
+        except TypeError:
+            raise TypeError("len() of a stoker.Loader over an IterableDataset without "
+                            "__len__: its batches are known only when the stream ends") from None
+
+    def batches_from(self, rows: int, world: int) -> int:
+        """Batches of this rank in an epoch read from row `rows` of the stream."""
+        left = max(0, self._length() - rows)
+        full, rem = divmod(left, self.batch_size * world)
+        return full if self.drop_last or rem == 0 else full + 1
+
+    def num_batches(self, rank: int, world: int) -> int:
+        if not self.split_ranks:
+            world = 1
+        return self.batches_from(0, world)
+
+    def next_batches(self, rank: int, world: int) -> int:
+        """Batches the next iterator of this rank yields (a pending resume or skip)."""
+        if not self.split_ranks:
+            world = 1
+        if self._main_running():
+            return self.batches_from(0, world)
+        return self.batches_from(self._resume[1] if self._resume else 0, world)
+
+    def iter(self, rank: int, world: int) -> _Iter:
+        if not self.split_ranks:  # the dataset as it is, on every rank
+            rank, world = 0, 1
+        return _Iter(self, rank, world)
 
     def state(self) -> Tuple[int, int, int]:
-        it = self._running
         if self._resume is not None:
             return self._resume
-        if it is None or it._ended:
-            return (self.epoch, 0, 0)
-        return (it.epoch, it.base_rows + it.batch * self.batch_size * it.world,  # type: ignore
-                it.world)
+        m = self._main  # after a break too: the rest of its epoch is what a resume reads
+        if m is not None and m.claimed and not m.exhausted:
+            return (m.epoch, m.rows, m.world)
+        return (self.epoch, 0, 0)
 
     def dataset_state(self, epoch: int) -> Any:
         return self._start_state.get(epoch)
+
+    def identity(self) -> Dict[str, Any]:
+        """What a state records of the data: the IterableDataset's type."""
+        return {"iterable": type(self.dataset).__qualname__}
+
+    def state_parts(self) -> Dict[str, Any]:
+        """This source's parts of the loader's state, by key: the dataset's own state."""
+        return {"stream": DatasetStatePart(self)}
 
     # the producer's part (len, num_samples, the state's bounds)
     def epoch_samples(self) -> int:
@@ -393,21 +439,28 @@ class IterableStream:
         if dataset_state is not None:
             self.dataset.load_state_dict(dataset_state)
             self._start_state = {epoch: dataset_state}
-        self._resume = (epoch, position, world)
+        with self._lock:
+            self._skip = None
+            self._resume = (epoch, position, world)
 
     def skip(self, batches: int, rank: int, world: int) -> None:
         if not self.split_ranks:
             world = 1
-        self._resume = (self.epoch, batches * self.batch_size * world, world)
+        with self._lock:
+            self._skip = (batches, world)
+            self._resume = (self.epoch, batches * self.batch_size * world, world)
 
     def close(self) -> None:
-        if self._running is not None:
-            self._running.close()
+        m = self._main
+        if m is not None:
+            m.close()
+        for it in list(_open_iters.get(self, ())):
+            it.close()
 
     def stats(self) -> Dict[str, Any]:
-        return {"batches": self._batches, "samples": self._samples, "skipped": 0,
-                "source_counts": [], "num_threads": self.active_threads, "prefetch": _QUEUE,
-                "tier": "python", "data_stall": None}
+        return self.telemetry.stats(_open_iters.get(self, ()), threads=self.active_threads,
+                                    prefetch=self.prefetch, auto_prefetch=self.auto_prefetch,
+                                    batch_size=self.batch_size)
 
     # -- the stage's part ---------------------------------------------------------------
 
@@ -425,13 +478,31 @@ class IterableStream:
 
     def next(self, it: _Iter, consumer_stream: Any, entered: int, timeout: float = 0.0,
              core: Any = None) -> Any:
-        rows = it.next_rows()
+        try:
+            return self._next(it)
+        finally:
+            self.telemetry.next_done(it, entered)
+
+    def _next(self, it: _Iter) -> Any:
+        if it._closed:
+            return END
+        if not it.claimed:
+            _open_iters.setdefault(self, weakref.WeakSet()).add(it)
+            it.claim()
+        try:
+            rows = it.next_rows()
+        except BaseException:
+            it.batch += 1  # consumed (NOTE [ After a failed batch ])
+            if it.ended:
+                it.finish()
+            raise
         if rows is None:
+            it.finish()
             return END
         k = it.batch
         it.batch += 1
-        self._batches += 1
-        self._samples += len(rows)
+        self.telemetry.batches += 1
+        self.telemetry.samples += len(rows)
         if self.collate_fn is not None:
             try:
                 batch = self.collate_fn(rows[0] if self.unbatched else rows)
@@ -451,3 +522,30 @@ class IterableStream:
 
             batch = pin_memory(batch)
         return batch
+
+
+class DatasetStatePart:
+    """An IterableDataset's own state when the epoch started, a part of the loader's
+    state (NOTE [ Iterable datasets ])."""
+
+    def __init__(self, stream: IterableStream):
+        self._stream = stream
+
+    def state(self) -> Dict[str, Any]:
+        epoch, position, _ = self._stream.state()
+        saved = self._stream.dataset_state(epoch)
+        if saved is None and position > 0:
+            name = type(self._stream.dataset).__name__
+            raise RuntimeError(
+                f"stoker cannot save an exact mid-epoch state of the IterableDataset {name}: "
+                "it has no state_dict()/load_state_dict() to make the epoch's stream again. "
+                "Give it those (torchdata's protocol), or save the state between epochs")
+        return {"state": saved}
+
+    def load(self, part: Mapping[str, Any]) -> None:
+        self._stream.pending_dataset_state = part.get("state")
+
+
+# The iterators of each stream that claimed an epoch (stats() and close() reach them).
+_open_iters: "weakref.WeakKeyDictionary[IterableStream, weakref.WeakSet[_Iter]]" = \
+    weakref.WeakKeyDictionary()

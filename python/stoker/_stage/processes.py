@@ -198,8 +198,10 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         if msg[0] == "stop":
             return
         _, ticket, epoch, indices, slot, size = msg[:6]
-        if epoch != last_epoch:  # shards checked against their files again (NOTE
-            last_epoch = epoch  # [ Verified once ] in csrc/format/shard_reader.h)
+        if epoch != last_epoch:  # shards checked again (NOTE [ Verified once ]); init
+            if last_epoch is not None and not stage.persistent_workers:  # each epoch
+                init_error = stage.worker_started(worker_id, num_workers)
+            last_epoch = epoch
             _core.new_file_check_round()
         if hasattr(stage.source, "keys"):  # a sampler's items that are not indices
             stage.source.keys = {epoch: dict(zip(indices, msg[6]))} if len(msg) > 6 else None

@@ -56,7 +56,9 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         workers: "thread", "process", or "auto" (threads, then processes once the stage
             measures that its Python holds the GIL: NOTE [ Python stage processes ]).
         inline: num_workers=0: the consumer's thread runs the chunks, in next().
-        worker_init_fn: DataLoader's, called once in each worker thread or process.
+        worker_init_fn: DataLoader's, called in each worker thread or process when it
+            starts, and again at each epoch's start unless `persistent_workers` (as
+            DataLoader's workers, made again each epoch without it).
         unbatched: batch_size=None: a batch is one sample, as default_convert makes it
             (or as collate_fn makes it from that one sample).
     """
@@ -67,7 +69,7 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
                  threads: int = 1, batch_map_on_consumer: bool = False,
                  workers: str = "thread", nchw_views: Sequence[str] = (),
                  inline: bool = False, worker_init_fn: Optional[Callable] = None,
-                 unbatched: bool = False):
+                 unbatched: bool = False, persistent_workers: bool = True):
         self.source = source
         self.map_fn = map_fn
         self.batch_map = batch_map
@@ -77,6 +79,8 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         self.collate_fn = collate_fn
         self.inline = bool(inline)
         self.worker_init_fn = worker_init_fn
+        self.persistent_workers = bool(persistent_workers)
+        self._init_epochs: Dict[int, int] = {}  # stage thread -> the epoch it last ran init in
         self.seed = int(seed)
         self.skip = bool(skip)
         self.batch_map_on_consumer = batch_map_on_consumer
@@ -164,6 +168,7 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
         error fails the next batch, in the loop."""
         if self.processes:
             return  # the worker processes call it (a process per two threads)
+        self._init_epochs.pop(slot, None)  # (epoch_started: a new thread's first epoch)
         try:
             if self.worker_init_fn is not None or worker_info_wanted(self.source):
                 set_thread_worker_info(slot, self._threads, self.seed,
@@ -172,6 +177,22 @@ class PythonStage(ChunkRunner, BatchAssembly, Consumer):
                 self.worker_init_fn(slot)
         except BaseException as e:
             add_note(e, f"stoker: raised by worker_init_fn in worker thread {slot}")
+            self._init_error = e
+
+    def epoch_started(self, slot: int, epoch: int) -> None:
+        """Stage thread `slot` takes work of `epoch`: without persistent_workers, the first
+        time it does in a later epoch than its last, worker_init_fn runs again (where
+        DataLoader would have made the worker again). Its error fails the next batch."""
+        last = self._init_epochs.get(slot)
+        self._init_epochs[slot] = epoch
+        if last is None or last == epoch or self.persistent_workers or \
+                self.worker_init_fn is None or self.processes:
+            return
+        try:
+            self.worker_init_fn(slot)
+        except BaseException as e:
+            add_note(e, f"stoker: raised by worker_init_fn in worker thread {slot} at the "
+                        f"start of epoch {epoch}")
             self._init_error = e
 
     def start(self, epoch: Optional[int] = None) -> bool:

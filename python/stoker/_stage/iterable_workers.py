@@ -1,0 +1,153 @@
+"""An IterableDataset's worker threads (NOTE [ Iterable datasets ] in iterable.py): each
+iterates its share of the dataset (get_worker_info()) and puts each sample, through map,
+into its bounded queue, for the iterator of its epoch to merge."""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import queue
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, List
+
+import torch
+
+from .errors import add_note
+from .workers import set_thread_worker_info
+
+__all__ = ["MIN_QUEUE_ROWS", "DONE", "SKIPPED", "Failed", "StreamWorker", "datapipes",
+           "live_workers"]
+
+MIN_QUEUE_ROWS = 64  # rows a worker may hold ahead of the loop (automatic prefetch)
+DONE = object()  # a worker's stream ended
+_EXIT_JOIN_SECONDS = 2.0
+
+# Worker threads alive (an epoch left with a break keeps them until its iterator goes): at
+# exit they are told to stop and joined before the interpreter finalizes, as the stage's
+# threads are (stoker/_stage/pool.py): a daemon thread that takes the GIL back from a
+# native call (torch's) once finalization began is unwound through that C++ frame, which
+# aborts the process ("terminate called without an active exception").
+live_workers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers_at_exit() -> None:
+    workers = list(live_workers)
+    for w in workers:
+        w.stop.set()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + _EXIT_JOIN_SECONDS
+    for w in workers:
+        if w is not threading.current_thread():
+            w.join(max(0.0, deadline - time.monotonic()))
+
+
+# A dataset asking torch.distributed for its rank from a worker of a stream that stoker
+# splits across ranks splits itself too (NOTE [ Iterable datasets ]): said once per stream.
+_watching = threading.local()
+_watch_lock = threading.Lock()
+_watched = False
+
+
+def _watch_rank_calls(stream: Any) -> None:
+    """In a worker thread of a stream that stoker splits: torch.distributed.get_rank() or
+    get_world_size() called from here (the dataset splitting itself) warns, once."""
+    global _watched
+    _watching.stream = stream
+    with _watch_lock:
+        if _watched:
+            return
+        _watched = True
+        dist = torch.distributed
+        for name in ("get_rank", "get_world_size"):
+            original = getattr(dist, name)
+
+            def watched(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                s = getattr(_watching, "stream", None)
+                if s is not None and not s.warned_self_split:
+                    s.warned_self_split = True
+                    warnings.warn(
+                        "stoker: the IterableDataset asks torch.distributed for its rank "
+                        "(it splits itself by rank) while stoker splits its stream across "
+                        "ranks too (even_batches=, rank= or world_size= given): each rank "
+                        "would get a 1/world_size share of a share. Leave those out (each "
+                        "rank is then given the dataset as it is, DataLoader's rule) or "
+                        "stop the dataset's own split", RuntimeWarning, stacklevel=2)
+                return _original(*args, **kwargs)
+
+            setattr(dist, name, watched)
+
+
+class Failed:
+    """A row whose map raised: the error, raised by the loop at the row's batch."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+SKIPPED = object()  # a row whose map raised with on_error="skip": consumed, not yielded
+
+
+class StreamWorker(threading.Thread):
+    """Worker `wid` of `n` of one epoch: its iterator of the dataset, each sample through
+    map (keyed by its place in the stream), into its queue."""
+
+    def __init__(self, it: Any, wid: int, n: int, pipe: Any = None):
+        super().__init__(name=f"stoker-iterable-{wid}", daemon=True)
+        self.pipe = pipe  # an IterDataPipe's copy for this worker (datapipes), else None
+        self.q: "queue.Queue[Any]" = queue.Queue(it.stream.queue_rows(n))
+        self.it, self.wid, self.n = it, wid, n
+        self.stop = threading.Event()
+
+    def put(self, item: Any) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run(self) -> None:
+        it = self.it
+        s = it.stream
+        try:
+            set_thread_worker_info(self.wid, self.n, s.seed, s.dataset)
+            if s.split_ranks and it.world > 1:
+                _watch_rank_calls(s)
+            if s.worker_init_fn is not None and s.first_start(self.wid):
+                s.worker_init_fn(self.wid)
+            for j, item in enumerate(s.dataset if self.pipe is None else self.pipe):
+                # keyed by the row's place in the merged stream while every worker runs
+                # (rows are taken round-robin): the same draws for any timing
+                item = it.mapped(item, j * self.n + self.wid)
+                if not self.put(item):
+                    return
+        except BaseException as e:  # the loop raises it at this worker's place
+            self.put(Failed(add_note(e, f"stoker: raised by the IterableDataset in "
+                                         f"worker {self.wid}")))
+        self.put(DONE)
+
+
+def datapipes(stream: Any, n: int) -> List[Any]:
+    """An IterDataPipe's graphs for an epoch's workers, as DataLoader makes them: one
+    seed drawn at iter() from the loader's generator (torch's global one without it)
+    for the shufflers of every worker, and each worker's own copy sharded to it (its
+    sharding_filter), since a DataPipe has one iterator at a time. [] for other
+    datasets."""
+    ds = stream.dataset
+    if not isinstance(ds, torch.utils.data.IterDataPipe):
+        return []
+    seed = int(torch.empty((), dtype=torch.int64).random_(generator=stream.generator).item())
+    settings = torch.utils.data.graph_settings
+    pipes = []
+    for w in range(max(1, n)):
+        pipe = ds if n == 0 else copy.deepcopy(ds)
+        if n > 0:
+            pipe = settings.apply_sharding(pipe, n, w)
+        pipes.append(settings.apply_random_seed(pipe, torch.Generator().manual_seed(seed)))
+    return pipes

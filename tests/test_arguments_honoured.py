@@ -1,0 +1,207 @@
+"""No argument accepted and ignored (NOTE [ No argument ignored ] in stoker/_dropin.py):
+DataLoader's worker arguments and the loader's settings either change what the loader does
+for the kind of dataset given, or are refused with the reason and what to use."""
+
+import logging
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+import stoker
+import torch
+from conftest import write_dataset
+
+
+class MapStyle(torch.utils.data.Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return {"i": i}
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """n rows, sharded by get_worker_info(); `read` counts the rows its iterators made,
+    `delay` slows each row down."""
+
+    def __init__(self, n=24, delay=0.0):
+        self.n, self.delay, self.read = n, delay, 0
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        w, nw = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(w, self.n, nw):
+            if self.delay:
+                time.sleep(self.delay)
+            self.read += 1
+            yield {"i": i}
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("honoured") / "d", 24)
+
+
+# -- worker_init_fn and persistent_workers -------------------------------------------------------
+
+def test_worker_init_fn_without_python_workers_is_refused(ds, tmp_path):
+    def init(worker):
+        pass
+
+    tokens = tmp_path / "t.bin"
+    np.arange(1000, dtype=np.uint16).tofile(tokens)
+    refused = [dict(dataset=ds), dict(dataset=ds, batch_map=lambda b, rng: b),
+               dict(dataset=stoker.TokenDataset(str(tokens), dtype="uint16"), seq_len=8),
+               dict(dataset=stoker.Mix({"a": ds, "b": ds}))]
+    for kw in refused:
+        with pytest.raises(ValueError, match="worker_init_fn=.*has none.*Pass map="):
+            stoker.Loader(batch_size=4, num_workers=2, worker_init_fn=init, **kw)
+    seen = []
+    with stoker.Loader(ds, batch_size=4, num_workers=2, worker_init_fn=seen.append,
+                       map=lambda s, rng: s, python_workers="thread",
+                       persistent_workers=True) as loader:
+        list(loader)
+    assert sorted(seen) == [0, 1]
+
+
+_INITED = {}  # worker id -> the epoch its worker_init_fn last ran in (per process)
+
+
+class _Recorded(torch.utils.data.Dataset):
+    """Each row says which worker read it, in which epoch, after an init of which epoch."""
+
+    def __init__(self, q, epoch):
+        self.q, self.epoch = q, epoch
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        w = torch.utils.data.get_worker_info().id
+        self.q.put(("row", w, self.epoch.value, _INITED.get(w)))
+        return {"i": i}
+
+
+class _RecordedStream(torch.utils.data.IterableDataset):
+    def __init__(self, q, epoch):
+        self.rows = _Recorded(q, epoch)
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        for i in range(info.id, 24, info.num_workers):
+            yield self.rows[i]
+
+
+def _init_calls(persistent, kind):
+    """(the workers' worker_init_fn calls as (worker, epoch), over three epochs; whether
+    each row was read after an init of its epoch by its worker). Queues and a shared
+    epoch: worker processes call both in theirs."""
+    ctx = mp.get_context("fork")
+    q, epoch = ctx.SimpleQueue(), ctx.Value("i", 0)
+    _INITED.clear()
+
+    def init(worker):
+        _INITED[worker] = epoch.value
+        q.put(("init", worker, epoch.value, None))
+
+    kw = dict(dataset=_RecordedStream(q, epoch)) if kind == "iterable" else \
+        dict(dataset=_Recorded(q, epoch), python_workers=kind, prefetch_next_epoch=False)
+    with stoker.Loader(batch_size=4, num_workers=2, worker_init_fn=init,
+                       persistent_workers=persistent, **kw) as loader:
+        for e in range(3):
+            epoch.value = e
+            assert len(list(loader)) == 6
+    got = []
+    while not q.empty():
+        got.append(q.get())
+    rows = [r for r in got if r[0] == "row"]
+    assert len(rows) == 72
+    return sorted(r[1:3] for r in got if r[0] == "init"), \
+        all(inited == e for _, _, e, inited in rows)
+
+
+@pytest.mark.parametrize("kind", ["thread", "process", "iterable"])
+def test_persistent_workers_false_runs_worker_init_fn_each_epoch(kind):
+    """As DataLoader, whose workers are made again at each epoch without
+    persistent_workers: worker_init_fn runs again in each worker before it reads anything
+    of a new epoch (stoker's threads and processes run it where DataLoader would start a
+    new worker); with persistent_workers=True, once per worker."""
+    inits, fresh = _init_calls(False, kind)
+    assert fresh  # every row read after its worker's init of that epoch
+    if kind == "iterable":  # each epoch's workers are its own: every worker, every epoch
+        assert inits == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    else:  # a worker that got no work in an epoch has nothing to init for
+        assert {(0, 0), (1, 0)} < set(inits) and len(inits) == len(set(inits))
+    inits, fresh = _init_calls(True, kind)
+    assert inits == [(0, 0), (1, 0)] and not fresh  # rows of epochs 1, 2: after epoch 0's
+
+
+def test_multiprocessing_context_with_thread_workers_is_refused(ds):
+    for kw in (dict(dataset=MapStyle(), python_workers="thread"), dict(dataset=Stream()),
+               dict(dataset=ds)):
+        with pytest.raises(ValueError, match="multiprocessing_context='spawn'.*starts none"):
+            stoker.Loader(batch_size=4, num_workers=2, multiprocessing_context="spawn", **kw)
+    # where it decides something, it is taken: processes fork; "spawn" keeps "auto" on threads
+    with stoker.Loader(MapStyle(), batch_size=4, num_workers=2, python_workers="process",
+                       multiprocessing_context="fork") as loader:
+        assert len(list(loader)) == 6
+    with stoker.Loader(MapStyle(), batch_size=4, multiprocessing_context="spawn") as loader:
+        assert len(list(loader)) == 6 and loader._stage.workers is None
+
+
+# -- an IterableDataset's settings ---------------------------------------------------------------
+
+def test_iterable_refuses_the_core_settings():
+    for kw in (dict(num_threads=2), dict(max_memory="1GB")):
+        with pytest.raises(ValueError, match="IterableDataset is read by Python worker threads"):
+            stoker.Loader(Stream(), batch_size=4, **kw)
+    # the plan says what runs: no C++ core's memory budget, no next epoch read ahead (a
+    # new iter(dataset), started with its iterator)
+    plan = str(stoker.Loader(Stream(), batch_size=4).plan)
+    assert "max_memory" not in plan and "prefetch_next_epoch=False" in plan
+    with pytest.raises(ValueError, match="on_error='skip'.*there is no map="):
+        stoker.Loader(Stream(), batch_size=4, on_error="skip")
+
+
+@pytest.mark.parametrize("prefetch", [1, 8])
+def test_iterable_prefetch_bounds_the_rows_read_ahead(prefetch):
+    ds = Stream(n=400)
+    with stoker.Loader(ds, batch_size=4, num_workers=1, prefetch=prefetch) as loader:
+        it = iter(loader)
+        next(it)
+        time.sleep(0.3)  # the worker fills its window
+        assert loader.stats()["prefetch"] == prefetch
+        # the batch taken, prefetch batches queued, and the row the worker holds
+        assert 4 + 4 * prefetch <= ds.read <= 4 + 4 * prefetch + 1
+    with stoker.Loader(Stream(), batch_size=2, num_workers=3, prefetch_factor=3) as loader:
+        list(loader)
+        assert loader.stats()["prefetch"] == 9  # DataLoader's: prefetch_factor * num_workers
+
+
+def test_iterable_on_error_skip_leaves_out_the_rows_map_raised_on():
+    def fn(sample, rng):
+        if sample["i"] % 5 == 0:
+            raise ValueError("bad")
+        return sample
+
+    with stoker.Loader(Stream(), batch_size=4, map=fn, on_error="skip", seed=1) as loader:
+        with pytest.warns(RuntimeWarning, match="replaced 5 unreadable"):
+            got = [i for b in loader for i in b["i"].tolist()]
+        assert got == [i for i in range(24) if i % 5] and loader.stats()["skipped"] == 5
+
+
+def test_iterable_stall_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        with stoker.Loader(Stream(n=150, delay=0.008), batch_size=1,
+                           stall_warning=0.5) as loader:
+            list(loader)
+    said = [r.getMessage() for r in caplog.records if "waited for data" in r.getMessage()]
+    assert len(said) == 1 and "stall_warning=0.5" in said[0]
+    assert loader.stats()["data_stall"] > 0.5
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        with stoker.Loader(Stream(n=150, delay=0.008), batch_size=1,
+                           stall_warning=None) as loader:
+            list(loader)
+    assert not [r for r in caplog.records if "waited for data" in r.getMessage()]
