@@ -218,24 +218,6 @@ def check_rank_split(dataset: Any, sampling: Any) -> None:
                          "is given the dataset as it is, DataLoader's rule)")
 
 
-# -- a torch Dataset's tuples ------------------------------------------------------------------
-
-def as_tuple(dataset: Any, collate_fn: Any, map_fn: Any) -> Tuple[str, ...]:
-    """A stoker.Dataset's as_tuple, for batches made without collate_fn (lists in its
-    order, as default_collate batches tuple items): each named field must batch to one
-    tensor (a variable-length one comes padded with its lengths, which a list would
-    lose)."""
-    names = getattr(dataset, "as_tuple", None)
-    if names is None or collate_fn is not None:
-        return ()
-    for n in names:
-        f = dataset.fields[n]
-        if map_fn is None and (getattr(f, "variable", False) or f.kind == "tokens"):
-            raise ValueError(f"as_tuple names {n!r}, a variable-length field: its batches are "
-                             f"padded, with their lengths as '{n}_lengths', which batches in "
-                             "as_tuple's order would lose. Pass collate_fn= (it receives the "
-                             "tuples), or read dict batches (no as_tuple)")
-    return tuple(names)
 
 
 # -- a bulk-loading sampler ------------------------------------------------------------------
@@ -514,10 +496,14 @@ def set_attributes(loader: Any, p: Any, arguments: Any) -> None:
     s = p.sampling
     loader.batch_size = None if s.unbatched else s.batch_size
     loader.timeout = p.timeout
+    loader.drop_last = s.drop_last
     workers = arguments["num_workers"]
     loader.num_workers = 0 if workers is None else int(workers)
     for name in _GIVEN:
         setattr(loader, name, arguments[name])
+    if p.stage is not None and p.stage.collate_fn is not None:
+        loader.collate_fn = p.stage.collate_fn
+    loader._user_sampler = s.batch_sampler if s.batch_sampler is not None else s.sampler
 
 
 def attach_samplers(loader: Any, p: Any, listed: Any) -> Any:

@@ -41,6 +41,7 @@ from . import _cache, _core, _dropin
 from . import _loader_args as args
 from ._loader_args import check_int
 from ._media_args import MediaPlan, split_media
+from ._sources import records as _records_source
 from ._sources.iterable import IterableSource
 from ._transform_args import check_batch_transforms, check_transforms, group_targets
 from .dataset import Dataset
@@ -553,7 +554,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     _dropin.check_honoured(given, stage=stage, iterable=iterable, context=dl["context"])
     if stage is not None and stage.num_workers is not None:
         args.check_worker_number(stage.num_workers)
-    as_tuple = _dropin.as_tuple(dataset, collate_fn, map_fn) if source == "records" else ()
+    as_tuple = _records_source.as_tuple(dataset, collate_fn, map_fn) if source == "records" else ()
     delivery = DeliveryPlan(str(device), a["pin_memory"], image_layout, nchw,
                             tokens and labels == "unshifted" and packing is not None,
                             a["pin_memory_device"], as_tuple)

@@ -23,6 +23,7 @@ from . import _loader_state as state_mod
 from ._iterator import LoaderIter
 from ._loader_args import check_int
 from ._samplers import UserSampler
+from ._sources import records as _records_source
 from .mix import MixRun
 from .ops import Op
 
@@ -372,10 +373,8 @@ class Loader(_dropin.DataLoaderAttributes):
         s = p.sampling
         self.dataset = p.dataset
         _dropin.set_attributes(self, p, arguments)  # DataLoader's, as DataLoader sets them
-        self._user_sampler = s.batch_sampler if s.batch_sampler is not None else s.sampler
         self.shuffle = s.shuffle
         self.seed = int(s.seed)
-        self.drop_last = s.drop_last
         self.even_batches = s.even_batches
         self.shard_window: Optional[int] = s.shard_window
         self._rank, self._world_size = s.rank, s.world_size
@@ -395,8 +394,6 @@ class Loader(_dropin.DataLoaderAttributes):
         self._map_style = p.source in ("map-style", "iterable")  # not stoker records
         self._nchw_views = p.delivery.nchw_views
         self._hf_lengths = p.delivery.hf_lengths
-        if p.stage is not None and p.stage.collate_fn is not None:
-            self.collate_fn = p.stage.collate_fn  # DataLoader's attribute, as frameworks read it
         # a subclass's _open_device stands in for the CUDA driver (tests: the host fake)
         opener = None if type(self)._open_device is Loader._open_device else self._open_device
         parts = _build.build(p, self._world()[1], opener)
@@ -505,19 +502,7 @@ class Loader(_dropin.DataLoaderAttributes):
             _dropin.refuse_shifted_labels_under_trainer(sys._getframe(1))
         self._follow_len()
         rank, world = self._world()
-        remote = None if self._map_style or self.plan.service is not None else \
-            getattr(self.dataset, "remote", None)  # a service's actors fetch for themselves
-        if remote is not None and not self._tokens and self.dataset._core.deferred:
-            # Downloads go ahead of this loader's own order (NOTE [ Fetch plan ] in
-            # csrc/sampler/fetch_plan.h); a dataset opened before a fork starts this
-            # process's fetcher here.
-            self._following = remote.follow(self._core, self._producer, world,
-                                            self.shard_window)
-        if self._mix is not None:
-            # a schedule's steps are batches of the whole job: the world known now
-            self._mix.at_world(world)
-            if self.plan.service is None:
-                self._mix.follow(self)  # each remote source ahead of its own stream
+        _records_source.follow(self, world)  # each source's per-epoch hook
         if self._samplers is not None:  # the sampler's order for the epoch, once
             self._samplers.list_epoch(self._core.epoch, base_draw)
         # NOTE [ After a failed batch ]: a batch that raised is consumed, and its iterator
