@@ -19,7 +19,7 @@ if [ -z "$wheel" ]; then
   tag=$("${PYTHON:-python3}" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
   wheel=$(ls dist/stoker-*-"$tag"-*.whl)
 fi
-venv="build/latest-venv"
+venv="$PWD/build/latest-venv"  # absolute: the tests run from a copy elsewhere
 rm -rf "$venv"
 "${PYTHON:-python3}" -m venv "$venv"
 py="$venv/bin/python"
