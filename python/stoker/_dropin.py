@@ -145,11 +145,14 @@ def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: b
 #                            earlier epochs did to it); with no Python per sample nothing of
 #                            the user's runs in a worker and the argument changes nothing
 #                            there is to see
-#   multiprocessing_context  how worker processes start: refused where the workers are
-#                            threads for certain (python_workers="thread", an
-#                            IterableDataset, no Python per sample); with "auto", "spawn"
-#                            or "forkserver" keeps the stage on threads (stoker's processes
-#                            fork)
+#   multiprocessing_context  how worker processes start: stoker's processes fork, so
+#                            "spawn" or "forkserver" keeps "auto" on threads and is refused
+#                            with python_workers="process"; where the workers are threads
+#                            (python_workers="thread", an IterableDataset, no Python per
+#                            sample) no process starts and nothing forks, which is what
+#                            "spawn" and "forkserver" are chosen for: taken, as DataLoader
+#                            takes it with num_workers > 0 (with num_workers=0 refused, as
+#                            DataLoader refuses it)
 # and with an IterableDataset (its own checks: stoker/_sources/iterable.py): prefetch and
 # prefetch_factor bound the rows its workers read ahead, stall_warning warns as the core
 # does, on_error="skip" leaves out rows whose map= raised (refused without map=: the
@@ -169,15 +172,8 @@ def check_honoured(given: Any, *, stage: Any, iterable: bool, context: Optional[
             "stoker.Dataset without map= or collate_fn=, batch_map= alone, token batches or "
             "a stoker.Mix). Pass map= to run Python per sample (worker_init_fn then runs in "
             "each of its workers), or leave worker_init_fn out")
-    if context is not None:
-        threads = iterable or not python_workers or given.get("python_workers") == "thread"
-        if threads:
-            why = ("an IterableDataset is read by worker threads" if iterable else
-                   "python_workers='thread' runs the Python stage on threads"
-                   if python_workers else "this loader's workers are C++ threads (no "
-                   "Python per sample)")
-            raise ValueError(f"multiprocessing_context={context!r} says how worker processes "
-                             f"start, and this loader starts none: {why}. Leave it out")
+    # multiprocessing_context: refused with num_workers=0 by DataLoader's own check
+    # (_loader_args); with thread workers taken (NOTE [ No argument ignored ])
 
 
 # -- an IterableDataset's ranks ---------------------------------------------------------------

@@ -110,9 +110,9 @@ class Loader(_dropin.DataLoaderAttributes):
         multiprocessing_context: as DataLoader's, how worker processes start: None or
             ``"fork"`` (stoker's worker processes fork: the dataset is inherited, never
             pickled). ``"spawn"`` and ``"forkserver"`` are refused with
-            ``python_workers="process"`` and keep ``"auto"`` on threads. Refused where the
-            workers are threads for certain (``python_workers="thread"``, an
-            ``IterableDataset``, no Python per sample).
+            ``python_workers="process"`` and keep ``"auto"`` on threads. Where the workers
+            are threads (an ``IterableDataset``, ``python_workers="thread"``, no Python
+            per sample) nothing forks; with ``num_workers=0``, refused as by DataLoader.
         generator: as DataLoader's: a ``torch.Generator``. With ``shuffle=True`` each
             epoch's permutation is ``RandomSampler(dataset, generator=generator)``'s, drawn
             from it as DataLoader's iterator draws it (the same generator state, DataLoader's
