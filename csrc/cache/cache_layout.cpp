@@ -159,7 +159,10 @@ bool DecodedCache::Region::reserve(uint64_t end) {
 uint64_t DecodedCache::Region::allocate(uint64_t bytes) {
   uint64_t u = header->used.load(std::memory_order_relaxed);
   do {
-    if (u > data_bytes || data_bytes - u < bytes) {
+    // `used` is read from the shared file: one that is not a multiple of the entry
+    // alignment was not written by a stoker of this layout (NOTE [ Cache trust ]), and
+    // nothing more is allocated after it.
+    if (u > data_bytes || data_bytes - u < bytes || u % cache_layout::kEntryAlign != 0) {
       header->full.store(1, std::memory_order_relaxed);
       return UINT64_MAX;
     }

@@ -83,6 +83,7 @@ def cache(out):
     seeds = {
         "words-offset": [(56, struct.pack("<Q", 1 << 40))],
         "used": [(128, struct.pack("<Q", 1 << 62))],
+        "used-misaligned": [(128, struct.pack("<Q", 17))],  # an entry head off its alignment
         "word-past-end": [(4096 + 8192 + 3 * 8, struct.pack("<Q", (1 << 40) << 2 | 2))],
         "head": [(data, struct.pack("<Qiiii", 99, 1 << 30, 1 << 30, 1, 1))],
         "pixels": [(data + 64, b"\xff" * 60)],
