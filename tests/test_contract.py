@@ -321,20 +321,22 @@ def test_an_error_in_user_code_is_raised_in_the_loop(kind, data, workers):
 @pytest.mark.parametrize("kind", KINDS)
 def test_map_runs_on_the_stage_workers(kind, data):
     _rule(kind, "map")
-    where = set()
 
-    def fn(sample, rng):
-        where.add(threading.current_thread() is threading.main_thread())
-        sample["y"] = rng.integers(0, 1 << 30)
-        return sample
+    def recording(where):  # each loader its own record (a closed loader's late call apart)
+        def fn(sample, rng):
+            where.add(threading.current_thread() is threading.main_thread())
+            sample["y"] = rng.integers(0, 1 << 30)
+            return sample
+        return fn
 
     threads = dict(num_workers=2, python_workers="thread", prefetch_next_epoch=False)
-    with make(kind, data, map=fn, **threads) as loader:
+    where = set()
+    with make(kind, data, map=recording(where), **threads) as loader:
         ys = [b["y"].tolist() for b in loader]
     assert where == {False}  # never in the loop's thread
-    with make(kind, data, map=fn, **threads) as again:
+    with make(kind, data, map=recording(set()), **threads) as again:
         assert [b["y"].tolist() for b in again] == ys  # draws keyed by the row
-    where.clear()
-    with make(kind, data, map=fn, num_workers=0) as inline:
-        list(inline)
-    assert where == {True}  # num_workers=0: in the loop's thread, as DataLoader's
+    inline = set()
+    with make(kind, data, map=recording(inline), num_workers=0) as loader:
+        list(loader)
+    assert inline == {True}  # num_workers=0: in the loop's thread, as DataLoader's
