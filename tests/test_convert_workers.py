@@ -138,3 +138,33 @@ def test_a_script_without_a_main_guard_converts(tmp_path, tokmod):
     labels = [int(stoker.Dataset(tmp_path / "t")[i]["label"]) for i in range(20)]
     assert labels == list(range(20))
     assert np.array_equal(stoker.TokenDataset(tmp_path / "a")[5], np.frombuffer(b"doc 5", np.uint8))
+
+
+def test_ordered_results_in_order_bounded_and_cancelled_when_closed():
+    """The thread converters' look-ahead (convert/_parallel.ordered_results): results in
+    input order whatever order the jobs finish in, at most `depth` submitted ahead, and the
+    jobs not started cancelled when the consumer stops on a bad file."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stoker.convert._parallel import ordered_results
+
+    started, lock = [], threading.Lock()
+
+    def job(i):
+        with lock:
+            started.append(i)
+        time.sleep(0.002 * (5 - i % 5))  # later inputs finish first
+        return i * i
+
+    with ThreadPoolExecutor(3) as pool:
+        seen = []
+        for i, r in enumerate(ordered_results(pool, job, 40, depth=6)):
+            assert len(started) <= i + 6  # never more than depth ahead
+            seen.append(r)
+        assert seen == [i * i for i in range(40)]
+        started.clear()
+        results = ordered_results(pool, job, 1000, depth=6)
+        assert next(results) == 0
+        results.close()
+    assert len(started) <= 7  # the rest never ran

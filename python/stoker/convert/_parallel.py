@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import deque
+from concurrent.futures import Executor
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .._progress import Progress
@@ -20,7 +22,7 @@ from ..fields import Field
 from ._workers import ProcessPool, available_cores
 from .merge import _sibling_tmp, copy_records, part_name, record_writer
 
-__all__ = ["convert_files", "expand_sources", "Skipped"]
+__all__ = ["convert_files", "expand_sources", "ordered_results", "Skipped"]
 
 #: (where, reason) of a record that skip_bad dropped
 Skipped = Tuple[str, str]
@@ -28,6 +30,25 @@ Skipped = Tuple[str, str]
 #: u32 payload lengths, then the payloads, each as the field's ``encode`` makes it)
 Reader = Callable[[str, Mapping[str, Field], Dict[str, Any], List[Skipped],
                    Optional[Callable[[int], None]]], Iterator[Mapping[str, Any]]]
+
+
+def ordered_results(pool: Executor, job: Callable[[int], Any], n: int,
+                    depth: int) -> Iterator[Any]:
+    """``job(i)`` for i in range(n) run on `pool`, yielded in order, with at most `depth`
+    submitted ahead (memory stays flat on any input size). Closed early (a bad file
+    raised), the jobs not yet started are cancelled, so the pool's shutdown does not wait
+    for them."""
+    pending: deque = deque()
+    next_i = 0
+    try:
+        for _ in range(n):
+            while next_i < n and len(pending) < depth:
+                pending.append(pool.submit(job, next_i))
+                next_i += 1
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
 
 
 def expand_sources(sources: Sequence[str], suffixes: Optional[Tuple[str, ...]] = None

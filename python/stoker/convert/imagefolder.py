@@ -33,7 +33,6 @@ import io
 import os
 import sys
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -48,6 +47,7 @@ from .._args import (
 )
 from .._progress import Progress
 from ._errors import InputError
+from ._parallel import ordered_results
 from ._workers import available_cores
 
 __all__ = ["convert_imagefolder", "add_arguments", "run", "IMG_EXTENSIONS"]
@@ -286,18 +286,12 @@ def convert_imagefolder(src, out, *, shard_size="256MB", max_side: Optional[int]
     with ThreadPoolExecutor(workers, thread_name_prefix="stoker-convert") as pool, \
             ShardWriter(out, fields, shard_size=shard_size, metadata=metadata,
                         overwrite=overwrite) as w:
-        pending: deque = deque()
-        next_i = 0
         depth = 4 * workers  # bounded look-ahead: memory stays flat on any dataset size
-        for i in range(len(samples)):
-            while next_i < len(samples) and len(pending) < depth:
-                pending.append(pool.submit(job, next_i))
-                next_i += 1
-            result = pending.popleft().result()
+        results = ordered_results(pool, job, len(samples), depth)
+        for i, result in enumerate(results):
             if isinstance(result, _BadImage):
                 if not skip_bad:
-                    for f in pending:
-                        f.cancel()
+                    results.close()  # the jobs not started are cancelled
                     raise InputError(f"{result}; pass --skip-bad (skip_bad=True) to skip "
                                      "unreadable files")
                 skipped.append((result.path, result.reason))

@@ -22,7 +22,6 @@ import argparse
 import os
 import sys
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -36,6 +35,7 @@ from .._args import (
     positive_int,
 )
 from .._progress import Progress
+from ._parallel import ordered_results
 from ._workers import available_cores
 
 __all__ = ["convert_video", "convert_audio", "add_arguments", "run", "VIDEO_EXTENSIONS",
@@ -91,18 +91,12 @@ def _convert(kind: str, src: Any, out: Any, field: Any, shard_size: Any, skip_ba
     with ThreadPoolExecutor(workers, thread_name_prefix="stoker-convert") as pool, \
             ShardWriter(out, fields, shard_size=shard_size, metadata=metadata,
                         overwrite=overwrite) as w:
-        pending: deque = deque()
-        next_i = 0
         depth = 2 * workers  # bounded look-ahead: a few files in memory at once
-        for i in range(len(samples)):
-            while next_i < len(samples) and len(pending) < depth:
-                pending.append(pool.submit(job, next_i))
-                next_i += 1
-            result = pending.popleft().result()
+        results = ordered_results(pool, job, len(samples), depth)
+        for i, result in enumerate(results):
             if isinstance(result, ValueError):
                 if not skip_bad:
-                    for f in pending:
-                        f.cancel()
+                    results.close()  # the jobs not started are cancelled
                     raise ValueError(f"{result}; pass --skip-bad (skip_bad=True) to skip "
                                      "unreadable files") from None
                 path, _, reason = str(result).partition(": ")
