@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace stoker {
@@ -67,10 +68,21 @@ std::string concat(const Args&... args) {
   return os.str();
 }
 
+/// `file` from the source tree's root ("csrc/x/y.cpp"). CMake's -fmacro-prefix-map makes
+/// __FILE__ relative to the tree, but a compiler cache that rewrites absolute paths (ccache's
+/// base_dir, as CI's wheel builds use) hands the compiler "../../csrc/x/y.cpp" instead.
+inline std::string_view in_tree(std::string_view file) {
+  for (std::size_t at = file.find("csrc/"); at != std::string_view::npos;
+       at = file.find("csrc/", at + 1)) {
+    if (at == 0 || file[at - 1] == '/') return file.substr(at);
+  }
+  return file;
+}
+
 /// "file:line", followed by the location of the stoker::Error being handled, if any (an
 /// error re-raised with more context keeps where it started).
 inline std::string where(const char* file, int line) {
-  std::string w = concat(file, ":", line);
+  std::string w = concat(in_tree(file), ":", line);
   if (std::exception_ptr inner = std::current_exception()) {
     try {
       std::rethrow_exception(inner);
