@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "check.h"
+#include "cuda/device_delivery.h"
+#include "cuda/fake_device_api.h"
 #include "pipeline/loader_core.h"
 #include "stage/iterable_producer.h"
 #include "stage/python_handoff.h"
@@ -86,13 +88,15 @@ struct Setup {
   std::unique_ptr<FakeStage> stage;
 };
 
-Setup make(int64_t rows, int64_t batch, int prefetch = 3) {
+Setup make(int64_t rows, int64_t batch, int prefetch = 3, bool device = false) {
   Setup out;
   out.handoff = std::make_shared<PythonHandoff>(batch, batch);
   LoaderOptions o;
   o.num_threads = 2;
   o.prefetch = prefetch;
   o.finisher = out.handoff;
+  // the host fake's "device" memory is host memory: the values read the same
+  if (device) o.delivery = std::make_shared<DeviceDelivery>(fake_device_api({0, 10us}), prefetch);
   out.core = LoaderCore::create(std::make_shared<IterableProducer>(batch), o);
   out.handoff->set_stats(out.core->stats_handle());
   out.stage = std::make_unique<FakeStage>(out.handoff, rows, 2);
@@ -131,23 +135,24 @@ std::vector<std::vector<int64_t>> rest(LoaderCore::Iterator& it) {
 // ---- tests ----------------------------------------------------------------------
 
 void epoch_ends_where_the_source_does() {
-  for (const int64_t n : {23, 20, 3, 0}) {  // a partial last batch, a boundary, one, none
-    Setup x = make(n, 5);
-    for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-      auto it = x.core->iter(0, 1);
-      const auto got = rest(*it);
-      std::vector<std::vector<int64_t>> want;
-      for (int64_t lo = 0; lo < n; lo += 5) want.push_back(rows(lo, std::min(n, lo + 5)));
-      CHECK(got == want);
-      CHECK_EQ(it->epoch(), epoch);
-      DeliveredBatch b;
-      CHECK(next(*it, b) == Status::kEnd);  // and stays ended
-      CHECK_EQ(x.core->state().epoch, epoch + 1);
-      CHECK_EQ(x.core->state().offset, 0);
+  for (const bool device : {false, true})     // the copy thread passes the end on
+    for (const int64_t n : {23, 20, 3, 0}) {  // a partial last batch, a boundary, one, none
+      Setup x = make(n, 5, 3, device);
+      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+        auto it = x.core->iter(0, 1);
+        const auto got = rest(*it);
+        std::vector<std::vector<int64_t>> want;
+        for (int64_t lo = 0; lo < n; lo += 5) want.push_back(rows(lo, std::min(n, lo + 5)));
+        CHECK(got == want);
+        CHECK_EQ(it->epoch(), epoch);
+        DeliveredBatch b;
+        CHECK(next(*it, b) == Status::kEnd);  // and stays ended
+        CHECK_EQ(x.core->state().epoch, epoch + 1);
+        CHECK_EQ(x.core->state().offset, 0);
+      }
+      const LoaderStatsSnapshot st = x.core->stats();
+      CHECK_EQ(st.samples, 2 * n);  // the last batch counts its rows, not the planned ones
     }
-    const LoaderStatsSnapshot st = x.core->stats();
-    CHECK_EQ(st.samples, 2 * n);  // the last batch counts its rows, not the planned ones
-  }
 }
 
 void resume_and_skip_mid_epoch() {
