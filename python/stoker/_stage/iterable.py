@@ -327,9 +327,8 @@ class IterableRows:
         with self._lock:
             r = self._readings.get(task.stream)
             if r is None:
-                stale = [x for x in self._readings.values() if x.task.stopped]
-                for x in stale:
-                    del self._readings[id_of(self._readings, x)]
+                gone = [k for k, x in self._readings.items() if x.task.stopped]
+                stale = [self._readings.pop(k) for k in gone]
                 r = self._readings[task.stream] = StreamReading(
                     self, task.epoch, task.rank, task.world_size, task.offset, task)
             else:
@@ -387,9 +386,6 @@ class IterableRows:
         """This source's parts of the loader's state, by key: the dataset's own state."""
         return {"stream": DatasetStatePart(self)}
 
-
-def id_of(readings: Dict[int, StreamReading], r: StreamReading) -> int:
-    return next(k for k, v in readings.items() if v is r)
 
 
 class DatasetStatePart:
