@@ -17,6 +17,7 @@
 #include "bindings/dlpack.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
+#include "stage/iterable_producer.h"
 #include "stage/python_handoff.h"
 #include "stage/python_producer.h"
 #include "stage/sample_fetcher.h"
@@ -109,12 +110,23 @@ void register_python_stage(py::module_& m) {
       .def("shard_schedule", &PythonProducer::shard_schedule, py::arg("epoch"),
            py::arg("world_size"), py::arg("position"), py::arg("max_shards"));
 
+  py::class_<IterableProducer, BatchProducer, std::shared_ptr<IterableProducer>>(
+      m, "IterableProducer",
+      "Batches of rows of a source read in order, whose epoch ends where the source does "
+      "(an IterableDataset: csrc/stage/iterable_producer.h).")
+      .def(py::init<int64_t>(), py::arg("batch_size"));
+  m.attr("UNKNOWN_BATCHES") = kUnknownBatches;
+
   py::class_<PythonTask, std::shared_ptr<PythonTask>>(
       m, "PythonTask", "A batch handed to the Python stage (stage/python_handoff.h).")
       .def_readonly("id", &PythonTask::id)
       .def_readonly("epoch", &PythonTask::epoch)
       .def_readonly("rank", &PythonTask::rank)
       .def_readonly("world_size", &PythonTask::world_size)
+      .def_readonly("stream", &PythonTask::stream,
+                    "The stream the batch belongs to (one per iterator running an epoch).")
+      .def_readonly("offset", &PythonTask::offset,
+                    "Global samples of the epoch consumed before the batch's segment.")
       .def_readonly("batch", &PythonTask::number)
       .def_property_readonly("samples", &PythonTask::samples)
       .def_property_readonly(
@@ -182,7 +194,17 @@ void register_python_stage(py::module_& m) {
             py::gil_scoped_release nogil;
             t.fail(ticket, message);
           },
-          py::arg("ticket"), py::arg("message"));
+          py::arg("ticket"), py::arg("message"))
+      .def(
+          "end",
+          [](PythonTask& t) {
+            py::gil_scoped_release nogil;
+            t.end();
+          },
+          "Ends an open-ended epoch before this batch: the source had no row left for it "
+          "(NOTE [ Open-ended epochs ] in csrc/pipeline/batch_producer.h).")
+      .def("set_samples", &PythonTask::set_samples, py::arg("samples"),
+           "The batch holds fewer samples than planned (an open-ended epoch's last).");
 
   py::class_<PythonHandoff, BatchFinisher, std::shared_ptr<PythonHandoff>>(
       m, "PythonHandoff", "Where the Python stage's threads take chunks of batches.")

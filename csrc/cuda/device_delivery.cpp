@@ -22,6 +22,8 @@ class DeviceReader final : public BatchReader {
           return TransferEngine::SourceStatus::kBatch;
         case Stream::Read::kTimeout:
           return TransferEngine::SourceStatus::kTimeout;
+        case Stream::Read::kEnd:  // NOTE [ Open-ended epochs ]: the copy thread ends there
+          return TransferEngine::SourceStatus::kEnd;
         case Stream::Read::kStopped:
           break;
       }
@@ -49,7 +51,8 @@ class DeviceReader final : public BatchReader {
       return Status::kBatch;
     }
     if (s == TransferEngine::Status::kTimeout) return Status::kTimeout;
-    if (s == TransferEngine::Status::kEnd) return Status::kStopped;
+    if (s == TransferEngine::Status::kEnd)  // the source's end, or the copies stopped
+      return stopped_.load(std::memory_order_acquire) ? Status::kStopped : Status::kEnd;
     // The fake's "device" memory is read by the host right away: the host is
     // its consumer, so it waits for the stream the copy was ordered on.
     const bool host = api_->device_memory_is_host();

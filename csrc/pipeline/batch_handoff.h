@@ -9,6 +9,7 @@
 //   worker: last unit of batch p done -> finisher.hand_off(h)     (h names p)
 //   finisher (any thread, later):        h.allocate(bytes)        memory from the stream's pool
 //                                        h.complete(...) / fail() p is published to the reader
+//                                        or h.end()               the epoch ends before p
 //
 // A handle holds its stream weakly: once the stream is stopped or gone,
 // stopped() is true and complete()/fail() do nothing (the slot is never read).
@@ -48,8 +49,19 @@ class HandedOffBatch {
   /// (stats). Once per handle; no-op when stopped.
   virtual void complete(std::vector<TensorDesc> tensors, size_t bytes, uint64_t ticket,
                         int64_t skipped, int64_t bytes_read) = 0;
+  /// The samples the batch holds, when fewer than planned (an open-ended epoch's
+  /// last batch: NOTE [ Open-ended epochs ] in batch_producer.h), before complete().
+  virtual void set_samples(int64_t samples) = 0;
   /// Publishes the batch as failed with `error` (rethrown at the consumer).
   virtual void fail(std::exception_ptr error) = 0;
+  /// Publishes the end of an open-ended epoch at this batch: the source had no
+  /// row left for it, and the reader stops here (NOTE [ Open-ended epochs ] in
+  /// batch_producer.h). Once per handle, like complete(); no-op when stopped.
+  virtual void end() = 0;
+  /// Which stream the batch belongs to: two iterators running one epoch have two
+  /// streams, and a source read in order (an IterableDataset) reads one copy of
+  /// itself for each. Unique in the process.
+  virtual uint64_t stream_id() const = 0;
 };
 
 /// Finishes handed-off batches (the loader's Python stage).

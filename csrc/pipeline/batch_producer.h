@@ -107,12 +107,34 @@ class BatchWork {
   std::vector<int64_t> source_counts;
 };
 
+/// NOTE [ Open-ended epochs ]
+/// A source whose length is known only when it ends (an IterableDataset: a
+/// generator, a stream of files) plans an epoch with kUnknownBatches batches:
+/// the workers plan batch k as for any source (which rows it holds: k * batch_size
+/// onwards) and the finisher that fills it from the source ends the epoch:
+///
+///   batch k                      finisher (batch_handoff.h)
+///   its rows all there      ->   complete()                 a full batch
+///   the source ends inside  ->   complete()                 the last, partial batch
+///   no row left for it      ->   end()                      the epoch ends before k
+///
+/// The reader stops at the first position ended (Stream::Read::kEnd), and the
+/// core's iterator ends its epoch there as if it had counted that many batches
+/// from the start (NOTE [ Epochs and iterators ] in loader_core.h): set_epoch,
+/// several iterators, skip, the resume state (consumed_after) and the stats are
+/// the core's, the same as for every other source. Only what needs the count
+/// ahead differs: len() is unknown to the core (the Loader asks the dataset), and
+/// the stream never flows on into the next epoch (a segment's end is not known
+/// before it is read), so each epoch starts a stream of its own.
+inline constexpr int64_t kUnknownBatches = int64_t{1} << 60;
+
 /// Per-epoch state a producer computes once (a permutation, a packing plan),
 /// shared read-only by every worker of that epoch segment.
 class EpochPlan {
  public:
   virtual ~EpochPlan() = default;
-  /// Batches in this segment of the epoch, for this rank.
+  /// Batches in this segment of the epoch, for this rank; kUnknownBatches when the
+  /// source says where the epoch ends (NOTE [ Open-ended epochs ]).
   virtual int64_t num_batches() const = 0;
 };
 

@@ -30,7 +30,8 @@ struct DeliveredBatch {
 class BatchReader {
  public:
   using Clock = std::chrono::steady_clock;
-  enum class Status { kBatch, kTimeout, kStopped };
+  /// kEnd: the source ended its epoch here (NOTE [ Open-ended epochs ] in batch_producer.h).
+  enum class Status { kBatch, kTimeout, kStopped, kEnd };
   virtual ~BatchReader() = default;
   /// The next batch, waiting up to `deadline`. `consumer_stream` (a device
   /// stream handle; 0 = the default stream) is the stream the consumer reads
@@ -78,6 +79,8 @@ class HostReader final : public BatchReader {
         return Status::kTimeout;
       case Stream::Read::kStopped:
         return Status::kStopped;
+      case Stream::Read::kEnd:
+        return Status::kEnd;
       case Stream::Read::kBatch:
         break;
     }

@@ -74,7 +74,7 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
     DeliveredBatch dropped;
     const BatchReader::Status s = run_->reader->next(dropped, deadline, consumer_stream, 0);
     if (s == BatchReader::Status::kTimeout) return Status::kTimeout;
-    if (s == BatchReader::Status::kStopped) {
+    if (s == BatchReader::Status::kStopped || s == BatchReader::Status::kEnd) {
       closed_.store(true, std::memory_order_release);
       core_->release(*this);
       return Status::kEnd;
@@ -104,6 +104,14 @@ LoaderCore::Iterator::Status LoaderCore::Iterator::next(DeliveredBatch& out,
   if (s == BatchReader::Status::kStopped) {
     closed_.store(true, std::memory_order_release);
     core_->release(*this);
+    return Status::kEnd;
+  }
+  if (s == BatchReader::Status::kEnd) {
+    // NOTE [ Open-ended epochs ] in batch_producer.h: the source ended the epoch
+    // here, which is where a counted one would have ended; its stream stops.
+    batches_ = yielded;
+    core_->yielded(*this);
+    core_->end_run(*this);
     return Status::kEnd;
   }
   run_->delivered.fetch_add(1, std::memory_order_acq_rel);

@@ -19,6 +19,8 @@ uint32_t units_pos(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 int units_next(uint64_t w) { return static_cast<int>((w >> 16) & 0xFFFF); }
 int units_count(uint64_t w) { return static_cast<int>(w & 0xFFFF); }
 
+std::atomic<uint64_t> g_stream_ids{0};
+
 }  // namespace
 
 Stream::Stream(std::shared_ptr<const BatchProducer> producer, std::shared_ptr<BlockPool> pool,
@@ -30,6 +32,7 @@ Stream::Stream(std::shared_ptr<const BatchProducer> producer, std::shared_ptr<Bl
       signal_(std::move(work_signal)),
       stats_(std::move(stats)),
       finisher_(std::move(finisher)),
+      id_(g_stream_ids.fetch_add(1, std::memory_order_relaxed) + 1),
       ring_(static_cast<size_t>(std::max(1, capacity))),
       window_(std::clamp(window, 1, std::max(1, capacity))) {
   const int64_t n = static_cast<int64_t>(ring_.capacity());
@@ -115,6 +118,7 @@ void Stream::plan(int64_t pos, Job& job) {
   job.error = nullptr;
   job.error_unit = INT_MAX;
   job.ticket = 0;
+  job.end = false;
   int count = 0;
   try {
     std::optional<Segment> seg = segment_at(pos);
@@ -166,8 +170,12 @@ void Stream::run(const Unit& u, WorkerContext& ctx) {
 // claimed, so it is neither read nor reused).
 class Stream::Handle final : public HandedOffBatch {
  public:
-  Handle(std::weak_ptr<Stream> stream, int64_t pos, Job& job)
-      : stream_(std::move(stream)), pos_(pos), job_(job), work_(*job.work) {}
+  Handle(Stream& stream, int64_t pos, Job& job)
+      : stream_(stream.weak_from_this()),
+        pos_(pos),
+        job_(job),
+        work_(*job.work),
+        stream_id_(stream.id()) {}
   ~Handle() override {
     // A finisher that dropped its batch unfinished would leave the reader
     // waiting forever: the batch fails instead.
@@ -223,6 +231,18 @@ class Stream::Handle final : public HandedOffBatch {
     job_.memory.reset();
     s->ring_.publish(pos_);
   }
+  void set_samples(int64_t samples) override {
+    std::shared_ptr<Stream> s = stream_.lock();  // job_ lives while its stream does
+    if (s && !done_.load(std::memory_order_acquire)) job_.work->samples = samples;
+  }
+  void end() override {
+    std::shared_ptr<Stream> s = lock_once();
+    if (!s) return;
+    job_.end = true;
+    job_.memory.reset();
+    s->ring_.publish(pos_);
+  }
+  uint64_t stream_id() const override { return stream_id_; }
 
  private:
   // The stream, the first time only, and only while it runs.
@@ -236,6 +256,7 @@ class Stream::Handle final : public HandedOffBatch {
   const int64_t pos_;
   Job& job_;  // valid while the stream lives (checked by lock_once)
   const BatchWork& work_;
+  const uint64_t stream_id_;
   std::mutex mu_;
   std::shared_ptr<uint8_t> memory_;  // guarded by mu_: allocate()'s
   std::atomic<bool> done_{false};
@@ -257,7 +278,7 @@ void Stream::finish(int64_t pos, Job& job, WorkerContext& ctx) {
   }
   if (job.work && job.work->handoff && !job.error &&
       !job.cut_short.load(std::memory_order_relaxed) && !stopped()) {
-    finisher_->hand_off(std::make_shared<Handle>(weak_from_this(), pos, job));
+    finisher_->hand_off(std::make_shared<Handle>(*this, pos, job));
     return;
   }
   ring_.publish(pos);
@@ -364,6 +385,9 @@ Stream::Read Stream::read(HostBatch& out, Clock::time_point deadline) {
   // A unit cut short by stop() may still have completed its position.
   if (stop_.load(std::memory_order_acquire) || job.cut_short.load(std::memory_order_acquire))
     return Read::kStopped;
+  // NOTE [ Open-ended epochs ]: nothing here, nor after it; the slot stays
+  // claimed (the stream ends with its epoch), so a second read says so again.
+  if (job.end) return Read::kEnd;
   out = HostBatch{};
   out.index = job.index;
   if (job.error) {

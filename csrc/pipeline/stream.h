@@ -76,7 +76,9 @@ struct Segment {
 class Stream : public std::enable_shared_from_this<Stream> {
  public:
   using Clock = std::chrono::steady_clock;
-  enum class Read { kBatch, kTimeout, kStopped };
+  /// kEnd: the finisher ended an open-ended epoch at the position (NOTE [ Open-ended
+  /// epochs ] in batch_producer.h); the reader stays there.
+  enum class Read { kBatch, kTimeout, kStopped, kEnd };
 
   /// Plans `first` at once (plan_epoch): its error is thrown here.
   /// @param capacity ring slots, the largest window
@@ -99,6 +101,8 @@ class Stream : public std::enable_shared_from_this<Stream> {
   /// Claims a unit of work (planning its position first if this worker is the
   /// first there). False when there is nothing to do now.
   bool claim(Unit& out, WorkerContext& ctx);
+  /// Unique in the process (HandedOffBatch::stream_id).
+  uint64_t id() const { return id_; }
   /// Set once the stream stops (what a worker binds while it runs the stream's units).
   const std::atomic<bool>* stop_flag() const { return &stop_; }
   /// Runs a claimed unit and completes its position when it is the last.
@@ -160,6 +164,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
     std::atomic<uint64_t> units{~0ull};  // (pos mod 2^32) << 32 | next << 16 | count
     std::atomic<int> done{0};
     std::atomic<bool> cut_short{false};
+    bool end = false;  // the finisher ended the epoch here (NOTE [ Open-ended epochs ])
     std::unique_ptr<BatchWork> work;
     std::shared_ptr<uint8_t> memory;
     int64_t index = -1;   // batch number within its epoch
@@ -180,6 +185,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
   const std::shared_ptr<detail::EventCount> signal_;
   const std::shared_ptr<LoaderStats> stats_;
   const std::shared_ptr<BatchFinisher> finisher_;
+  const uint64_t id_;
   BatchRing<Job> ring_;
 
   alignas(kCacheLineSize) std::atomic<int64_t> claim_pos_{0};  // lowest position with units left

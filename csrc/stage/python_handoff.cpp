@@ -27,6 +27,8 @@ PythonTask::PythonTask(uint64_t id, std::shared_ptr<HandedOffBatch> batch, int64
   epoch = w.key.epoch;
   rank = w.key.rank;
   world_size = w.key.world_size;
+  stream = batch_->stream_id();
+  offset = w.key.offset;
   number =
       w.key.offset / (std::max<int64_t>(1, batch_size) * std::max<int64_t>(1, w.key.world_size)) +
       w.index;

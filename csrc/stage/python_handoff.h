@@ -65,6 +65,12 @@ class PythonTask {
   std::vector<int64_t> indices;  ///< dataset index of each sample, in batch order
   uint64_t epoch = 0;
   int64_t rank = 0, world_size = 1;
+  /// The stream the batch belongs to (HandedOffBatch::stream_id): a source read in
+  /// order keeps one reading per stream.
+  uint64_t stream = 0;
+  /// Global samples consumed before its segment (EpochKey::offset): a resumed
+  /// open-ended epoch reads that many rows again before its batch 0.
+  int64_t offset = 0;
   /// Batch number counted from the start of the epoch: a resumed segment's
   /// batch k is offset / (batch_size * world_size) + k (exact at the world size
   /// that saved the state). It keys batch_map's generator.
@@ -94,6 +100,12 @@ class PythonTask {
   void keep(uint64_t ticket) { complete(tensors, bytes, ticket, 0); }
   /// The batch fails with PythonStageError(ticket, message).
   void fail(uint64_t ticket, const std::string& message);
+  /// An open-ended epoch (an IterableDataset: stage/iterable_producer.h) ends before
+  /// this batch, which had no row left (NOTE [ Open-ended epochs ] in
+  /// pipeline/batch_producer.h).
+  void end() { batch_->end(); }
+  /// The batch holds `n` samples, fewer than planned (an open-ended epoch's last).
+  void set_samples(int64_t n) { batch_->set_samples(n); }
 
  private:
   std::shared_ptr<HandedOffBatch> batch_;

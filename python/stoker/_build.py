@@ -101,12 +101,12 @@ def build(p: LoaderPlan, world_size: int,
     mix: Optional[MixRun] = None
     stage = None
     listed = _listed(s)
-    if p.source == "iterable":  # NOTE [ Iterable datasets ]: the stream is core and stage
+    if p.source == "iterable":  # NOTE [ Iterable datasets ]: rows through the core
         from ._sources.iterable import IterableSource
 
-        stream, pin = IterableSource.build(p, open_device)
-        return Parts(stream, stream, stream, None, torch.device("cpu"), None, pin, None,
-                     source=stream)
+        producer, core, stage, rows, pin = IterableSource.build(p, open_device)
+        return Parts(producer, core, stage, None, torch.device("cpu"), None, pin, None,
+                     source=rows)
     records = p.records if p.records is not None else \
         p.stage.records if p.stage is not None else None
     wanted = records.cache if records is not None else None

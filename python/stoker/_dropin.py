@@ -154,12 +154,13 @@ def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: b
 #                            takes it with num_workers > 0 (with num_workers=0 refused, as
 #                            DataLoader refuses it)
 # and with an IterableDataset (its own checks: stoker/_sources/iterable.py): prefetch and
-# prefetch_factor bound the rows its workers read ahead, stall_warning warns as the core
-# does, on_error="skip" leaves out rows whose map= raised (refused without map=: the
-# dataset's own errors end its iterator, nothing to skip to), num_threads and max_memory
-# (the C++ core's threads and memory-bounded autotuning) are refused; prefetch_next_epoch
-# does not apply (its next epoch is a new iter(dataset), started with its iterator: the
-# plan says False).
+# prefetch_factor bound the batches the core fills ahead (its workers read one row each
+# beyond them), stall_warning is the core's, on_error="skip" leaves out rows whose map=
+# raised (refused without map=: the dataset's own errors end its iterator, nothing to skip
+# to), num_threads and max_memory (the C++ core's decoding threads and memory-bounded
+# autotuning) are refused; prefetch_next_epoch does not apply (an epoch's end is known only
+# once its stream is read, so the next epoch is a new reading, started with its iterator:
+# the plan says False).
 
 def check_honoured(given: Any, *, stage: Any, iterable: bool, context: Optional[str]) -> None:
     """Refuses each argument of `given` (the arguments passed) that this loader, with its

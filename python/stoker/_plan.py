@@ -269,9 +269,8 @@ class LoaderPlan:
         threads = f"auto (up to {t.num_threads})" if t.auto_threads else str(t.num_threads)
         window = f"auto (up to {t.prefetch})" if t.auto_prefetch else str(t.prefetch)
         memory = f", max_memory {t.max_memory / 2**20:.0f} MiB"
-        if self.source == "iterable":  # Python workers, a window of rows: no C++ core
-            threads, memory = "(the workers')", ""
-            window = "auto (64 rows a worker or more)" if t.auto_prefetch else window
+        if self.source == "iterable":  # the rows are read by Python workers
+            threads, memory = "1 (the rows' numbers; the workers read them)", ""
         lines.append(f"  settings: threads {threads}, prefetch {window}{memory}, "
                      f"on_error={self.on_error!r}, "
                      f"prefetch_next_epoch={self.prefetch_next_epoch}" +
@@ -493,7 +492,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
                                     seed=sampling.seed64, drop_last=drop_last, **token_kw)
             dataset, token_kw = ds, kw
     elif iterable:  # NOTE [ Iterable datasets ] in stoker/_stage/iterable.py
-        source, producer = "iterable", "IterableStream (stoker/_sources/iterable.py)"
+        source, producer = "iterable", "IterableProducer (rows of iter(dataset) per worker)"
         _dropin.check_rank_split(dataset, sampling)
         stage = StagePlan("iterable", map_fn, batch_map, collate_fn, a["map_fields"], None,
                           "thread", False, **stage_kw)

@@ -165,7 +165,8 @@ class Loader(_dropin.DataLoaderAttributes):
             RAM divided by ``LOCAL_WORLD_SIZE``. At least one batch is always in flight.
             With an ``IterableDataset`` (read by ``num_workers`` Python threads, not the
             C++ core's), ``num_threads`` and ``max_memory`` are refused; ``prefetch``
-            bounds the rows its workers read ahead (None: at least 64 rows a worker).
+            bounds the batches filled ahead, and its workers read one row a worker beyond
+            them (None: the window tunes itself, the workers read at least 64 rows ahead).
         stall_warning: log a warning (logger ``"stoker"``) once, after warm-up, when the
             training loop waits for data more than this fraction of its time, naming the
             stage to fix; None or 0 = never. Default 0.2.

@@ -325,6 +325,9 @@ class LooseBatch final : public HandedOffBatch {
   std::shared_ptr<uint8_t> allocate(size_t) override { return nullptr; }
   void complete(std::vector<TensorDesc>, size_t, uint64_t, int64_t, int64_t) override {}
   void fail(std::exception_ptr) override {}
+  void set_samples(int64_t) override {}
+  void end() override {}
+  uint64_t stream_id() const override { return 1; }
 
  private:
   PythonBatch work_;

@@ -1,7 +1,7 @@
 """The source of an ``IterableDataset`` (NOTE [ Iterable datasets ] in
 stoker/_stage/iterable.py): the plan's checks of its arguments and its wiring; its running
-half, :class:`IterableStream`, stands in for the core and the Python stage and owns its
-epochs, state, identity and stats."""
+half, :class:`IterableRows`, reads the dataset for the Python stage and owns its identity
+and its part of the state; the core owns its epochs, iterators, position and stats."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 
 import torch
 
+from .. import _core
 from .. import _loader_args as args
-from .._stage.iterable import IterableStream
+from .._stage.iterable import IterableRows
+from .._stage.iterable_stage import IterableStage
 
-__all__ = ["IterableSource"]
+__all__ = ["IterableSource", "IterableCore"]
 
 
 class IterableSource:
@@ -59,10 +61,10 @@ class IterableSource:
                 "skip to. Handle the error inside the dataset's __iter__, or pass map=")
 
     @staticmethod
-    def build(p: Any, open_device: Optional[Callable[[int], Any]]) -> Tuple[IterableStream,
-                                                                              bool]:
-        """The stream of plan `p` (a LoaderPlan) and whether its batches are pinned."""
-        s, st = p.sampling, p.stage
+    def build(p: Any, open_device: Optional[Callable[[int], Any]]) -> Tuple[Any, ...]:
+        """(producer, core, stage, rows, pinned) of plan `p` (a LoaderPlan): the core over
+        an IterableProducer, the stage filling its batches from `rows`' readings."""
+        s, st, t = p.sampling, p.stage, p.settings
         assert st is not None
         # one reader by default: the stream of num_workers=0, read ahead of the loop; more
         # workers shard the dataset by get_worker_info(), which changes the stream's order
@@ -72,16 +74,82 @@ class IterableSource:
             # DataLoader's: shuffle=True turns the DataPipe's shufflers on
             dataset = torch.utils.data.graph_settings.apply_shuffle_settings(dataset,
                                                                              shuffle=True)
-        stream = IterableStream(
-            dataset, batch_size=s.batch_size or 1, drop_last=s.drop_last,
+        batch_size = 1 if st.unbatched else (s.batch_size or 1)
+        rows = IterableRows(
+            dataset, batch_size=batch_size, drop_last=s.drop_last,
             even_batches=s.even_batches, seed=s.seed, workers=workers,
             worker_init_fn=st.worker_init_fn, persistent_workers=st.persistent_workers,
-            map_fn=st.map, batch_map=st.batch_map, collate_fn=st.collate_fn,
-            map_fields=st.map_fields, unbatched=st.unbatched, timeout=p.timeout,
-            generator=p.arguments.get("generator"), split_ranks=s.split_ranks,
-            prefetch=None if p.settings.auto_prefetch else p.settings.prefetch,
-            skip_errors=p.on_error == "skip", stall_warning=p.settings.stall_warning)
+            map_fn=st.map, timeout=p.timeout, generator=p.arguments.get("generator"),
+            split_ranks=s.split_ranks,
+            prefetch=None if t.auto_prefetch else t.prefetch,
+            skip_errors=p.on_error == "skip")
+        stage = IterableStage(rows, batch_map=st.batch_map, collate_fn=st.collate_fn,
+                              map_fields=st.map_fields, seed=s.seed, threads=1,
+                              inline=workers == 0, unbatched=st.unbatched)
+        producer = _core.IterableProducer(batch_size)
+        options = _core.LoaderOptions()
+        options.num_threads = 1  # the C++ side only numbers the rows of each batch
+        options.auto_threads = False
+        options.prefetch = t.prefetch
+        options.auto_prefetch = t.auto_prefetch
+        options.stall_warning = t.stall_warning
+        options.slow_first_batch_ms = int(args.SLOW_FIRST_BATCH_SECONDS * 1000)
+        options.prefetch_next_epoch = False  # a stream's end is known only once read
         _, pin, api = args.resolve_device(torch.device("cpu"), p.delivery.pin_memory,
                                           open_device, p.delivery.pin_device)
-        stream.pin = pin and api is not None and not getattr(api, "fake", False)
-        return stream, pin
+        if pin and api is not None:
+            options.host_memory = _core.pinned_memory(api)
+        handoff = _core.PythonHandoff(batch_size, batch_size)
+        options.finisher = handoff
+        stage.batch_size = batch_size
+        core = _core.LoaderCore(producer, options)
+        handoff.bind(core)
+        stage.attach(handoff)
+        rows.core = core
+        return producer, IterableCore(core, rows), stage, rows, pin
+
+
+class IterableCore:
+    """The loader core of an IterableDataset, with the counts only its dataset knows:
+    len() from its ``__len__`` (none: a TypeError, as DataLoader's), and each rank given
+    the whole stream unless stoker splits it (NOTE [ Iterable datasets ])."""
+
+    def __init__(self, core: Any, rows: IterableRows):
+        self._c, self._rows = core, rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._c, name)
+
+    def _world(self, rank: int, world: int) -> Tuple[int, int]:
+        return (rank, world) if self._rows.split_ranks else (0, 1)
+
+    def num_batches(self, rank: int, world: int) -> int:
+        return self._rows.batches_from(0, self._world(rank, world)[1])
+
+    def next_batches(self, rank: int, world: int) -> int:
+        return self._rows.batches_from(self._c.state()[1], self._world(rank, world)[1])
+
+    def iter(self, rank: int, world: int) -> "IterableIterator":
+        return IterableIterator(self._c.iter(*self._world(rank, world)), self._rows)
+
+    def skip(self, batches: int, rank: int, world: int) -> None:
+        self._c.skip(batches, *self._world(rank, world))
+
+
+class IterableIterator:
+    """A core iterator whose batches left come from the dataset's length."""
+
+    def __init__(self, it: Any, rows: IterableRows):
+        self._it, self._rows = it, rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._it, name)
+
+    @property
+    def remaining(self) -> int:
+        epoch, rank, world, offset, _ = self._it.key
+        total = self._rows.batches_from(offset, world)
+        if not self._it.claimed:
+            return total
+        yielded = _core.UNKNOWN_BATCHES - self._it.remaining
+        return max(0, total - yielded)

@@ -10,7 +10,8 @@ crosses to a worker process: framing, arenas), ``lifecycle`` (a worker process's
 and end), ``processes`` (worker processes), ``stuck`` (workers stuck in user code,
 replaced), ``chunks`` (a chunk's samples), ``assemble``
 (a batch's assembly), ``consumer`` (next() and deliveries), ``stage`` (the stage itself),
-``iterable`` (an IterableDataset's stream).
+``iterable`` (an IterableDataset's readings), ``iterable_stage`` (the stage that fills
+its batches: NOTE [ Iterable datasets ]).
 The Loader's arguments for it are checked by the plan (``stoker/_plan.py``).
 
 NOTE [ Python stage ]

@@ -2,26 +2,32 @@
 read as DataLoader reads it and with what stoker adds.
 
 NOTE [ Iterable datasets ]
-An IterableDataset has no index: stoker cannot plan batch k ahead in C++, so the stream
-runs in Python, on the loader's own worker threads, and this object stands in for both the
-C++ core and the Python stage of a map-style loader (the same methods, so the Loader's
-iteration, state and stats code is the same):
+An IterableDataset has no index, and its length is known only when its stream ends: the
+C++ core plans its batches as rows of the stream (csrc/stage/iterable_producer.h) and the
+Python stage fills them from the dataset's iterators, ending the epoch at the first batch
+with no row left (NOTE [ Open-ended epochs ] in csrc/pipeline/batch_producer.h). So the
+core owns its epochs, iterators, skip, resume state and stats, as for every other source:
 
-  workers (num_workers threads, default 1;         the loop's thread (next())
-  0: the loop's own)
-  --------------------------------------------     --------------------------------------
-  worker w of N: get_worker_info() says (w, N),    rows taken round-robin from the workers'
-  worker_init_fn(w), then iter(dataset): each      queues, worker 0, 1, ..., skipping those
-  sample through map (its draws keyed by its       that ended: the stream (the same for a
-  place j * N + w in the merged stream), into      given N); this rank's rows of it, batched
-  its queue, bounded by prefetch batches in all    natively (collate.py) or by collate_fn
+  core (C++ workers, no GIL)           stage thread (IterableStage)    reading workers
+  --------------------------           ----------------------------    ---------------
+  batch k of a stream: rows            the stream's reading (one per   worker w of N:
+  (k * W + r) * B ... of it,     -->   core stream: an iterator        get_worker_info()
+  handed off (python_handoff.h)        that claimed its epoch, two     says (w, N),
+                                       live iterators read twice),     worker_init_fn(w),
+                                       step k of it: B * W rows        iter(dataset), each
+  ring, in order of k            <--   taken round-robin from the      row through map (its
+  (the first batch ended: the          workers (0, 1, ..., skipping    draws keyed by its
+  epoch's end)                         those that ended), this rank's  place in the merged
+                                       rows batched natively or by     stream), into its
+                                       collate_fn; none: end()         queue
 
-  * Epochs and iterators keep the core's rules (NOTE [ Epochs and iterators ] in
-    csrc/pipeline/loader_core.h): an iterator claims its epoch at its first next() and
-    starts its workers then (iter() alone uses no epoch); set_epoch(e) while e runs
-    confirms it; an iterator started while another runs reads that epoch whole, with
-    workers of its own, and the state follows the first; len(iter(loader)) is the
-    batches left (a dataset without __len__: a TypeError, as len(loader)).
+  * The core's rules (NOTE [ Epochs and iterators ] in csrc/pipeline/loader_core.h): an
+    iterator claims its epoch at its first next(), and the stage reads a stream's rows
+    only once an iterator asked for a batch of its epoch (a stream iter() starts ahead
+    waits: workers start at the first next()); set_epoch(e) while e runs confirms it; an
+    iterator started while another runs reads that epoch whole, on a stream and reading
+    of its own; len(iter(loader)) is the batches left, from the dataset's __len__ (none:
+    a TypeError, as len(loader)).
   * A row whose map raises is raised by next() once the rest of its batch is read (the
     batch is consumed, NOTE [ After a failed batch ]), or left out with on_error="skip"
     (counted in stats()["skipped"]); an error of the dataset's own iterator ends that
@@ -38,11 +44,13 @@ iteration, state and stats code is the same):
     epoch's first rows (even_batches=True) or not. Both splitting at once would lose most
     of the data: a dataset whose structure says it splits itself is refused then, and one
     that asks torch.distributed for its rank while stoker splits is warned about.
-  * Resume: state_dict() holds the epoch, the rows the job consumed, and the dataset's
-    own state_dict() taken when the epoch started; load_state_dict() gives the dataset
-    that state and the next iterator skips the rows consumed (read again, not yielded).
-    Without a dataset state_dict(), a mid-epoch state_dict() is an error that says so.
-  * set_epoch(e) is passed on to the dataset's own set_epoch (WebDataset, HF datasets).
+  * Resume: state_dict() holds the epoch and the rows the job consumed (the core's), and
+    the dataset's own state_dict() taken when the epoch started; load_state_dict() gives
+    the dataset that state and the resumed stream's reading reads the rows consumed again
+    (through map: the epoch's first rows pad its end), without batching them. Without a
+    dataset state_dict(), a mid-epoch state_dict() is an error that says so.
+  * set_epoch(e) is passed on to the dataset's own set_epoch (WebDataset, HF datasets)
+    when a reading of epoch e starts.
 """
 
 from __future__ import annotations
@@ -50,15 +58,11 @@ from __future__ import annotations
 import queue
 import threading
 import time
-import weakref
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
-import numpy as np
 import torch
 
-from .collate import BatchLayout, tensors_of
 from .errors import add_note
-from .iterable_stats import StreamTelemetry
 from .iterable_workers import (
     DONE,
     MIN_QUEUE_ROWS,
@@ -68,78 +72,74 @@ from .iterable_workers import (
     datapipes,
     live_workers,
 )
-from .rng import batch_rng, rng_from_key, rng_keys
-from .stage import END
+from .rng import rng_from_key, rng_keys
 
-__all__ = ["IterableStream"]
+__all__ = ["IterableRows", "StreamReading", "DatasetStatePart"]
 
 
-class _Iter:
-    """One iterator of the stream (the core iterator's part): it claims its epoch at its
-    first next() (NOTE [ Epochs and iterators ] in csrc/pipeline/loader_core.h), and only
-    then starts its workers."""
+class StreamReading:
+    """One reading of the dataset: the rows of one core stream (an iterator's epoch, or
+    its rest after a resume), from num_workers workers merged round-robin; step k is the
+    k-th run of batch_size * world_size rows (NOTE [ Iterable datasets ])."""
 
-    def __init__(self, stream: "IterableStream", rank: int, world: int):
+    def __init__(self, stream: "IterableRows", epoch: int, rank: int, world: int,
+                 offset: int, task: Any):
         self.stream, self.rank, self.world = stream, rank, world
-        self.claimed = False
-        self.main = False  # claimed while no other iterator ran: the state follows it
-        self._epoch: Optional[int] = None
-        self.batch = 0  # batches yielded
-        self.rows = 0  # rows of the merged stream consumed
-        self.start_rows = 0  # rows a resume (or skip) reads again without yielding them
+        self.epoch = epoch
+        self.offset = offset  # rows read again, not batched (a resume, a skip)
+        self.task = task  # its latest batch: stopped once the stream is
+        self.lock = threading.Lock()  # one step at a time, in order
+        self.rows = 0  # rows of the merged stream read
+        self.skipped = 0  # rows left out (on_error="skip"), not yet counted in a batch
         self.first: List[Any] = []  # the epoch's first rows (padding wraps onto them)
         self.workers: List[Optional[StreamWorker]] = []
-        self._inline: Optional[Iterator[Any]] = None
+        self._inline: Optional[Any] = None
         self._turn = 0
+        self._started = False
         self._ended = False  # no more rows to read: its epoch's end, or closed
-        self.exhausted = False  # its epoch's end reached (a break leaves it False)
+        self.exhausted = False
         self._closed = False
-        self.started_ns = 0  # the claim (run time counts from it)
+        self._steps: Dict[int, Union[List[Any], BaseException, None]] = {}
+        self._made = 0  # steps read
 
-    @property
-    def epoch(self) -> int:
-        """The epoch, once claimed (else the one it would claim now)."""
-        return self._epoch if self._epoch is not None else self.stream.epoch
+    def step(self, k: int) -> Union[List[Any], BaseException, None]:
+        """This rank's rows of step `k` (fewer in the last), the error that step raised, or
+        None past the stream's end. Steps are read in order, whichever thread asks."""
+        with self.lock:
+            if not self._started:
+                self._started = True
+                self._start()
+            while self._made <= k:
+                try:
+                    got: Union[List[Any], BaseException, None] = self.next_rows()
+                except Exception as e:
+                    got = e
+                self._steps[self._made] = got
+                self._made += 1
+            return self._steps.pop(k, None)
 
-    @property
-    def ended(self) -> bool:
-        return self._ended
+    def take_skipped(self) -> int:
+        with self.lock:
+            n, self.skipped = self.skipped, 0
+            return n
 
-    @property
-    def finished(self) -> bool:
-        """Its run time is counted (the epoch ended, or it closed)."""
-        return self._closed
-
-    @property
-    def remaining(self) -> int:
-        """Batches left (len(iter(loader))): of the epoch it would claim now, before its
-        first next(); a TypeError for a dataset without __len__, as len(loader)."""
-        if self._ended:
-            return 0
+    def _start(self) -> None:
         s = self.stream
-        if not self.claimed:
-            return s.next_batches(self.rank, self.world)
-        return max(0, s.batches_from(self.start_rows, self.world) - self.batch)
-
-    def claim(self) -> None:
-        s = self.stream
-        self._epoch, self.start_rows, self.main = s.claim(self)
-        self.claimed = True
-        self.started_ns = time.perf_counter_ns()
+        s.starting(self.epoch, self.offset)
         n = s.workers
         pipes = datapipes(s, n)
-        skip = self.start_rows
         if n == 0:
             self._inline = iter(pipes[0] if pipes else s.dataset)
         else:
-            self.workers = [StreamWorker(self, w, n, pipes[w] if pipes else None) for w in range(n)]
+            self.workers = [StreamWorker(self, w, n, pipes[w] if pipes else None)
+                            for w in range(n)]
             for w in self.workers:
                 assert w is not None
                 w.start()
                 live_workers.add(w)
         # a resume: the rows consumed are read again (through map, as in the workers: the
-        # epoch's first rows pad its end), not yielded
-        for _ in range(skip):
+        # epoch's first rows pad its end), not batched
+        for _ in range(self.offset):
             if self._row() is DONE:
                 break
 
@@ -157,7 +157,7 @@ class _Iter:
             return Failed(add_note(e, f"stoker: raised by map for row {row} of the "
                                        f"IterableDataset's stream, epoch {self.epoch}"))
         finally:
-            s.telemetry.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
+            s.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
 
     def _row(self) -> Any:
         """The next row of the merged stream (a Failed, SKIPPED), or DONE."""
@@ -190,7 +190,7 @@ class _Iter:
         deadline = None if self.stream.timeout <= 0 else time.monotonic() + self.stream.timeout
         while True:
             try:
-                return w.q.get(timeout=0.1)
+                return w.take(0.1)
             except queue.Empty:
                 if self._closed:
                     return DONE
@@ -222,7 +222,7 @@ class _Iter:
             if r is DONE:
                 break
             if r is SKIPPED:
-                s.telemetry.skipped += 1
+                self.skipped += 1
                 continue
             if isinstance(r, Failed):
                 failed = failed or r.error
@@ -244,9 +244,7 @@ class _Iter:
         return step[self.rank * per:(self.rank + 1) * per]
 
     def finish(self) -> None:
-        """The epoch ended, or the iterator closed: its time counted, its workers told."""
-        if self.started_ns and not self._closed:
-            self.stream.telemetry.run_ns += time.perf_counter_ns() - self.started_ns
+        """The stream stopped (or the loader closed): its workers are told."""
         self._closed = True
         self._ended = True
         for w in self.workers:
@@ -263,55 +261,45 @@ class _Iter:
             pass
 
 
-class IterableStream:
-    """An IterableDataset's stream: the core's and the stage's parts for the Loader
-    (NOTE [ Iterable datasets ])."""
+
+
+class IterableRows:
+    """An IterableDataset's rows for the Python stage: how it is read (the Loader's
+    arguments), a reading per core stream, and the dataset's own state at each epoch's
+    start (NOTE [ Iterable datasets ])."""
 
     def __init__(self, dataset: Any, *, batch_size: int, drop_last: bool, even_batches: bool,
                  seed: int, workers: int, worker_init_fn: Optional[Callable],
-                 persistent_workers: bool = False,
-                 map_fn: Optional[Callable], batch_map: Optional[Callable],
-                 collate_fn: Optional[Callable], map_fields: Any, unbatched: bool,
+                 persistent_workers: bool = False, map_fn: Optional[Callable],
                  timeout: float, generator: Optional[torch.Generator] = None,
                  split_ranks: bool = False, prefetch: Optional[int] = None,
-                 skip_errors: bool = False, stall_warning: float = 0.0):
+                 skip_errors: bool = False):
         self.dataset = dataset
         # stoker splits the stream across ranks (asked for); else each rank reads it as
         # the dataset gives it (NOTE [ Iterable datasets ])
         self.split_ranks = split_ranks
         self.warned_self_split = False
         self.generator = generator  # DataLoader's: an IterDataPipe's seed is drawn from it
-        self.batch_size = 1 if unbatched else batch_size
+        self.batch_size = batch_size
         self.drop_last, self.even_batches = drop_last, even_batches
         self.seed, self.workers = seed, workers
-        self.worker_init_fn, self.map_fn, self.batch_map = worker_init_fn, map_fn, batch_map
-        # each iterator starts workers of its own; with persistent_workers, worker_init_fn
+        self.worker_init_fn, self.map_fn = worker_init_fn, map_fn
+        # each reading starts workers of its own; with persistent_workers, worker_init_fn
         # runs once per worker id over the loader's life (as in DataLoader's kept workers)
         self.persistent_workers = persistent_workers
         self._inited: set = set()
-        self.unbatched = unbatched
-        self.collate_fn = collate_fn
-        if unbatched and collate_fn is None:
-            self.collate_fn = torch.utils.data.default_convert
-        self.layout = BatchLayout(map_fields, what="map output" if map_fn is not None
-                                  else "dataset item")
         self.timeout = timeout
         self.skip_errors = skip_errors  # on_error="skip": a row whose map raised is left out
-        # batches in flight: the rows the workers may hold ahead of the loop, in batches
-        self.auto_prefetch = prefetch is None
-        self.prefetch = prefetch if prefetch is not None else \
-            max(1, self.queue_rows(workers) * max(1, workers) // self.batch_size)
-        self.pin = False  # pin_memory=True with CUDA: batches page-locked (build() sets it)
-        self.pending_dataset_state: Any = None  # load_state_dict's, for load_state
+        self.prefetch = prefetch  # batches the workers may hold ahead (None: automatic)
+        self.python_ns = 0  # map's time in the workers
+        self.pending_dataset_state: Any = None  # load_state_dict's, for the next reading
+        self.core: Any = None  # the loader core (the state part reads its position)
         self._lock = threading.Lock()
-        self._next_epoch = 0  # the epoch after the last one claimed
-        self._pending: Optional[int] = None  # set_epoch's, for the next iterator
-        self._resume: Optional[Tuple[int, int, int]] = None  # (epoch, rows, world)
-        self._skip: Optional[Tuple[int, int]] = None  # skip()'s (batches, world), not taken
-        self._main: Optional[_Iter] = None  # the iterator the state follows
+        self._readings: Dict[int, StreamReading] = {}
         self._start_state: Dict[int, Any] = {}  # epoch -> the dataset's state at its start
-        self.telemetry = StreamTelemetry(stall_warning)  # stats()
-        self.active_threads = max(1, workers)
+
+    def describe(self, index: int) -> str:
+        return f"row {index} of the IterableDataset's stream"
 
     def first_start(self, wid: int) -> bool:
         """Whether worker `wid` runs worker_init_fn: every time it starts, or only the
@@ -322,60 +310,55 @@ class IterableStream:
         return first or not self.persistent_workers
 
     def queue_rows(self, n: int) -> int:
-        """Rows each of `n` workers may hold ahead of the loop: prefetch batches in all."""
-        want = getattr(self, "prefetch", None)
-        if want is None or getattr(self, "auto_prefetch", True):
+        """Rows each of `n` workers may read ahead of the stage. The core's window bounds
+        the batches filled ahead (prefetch); an explicit one bounds the rows read too, so
+        a worker holds one row beyond it; an automatic one lets the workers run ahead of
+        the batches too (the window starts small)."""
+        if self.prefetch is None:
             return max(MIN_QUEUE_ROWS, 2 * self.batch_size)
-        return max(1, -(-want * self.batch_size // max(1, n)))
+        return 1
 
-    # -- the core's part ----------------------------------------------------------------
+    # -- readings -----------------------------------------------------------------------
 
-    @property
-    def epoch(self) -> int:
-        """The epoch the next iterator runs."""
-        if self._resume is not None:
-            return self._resume[0]
-        return self._pending if self._pending is not None else self._next_epoch
-
-    def _main_running(self) -> bool:
-        m = self._main
-        return m is not None and m.claimed and not m.ended
-
-    def set_epoch(self, epoch: int) -> None:
+    def reading(self, task: Any) -> StreamReading:
+        """The reading of `task`'s stream (made at its first batch); readings of streams
+        that stopped end here."""
+        stale: List[StreamReading] = []
         with self._lock:
-            m = self._main
-            if self._main_running() and m is not None and m.epoch == epoch:
-                self._pending = None  # the running epoch: the next iterator runs the next
-                self._next_epoch = epoch + 1
+            r = self._readings.get(task.stream)
+            if r is None:
+                gone = [k for k, x in self._readings.items() if x.task.stopped]
+                stale = [self._readings.pop(k) for k in gone]
+                r = self._readings[task.stream] = StreamReading(
+                    self, task.epoch, task.rank, task.world_size, task.offset, task)
             else:
-                self._pending = epoch
-                if self._resume is not None and self._resume[0] != epoch:
-                    self._resume = None
-                if not self._main_running():
-                    self._main = None  # the state moves on to `epoch`
-            if self._skip is not None:  # a skip not taken moves to the epoch set
-                batches, world = self._skip
-                self._resume = (epoch, batches * self.batch_size * world, world)
+                r.task = task
+        for x in stale:
+            x.finish()
+        return r
 
-    def claim(self, it: _Iter) -> Tuple[int, int, bool]:
-        """(epoch, rows to skip, main) for iterator `it`'s first next()."""
-        with self._lock:
-            if self._main_running() and self._main is not it:
-                assert self._main is not None
-                return self._main.epoch, 0, False  # a second iterator: the same epoch, whole
-            epoch, rows = self.epoch, 0
-            if self._resume is not None:
-                rows = self._resume[1]
-            self._resume = self._skip = self._pending = None
-            self._next_epoch = epoch + 1
-            self._main = it
+    def starting(self, epoch: int, offset: int) -> None:
+        """A reading of `epoch` starts (at row `offset`): the dataset is told the epoch,
+        given a loaded state, or its state at the epoch's start is kept."""
+        dataset_state, self.pending_dataset_state = self.pending_dataset_state, None
+        if dataset_state is not None:
+            self.dataset.load_state_dict(dataset_state)
+            self._start_state = {epoch: dataset_state}
         fn = getattr(self.dataset, "set_epoch", None)
         if callable(fn):
             fn(epoch)
-        if callable(getattr(self.dataset, "state_dict", None)) and epoch not in \
-                self._start_state:
+        if offset == 0 and callable(getattr(self.dataset, "state_dict", None)) and \
+                epoch not in self._start_state:
             self._start_state = {epoch: self.dataset.state_dict()}
-        return epoch, rows, True
+
+    def close(self) -> None:
+        """Every reading ends (the loader closed, or its stage stopped)."""
+        with self._lock:
+            readings, self._readings = list(self._readings.values()), {}
+        for r in readings:
+            r.finish()
+
+    # -- counts and state -------------------------------------------------------------
 
     def _length(self) -> int:
         try:
@@ -385,36 +368,12 @@ class IterableStream:
                             "__len__: its batches are known only when the stream ends") from None
 
     def batches_from(self, rows: int, world: int) -> int:
-        """Batches of this rank in an epoch read from row `rows` of the stream."""
+        """Batches of a rank in an epoch read from row `rows` of the stream."""
+        if not self.split_ranks:
+            world = 1
         left = max(0, self._length() - rows)
         full, rem = divmod(left, self.batch_size * world)
         return full if self.drop_last or rem == 0 else full + 1
-
-    def num_batches(self, rank: int, world: int) -> int:
-        if not self.split_ranks:
-            world = 1
-        return self.batches_from(0, world)
-
-    def next_batches(self, rank: int, world: int) -> int:
-        """Batches the next iterator of this rank yields (a pending resume or skip)."""
-        if not self.split_ranks:
-            world = 1
-        if self._main_running():
-            return self.batches_from(0, world)
-        return self.batches_from(self._resume[1] if self._resume else 0, world)
-
-    def iter(self, rank: int, world: int) -> _Iter:
-        if not self.split_ranks:  # the dataset as it is, on every rank
-            rank, world = 0, 1
-        return _Iter(self, rank, world)
-
-    def state(self) -> Tuple[int, int, int]:
-        if self._resume is not None:
-            return self._resume
-        m = self._main  # after a break too: the rest of its epoch is what a resume reads
-        if m is not None and m.claimed and not m.exhausted:
-            return (m.epoch, m.rows, m.world)
-        return (self.epoch, 0, 0)
 
     def dataset_state(self, epoch: int) -> Any:
         return self._start_state.get(epoch)
@@ -427,115 +386,20 @@ class IterableStream:
         """This source's parts of the loader's state, by key: the dataset's own state."""
         return {"stream": DatasetStatePart(self)}
 
-    # the producer's part (len, num_samples, the state's bounds)
-    def epoch_samples(self) -> int:
-        return 2**62  # unknown: a stream
-
-    def rank_samples(self, rank: int, world: int) -> int:
-        return self.num_batches(rank, world) * self.batch_size
-
-    def load_state(self, epoch: int, position: int, world: int) -> None:
-        dataset_state, self.pending_dataset_state = self.pending_dataset_state, None
-        if dataset_state is not None:
-            self.dataset.load_state_dict(dataset_state)
-            self._start_state = {epoch: dataset_state}
-        with self._lock:
-            self._skip = None
-            self._resume = (epoch, position, world)
-
-    def skip(self, batches: int, rank: int, world: int) -> None:
-        if not self.split_ranks:
-            world = 1
-        with self._lock:
-            self._skip = (batches, world)
-            self._resume = (self.epoch, batches * self.batch_size * world, world)
-
-    def close(self) -> None:
-        m = self._main
-        if m is not None:
-            m.close()
-        for it in list(_open_iters.get(self, ())):
-            it.close()
-
-    def stats(self) -> Dict[str, Any]:
-        return self.telemetry.stats(_open_iters.get(self, ()), threads=self.active_threads,
-                                    prefetch=self.prefetch, auto_prefetch=self.auto_prefetch,
-                                    batch_size=self.batch_size)
-
-    # -- the stage's part ---------------------------------------------------------------
-
-    def start(self, epoch: Optional[int] = None) -> bool:
-        return False  # (nothing is left of an earlier epoch: PythonStage.start)
-
-    def stop(self) -> None:
-        self.close()
-
-    def dropped(self) -> None:
-        pass  # its threads end with the iterators that hold them (PythonStage.dropped)
-
-    def follow(self, active: int) -> None:
-        pass
-
-    def next(self, it: _Iter, consumer_stream: Any, entered: int, timeout: float = 0.0,
-             core: Any = None) -> Any:
-        try:
-            return self._next(it)
-        finally:
-            self.telemetry.next_done(it, entered)
-
-    def _next(self, it: _Iter) -> Any:
-        if it._closed:
-            return END
-        if not it.claimed:
-            _open_iters.setdefault(self, weakref.WeakSet()).add(it)
-            it.claim()
-        try:
-            rows = it.next_rows()
-        except BaseException:
-            it.batch += 1  # consumed (NOTE [ After a failed batch ])
-            if it.ended:
-                it.finish()
-            raise
-        if rows is None:
-            it.finish()
-            return END
-        k = it.batch
-        it.batch += 1
-        self.telemetry.batches += 1
-        self.telemetry.samples += len(rows)
-        if self.collate_fn is not None:
-            try:
-                batch = self.collate_fn(rows[0] if self.unbatched else rows)
-            except Exception as e:
-                add_note(e, f"stoker: raised by collate_fn for batch {k} of epoch {it.epoch}")
-                raise
-        else:
-            checked = [self.layout.check(r, f"batch {k}, row {j}") for j, r in enumerate(rows)]
-            specs, nbytes = self.layout.plan(checked)
-            buf = np.empty(nbytes, np.uint8)
-            objects = self.layout.write(checked, specs, buf)
-            batch = self.layout.assemble(tensors_of(buf, specs), objects)
-        if self.batch_map is not None:
-            batch = self.batch_map(batch, batch_rng(self.seed, it.epoch, it.rank, it.world, k))
-        if self.pin:
-            from torch.utils.data._utils.pin_memory import pin_memory
-
-            batch = pin_memory(batch)
-        return batch
 
 
 class DatasetStatePart:
     """An IterableDataset's own state when the epoch started, a part of the loader's
     state (NOTE [ Iterable datasets ])."""
 
-    def __init__(self, stream: IterableStream):
-        self._stream = stream
+    def __init__(self, rows: IterableRows):
+        self._rows = rows
 
     def state(self) -> Dict[str, Any]:
-        epoch, position, _ = self._stream.state()
-        saved = self._stream.dataset_state(epoch)
+        epoch, position, _ = self._rows.core.state()
+        saved = self._rows.dataset_state(epoch)
         if saved is None and position > 0:
-            name = type(self._stream.dataset).__name__
+            name = type(self._rows.dataset).__name__
             raise RuntimeError(
                 f"stoker cannot save an exact mid-epoch state of the IterableDataset {name}: "
                 "it has no state_dict()/load_state_dict() to make the epoch's stream again. "
@@ -543,9 +407,4 @@ class DatasetStatePart:
         return {"state": saved}
 
     def load(self, part: Mapping[str, Any]) -> None:
-        self._stream.pending_dataset_state = part.get("state")
-
-
-# The iterators of each stream that claimed an epoch (stats() and close() reach them).
-_open_iters: "weakref.WeakKeyDictionary[IterableStream, weakref.WeakSet[_Iter]]" = \
-    weakref.WeakKeyDictionary()
+        self._rows.pending_dataset_state = part.get("state")

@@ -99,18 +99,24 @@ class StreamWorker(threading.Thread):
     def __init__(self, it: Any, wid: int, n: int, pipe: Any = None):
         super().__init__(name=f"stoker-iterable-{wid}", daemon=True)
         self.pipe = pipe  # an IterDataPipe's copy for this worker (datapipes), else None
-        self.q: "queue.Queue[Any]" = queue.Queue(it.stream.queue_rows(n))
+        # rows it may read ahead of the stage: a credit is taken before each row is read
+        # (so that no row is read past them) and given back when the stage takes one
+        self.q: "queue.Queue[Any]" = queue.Queue()
+        self.credits = threading.Semaphore(it.stream.queue_rows(n))
         self.it, self.wid, self.n = it, wid, n
         self.stop = threading.Event()
 
-    def put(self, item: Any) -> bool:
+    def _credit(self) -> bool:
         while not self.stop.is_set():
-            try:
-                self.q.put(item, timeout=0.1)
+            if self.credits.acquire(timeout=0.1):
                 return True
-            except queue.Full:
-                continue
         return False
+
+    def take(self, timeout: float) -> Any:
+        """The next row (a Failed, DONE); queue.Empty after `timeout` seconds."""
+        item = self.q.get(timeout=timeout)
+        self.credits.release()
+        return item
 
     def run(self) -> None:
         it = self.it
@@ -121,16 +127,21 @@ class StreamWorker(threading.Thread):
                 _watch_rank_calls(s)
             if s.worker_init_fn is not None and s.first_start(self.wid):
                 s.worker_init_fn(self.wid)
-            for j, item in enumerate(s.dataset if self.pipe is None else self.pipe):
+            rows = iter(s.dataset if self.pipe is None else self.pipe)
+            j = 0
+            while self._credit():
+                try:
+                    item = next(rows)
+                except StopIteration:
+                    break
                 # keyed by the row's place in the merged stream while every worker runs
                 # (rows are taken round-robin): the same draws for any timing
-                item = it.mapped(item, j * self.n + self.wid)
-                if not self.put(item):
-                    return
+                self.q.put(it.mapped(item, j * self.n + self.wid))
+                j += 1
         except BaseException as e:  # the loop raises it at this worker's place
-            self.put(Failed(add_note(e, f"stoker: raised by the IterableDataset in "
-                                         f"worker {self.wid}")))
-        self.put(DONE)
+            self.q.put(Failed(add_note(e, f"stoker: raised by the IterableDataset in "
+                                          f"worker {self.wid}")))
+        self.q.put(DONE)
 
 
 def datapipes(stream: Any, n: int) -> List[Any]:

@@ -1,0 +1,87 @@
+"""The Python stage of an IterableDataset (NOTE [ Iterable datasets ] in iterable.py): a
+batch handed off by the core is step k of its stream's reading, batched as the stage
+batches any rows (assemble.py), or the epoch's end."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Tuple
+
+from .iterable import IterableRows
+from .stage import PythonStage
+from .state import _Pending
+from .telemetry import thread_sched
+
+__all__ = ["IterableStage"]
+
+
+class IterableStage(PythonStage):
+    """PythonStage whose rows come from `rows`' readings, mapped by their workers: a batch
+    is one chunk (the handoff's chunk is the batch), and the stage threads only merge,
+    batch and complete (or end) it."""
+
+    def __init__(self, rows: IterableRows, **kwargs: Any):
+        super().__init__(rows, **kwargs)
+        self.rows = rows
+        self.per_sample = True  # every batch is made of rows here
+        # NOTE [ Iterable datasets ]: a stream iter() starts ahead is not read before an
+        # iterator asks for a batch of its epoch (its workers start at the first next())
+        self._hold_ahead = True
+        self._open_epoch = -1
+
+    def run_chunk(self, item: Tuple[Any, ...], slot: int = 0) -> None:
+        task = item[0]
+        wall0 = time.perf_counter_ns()
+        cpu0, wait0 = thread_sched()
+        py0 = self.rows.python_ns
+        pending = _Pending(task)
+        reading = None
+        got: Any = None
+        try:
+            if not task.stopped:
+                self._wait_for_epoch(task)
+                reading = self.rows.reading(task)
+                # batch number from the start of the stream's reading (its segment)
+                per_step = max(1, self.rows.batch_size * (task.world_size or 1))
+                got = reading.step(task.batch - task.offset // per_step)
+        except BaseException as e:  # a bug of the stage: the batch fails with it
+            pending.internal = e
+        if task.stopped:
+            task.chunk_done()
+            return
+        if got is None and pending.internal is None:
+            task.chunk_done()
+            task.end()  # no row left for this batch: the epoch ends before it
+            return
+        if isinstance(got, BaseException):
+            pending.errors[0] = got
+        elif got is not None:
+            if len(got) < task.samples:
+                task.set_samples(len(got))
+            if self.collate_fn is not None:
+                pending.rows = list(got)
+            else:
+                pending.rows = [None] * len(got)
+                for j, row in enumerate(got):
+                    try:
+                        pending.rows[j] = self.layout.check(
+                            row, lambda j=j: self.rows.describe(int(task.indices[j])))
+                    except Exception as e:
+                        pending.errors[j] = e
+        if reading is not None:
+            pending.skipped = reading.take_skipped()
+        wall = time.perf_counter_ns() - wall0
+        cpu1, wait1 = thread_sched()
+        # the workers' map time, and this thread's merging and checking
+        mapped = max(0, self.rows.python_ns - py0)
+        task.add_times(wall + mapped, cpu1 - cpu0 + mapped, 0, 0, 0, 0, wait1 - wait0)
+        if task.chunk_done():
+            self._finish(task, pending)
+
+    def stop(self) -> None:
+        super().stop()
+        self.rows.close()
+
+    def dropped(self) -> None:
+        super().dropped()
+        self.rows.close()
