@@ -1,12 +1,12 @@
 #include "codecs/audio_decoder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <numeric>
 
 #include "codecs/detail/ffmpeg.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -138,17 +138,7 @@ std::vector<uint8_t> make_audio_record(const uint8_t* data, size_t n) {
 
 int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int rate, int channels,
                      float* out, int64_t stride, int64_t* decode_ns) {
-  const auto t0 = std::chrono::steady_clock::now();
-  struct Report {
-    std::chrono::steady_clock::time_point t0;
-    int64_t* to;
-    ~Report() {
-      if (to)
-        *to += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now() - t0)
-                   .count();
-    }
-  } report{t0, decode_ns};
+  const ScopedNs timer(decode_ns);
   const int64_t total = resampled_length(rec, rate);
   count = std::min(count, total - start);
   if (count <= 0) return 0;

@@ -1,11 +1,11 @@
 #include "codecs/video_decoder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <limits>
 
 #include "codecs/detail/ffmpeg.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -334,7 +334,7 @@ class ClipDecode {
   FramePtr frame_;
   bool skip_;
   std::vector<uint8_t> sent_;  // whether wanted frame i's packet went to the decoder
-  size_t next_ = 0;  // the next wanted frame
+  size_t next_ = 0;            // the next wanted frame
   bool started_ = false;
   bool seeking_ = false;  // dropping packets up to waiting_for_
   bool restarted_ = false;
@@ -346,17 +346,7 @@ class ClipDecode {
 
 void decode_video_frames(const VideoRecord& rec, const int32_t* ids, size_t count, size_t headroom,
                          const VideoFrameSink& sink, int64_t* decode_ns) {
-  const auto t0 = std::chrono::steady_clock::now();
-  struct Report {
-    std::chrono::steady_clock::time_point t0;
-    int64_t* to;
-    ~Report() {
-      if (to)
-        *to += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now() - t0)
-                   .count();
-    }
-  } report{t0, decode_ns};
+  const ScopedNs timer(decode_ns);
   if (count == 0) return;
   ClipDecode(rec, ids, count, headroom, sink).run();
 }
