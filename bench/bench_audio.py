@@ -22,12 +22,10 @@ import argparse
 import io
 import os
 import random
-import statistics
 import tempfile
-import time
 
 import numpy as np
-from bench_video import PeakPss, warm
+from bench_video import compare, time_stoker_loader
 
 RATE_IN, RATE, SECONDS, CROP = 44100, 16000, 10, 2.0
 N = int(CROP * RATE)
@@ -118,54 +116,13 @@ class TorchaudioCrops(SoundfileCrops):
         return torchaudio.functional.resample(x.mean(0, keepdim=True), sr, RATE)[:, :N]
 
 
-def peer_ok(cls, path):
-    try:
-        cls([path])[0]
-        return None
-    except Exception as e:
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:150]}"
-
-
-def time_dataloader(cls, paths, crops, workers, batch):
-    import torch
-
-    loader = torch.utils.data.DataLoader(cls(paths, seed=workers), batch_size=batch,
-                                         shuffle=True, num_workers=workers,
-                                         persistent_workers=workers > 0,
-                                         generator=torch.Generator().manual_seed(0))
-    it = iter(loader)
-    next(it)
-    warm(paths)
-    with PeakPss() as mem:
-        t0 = time.perf_counter()
-        n = 0
-        while n < crops:
-            n += len(next(it))
-        dt = time.perf_counter() - t0
-    return n / dt, mem.peak
-
-
 def time_stoker(root, shard_files, crops, threads, batch, epoch):
     import stoker
 
     loader = stoker.Loader(stoker.Dataset(root), batch_size=batch, shuffle=True, seed=epoch,
                            num_threads=threads,
                            transforms={"audio": stoker.ops.RandomAudioCrop(CROP)})
-    warm(shard_files)
-    with PeakPss() as mem, loader:
-        it = iter(loader)
-        next(it)  # start-up outside the timing, as for DataLoader
-        t0 = time.perf_counter()
-        n = 0
-        while n < crops:
-            for b in it:
-                assert b["audio"].shape[1:] == (1, N)
-                n += len(b["audio"])
-                if n >= crops:
-                    break
-            it = iter(loader)
-        dt = time.perf_counter() - t0
-    return n / dt, mem.peak
+    return time_stoker_loader(loader, shard_files, crops, "audio", (1, N))
 
 
 PEERS = (("soundfile + scipy", SoundfileCrops), ("pyav", PyAVCrops),
@@ -210,41 +167,10 @@ def main():
                     w.write({"audio": p})
         shard_files = [os.path.join(root, s["path"]) for s in stoker.Dataset(root).shards]
         print(f"\n## {fmt}\n")
-        print("| loader | crops/s | peak PSS (MB) | stoker / this |")
-        print("|---|---:|---:|---:|")
-        # every configuration once per round, rounds interleaved: a shared machine's load
-        # drifts, and each configuration then sees the same drift
-        configs = [("stoker", f"stoker, {cores} threads",
-                    lambda r, root=root, sf=shard_files: time_stoker(root, sf, a.crops, cores,
-                                                                      a.batch_size, r))]
-        for name, cls in PEERS:
-            why = peer_ok(cls, paths[0])
-            if why:
-                print(f"| DataLoader + {name} | not run: {why} | | |")
-                continue
-            for workers in sorted({0, 1, cores}):
-                configs.append((name, f"DataLoader + {name}, best num_workers={workers}",
-                                lambda r, cls=cls, paths=paths, workers=workers: time_dataloader(
-                                    cls, paths, a.crops, workers, a.batch_size)))
-        configs += CEILINGS(paths, a, cores)
-        runs = {label: [] for _, label, _ in configs}
-        for r in range(a.repeats):
-            for _, label, f in configs:
-                runs[label].append(f(r))
-        best = {}
-        for group, label, _ in configs:
-            rate = statistics.median(x[0] for x in runs[label])
-            mem = max(x[1] for x in runs[label])
-            if group not in best or rate > best[group][1]:
-                best[group] = (label, rate, mem)
-        rows = list(best.values())
-        s_rate = best["stoker"][1]
-        peers = [v[1] for k, v in best.items() if k not in ("stoker", "ceiling")]
-        best_peer = max(peers, default=0.0)
-        for name, rate, mem in rows:
-            print(f"| {name} | {rate:.0f} | {mem / 1e6:.0f} | {s_rate / rate:.2f}x |")
-        if best_peer:
-            print(f"\nstoker / best DataLoader peer: {s_rate / best_peer:.2f}x")
+        compare(lambda r, root=root, sf=shard_files: time_stoker(root, sf, a.crops, cores,
+                                                                  a.batch_size, r),
+                PEERS, CEILINGS(paths, a, cores), paths, a.crops, a.batch_size, cores,
+                a.repeats, "crops/s", 0)
 
 
 if __name__ == "__main__":

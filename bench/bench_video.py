@@ -210,7 +210,7 @@ def peer_ok(cls, path):
         return f"{type(e).__name__}: {str(e).splitlines()[0][:150]}"
 
 
-def time_dataloader(cls, paths, clips, workers, batch):
+def time_dataloader(cls, paths, count, workers, batch):
     import torch
 
     ds = cls(paths, seed=workers)
@@ -224,10 +224,30 @@ def time_dataloader(cls, paths, clips, workers, batch):
     with PeakPss() as mem:
         t0 = time.perf_counter()
         n = 0
-        while n < clips:
+        while n < count:
             n += len(next(it))
         dt = time.perf_counter() - t0
     del it, loader
+    return n / dt, mem.peak
+
+
+def time_stoker_loader(loader, shard_files, count, field, shape):
+    """Rows/s of a stoker.Loader (epoch after epoch) over `count` rows of `field`, each of
+    `shape`, and the peak PSS; the first batch (start-up) outside the timing."""
+    warm(shard_files)
+    with PeakPss() as mem, loader:
+        it = iter(loader)
+        next(it)  # start-up outside the timing, as for DataLoader
+        t0 = time.perf_counter()
+        n = 0
+        while n < count:
+            for b in it:
+                assert b[field].shape[1:] == shape
+                n += len(b[field])
+                if n >= count:
+                    break
+            it = iter(loader)  # the next epoch: new clips
+        dt = time.perf_counter() - t0
     return n / dt, mem.peak
 
 
@@ -239,21 +259,7 @@ def time_stoker(root, shard_files, clips, threads, batch, epoch):
                            transforms={"video": [stoker.ops.RandomClip(T),
                                                  stoker.ops.Resize(SIZE),
                                                  stoker.ops.CenterCrop(SIZE)]})
-    warm(shard_files)
-    with PeakPss() as mem, loader:
-        it = iter(loader)
-        next(it)  # start-up outside the timing, as for DataLoader
-        t0 = time.perf_counter()
-        n = 0
-        while n < clips:
-            for b in it:
-                assert b["video"].shape[1:] == (T, 3, SIZE, SIZE)
-                n += len(b["video"])
-                if n >= clips:
-                    break
-            it = iter(loader)  # the next epoch: new clips
-        dt = time.perf_counter() - t0
-    return n / dt, mem.peak
+    return time_stoker_loader(loader, shard_files, clips, "video", (T, 3, SIZE, SIZE))
 
 
 def _decode_only(args):
@@ -286,6 +292,44 @@ def time_ceiling(paths, clips, procs):
         pool.map(_decode_only, work, chunksize=2)
         dt = time.perf_counter() - t0
     return clips / dt, mem.peak
+
+
+def compare(stoker_run, peers, ceilings, paths, count, batch, cores, repeats, unit, digits):
+    """The table of bench_video.py and bench_audio.py: stoker (`stoker_run(round)`), each
+    peer's __getitem__ class in a DataLoader at num_workers 0, 1 and the cores (its best
+    quoted), and the ceilings ((group, label, run(round))); medians of `repeats` rounds,
+    the configurations interleaved in each, and the ratio of stoker to each row."""
+    print(f"| loader | {unit} | peak PSS (MB) | stoker / this |")
+    print("|---|---:|---:|---:|")
+    # every configuration once per round, rounds interleaved: a shared machine's load
+    # drifts, and each configuration then sees the same drift
+    configs = [("stoker", f"stoker, {cores} threads", stoker_run)]
+    for name, cls in peers:
+        why = peer_ok(cls, paths[0])
+        if why:
+            print(f"| DataLoader + {name} | not run: {why} | | |")
+            continue
+        for workers in sorted({0, 1, cores}):
+            configs.append((name, f"DataLoader + {name}, best num_workers={workers}",
+                            lambda r, cls=cls, workers=workers: time_dataloader(
+                                cls, paths, count, workers, batch)))
+    configs += ceilings
+    runs = {label: [] for _, label, _ in configs}
+    for r in range(repeats):
+        for _, label, f in configs:
+            runs[label].append(f(r))
+    best = {}
+    for group, label, _ in configs:
+        rate = statistics.median(x[0] for x in runs[label])
+        mem = max(x[1] for x in runs[label])
+        if group not in best or rate > best[group][1]:
+            best[group] = (label, rate, mem)
+    s_rate = best["stoker"][1]
+    peer_rates = [v[1] for k, v in best.items() if k not in ("stoker", "ceiling")]
+    for name, rate, mem in best.values():
+        print(f"| {name} | {rate:.{digits}f} | {mem / 1e6:.0f} | {s_rate / rate:.2f}x |")
+    if peer_rates:
+        print(f"\nstoker / best DataLoader peer: {s_rate / max(peer_rates):.2f}x")
 
 
 PEERS = (("pyav", PyAVClips), ("decord", DecordClips), ("torchcodec", TorchCodecClips))
@@ -337,41 +381,10 @@ def main():
         shard_files = [os.path.join(root, s["path"]) for s in stoker.Dataset(root).shards]
         mb = sum(os.path.getsize(p) for p in paths) / len(paths) / 1e6
         print(f"\n## {codec} ({mb:.1f} MB a video)\n")
-        print("| loader | clips/s | peak PSS (MB) | stoker / this |")
-        print("|---|---:|---:|---:|")
-        # every configuration once per round, rounds interleaved: a shared machine's load
-        # drifts, and each configuration then sees the same drift
-        configs = [("stoker", f"stoker, {cores} threads",
-                    lambda r, root=root, sf=shard_files: time_stoker(root, sf, a.clips, cores,
-                                                                      a.batch_size, r))]
-        for name, cls in PEERS:
-            why = peer_ok(cls, paths[0])
-            if why:
-                print(f"| DataLoader + {name} | not run: {why} | | |")
-                continue
-            for workers in sorted({0, 1, cores}):
-                configs.append((name, f"DataLoader + {name}, best num_workers={workers}",
-                                lambda r, cls=cls, paths=paths, workers=workers: time_dataloader(
-                                    cls, paths, a.clips, workers, a.batch_size)))
-        configs += CEILINGS(paths, a, cores)
-        runs = {label: [] for _, label, _ in configs}
-        for r in range(a.repeats):
-            for _, label, f in configs:
-                runs[label].append(f(r))
-        best = {}
-        for group, label, _ in configs:
-            rate = statistics.median(x[0] for x in runs[label])
-            mem = max(x[1] for x in runs[label])
-            if group not in best or rate > best[group][1]:
-                best[group] = (label, rate, mem)
-        rows = list(best.values())
-        s_rate = best["stoker"][1]
-        peers = [v[1] for k, v in best.items() if k not in ("stoker", "ceiling")]
-        best_peer = max(peers, default=0.0)
-        for name, rate, mem in rows:
-            print(f"| {name} | {rate:.1f} | {mem / 1e6:.0f} | {s_rate / rate:.2f}x |")
-        if best_peer:
-            print(f"\nstoker / best DataLoader peer: {s_rate / best_peer:.2f}x")
+        compare(lambda r, root=root, sf=shard_files: time_stoker(root, sf, a.clips, cores,
+                                                                  a.batch_size, r),
+                PEERS, CEILINGS(paths, a, cores), paths, a.clips, a.batch_size, cores,
+                a.repeats, "clips/s", 1)
         sys.stdout.flush()
 
 

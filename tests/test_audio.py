@@ -115,3 +115,17 @@ def test_loader_batches(tmp_path, files):
                              transforms={"audio": [stoker.ops.RandomAudioCrop(0.3)]})
 
     same_for_threads_and_resume(make)
+
+
+def test_an_absurd_rate_is_refused_not_resampled(files):
+    """A record whose rate is over 768 kHz (a damaged header: resampling it would build a
+    filter of millions of taps, found by fuzz_media) is refused, as is such a target rate."""
+    import struct
+
+    record = bytearray(stoker.audio().encode(files["wav"]))
+    assert _core.audio_info(bytes(record))["sample_rate"] == struct.unpack_from("<i", record, 16)[0]
+    struct.pack_into("<i", record, 16, 268443456)
+    with pytest.raises(stoker.DecodeError, match="header is inconsistent .268443456 Hz"):
+        _core.decode_audio_record(bytes(record), stoker.ops.clip.audio_spec(8000, None, None))
+    with pytest.raises(ValueError, match="at most 768000 Hz"):
+        stoker.audio(sample_rate=1_000_000)

@@ -196,3 +196,98 @@ def test_mixture_of_video_datasets(tmp_path):
     src = torch.cat([x["source"] for x in batches])
     assert set(src.tolist()) == {0, 1}
     assert batches[0]["video"].shape == (4, 3, 3, 32, 32)
+
+
+def _rows(loader):
+    """{label: (clip, times)} of an epoch's rows, and the labels in order."""
+    rows, labels = {}, []
+    for b in loader:
+        for j, label in enumerate(b["label"].tolist()):
+            rows.setdefault(label, []).append((b["video"][j].clone(), b["video_pts"][j].clone()))
+            labels.append(label)
+    return rows, labels
+
+
+def test_elastic_resume_gives_every_sample_its_clip(clips):
+    """Saved at 2 ranks mid-epoch, resumed at 3 ranks with other thread counts: the rest of
+    the epoch is the samples not yet yielded, each with the clip (frames and times) a plain
+    one-rank run gives it."""
+    ds, _ = clips
+    t = {"video": [stoker.ops.RandomClip(4, step=2), stoker.ops.RandomResizedCrop(16),
+                   stoker.ops.RandomHorizontalFlip()]}
+
+    def make(threads, **kw):
+        return stoker.Loader(ds, batch_size=2, shuffle=True, seed=5, num_threads=threads,
+                             transforms=t, **kw)
+
+    with make(2) as loader:
+        loader.set_epoch(1)
+        want, order = _rows(loader)
+    consumed = []
+    for r in range(2):
+        with make(1, rank=r, world_size=2) as loader:
+            loader.set_epoch(1)
+            b = next(iter(loader))
+            consumed += b["label"].tolist()
+            state = loader.state_dict()
+    assert sorted(consumed) == sorted(order[:4])
+    rest = []
+    for r in range(3):
+        with make(1 + r, rank=r, world_size=3) as loader:
+            loader.load_state_dict(state)
+            got, labels = _rows(loader)
+        rest += labels
+        for label, pairs in got.items():
+            for clip, pts in pairs:
+                assert torch.equal(clip, want[label][0][0]), (r, label)
+                assert torch.equal(pts, want[label][0][1]), (r, label)
+    left = order[4:]
+    assert sorted(set(rest)) == sorted(left)  # nothing lost, nothing consumed comes again
+    assert len(rest) - len(left) < 3  # at most the padding equal batch counts need
+
+
+def test_mix_of_video_and_images_is_refused_with_the_reason(tmp_path, clips):
+    from conftest import png
+
+    ds, _ = clips
+    with stoker.ShardWriter(tmp_path / "img", {"image": stoker.image(),
+                                               "label": stoker.scalar("int64")}) as w:
+        for i in range(4):
+            w.write({"image": png(np.full((32, 48, 3), 40 * i, np.uint8)), "label": i})
+    images = stoker.Dataset(tmp_path / "img")
+    with pytest.raises(ValueError, match=r"other fields.*one tensor per field.*own Loader"):
+        stoker.Mix({"v": ds, "i": images})
+
+
+def test_decoded_cache_refuses_clips_and_keeps_the_images_beside_them(tmp_path, clips):
+    """cache='decoded' keeps images only: a video-only dataset is refused with the reason;
+    with an image field beside the video, the images are cached and the clips are those of
+    a loader without the cache."""
+    from conftest import png
+
+    ds, videos = clips
+    t = {"video": [stoker.ops.RandomClip(3)]}
+    with pytest.raises(ValueError, match=r"\['video'\] are video or audio: their clips are "
+                                         r"drawn anew every epoch"):
+        stoker.Loader(ds, batch_size=2, transforms=t, cache="decoded", cache_size="16MB")
+    fields = {"video": stoker.video(), "image": stoker.image(), "label": stoker.scalar("int64")}
+    with stoker.ShardWriter(tmp_path / "both", fields) as w:
+        for i, v in enumerate(videos[:6]):
+            w.write({"video": v, "image": png(np.full((24, 24, 3), 30 * i, np.uint8)),
+                     "label": i})
+    both = stoker.Dataset(tmp_path / "both")
+    t = {"video": [stoker.ops.RandomClip(3)], "image": [stoker.ops.RandomResizedCrop(16)]}
+
+    def run(**kw):
+        with stoker.Loader(both, batch_size=3, shuffle=True, seed=1, transforms=t,
+                           **kw) as loader:
+            out = [[{k: v.clone() for k, v in b.items()} for b in loader] for _ in range(2)]
+            return out, loader.stats().get("cache")
+
+    plain, _ = run()
+    cached, stats = run(cache="decoded", cache_size="16MB")
+    assert stats["images"] == 6 and stats["hits"] > 0
+    for a, b in zip(sum(plain, []), sum(cached, []), strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), k

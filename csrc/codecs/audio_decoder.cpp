@@ -1,12 +1,12 @@
 #include "codecs/audio_decoder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <numeric>
 
 #include "codecs/detail/ffmpeg.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -111,6 +111,8 @@ std::vector<uint8_t> make_audio_record(const uint8_t* data, size_t n) {
     if (rate == 0) {
       rate = f->sample_rate;
       channels = f->ch_layout.nb_channels;
+      STOKER_CHECK(rate > 0 && rate <= kMaxSampleRate, DecodeError, "the audio's rate of ", rate,
+                   " Hz is outside 1 to ", kMaxSampleRate, " Hz");
     }
     STOKER_CHECK(f->sample_rate == rate && f->ch_layout.nb_channels == channels, DecodeError,
                  "the audio changes from ", rate, " Hz x ", channels, " to ", f->sample_rate,
@@ -138,17 +140,9 @@ std::vector<uint8_t> make_audio_record(const uint8_t* data, size_t n) {
 
 int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int rate, int channels,
                      float* out, int64_t stride, int64_t* decode_ns) {
-  const auto t0 = std::chrono::steady_clock::now();
-  struct Report {
-    std::chrono::steady_clock::time_point t0;
-    int64_t* to;
-    ~Report() {
-      if (to)
-        *to += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now() - t0)
-                   .count();
-    }
-  } report{t0, decode_ns};
+  const ScopedNs timer(decode_ns);
+  STOKER_CHECK(rate > 0 && rate <= kMaxSampleRate, UsageError, "an audio rate of ", rate,
+               " Hz is outside 1 to ", kMaxSampleRate, " Hz");
   const int64_t total = resampled_length(rec, rate);
   count = std::min(count, total - start);
   if (count <= 0) return 0;

@@ -44,6 +44,9 @@ inline constexpr size_t kMediaHeaderBytes = 48;
 inline constexpr int32_t kVideoProbeStreams = 1;  ///< video flag: needs find_stream_info
 inline constexpr int32_t kAudioExactSeek = 1;     ///< audio flag: pcm or flac
 inline constexpr int32_t kAudioProbeStreams = 2;  ///< audio flag: needs find_stream_info
+/// The highest audio rate a record holds or a loader resamples to (FFmpeg's
+/// decoders stop at 768 kHz; libswresample's filter grows with the ratio).
+inline constexpr int32_t kMaxSampleRate = 768000;
 
 struct VideoFrameEntry {
   int64_t pts;

@@ -1,11 +1,11 @@
 #include "codecs/video_decoder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <limits>
 
 #include "codecs/detail/ffmpeg.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 namespace stoker {
@@ -181,7 +181,8 @@ class ClipDecode {
         ctx_(open_decoder(st_)),
         pkt_(make_packet()),
         frame_(make_frame()),
-        skip_(skips_nonref(st_->codecpar->codec_id)) {
+        skip_(skips_nonref(st_->codecpar->codec_id)),
+        sent_(count, 0) {
     STOKER_CHECK(st_->codecpar->codec_type == AVMEDIA_TYPE_VIDEO, DecodeError, "stream ",
                  rec.stream, " is not video");
     // every other stream's packets are dropped by the demuxer
@@ -193,7 +194,9 @@ class ClipDecode {
     while (next_ < count_) {
       const uint32_t key = rec_.frame(ids_[next_]).key;
       if (!started_ || key > fed_key_) seek_to(key);
-      if (!feed()) {  // end of file: the decoder's last frames
+      // The end of the file, or every wanted frame's packet sent: the
+      // decoder's delayed frames come out without decoding what follows.
+      if (!feed() || all_sent()) {
         avcodec_send_packet(ctx_.get(), nullptr);
         receive();
         if (next_ < count_) missing();
@@ -208,6 +211,7 @@ class ClipDecode {
     // (pts or dts, whichever the container indexes by).
     seek_ts(std::min(k.pts, k.dts));
     avcodec_flush_buffers(ctx_.get());
+    std::fill(sent_.begin(), sent_.end(), 0);
     started_ = true;
     waiting_for_ = key;
     seeking_ = true;
@@ -238,13 +242,21 @@ class ClipDecode {
                rec_.key(static_cast<int32_t>(fed_key_ + 1)).pts <= pkt_->pts)
           ++fed_key_;
       }
-      if (skip_) ctx_->skip_frame = wanted(pkt_->pts) ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+      const size_t w = wanted(pkt_->pts);
+      if (skip_) ctx_->skip_frame = w < count_ ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
       const int sent = avcodec_send_packet(ctx_.get(), pkt_.get());
       STOKER_CHECK(sent >= 0 || sent == AVERROR_INVALIDDATA, DecodeError,
                    "decoding the video: ", av_error_text(sent));
+      if (w < count_) sent_[w] = 1;
       receive();
       return true;
     }
+  }
+
+  bool all_sent() const {
+    for (size_t i = next_; i < count_; ++i)
+      if (!sent_[i]) return false;
+    return true;
   }
 
   void seek_ts(int64_t ts) {
@@ -263,15 +275,17 @@ class ClipDecode {
     const VideoKeyEntry first = rec_.key(0);
     seek_ts(std::min(first.pts, first.dts));
     avcodec_flush_buffers(ctx_.get());
+    std::fill(sent_.begin(), sent_.end(), 0);
   }
 
-  bool wanted(int64_t pts) const {
+  // The index among the wanted frames still to come of the one at `pts`, or count_.
+  size_t wanted(int64_t pts) const {
     for (size_t i = next_; i < count_; ++i) {
       const int64_t p = rec_.frame(ids_[i]).pts;
-      if (p == pts) return true;
-      if (p > pts) return false;
+      if (p == pts) return i;
+      if (p > pts) break;
     }
-    return false;
+    return count_;
   }
 
   void receive() {
@@ -319,7 +333,8 @@ class ClipDecode {
   PacketPtr pkt_;
   FramePtr frame_;
   bool skip_;
-  size_t next_ = 0;  // the next wanted frame
+  std::vector<uint8_t> sent_;  // whether wanted frame i's packet went to the decoder
+  size_t next_ = 0;            // the next wanted frame
   bool started_ = false;
   bool seeking_ = false;  // dropping packets up to waiting_for_
   bool restarted_ = false;
@@ -331,17 +346,7 @@ class ClipDecode {
 
 void decode_video_frames(const VideoRecord& rec, const int32_t* ids, size_t count, size_t headroom,
                          const VideoFrameSink& sink, int64_t* decode_ns) {
-  const auto t0 = std::chrono::steady_clock::now();
-  struct Report {
-    std::chrono::steady_clock::time_point t0;
-    int64_t* to;
-    ~Report() {
-      if (to)
-        *to += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now() - t0)
-                   .count();
-    }
-  } report{t0, decode_ns};
+  const ScopedNs timer(decode_ns);
   if (count == 0) return;
   ClipDecode(rec, ids, count, headroom, sink).run();
 }

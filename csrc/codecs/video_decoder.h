@@ -19,6 +19,10 @@
 //     references (AVDISCARD_NONREF), which changes no other frame's pixels;
 //   * a wanted frame whose key frame lies after the packets already read
 //     starts a new seek (a clip with a large step skips whole GOPs);
+//   * once every wanted frame's packet has gone to the decoder, drain it (a
+//     null packet): the frames it holds back for reordering come out without
+//     decoding the packets after the clip (a B-frame stream's reorder delay
+//     would otherwise cost one to three more reference frames);
 //   * stop as soon as the last wanted frame is out.
 // Frames are converted to RGB24 with libswscale, at their size, as PyAV's
 // frame.to_ndarray(format="rgb24") converts them (bilinear flags, the frame's

@@ -1,13 +1,13 @@
 #include "geometry/video_pipeline.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "codecs/media.h"
 #include "codecs/raw_image.h"
 #include "codecs/video_decoder.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "geometry/detail/rng.h"
 #include "sampler/permutation.h"
@@ -124,11 +124,10 @@ void VideoPipeline::run(const uint8_t* data, size_t n, uint64_t seed, void* out,
         uint8_t* record = rgb - kRawHeaderBytes;
         write_raw_header(record, rec.width, rec.height, 3);
         uint8_t* first = dst + t * bytes;
-        const auto t0 = std::chrono::steady_clock::now();
-        frames_.run(record, raw, seed, first, out_h, out_w);
-        ops_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
+        {
+          const ScopedNs timer(&ops_ns);
+          frames_.run(record, raw, seed, first, out_h, out_w);
+        }
         pts[t] = rec.seconds(distinct[i]);
         ++t;
         while (t < ids.size() && ids[t] == distinct[i]) {  // a short video's last frame again

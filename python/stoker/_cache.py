@@ -30,6 +30,7 @@ from typing import Any, Dict, Optional, Union
 
 from . import _core
 from . import _loader_args as args
+from ._media_fields import Audio, Video
 from .fields import Image
 
 __all__ = ["CachePlan", "check_cache", "check_verify", "check_use", "open_cache", "cache_stats",
@@ -195,6 +196,14 @@ def check_use(cache: CachePlan, dataset: Any, settings: args.Settings,
         raise ValueError(f"cache='decoded' keeps the decoded images of a stoker.Dataset; it "
                          f"does not apply to {what}")
     if not any(isinstance(f, Image) and f.mode == "RGB" for f in dataset.fields.values()):
+        media = sorted(n for n, f in dataset.fields.items() if isinstance(f, (Video, Audio)))
+        if media:  # clips are not cached (docs/video.md)
+            raise ValueError(
+                f"cache='decoded' keeps decoded RGB images, and the fields {media} are video or "
+                "audio: their clips are drawn anew every epoch, so one epoch's decoded frames "
+                "are rarely the next one's, and a video's every frame decoded is hundreds of "
+                "times its file (854x480, 300 frames: 369 MB for a file of about 1 MB); they "
+                "decode from their records each time (leave cache= out)")
         raise ValueError("cache='decoded' keeps decoded RGB images, and this dataset has no "
                          "stoker.image() field of mode 'RGB'")
     slots = len(dataset) * image_fields(dataset.fields)

@@ -10,6 +10,8 @@ from typing import Any, Dict, Optional
 
 from .fields import SPEC_MAKERS, Field
 
+MAX_SAMPLE_RATE = 768000  # csrc/codecs/media_record.h's kMaxSampleRate
+
 
 def _file_bytes(value: Any, what: str, kind: str) -> bytes:
     """The bytes of a media file given as bytes or as a path."""
@@ -82,6 +84,9 @@ class Audio(Field):
 
     def __init__(self, sample_rate: Optional[int] = None, channels: Optional[int] = None):
         self.sample_rate = _check_positive(sample_rate, "audio sample_rate")
+        if self.sample_rate is not None and self.sample_rate > MAX_SAMPLE_RATE:
+            raise ValueError(f"audio sample_rate must be at most {MAX_SAMPLE_RATE} Hz, got "
+                             f"{self.sample_rate}")
         self.channels = _check_positive(channels, "audio channels")
         if self.channels is not None and self.channels > 64:
             raise ValueError(f"audio channels must be at most 64, got {channels}")

@@ -130,7 +130,8 @@ class Mix:
                     raise ValueError(
                         f"source {n!r} has other fields than {first!r}: a mixture's record "
                         f"datasets need the same fields ({_describe(datasets[first])} vs "
-                        f"{_describe(datasets[n])})")
+                        f"{_describe(datasets[n])})"
+                        + _media_reason(datasets[first], datasets[n]))
         self.names: List[str] = names
         self.datasets: Dict[str, Any] = datasets
 
@@ -278,6 +279,25 @@ def _where(ds: Any) -> str:
     """A source's files, for messages."""
     paths = getattr(ds, "paths", None)
     return str(paths[0] if paths else getattr(ds, "path", ds))
+
+
+def _media_reason(a: Dataset, b: Dataset) -> str:
+    """Why video (or audio) and image sources do not mix, where that is the difference."""
+    from ._media_fields import Audio, Video
+    from .fields import Image
+
+    def kinds(ds):
+        return {("video" if isinstance(f, Video) else "audio" if isinstance(f, Audio)
+                 else "image") for f in ds.fields.values()
+                if isinstance(f, (Video, Audio, Image))}
+
+    ka, kb = kinds(a), kinds(b)
+    if ka == kb or not ({"video", "audio"} & (ka | kb)):
+        return ""
+    return ("; a batch holds one tensor per field, and a video clip ([T, C, H, W]), an "
+            "image ([C, H, W]) and audio ([C, N]) are not rows of one tensor: give each kind "
+            "its own Loader and alternate their batches in the training loop (docs/video.md, "
+            "'Video with images')")
 
 
 def _describe(ds: Dataset) -> str:

@@ -1,8 +1,10 @@
 """Writes seed corpora for the fuzz targets: small valid shards (format versions 2 and 1),
-images, Megatron indexes, and patches of a decoded cache's file.
+images, Megatron indexes, patches of a decoded cache's file, and small videos and sounds
+(files and records, fuzz_media.cpp's first byte saying which).
 
     python tests/fuzz/make_corpus.py OUT_DIR   -> OUT_DIR/shard/*, OUT_DIR/image/*,
-                                                  OUT_DIR/megatron/*, OUT_DIR/cache/*
+                                                  OUT_DIR/megatron/*, OUT_DIR/cache/*,
+                                                  OUT_DIR/media/*
 """
 
 import io
@@ -95,6 +97,31 @@ def cache(out):
                 f.write(struct.pack("<HB", at, len(raw)) + raw)
 
 
+def media(out):
+    """fuzz_media.cpp's inputs: tiny videos (H.264 with B-frames, VP9, a variable frame rate)
+    and sounds (wav, flac), each as a file (path 1 or 3) and as its record (path 0 or 2)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from media_reference import encoders_here, make_audio, make_video
+
+    os.makedirs(out, exist_ok=True)
+    here = encoders_here()
+    videos = [("h264", make_video("h264", frames=6, w=16, h=16, gop=4))] if "h264" in here else []
+    if "vp9" in here:
+        videos.append(("vp9", make_video("vp9", frames=4, w=16, h=16)))
+    if "h264" in here:
+        videos.append(("vfr", make_video("h264", frames=5, w=16, h=16, vfr=True, gop=2)))
+    sounds = [(fmt, make_audio(fmt, seconds=0.05, rate=8000, channels=2))
+              for fmt in ("wav", "flac")]
+    for name, data in videos:
+        for path, raw in ((1, data), (0, stoker.video().encode(data))):
+            with open(os.path.join(out, f"{name}-{path}"), "wb") as f:
+                f.write(bytes([path]) + raw)
+    for name, data in sounds:
+        for path, raw in ((3, data), (2, stoker.audio().encode(data))):
+            with open(os.path.join(out, f"{name}-{path}"), "wb") as f:
+                f.write(bytes([path]) + raw)
+
+
 if __name__ == "__main__":
     root = sys.argv[1]
     shards(os.path.join(root, "shard"))
@@ -102,3 +129,5 @@ if __name__ == "__main__":
     images(os.path.join(root, "image"))
     megatron(os.path.join(root, "megatron"))
     cache(os.path.join(root, "cache"))
+    if stoker._core.build_info()["video"]:
+        media(os.path.join(root, "media"))
