@@ -16,7 +16,7 @@ after it, the two loaders taking turns, medians of --repeats. Per loader:
                      over the first epoch (start-up included) and over the steady epochs.
                      stoker's workers run ahead into the next epoch; the samples they map
                      early count in the user's CPU, so they fall out of this column
-  1st getitem        seconds from making the loader to the first ``__getitem__`` in a worker
+  1st sample         seconds from making the loader to the first sample a worker returned
   1st batch          seconds from making the loader to its first batch
   wake-ups/batch     voluntary context switches of the training process's threads per
                      batch (on 2 cores each wake-up takes a core from a worker)
@@ -204,7 +204,7 @@ def run_one(make, inner, epochs):
         "user us/sample": 1e6 * user1 / (n0 + n),
         "loader us/sample, first": 1e6 * (tree0 - user0) / n0,
         "loader us/sample, steady": 1e6 * ((tree1 - user1) - (tree0 - user0)) / n,
-        "1st getitem s": (min(starts) - t0) / 1e9 if starts else float("nan"),
+        "1st sample s": (min(starts) - t0) / 1e9 if starts else float("nan"),
         "1st batch s": first_batch,
         "wake-ups/batch": (wake2 - wake0) / (batches0 + batches),
         "peak PSS MB": peak.best[0] / 2**20,
@@ -218,6 +218,12 @@ def workload(name, tmp, args):
     """(the torch Dataset, extra loader arguments, files to warm) of a bench_python
     workload."""
     if name in ("a", "c"):
+        # imported by the training process, as a script that imports its transforms does
+        # (the Dataset imports them again in __getitem__, where they are already there)
+        import albumentations  # noqa: F401
+        import cv2  # noqa: F401
+        from PIL import ImageEnhance, ImageFilter  # noqa: F401
+
         paths, _ = bp.make_images(os.path.join(tmp, name), args.images)
         return (bp.JpegFiles(paths) if name == "a" else bp.PilFiles(paths)), {}, paths
     boxes, classes, _ = bp.make_boxes(os.path.join(tmp, name), args.boxes)
