@@ -68,28 +68,54 @@ REMAP = {i: (i * 7) % 80 for i in range(80)}
 # -- memory of the process tree --------------------------------------------------------
 
 def _children(pid):
+    """The children of process `pid`, forked from any of its threads."""
+    out = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return []
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _tree(pid):
+    """`pid` and all its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += _children(p)
+    return out
+
+
+def _pss_of(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def tree_pss(pid=None):
-    """PSS in bytes of `pid` and all its descendants (shared pages counted once in total)."""
+    """PSS in bytes of `pid` and all its descendants (shared pages counted once in total).
+    A process forked while the tree is read would count the pages it shares twice (its
+    parent's PSS read before the fork, its own after): the tree is read again until no
+    process came or went meanwhile."""
     pid = pid or os.getpid()
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            continue
-        todo += _children(p)
+    total = 0
+    for _ in range(5):
+        procs = _tree(pid)
+        total = sum(_pss_of(p) for p in procs)
+        if _tree(pid) == procs:
+            break
     return total
 
 
