@@ -5,6 +5,7 @@ Usage::
 
     python scripts/dataloader_parity.py PATH/TO/test_dataloader.py [--only REGEX]
         [--timeout S] [--json OUT] [--slow] [--keep]
+        [--mode stoker --against EARLIER.json]
 
 PATH is PyTorch's ``test/test_dataloader.py`` for the torch installed here (it is
 PyTorch's code, so it stays outside this repository). The script copies it into a
@@ -29,10 +30,12 @@ each, grouped by why they fail: KNOWN below says, for each test stoker is known 
 whether it is (a) a gap in stoker's drop-in behaviour, (b) a test of DataLoader's own
 machinery or (c) a behaviour stoker has on purpose, and why; any other failure is listed
 as unexplained, grouped by its first line. ``--json OUT`` writes every test's outcome in
-both runs. Nothing is written anywhere else but the temporary directory (removed unless
-``--keep``); no network. PyTorch's test file imports ``expecttest`` (through
-``torch.testing._internal.common_utils``): where it is not installed, a stub of the little
-the file uses goes into the temporary directory.
+both runs. ``--mode stoker --against EARLIER.json`` runs stoker's side only and takes
+DataLoader's outcomes from an earlier run's ``--json`` on the same machine and torch (its
+report is the same as a full run's, in half the time). Nothing is written anywhere else but
+the temporary directory (removed unless ``--keep``); no network. PyTorch's test file
+imports ``expecttest`` (through ``torch.testing._internal.common_utils``): where it is not
+installed, a stub of the little the file uses goes into the temporary directory.
 """
 
 from __future__ import annotations
@@ -398,10 +401,19 @@ def main() -> None:
                     help="also run the tests PyTorch marks slow (PYTORCH_TEST_WITH_SLOW=1)")
     ap.add_argument("--mode", choices=("both", "dataloader", "stoker"), default="both",
                     help="run both (default), or one side only (its outcomes alone)")
+    ap.add_argument("--against", metavar="JSON",
+                    help="with --mode stoker: DataLoader's outcomes from an earlier --json")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     opts = ap.parse_args()
     if not os.path.isfile(opts.path):
         sys.exit(f"{opts.path}: no such file")
+    earlier: Optional[Dict[str, Tuple[str, str]]] = None
+    if opts.against:
+        if opts.mode != "stoker":
+            sys.exit("--against takes DataLoader's side from a file: use it with --mode stoker")
+        with open(opts.against) as f:
+            earlier = {name: tuple(sides["dataloader"])
+                       for name, sides in json.load(f)["tests"].items() if "dataloader" in sides}
 
     tmp = tempfile.mkdtemp(prefix="stoker-parity-")
     try:
@@ -434,7 +446,13 @@ def main() -> None:
                 t0 = time.time()
                 runs[mode] = run_mode(mode, sys.executable, tmp, ini, env, ids, opts.timeout)
                 print(f"[{mode}] {time.time() - t0:.0f}s", flush=True)
-        if opts.mode != "both":
+        if earlier is not None:
+            missing = [_name(i) for i in ids if _name(i) not in earlier]
+            if missing:
+                sys.exit(f"{opts.against} has no DataLoader outcome for {len(missing)} of the "
+                         f"selected tests (e.g. {missing[0]}): run --mode dataloader again")
+            summary = report(ids, {i: earlier[_name(i)] for i in ids}, runs["stoker"])
+        elif opts.mode != "both":
             out = runs[opts.mode]
             for i in ids:
                 print(f"{_name(i)}: {out[i][0]}" + (f": {out[i][1]}" if out[i][1] else ""))
