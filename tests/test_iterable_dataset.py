@@ -103,18 +103,45 @@ def test_dataloader_rules():
         len(stoker.Loader(Range(4), batch_size=2))
 
 
-def test_errors_and_worker_init_fn():
+class _Tagged(Range):
+    """Range whose rows say what worker_init_fn set on the worker's dataset."""
+
+    tag = -1
+
+    def __iter__(self):
+        for row in super().__iter__():
+            yield {**row, "tag": get_worker_info().dataset.tag}
+
+
+@pytest.mark.parametrize("python_workers", ["thread", "process"])
+def test_errors_and_worker_init_fn(python_workers):
     class Bad(IterableDataset):
         def __iter__(self):
             yield {"i": 0}
             raise KeyError("broken stream")
 
-    with pytest.raises(KeyError, match="broken stream"):
-        list(stoker.Loader(Bad(), batch_size=1, num_workers=1))
-    seen = []
-    got = _ids(stoker.Loader(Range(8), batch_size=4, num_workers=2,
-                             worker_init_fn=lambda w: seen.append(w)))
-    assert sorted(seen) == [0, 1] and sorted(sum(got, [])) == list(range(8))
+    with pytest.raises(KeyError, match="broken stream") as e:
+        list(stoker.Loader(Bad(), batch_size=1, num_workers=1, python_workers=python_workers))
+    notes = "\n".join(getattr(e.value, "__notes__", []))
+    assert "worker 0" in notes
+    if python_workers == "process":  # its traceback's text, from the worker process
+        assert 'raise KeyError("broken stream")' in notes
+    if python_workers == "thread":
+        seen = []
+        got = _ids(stoker.Loader(Range(8), batch_size=4, num_workers=2, python_workers="thread",
+                                 worker_init_fn=lambda w: seen.append(w)))
+        assert sorted(seen) == [0, 1] and sorted(sum(got, [])) == list(range(8))
+        return
+
+    def init(w):  # each process has its own copy of the dataset (DataLoader's workers)
+        get_worker_info().dataset.tag = w
+
+    ds = _Tagged(8)
+    batches = list(stoker.Loader(ds, batch_size=4, num_workers=2, worker_init_fn=init))
+    assert sorted(sum(_ids(batches), [])) == list(range(8))
+    # Range shards 0-3 to worker 0, 4-7 to worker 1; the loader's own copy untouched
+    assert {(i, t) for b in batches for i, t in zip(b["i"].tolist(), b["tag"].tolist())} == \
+        {(i, i // 4) for i in range(8)} and ds.tag == -1
 
 
 class _Counting(IterableDataset):

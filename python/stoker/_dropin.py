@@ -122,8 +122,9 @@ def _rebuild(loader: Any, **changes: Any) -> None:
 # -- worker processes (NOTE [ Worker processes for num_workers ]) --------------------------
 
 def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: bool) -> str:
-    """The Python stage's workers: a map-style dataset given DataLoader's num_workers > 0,
-    with python_workers left at "auto", runs in worker processes from the start."""
+    """The Python stage's workers: a torch dataset (map-style or iterable: `map_style`)
+    given DataLoader's num_workers > 0, with python_workers left at "auto", runs in worker
+    processes from the start."""
     if python_workers == "auto" and map_style and num_workers:
         return "process"
     return python_workers

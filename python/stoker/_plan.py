@@ -375,7 +375,7 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
         python_workers=a["python_workers"], transforms=transforms,
         image_layout=image_layout, device=device, context=dl["context"])
     # NOTE [ Worker processes for num_workers ] in stoker/_dropin.py
-    workers = _dropin.worker_kind(workers, dl["num_workers"], map_style=map_style)
+    workers = _dropin.worker_kind(workers, dl["num_workers"], map_style=map_style or iterable)
     records = not (tokens or map_style or iterable or isinstance(dataset, Mix))
     bulk = _dropin.bulk_sampler(dl["sampler"], a["batch_size"], dl["batch_sampler"], records)
     if bulk:  # its lists are batches, listed as a batch sampler's
@@ -494,8 +494,9 @@ def plan(dataset: Any, **arguments: Any) -> LoaderPlan:
     elif iterable:  # NOTE [ Iterable datasets ] in stoker/_stage/iterable.py
         source, producer = "iterable", "IterableProducer (rows of iter(dataset) per worker)"
         _dropin.check_rank_split(dataset, sampling)
+        # its workers: threads, or processes (NOTE [ Iterable datasets in processes ])
         stage = StagePlan("iterable", map_fn, batch_map, collate_fn, a["map_fields"], None,
-                          "thread", False, **stage_kw)
+                          "process" if workers == "process" else "thread", False, **stage_kw)
     elif map_style:
         source, producer = "map-style", "PythonProducer"
         stage = StagePlan("map-style", map_fn, batch_map, collate_fn, a["map_fields"],

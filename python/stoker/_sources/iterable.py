@@ -35,10 +35,6 @@ class IterableSource:
             raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle "
                              f"option, but got shuffle={a['shuffle']!r} (as DataLoader): "
                              "shuffle in the dataset")
-        if a["python_workers"] == "process":
-            raise ValueError("an IterableDataset runs on the loader's worker threads (NOTE "
-                             "[ Iterable datasets ]): python_workers='process' is for "
-                             "map-style datasets")
         if torch.device(a["device"]).type == "cuda":
             raise ValueError("an IterableDataset's batches are made in Python: use "
                              "device='cpu' (with pin_memory=True) and move them in the loop")
@@ -82,7 +78,7 @@ class IterableSource:
             map_fn=st.map, timeout=p.timeout, generator=p.arguments.get("generator"),
             split_ranks=s.split_ranks,
             prefetch=None if t.auto_prefetch else t.prefetch,
-            skip_errors=p.on_error == "skip")
+            skip_errors=p.on_error == "skip", processes=st.processes and workers > 0)
         stage = IterableStage(rows, batch_map=st.batch_map, collate_fn=st.collate_fn,
                               map_fields=st.map_fields, seed=s.seed, threads=1,
                               inline=workers == 0, unbatched=st.unbatched)

@@ -72,6 +72,7 @@ from .iterable_workers import (
     datapipes,
     live_workers,
 )
+from .iterable_processes import StreamProcesses
 from .rng import rng_from_key, rng_keys
 
 __all__ = ["IterableRows", "StreamReading", "DatasetStatePart"]
@@ -92,7 +93,8 @@ class StreamReading:
         self.rows = 0  # rows of the merged stream read
         self.skipped = 0  # rows left out (on_error="skip"), not yet counted in a batch
         self.first: List[Any] = []  # the epoch's first rows (padding wraps onto them)
-        self.workers: List[Optional[StreamWorker]] = []
+        self.workers: List[Any] = []  # StreamWorker threads, or StreamProcess
+        self._processes: Optional[StreamProcesses] = None
         self._inline: Optional[Any] = None
         self._turn = 0
         self._started = False
@@ -130,6 +132,9 @@ class StreamReading:
         pipes = datapipes(s, n)
         if n == 0:
             self._inline = iter(pipes[0] if pipes else s.dataset)
+        elif s.processes:  # NOTE [ Iterable datasets in processes ]
+            self._processes = StreamProcesses(self, n, pipes)
+            self.workers = list(self._processes.workers)
         else:
             self.workers = [StreamWorker(self, w, n, pipes[w] if pipes else None)
                             for w in range(n)]
@@ -186,7 +191,7 @@ class StreamReading:
             return self._keep(got)
         return DONE
 
-    def _get(self, w: StreamWorker) -> Any:
+    def _get(self, w: Any) -> Any:
         deadline = None if self.stream.timeout <= 0 else time.monotonic() + self.stream.timeout
         while True:
             try:
@@ -247,6 +252,10 @@ class StreamReading:
         """The stream stopped (or the loader closed): its workers are told."""
         self._closed = True
         self._ended = True
+        procs, self._processes = self._processes, None
+        if procs is not None:
+            procs.close()
+            return
         for w in self.workers:
             if w is not None:
                 w.stop.set()
@@ -273,8 +282,10 @@ class IterableRows:
                  persistent_workers: bool = False, map_fn: Optional[Callable],
                  timeout: float, generator: Optional[torch.Generator] = None,
                  split_ranks: bool = False, prefetch: Optional[int] = None,
-                 skip_errors: bool = False):
+                 skip_errors: bool = False, processes: bool = False):
         self.dataset = dataset
+        # the workers are processes (NOTE [ Iterable datasets in processes ]), else threads
+        self.processes = processes
         # stoker splits the stream across ranks (asked for); else each rank reads it as
         # the dataset gives it (NOTE [ Iterable datasets ])
         self.split_ranks = split_ranks

@@ -19,7 +19,7 @@ from .errors import add_note
 from .workers import set_thread_worker_info
 
 __all__ = ["MIN_QUEUE_ROWS", "DONE", "SKIPPED", "Failed", "StreamWorker", "datapipes",
-           "live_workers"]
+           "live_workers", "warn_self_split", "watch_rank_calls"]
 
 MIN_QUEUE_ROWS = 64  # rows a worker may hold ahead of the loop (automatic prefetch)
 DONE = object()  # a worker's stream ended
@@ -68,16 +68,27 @@ def _watch_rank_calls(stream: Any) -> None:
                 s = getattr(_watching, "stream", None)
                 if s is not None and not s.warned_self_split:
                     s.warned_self_split = True
-                    warnings.warn(
-                        "stoker: the IterableDataset asks torch.distributed for its rank "
-                        "(it splits itself by rank) while stoker splits its stream across "
-                        "ranks too (even_batches=, rank= or world_size= given): each rank "
-                        "would get a 1/world_size share of a share. Leave those out (each "
-                        "rank is then given the dataset as it is, DataLoader's rule) or "
-                        "stop the dataset's own split", RuntimeWarning, stacklevel=2)
+                    if not getattr(_watching, "quiet", False):  # a process says it: its reply
+                        warn_self_split()
                 return _original(*args, **kwargs)
 
             setattr(dist, name, watched)
+
+
+def warn_self_split() -> None:
+    warnings.warn(
+        "stoker: the IterableDataset asks torch.distributed for its rank (it splits itself "
+        "by rank) while stoker splits its stream across ranks too (even_batches=, rank= or "
+        "world_size= given): each rank would get a 1/world_size share of a share. Leave "
+        "those out (each rank is then given the dataset as it is, DataLoader's rule) or "
+        "stop the dataset's own split", RuntimeWarning, stacklevel=3)
+
+
+def watch_rank_calls(stream: Any, quiet: bool = False) -> None:
+    """_watch_rank_calls; `quiet`: only marked on the stream (a worker process, whose
+    replies carry the mark to the loader's process, which warns)."""
+    _watch_rank_calls(stream)
+    _watching.quiet = quiet
 
 
 class Failed:

@@ -129,7 +129,7 @@ from .transport import (
     _Writer,
 )
 
-__all__ = ["Lease", "ProcessWorkers", "SendOrder", "WorkerDied"]
+__all__ = ["Lease", "ProcessWorkers", "SendOrder", "WorkerDied", "died_message", "fork_worker"]
 
 _ARENA_BYTES = 64 << 20  # a worker's first arena; a larger chunk gets a larger one
 _ROUND_EVERY = 16  # every this many leases take the arena idle longest (_Worker.lease)
@@ -364,6 +364,69 @@ class Lease:
         self.release()
 
 
+def fork_worker(main: Callable[[socket.socket, _Arena, _SharedStatus], None]) -> _Worker:
+    """A worker process forked from this one, running `main(sock, arena, status)` (its
+    socket, its first arena, its status) until it returns; the loader's side of it (NOTE
+    [ Python stage processes ], NOTE [ Worker faults ])."""
+    from_main = threading.current_thread() is threading.main_thread()
+    loader_pid = os.getpid()
+    status = _SharedStatus(mmap.mmap(-1, _STATUS_BYTES))  # shared with the worker
+    status.idle()
+    status.drop_through(-1)
+    with lifecycle._SPAWN_LOCK:  # read at each fork: _become_worker replaces it
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fd = _Arena.new_fd(_ARENA_BYTES)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # The objects the worker inherits go to the collector's permanent generation
+        # in the worker: its collections never walk them, so their pages stay shared
+        # with the loader's process instead of being copied as the walk writes to
+        # each object's header (the parent takes them back at once). Left alone if
+        # the program froze objects itself: unfreezing would undo its own freeze.
+        pid = -1
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
+        try:
+            pid = os.fork()
+        finally:
+            if pid != 0 and freeze:
+                gc.unfreeze()
+        if pid == 0:  # the worker: never returns into the loader's code
+            code = 0
+            try:
+                _become_worker(loader_pid, from_main, child, fd)
+                parent.close()
+                main(child, _Arena(fd, _ARENA_BYTES), status)
+            except BaseException:
+                code = 1
+                try:
+                    traceback.print_exc()
+                except Exception:
+                    pass
+            finally:
+                os._exit(code)
+        child.close()
+        _loader_ends[parent.fileno()] = os.fstat(parent.fileno()).st_ino
+    return _Worker(pid, parent, _Arena(fd, _ARENA_BYTES), status)
+
+
+def died_message(w: Optional[_Worker], slot: int) -> str:
+    """Why worker `slot` (`w`, None if it never started) can give nothing, in DataLoader's
+    words first where a signal ended it."""
+    what = w.dead if w is not None and w.dead else "is not running"
+    pid = w.pid if w is not None else "-"
+    # DataLoader's words first, for a worker a signal ended (a segfault in the
+    # dataset's native code): code that matches them finds them
+    lead = ""
+    killed = what.split("was killed by signal ", 1)[1].split()[0] \
+        if "was killed by signal " in what else ""
+    if killed in signal.Signals.__members__:
+        lead = (f"DataLoader worker (pid {pid}) is killed by signal: "
+                f"{signal.strsignal(signal.Signals[killed])}. ")
+    return f"{lead}stoker: Python worker process {slot} (pid {pid}) {what}"
+
+
 class ProcessWorkers:
     """The worker processes of one loader's stage (NOTE [ Python stage processes ])."""
 
@@ -395,48 +458,9 @@ class ProcessWorkers:
                     self._all.append(self._workers[i])
 
     def _spawn(self, stage: Any, worker_id: int = 0) -> _Worker:
-        from_main = threading.current_thread() is threading.main_thread()
-        loader_pid = os.getpid()
-        status = _SharedStatus(mmap.mmap(-1, _STATUS_BYTES))  # shared with the worker
-        status.idle()
-        status.drop_through(-1)
-        with lifecycle._SPAWN_LOCK:  # read at each fork: _become_worker replaces it
-            parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            fd = _Arena.new_fd(_ARENA_BYTES)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            # The objects the worker inherits go to the collector's permanent generation
-            # in the worker: its collections never walk them, so their pages stay shared
-            # with the loader's process instead of being copied as the walk writes to
-            # each object's header (the parent takes them back at once). Left alone if
-            # the program froze objects itself: unfreezing would undo its own freeze.
-            pid = -1
-            freeze = gc.get_freeze_count() == 0
-            if freeze:
-                gc.freeze()
-            try:
-                pid = os.fork()
-            finally:
-                if pid != 0 and freeze:
-                    gc.unfreeze()
-            if pid == 0:  # the worker: never returns into the loader's code
-                code = 0
-                try:
-                    _become_worker(loader_pid, from_main, child, fd)
-                    parent.close()
-                    _worker_main(child, _Arena(fd, _ARENA_BYTES), stage, status, worker_id,
-                                 self.count)
-                except BaseException:
-                    code = 1
-                    try:
-                        traceback.print_exc()
-                    except Exception:
-                        pass
-                finally:
-                    os._exit(code)
-            child.close()
-            _loader_ends[parent.fileno()] = os.fstat(parent.fileno()).st_ino
-        return _Worker(pid, parent, _Arena(fd, _ARENA_BYTES), status)
+        count = self.count
+        return fork_worker(lambda sock, arena, status: _worker_main(
+            sock, arena, stage, status, worker_id, count))
 
     def run(self, worker: int, epoch: int, indices: List[int], copy: bool = False,
             turn: Optional[Callable[[], None]] = None,
@@ -536,18 +560,8 @@ class ProcessWorkers:
             pass
 
     def _died_message(self, w: Optional[_Worker], slot: int) -> str:
-        what = w.dead if w is not None and w.dead else "is not running"
-        pid = w.pid if w is not None else "-"
-        # DataLoader's words first, for a worker a signal ended (a segfault in the
-        # dataset's native code): code that matches them finds them
-        lead = ""
-        killed = what.split("was killed by signal ", 1)[1].split()[0] \
-            if "was killed by signal " in what else ""
-        if killed in signal.Signals.__members__:
-            lead = (f"DataLoader worker (pid {pid}) is killed by signal: "
-                    f"{signal.strsignal(signal.Signals[killed])}. ")
-        return (f"{lead}stoker: Python worker process {slot} (pid {pid}) {what}; the batch it "
-                "held fails. The next iter() starts a new worker in its place")
+        return (f"{died_message(w, slot)}; the batch it held fails. The next iter() starts a "
+                "new worker in its place")
 
     @staticmethod
     def _exit_status(w: _Worker) -> str:

@@ -1,0 +1,293 @@
+"""An IterableDataset's worker processes (NOTE [ Iterable datasets in processes ]): each
+iterates its share of the dataset and maps its rows in a process of its own, and the
+reading merges them as it merges its worker threads' (iterable.py).
+
+NOTE [ Iterable datasets in processes ]
+An IterableDataset's iterator and map= are Python, and on worker threads they share one
+GIL: two threads of a JPEG stream made 0.86x of DataLoader's two processes. So, by the
+rule of a map-style dataset (NOTE [ Worker processes for num_workers ] in
+stoker/_dropin.py), its num_workers > 0 workers are processes when python_workers is left
+at "auto" (or is "process"), threads with python_workers="thread":
+
+  reading (loader's process, the stage thread)      worker process w of N
+  --------------------------------------------      ---------------------
+  forks the N workers at its start (after the       get_worker_info() says (w, N),
+  dataset was given its epoch and its state),       random/numpy/torch seeded from
+  as DataLoader forks an epoch's workers            (seed, epoch, w), worker_init_fn,
+                                                    iter(dataset)
+  asks worker w for up to C rows, two requests  --> next() and map (its draws keyed by
+  in flight, each with an arena of its own          the row's place in the merged
+                                                    stream, as on threads), arrays into
+  rows copied out of the arena, taken           <-- the request's arena, the rest
+  round-robin (0, 1, ..., skipping ended ones)      pickled; "ended" after its last row
+
+  * The same sharding, merge, keys, skip, resume and epoch rules as the threads
+    (NOTE [ Iterable datasets ]): a reading of the same seed and worker count gives the
+    same batches either way. The loader's process never runs the dataset's iterator.
+  * C is half of what a worker may read ahead (IterableRows.queue_rows): with an
+    explicit prefetch one row, one request in flight.
+  * Errors: an exception of map or of the dataset's iterator comes back as itself (its
+    traceback's text in a note: transport._portable_error) at its row's place; after
+    the iterator's own error that worker's share ends, as on threads. A worker that
+    dies (a signal, a crash in native code) raises at its place in the stream, in
+    DataLoader's words (processes.died_message), and its share ends.
+  * A reading's workers are ended when its stream stops (the epoch ran out, a break, a
+    resume, close(), a dropped loader, interpreter exit) within the bounded time of
+    NOTE [ Worker faults ] in processes.py, whose other rules hold here too (tied to the
+    loader's process, rid of the other workers' sockets and arenas).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import select
+import signal
+import socket
+import time
+import weakref
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+from . import lifecycle
+from .errors import add_note
+from .iterable_workers import DONE, SKIPPED, Failed, warn_self_split, watch_rank_calls
+from .processes import _ARENA_BYTES, WorkerDied, _send_reply, _Worker, died_message, fork_worker
+from .transport import (
+    _Arena,
+    _decode,
+    _portable_error,
+    _recv,
+    _recv_reply,
+    _BadReply,
+    _send,
+    _Writer,
+)
+from .workers import seed_globals, set_process_worker_info, set_thread_worker_info
+
+__all__ = ["StreamProcesses"]
+
+
+# -- the worker process -------------------------------------------------------------------
+
+def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: int,
+                 pipe: Any, init: bool) -> None:
+    """Worker `wid` of `n`'s loop: requests for rows in, its share of the stream out,
+    until EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    s = reading.stream
+    rows: Any = None
+    error: Optional[BaseException] = None
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # the workers are the parallelism, as DataLoader's
+        set_process_worker_info(wid, n, s.seed, s.dataset)
+        set_thread_worker_info(wid, n, s.seed, s.dataset)
+        seed_globals(s.seed, reading.epoch, wid)  # forked workers draw apart, as DataLoader's
+        if s.split_ranks and reading.world > 1:
+            watch_rank_calls(s, quiet=True)
+        if s.worker_init_fn is not None and init:
+            s.worker_init_fn(wid)
+        rows = iter(s.dataset if pipe is None else pipe)
+    except BaseException as e:
+        error = e
+    arenas: Dict[int, _Arena] = {0: arena}
+    j = 0
+    ended = False
+    while True:
+        try:
+            data, fds = _recv(sock)
+        except (EOFError, OSError):
+            return
+        _, ticket, want, slot, size = pickle.loads(data)
+        if fds:  # a new arena for this slot, made by the loader's process
+            if slot in arenas:
+                arenas[slot].close()
+            arenas[slot] = _Arena(fds[0], size)
+        got: List[Any] = []
+        ns0 = s.python_ns
+        while not ended and len(got) < want:
+            if error is None:
+                try:
+                    item = next(rows)
+                except StopIteration:
+                    ended = True
+                    break
+                except BaseException as e:
+                    error = e
+            if error is not None:
+                got.append(Failed(add_note(error, f"stoker: raised by the IterableDataset "
+                                                  f"in worker {wid}")))
+                ended = True
+                break
+            # keyed by the row's place in the merged stream while every worker runs
+            got.append(reading.mapped(item, j * n + wid))
+            j += 1
+        writer = _Writer()
+        out: List[Tuple[str, Any]] = []
+        for x in got:
+            if x is SKIPPED:
+                out.append(("skipped", None))
+            elif isinstance(x, Failed):
+                out.append(("failed", _portable_error(x.error)))
+            else:
+                out.append(("row", writer.encode(x)))
+        a = arenas[slot]
+        new_size = 0
+        if writer.total > a.size:
+            a.close()
+            a = arenas[slot] = _Arena.create(max(writer.total, 2 * a.size))
+            new_size = a.size
+        offsets = writer.write(a)
+        reply = (out, offsets, ended, new_size, max(0, s.python_ns - ns0),
+                 s.warned_self_split)
+        try:
+            payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # an unpicklable row: it fails, and the share ends
+            ended = True
+            payload = pickle.dumps(([("failed", _portable_error(TypeError(
+                f"the IterableDataset (or map) gave a value that cannot leave the worker "
+                f"process: {e}")))], [], True, new_size, 0, s.warned_self_split))
+        try:
+            _send_reply(sock, ticket, payload, (a.fd,) if new_size else ())
+        except OSError:
+            return
+
+
+# -- the loader's side --------------------------------------------------------------------
+
+class StreamProcess:
+    """The reading's side of worker process `wid`: its requests in flight and the rows
+    they brought, taken one at a time (the interface of a StreamWorker thread)."""
+
+    def __init__(self, stream: Any, worker: _Worker, wid: int, chunk: int, in_flight: int):
+        self.stream = stream
+        self.w, self.wid = worker, wid
+        self.chunk, self.in_flight = chunk, in_flight
+        self.rows: Deque[Any] = deque()
+        self.pending: Deque[Tuple[int, int]] = deque()  # (ticket, slot), in order
+        self.free = list(range(in_flight))
+        self.known = [True] + [False] * (in_flight - 1)  # slot 0: the fork's arena
+        # (closed with the worker; a memfd's pages are taken only as they are written)
+        self.arenas = worker.arenas
+        self.arenas += [_Arena.create(_ARENA_BYTES) for _ in range(in_flight - 1)]
+        self.ended = False  # the worker said its share ended
+        self.gone = False  # nothing more to take: ended and emptied, or the worker died
+
+    def _ask(self) -> None:
+        """Keeps `in_flight` requests at the worker until its share ended."""
+        while not self.ended and self.free:
+            slot = self.free.pop()
+            a = self.arenas[slot]
+            new = not self.known[slot]
+            ticket = self.w.sent
+            _send(self.w.sock, pickle.dumps(("rows", ticket, self.chunk, slot,
+                                             a.size if new else 0)),
+                  (a.fd,) if new else ())
+            self.known[slot] = True
+            self.w.sent += 1
+            self.pending.append((ticket, slot))
+
+    def take(self, timeout: float) -> Any:
+        """The next row (a Failed, SKIPPED), or DONE; queue.Empty after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.rows:
+            if self.gone:
+                return DONE
+            try:
+                self._ask()
+                if not self.pending:  # its share ended, every reply read
+                    self.gone = True
+                    return DONE
+                ready, _, _ = select.select([self.w.sock], [], [],
+                                            max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    raise queue.Empty
+                self._receive()
+            except (EOFError, OSError, _BadReply) as e:
+                self.gone = True
+                self.pending.clear()
+                if self.w.dead is None:
+                    self.w.dead = str(e) if isinstance(e, _BadReply) else _exit_status(self.w)
+                if isinstance(e, _BadReply):
+                    self.w.hang_up()
+                    try:
+                        os.kill(self.w.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                return Failed(WorkerDied(
+                    f"{died_message(self.w, self.wid)}: the rest of its share of the "
+                    "IterableDataset's stream is lost for this epoch"))
+        return self.rows.popleft()
+
+    def _receive(self) -> None:
+        ticket, slot = self.pending.popleft()
+        answers, pid, data, fds = _recv_reply(self.w.sock)
+        if pid != self.w.pid or answers != ticket:
+            for fd in fds:
+                os.close(fd)
+            raise _BadReply(f"sent a reply that answers request {answers} of process {pid}, "
+                            f"not request {ticket}: its replies can no longer be trusted, it "
+                            "was stopped")
+        out, offsets, ended, new_size, ns, asked_rank = pickle.loads(data)
+        if asked_rank and not self.stream.warned_self_split:
+            self.stream.warned_self_split = True
+            warn_self_split()
+        if fds:  # the worker needed a larger arena for this slot
+            old, self.arenas[slot] = self.arenas[slot], _Arena(fds[0], new_size)
+            old.close()
+        arena = self.arenas[slot]
+        for kind, value in out:
+            if kind == "row":
+                self.rows.append(_decode(value, arena, offsets))  # copied out
+            elif kind == "skipped":
+                self.rows.append(SKIPPED)
+            else:
+                self.rows.append(Failed(value))
+        self.free.append(slot)
+        self.stream.python_ns += ns  # map's time in the worker
+        self.ended = self.ended or ended
+
+
+def _exit_status(w: _Worker) -> str:
+    from .processes import ProcessWorkers
+
+    return ProcessWorkers._exit_status(w)
+
+
+class StreamProcesses:
+    """The worker processes of one reading (NOTE [ Iterable datasets in processes ]):
+    forked at its start, ended when it finishes (or is dropped, or at exit)."""
+
+    def __init__(self, reading: Any, n: int, pipes: List[Any]):
+        s = reading.stream
+        ahead = s.queue_rows(n)
+        chunk, in_flight = (max(1, ahead // 2), 2) if ahead > 1 else (1, 1)
+        self.workers: List[StreamProcess] = []
+        self._all: List[_Worker] = []
+        self._pid = os.getpid()
+        weakref.finalize(self, _end, self._all, self._pid)
+        for wid in range(n):
+            init = s.worker_init_fn is not None and s.first_start(wid)
+            pipe = pipes[wid] if pipes else None
+            w = fork_worker(lambda sock, arena, status, wid=wid, pipe=pipe, init=init:
+                            _stream_main(sock, arena, reading, wid, n, pipe, init))
+            self._all.append(w)
+            self.workers.append(StreamProcess(s, w, wid, chunk, in_flight))
+
+    def pids(self) -> List[int]:
+        return [w.pid for w in self._all if w.dead is None]
+
+    def close(self) -> None:
+        """Ends the workers within a few seconds, whatever they run (NOTE [ Worker
+        faults ]), and reaps them."""
+        workers, self._all[:] = list(self._all), []
+        _end(workers, self._pid)
+
+
+def _end(workers: List[_Worker], pid: int) -> None:
+    if workers and os.getpid() == pid:
+        lifecycle._end_workers(workers)
+
