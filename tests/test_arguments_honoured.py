@@ -189,10 +189,31 @@ def test_iterable_refuses_the_core_settings():
         stoker.Loader(Stream(), batch_size=4, on_error="skip")
 
 
+class SharedStream(Stream):
+    """Stream whose `read` counts the rows made in worker processes too."""
+
+    def __init__(self, n):
+        import multiprocessing
+
+        super().__init__(n)
+        self._count = multiprocessing.get_context("fork").Value("q", 0)
+
+    @property
+    def read(self):
+        return self._count.value
+
+    @read.setter
+    def read(self, value):
+        if hasattr(self, "_count"):
+            self._count.value = value
+
+
+@pytest.mark.parametrize("python_workers", ["thread", "process"])
 @pytest.mark.parametrize("prefetch", [1, 8])
-def test_iterable_prefetch_bounds_the_rows_read_ahead(prefetch):
-    ds = Stream(n=400)
-    with stoker.Loader(ds, batch_size=4, num_workers=1, prefetch=prefetch) as loader:
+def test_iterable_prefetch_bounds_the_rows_read_ahead(prefetch, python_workers):
+    ds = SharedStream(n=400)
+    with stoker.Loader(ds, batch_size=4, num_workers=1, prefetch=prefetch,
+                       python_workers=python_workers) as loader:
         it = iter(loader)
         next(it)
         time.sleep(0.3)  # the worker fills its window
@@ -204,16 +225,22 @@ def test_iterable_prefetch_bounds_the_rows_read_ahead(prefetch):
         assert loader.stats()["prefetch"] == 9  # DataLoader's: prefetch_factor * num_workers
 
 
-def test_iterable_on_error_skip_leaves_out_the_rows_map_raised_on():
+@pytest.mark.parametrize("python_workers", ["thread", "process"])
+def test_iterable_on_error_skip_leaves_out_the_rows_map_raised_on(python_workers):
     def fn(sample, rng):
         if sample["i"] % 5 == 0:
-            raise ValueError("bad")
+            raise ValueError(f"bad {sample['i']}")
         return sample
 
-    with stoker.Loader(Stream(), batch_size=4, map=fn, on_error="skip", seed=1) as loader:
-        with pytest.warns(RuntimeWarning, match="replaced 5 unreadable"):
+    with stoker.Loader(Stream(), batch_size=4, map=fn, on_error="skip", seed=1,
+                       num_workers=1, python_workers=python_workers) as loader:
+        with pytest.warns(RuntimeWarning, match="left out 5 row") as w:
             got = [i for b in loader for i in b["i"].tolist()]
         assert got == [i for i in range(24) if i % 5] and loader.stats()["skipped"] == 5
+    said = [str(x.message) for x in w if "left out" in str(x.message)]
+    # each named: its place in the stream and its error
+    assert "row 0 (ValueError: bad 0), row 5 (ValueError: bad 5)" in said[0]
+    assert "row 20 (ValueError: bad 20)" in said[0] and "1 more" not in said[0]
 
 
 def test_iterable_stall_warning(caplog):

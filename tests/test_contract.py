@@ -1,6 +1,7 @@
 """One contract for every kind of dataset (DESIGN.md, "one engine"; NOTE [ Epochs and
 iterators ] in csrc/pipeline/loader_core.h): each rule below runs against a stoker.Dataset
-of records, a map-style torch Dataset, an IterableDataset, a TokenDataset and a stoker.Mix.
+of records, a map-style torch Dataset, an IterableDataset (read by worker threads, and by
+worker processes: NOTE [ Iterable datasets in processes ]), a TokenDataset and a stoker.Mix.
 
 A kind that cannot keep a rule says so in CANNOT, the one table of exceptions, with the
 reason; its test is then skipped with that reason (pytest -rs lists them)."""
@@ -17,7 +18,7 @@ from conftest import write_dataset
 N = 40  # rows of each dataset (records, map-style, iterable); a mixture has two of them
 B = 4  # batch_size
 
-KINDS = ["records", "map-style", "iterable", "tokens", "mixture"]
+KINDS = ["records", "map-style", "iterable", "iterable-process", "tokens", "mixture"]
 
 # (kind, rule) -> why that kind cannot keep that rule: the one place that says so.
 CANNOT = {
@@ -98,9 +99,12 @@ def make(kind, data, fail_at=None, **kw):
         return stoker.Loader(data["a"], shuffle=True, seed=3, **kw)
     if kind == "map-style":
         return stoker.Loader(MapStyle(fail_at=fail_at), shuffle=True, seed=3, **kw)
-    if kind == "iterable":
+    if kind in ("iterable", "iterable-process"):
         if fail_at is not None:
             kw["map"] = _failing_map(fail_at)
+        if kind == "iterable-process":  # two worker processes, each its share of the stream
+            kw.setdefault("num_workers", 2)
+            kw.setdefault("python_workers", "process")
         return stoker.Loader(Stream(), seed=3, **kw)
     if kind == "tokens":
         if fail_at is not None:

@@ -114,6 +114,8 @@ def report_skipped(self: Any) -> None:
     new = skipped - self._skipped_reported
     if new > 0:
         self._skipped_reported = skipped
-        warnings.warn(f"stoker: replaced {new} unreadable sample(s) with the next valid "
+        named = getattr(self._source, "skipped_report", None)  # a source that names them
+        warnings.warn(named(new) if callable(named) else
+                      f"stoker: replaced {new} unreadable sample(s) with the next valid "
                       "one (on_error='skip'); see loader.stats()['skipped']",
                       RuntimeWarning, stacklevel=3)

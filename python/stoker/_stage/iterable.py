@@ -66,7 +66,7 @@ from .errors import add_note
 from .iterable_workers import (
     DONE,
     MIN_QUEUE_ROWS,
-    SKIPPED,
+    Skipped,
     Failed,
     StreamWorker,
     datapipes,
@@ -76,6 +76,8 @@ from .iterable_processes import StreamProcesses
 from .rng import rng_from_key, rng_keys
 
 __all__ = ["IterableRows", "StreamReading", "DatasetStatePart"]
+
+_NAMED_SKIPS = 5  # rows the warning names at an epoch's end (the rest counted)
 
 
 class StreamReading:
@@ -158,14 +160,14 @@ class StreamReading:
             return s.map_fn(item, rng_from_key(rng_keys(s.seed, self.epoch, [row])[0]))
         except Exception as e:
             if s.skip_errors:
-                return SKIPPED
+                return Skipped(f"row {row} ({type(e).__name__}: {e})")
             return Failed(add_note(e, f"stoker: raised by map for row {row} of the "
                                        f"IterableDataset's stream, epoch {self.epoch}"))
         finally:
             s.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
 
     def _row(self) -> Any:
-        """The next row of the merged stream (a Failed, SKIPPED), or DONE."""
+        """The next row of the merged stream (a Failed, a Skipped), or DONE."""
         if self._inline is not None:
             try:
                 item = next(self._inline)
@@ -208,7 +210,7 @@ class StreamReading:
     def _keep(self, item: Any) -> Any:
         s = self.stream
         if self.rows < s.batch_size * self.world and s.even_batches and not s.drop_last and \
-                not isinstance(item, Failed) and item is not SKIPPED:
+                not isinstance(item, (Failed, Skipped)):
             self.first.append(item)
         self.rows += 1
         return item
@@ -226,8 +228,9 @@ class StreamReading:
             r = self._row()
             if r is DONE:
                 break
-            if r is SKIPPED:
+            if isinstance(r, Skipped):
                 self.skipped += 1
+                s.note_skipped(r.what)
                 continue
             if isinstance(r, Failed):
                 failed = failed or r.error
@@ -303,11 +306,30 @@ class IterableRows:
         self.skip_errors = skip_errors  # on_error="skip": a row whose map raised is left out
         self.prefetch = prefetch  # batches the workers may hold ahead (None: automatic)
         self.python_ns = 0  # map's time in the workers
+        self._skipped: List[str] = []  # the first rows left out since the last report
+        self._skipped_more = 0  # and how many more
         self.pending_dataset_state: Any = None  # load_state_dict's, for the next reading
         self.core: Any = None  # the loader core (the state part reads its position)
         self._lock = threading.Lock()
         self._readings: Dict[int, StreamReading] = {}
         self._start_state: Dict[int, Any] = {}  # epoch -> the dataset's state at its start
+
+    def note_skipped(self, what: str) -> None:
+        """A row left out (on_error="skip"), for the warning at the epoch's end."""
+        with self._lock:
+            if len(self._skipped) < _NAMED_SKIPS:
+                self._skipped.append(what)
+            else:
+                self._skipped_more += 1
+
+    def skipped_report(self, n: int) -> str:
+        """The warning for `n` rows left out since the last one: which, and why."""
+        with self._lock:
+            named, more = self._skipped, self._skipped_more
+            self._skipped, self._skipped_more = [], 0
+        listed = ", ".join(named) + (f" and {more} more" if more else "")
+        return (f"stoker: left out {n} row(s) of the IterableDataset whose map= raised "
+                f"(on_error='skip'): {listed}; see loader.stats()['skipped']")
 
     def describe(self, index: int) -> str:
         return f"row {index} of the IterableDataset's stream"

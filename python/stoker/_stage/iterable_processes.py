@@ -52,7 +52,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from . import lifecycle
 from .errors import add_note
-from .iterable_workers import DONE, SKIPPED, Failed, warn_self_split, watch_rank_calls
+from .iterable_workers import DONE, Failed, Skipped, warn_self_split, watch_rank_calls
 from .processes import _ARENA_BYTES, WorkerDied, _send_reply, _Worker, died_message, fork_worker
 from .transport import (
     _Arena,
@@ -128,8 +128,8 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
         writer = _Writer()
         out: List[Tuple[str, Any]] = []
         for x in got:
-            if x is SKIPPED:
-                out.append(("skipped", None))
+            if isinstance(x, Skipped):
+                out.append(("skipped", x.what))
             elif isinstance(x, Failed):
                 out.append(("failed", _portable_error(x.error)))
             else:
@@ -191,7 +191,7 @@ class StreamProcess:
             self.pending.append((ticket, slot))
 
     def take(self, timeout: float) -> Any:
-        """The next row (a Failed, SKIPPED), or DONE; queue.Empty after `timeout` seconds."""
+        """The next row (a Failed, a Skipped), or DONE; queue.Empty after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while not self.rows:
             if self.gone:
@@ -243,7 +243,7 @@ class StreamProcess:
             if kind == "row":
                 self.rows.append(_decode(value, arena, offsets))  # copied out
             elif kind == "skipped":
-                self.rows.append(SKIPPED)
+                self.rows.append(Skipped(value))
             else:
                 self.rows.append(Failed(value))
         self.free.append(slot)

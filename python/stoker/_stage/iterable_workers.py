@@ -18,7 +18,7 @@ import torch
 from .errors import add_note
 from .workers import set_thread_worker_info
 
-__all__ = ["MIN_QUEUE_ROWS", "DONE", "SKIPPED", "Failed", "StreamWorker", "datapipes",
+__all__ = ["MIN_QUEUE_ROWS", "DONE", "Skipped", "Failed", "StreamWorker", "datapipes",
            "live_workers", "warn_self_split", "watch_rank_calls"]
 
 MIN_QUEUE_ROWS = 64  # rows a worker may hold ahead of the loop (automatic prefetch)
@@ -100,7 +100,14 @@ class Failed:
         self.error = error
 
 
-SKIPPED = object()  # a row whose map raised with on_error="skip": consumed, not yielded
+class Skipped:
+    """A row whose map raised with on_error="skip": consumed, not yielded; `what` names it
+    and its error (the warning at the epoch's end says it)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str):
+        self.what = what
 
 
 class StreamWorker(threading.Thread):
