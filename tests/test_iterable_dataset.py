@@ -316,3 +316,116 @@ def test_the_core_runs_the_epochs_and_the_readings_end_with_their_streams():
     assert s["samples"] == 6 * 8 + 1000 and s["batches"] == 6 * 2 + 250
     assert s["python_seconds"] > 0
     loader.close()
+
+
+# -- worker processes (NOTE [ Iterable datasets in processes ]) -------------------------------
+
+class _Slow(Range):
+    """Range whose rows say the process that made them; `delay` seconds each."""
+
+    def __init__(self, n, delay=0.0):
+        super().__init__(n)
+        self.delay = delay
+
+    def __iter__(self):
+        import os
+        import time
+
+        for row in super().__iter__():
+            time.sleep(self.delay)
+            yield {**row, "pid": os.getpid()}
+
+
+def _drawing(sample, rng):
+    sample["y"] = int(rng.integers(0, 1 << 30))
+    return sample
+
+
+def test_process_workers_give_the_batches_of_thread_workers():
+    import os
+
+    def run(python_workers, **kw):
+        with stoker.Loader(_Slow(37), batch_size=4, num_workers=2, map=_drawing, seed=5,
+                           python_workers=python_workers, **kw) as loader:
+            loader.set_epoch(1)
+            return list(loader)
+
+    threads, processes = run("thread"), run("process")
+    assert [b["i"].tolist() for b in threads] == [b["i"].tolist() for b in processes]
+    assert [b["y"].tolist() for b in threads] == [b["y"].tolist() for b in processes]
+    pids = {int(p) for b in processes for p in b["pid"]}
+    assert len(pids) == 2 and os.getpid() not in pids  # map and the stream: in the workers
+    assert {int(p) for b in threads for p in b["pid"]} == {os.getpid()}
+    # DataLoader's arguments alone (num_workers > 0, python_workers left at "auto") mean
+    # processes, as for a map-style dataset; num_workers=0 reads in the loop's thread
+    assert "process workers" in str(stoker.Loader(Range(4), batch_size=2, num_workers=2).plan)
+    auto = run("auto")
+    assert [b["y"].tolist() for b in auto] == [b["y"].tolist() for b in threads]
+    assert os.getpid() not in {int(p) for b in auto for p in b["pid"]}
+
+
+def _gone(pid):
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone too, once its parent reaps it
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_worker_process_killed_raises_in_the_loop_and_nothing_hangs():
+    import os
+    import signal
+    import time
+
+    loader = stoker.Loader(_Slow(400, delay=0.005), batch_size=4, num_workers=2)
+    it = iter(loader)
+    first = next(it)
+    pids = {int(p) for p in first["pid"]}
+    victim = int(first["pid"][1])  # worker 1's (rows alternate 0, 1, 0, 1)
+    assert victim != os.getpid()  # (never this process: the workers are processes)
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid \d+\) is killed by "
+                                           r"signal: Killed") as e:
+        for _ in it:
+            pass
+    assert f"pid {victim}" in str(e.value) and time.monotonic() - t0 < 30
+    assert list(it) == []  # the iterator ended, as DataLoader's (NOTE [ After a failed batch ])
+    t0 = time.monotonic()
+    loader.close()
+    assert time.monotonic() - t0 < 10 and all(_gone(p) for p in pids)
+    # the next epoch starts new workers
+    assert sorted(i for b in loader for i in b["i"].tolist()) == list(range(400))
+
+
+def test_a_script_that_exits_mid_epoch_ends_its_worker_processes(tmp_path):
+    """No close(), a live iterator, workers busy in the dataset: the interpreter's exit
+    ends them (and does not hang)."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "exits.py"
+    script.write_text(
+        "import os, sys, time, torch, stoker\n"
+        "class S(torch.utils.data.IterableDataset):\n"
+        "    def __iter__(self):\n"
+        "        while True:\n"
+        "            time.sleep(0.01)\n"
+        "            yield {'pid': os.getpid()}\n"
+        "it = iter(stoker.Loader(S(), batch_size=2, num_workers=2))\n"
+        "print(sorted({int(p) for _ in range(3) for p in next(it)['pid']}), flush=True)\n")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert time.monotonic() - t0 < 30
+    pids = [int(x) for x in p.stdout.strip().strip("[]").split(",")]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while not all(_gone(x) for x in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(x) for x in pids)

@@ -30,7 +30,8 @@ at "auto" (or is "process"), threads with python_workers="thread":
     traceback's text in a note: transport._portable_error) at its row's place; after
     the iterator's own error that worker's share ends, as on threads. A worker that
     dies (a signal, a crash in native code) raises at its place in the stream, in
-    DataLoader's words (processes.died_message), and its share ends.
+    DataLoader's words (processes.died_message), and ends the iterator (NOTE [ After a
+    failed batch ] in stoker/_iterator.py); the next iter() forks new workers.
   * A reading's workers are ended when its stream stops (the epoch ran out, a break, a
     resume, close(), a dropped loader, interpreter exit) within the bounded time of
     NOTE [ Worker faults ] in processes.py, whose other rules hold here too (tied to the
@@ -218,8 +219,9 @@ class StreamProcess:
                     except ProcessLookupError:
                         pass
                 return Failed(WorkerDied(
-                    f"{died_message(self.w, self.wid)}: the rest of its share of the "
-                    "IterableDataset's stream is lost for this epoch"))
+                    f"{died_message(self.w, self.wid)}; its share of the IterableDataset's "
+                    "stream ends, and so does the iterator (as DataLoader's). The next "
+                    "iter() starts new workers"))
         return self.rows.popleft()
 
     def _receive(self) -> None:
