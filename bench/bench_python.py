@@ -439,6 +439,11 @@ def configs(workload, tmp, n_images, n_boxes):
         out["stoker: the ops in map= (num_workers=2)"] = lambda: stoker.Loader(
             jpeg_stream(paths, aug=False), batch_size=BATCH, num_workers=2, map=stream_map,
             stall_warning=None)
+        # the same on two threads of the training process (its GIL shared), where the
+        # line above runs two worker processes
+        out["stoker threads: the ops in map= (python_workers='thread', 2)"] = lambda: \
+            stoker.Loader(jpeg_stream(paths, aug=False), batch_size=BATCH, num_workers=2,
+                          map=stream_map, python_workers="thread", stall_warning=None)
         for w in (0, 1, 2):
             out[f"DataLoader num_workers={w}"] = (lambda w=w: torch.utils.data.DataLoader(
                 jpeg_stream(paths, aug=True), batch_size=BATCH, num_workers=w,

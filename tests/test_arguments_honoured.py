@@ -179,7 +179,7 @@ def test_multiprocessing_context_where_nothing_forks(ds):
 
 def test_iterable_refuses_the_core_settings():
     for kw in (dict(num_threads=2), dict(max_memory="1GB")):
-        with pytest.raises(ValueError, match="IterableDataset is read by Python worker threads"):
+        with pytest.raises(ValueError, match="IterableDataset is read by Python workers"):
             stoker.Loader(Stream(), batch_size=4, **kw)
     # the plan says what runs: no C++ core's memory budget, no next epoch read ahead (a
     # new iter(dataset), started with its iterator)

@@ -35,7 +35,10 @@ a crash in native code ends a worker, not the training process. So a map-style d
 given ``num_workers > 0`` (with ``python_workers`` left at its default) runs in N worker
 processes from the first batch, each sample's global generators seeded from (seed, epoch,
 index) (NOTE [ Global random generators ] in stoker/_stage/workers.py): the same batches
-for any worker count and after a resume. Without ``num_workers`` (stoker's own default)
+for any worker count and after a resume. The same rule holds for an IterableDataset: its
+N workers are processes, each iterating its share, its global generators seeded from
+(seed, epoch, worker id) (NOTE [ Iterable datasets in processes ] in
+stoker/_stage/iterable_processes.py). Without ``num_workers`` (stoker's own default)
 the stage starts on threads and moves to processes when that pays
 (``python_workers="auto"``, NOTE [ Python stage processes ]).
 """
@@ -149,8 +152,8 @@ def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: b
 #   multiprocessing_context  how worker processes start: stoker's processes fork, so
 #                            "spawn" or "forkserver" keeps "auto" on threads and is refused
 #                            with python_workers="process"; where the workers are threads
-#                            (python_workers="thread", an IterableDataset, no Python per
-#                            sample) no process starts and nothing forks, which is what
+#                            (python_workers="thread", an IterableDataset without
+#                            num_workers, no Python per sample) no process starts and nothing forks, which is what
 #                            "spawn" and "forkserver" are chosen for: taken, as DataLoader
 #                            takes it with num_workers > 0 (with num_workers=0 refused, as
 #                            DataLoader refuses it)

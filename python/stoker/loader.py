@@ -95,7 +95,8 @@ class Loader(_dropin.DataLoaderAttributes):
             ``next()``. Given, it is the count, never tuned down; a map-style dataset's
             workers are then processes from the first batch, as DataLoader's (each
             sample's ``random``/``numpy``/torch generators seeded from (seed, epoch,
-            index)), unless ``python_workers`` says otherwise. None (the default): as many
+            index)), unless ``python_workers`` says otherwise; so are an
+            ``IterableDataset``'s (each iterates its share and runs ``map``). None (the default): as many
             as the cores this rank may use, tuned online. With no Python per sample, it
             sets the C++ worker threads (``num_threads``). More than the cores available
             warns, as DataLoader does.
@@ -111,8 +112,8 @@ class Loader(_dropin.DataLoaderAttributes):
             ``"fork"`` (stoker's worker processes fork: the dataset is inherited, never
             pickled). ``"spawn"`` and ``"forkserver"`` are refused with
             ``python_workers="process"`` and keep ``"auto"`` on threads. Where the workers
-            are threads (an ``IterableDataset``, ``python_workers="thread"``, no Python
-            per sample) nothing forks; with ``num_workers=0``, refused as by DataLoader.
+            are threads (``python_workers="thread"``, no Python per sample) nothing
+            forks; with ``num_workers=0``, refused as by DataLoader.
         generator: as DataLoader's: a ``torch.Generator``. With ``shuffle=True`` each
             epoch's permutation is ``RandomSampler(dataset, generator=generator)``'s, drawn
             from it as DataLoader's iterator draws it (the same generator state, DataLoader's

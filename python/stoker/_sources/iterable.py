@@ -43,13 +43,13 @@ class IterableSource:
             if a[name] is not None:
                 raise ValueError(f"{name}= applies to a stoker.Dataset (or a map-style "
                                  "dataset), not to an IterableDataset")
-        for name, what in (("num_threads", "num_workers= sets its worker threads"),
+        for name, what in (("num_threads", "num_workers= sets its workers"),
                            ("max_memory", "prefetch= bounds the batches read ahead")):
             if given.get(name) is not None:
                 raise ValueError(
                     f"{name}= applies to the C++ core's workers (a stoker.Dataset, a "
-                    f"map-style dataset), and an IterableDataset is read by Python worker "
-                    f"threads: {what}")
+                    f"map-style dataset), and an IterableDataset is read by Python workers "
+                    f"(processes or threads): {what}")
         if given.get("on_error") == "skip" and given.get("map") is None:
             raise ValueError(
                 "on_error='skip' leaves out rows whose map= raised, and there is no map=: "

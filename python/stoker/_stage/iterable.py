@@ -21,6 +21,10 @@ core owns its epochs, iterators, skip, resume state and stats, as for every othe
                                        rows batched natively or by     stream), into its
                                        collate_fn; none: end()         queue
 
+  * The reading workers are threads of this process (iterable_workers.py), or processes
+    (num_workers > 0 with python_workers "auto" or "process": NOTE [ Iterable datasets in
+    processes ] in iterable_processes.py), merged the same way: the same batches either
+    way for a seed and worker count.
   * The core's rules (NOTE [ Epochs and iterators ] in csrc/pipeline/loader_core.h): an
     iterator claims its epoch at its first next(), and the stage reads a stream's rows
     only once an iterator asked for a batch of its epoch (a stream iter() starts ahead
@@ -30,8 +34,9 @@ core owns its epochs, iterators, skip, resume state and stats, as for every othe
     a TypeError, as len(loader)).
   * A row whose map raises is raised by next() once the rest of its batch is read (the
     batch is consumed, NOTE [ After a failed batch ]), or left out with on_error="skip"
-    (counted in stats()["skipped"]); an error of the dataset's own iterator ends that
-    worker's share of the stream after it is raised.
+    (counted in stats()["skipped"], named in the warning at the epoch's end); an error
+    of the dataset's own iterator ends that worker's share of the stream after it is
+    raised.
   * What stoker adds: the batch count does not depend on the workers (rows are batched
     from the merged stream, not per worker, so a dataset that shards by get_worker_info()
     gives ceil(n / batch_size) batches for any N).
