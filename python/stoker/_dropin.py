@@ -153,10 +153,10 @@ def worker_kind(python_workers: str, num_workers: Optional[int], *, map_style: b
 #                            "spawn" or "forkserver" keeps "auto" on threads and is refused
 #                            with python_workers="process"; where the workers are threads
 #                            (python_workers="thread", an IterableDataset without
-#                            num_workers, no Python per sample) no process starts and nothing forks, which is what
-#                            "spawn" and "forkserver" are chosen for: taken, as DataLoader
-#                            takes it with num_workers > 0 (with num_workers=0 refused, as
-#                            DataLoader refuses it)
+#                            num_workers, no Python per sample) no process starts and
+#                            nothing forks, which is what "spawn" and "forkserver" are
+#                            chosen for: taken, as DataLoader takes it with num_workers > 0
+#                            (with num_workers=0 refused, as DataLoader refuses it)
 # and with an IterableDataset (its own checks: stoker/_sources/iterable.py): prefetch and
 # prefetch_factor bound the batches the core fills ahead (its workers read one row each
 # beyond them), stall_warning is the core's, on_error="skip" leaves out rows whose map=

@@ -68,16 +68,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 import torch
 
 from .errors import add_note
+from .iterable_processes import StreamProcesses
 from .iterable_workers import (
     DONE,
     MIN_QUEUE_ROWS,
-    Skipped,
     Failed,
+    Skipped,
     StreamWorker,
     datapipes,
     live_workers,
 )
-from .iterable_processes import StreamProcesses
 from .rng import rng_from_key, rng_keys
 
 __all__ = ["IterableRows", "StreamReading", "DatasetStatePart"]

@@ -30,7 +30,7 @@ at "auto" (or is "process"), threads with python_workers="thread":
     traceback's text in a note: transport._portable_error) at its row's place; after
     the iterator's own error that worker's share ends, as on threads. A worker that
     dies (a signal, a crash in native code) raises at its place in the stream, in
-    DataLoader's words (processes.died_message), and ends the iterator (NOTE [ After a
+    DataLoader's words (lifecycle.died_message), and ends the iterator (NOTE [ After a
     failed batch ] in stoker/_iterator.py); the next iter() forks new workers.
   * A reading's workers are ended when its stream stops (the epoch ran out, a break, a
     resume, close(), a dropped loader, interpreter exit) within the bounded time of
@@ -54,14 +54,15 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from . import lifecycle
 from .errors import add_note
 from .iterable_workers import DONE, Failed, Skipped, warn_self_split, watch_rank_calls
-from .processes import _ARENA_BYTES, WorkerDied, _send_reply, _Worker, died_message, fork_worker
+from .lifecycle import died_message
+from .processes import _ARENA_BYTES, WorkerDied, _send_reply, _Worker, fork_worker
 from .transport import (
     _Arena,
+    _BadReply,
     _decode,
     _portable_error,
     _recv,
     _recv_reply,
-    _BadReply,
     _send,
     _Writer,
 )

@@ -10,7 +10,7 @@ import signal
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from .transport import _ARENA_NAME, _Arena, _arenas
 
@@ -76,6 +76,22 @@ def _end_all(workers: List[_Worker], pid: int) -> None:
     """Ends the workers of a dropped pool and closes their arenas."""
     if os.getpid() == pid:
         _end_workers(list(workers))
+
+
+def died_message(w: Optional[_Worker], slot: int) -> str:
+    """Why worker `slot` (`w`, None if it never started) can give nothing, in DataLoader's
+    words first where a signal ended it."""
+    what = w.dead if w is not None and w.dead else "is not running"
+    pid = w.pid if w is not None else "-"
+    # DataLoader's words first, for a worker a signal ended (a segfault in the
+    # dataset's native code): code that matches them finds them
+    lead = ""
+    killed = what.split("was killed by signal ", 1)[1].split()[0] \
+        if "was killed by signal " in what else ""
+    if killed in signal.Signals.__members__:
+        lead = (f"DataLoader worker (pid {pid}) is killed by signal: "
+                f"{signal.strsignal(signal.Signals[killed])}. ")
+    return f"{lead}stoker: Python worker process {slot} (pid {pid}) {what}"
 
 
 # -- right after the fork, in the worker ------------------------------------------------------

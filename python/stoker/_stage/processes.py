@@ -109,7 +109,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import _core
 from . import lifecycle
-from .lifecycle import _become_worker, _end_all, _end_workers, _loader_ends
+from .lifecycle import _become_worker, _end_all, _end_workers, _loader_ends, died_message
 from .rng import rng_keys
 from .taking import SendOrder
 from .telemetry import native_times, thread_sched
@@ -129,7 +129,7 @@ from .transport import (
     _Writer,
 )
 
-__all__ = ["Lease", "ProcessWorkers", "SendOrder", "WorkerDied", "died_message", "fork_worker"]
+__all__ = ["Lease", "ProcessWorkers", "SendOrder", "WorkerDied", "fork_worker"]
 
 _ARENA_BYTES = 64 << 20  # a worker's first arena; a larger chunk gets a larger one
 _ROUND_EVERY = 16  # every this many leases take the arena idle longest (_Worker.lease)
@@ -409,22 +409,6 @@ def fork_worker(main: Callable[[socket.socket, _Arena, _SharedStatus], None]) ->
         child.close()
         _loader_ends[parent.fileno()] = os.fstat(parent.fileno()).st_ino
     return _Worker(pid, parent, _Arena(fd, _ARENA_BYTES), status)
-
-
-def died_message(w: Optional[_Worker], slot: int) -> str:
-    """Why worker `slot` (`w`, None if it never started) can give nothing, in DataLoader's
-    words first where a signal ended it."""
-    what = w.dead if w is not None and w.dead else "is not running"
-    pid = w.pid if w is not None else "-"
-    # DataLoader's words first, for a worker a signal ended (a segfault in the
-    # dataset's native code): code that matches them finds them
-    lead = ""
-    killed = what.split("was killed by signal ", 1)[1].split()[0] \
-        if "was killed by signal " in what else ""
-    if killed in signal.Signals.__members__:
-        lead = (f"DataLoader worker (pid {pid}) is killed by signal: "
-                f"{signal.strsignal(signal.Signals[killed])}. ")
-    return f"{lead}stoker: Python worker process {slot} (pid {pid}) {what}"
 
 
 class ProcessWorkers:
