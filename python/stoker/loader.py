@@ -164,10 +164,11 @@ class Loader(_dropin.DataLoaderAttributes):
         max_memory: bytes (or a size such as ``"2GB"``) that the batches in flight of one
             iterator may take when ``prefetch`` is automatic; None = 1/16 of the machine's
             RAM divided by ``LOCAL_WORLD_SIZE``. At least one batch is always in flight.
-            With an ``IterableDataset`` (read by ``num_workers`` Python threads, not the
+            With an ``IterableDataset`` (read by ``num_workers`` Python workers, not the
             C++ core's), ``num_threads`` and ``max_memory`` are refused; ``prefetch``
-            bounds the batches filled ahead, and its workers read one row a worker beyond
-            them (None: the window tunes itself, the workers read at least 64 rows ahead).
+            (or ``prefetch_factor``) bounds the batches filled ahead, and its workers read
+            one row a worker beyond them (neither given: each worker reads up to 64 rows,
+            or two batches, ahead).
         stall_warning: log a warning (logger ``"stoker"``) once, after warm-up, when the
             training loop waits for data more than this fraction of its time, naming the
             stage to fix; None or 0 = never. Default 0.2.

@@ -66,6 +66,8 @@ class IterableSource:
         # workers shard the dataset by get_worker_info(), which changes the stream's order
         workers = 1 if st.num_workers is None else st.num_workers
         dataset = p.dataset
+        given_window = any(p.arguments.get(k) is not None
+                           for k in ("prefetch", "prefetch_factor"))
         if s.shuffle and isinstance(dataset, torch.utils.data.IterDataPipe):
             # DataLoader's: shuffle=True turns the DataPipe's shufflers on
             dataset = torch.utils.data.graph_settings.apply_shuffle_settings(dataset,
@@ -77,7 +79,10 @@ class IterableSource:
             worker_init_fn=st.worker_init_fn, persistent_workers=st.persistent_workers,
             map_fn=st.map, timeout=p.timeout, generator=p.arguments.get("generator"),
             split_ranks=s.split_ranks,
-            prefetch=None if t.auto_prefetch else t.prefetch,
+            # the rows read ahead are bounded by a window the user set (prefetch= or
+            # prefetch_factor=), not by the one num_workers implies: DataLoader's workers
+            # each read their prefetch_factor batches ahead
+            prefetch=t.prefetch if not t.auto_prefetch and given_window else None,
             skip_errors=p.on_error == "skip", processes=st.processes and workers > 0)
         stage = IterableStage(rows, batch_map=st.batch_map, collate_fn=st.collate_fn,
                               map_fields=st.map_fields, seed=s.seed, threads=1,

@@ -15,7 +15,7 @@ at "auto" (or is "process"), threads with python_workers="thread":
   dataset was given its epoch and its state),       random/numpy/torch seeded from
   as DataLoader forks an epoch's workers            (seed, epoch, w), worker_init_fn,
                                                     iter(dataset)
-  asks worker w for up to C rows, two requests  --> next() and map (its draws keyed by
+  asks worker w for up to C rows, requests     --> next() and map (its draws keyed by
   in flight, each with an arena of its own          the row's place in the merged
                                                     stream, as on threads), arrays into
   rows copied out of the arena, taken           <-- the request's arena, the rest
@@ -24,8 +24,10 @@ at "auto" (or is "process"), threads with python_workers="thread":
   * The same sharding, merge, keys, skip, resume and epoch rules as the threads
     (NOTE [ Iterable datasets ]): a reading of the same seed and worker count gives the
     same batches either way. The loader's process never runs the dataset's iterator.
-  * C is half of what a worker may read ahead (IterableRows.queue_rows): with an
-    explicit prefetch one row, one request in flight.
+  * Replies are small (C = 8 rows at most) and many are asked for at once, as many as
+    make what a worker may read ahead (IterableRows.queue_rows): a row reaches the loop
+    once its reply's few rows are made, and a worker never waits for a request. With an
+    explicit prefetch: one row, one request in flight.
   * Errors: an exception of map or of the dataset's iterator comes back as itself (its
     traceback's text in a note: transport._portable_error) at its row's place; after
     the iterator's own error that worker's share ends, as on threads. A worker that
@@ -164,10 +166,12 @@ class StreamProcess:
     """The reading's side of worker process `wid`: its requests in flight and the rows
     they brought, taken one at a time (the interface of a StreamWorker thread)."""
 
-    def __init__(self, stream: Any, worker: _Worker, wid: int, chunk: int, in_flight: int):
+    def __init__(self, stream: Any, worker: _Worker, wid: int, chunk: int, in_flight: int,
+                 ahead: int):
         self.stream = stream
         self.w, self.wid = worker, wid
         self.chunk, self.in_flight = chunk, in_flight
+        self.ahead = ahead  # rows it may hold beyond those taken: buffered or asked for
         self.rows: Deque[Any] = deque()
         self.pending: Deque[Tuple[int, int]] = deque()  # (ticket, slot), in order
         self.free = list(range(in_flight))
@@ -179,8 +183,10 @@ class StreamProcess:
         self.gone = False  # nothing more to take: ended and emptied, or the worker died
 
     def _ask(self) -> None:
-        """Keeps `in_flight` requests at the worker until its share ended."""
-        while not self.ended and self.free:
+        """Asks the worker for rows while it may read ahead (`ahead` rows, buffered here or
+        asked for), until its share ended."""
+        while not self.ended and self.free and \
+                len(self.rows) + (len(self.pending) + 1) * self.chunk <= self.ahead:
             slot = self.free.pop()
             a = self.arenas[slot]
             new = not self.known[slot]
@@ -223,7 +229,12 @@ class StreamProcess:
                     f"{died_message(self.w, self.wid)}; its share of the IterableDataset's "
                     "stream ends, and so does the iterator (as DataLoader's). The next "
                     "iter() starts new workers"))
-        return self.rows.popleft()
+        row = self.rows.popleft()
+        try:  # the worker goes on with the next rows while this one is used
+            self._ask()
+        except OSError:  # it died: the next take() says so
+            pass
+        return row
 
     def _receive(self) -> None:
         ticket, slot = self.pending.popleft()
@@ -260,6 +271,10 @@ def _exit_status(w: _Worker) -> str:
     return ProcessWorkers._exit_status(w)
 
 
+_CHUNK_ROWS = 8  # rows a reply holds at most
+_MAX_IN_FLIGHT = 16  # requests at a worker at most (each with its arena)
+
+
 class StreamProcesses:
     """The worker processes of one reading (NOTE [ Iterable datasets in processes ]):
     forked at its start, ended when it finishes (or is dropped, or at exit)."""
@@ -267,7 +282,11 @@ class StreamProcesses:
     def __init__(self, reading: Any, n: int, pipes: List[Any]):
         s = reading.stream
         ahead = s.queue_rows(n)
-        chunk, in_flight = (max(1, ahead // 2), 2) if ahead > 1 else (1, 1)
+        # small replies, many in flight: a row reaches the loop once its reply's few rows
+        # are made, and the worker always holds a request to fill
+        chunk = max(1, min(_CHUNK_ROWS, ahead // 2))
+        in_flight = max(1, min(_MAX_IN_FLIGHT, ahead // chunk))
+        ahead = max(ahead, chunk)
         self.workers: List[StreamProcess] = []
         self._all: List[_Worker] = []
         self._pid = os.getpid()
@@ -278,7 +297,7 @@ class StreamProcesses:
             w = fork_worker(lambda sock, arena, status, wid=wid, pipe=pipe, init=init:
                             _stream_main(sock, arena, reading, wid, n, pipe, init))
             self._all.append(w)
-            self.workers.append(StreamProcess(s, w, wid, chunk, in_flight))
+            self.workers.append(StreamProcess(s, w, wid, chunk, in_flight, ahead))
 
     def pids(self) -> List[int]:
         return [w.pid for w in self._all if w.dead is None]
