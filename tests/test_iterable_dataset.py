@@ -364,6 +364,42 @@ def test_process_workers_give_the_batches_of_thread_workers():
     assert os.getpid() not in {int(p) for b in auto for p in b["pid"]}
 
 
+class _Epochs(Range):
+    """Range whose rows say the epoch set_epoch gave the worker's copy, and how many
+    times worker_init_fn ran on it."""
+
+    epoch, inits = -1, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        import os
+
+        for row in super().__iter__():
+            yield {**row, "epoch": self.epoch, "inits": self.inits, "pid": os.getpid()}
+
+
+def _count_init(w):
+    get_worker_info().dataset.inits += 1
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_processes_are_kept_across_epochs_and_told_each_epoch(persistent):
+    with stoker.Loader(_Epochs(8), batch_size=4, num_workers=2, worker_init_fn=_count_init,
+                       persistent_workers=persistent) as loader:
+        epochs = []
+        for e in range(3):
+            loader.set_epoch(e)
+            epochs.append(list(loader))
+    for e, batches in enumerate(epochs):
+        assert {int(x) for b in batches for x in b["epoch"]} == {e}  # set_epoch reached them
+        # worker_init_fn again at each epoch, as in DataLoader's new workers, or once
+        assert {int(x) for b in batches for x in b["inits"]} == {1 if persistent else e + 1}
+    pids = [{int(p) for b in batches for p in b["pid"]} for batches in epochs]
+    assert len(pids[0]) == 2 and pids[0] == pids[1] == pids[2]  # the same two processes
+
+
 def _gone(pid):
     import os
 

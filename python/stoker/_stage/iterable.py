@@ -134,14 +134,17 @@ class StreamReading:
 
     def _start(self) -> None:
         s = self.stream
-        s.starting(self.epoch, self.offset)
+        state = s.starting(self.epoch, self.offset)
         n = s.workers
         pipes = datapipes(s, n)
         if n == 0:
             self._inline = iter(pipes[0] if pipes else s.dataset)
         elif s.processes:  # NOTE [ Iterable datasets in processes ]
-            self._processes = StreamProcesses(self, n, pipes)
-            self.workers = list(self._processes.workers)
+            procs = None if pipes else s.idle_processes(n)
+            if procs is None:
+                procs = StreamProcesses(self, n, pipes)
+            self._processes = procs
+            self.workers = procs.begin(self, state)
         else:
             self.workers = [StreamWorker(self, w, n, pipes[w] if pipes else None)
                             for w in range(n)]
@@ -262,7 +265,7 @@ class StreamReading:
         self._ended = True
         procs, self._processes = self._processes, None
         if procs is not None:
-            procs.close()
+            self.stream.processes_done(procs)
             return
         for w in self.workers:
             if w is not None:
@@ -317,6 +320,8 @@ class IterableRows:
         self.core: Any = None  # the loader core (the state part reads its position)
         self._lock = threading.Lock()
         self._readings: Dict[int, StreamReading] = {}
+        self._idle: List[StreamProcesses] = []  # worker processes kept between readings
+        self._closed = False
         self._start_state: Dict[int, Any] = {}  # epoch -> the dataset's state at its start
 
     def note_skipped(self, what: str) -> None:
@@ -375,9 +380,10 @@ class IterableRows:
             x.finish()
         return r
 
-    def starting(self, epoch: int, offset: int) -> None:
+    def starting(self, epoch: int, offset: int) -> Any:
         """A reading of `epoch` starts (at row `offset`): the dataset is told the epoch,
-        given a loaded state, or its state at the epoch's start is kept."""
+        given a loaded state, or its state at the epoch's start is kept. The state
+        loaded, or None (worker processes load it into their copies)."""
         dataset_state, self.pending_dataset_state = self.pending_dataset_state, None
         if dataset_state is not None:
             self.dataset.load_state_dict(dataset_state)
@@ -388,13 +394,41 @@ class IterableRows:
         if offset == 0 and callable(getattr(self.dataset, "state_dict", None)) and \
                 epoch not in self._start_state:
             self._start_state = {epoch: self.dataset.state_dict()}
+        return dataset_state
+
+    def idle_processes(self, n: int) -> Optional[StreamProcesses]:
+        """Worker processes that served an earlier reading to its end, for the next one
+        (NOTE [ Iterable datasets in processes ]); None: fork new ones."""
+        with self._lock:
+            while self._idle:
+                procs = self._idle.pop()
+                if procs.n == n:
+                    return procs
+                procs.close()
+        return None
+
+    def processes_done(self, procs: StreamProcesses) -> None:
+        """A reading's worker processes are kept for the next one if they can serve it
+        (one set at most), else ended."""
+        if not self._closed and not procs.pipes and procs.reusable():
+            with self._lock:
+                if not self._idle:
+                    self._idle.append(procs)
+                    return
+        procs.close()
 
     def close(self) -> None:
         """Every reading ends (the loader closed, or its stage stopped)."""
         with self._lock:
             readings, self._readings = list(self._readings.values()), {}
+            self._closed = True
         for r in readings:
             r.finish()
+        with self._lock:
+            idle, self._idle = self._idle, []
+            self._closed = False  # a later iter() reads again
+        for procs in idle:
+            procs.close()
 
     # -- counts and state -------------------------------------------------------------
 

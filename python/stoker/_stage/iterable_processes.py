@@ -11,10 +11,11 @@ at "auto" (or is "process"), threads with python_workers="thread":
 
   reading (loader's process, the stage thread)      worker process w of N
   --------------------------------------------      ---------------------
-  forks the N workers at its start (after the       get_worker_info() says (w, N),
-  dataset was given its epoch and its state),       random/numpy/torch seeded from
-  as DataLoader forks an epoch's workers            (seed, epoch, w), worker_init_fn,
-                                                    iter(dataset)
+  at its start: the N workers (forked at the        get_worker_info() says (w, N);
+  first, kept for the next ones) are told its  -->  at each start: the state loaded,
+  epoch, a state loaded into the dataset, and       set_epoch(epoch), random/numpy/
+  whether worker_init_fn runs                       torch seeded from (seed, epoch, w),
+                                                    worker_init_fn, iter(dataset)
   asks worker w for up to C rows, requests     --> next() and map (its draws keyed by
   in flight, each with an arena of its own          the row's place in the merged
                                                     stream, as on threads), arrays into
@@ -34,10 +35,20 @@ at "auto" (or is "process"), threads with python_workers="thread":
     dies (a signal, a crash in native code) raises at its place in the stream, in
     DataLoader's words (lifecycle.died_message), and ends the iterator (NOTE [ After a
     failed batch ] in stoker/_iterator.py); the next iter() forks new workers.
-  * A reading's workers are ended when its stream stops (the epoch ran out, a break, a
-    resume, close(), a dropped loader, interpreter exit) within the bounded time of
-    NOTE [ Worker faults ] in processes.py, whose other rules hold here too (tied to the
-    loader's process, rid of the other workers' sockets and arenas).
+  * The workers persist across readings, as the map-style stage's do (NOTE [ Worker
+    processes for num_workers ] in stoker/_dropin.py): forked once, they keep what they
+    imported and built (a worker that re-imported albumentations at every epoch ran
+    3x the CPU of one that kept it). The dataset's set_epoch and a state that
+    load_state_dict() gave reach their copies; other changes made to the dataset object
+    in the training process after their fork do not (as with DataLoader's
+    persistent_workers=True); worker_init_fn runs again at each epoch unless
+    persistent_workers. A reading that stops before its stream's end (a break, a
+    resume, close()) ends its workers, as does a worker's death; the next reading forks
+    new ones. So does an IterDataPipe's (each reading its own sharded copies).
+  * Workers are ended within the bounded time of NOTE [ Worker faults ] in
+    processes.py (close(), a dropped loader, interpreter exit), whose other rules hold
+    here too (tied to the loader's process, rid of the other workers' sockets and
+    arenas).
 """
 
 from __future__ import annotations
@@ -76,36 +87,52 @@ __all__ = ["StreamProcesses"]
 # -- the worker process -------------------------------------------------------------------
 
 def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: int,
-                 pipe: Any, init: bool) -> None:
-    """Worker `wid` of `n`'s loop: requests for rows in, its share of the stream out,
-    until EOF."""
+                 pipe: Any) -> None:
+    """Worker `wid` of `n`'s loop: a reading's start, then requests for rows in and its
+    share of the stream out; again for each reading it serves, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     s = reading.stream
     rows: Any = None
     error: Optional[BaseException] = None
+    setup_error: Optional[BaseException] = None
     try:
         import torch
 
         torch.set_num_threads(1)  # the workers are the parallelism, as DataLoader's
         set_process_worker_info(wid, n, s.seed, s.dataset)
         set_thread_worker_info(wid, n, s.seed, s.dataset)
-        seed_globals(s.seed, reading.epoch, wid)  # forked workers draw apart, as DataLoader's
-        if s.split_ranks and reading.world > 1:
-            watch_rank_calls(s, quiet=True)
-        if s.worker_init_fn is not None and init:
-            s.worker_init_fn(wid)
-        rows = iter(s.dataset if pipe is None else pipe)
     except BaseException as e:
-        error = e
+        setup_error = e
     arenas: Dict[int, _Arena] = {0: arena}
     j = 0
-    ended = False
+    ended = True
     while True:
         try:
             data, fds = _recv(sock)
         except (EOFError, OSError):
             return
-        _, ticket, want, slot, size = pickle.loads(data)
+        msg = pickle.loads(data)
+        if msg[0] == "start":  # a reading: its epoch, the dataset's state, worker_init_fn
+            _, epoch, world, state, init = msg
+            reading.epoch, reading.world = epoch, world
+            j, ended, error = 0, False, setup_error
+            if error is None:
+                try:
+                    if state is not None:
+                        s.dataset.load_state_dict(state)
+                    fn = getattr(s.dataset, "set_epoch", None)
+                    if callable(fn):
+                        fn(epoch)
+                    seed_globals(s.seed, epoch, wid)  # workers draw apart, as DataLoader's
+                    if s.split_ranks and world > 1:
+                        watch_rank_calls(s, quiet=True)
+                    if s.worker_init_fn is not None and init:
+                        s.worker_init_fn(wid)
+                    rows = iter(s.dataset if pipe is None else pipe)
+                except BaseException as e:
+                    error = e
+            continue
+        _, ticket, want, slot, size = msg
         if fds:  # a new arena for this slot, made by the loader's process
             if slot in arenas:
                 arenas[slot].close()
@@ -179,8 +206,31 @@ class StreamProcess:
         # (closed with the worker; a memfd's pages are taken only as they are written)
         self.arenas = worker.arenas
         self.arenas += [_Arena.create(_ARENA_BYTES) for _ in range(in_flight - 1)]
-        self.ended = False  # the worker said its share ended
-        self.gone = False  # nothing more to take: ended and emptied, or the worker died
+        self.ended = True  # the worker said its share ended (or serves no reading)
+        self.gone = True  # nothing more to take: ended and emptied, or the worker died
+
+    def begin(self, epoch: int, world: int, state: Any, init: bool) -> None:
+        """The worker starts its share of a reading of `epoch` (the dataset given `state`
+        first, where one was loaded; worker_init_fn run if `init`)."""
+        _send(self.w.sock, pickle.dumps(("start", epoch, world, state, init)))
+        self.rows.clear()
+        self.ended = self.gone = False
+
+    def idle(self) -> bool:
+        """Whether the worker can serve another reading: alive, its share's end read
+        (replies still owed for it come at once, and are read here)."""
+        if self.w.dead is not None or not self.ended:
+            return False
+        try:
+            while self.pending:
+                ready, _, _ = select.select([self.w.sock], [], [], _DRAIN_SECONDS)
+                if not ready:
+                    return False
+                self._receive()
+        except (EOFError, OSError, _BadReply):
+            return False
+        self.rows.clear()
+        return True
 
     def _ask(self) -> None:
         """Asks the worker for rows while it may read ahead (`ahead` rows, buffered here or
@@ -273,14 +323,19 @@ def _exit_status(w: _Worker) -> str:
 
 _CHUNK_ROWS = 8  # rows a reply holds at most
 _MAX_IN_FLIGHT = 16  # requests at a worker at most (each with its arena)
+_DRAIN_SECONDS = 1.0  # a reply owed after a share's end (it comes at once)
 
 
 class StreamProcesses:
-    """The worker processes of one reading (NOTE [ Iterable datasets in processes ]):
-    forked at its start, ended when it finishes (or is dropped, or at exit)."""
+    """The worker processes of a reading (NOTE [ Iterable datasets in processes ]): forked
+    at its start from the loader's process as it is then; with persistent_workers kept
+    for the next reading once this one read its stream to the end; ended otherwise (or
+    dropped, or at exit)."""
 
     def __init__(self, reading: Any, n: int, pipes: List[Any]):
         s = reading.stream
+        self.n = n
+        self.pipes = bool(pipes)
         ahead = s.queue_rows(n)
         # small replies, many in flight: a row reaches the loop once its reply's few rows
         # are made, and the worker always holds a request to fill
@@ -292,12 +347,25 @@ class StreamProcesses:
         self._pid = os.getpid()
         weakref.finalize(self, _end, self._all, self._pid)
         for wid in range(n):
-            init = s.worker_init_fn is not None and s.first_start(wid)
             pipe = pipes[wid] if pipes else None
-            w = fork_worker(lambda sock, arena, status, wid=wid, pipe=pipe, init=init:
-                            _stream_main(sock, arena, reading, wid, n, pipe, init))
+            w = fork_worker(lambda sock, arena, status, wid=wid, pipe=pipe:
+                            _stream_main(sock, arena, reading, wid, n, pipe))
             self._all.append(w)
             self.workers.append(StreamProcess(s, w, wid, chunk, in_flight, ahead))
+
+    def begin(self, reading: Any, state: Any) -> List[StreamProcess]:
+        """Its workers start their shares of `reading` (`state`: the dataset's, loaded
+        into the loader's copy at this start, for theirs)."""
+        s = reading.stream
+        for p in self.workers:
+            init = s.worker_init_fn is not None and s.first_start(p.wid)
+            p.begin(reading.epoch, reading.world, state, init)
+        return list(self.workers)
+
+    def reusable(self) -> bool:
+        """Whether every worker can serve another reading (NOTE [ Iterable datasets in
+        processes ])."""
+        return bool(self._all) and all(p.idle() for p in self.workers)
 
     def pids(self) -> List[int]:
         return [w.pid for w in self._all if w.dead is None]
