@@ -265,7 +265,15 @@ class StreamReading:
         self._ended = True
         procs, self._processes = self._processes, None
         if procs is not None:
-            self.stream.processes_done(procs)
+            # kept for the next reading if no step reads from them now (a close() from
+            # another thread while the stage reads: ended, which wakes that read)
+            if self.lock.acquire(blocking=False):
+                try:
+                    self.stream.processes_done(procs)
+                finally:
+                    self.lock.release()
+            else:
+                procs.close()
             return
         for w in self.workers:
             if w is not None:
@@ -279,8 +287,6 @@ class StreamReading:
             self.finish()
         except Exception:
             pass
-
-
 
 
 class IterableRows:
