@@ -95,11 +95,10 @@ class Loader(_dropin.DataLoaderAttributes):
             ``next()``. Given, it is the count, never tuned down; a map-style dataset's
             workers are then processes from the first batch, as DataLoader's (each
             sample's ``random``/``numpy``/torch generators seeded from (seed, epoch,
-            index)), unless ``python_workers`` says otherwise; so are an
-            ``IterableDataset``'s (each iterates its share and runs ``map``). None (the
-            default): as many as the cores this rank may use, tuned online. With no Python
-            per sample, it sets the C++ worker threads (``num_threads``). More than the
-            cores available warns, as DataLoader does.
+            index)), unless ``python_workers`` says otherwise, and so are an
+            ``IterableDataset``'s. None (the default): as many as the cores this rank may
+            use, tuned online. With no Python per sample, it sets the C++ worker threads
+            (``num_threads``). More than the cores available warns, as DataLoader does.
         timeout: as DataLoader's: seconds ``next()`` waits for a batch before it raises;
             0 (the default) waits as long as it takes.
         worker_init_fn: as DataLoader's: called with the worker's id in each worker of the
