@@ -154,7 +154,10 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
                 ended = True
                 break
             # keyed by the row's place in the merged stream while every worker runs
-            got.append(reading.mapped(item, j * n + wid))
+            try:
+                got.append(reading.mapped(item, j * n + wid))
+            except BaseException as e:  # SystemExit, KeyboardInterrupt: raised, never skipped
+                got.append(Failed(add_note(e, f"stoker: raised by map in worker {wid}")))
             j += 1
         writer = _Writer()
         out: List[Tuple[str, Any]] = []
