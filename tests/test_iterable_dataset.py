@@ -288,15 +288,32 @@ def test_a_resume_pads_with_rows_through_map(workers):
     assert [b["m"].tolist() for b in other] == rest and len(rest[-1]) == 4
 
 
-def test_the_core_runs_the_epochs_and_the_readings_end_with_their_streams():
+def _children():
+    """This process's live child processes."""
+    import glob
+
+    pids = set()
+    for f in glob.glob("/proc/self/task/*/children"):
+        with open(f) as fh:
+            pids |= {int(x) for x in fh.read().split()}
+    return {p for p in pids if not _gone(p)}
+
+
+@pytest.mark.parametrize("python_workers", ["thread", "process"])
+def test_the_core_runs_the_epochs_and_the_readings_end_with_their_streams(python_workers):
     """The core plans the batches and learns each epoch's end from the stream (NOTE [ Open-
     ended epochs ]): its stats count the rows, the stage's time is measured, and a reading
     whose iterator left early (its stream stopped) ends its workers once the next one
-    starts, so many epochs left early hold no more worker threads than one."""
+    starts, so many epochs left early hold no more worker threads (or processes) than
+    one."""
+    import gc
     import threading
     import time
 
-    loader = stoker.Loader(Range(1000), batch_size=4, num_workers=2)
+    gc.collect()
+    before = _children()
+    loader = stoker.Loader(Range(1000), batch_size=4, num_workers=2,
+                           python_workers=python_workers)
     assert type(loader._producer).__name__ == "IterableProducer"
     for _ in range(6):  # break after two batches of each epoch
         it = iter(loader)
@@ -307,11 +324,12 @@ def test_the_core_runs_the_epochs_and_the_readings_end_with_their_streams():
     assert len(ids) == 250 and ids[:2] == [[0, 500, 1, 501], [2, 502, 3, 503]]
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        alive = [t for t in threading.enumerate() if t.name.startswith("stoker-iterable-")]
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("stoker-iterable-")]
+        alive += sorted(_children() - before)
         if len(alive) <= 2:
             break
         time.sleep(0.05)
-    assert len(alive) <= 2, [t.name for t in alive]  # the last reading's two at most
+    assert len(alive) <= 2, alive  # the last reading's two at most
     s = loader.stats()
     assert s["samples"] == 6 * 8 + 1000 and s["batches"] == 6 * 2 + 250
     assert s["python_seconds"] > 0
