@@ -179,9 +179,12 @@ class Stream::Handle final : public HandedOffBatch {
   ~Handle() override {
     // A finisher that dropped its batch unfinished would leave the reader
     // waiting forever: the batch fails instead.
-    if (!done_.load(std::memory_order_acquire))
-      fail(std::make_exception_ptr(
-          Error("internal: a batch handed off to the Python stage was dropped unfinished")));
+    if (!done_.load(std::memory_order_acquire)) {
+      // (the temporary gone before fail() publishes: PythonTask::fail says why)
+      std::exception_ptr error = std::make_exception_ptr(
+          Error("internal: a batch handed off to the Python stage was dropped unfinished"));
+      fail(std::move(error));
+    }
   }
 
   const BatchWork& work() const override { return work_; }

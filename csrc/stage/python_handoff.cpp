@@ -70,7 +70,11 @@ void PythonTask::complete(std::vector<TensorDesc> tensors, size_t bytes, uint64_
 }
 
 void PythonTask::fail(uint64_t ticket, const std::string& message) {
-  batch_->fail(std::make_exception_ptr(PythonStageError(ticket, message)));
+  // Made in a statement of its own: the temporary the exception is copied from shares its
+  // message (libstdc++'s exception strings are reference-counted) and must be gone before
+  // fail() publishes the batch, not released by this thread while the reader handles it.
+  std::exception_ptr error = std::make_exception_ptr(PythonStageError(ticket, message));
+  batch_->fail(std::move(error));
 }
 
 PythonHandoff::PythonHandoff(int64_t chunk_samples, int64_t batch_size)
