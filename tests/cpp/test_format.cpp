@@ -640,10 +640,21 @@ static void readers_demand_released_shards_again() {
   CHECK_EQ(unexpected.count(), 0);
 }
 
-TEST_MAIN(round_trip(); every_byte_flip_is_caught(); records_verified_once();
-          records_changed_on_disk_are_verified_again(); truncation_and_mismatches();
-          identity_is_checked_on_open(); only_regular_files_and_no_blocking();
-          lazy_mapping_and_errors_naming_the_file();
+// An error's location is the path from the source tree's root whatever path the compiler
+// was handed: -fmacro-prefix-map's "csrc/..." or a path-rewriting compiler cache's
+// "../../csrc/...". A file outside csrc/ is kept as it is.
+void error_locations_are_relative_to_the_tree() {
+  CHECK_EQ(stoker::detail::where("csrc/format/a.cpp", 7), "csrc/format/a.cpp:7");
+  CHECK_EQ(stoker::detail::where("../../csrc/format/a.cpp", 7), "csrc/format/a.cpp:7");
+  CHECK_EQ(stoker::detail::where("/src/stoker/csrc/format/a.cpp", 7), "csrc/format/a.cpp:7");
+  CHECK_EQ(stoker::detail::where("/src/mycsrc/csrc/x.cpp", 1), "csrc/x.cpp:1");
+  CHECK_EQ(stoker::detail::where("tests/cpp/t.cpp", 3), "tests/cpp/t.cpp:3");
+}
+
+TEST_MAIN(error_locations_are_relative_to_the_tree(); round_trip(); every_byte_flip_is_caught();
+          records_verified_once(); records_changed_on_disk_are_verified_again();
+          truncation_and_mismatches(); identity_is_checked_on_open();
+          only_regular_files_and_no_blocking(); lazy_mapping_and_errors_naming_the_file();
           append_shard_copies_records_under_a_new_identity(); checksum_is_streamable();
           deferred_shards_wait_for_provide(); released_shards_wait_and_come_back();
           records_by_range_serve_readers_first(); readers_demand_released_shards_again())
