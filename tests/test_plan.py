@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import write_dataset
+from conftest import png, write_dataset
 from stoker import _plan
 from stoker import ops as T
 
@@ -168,3 +168,35 @@ def test_each_kind_of_dataset_is_a_source_class_its_plan_prints(tmp_path):
         assert _plan.plan(dataset, batch_size=2, **kw).source == p.source
     assert len({cls for _, _, cls, _ in cases}) == len(_sources.__all__) - 3  # all but
     # Source, Running and source_of
+
+
+def test_dataset_sample_is_planned_as_a_loaders_map_samples(tmp_path):
+    """Dataset.sample reads through the records source's fetch plan: what map= receives,
+    a transform group with no op included (its boxes as stored, as the loader's, not
+    clipped to the image by a group of no ops)."""
+    fields = {"image": stoker.image(), "boxes": stoker.boxes(),
+              "classes": stoker.ndarray("int64", (None,))}
+    with stoker.ShardWriter(tmp_path / "ds", fields) as w:
+        for _ in range(3):  # the second box reaches past the 64x48 image
+            w.write({"image": png(np.full((48, 64, 3), 90, np.uint8)),
+                     "boxes": [[2, 2, 14, 14], [60, 40, 70, 50]], "classes": [1, 2]})
+    ds = stoker.Dataset(tmp_path / "ds")
+    received = []
+
+    def keep(sample, rng):
+        received.append(sample)
+        return {"n": len(sample["boxes"])}
+
+    for transforms in ({("image", "boxes", "classes"): []}, {"image": [T.Resize(16)]}):
+        received.clear()
+        with stoker.Loader(ds, batch_size=1, map=keep, transforms=transforms, seed=0,
+                           num_workers=0, as_stored=["boxes", "classes"]
+                           if "image" in transforms else None) as loader:
+            list(loader)
+        for i, got in enumerate(received):
+            s = ds.sample(i, transforms, seed=0, as_stored=["boxes", "classes"]
+                          if "image" in transforms else None)
+            assert s.keys() == got.keys()
+            for k in s:
+                assert np.array_equal(s[k], got[k]), (transforms, k)
+        assert received[0]["boxes"].tolist() == [[2, 2, 14, 14], [60, 40, 70, 50]]

@@ -1,20 +1,26 @@
 """A stoker.Dataset's record options, planned and built: each image field's decoded layout,
 the transform groups, the fetch plan of samples read one by one, and the
 ``_core.RecordOptions`` a producer or a sample reader takes. The records source
-(records.py) and a mixture's (mixture.py) plan with them."""
+(records.py) and a mixture's (mixture.py) plan with them, and ``Dataset.sample`` reads
+through them (:func:`sample`), so that it gives what a loader's ``map=`` receives. Kept
+apart from the sources' wiring (stoker/_build.py) so that stoker/dataset.py can use it
+without an import circle."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Tuple
+import threading
+import weakref
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .. import _core
+from .._media_args import split_media
 from .._plan_parts import GroupPlan, RecordPlan, Sampling
-from .._transform_args import group_targets
+from .._transform_args import check_transforms, group_targets
 from ..fields import Image
 from ..ops import _specs
 
 __all__ = ["image_layouts", "transform_groups", "fetch_plan", "record_options",
-           "sampler_options"]
+           "sampler_options", "sample"]
 
 
 def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
@@ -84,3 +90,38 @@ def transform_groups(fields: Mapping[str, Any],
     out += [GroupPlan((n,), (), (("mask",),)) for n, f in fields.items()
             if isinstance(f, Image) and f.mode == "L" and n not in grouped]
     return tuple(out)
+
+
+# Dataset.sample's readers: one per (transforms, layout, limit) while the dataset lives
+_readers: "weakref.WeakKeyDictionary[Any, Dict[Any, Any]]" = weakref.WeakKeyDictionary()
+_readers_lock = threading.Lock()
+# one sample at a time, in no order: the sampling of a reader's options
+_ONE = Sampling(1, False, 0, False, True, None, None, None)
+
+
+def sample(dataset: Any, index: int, transforms: Optional[Mapping[Any, Any]], seed: int,
+           image_layout: Optional[str], max_pixels: int, box_rows: Any = None,
+           as_stored: Any = None) -> Dict[str, Any]:
+    """``Dataset.sample``: sample `index` as a loader's ``map=`` receives it, planned and
+    built as that loader's samples are (:func:`fetch_plan`, then its RecordOptions and a
+    ``_stage.sources.DatasetSource``), the reader kept per (transforms, layout, limit)
+    while the dataset lives; the draws are keyed by (seed, index) through its epoch."""
+    from .._stage.sources import DatasetSource
+
+    if image_layout not in (None, "HWC", "CHW"):
+        raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
+    max_pixels = int(max_pixels)
+    media, transforms = split_media(dataset.fields, transforms, image_layout, max_pixels)
+    checked = check_transforms(dataset.fields, transforms or {}, box_rows, as_stored)
+    key = (repr(sorted(checked.items(), key=lambda kv: repr(kv[0]))), image_layout,
+           max_pixels, repr(media))
+    with _readers_lock:
+        readers = _readers.setdefault(dataset, {})
+        reader = readers.get(key)
+    if reader is None:
+        images, _ = image_layouts(dataset.fields, image_layout, max_pixels)
+        plan = fetch_plan(images, checked, transform_groups(dataset.fields, checked), media=media)
+        reader = DatasetSource(dataset, record_options(plan, _ONE, threads_hint=1))
+        with _readers_lock:
+            readers[key] = reader
+    return reader.sample(index, int(seed) & 0xFFFFFFFFFFFFFFFF)
