@@ -3,16 +3,20 @@ running half that owns its per-epoch hook, its parts of the loader's state, its 
 and its counters.
 
 NOTE [ Sources ]
-``LoaderPlan.source`` (stoker/_plan_parts.py) is a :class:`Source` (base.py), one class per
-kind of dataset, each in its own module:
+``LoaderPlan.source`` (stoker/_plan_parts.py) is a :class:`Source`, one class per kind of
+dataset, each in its own module:
 
+  base.py        Source, Running     what every source is and what the loader asks of it
   records.py     RecordsSource       a stoker.Dataset (or a path to one)
-  map_style.py   MapDatasetSource    a map-style dataset (``__len__``, ``__getitem__``)
+  map_style.py   MapDatasetSource    a map-style dataset (``__len__``, ``__getitem__``);
+                                     its items are read by _stage.sources.MapStyleSource
   iterable.py    IterableSource      a torch IterableDataset (or an IterDataPipe)
   tokens.py      TokensSource        token rows of a TokenDataset
   mixture.py     MixtureSource       a stoker.Mix of Datasets, and
                  TokenMixtureSource  a stoker.Mix of TokenDatasets (one module: they share
                                      the mixture's rule, state and counters, MixRun)
+  record_plan.py                     a stoker.Dataset's record options, planned and built
+                                     (records, mixtures, and ``Dataset.sample``)
 
 ``plan()`` asks :func:`source_of` which one a dataset is, then the source for its checks
 (``check_shard_window``, ``check_verify``, an IterableDataset's ``check``) and its part of
