@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import stoker
 import torch
-from conftest import write_dataset
+from conftest import png, write_dataset
 from stoker import _plan
 from stoker import ops as T
 
@@ -31,7 +31,7 @@ def test_loader_signature_and_plan_defaults_agree():
 def test_records_plan(tmp_path):
     ds = write_dataset(tmp_path / "ds", 20)
     p = no_new_threads(lambda: _plan.plan(ds, batch_size=8, shuffle=True, seed=-1))
-    assert p.source == "records" and p.producer == "RecordProducer" and p.stage is None
+    assert p.source.kind == "records" and p.producer == "RecordProducer" and p.stage is None
     assert p.sampling.batch_size == 8 and p.sampling.shuffle
     assert p.sampling.seed == -1 and p.sampling.seed64 == 2**64 - 1  # reduced once
     assert p.records is not None and p.records.images == () and p.records.groups == ()
@@ -77,7 +77,7 @@ def test_image_groups_and_batch_map_plan(tmp_path):
 def test_map_style_and_map_plans(tmp_path):
     tds = torch.utils.data.TensorDataset(torch.arange(10.0))
     p = _plan.plan(tds, batch_size=4, python_workers="process")
-    assert p.source == "map-style" and p.producer == "PythonProducer"
+    assert p.source.kind == "map-style" and p.producer == "PythonProducer"
     assert p.stage.fetch == "map-style" and p.stage.processes
     ds = write_dataset(tmp_path / "ds", 10)
 
@@ -120,7 +120,7 @@ def test_token_plan(tmp_path):
     np.arange(1000, dtype=np.uint16).tofile(path)
     ds = stoker.TokenDataset(str(path), dtype="uint16")
     p = _plan.plan(ds, batch_size=2, seq_len=16)
-    assert p.source == "tokens" and p.producer == "TokenProducer" and p.is_tokens
+    assert p.source.kind == "tokens" and p.producer == "TokenProducer" and p.is_tokens
     assert p.tokens["seq_len"] == 16
     with pytest.raises(ValueError, match="transforms"):
         _plan.plan(ds, batch_size=2, seq_len=16, transforms={"x": []})
@@ -131,3 +131,72 @@ def test_loader_keeps_its_plan(tmp_path):
     with stoker.Loader(ds, batch_size=4, seed=3) as loader:
         assert loader.plan == _plan.plan(ds, batch_size=4, seed=3)
         assert [b["label"].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(6))
+
+
+def test_each_kind_of_dataset_is_a_source_class_its_plan_prints(tmp_path):
+    """NOTE [ Sources ] in stoker/_sources/__init__.py: LoaderPlan.source is a class per
+    kind of dataset, shown by print(plan), with its kind for messages."""
+    from stoker import _sources
+
+    ds = write_dataset(tmp_path / "a", 6)
+    other = write_dataset(tmp_path / "b", 4)
+    toks = {}
+    for n in ("web", "code"):
+        path = tmp_path / f"{n}.bin"
+        (np.arange(2000) % 97).astype(np.uint16).tofile(path)
+        toks[n] = stoker.TokenDataset(str(path), dtype="uint16", eos_id=0)
+    cases = [
+        (ds, {}, _sources.RecordsSource, "records"),
+        (str(tmp_path / "a"), {}, _sources.RecordsSource, "records"),  # a path opens
+        (list(range(6)), {}, _sources.MapDatasetSource, "map-style"),
+        (_Stream(), {}, _sources.IterableSource, "iterable"),
+        (toks["web"], {"seq_len": 16}, _sources.TokensSource, "tokens"),
+        (stoker.Mix({"a": ds, "b": other}), {}, _sources.MixtureSource, "mixture"),
+        (stoker.Mix(toks), {"seq_len": 16}, _sources.TokenMixtureSource, "token mixture"),
+    ]
+    for dataset, kw, cls, kind in cases:
+        p = no_new_threads(lambda d=dataset, k=kw: _plan.plan(d, batch_size=2, **k))
+        assert type(p.source) is cls and p.source.kind == kind, (kind, p.source)
+        assert str(p).splitlines()[0].startswith(f"LoaderPlan: {cls.__name__} ("), str(p)
+        assert p.is_tokens == p.source.batches_are_tokens == kind.startswith("token")
+        # a source holds no state: equal plans, equal sources
+        assert _plan.plan(dataset, batch_size=2, **kw).source == p.source
+    assert len({cls for _, _, cls, _ in cases}) == len(_sources.__all__) - 3  # all but
+    # Source, Running and source_of
+
+
+def test_dataset_sample_is_planned_as_a_loaders_map_samples(tmp_path):
+    """Dataset.sample reads through the records source's fetch plan: what map= receives,
+    a transform group with no op included (its boxes as stored, as the loader's, not
+    clipped to the image by a group of no ops)."""
+    fields = {"image": stoker.image(), "boxes": stoker.boxes(),
+              "classes": stoker.ndarray("int64", (None,))}
+    with stoker.ShardWriter(tmp_path / "ds", fields) as w:
+        for _ in range(3):  # the second box reaches past the 64x48 image
+            w.write({"image": png(np.full((48, 64, 3), 90, np.uint8)),
+                     "boxes": [[2, 2, 14, 14], [60, 40, 70, 50]], "classes": [1, 2]})
+    ds = stoker.Dataset(tmp_path / "ds")
+    received = []
+
+    def keep(sample, rng):
+        received.append(sample)
+        return {"n": len(sample["boxes"])}
+
+    for transforms in ({("image", "boxes", "classes"): []}, {"image": [T.Resize(16)]}):
+        received.clear()
+        with stoker.Loader(ds, batch_size=1, map=keep, transforms=transforms, seed=0,
+                           num_workers=0, as_stored=["boxes", "classes"]
+                           if "image" in transforms else None) as loader:
+            list(loader)
+        for i, got in enumerate(received):
+            s = ds.sample(i, transforms, seed=0, as_stored=["boxes", "classes"]
+                          if "image" in transforms else None)
+            assert s.keys() == got.keys()
+            for k in s:
+                assert np.array_equal(s[k], got[k]), (transforms, k)
+        assert received[0]["boxes"].tolist() == [[2, 2, 14, 14], [60, 40, 70, 50]]

@@ -167,3 +167,46 @@ def test_no_source_file_is_over_600_lines():
                     if n > 600 and rel not in LONG_OK:
                         long.append(f"{rel}: {n}")
     assert not long, long
+
+
+def _kinds() -> set:
+    """The kinds of dataset (``Source.kind`` of stoker/_sources/), read from their modules."""
+    out = set()
+    for path in (PKG / "_sources").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for st in node.body:
+                    if isinstance(st, ast.Assign) and any(
+                            isinstance(t, ast.Name) and t.id == "kind" for t in st.targets) \
+                            and isinstance(st.value, ast.Constant) and st.value.value:
+                        out.add(st.value.value)
+    return out
+
+
+def _strings(node: ast.AST) -> set:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set().union(*(_strings(e) for e in node.elts)) if node.elts else set()
+    return set()
+
+
+def test_no_module_outside_the_sources_branches_on_the_kind_of_dataset():
+    """NOTE [ Sources ] in stoker/_sources/__init__.py: outside stoker/_sources/, nothing
+    compares a plan's source (or a source's kind) to the name of a kind: what a branch
+    needs to know is an attribute or a method of the source."""
+    kinds = _kinds()
+    assert {"records", "map-style", "iterable", "tokens", "mixture", "token mixture"} <= kinds
+    found = []
+    for path in PKG.rglob("*.py"):
+        if (PKG / "_sources") in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            named = any(isinstance(s, ast.Attribute) and s.attr in ("source", "kind")
+                        for s in sides)
+            if named and set().union(*(_strings(s) for s in sides)) & kinds:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, found

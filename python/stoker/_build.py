@@ -1,6 +1,7 @@
-"""build(plan): the one place that wires a loader's running parts from its plan (NOTE
-[ Loader plan ] in stoker/_plan.py): the C++ producer with its one RecordOptions or token
-options, the core, the Python stage and its hand-off, the device delivery."""
+"""build(plan): a loader's running parts from its plan (NOTE [ Loader plan ] in
+stoker/_plan.py). The plan's source builds its producer and its running half
+(stoker/_sources/); the wiring they share is here: the C++ producer's RecordOptions, the
+core, the Python stage and its hand-off, the device delivery."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ import torch
 
 from . import _cache, _core
 from . import _loader_args as args
-from ._plan import LoaderPlan, RecordPlan, Sampling
-from .mix import MixRun
-from .ops import _specs
+from ._plan_parts import LoaderPlan, Sampling
 
-__all__ = ["Parts", "build", "chunk_samples", "record_options"]
+__all__ = ["Parts", "build", "chunk_samples", "listed_orders", "open_cache", "wire"]
 
 
 class Parts(NamedTuple):
@@ -23,14 +22,14 @@ class Parts(NamedTuple):
     producer: Any  # a _core.BatchProducer
     core: Any  # _core.LoaderCore
     stage: Any  # _stage.stage.PythonStage or None
-    mix: Optional[MixRun]
+    mix: Any  # a mixture's MixRun (stoker/mix.py), else None
     device: torch.device  # where batches are (cpu for the host fake)
     stream_device: Optional[torch.device]  # the CUDA device whose stream a batch joins
     pin_memory: bool
     listed: Any  # _core.ListedOrders of a user's sampler, else None
     cache: Any = None  # _core.DecodedCache (cache="decoded")
-    # the running half of the dataset's source (stoker/_sources/): its identity and its
-    # parts of the state; None for the kinds not yet behind a source class
+    # the running half of the dataset's source (stoker/_sources/base.py's Running): its
+    # per-epoch hook, its identity, its parts of the state and of the stats
     source: Any = None
 
 
@@ -45,30 +44,7 @@ def chunk_samples(batch_size: int, threads: int, processes: bool = False) -> int
     return max(1, -(-int(batch_size) // (per * max(1, int(threads)))))
 
 
-def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
-                   listed: Any = None, cache: Any = None) -> Any:
-    """A RecordPlan as the ``_core.RecordOptions`` its producer takes (`cache`: the
-    ``_core.DecodedCache`` build() opened for ``r.cache``)."""
-    return _core.RecordOptions(
-        sampler=sampler_options(sampling, listed),
-        skip_errors=r.skip_errors,
-        images={name: _core.ImageFieldSpec(layout, pixels) for name, layout, pixels in r.images},
-        transforms=[_core.TransformSpec(list(g.fields), _specs(list(g.ops)),
-                                        [_core.TargetSpec(*t) for t in g.targets])
-                    for g in r.groups],
-        threads_hint=threads_hint, handoff=r.handoff, pad_values=dict(r.pad_values),
-        mix=None if r.batch_mix is None else r.batch_mix.options(), verify=r.verify,
-        cache=cache, **r.media.options())
-
-
-def sampler_options(s: Sampling, listed: Any = None) -> Any:
-    return _core.SamplerOptions(batch_size=s.batch_size or 1, shuffle=s.shuffle,
-                                seed=s.seed64, drop_last=s.drop_last,
-                                even_batches=s.even_batches, shard_window=s.shard_window or 0,
-                                listed=listed)
-
-
-def _listed(s: Sampling) -> Any:
+def listed_orders(s: Sampling) -> Any:
     """The C++ side of a user's sampler (NOTE [ User samplers ]), with its len() as the
     length of an epoch until the first is listed; None without one."""
     if s.generator is not None:  # a permutation per epoch, batched and split by the loader
@@ -91,72 +67,44 @@ def _listed(s: Sampling) -> Any:
 
 def build(p: LoaderPlan, world_size: int,
           open_device: Optional[Callable[[int], Any]] = None) -> Parts:
-    """The running parts of plan `p` (NOTE [ Loader plan ]). `world_size` is the world
-    now (a mixture's rows per step until the first iter() says otherwise); `open_device`
-    stands in for the CUDA driver (tests: the host fake)."""
-    from ._stage.sources import DatasetSource, MapStyleSource
-    from ._stage.stage import PythonStage
+    """The running parts of plan `p` (NOTE [ Loader plan ]): its source builds them
+    (stoker/_sources/), with the wiring below. `world_size` is the world now (a mixture's
+    rows per step until the first iter() says otherwise); `open_device` stands in for the
+    CUDA driver (tests: the host fake)."""
+    return p.source.build(p, world_size, open_device)
 
-    s, t = p.sampling, p.settings
-    mix: Optional[MixRun] = None
-    stage = None
-    listed = _listed(s)
-    if p.source == "iterable":  # NOTE [ Iterable datasets ]: rows through the core
-        from ._sources.iterable import IterableSource
 
-        producer, core, stage, rows, pin = IterableSource.build(p, open_device)
-        return Parts(producer, core, stage, None, torch.device("cpu"), None, pin, None,
-                     source=rows)
+def open_cache(p: LoaderPlan) -> Any:
+    """The ``_core.DecodedCache`` of the plan's ``cache=`` (None without one; a service's
+    actors keep their own)."""
     records = p.records if p.records is not None else \
         p.stage.records if p.stage is not None else None
     wanted = records.cache if records is not None else None
-    if p.service is not None:
-        wanted = None  # the service's actors read and decode: their nodes keep the cache
-    cache = None if wanted is None else _cache.open_cache(wanted, p.dataset, records.verify)
-    if p.source == "token mixture":
-        mix = MixRun(p.dataset, tokens=True, record_options=None, batch_size=s.batch_size,
-                     shuffle=s.shuffle, seed=s.seed, drop_last=s.drop_last,
-                     shard_window=None, world_size=world_size, token_options=dict(
-                         {k: v for k, v in (p.tokens or {}).items()}))
-        producer = mix.producer
-    elif p.source == "tokens":
-        producer = _core.TokenProducer(p.dataset._source, **(p.tokens or {}))
-    elif p.source == "mixture":
-        assert p.records is not None
-        mix = MixRun(p.dataset, tokens=False,
-                     record_options=record_options(p.records, s, t.num_threads),
-                     batch_size=s.batch_size, shuffle=s.shuffle, seed=s.seed,
-                     drop_last=s.drop_last, shard_window=s.shard_window,
-                     world_size=world_size, token_options={})
-        producer = mix.producer
-    elif p.source == "map-style":
-        producer = _core.PythonProducer(len(p.dataset), s.batch_size or 1, s.shuffle,
-                                        s.seed64, s.drop_last, s.even_batches, listed=listed)
-    elif p.producer == "PythonProducer":  # records through map / collate_fn
-        producer = _core.PythonProducer(p.dataset._core, s.batch_size or 1, s.shuffle,
-                                        s.seed64, s.drop_last, s.even_batches,
-                                        s.shard_window or 0, listed=listed)
-    else:
-        assert p.records is not None
-        producer = _core.RecordProducer(p.dataset._core,
-                                        record_options(p.records, s, t.num_threads, listed,
-                                                       cache))
+    if wanted is None or p.service is not None:
+        return None
+    return _cache.open_cache(wanted, p.dataset, records.verify)
+
+
+def wire(p: LoaderPlan, producer: Any, reader: Any, running: Any, *, listed: Any = None,
+         cache: Any = None, mix: Any = None,
+         open_device: Optional[Callable[[int], Any]] = None) -> Parts:
+    """The core over `producer`, the Python stage (its samples from `reader`, a
+    ``_stage.sources`` reader, or None), the hand-off and the device delivery: the parts
+    every source but a stream's has in common. `running` is the source's running half."""
     if p.service is not None:  # NOTE [ Disaggregated loading ] in stoker/service/__init__.py
         from .service.stage import service_parts
 
         core, stage = service_parts(p, producer, mix)
-        return Parts(producer, core, stage, mix, torch.device("cpu"), None, False, listed)
+        return Parts(producer, core, stage, mix, torch.device("cpu"), None, False, listed,
+                     source=running)
+    s, t = p.sampling, p.settings
+    stage = None
     if p.stage is not None:
+        from ._stage.stage import PythonStage
+
         st = p.stage
-        if st.fetch == "map-style":
-            source: Any = MapStyleSource(p.dataset, st.names)
-        elif st.fetch == "records":
-            assert st.records is not None
-            source = DatasetSource(p.dataset, record_options(st.records, s, cache=cache))
-        else:
-            source = None
         workers = t.num_threads if st.num_workers is None else st.num_workers
-        stage = PythonStage(source, map_fn=st.map, batch_map=st.batch_map,
+        stage = PythonStage(reader, map_fn=st.map, batch_map=st.batch_map,
                             collate_fn=st.collate_fn, map_fields=st.map_fields, seed=s.seed,
                             skip=p.on_error == "skip", threads=max(1, workers),
                             batch_map_on_consumer=st.batch_map_on_consumer,
@@ -197,5 +145,5 @@ def build(p: LoaderPlan, world_size: int,
         stage.attach(handoff)
         stage.side_device = stream_device
     return Parts(producer, core, stage, mix, torch.device("cpu") if fake else target,
-                 stream_device, pin, listed, cache)
+                 stream_device, pin, listed, cache, running)
 

@@ -346,14 +346,7 @@ def _epoch_batches(loader: Any) -> Tuple[np.ndarray, np.ndarray]:
     from . import _core
 
     p = loader.plan
-    if p.source == "map-style":
-        shards = [len(p.dataset)]
-    elif p.source == "records":
-        shards = [s["num_records"] for s in p.dataset.shards]
-    else:
-        raise TypeError(f"the order of a loader over {p.source} is planned by its C++ "
-                        "producer (windows, rows of sources): it has no per-sample index "
-                        "list to iterate")
+    shards = p.source.epoch_shards(p.dataset)  # a TypeError where the order has no indices
     rank, world = loader._world()
     return _core.epoch_batches(shards, loader._order_options, loader.epoch, rank, world)
 
@@ -373,7 +366,7 @@ def samplers(loader: Any, generator_order: bool) -> Tuple[Any, Any]:
         sampler = s.sampler
     elif generator_order:
         sampler = _GeneratorOrder(loader, loader.generator)
-    elif p.source == "iterable":
+    elif not p.source.indexed:  # a stream's own order
         sampler = _StreamOrder(loader)
     elif s.shuffle:
         sampler = _ShuffledOrder(loader)
@@ -463,7 +456,7 @@ def follow_len(self: Any) -> None:
     """DataLoader reads len(dataset) at every len() and iter(): a map-style dataset
     that grew or shrank since is planned and built again (between epochs: a running
     epoch keeps its order), at the epoch the loader was at."""
-    if self.plan.source != "map-style" or self._user_sampler is not None:
+    if not self.plan.source.follows_len or self._user_sampler is not None:
         return
     try:
         n = len(self.dataset)
@@ -526,7 +519,7 @@ def attach_samplers(loader: Any, p: Any, listed: Any) -> Any:
         loader._samplers = UserSampler(
             sampler if s.generator is not None else loader._user_sampler,
             s.batch_sampler is not None, s.batch_size or 1, s.drop_last, len(p.dataset),
-            listed, indices_only=p.source == "records", permutation=s.generator is not None,
+            listed, indices_only=p.source.sampler_indices_only, permutation=s.generator is not None,
             draw=draw)
         stage = loader._stage
         if stage is not None and isinstance(getattr(stage, "source", None), MapStyleSource):

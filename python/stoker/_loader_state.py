@@ -22,26 +22,6 @@ VERSION = 2
 SAMPLING_KEYS = ("seed", "shuffle", "shard_window", "batch_size", "drop_last", "even_batches")
 
 
-def dataset_identity(dataset: Any, tokens: bool, epoch_samples: int) -> Dict[str, Any]:
-    """What the dataset must still be for a state to apply: its size, schema and, for a
-    dataset written with one, the write's id (a rewrite is another dataset)."""
-    if tokens:
-        ident = {"epoch_samples": epoch_samples, "num_tokens": dataset.num_tokens,
-                 "num_docs": dataset.num_docs}
-        files = dataset.fingerprint() if hasattr(dataset, "fingerprint") else None
-        if files is not None:
-            ident["files"] = files  # [size, sampled checksum] per token file
-        dataset_id = getattr(getattr(dataset, "dataset", None), "dataset_id", None)
-    elif not hasattr(dataset, "_hash"):  # a map-style dataset (docs/python.md): its size
-        return {"num_records": len(dataset)}
-    else:
-        ident = {"num_records": len(dataset), "schema_hash": f"{dataset._hash:016x}"}
-        dataset_id = getattr(dataset, "dataset_id", None)
-    if dataset_id is not None:
-        ident["dataset_id"] = dataset_id
-    return ident
-
-
 @dataclasses.dataclass(frozen=True)
 class LoaderState:
     """Where a loader stands, the same on every rank in lockstep: the epoch and the global
@@ -172,24 +152,16 @@ class SamplerPart:
 # -- a loader's state: Any.state() and load_state_dict() ------------------------------
 
 def loader_identity(loader: Any) -> Dict[str, Any]:
-    """What a state records of `loader`'s data (``Loader._identity`` keeps it): an
-    source's own (an IterableDataset's type), a mixture's identity, else the dataset's."""
-    if loader._source is not None:  # (stoker/_sources/)
-        return loader._source.identity()
-    if loader._mix is not None:
-        return loader._mix.identity()
-    return dataset_identity(loader.dataset, loader._tokens, loader._producer.epoch_samples())
+    """What a state records of `loader`'s data (``Loader._identity`` keeps it): its
+    source's (stoker/_sources/)."""
+    return loader._source.identity()
 
 
 def loader_parts(loader: Any) -> Dict[str, Any]:
     """The stateful parts of `loader`, by the key of their state."""
-    parts: Dict[str, Any] = {}
-    if loader._mix is not None and loader._mix.mix.is_schedule:
-        parts["mix"] = loader._mix
+    parts: Dict[str, Any] = dict(loader._source.state_parts())  # (stoker/_sources/)
     if loader._samplers is not None:
         parts["sampler"] = SamplerPart(loader._samplers, loader._core)
-    if loader._source is not None:  # (stoker/_sources/)
-        parts.update(loader._source.state_parts())
     return parts
 
 

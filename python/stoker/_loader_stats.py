@@ -63,22 +63,15 @@ def stats(self: Any) -> Dict[str, Any]:
     shared)."""
     s = self._core.stats()  # derived numbers included (csrc/pipeline/loader_telemetry.h)
     counts = s.pop("source_counts")
-    if self._mix is not None:
-        s["sources"] = self._mix.stats(counts, self._core.state())
-    elif self._tokens:
-        s["pad_fraction"] = self._producer.pad_fraction
-        s["unused_tokens"] = self._producer.unused_tokens
-    if not self._map_style and getattr(self.dataset, "remote", None) is not None:  # a URL
-        s["network"] = self.dataset.remote.stats()
+    # the source's own (stoker/_sources/): a mixture's per source, token padding, network
+    self._source.stats(s, counts, self._core.state())
     if self._cache is not None:
         s["cache"] = _cache.cache_stats(self._cache)
     if self.plan.service is not None:  # made by a service's actors (docs/service.md)
         s["service"] = self._stage.stats(s)
-    if not self._map_style:  # where reads were served from: memory, mmap or remote
-        tier = getattr(self.dataset, "tier", None)
-        if tier is None and self._tokens:
-            tier = getattr(getattr(self.dataset, "dataset", None), "tier", "mmap")
-        s["tier"] = tier or "mmap"
+    tier = self._source.tier()  # where reads were served from: memory, mmap or remote
+    if tier is not None:
+        s["tier"] = tier
     return s
 
 
@@ -114,8 +107,7 @@ def report_skipped(self: Any) -> None:
     new = skipped - self._skipped_reported
     if new > 0:
         self._skipped_reported = skipped
-        named = getattr(self._source, "skipped_report", None)  # a source that names them
-        warnings.warn(named(new) if callable(named) else
-                      f"stoker: replaced {new} unreadable sample(s) with the next valid "
-                      "one (on_error='skip'); see loader.stats()['skipped']",
+        named = self._source.skipped_report(new)  # a source that names them
+        warnings.warn(named or f"stoker: replaced {new} unreadable sample(s) with the next "
+                      "valid one (on_error='skip'); see loader.stats()['skipped']",
                       RuntimeWarning, stacklevel=3)

@@ -375,7 +375,7 @@ class Dataset:
                           for j in rng.integers(0, len(ds), 3)]
                 ...
         """
-        from ._stage.sources import fetch_sample
+        from ._sources.record_plan import sample  # planned as a loader's map= samples are
 
         n = len(self)
         i = operator.index(i)
@@ -385,10 +385,10 @@ class Dataset:
             raise IndexError(f"index out of range for a dataset of {n} samples")
         if self.remote is not None:
             with self.remote.holding([self._core.locate(i)[0]]):
-                return fetch_sample(self, i, transforms, seed, image_layout, max_image_pixels,
-                                    box_rows, as_stored)
-        return fetch_sample(self, i, transforms, seed, image_layout, max_image_pixels, box_rows,
-                            as_stored)
+                return sample(self, i, transforms, seed, image_layout, max_image_pixels,
+                              box_rows, as_stored)
+        return sample(self, i, transforms, seed, image_layout, max_image_pixels, box_rows,
+                      as_stored)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         for i in range(len(self)):

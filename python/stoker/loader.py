@@ -23,7 +23,7 @@ from . import _loader_state as state_mod
 from ._iterator import LoaderIter
 from ._loader_args import check_int
 from ._samplers import UserSampler
-from ._sources import records as _records_source
+from ._sources.record_plan import sampler_options
 from .mix import MixRun
 from .ops import Op
 
@@ -393,7 +393,6 @@ class Loader(_dropin.DataLoaderAttributes):
             {g.fields if len(g.fields) > 1 else g.fields[0]: list(g.ops)
              for g in ((p.records or p.stage.records).groups) if g.ops}
         self._tokens = p.is_tokens
-        self._map_style = p.source in ("map-style", "iterable")  # not stoker records
         self._nchw_views = p.delivery.nchw_views
         self._hf_lengths = p.delivery.hf_lengths
         # a subclass's _open_device stands in for the CUDA driver (tests: the host fake)
@@ -406,18 +405,18 @@ class Loader(_dropin.DataLoaderAttributes):
         self.device, self._stream_device = parts.device, parts.stream_device
         self.pin_memory = parts.pin_memory
         # DataLoader's sampler and batch_sampler objects, a user's sampler listed per epoch
-        self._order_options = _build.sampler_options(s)  # loader.sampler iterates it
+        self._order_options = sampler_options(s)  # loader.sampler iterates it
         self._samplers: Optional[UserSampler] = None
         sampler = _dropin.attach_samplers(self, p, parts.listed)
         self._cache = parts.cache
-        self._source = parts.source  # the dataset's source, where one owns it (_sources/)
+        self._source = parts.source  # its source's running half (stoker/_sources/base.py)
         self._cache_full_said = False
         self._ident: Optional[Dict[str, Any]] = None
         self._identity()
         self._pid = os.getpid()
         self._failed_iter: Optional[Any] = None  # NOTE [ After a failed batch ]
         self._live_iter: Optional[Any] = None  # the last iterator (weakly)
-        self._built_len = len(p.dataset) if p.source == "map-style" else None
+        self._built_len = len(p.dataset) if p.source.follows_len else None
         self._following: Any = None  # the remote fetcher following this loader
         self._skipped_reported = 0
         self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
@@ -449,7 +448,7 @@ class Loader(_dropin.DataLoaderAttributes):
         """Batches per epoch for this rank."""
         self._follow_len()
         n = self._core.num_batches(*self._world())
-        if self.plan.source == "iterable":  # DataLoader's check of it (_LoaderIter)
+        if self.plan.source.len_from_dataset:  # DataLoader's check of it (_LoaderIter)
             self._iterable_len = n
         return n
 
@@ -504,7 +503,7 @@ class Loader(_dropin.DataLoaderAttributes):
             _dropin.refuse_shifted_labels_under_trainer(sys._getframe(1))
         self._follow_len()
         rank, world = self._world()
-        _records_source.follow(self, world)  # each source's per-epoch hook
+        self._source.at_epoch(self, world)  # the source's per-epoch hook
         if self._samplers is not None:  # the sampler's order for the epoch, once
             self._samplers.list_epoch(self._core.epoch, base_draw)
         # NOTE [ After a failed batch ]: a batch that raised is consumed, and its iterator

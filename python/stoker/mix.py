@@ -323,30 +323,26 @@ def source_key(seed: int, source: int) -> int:
 
 
 class MixRun:
-    """A :class:`Mix` as one loader reads it: the C++ producer and sequence, and what the
-    loader's state, stats and remote fetchers need."""
+    """A :class:`Mix` as one loader reads it: its sequence of sources and what the loader's
+    state, stats and remote fetchers need. Its producers are built by the mixture's source
+    (stoker/_sources/mixture.py): ``sources``, a token mixture's TokenProducer per source,
+    before; ``producer``, the C++ mixture producer over the sequence, after
+    (:meth:`attach`)."""
 
-    def __init__(self, mix: Mix, *, tokens: bool, record_options: Any,
-                 batch_size: Optional[int], shuffle: bool, seed: int, drop_last: bool,
-                 shard_window: Optional[int], world_size: int, token_options: Dict[str, Any]):
-        from .token_dataset import _producer_args
-
-        self.check(mix, tokens=tokens, shard_window=shard_window, shuffle=shuffle)
+    def __init__(self, mix: Mix, *, tokens: bool, sources: Optional[List[Any]],
+                 batch_size: Optional[int], seed: int, shard_window: Optional[int],
+                 world_size: int, token_options: Dict[str, Any], budget: bool = False):
         self.mix = mix
         names = mix.names
-        seed64 = seed & _MASK
-        self.keys = [source_key(seed64, s) for s in range(len(names))]
+        self.keys = self.source_keys(seed, len(names))
         self.tokens = tokens
         self.shard_window = shard_window
         self.followed: Dict[int, Any] = {}  # source -> the fetcher following it
+        self.producer: Any = None
         if tokens:
-            producers = []
-            for s, n in enumerate(names):
-                ds, kw = _producer_args(mix.datasets[n], batch_size=batch_size, shuffle=shuffle,
-                                        seed=self.keys[s], drop_last=drop_last, **token_options)
-                producers.append(_core.TokenProducer(ds._source, **kw))
-            self.budget = kw["mode"] == "budget"
-            sizes = [p.num_samples for p in producers]
+            assert sources is not None
+            self.budget = budget
+            sizes = [p.num_samples for p in sources]
             for n, size in zip(names, sizes):
                 if size == 0:
                     ds = mix.datasets[n]
@@ -355,8 +351,8 @@ class MixRun:
                     raise ValueError(f"source {n!r} ({_where(ds)}) makes no row of these "
                                      f"settings ({given}): it holds {ds.num_tokens} tokens; "
                                      "leave it out of the mixture or ask for shorter rows")
-            per_unit = [Fraction(p.real_tokens, p.num_samples) for p in producers]
-            self.sources = producers
+            per_unit = [Fraction(p.real_tokens, p.num_samples) for p in sources]
+            self.sources = sources
         else:
             self.budget = False
             sizes = [len(mix.datasets[n]) for n in names]
@@ -370,13 +366,15 @@ class MixRun:
         self.pinned = False  # rows_per_step from a resumed state: kept
         self.sequence = self._sequence(self.rows_per_step)
         self.epoch_rows = self._epoch_rows()
-        if tokens:
-            self.producer = _core.MixTokenProducer(self.sources, self.sequence, self.epoch_rows,
-                                                   self.keys)
-        else:
-            cores = [mix.datasets[n]._core for n in names]
-            self.producer = _core.MixRecordProducer(cores, self.sequence, self.epoch_rows,
-                                                    self.keys, record_options)
+
+    @staticmethod
+    def source_keys(seed: int, n: int) -> List[int]:
+        """The seed of each of `n` sources' own orders."""
+        return [source_key(seed & _MASK, s) for s in range(n)]
+
+    def attach(self, producer: Any) -> None:
+        """The C++ producer over ``sequence`` (a MixTokenProducer or MixRecordProducer)."""
+        self.producer = producer
 
     @staticmethod
     def check(mix: Mix, *, tokens: bool, shard_window: Optional[int], shuffle: bool) -> None:

@@ -1,26 +1,54 @@
 """The source of an ``IterableDataset`` (NOTE [ Iterable datasets ] in
-stoker/_stage/iterable.py): the plan's checks of its arguments and its wiring; its running
-half, :class:`IterableRows`, reads the dataset for the Python stage and owns its identity
-and its part of the state; the core owns its epochs, iterators, position and stats."""
+stoker/_stage/iterable.py): the plan's checks of its arguments, its part of the plan and
+its wiring; its running half, :class:`IterableRunning`, is the dataset's
+:class:`IterableRows` (which reads it for the Python stage and owns its identity and its
+part of the state); the core owns its epochs, iterators, position and stats."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 
-from .. import _core
+from .. import _core, _dropin
 from .. import _loader_args as args
+from .._build import Parts
+from .._plan_parts import Sampling, StagePlan
 from .._stage.iterable import IterableRows
 from .._stage.iterable_stage import IterableStage
+from .base import Planned, Planning, Running, Source, describe_python
 
-__all__ = ["IterableSource", "IterableCore"]
+__all__ = ["IterableSource", "IterableCore", "IterableRunning"]
 
 
-class IterableSource:
+class IterableSource(Source):
     """An IterableDataset: DataLoader's rules for it, stoker's, and its stream."""
 
     kind = "iterable"
+    reads_python = True
+    indexed = False  # the stream's order: no sampler, no shuffle of indices
+    len_from_dataset = True
+    order_known_ahead = False  # a stream's end is known only once read
+    threads_note = "1 (the rows' numbers; the workers read them)"
+
+    def describe(self, dataset: Any) -> str:
+        return describe_python(dataset)
+
+    def ranks_note(self, sampling: Sampling) -> Optional[str]:
+        return None if sampling.split_ranks else "none (each rank is given the dataset as it is)"
+
+    def splits_ranks(self, given: Mapping[str, Any]) -> bool:
+        return _dropin.splits_ranks(given)
+
+    def plan(self, ctx: Planning) -> Planned:
+        _dropin.check_rank_split(ctx.dataset, ctx.sampling)
+        # its workers: threads, or processes (NOTE [ Iterable datasets in processes ])
+        stage = StagePlan("iterable", ctx.map, ctx.batch_map, ctx.collate_fn,
+                          ctx.a["map_fields"], None,
+                          "process" if ctx.workers == "process" else "thread", False,
+                          **ctx.stage_kw)
+        return Planned(ctx.dataset, "IterableProducer (rows of iter(dataset) per worker)",
+                       None, None, stage)
 
     @staticmethod
     def check(a: Mapping[str, Any], dataset: Any, given: Mapping[str, Any]) -> None:
@@ -56,10 +84,10 @@ class IterableSource:
                 "an IterableDataset's own error ends its iterator, with nothing after it to "
                 "skip to. Handle the error inside the dataset's __iter__, or pass map=")
 
-    @staticmethod
-    def build(p: Any, open_device: Optional[Callable[[int], Any]]) -> Tuple[Any, ...]:
-        """(producer, core, stage, rows, pinned) of plan `p` (a LoaderPlan): the core over
-        an IterableProducer, the stage filling its batches from `rows`' readings."""
+    def build(self, p: Any, world_size: int,
+              open_device: Optional[Callable[[int], Any]]) -> Parts:
+        """The parts of plan `p` (a LoaderPlan): the core over an IterableProducer, the
+        stage filling its batches from the rows' readings."""
         s, st, t = p.sampling, p.stage, p.settings
         assert st is not None
         # one reader by default: the stream of num_workers=0, read ahead of the loop; more
@@ -107,7 +135,26 @@ class IterableSource:
         handoff.bind(core)
         stage.attach(handoff)
         rows.core = core
-        return producer, IterableCore(core, rows), stage, rows, pin
+        return Parts(producer, IterableCore(core, rows), stage, None, torch.device("cpu"),
+                     None, pin, None, source=IterableRunning(rows))
+
+
+class IterableRunning(Running):
+    """An IterableDataset as a loader reads it: its rows (``IterableRows``), which name
+    the rows ``on_error="skip"`` left out."""
+
+    def __init__(self, rows: IterableRows):
+        super().__init__(rows.dataset, None)
+        self.rows = rows
+
+    def identity(self) -> Dict[str, Any]:
+        return self.rows.identity()
+
+    def state_parts(self) -> Dict[str, Any]:
+        return self.rows.state_parts()
+
+    def skipped_report(self, n: int) -> str:
+        return self.rows.skipped_report(n)
 
 
 class IterableCore:

@@ -4,8 +4,6 @@ dataset's ``__getitem__``."""
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -13,10 +11,9 @@ import numpy as np
 from .. import _core
 from .._media_fields import Video
 from ..fields import Blob, Image, NDArray, Scalar, Tokens
-from ..ops import _specs
 from .telemetry import native_times
 
-__all__ = ["normalize_item", "MapStyleSource", "DatasetSource", "fetch_sample", "tuple_item",
+__all__ = ["normalize_item", "MapStyleSource", "DatasetSource", "tuple_item",
            "hwc_images"]
 
 
@@ -154,47 +151,6 @@ class DatasetSource:
         (a torch Dataset's tuple)."""
         sample = self.sample(index, epoch)
         return sample if self._names is None else tuple_item(sample, self._names, self._hwc)
-
-
-_fetchers: "weakref.WeakKeyDictionary[Any, Dict[Any, DatasetSource]]" = \
-    weakref.WeakKeyDictionary()
-_fetchers_lock = threading.Lock()
-
-
-def fetch_sample(dataset: Any, index: int, transforms: Optional[Mapping[Any, Any]], seed: int,
-                 image_layout: Optional[str], max_pixels: int, box_rows: Any = None,
-                 as_stored: Any = None) -> Dict:
-    """``Dataset.sample``: a source per (transforms, layout, limit), kept while the
-    dataset lives; the draws are keyed by (seed, index) through the source's epoch.
-    Transform groups (tuple keys) are checked as the Loader checks them."""
-    from .._loader_args import check_transforms, group_targets
-
-    if image_layout not in (None, "HWC", "CHW"):
-        raise ValueError(f"image_layout must be 'HWC', 'CHW' or None, got {image_layout!r}")
-    from .._media_args import split_media
-
-    media, transforms = split_media(dataset.fields, transforms, image_layout, int(max_pixels))
-    transforms = check_transforms(dataset.fields, transforms or {}, box_rows, as_stored)
-    key = (repr(sorted(transforms.items(), key=lambda kv: repr(kv[0]))), image_layout,
-           int(max_pixels), repr(media))
-    with _fetchers_lock:
-        cache = _fetchers.setdefault(dataset, {})
-        source = cache.get(key)
-    if source is None:
-        images = {name: _core.ImageFieldSpec(image_layout or f.layout, int(max_pixels))
-                  for name, f in dataset.fields.items() if isinstance(f, Image)}
-        groups = [_core.TransformSpec([name], _specs(ops)) for name, ops in transforms.items()
-                  if ops and not isinstance(name, tuple)]
-        groups += [_core.TransformSpec(list(names), _specs(ops),
-                                       [_core.TargetSpec(*t)
-                                        for t in group_targets(dataset.fields, names)])
-                   for names, ops in transforms.items() if isinstance(names, tuple)]
-        options = _core.RecordOptions(sampler=_core.SamplerOptions(batch_size=1),
-                                      images=images, transforms=groups, **media.options())
-        source = DatasetSource(dataset, options)
-        with _fetchers_lock:
-            cache[key] = source
-    return source.sample(index, int(seed) & 0xFFFFFFFFFFFFFFFF)
 
 
 def tuple_item(sample: Mapping[str, Any], names: Sequence[str],
