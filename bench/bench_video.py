@@ -19,7 +19,10 @@ the peak PSS of the process tree for
           CUDA torch and do not load with the CPU build of torch 2.13 this project tests
           against, so it is skipped here and the reason printed);
   (c) the decode ceiling: the same clips' seek + decode, nothing converted, one process
-      per core (PyAV, multiprocessing), with no loader at all.
+      per core (PyAV, multiprocessing), with no loader at all;
+  (d) CPU ms per clip on one thread for the very same clips: stoker's decode + convert +
+      resize + crop against PyAV's decode alone and PyAV's decode + resize + crop (CPU
+      time: what each costs, which a loaded machine's scheduling does not change).
 Every clip is [16, 3, 224, 224] uint8 (the shorter side resized to 224, centre crop); each
 loader's first batch (start-up: forks, threads, the first decodes) is outside the timing. The
 video files and shards are read right before each timed run (a warm page cache). Prints
@@ -281,6 +284,64 @@ def _decode_only(args):
     return got
 
 
+def cpu_per_clip(paths, clips, repeats):
+    """CPU ms per clip on one thread, the same clips for each (stoker's draw of
+    RandomClip(16) over each file's record): stoker's decode + convert + Resize + CenterCrop
+    (_core.decode_clip, what a loader worker runs), PyAV's seek + decode of those frames
+    (nothing converted), and PyAV's seek + decode + to_ndarray(224) + crop (the DataLoader
+    peer's work). CPU time, not wall time: what each costs, whatever the machine's load."""
+    import av
+    import stoker
+    from stoker import _core
+    from stoker._media_args import _specs
+
+    spec = stoker.ops.RandomClip(T).spec(_specs([stoker.ops.Resize(SIZE),
+                                                 stoker.ops.CenterCrop(SIZE)]))
+    datas = [open(p, "rb").read() for p in paths]
+    recs = [stoker.video().encode(d) for d in datas]
+    work = []
+    for i in range(clips):
+        r = recs[i % len(recs)]
+        ids = _core.clip_frames(r, spec, i)
+        pts = _core.video_info(r)["pts"]
+        work.append((i, r, paths[i % len(paths)], [float(pts[j]) for j in ids]))
+
+    def pyav(path, times, convert):
+        with av.open(path) as c:
+            st = c.streams.video[0]
+            st.thread_type, st.thread_count = "SLICE", 1
+            want = {round(t / st.time_base) for t in times}
+            c.seek(min(want), stream=st, backward=True, any_frame=False)
+            frames = []
+            for f in c.decode(st):
+                if f.pts in want:
+                    frames.append(f.to_ndarray(width=RW, height=SIZE, format="rgb24")
+                                  if convert else f)
+                    if len(frames) == len(want):
+                        break
+        assert len(frames) == len(want)
+        return crop(np.stack(frames)) if convert else frames
+
+    rows = {"stoker: decode + convert + resize + crop (1 thread)":
+            lambda i, r, p, ts: _core.decode_clip(r, spec, i),
+            "PyAV: decode alone (nothing converted)": lambda i, r, p, ts: pyav(p, ts, False),
+            "PyAV: decode + to_ndarray(224) + crop": lambda i, r, p, ts: pyav(p, ts, True)}
+    times = {k: [] for k in rows}
+    for _ in range(repeats):
+        for k, f in rows.items():  # interleaved, as the loaders
+            t0 = time.thread_time()  # this thread's CPU (decode_clip runs in it)
+            for w in work:
+                f(*w)
+            times[k].append((time.thread_time() - t0) / len(work) * 1e3)
+    s_ms = statistics.median(times[next(iter(rows))])
+    print(f"\nCPU per clip, one thread, the same {len(work)} clips (median of {repeats}):\n")
+    print("| work | CPU ms a clip | this / stoker |")
+    print("|---|---:|---:|")
+    for k, v in times.items():
+        ms = statistics.median(v)
+        print(f"| {k} | {ms:.1f} | {ms / s_ms:.2f}x |")
+
+
 def time_ceiling(paths, clips, procs):
     rng = random.Random(1)
     work = [(paths[rng.randrange(len(paths))], rng.randint(0, FPS * SECONDS - T))
@@ -349,6 +410,8 @@ def main():
     ap.add_argument("--gop", type=int, default=60)
     ap.add_argument("--copies", type=int, default=16)
     ap.add_argument("--codecs", default="h264,av1")
+    ap.add_argument("--cpu-clips", type=int, default=48,
+                    help="clips of the one-thread CPU-time table")
     ap.add_argument("--dir", default=None)
     a = ap.parse_args()
     os.environ.setdefault("SVT_LOG", "1")
@@ -385,6 +448,7 @@ def main():
                                                                   a.batch_size, r),
                 PEERS, CEILINGS(paths, a, cores), paths, a.clips, a.batch_size, cores,
                 a.repeats, "clips/s", 1)
+        cpu_per_clip(paths, a.cpu_clips, a.repeats)
         sys.stdout.flush()
 
 

@@ -3,6 +3,9 @@ both PyAV encodes and this build decodes; B-frames and variable frame rates), th
 loader (shapes, times, ops on every frame with one draw, the same clips for any thread
 count and after a resume, on_error="skip", mixtures, the Python stage)."""
 
+import io
+
+import av
 import numpy as np
 import pytest
 import stoker
@@ -48,6 +51,38 @@ def test_random_clips_equal_pyav(codec):
                                               err_msg=f"{codec} video {v} seed {seed} frame {i}")
             checked += 1
     assert checked == 200
+
+
+def test_the_stream_probe_is_stored_at_write_time():
+    """A record keeps what FFmpeg's stream probe finds (the decoder's reorder delay), so a
+    clip opens the file without probing; a record without it (an older writer's: the probe
+    flag alone) is probed again and gives the same frames; a delay no decoder has is
+    refused when the record is read."""
+    import struct
+
+    for codec in ("h264", "vp9"):  # mp4 with B-frames, webm: both need the probe
+        data = make_video(codec, frames=36, bframes=True, gop=12)
+        with av.open(io.BytesIO(data)) as c:
+            probed = c.streams.video[0].codec_context.has_b_frames
+        record = stoker.video().encode(data)
+        flags, delay = struct.unpack_from("<ii", record, 40)
+        assert flags == 3 and _core.video_info(record)["reorder_delay"] == delay
+        assert bool(delay) == probed and (delay > 0) == (codec == "h264")
+        older = bytearray(record)
+        struct.pack_into("<ii", older, 40, 1, 0)
+        assert _core.video_info(bytes(older))["reorder_delay"] is None
+        ref = decode_all(data)
+        for seed in range(12):
+            spec = stoker.ops.RandomClip(5, step=2).spec(layout="HWC")
+            ids = _core.clip_frames(record, spec, seed)
+            for r in (record, bytes(older)):
+                frames, _ = _core.decode_clip(r, spec, seed)
+                for j, i in enumerate(ids):
+                    np.testing.assert_array_equal(frames[j], ref[i][1])
+        bad = bytearray(record)
+        struct.pack_into("<i", bad, 44, 99)
+        with pytest.raises(stoker.DecodeError, match="reorder delay of 99"):
+            _core.video_info(bytes(bad))
 
 
 def test_clip_by_time_on_a_variable_rate():

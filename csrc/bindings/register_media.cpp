@@ -102,11 +102,16 @@ void register_media(py::module_& m) {
         d["pts"] = pts;
         d["time_base"] = py::make_tuple(r.tb_num, r.tb_den);
         d["file_offset"] = static_cast<size_t>(r.file - ptr(b));
+        d["reorder_delay"] =
+            r.flags & kVideoStoredProbe ? py::object(py::int_(r.reorder_delay)) : py::none();
         return d;
       },
       py::arg("record"),
       "A video record's index: width, height, frames, key_frames, pts (seconds, presentation "
-      "order), time_base, file_offset (where the file's bytes start).");
+      "order), time_base, file_offset (where the file's bytes start), reorder_delay (the "
+      "frames the decoder holds back, as the stream probe found at write time; None where "
+      "the container's header needed no probe, or a record of an older stoker, which a "
+      "clip's decode probes again).");
   m.def(
       "audio_info",
       [](const py::bytes& record) {

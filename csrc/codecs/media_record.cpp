@@ -59,6 +59,7 @@ VideoRecord parse_video_record(const uint8_t* data, size_t n) {
   r.width = load<int32_t>(data + 32);
   r.height = load<int32_t>(data + 36);
   r.flags = load<int32_t>(data + 40);
+  r.reorder_delay = load<int32_t>(data + 44);
   const uint64_t want = kMediaHeaderBytes + uint64_t{frames} * sizeof(VideoFrameEntry) +
                         uint64_t{keys} * sizeof(VideoKeyEntry);
   STOKER_CHECK(frames >= 1 && keys >= 1 && frames < (1u << 30) && keys <= frames && head == want &&
@@ -68,6 +69,8 @@ VideoRecord parse_video_record(const uint8_t* data, size_t n) {
   STOKER_CHECK(r.tb_num > 0 && r.tb_den > 0 && r.width > 0 && r.height > 0 && r.stream >= 0,
                DecodeError, "video record declares time base ", r.tb_num, "/", r.tb_den, ", size ",
                r.width, "x", r.height);
+  STOKER_CHECK(r.reorder_delay >= 0 && r.reorder_delay <= kMaxReorderDelay, DecodeError,
+               "video record declares a reorder delay of ", r.reorder_delay, " frames");
   r.num_frames = static_cast<int32_t>(frames);
   r.num_keys = static_cast<int32_t>(keys);
   r.frames = data + kMediaHeaderBytes;

@@ -16,8 +16,9 @@
 //                                              bit 1: open with a stream probe)
 //  32  i32 width                           36  12 zero bytes
 //  36  i32 height                          48  the file
-//  40  i32 flags (bit 0: open with a stream probe)
-//  44  i32 zero
+//  40  i32 flags (bit 0: open with a stream probe,
+//      bit 1: the probe's reorder delay is at 44)
+//  44  i32 reorder delay (frames), or zero
 //  48  frames, in presentation order: i64 pts, u32 key frame, u32 zero
 //      key frames, in decode order: i64 pts, i64 dts
 //      the file
@@ -42,6 +43,11 @@ inline constexpr uint8_t kAudioMagic[4] = {0x93, 'A', 'U', 'D'};
 inline constexpr uint8_t kMediaVersion = 1;
 inline constexpr size_t kMediaHeaderBytes = 48;
 inline constexpr int32_t kVideoProbeStreams = 1;  ///< video flag: needs find_stream_info
+/// video flag: the stream probe's findings are stored (the reorder delay), so a
+/// loader opens the file without probing (NOTE [ Frame-exact clips ])
+inline constexpr int32_t kVideoStoredProbe = 2;
+/// The most frames a decoder holds back for reordering (H.264's and HEVC's 16).
+inline constexpr int32_t kMaxReorderDelay = 16;
 inline constexpr int32_t kAudioExactSeek = 1;     ///< audio flag: pcm or flac
 inline constexpr int32_t kAudioProbeStreams = 2;  ///< audio flag: needs find_stream_info
 /// The highest audio rate a record holds or a loader resamples to (FFmpeg's
@@ -66,6 +72,7 @@ struct VideoRecord {
   int32_t tb_num = 0, tb_den = 1;
   int32_t width = 0, height = 0;
   int32_t flags = 0;
+  int32_t reorder_delay = 0;        ///< with kVideoStoredProbe: the probe's video_delay
   const uint8_t* frames = nullptr;  ///< num_frames VideoFrameEntry (unaligned)
   const uint8_t* keys = nullptr;    ///< num_keys VideoKeyEntry (unaligned)
   const uint8_t* file = nullptr;

@@ -47,6 +47,17 @@ int find_video_stream(const uint8_t* data, size_t n, bool* probe) {
   return -1;
 }
 
+// Stream `rec.stream` of `in`, with what the stream probe would have found
+// (kVideoStoredProbe): the decoder then starts as after a probe, holding back
+// as many frames for reordering as it did when the record was written (a
+// decoder that learns the delay while decoding drops the frames it already
+// let out of order).
+AVStream* stream_as_probed(const MemoryInput& in, const VideoRecord& rec) {
+  AVStream* st = in.stream(rec.stream);
+  if (rec.flags & kVideoStoredProbe) st->codecpar->video_delay = rec.reorder_delay;
+  return st;
+}
+
 bool skips_nonref(AVCodecID id) {
   return id == AV_CODEC_ID_H264 || id == AV_CODEC_ID_HEVC || id == AV_CODEC_ID_VP9;
 }
@@ -114,7 +125,10 @@ std::vector<uint8_t> make_video_record(const uint8_t* data, size_t n) {
   at = put(out, at, static_cast<int32_t>(st->time_base.den));
   at = put(out, at, static_cast<int32_t>(par->width));
   at = put(out, at, static_cast<int32_t>(par->height));
-  put(out, at, static_cast<int32_t>(probe ? kVideoProbeStreams : 0));
+  // What the stream probe found, kept, so that a clip's decode opens the file
+  // without one (the probe decodes frames: a few percent of a clip's time).
+  at = put(out, at, static_cast<int32_t>(probe ? kVideoProbeStreams | kVideoStoredProbe : 0));
+  put(out, at, static_cast<int32_t>(std::clamp(par->video_delay, 0, kMaxReorderDelay)));
   at = kMediaHeaderBytes;
   for (const VideoFrameEntry& f : frames) at = put(out, at, f);
   for (const VideoKeyEntry& k : keys) at = put(out, at, k);
@@ -176,8 +190,9 @@ class ClipDecode {
         count_(count),
         headroom_(headroom),
         sink_(sink),
-        in_(rec.file, rec.file_size, (rec.flags & kVideoProbeStreams) != 0),
-        st_(in_.stream(rec.stream)),
+        in_(rec.file, rec.file_size,
+            (rec.flags & kVideoProbeStreams) != 0 && (rec.flags & kVideoStoredProbe) == 0),
+        st_(stream_as_probed(in_, rec)),
         ctx_(open_decoder(st_)),
         pkt_(make_packet()),
         frame_(make_frame()),

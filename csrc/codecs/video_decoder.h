@@ -8,6 +8,10 @@
 // the index, which holds each frame's presentation time (pts) and the key
 // frame a decode must start from to produce it (media_record.h). To decode
 // frames a < b < ...:
+//   * open the file from its container's header alone: where that header does
+//     not say everything (mp4 and mkv leave the pixel format to the codec), the
+//     stream probe ran once, when the record was written, and what a decoder
+//     takes from it (the frames it holds back for reordering) is in the record;
 //   * seek to a's key frame, bounded so that the demuxer never lands after
 //     it, then drop packets (undecoded) up to that key frame: whatever the
 //     demuxer's seek granularity, decoding starts exactly there;

@@ -65,6 +65,12 @@ void test_parse_and_refuse() {
   put<uint32_t>(bad, 12, 1u << 31);  // a frame count the record cannot hold
   CHECK_THROWS(DecodeError, parse_video_record(bad.data(), bad.size()));
   bad = rec;
+  put<int32_t>(bad, 40, kVideoProbeStreams | kVideoStoredProbe);
+  put<int32_t>(bad, 44, 3);  // the stream probe's reorder delay
+  CHECK_EQ(parse_video_record(bad.data(), bad.size()).reorder_delay, 3);
+  put<int32_t>(bad, 44, kMaxReorderDelay + 1);  // more than any decoder holds back
+  CHECK_THROWS(DecodeError, parse_video_record(bad.data(), bad.size()));
+  bad = rec;
   bad[1] = 'X';
   CHECK_THROWS(DecodeError, parse_video_record(bad.data(), bad.size()));
   CHECK(!is_audio_record(rec.data(), rec.size()));
