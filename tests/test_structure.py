@@ -1,6 +1,6 @@
 """The package's structure: the import graph of stoker's Python modules has no circle,
 imports inside functions included, and none either once the imports for type checkers
-(under `if TYPE_CHECKING:`) are counted, but the known ones listed below; no module imports
+(under `if TYPE_CHECKING:`) are counted; no module imports
 another package's private (`_name`) names but the ones listed; and no source file is over
 600 lines but the one documented kernel file."""
 
@@ -24,23 +24,12 @@ def _module(path: Path) -> str:
 
 
 # Type-only import circles that remain, each with why: a module here imports the other
-# under TYPE_CHECKING only, for annotations. New ones fail the test; these are to go.
-TYPE_ONLY_KNOWN = {
-    ("stoker._stage.chunks", "stoker._stage.stage"):
-        "PythonStage is one class spread over mixin modules (chunks, stage)",
-    ("stoker._stage.stuck", "stoker._stage.stage"): "the stuck-worker checks read the stage",
-    ("stoker._stage.stuck", "stoker._stage.processes"):
-        "the stuck-worker checks read the process workers",
-    ("stoker._stage.lifecycle", "stoker._stage.processes"):
-        "the process workers' lifecycle annotates their worker type",
-    ("stoker.remote.fetcher", "stoker.remote.dataset"):
-        "the fetcher annotates the remote dataset it serves",
-}
+# under TYPE_CHECKING only, for annotations. New ones fail the test; none remain.
+TYPE_ONLY_KNOWN: dict = {}
 # Private names imported across a package boundary that remain, each with why.
 PRIVATE_KNOWN = {
     ("stoker.ops", "_specs"): "the op list as the C++ core takes it, read by the plan and "
                               "the stage",
-    ("stoker.token_dataset", "_megatron_prefix"): "the converter writes Megatron's layout",
 }
 
 

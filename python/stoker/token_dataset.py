@@ -51,7 +51,7 @@ def _is_stoker_dir(path: str) -> bool:
         os.path.basename(path) == INDEX_NAME
 
 
-def _megatron_prefix(path: str) -> Optional[str]:
+def megatron_prefix(path: str) -> Optional[str]:
     """The Megatron prefix `path` names (PREFIX, PREFIX.bin or PREFIX.idx), or None."""
     for ext in (".idx", ".bin"):
         if path.endswith(ext) and os.path.exists(path[: -len(ext)] + ".idx"):
@@ -169,7 +169,7 @@ class TokenDataset:
         else:
             if field is not None or prompt_field:
                 raise ValueError("field= and prompt_field= apply to stoker datasets only")
-            prefixes = [_megatron_prefix(p) for p in paths]
+            prefixes = [megatron_prefix(p) for p in paths]
             if all(prefixes):
                 self.kind = "megatron"
                 self.paths = prefixes  # type: ignore[assignment]

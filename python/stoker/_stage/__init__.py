@@ -5,13 +5,19 @@ Modules, each importing only those before it: ``rng`` (per-sample generators),
 (stoker records, map-style datasets), ``pool`` (the threads), ``structure`` (a sample's
 structure, as default_collate sees it), ``collate`` (native batching), ``workers``
 (DataLoader's worker protocol, the global random generators), ``state`` (what the
-stage's parts share), ``taking`` (how its threads take chunks), ``transport`` (what
-crosses to a worker process: framing, arenas), ``lifecycle`` (a worker process's start
-and end), ``processes`` (worker processes), ``stuck`` (workers stuck in user code,
-replaced), ``chunks`` (a chunk's samples), ``assemble``
-(a batch's assembly), ``consumer`` (next() and deliveries), ``stage`` (the stage itself),
-``iterable`` (an IterableDataset's readings), ``iterable_stage`` (the stage that fills
-its batches: NOTE [ Iterable datasets ]).
+stage's parts agree on: the end of an epoch, the fork count), ``taking`` (how its threads
+take chunks), ``transport`` (what crosses to a worker process: framing, arenas),
+``lifecycle`` (a worker process's start and end), ``processes`` (worker processes),
+``activity`` (what each stage thread is doing), ``pending`` (the batches being mapped),
+``stall`` (what a late batch waits for, in words), ``stuck`` (workers stuck in user
+code, replaced), ``deliveries`` (what a batch carries by ticket), ``views`` (the core's
+tensors as the loop gets them), ``samples`` (one sample: fetched, mapped, checked; what a
+worker process runs), ``probe`` (the watch on the global random generators),
+``placement`` (threads or worker processes, and auto's move), ``thread_init``
+(worker_init_fn on threads), ``chunks`` (a chunk's samples), ``assemble`` (a batch's
+assembly), ``consumer`` (the batch the loop gets), ``stage`` (the stage: its parts, its
+threads' life, next()), ``iterable`` (an IterableDataset's readings), ``iterable_stage``
+(the stage that fills its batches: NOTE [ Iterable datasets ]).
 The Loader's arguments for it are checked by the plan (``stoker/_plan.py``).
 
 NOTE [ Python stage ]
@@ -86,11 +92,11 @@ Why there, and what it keeps:
     a hook returned. collate_fn's None is a batch (as DataLoader yields it); batch_map's
     None is an error that names it.
   * A process forked inside user code that returns from it ends there (os._exit(0),
-    PythonStage._check_fork), in the loader's process as in a worker: it never completes a
-    batch or writes a reply.
+    Samples.check_fork in samples.py), in the loader's process as in a worker: it never
+    completes a batch or writes a reply.
   * A stall says where: while the consumer waits for a batch longer than the slow
     first batch's time (2 s), next() logs what each stage thread or worker process is
     doing (map, the dataset read, collate_fn, batch_map), on which sample and since
     when (a worker's status is in memory it shares with the loader), at INFO, then at
-    WARNING every 10 s (PythonStage.stall_report).
+    WARNING every 10 s (stall.py).
 """

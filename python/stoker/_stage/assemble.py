@@ -6,27 +6,49 @@ with it (a delivery, by ticket)."""
 from __future__ import annotations
 
 import time
-from typing import Any, List
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
+from .activity import Activity
 from .collate import tensors_of
+from .deliveries import UNSET, Deliveries, Delivery, not_none
 from .errors import add_note, format_exception_summary
+from .pending import Pending, PendingBatches
 from .pool import exiting
 from .rng import batch_rng, batch_torch_seed, call_with_torch_seeded
-from .state import _UNSET, _Delivery, _not_none, _Pending, _tensor_from_capsule
+from .samples import Samples
 from .telemetry import thread_sched
+from .views import as_nchw, mapped_as_nchw, tensor_from_capsule
 
 __all__ = ["BatchAssembly"]
 
 
 class BatchAssembly:
-    """PythonStage's assembly of a batch, by the thread that finished its last chunk. A
-    part of PythonStage: the attributes are those its __init__ sets."""
+    """A batch's assembly, by the thread that finished its last chunk (finish()): from
+    the rows `samples` made (its layout and collate_fn), the batch leaves `pending`, is
+    batch_mapped (unless `batch_map_on_consumer`: after the device copy), and what it
+    carries besides its tensors goes to `deliveries`. `per_sample`: batches of rows (else
+    the C++ workers assembled the batch); `unbatched`: batch_size=None, the batch is
+    collate_fn's of its one sample; `nchw_views`: image fields the loop gets NCHW."""
 
-    def _finish(self, task: Any, pending: _Pending) -> None:
-        with self._lock:
-            self._pending.pop(task.id, None)
+    def __init__(self, samples: Samples, pending: PendingBatches, deliveries: Deliveries,
+                 activity: Activity, *, batch_map: Optional[Callable],
+                 batch_map_on_consumer: bool, unbatched: bool, per_sample: bool,
+                 nchw_views: Sequence[str]):
+        self._samples = samples
+        self._pending = pending
+        self._deliveries = deliveries
+        self._activity = activity
+        self.batch_map = batch_map
+        self.batch_map_on_consumer = batch_map_on_consumer
+        self.unbatched = unbatched
+        self.per_sample = per_sample
+        self.nchw_views = tuple(nchw_views)
+
+    def finish(self, task: Any, pending: Pending) -> None:
+        """Batch `task`, all its chunks done: assembled and completed, or failed."""
+        self._pending.pop(task)
         if task.stopped or exiting():  # (a thread left in user code at exit: no C++ call)
             pending.release()
             return
@@ -35,92 +57,81 @@ class BatchAssembly:
         try:
             self._assemble(task, pending)
         except BaseException as e:  # a bug of the stage: the batch fails with it
-            self._fail(task, e)
+            self.fail(task, e)
         finally:
             pending.release()
             wall = time.perf_counter_ns() - wall0
             cpu1, wait1 = thread_sched()
             task.add_times(wall, cpu1 - cpu0, 0, 0, 0, 0, wait1 - wait0)
 
-    def _assemble(self, task: Any, pending: _Pending) -> None:
+    def _assemble(self, task: Any, pending: Pending) -> None:
         if pending.internal is not None:
             raise pending.internal
         if pending.errors:  # the lowest position's error, whatever the timing
-            self._fail(task, pending.errors[min(pending.errors)])
+            self.fail(task, pending.errors[min(pending.errors)])
             return
-        d = _Delivery(task)
+        samples = self._samples
+        d = Delivery(task)
         what = f"batch {task.batch} of epoch {task.epoch}"
         specs: List[Any] = []
         nbytes = 0
+        batch_map = None if self.batch_map_on_consumer else self.batch_map
         if not self.per_sample:  # a batch the C++ workers assembled: batch_map only
             if self.batch_map_on_consumer:  # after the device copy: the ticket says which
-                task.keep(self._put(d))
+                task.keep(self._deliveries.put(d))
                 return
-            d.whole = self._viewed({name: _tensor_from_capsule(cap)
-                                    for name, cap in task.tensors})
-        elif self.collate_fn is not None:
+            d.whole = as_nchw({name: tensor_from_capsule(cap) for name, cap in task.tensors},
+                              self.nchw_views)
+        elif samples.collate_fn is not None:
             try:
-                self._hook_phase("collate_fn", task)
+                self._phase("collate_fn", task)
                 # None too, as DataLoader yields it; unbatched: the one sample
-                d.whole = self.collate_fn(pending.rows[0] if self.unbatched else pending.rows)
+                d.whole = samples.collate_fn(pending.rows[0] if self.unbatched
+                                             else pending.rows)
             except Exception as e:
-                self._fail(task, add_note(e, f"stoker: raised by collate_fn for {what}"))
+                self.fail(task, add_note(e, f"stoker: raised by collate_fn for {what}"))
                 return
             finally:
-                self._check_fork()
+                samples.check_fork()
         else:
-            specs, nbytes = self.layout.plan(pending.rows)
+            layout = samples.layout
+            specs, nbytes = layout.plan(pending.rows)
             buffer = task.allocate(nbytes)
-            d.objects = self.layout.write(pending.rows, specs, buffer)
+            d.objects = layout.write(pending.rows, specs, buffer)
             pending.release()  # the rows are in the batch now
-            if self.batch_map is not None and not self.batch_map_on_consumer:
-                d.whole = self._map_images(self.layout.assemble(tensors_of(buffer, specs),
-                                                                d.objects))
+            if batch_map is not None:
+                d.whole = mapped_as_nchw(layout.assemble(tensors_of(buffer, specs), d.objects),
+                                         self.nchw_views)
                 specs, nbytes = [], 0
-        if self.batch_map is not None and not self.batch_map_on_consumer:
+        if batch_map is not None:
             try:
-                self._hook_phase("batch_map", task)
-                key = (self.seed, task.epoch, task.rank, task.world_size, task.batch)
-                d.whole = _not_none(call_with_torch_seeded(
-                    self.batch_map, d.whole, batch_rng(*key), batch_torch_seed(*key)), what)
+                self._phase("batch_map", task)
+                key = (samples.seed, task.epoch, task.rank, task.world_size, task.batch)
+                d.whole = not_none(call_with_torch_seeded(
+                    batch_map, d.whole, batch_rng(*key), batch_torch_seed(*key)), what)
             except Exception as e:
-                self._fail(task, add_note(e, f"stoker: raised by batch_map for {what}"))
+                self.fail(task, add_note(e, f"stoker: raised by batch_map for {what}"))
                 return
             finally:
-                self._check_fork()
+                samples.check_fork()
         ticket = 0
-        if d.objects or d.whole is not _UNSET or self.batch_map_on_consumer:
-            ticket = self._put(d)
+        if d.objects or d.whole is not UNSET or self.batch_map_on_consumer:
+            ticket = self._deliveries.put(d)
         task.complete([(s.name, _dtype_str(s.dtype), list(s.shape), s.offset, s.nbytes)
                        for s in specs], nbytes, ticket, pending.skipped)
 
-    def _hook_phase(self, phase: str, task: Any) -> None:
-        doing = getattr(self._here, "doing", None)
+    def _phase(self, phase: str, task: Any) -> None:
+        doing = self._activity.current()
         if doing is not None:
             doing.task = task
             doing.at(-1, phase)
 
-    def _fail(self, task: Any, exc: BaseException) -> None:
-        d = _Delivery(task)
+    def fail(self, task: Any, exc: BaseException) -> None:
+        """Batch `task` fails with `exc`, raised in the loop when it comes."""
+        d = Delivery(task)
         d.error = exc
-        ticket = self._put(d)
+        ticket = self._deliveries.put(d)
         task.fail(ticket, format_exception_summary(exc))
-
-    def _put(self, d: _Delivery) -> int:
-        d.since = time.monotonic()
-        with self._lock:
-            if self._next_ticket % 16 == 0 and not self._in_next:
-                # Deliveries of batches their stream dropped are never taken; a
-                # consumer takes its own within moments of the stop its error causes.
-                old = d.since - 5.0
-                stale = [t for t, x in self._deliveries.items()
-                         if x.since < old and x.task.stopped]
-                for t in stale:
-                    del self._deliveries[t]
-            ticket = self._next_ticket
-            self._next_ticket += 1
-            self._deliveries[ticket] = d
-            return ticket
 
 
 def _dtype_str(dtype: Any) -> str:

@@ -1,68 +1,90 @@
 """The Python stage's chunks (NOTE [ Python stage ] in stoker/_stage/__init__.py): a stage
 thread fetches and maps the samples of one chunk of a batch into the batch's rows, or has
-its worker process map them (NOTE [ Python stage processes ] in processes.py); and what a
-worker process runs of the stage."""
+its worker process map them (NOTE [ Python stage processes ] in processes.py); the thread
+that finishes a batch's last chunk hands it to the assembly (assemble.py)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import add_note, names_itself
+from .activity import Activity
+from .errors import add_note
+from .pending import Pending, PendingBatches
+from .placement import Placement
+from .probe import GlobalDraws
 from .processes import WorkerDied
-from .rng import rng_from_key, rng_keys
-from .sources import DatasetSource
-from .state import PROBE_WAIT_SECONDS, PROCESS_THREADS_PER_WORKER, _Doing, _Pending, forks
+from .rng import rng_keys
+from .samples import Samples
+from .state import PROBE_WAIT_SECONDS, PROCESS_THREADS_PER_WORKER
 from .telemetry import native_times, thread_sched
-from .workers import seed_globals, seeded_call, set_process_worker_info
-
-if TYPE_CHECKING:
-    from .stage import PythonStage
+from .workers import seeded_call
 
 __all__ = ["ChunkRunner"]
 
 
 class ChunkRunner:
-    """PythonStage's work on one chunk of a batch, in a stage thread (run_chunk), and in
-    a worker process (worker_started, worker_sample, worker_copy). A part of PythonStage:
-    the attributes are those its __init__ sets."""
+    """A stage thread's work on one chunk of a batch (run()). Its parts: `samples` (one
+    sample), `pending` (the batches being mapped), `activity` (what each thread does),
+    `draws` (the watched first sample), `placement` (threads or worker processes);
+    `finish(task, pending)` assembles a batch whose last chunk is done, `epoch_started(slot,
+    epoch)` is told each chunk's epoch on threads; `per_sample`: batches of sample
+    indices (else the C++ workers assembled the batch: nothing to run). ``pool``: the
+    stage's threads, once they exist (the watched sample pauses them)."""
 
-    def run_chunk(self, item: Tuple[Any, ...], slot: int = 0) -> None:
+    def __init__(self, samples: Samples, pending: PendingBatches, activity: Activity,
+                 draws: GlobalDraws, placement: Placement,
+                 finish: Callable[[Any, Pending], None],
+                 epoch_started: Callable[[int, int], None], *, per_sample: bool,
+                 inline: bool):
+        self._samples = samples
+        self._row = samples.row  # (bound once: per sample)
+        self._pending = pending
+        self._activity = activity
+        self._draws = draws
+        self._probe_done = draws.done
+        self._placement = placement
+        self._finish = finish
+        self._epoch_started = epoch_started
+        self._per_sample = per_sample
+        self._inline = inline
+        self._lock = threading.Lock()  # skips counted by the chunks of one batch
+        # the watched sample drew, and auto goes to processes: until then the threads run
+        # each sample seeded, as a worker process does (NOTE [ Global random generators ])
+        self._seed_on_threads = False
+        self.pool: Any = None
+
+    def run(self, item: Tuple[Any, ...], slot: int = 0) -> None:
+        """Runs chunk `item` (task, lo, hi[, turn]) of stage thread `slot`."""
         task, lo, hi = item[:3]
         turn = item[3] if len(item) > 3 else None  # process workers: SendOrder's
-        dropped: List[_Pending] = []
-        with self._lock:
-            pending = self._pending.get(task.id)
-            if pending is None:
-                pending = self._pending[task.id] = _Pending(task)
-                dropped = self._drop_stopped()
-        for p in dropped:
-            p.release()
+        pending = self._pending.of(task)
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
         times = native_times.reset()
         remote: Optional[Tuple[int, ...]] = None
-        doing = self._doing_of(slot)
+        doing = self._activity.mine()
         doing.task = task
+        placement = self._placement
         try:
-            if task.stopped or not self.per_sample:
+            if task.stopped or not self._per_sample:
                 pass
-            elif self.workers is not None:
+            elif placement.workers is not None:
                 doing.worker = slot // PROCESS_THREADS_PER_WORKER
                 doing.at(int(task.indices[lo]), "worker")
                 remote = self._run_remote(task, pending, lo, hi, slot, turn)
                 turn = None  # (said done when its request went out)
             else:
-                if self._hold_ahead and task.epoch > self._open_epoch:
-                    self._wait_for_epoch(task)  # NOTE [ Global random generators ]
-                self.epoch_started(slot, task.epoch)
+                draws = self._draws
+                if draws.hold_ahead and task.epoch > draws.open_epoch:
+                    draws.wait_for_epoch(task)  # NOTE [ Global random generators ]
+                self._epoch_started(slot, task.epoch)
                 indices = task.indices
-                keys = rng_keys(self.seed, task.epoch, indices[lo:hi]) \
-                    if self.map_fn is not None else None
+                keys = rng_keys(self._samples.seed, task.epoch, indices[lo:hi]) \
+                    if self._samples.map_fn is not None else None
                 for pos in range(lo, hi):
                     if not self._one(task, pending, pos, int(indices[pos]),
                                      None if keys is None else keys[pos - lo]) or task.stopped:
@@ -71,8 +93,9 @@ class ChunkRunner:
             pending.internal = e
         finally:
             doing.idle()
-            if turn is not None and self._order is not None:  # a chunk never sent
-                self._order.done(slot // PROCESS_THREADS_PER_WORKER, turn)
+            order = placement.order
+            if turn is not None and order is not None:  # a chunk never sent
+                order.done(slot // PROCESS_THREADS_PER_WORKER, turn)
             wall = time.perf_counter_ns() - wall0
             cpu1, wait1 = thread_sched()
             cpu, wait = cpu1 - cpu0, wait1 - wait0
@@ -90,34 +113,21 @@ class ChunkRunner:
                 self._finish(task, pending)
                 doing.idle()  # (collate_fn, batch_map)
 
-    def _wait_for_epoch(self, task: Any) -> None:
-        """Thread workers whose samples draw from the global generators run none of an epoch
-        the loop has not started (the next epoch's prefetch): the user's process is left
-        alone between epochs (NOTE [ Global random generators ] in workers.py)."""
-        with self._epoch_opened:
-            while task.epoch > self._open_epoch and not task.stopped:
-                self._epoch_opened.wait(0.1)
-
-    def open_epoch(self, epoch: int) -> None:
-        """The loop asks for a batch of `epoch` (consumer.next): thread workers held back
-        by _wait_for_epoch may run it."""
-        with self._epoch_opened:
-            if epoch > self._open_epoch:
-                self._open_epoch = epoch
-                self._epoch_opened.notify_all()
-
-    def _run_remote(self, task: Any, pending: _Pending, lo: int, hi: int, slot: int,
+    def _run_remote(self, task: Any, pending: Pending, lo: int, hi: int, slot: int,
                     turn: Any = None) -> Tuple[int, ...]:
         """Samples [lo, hi) mapped by this thread's worker process; checked here. The
         request goes out in the order the worker's threads claimed their chunks
         (SendOrder)."""
+        samples = self._samples
         indices = [int(i) for i in task.indices[lo:hi]]
         worker = slot // PROCESS_THREADS_PER_WORKER
-        order = self._order
-        listed = getattr(self.source, "keys", None)  # a sampler's items, not indices
+        order = self._placement.order
+        workers = self._placement.workers
+        assert workers is not None
+        listed = getattr(samples.source, "keys", None)  # a sampler's items, not indices
         try:
-            rows, errors, skipped, times, lease = self.workers.run(
-                worker, task.epoch, indices, copy=self.collate_fn is not None,
+            rows, errors, skipped, times, lease = workers.run(
+                worker, task.epoch, indices, copy=samples.collate_fn is not None,
                 turn=None if turn is None or order is None else
                 (lambda: order.wait(worker, turn, lambda: task.stopped)),
                 sent=None if turn is None or order is None else
@@ -127,18 +137,19 @@ class ChunkRunner:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)
         pending.leases.append(lease)  # released with the batch (or with pending, dropped)
-        objects = self._object_positions()
+        layout = samples.layout
+        objects = _object_positions(layout)
         for j, row in enumerate(rows):
             pos = lo + j
             if j in errors:
                 pending.errors[pos] = errors[j]
-            elif self.collate_fn is not None:
+            elif samples.collate_fn is not None:
                 pending.rows[pos] = row
             else:
                 try:
-                    checked = self.layout.check(row, lambda j=j: self.source.describe(indices[j]))
+                    checked = layout.check(row, lambda j=j: samples.source.describe(indices[j]))
                     if objects is None:
-                        objects = self._object_positions()
+                        objects = _object_positions(layout)
                     for i in objects:  # kept as they are in the batch: not arena views
                         checked[i] = _copied(checked[i])
                     pending.rows[pos] = checked
@@ -148,64 +159,30 @@ class ChunkRunner:
             pending.skipped += skipped
         return times
 
-    def _object_positions(self) -> Optional[List[int]]:
-        """Positions of the layout's object fields in a checked row (None until the
-        layout is fixed)."""
-        fields = self.layout.fields
-        if fields is None:
-            return None
-        return [i for i, f in enumerate(fields.values()) if f.kind == "object"]
-
-    def _one(self, task: Any, pending: _Pending, pos: int, index: int,
+    def _one(self, task: Any, pending: Pending, pos: int, index: int,
              key: Optional[np.ndarray]) -> bool:
         """Sample `pos` of the batch into its row (or its error); False when the chunk
         stops there (a BaseException of user code: SystemExit, KeyboardInterrupt...)."""
         try:
             if not self._probe_done.is_set():
-                if self._claim_probe():
-                    # NOTE [ Global random generators ] in workers.py: the first sample run
-                    # on a thread is watched, the other threads waiting for the answer
-                    # (run as a worker process runs it: its draws are a worker's)
-                    produced: List[Any] = []  # the sample as a worker process would send it
-                    try:
-                        drew, row = seeded_call(self.seed, task.epoch, index,
-                                                lambda: self._sample(index, task.epoch, key,
-                                                                     produced))
-                        if drew and self.auto and not self._leaves_processes(produced):
-                            self.auto = False  # its samples cannot come back from a process
-                        if drew:
-                            # auto: the threads run what they hold seeded, as the processes
-                            # will; else they stay on threads, within the loop's epochs
-                            self._seed_on_threads = self.auto
-                            self._hold_ahead = not self.auto
-                            self._open_epoch = task.epoch
-                    finally:
-                        self._probe_done.set()
-                    pending.rows[pos] = row
-                    if drew:
-                        self._global_draws = True
-                        if self.auto and self.pool is not None:
-                            self.pool.paused = True  # no more on threads: the consumer forks
+                if self._watch(task, pending, pos, index, key):
                     return True
-                if not self._probe_done.wait(PROBE_WAIT_SECONDS):
-                    # a slow first sample (or one that waits for others: a barrier across
-                    # workers) does not hold the rest back for good; said if it drew
-                    self._probe_overran = PROBE_WAIT_SECONDS
             if self._seed_on_threads:
-                pending.rows[pos] = seeded_call(self.seed, task.epoch, index,
-                                                lambda: self._sample(index, task.epoch, key))[1]
+                pending.rows[pos] = seeded_call(self._samples.seed, task.epoch, index,
+                                                lambda: self._row(index, task.epoch, key))[1]
             else:
-                pending.rows[pos] = self._sample(index, task.epoch, key)
+                pending.rows[pos] = self._row(index, task.epoch, key)
             return True
         except Exception as e:
-            if not self.skip:
+            if not self._samples.skip:
                 pending.errors[pos] = e
                 return True
             first = e
         except BaseException as e:  # the user's, as raised: never skipped
             pending.errors[pos] = e
             return False
-        row, ok = self._replacement(index, task.epoch, self._sample, lambda: task.stopped)
+        row, ok = self._samples.replacement(index, task.epoch, self._row,
+                                            lambda: task.stopped)
         if ok:
             pending.rows[pos] = row
             with self._lock:  # chunks of one batch count on several threads
@@ -215,135 +192,48 @@ class ChunkRunner:
                                            "replace it with: every sample fails")
         return True
 
-    def _replacement(self, index: int, epoch: int, make: Callable[[int, int, Any], Any],
-                     stopped: Callable[[], bool] = lambda: False) -> Tuple[Any, bool]:
-        """on_error="skip": the next sample in dataset order whose fetch and map succeed
-        takes the place of a failed one, as the C++ sample writer does for a bad record;
-        each with its own generator."""
-        n = len(self.source)
-        for step in range(1, n):
-            if stopped():
-                break
-            alt = (index + step) % n
-            try:
-                key = None if self.map_fn is None else rng_keys(self.seed, epoch, [alt])[0]
-                return make(alt, epoch, key), True
-            except Exception:
-                continue
-        return None, False
-
-    def _produce(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
-        """Sample `index` fetched (and mapped): what map returns, or the dataset's item."""
-        source = self.source
-        doing = getattr(self._here, "doing", None)
+    def _watch(self, task: Any, pending: Pending, pos: int, index: int,
+               key: Optional[np.ndarray]) -> bool:
+        """Before the first sample's answer is known: True if this thread ran the watched
+        sample into its row (NOTE [ Global random generators ] in workers.py: the first
+        sample run on a thread is watched, the other threads waiting for the answer; run
+        as a worker process runs it: its draws are a worker's); else False, once the
+        answer is known or the wait overran (a slow first sample, or one that waits for
+        others: a barrier across workers, does not hold the rest back for good)."""
+        draws, placement = self._draws, self._placement
+        if not draws.claim(not placement.processes and not self._inline):
+            if not self._probe_done.wait(PROBE_WAIT_SECONDS):
+                draws.overran = PROBE_WAIT_SECONDS  # (said if it drew)
+            return False
+        produced: List[Any] = []  # the sample as a worker process would send it
         try:
-            if doing is not None:
-                doing.at(index, "dataset")
-            if self.map_fn is None and self.collate_fn is not None:
-                return source.raw(index, epoch)
-            sample = source.sample(index, epoch)
-        except BaseException as e:
-            if not names_itself(e):
-                add_note(e, f"stoker: raised while loading {source.describe(index)}")
-            raise
+            drew, row = seeded_call(self._samples.seed, task.epoch, index,
+                                    lambda: self._row(index, task.epoch, key, produced))
+            if drew and placement.auto and not draws.leaves_processes(produced):
+                placement.auto = False  # its samples cannot come back from a process
+            if drew:
+                # auto: the threads run what they hold seeded, as the processes will;
+                # else they stay on threads, within the loop's epochs
+                self._seed_on_threads = placement.auto
+                draws.hold_ahead = not placement.auto
+                draws.open_epoch = task.epoch
         finally:
-            self._check_fork()
-        if self.map_fn is not None:
-            try:
-                if doing is not None:
-                    doing.at(index, "map")
-                sample = self.map_fn(sample, rng_from_key(key))
-            except BaseException as e:
-                add_note(e, f"stoker: raised by map for {source.describe(index)}")
-                raise
-            finally:
-                self._check_fork()
-        return sample
+            self._probe_done.set()
+        pending.rows[pos] = row
+        if drew:
+            draws.drew = True
+            if placement.auto and self.pool is not None:
+                self.pool.paused = True  # no more on threads: the consumer forks
+        return True
 
-    def _check_fork(self) -> None:
-        """After user code: a process it forked (os.fork) that returned from it ends here,
-        before it could write to a worker's socket or complete a batch of the loader's
-        (NOTE [ Worker faults ] in processes.py); its result is ignored."""
-        if forks() != self._forks and os.getpid() != self._pid:
-            os._exit(0)
 
-    def _doing_of(self, slot: int) -> _Doing:
-        """The calling stage thread's record of what it is doing (made at its first chunk;
-        a thread left behind by close() keeps its own)."""
-        doing = getattr(self._here, "doing", None)
-        if doing is None:
-            me = threading.current_thread()
-            doing = self._here.doing = _Doing(me)
-            with self._lock:
-                for t in [t for t in self._doing if not t.is_alive()]:
-                    del self._doing[t]
-                self._doing[me] = doing
-        return doing
-
-    def set_status(self, status: Any) -> None:
-        """In a worker process: where _produce says what it is doing (shared memory the
-        loader's process reads for its stall report)."""
-        self._here.doing = status
-
-    def _sample(self, index: int, epoch: int, key: Optional[np.ndarray],
-                produced: Optional[List[Any]] = None) -> Any:
-        """A batch row: _produce's value, checked against the layout (unless collate_fn
-        takes the samples as they are); `produced` gets the value itself."""
-        sample = self._produce(index, epoch, key)
-        if produced is not None:
-            produced.append(sample)
-        if self.collate_fn is not None:
-            return sample
-        return self.layout.check(sample, lambda: self.source.describe(index))
-
-    def worker_started(self, worker_id: int, num_workers: int) -> Optional[BaseException]:
-        """In a worker process, first: get_worker_info() answers, worker_init_fn runs; its
-        error, if it raised."""
-        dataset = getattr(self.source, "obj", None)
-        if dataset is None:
-            dataset = getattr(self.source, "dataset", None)
-        set_process_worker_info(worker_id, num_workers, self.seed, dataset)
-        if self.worker_init_fn is None:
-            return None
-        try:
-            self.worker_init_fn(worker_id)
-        except BaseException as e:
-            return add_note(e, f"stoker: raised by worker_init_fn in worker process "
-                               f"{worker_id}")
+def _object_positions(layout: Any) -> Optional[List[int]]:
+    """Positions of the layout's object fields in a checked row (None until the layout
+    is fixed)."""
+    fields = layout.fields
+    if fields is None:
         return None
-
-    def worker_sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
-        """In a worker process: _produce's value, checked there too (so that on_error=
-        "skip" replaces a sample that does not fit), sent as it is. Python's, NumPy's and
-        torch's global generators are seeded for the sample first (NOTE [ Global random
-        generators ] in workers.py)."""
-        seed_globals(self.seed, epoch, index)
-        sample = self._produce(index, epoch, key)
-        if self.collate_fn is None:
-            self.layout.check(sample, lambda: self.source.describe(index))
-        return sample
-
-    def worker_copy(self) -> "PythonStage":
-        """The stage as a worker process uses it, right after fork(): fresh locks (a
-        thread of the loader's process may have held one at the fork), and a stoker
-        dataset opened again by path and identity (the same generation), so that none
-        of the loader's mutexes is inherited locked."""
-        import copy
-
-        w = copy.copy(self)
-        w._lock = threading.Lock()
-        w._epoch_opened = threading.Condition(threading.Lock())
-        w.layout = copy.copy(self.layout)
-        w.layout._lock = threading.Lock()
-        w.pool = None
-        w.workers = None
-        w._pid = os.getpid()
-        w._forks = forks()
-        w._here = threading.local()
-        w._doing = {}
-        if isinstance(self.source, DatasetSource):
-            w.source = self.source.reopened()
-        return w
+    return [i for i, f in enumerate(fields.values()) if f.kind == "object"]
 
 
 def _copied(value: Any) -> Any:

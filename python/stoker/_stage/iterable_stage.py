@@ -8,8 +8,8 @@ import time
 from typing import Any, Tuple
 
 from .iterable import IterableRows
+from .pending import Pending as _Pending
 from .stage import PythonStage
-from .state import _Pending
 from .telemetry import thread_sched
 
 __all__ = ["IterableStage"]

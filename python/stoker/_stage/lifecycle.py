@@ -10,13 +10,9 @@ import signal
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Dict, List, Optional, Protocol
 
 from .transport import _ARENA_NAME, _Arena, _arenas
-
-if TYPE_CHECKING:
-    from .processes import _Worker
-
 
 # Ending workers (NOTE [ Worker faults ]): after the hang-up, after SIGTERM, after SIGKILL.
 _STOP_SECONDS = 1.0
@@ -32,7 +28,21 @@ _loader_ends: Dict[int, int] = {}
 
 # -- the end of workers, in the loader's process ------------------------------------------
 
-def _end_workers(workers: List[_Worker]) -> None:
+class WorkerHandle(Protocol):
+    """What ending a worker process takes of the loader's side of it (processes.py)."""
+
+    pid: int
+    dead: Optional[str]
+    turn: threading.Condition
+
+    def hang_up(self) -> None: ...
+
+    def close_socket(self) -> None: ...
+
+    def close_arenas(self) -> None: ...
+
+
+def _end_workers(workers: List[WorkerHandle]) -> None:
     """Ends `workers` within _STOP_SECONDS + _TERM_SECONDS + _KILL_SECONDS whatever they
     run (NOTE [ Worker faults ]): a hang-up (they read EOF and end), then SIGTERM, then
     SIGKILL; reaped; their sockets and arenas closed."""
@@ -72,13 +82,13 @@ def _end_workers(workers: List[_Worker]) -> None:
         w.close_arenas()
 
 
-def _end_all(workers: List[_Worker], pid: int) -> None:
+def _end_all(workers: List[WorkerHandle], pid: int) -> None:
     """Ends the workers of a dropped pool and closes their arenas."""
     if os.getpid() == pid:
         _end_workers(list(workers))
 
 
-def died_message(w: Optional[_Worker], slot: int) -> str:
+def died_message(w: Optional[WorkerHandle], slot: int) -> str:
     """Why worker `slot` (`w`, None if it never started) can give nothing, in DataLoader's
     words first where a signal ended it."""
     what = w.dead if w is not None and w.dead else "is not running"

@@ -36,11 +36,15 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
+
+from .activity import USER_PHASES, Activity, Doing
+from .pending import PendingBatches
+from .stall import doing_words
 
 if TYPE_CHECKING:
+    from .pool import StagePool
     from .processes import ProcessWorkers, _Worker
-    from .stage import PythonStage
 
 __all__ = ["past_their_epoch", "past_timeout"]
 
@@ -48,14 +52,6 @@ __all__ = ["past_their_epoch", "past_timeout"]
 # before it is ended: it leaves the rest of the request undone, so this is the time its
 # current sample may still take.
 _PAST_EPOCH_GRACE = 1.0
-# The phases of a stage thread that run user code (not "worker": waiting for a process).
-_USER_PHASES = ("dataset", "map", "collate_fn", "batch_map")
-
-
-def _what(stage: PythonStage, index: int, phase: Any) -> str:
-    if phase is None:
-        return "between samples"
-    return stage.activity(phase, index)
 
 
 def _running(workers: ProcessWorkers, i: int) -> Optional[_Worker]:
@@ -105,12 +101,15 @@ def _answered(workers: ProcessWorkers, i: int) -> int:
     return -1 if w is None else w.received
 
 
-def past_their_epoch(stage: PythonStage, epoch: Optional[int] = None) -> bool:
-    """At iter() of `epoch`: the workers still in user code for a stream that stopped, or
-    for an earlier epoch, leave that work; those stuck in it are replaced (NOTE [ Stuck
-    workers ]). Whether there was any such work (the streams it belongs to are dropped)."""
+def past_their_epoch(workers: Optional[ProcessWorkers], activity: Activity,
+                     pool: Optional[StagePool], describe: Callable[[int], str],
+                     epoch: Optional[int] = None) -> bool:
+    """At iter() of `epoch`: the worker processes (`workers`) and stage threads (`pool`,
+    what they do in `activity`) still in user code for a stream that stopped, or for an
+    earlier epoch, leave that work; those stuck in it are replaced (NOTE [ Stuck
+    workers ]); `describe` names a sample. Whether there was any such work (the streams
+    it belongs to are dropped)."""
     found = False
-    workers = stage.workers
     if workers is not None:
         stale = {}
         for i in range(workers.count):
@@ -128,27 +127,27 @@ def past_their_epoch(stage: PythonStage, epoch: Optional[int] = None) -> bool:
             if doing is None:
                 continue
             _, index, phase, since, _ = doing
-            _end(workers, i, f"was still {_what(stage, index, phase)} for "
+            _end(workers, i, f"was still {doing_words(phase, index, describe)} for "
                              f"{time.monotonic() - since:.1f} s when the next epoch began, in "
                              "an epoch that had ended: it was ended and replaced")
-    threads = _replace_threads(stage, lambda d: d.task is not None and (
+    threads = _replace_threads(activity, pool, lambda d: d.task is not None and (
         d.task.stopped or (epoch is not None and d.task.epoch < epoch)))
     return found or bool(threads)
 
 
-def past_timeout(stage: PythonStage, seconds: float) -> List[str]:
-    """When no batch came within `seconds` (DataLoader's timeout): the workers that hold
-    the late batch (the oldest one the stage has) in user code, or that have been on one
-    sample that long, are replaced (NOTE [ Stuck workers ]); what each was doing, for the
-    error."""
+def past_timeout(workers: Optional[ProcessWorkers], pending: PendingBatches,
+                 activity: Activity, pool: Optional[StagePool],
+                 describe: Callable[[int], str], seconds: float) -> List[str]:
+    """When no batch came within `seconds` (DataLoader's timeout): the worker processes
+    (`workers`) and stage threads (`pool`, what they do in `activity`) that hold the late
+    batch (the oldest one in `pending`) in user code, or that have been on one sample that
+    long, are replaced (NOTE [ Stuck workers ]); what each was doing, for the error
+    (`describe` names a sample)."""
     now = time.monotonic()
-    with stage._lock:
-        tasks = [p.task for p in stage._pending.values()]
-        doing = [d for d in stage._doing.values() if d.thread.is_alive()]
-    late = min(tasks, key=lambda t: (t.epoch, t.batch), default=None)
-    holding = {d.worker for d in doing if d.phase == "worker" and d.task is late}
+    late = pending.oldest()
+    holding = {d.worker for d in activity.threads(lambda d: d.phase == "worker")
+               if d.task is late}
     said: List[str] = []
-    workers = stage.workers
     if workers is not None:
         for i in range(workers.count):
             state = workers.doing(i)
@@ -157,27 +156,25 @@ def past_timeout(stage: PythonStage, seconds: float) -> List[str]:
             pid, index, phase, since, _ = state
             if phase is None or (i not in holding and now - since < seconds):
                 continue
-            what = f"{_what(stage, index, phase)} for {now - since:.1f} s"
+            what = f"{doing_words(phase, index, describe)} for {now - since:.1f} s"
             _end(workers, i, f"was {what} when no batch had come within timeout={seconds:g} "
                              "s: it was ended")
             said.append(f"Python worker process {i} (pid {pid}) had been {what}: it was "
                         "ended, and the next iter() starts another in its place")
     for d, held in _replace_threads(
-            stage, lambda d: d.task is late or now - d.since >= seconds):
-        said.append(f"thread {d.name} had been {_what(stage, d.index, d.phase)} for "
+            activity, pool, lambda d: d.task is late or now - d.since >= seconds):
+        said.append(f"thread {d.name} had been {doing_words(d.phase, d.index, describe)} for "
                     f"{held:.1f} s: it is left to return on its own (a thread cannot be "
                     "ended), and a new thread took its place")
     return said
 
 
-def _replace_threads(stage: PythonStage, stuck: Any) -> List[Any]:
+def _replace_threads(activity: Activity, pool: Optional[StagePool],
+                     stuck: Callable[[Doing], bool]) -> List[Any]:
     """Stage threads in user code for which `stuck(doing)` holds: each left behind, a new
-    thread in its slot. [(its _Doing, seconds in that code)]."""
-    pool = stage.pool
+    thread in its slot. [(its Doing, seconds in that code)]."""
     if pool is None:
         return []
     now = time.monotonic()
-    with stage._lock:
-        doing = [d for d in stage._doing.values()
-                 if d.phase in _USER_PHASES and d.thread.is_alive() and stuck(d)]
+    doing = activity.threads(lambda d: d.phase in USER_PHASES and stuck(d))
     return [(d, now - d.since) for d in doing if pool.replace(d.thread)]

@@ -48,10 +48,10 @@ def convert_tokens(src: Union[str, os.PathLike, Sequence[str]], out: Union[str, 
         if eos_id is not None:
             raise ValueError("eos_id applies to nanogpt files; Megatron datasets record "
                              "their documents")
-        from ..token_dataset import _megatron_prefix
+        from ..token_dataset import megatron_prefix
 
         for p in ([src] if isinstance(src, (str, os.PathLike)) else src):
-            if _megatron_prefix(os.fspath(p)) is None:
+            if megatron_prefix(os.fspath(p)) is None:
                 raise ValueError(f"{os.fspath(p)}: not a Megatron dataset (no .idx beside it)")
         ds = TokenDataset(src, dtype=dtype)
     elif format == "nanogpt":

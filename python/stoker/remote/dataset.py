@@ -217,7 +217,11 @@ class RemoteDataset:
                 raise RuntimeError("this remote dataset is already being fetched")
             self._core = core
             self.schema_hash = schema_hash
-            self._fetcher = Fetcher(self, core)
+            self._fetcher = self._new_fetcher(core)
+
+    def _new_fetcher(self, core: Any) -> Fetcher:
+        return Fetcher(core, self.cache, self.index, self.retry, self.max_inflight,
+                       self.schema_hash)
 
     def serve_here(self) -> None:
         """In a forked child, starts this process's own cache and fetcher (NOTE [ Remote
@@ -230,7 +234,7 @@ class RemoteDataset:
                 return
             self.cache = self._new_cache()
             if self._core is not None:
-                self._fetcher = Fetcher(self, self._core)
+                self._fetcher = self._new_fetcher(self._core)
             self._pid = os.getpid()
 
     def _inherited(self) -> None:
@@ -283,14 +287,7 @@ class RemoteDataset:
         st = self.cache.stats()
         fetcher = self._fetcher
         if fetcher is not None:
-            st["network_wait_seconds"] = fetcher.ensure_wait + fetcher.core.gate_wait_seconds
-            with fetcher._mu:
-                st["range_records"] = fetcher.range_records
-                st["range_bytes"] = fetcher.range_bytes
-                st["failed_downloads"] = fetcher.failures
-                st["released"] = fetcher.released
-            st["fetcher_turns"] = fetcher.turns
-            st["fetcher_cpu_seconds"] = fetcher.cpu_seconds
+            st.update(fetcher.stats())
         return st
 
     def close(self) -> None:

@@ -35,14 +35,11 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ._threads import DaemonPool
 from .retry import Cancelled
 from .transport import RemoteError
-
-if TYPE_CHECKING:
-    from .dataset import RemoteDataset
 
 __all__ = ["Fetcher"]
 
@@ -64,14 +61,21 @@ class Fetcher:
     # Seconds close() waits for transfers in flight once they are cancelled.
     CLOSE_WAIT = 1.0
 
-    def __init__(self, remote: "RemoteDataset", core: Any):
+    def __init__(self, core: Any, cache: Any, index: Dict[str, Any], retry: Any,
+                 max_inflight: int, schema_hash: int):
+        """Feeds `core` (the deferred ``_core.Dataset``) from `cache` (its ShardCache), of
+        the dataset whose ``index.json`` is `index` and schema hash `schema_hash` (which
+        checks tables fetched by range), `retry` its policy, at most `max_inflight`
+        downloads ahead of the readers."""
         from .. import _core
 
-        self.remote, self.cache, self.core = remote, remote.cache, core
-        self.n = len(remote.cache)
-        self.sizes = [int(s["bytes"]) for s in remote.index["shards"]]
+        self.cache, self.core, self.index = cache, core, index
+        self.max_inflight = max_inflight
+        self.schema_hash = schema_hash
+        self.n = len(cache)
+        self.sizes = [int(s["bytes"]) for s in index["shards"]]
         self.total_bytes = sum(self.sizes)
-        self.retry = remote.retry
+        self.retry = retry
         self.plan = _core.FetchPlan(core, self.sizes)
         self.ensure_wait = 0.0
         self.released = 0  # shards given back
@@ -106,11 +110,23 @@ class Fetcher:
             elif core.state(s) == "ready":
                 core.try_release(s)
         # demands may start beyond max_inflight: a reader never queues behind prefetches
-        self._pool = DaemonPool(2 * remote.max_inflight, "stoker-fetch")
+        self._pool = DaemonPool(2 * max_inflight, "stoker-fetch")
         # records by range: their own threads, so that they never wait behind shards
         self._range_pool = DaemonPool(2, "stoker-range")
         self._thread = threading.Thread(target=self._run, name="stoker-fetcher", daemon=True)
         self._thread.start()
+
+    def stats(self) -> Dict[str, Any]:
+        """Its counters (RemoteDataset.stats): ``network_wait_seconds`` (readers' waits for
+        shards, waits in progress included), ``range_records``/``range_bytes``,
+        ``failed_downloads``, ``released``, ``fetcher_turns``, ``fetcher_cpu_seconds``."""
+        with self._mu:
+            records, nbytes, failures, released = (self.range_records, self.range_bytes,
+                                                   self.failures, self.released)
+        return {"network_wait_seconds": self.ensure_wait + self.core.gate_wait_seconds,
+                "range_records": records, "range_bytes": nbytes,
+                "failed_downloads": failures, "released": released,
+                "fetcher_turns": self.turns, "fetcher_cpu_seconds": self.cpu_seconds}
 
     # -- what readers ask ------------------------------------------------------------------
 
@@ -245,7 +261,7 @@ class Fetcher:
             budget = -1 if share is None else share
             holds = list(self._holds)
             inflight = list(self._inflight)
-            t = self.plan.turn(budget, holds, inflight, self.remote.max_inflight)
+            t = self.plan.turn(budget, holds, inflight, self.max_inflight)
             for s in t["released"]:  # unmapped by the plan: the cache pin goes now
                 if self._settled.get(s, 1) is None:
                     del self._settled[s]
@@ -257,7 +273,7 @@ class Fetcher:
             self._start(s)
         for s in fetch[urgent:]:
             with self._mu:
-                if len(self._inflight) >= self.remote.max_inflight:
+                if len(self._inflight) >= self.max_inflight:
                     break
             self._start(s)
         following = bool(t["following"])
@@ -322,7 +338,7 @@ class Fetcher:
         if not mine:
             return fut.result()
         try:
-            entry = self.remote.index["shards"][s]
+            entry = self.index["shards"][s]
             name, size, n = entry["path"], int(entry["bytes"]), int(entry["num_records"])
             url = self.cache.url(s)
             head_len, tail_len = min(64, size), min(_core.shard_tail_bytes(n), size)
@@ -331,8 +347,8 @@ class Fetcher:
                                       max_parallel=2, retry=self.retry,
                                       cancel=self.cache.cancel)
             self.core.provide_table(s, url, head, tail)  # the readers' copy, checked
-            table = _core.parse_shard_table(url, head, tail, size, self.remote.schema_hash, n,
-                                            shard_identity(self.remote.index, s))
+            table = _core.parse_shard_table(url, head, tail, size, self.schema_hash, n,
+                                            shard_identity(self.index, s))
         except BaseException as e:
             fut.set_exception(e)
             raise
@@ -344,7 +360,7 @@ class Fetcher:
 
         try:
             table = self._table(s)
-            name = self.remote.index["shards"][s]["path"]
+            name = self.index["shards"][s]["path"]
             # Gaps under RANGE_GAP are read rather than skipped: on a link where a request
             # costs a round trip, reading 1 MiB more costs less than a second request
             # (S3: ~30 ms at ~100 MB/s), and on loopback it is the requests that cost.
