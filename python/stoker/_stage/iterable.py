@@ -63,12 +63,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+import numpy as np
 import torch
 
 from .errors import add_note
-from .iterable_processes import StreamProcesses
+from .iterable_processes import StepHold, StreamProcesses
 from .iterable_workers import (
     DONE,
     MIN_QUEUE_ROWS,
@@ -108,12 +109,19 @@ class StreamReading:
         self._ended = False  # no more rows to read: its epoch's end, or closed
         self.exhausted = False
         self._closed = False
-        self._steps: Dict[int, Union[List[Any], BaseException, None]] = {}
+        self._steps: Dict[int, Tuple[Union[List[Any], BaseException, None],
+                                     Optional[StepHold]]] = {}
         self._made = 0  # steps read
+        # the leases of the rows read since the last step was made (rows that are views of
+        # a worker process's arena: NOTE [ Iterable datasets in processes ])
+        self.held: Dict[Any, int] = {}
 
-    def step(self, k: int) -> Union[List[Any], BaseException, None]:
+    def step(self, k: int) -> Tuple[Union[List[Any], BaseException, None],
+                                    Optional[StepHold]]:
         """This rank's rows of step `k` (fewer in the last), the error that step raised, or
-        None past the stream's end. Steps are read in order, whichever thread asks."""
+        None past the stream's end; and what holds its rows' arenas (None: nothing), to
+        be released once its batch is made. Steps are read in order, whichever thread
+        asks."""
         with self.lock:
             if not self._started:
                 self._started = True
@@ -123,9 +131,16 @@ class StreamReading:
                     got: Union[List[Any], BaseException, None] = self.next_rows()
                 except Exception as e:
                     got = e
-                self._steps[self._made] = got
+                self._steps[self._made] = (got, self._hold())
                 self._made += 1
-            return self._steps.pop(k, None)
+            return self._steps.pop(k, (None, None))
+
+    def _hold(self) -> Optional[StepHold]:
+        """The leases of the rows read since the last call, as one hold."""
+        if not self.held:
+            return None
+        held, self.held = self.held, {}
+        return StepHold(held)
 
     def take_skipped(self) -> int:
         with self.lock:
@@ -157,6 +172,9 @@ class StreamReading:
         for _ in range(self.offset):
             if self._row() is DONE:
                 break
+        hold = self._hold()
+        if hold is not None:
+            hold.release()
 
     def mapped(self, item: Any, row: int) -> Any:
         """`item` through map (in a worker, or the loop's thread with num_workers=0)."""
@@ -205,7 +223,7 @@ class StreamReading:
         deadline = None if self.stream.timeout <= 0 else time.monotonic() + self.stream.timeout
         while True:
             try:
-                return w.take(0.1)
+                return w.take(0.1, self.held)
             except queue.Empty:
                 if self._closed:
                     return DONE
@@ -217,9 +235,10 @@ class StreamReading:
 
     def _keep(self, item: Any) -> Any:
         s = self.stream
-        if self.rows < s.batch_size * self.world and s.even_batches and not s.drop_last and \
-                not isinstance(item, (Failed, Skipped)):
-            self.first.append(item)
+        # (only a split across ranks pads the last step)
+        if self.world > 1 and self.rows < s.batch_size * self.world and s.even_batches and \
+                not s.drop_last and not isinstance(item, (Failed, Skipped)):
+            self.first.append(_owned(item) if self._processes is not None else item)
         self.rows += 1
         return item
 
@@ -289,6 +308,23 @@ class StreamReading:
             pass
 
 
+def _owned(row: Any) -> Any:
+    """A row whose own arrays may be views of a worker process's arena, with copies of
+    them (kept beyond its batch)."""
+    def own(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return v.copy()
+        if isinstance(v, torch.Tensor):
+            return v.clone()
+        return v
+
+    if type(row) is dict:
+        return {k: own(v) for k, v in row.items()}
+    if type(row) in (tuple, list):
+        return type(row)(own(v) for v in row)
+    return own(row)
+
+
 class IterableRows:
     """An IterableDataset's rows for the Python stage: how it is read (the Loader's
     arguments), a reading per core stream, and the dataset's own state at each epoch's
@@ -318,6 +354,9 @@ class IterableRows:
         self._inited: set = set()
         self.timeout = timeout
         self.skip_errors = skip_errors  # on_error="skip": a row whose map raised is left out
+        # rows from worker processes are views of their arenas, batched by the stage (else
+        # a collate_fn is given them: copies), NOTE [ Iterable datasets in processes ]
+        self.views = False
         self.prefetch = prefetch  # batches the workers may hold ahead (None: automatic)
         self.python_ns = 0  # map's time in the workers
         self._skipped: List[str] = []  # the first rows left out since the last report

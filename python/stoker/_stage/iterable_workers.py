@@ -130,8 +130,9 @@ class StreamWorker(threading.Thread):
                 return True
         return False
 
-    def take(self, timeout: float) -> Any:
-        """The next row (a Failed, DONE); queue.Empty after `timeout` seconds."""
+    def take(self, timeout: float, held: Any = None) -> Any:
+        """The next row (a Failed, DONE); queue.Empty after `timeout` seconds. (`held`:
+        the leases of rows that are views, which a thread's rows never are.)"""
         item = self.q.get(timeout=timeout)
         self.credits.release()
         return item
