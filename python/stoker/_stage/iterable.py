@@ -181,7 +181,7 @@ class StreamReading:
         s = self.stream
         if s.map_fn is None:
             return item
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         try:
             return s.map_fn(item, rng_from_key(rng_keys(s.seed, self.epoch, [row])[0]))
         except Exception as e:
@@ -191,6 +191,7 @@ class StreamReading:
                                        f"IterableDataset's stream, epoch {self.epoch}"))
         finally:
             s.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
+            s.python_cpu_ns += time.thread_time_ns() - c0
 
     def _row(self) -> Any:
         """The next row of the merged stream (a Failed, a Skipped), or DONE."""
@@ -358,7 +359,8 @@ class IterableRows:
         # a collate_fn is given them: copies), NOTE [ Iterable datasets in processes ]
         self.views = False
         self.prefetch = prefetch  # batches the workers may hold ahead (None: automatic)
-        self.python_ns = 0  # map's time in the workers
+        # map's time in the workers: wall, CPU, waiting for a core (processes only)
+        self.python_ns = self.python_cpu_ns = self.python_wait_ns = 0
         self._skipped: List[str] = []  # the first rows left out since the last report
         self._skipped_more = 0  # and how many more
         self.pending_dataset_state: Any = None  # load_state_dict's, for the next reading

@@ -79,6 +79,7 @@ from .errors import add_note
 from .iterable_workers import DONE, Failed, Skipped, warn_self_split, watch_rank_calls
 from .lifecycle import died_message
 from .processes import _ARENA_BYTES, WorkerDied, _send_reply, _Worker, fork_worker
+from .telemetry import thread_sched
 from .transport import (
     _Arena,
     _BadReply,
@@ -148,7 +149,8 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
                 arenas[slot].close()
             arenas[slot] = _Arena(fds[0], size)
         got: List[Any] = []
-        ns0 = s.python_ns
+        ns0, cpu0 = s.python_ns, s.python_cpu_ns
+        wall0, (_, wait0) = time.perf_counter_ns(), thread_sched()
         while not ended and len(got) < want:
             if error is None:
                 try:
@@ -185,15 +187,19 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
             a = arenas[slot] = _Arena.create(max(writer.total, 2 * a.size))
             new_size = a.size
         offsets = writer.write(a)
-        reply = (out, offsets, ended, new_size, max(0, s.python_ns - ns0),
-                 s.warned_self_split)
+        # map's time: wall, CPU, and its share of the reply's wait for a core
+        wall, (_, wait) = time.perf_counter_ns() - wall0, thread_sched()
+        ns = max(0, s.python_ns - ns0)
+        times = (ns, max(0, s.python_cpu_ns - cpu0),
+                 (wait - wait0) * ns // wall if wall > 0 else 0)
+        reply = (out, offsets, ended, new_size, times, s.warned_self_split)
         try:
             payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # an unpicklable row: it fails, and the share ends
             ended = True
             payload = pickle.dumps(([("failed", _portable_error(TypeError(
                 f"the IterableDataset (or map) gave a value that cannot leave the worker "
-                f"process: {e}")))], [], True, new_size, 0, s.warned_self_split))
+                f"process: {e}")))], [], True, new_size, (0, 0, 0), s.warned_self_split))
         try:
             _send_reply(sock, ticket, payload, (a.fd,) if new_size else ())
         except OSError:
@@ -333,7 +339,7 @@ class StreamProcess:
             raise _BadReply(f"sent a reply that answers request {answers} of process {pid}, "
                             f"not request {ticket}: its replies can no longer be trusted, it "
                             "was stopped")
-        out, offsets, ended, new_size, ns, asked_rank = pickle.loads(data)
+        out, offsets, ended, new_size, (ns, cpu, wait), asked_rank = pickle.loads(data)
         if asked_rank and not self.stream.warned_self_split:
             self.stream.warned_self_split = True
             warn_self_split()
@@ -356,7 +362,9 @@ class StreamProcess:
             self.leases.append(None)
         if lease is None:
             self.free.append(slot)
-        self.stream.python_ns += ns  # map's time in the worker
+        s = self.stream  # map's time in the worker
+        s.python_ns, s.python_cpu_ns, s.python_wait_ns = \
+            s.python_ns + ns, s.python_cpu_ns + cpu, s.python_wait_ns + wait
         self.ended = self.ended or ended
 
 

@@ -37,7 +37,8 @@ class IterableStage(PythonStage):
         task = item[0]
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
-        py0 = self.rows.python_ns
+        rows = self.rows
+        py0, pcpu0, pwait0 = rows.python_ns, rows.python_cpu_ns, rows.python_wait_ns
         pending = _Pending(task)
         reading = None
         got: Any = None
@@ -87,9 +88,14 @@ class IterableStage(PythonStage):
             pending.skipped = reading.take_skipped()
         wall = time.perf_counter_ns() - wall0
         cpu1, wait1 = thread_sched()
-        # the workers' map time, and this thread's merging and checking
-        mapped = max(0, self.rows.python_ns - py0)
-        task.add_times(wall + mapped, cpu1 - cpu0 + mapped, 0, 0, 0, 0, wait1 - wait0)
+        cpu, wait = cpu1 - cpu0, wait1 - wait0
+        if rows.workers == 0:  # map ran here: this thread's time is the Python stage's
+            task.add_times(wall, cpu, 0, 0, 0, 0, wait)
+        else:  # the workers' map time, and this thread's CPU merging and checking (not its
+            # wall time, most of it waiting for the workers' rows)
+            mapped = max(0, rows.python_ns - py0)
+            task.add_times(mapped + cpu, max(0, rows.python_cpu_ns - pcpu0) + cpu, 0, 0, 0,
+                           0, max(0, rows.python_wait_ns - pwait0) + wait)
         if task.chunk_done():
             self._finish(task, pending)
 
