@@ -79,7 +79,7 @@ from .iterable_workers import (
     datapipes,
     live_workers,
 )
-from .rng import rng_from_key, rng_keys
+from .rng import key_words, rng_from_key
 
 __all__ = ["IterableRows", "StreamReading", "DatasetStatePart"]
 
@@ -183,7 +183,9 @@ class StreamReading:
             return item
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         try:
-            return s.map_fn(item, rng_from_key(rng_keys(s.seed, self.epoch, [row])[0]))
+            # (key_words: rng_keys' key of one row without NumPy's per-call cost)
+            key = np.array(key_words(s.seed, self.epoch, row), np.uint64)
+            return s.map_fn(item, rng_from_key(key))
         except Exception as e:
             if s.skip_errors:
                 return Skipped(f"row {row} ({type(e).__name__}: {e})")
