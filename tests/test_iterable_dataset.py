@@ -546,7 +546,8 @@ def test_rows_from_processes_are_their_own_wherever_they_outlive_their_batch():
 @pytest.mark.parametrize("python_workers", ["thread", "process"])
 def test_stats_count_the_streams_workers(python_workers):
     """The stats and the stall verdict count the workers reading the stream (not the one
-    C++ thread that numbers its rows), and their map time is the Python stage's."""
+    C++ thread that numbers its rows), and their time in the dataset and map is the
+    Python stage's."""
     for workers in (0, 1, 3):
         with stoker.Loader(Range(12), batch_size=4, num_workers=workers, map=_same,
                            python_workers=python_workers) as loader:
@@ -554,4 +555,6 @@ def test_stats_count_the_streams_workers(python_workers):
             s = loader.stats()
         assert s["num_threads"] == max(1, workers)
         assert "1 of 1 thread" not in s["verdict"] or workers <= 1
-        assert 0 < s["python_cpu_seconds"] and s["python_seconds"] > 0
+        assert s["python_seconds"] > 0
+        if workers:  # the workers' CPU reaches the stats
+            assert s["python_cpu_seconds"] > 0

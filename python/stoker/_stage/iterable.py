@@ -54,6 +54,9 @@ core owns its epochs, iterators, skip, resume state and stats, as for every othe
     the dataset that state and the resumed stream's reading reads the rows consumed again
     (through map: the epoch's first rows pad its end), without batching them. Without a
     dataset state_dict(), a mid-epoch state_dict() is an error that says so.
+  * stats() count the reading workers as the loader's workers (num_threads, the stall
+    verdict), and their Python time is theirs in the dataset's iterator and map (wall,
+    CPU, waiting for a core), with the stage thread's CPU merging and batching.
   * set_epoch(e) is passed on to the dataset's own set_epoch (WebDataset, HF datasets)
     when a reading of epoch e starts.
 """
@@ -181,7 +184,6 @@ class StreamReading:
         s = self.stream
         if s.map_fn is None:
             return item
-        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         try:
             # (key_words: rng_keys' key of one row without NumPy's per-call cost)
             key = np.array(key_words(s.seed, self.epoch, row), np.uint64)
@@ -191,9 +193,6 @@ class StreamReading:
                 return Skipped(f"row {row} ({type(e).__name__}: {e})")
             return Failed(add_note(e, f"stoker: raised by map for row {row} of the "
                                        f"IterableDataset's stream, epoch {self.epoch}"))
-        finally:
-            s.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
-            s.python_cpu_ns += time.thread_time_ns() - c0
 
     def _row(self) -> Any:
         """The next row of the merged stream (a Failed, a Skipped), or DONE."""
@@ -361,7 +360,8 @@ class IterableRows:
         # a collate_fn is given them: copies), NOTE [ Iterable datasets in processes ]
         self.views = False
         self.prefetch = prefetch  # batches the workers may hold ahead (None: automatic)
-        # map's time in the workers: wall, CPU, waiting for a core (processes only)
+        # the workers' time in the dataset's iterator and map: wall, CPU, and waiting for a
+        # core (processes only) (threads: a race may lose one)
         self.python_ns = self.python_cpu_ns = self.python_wait_ns = 0
         self._skipped: List[str] = []  # the first rows left out since the last report
         self._skipped_more = 0  # and how many more

@@ -149,8 +149,7 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
                 arenas[slot].close()
             arenas[slot] = _Arena(fds[0], size)
         got: List[Any] = []
-        ns0, cpu0 = s.python_ns, s.python_cpu_ns
-        wall0, (_, wait0) = time.perf_counter_ns(), thread_sched()
+        wall0, cpu0, (_, wait0) = time.perf_counter_ns(), time.thread_time_ns(), thread_sched()
         while not ended and len(got) < want:
             if error is None:
                 try:
@@ -187,11 +186,11 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
             a = arenas[slot] = _Arena.create(max(writer.total, 2 * a.size))
             new_size = a.size
         offsets = writer.write(a)
-        # map's time: wall, CPU, and its share of the reply's wait for a core
-        wall, (_, wait) = time.perf_counter_ns() - wall0, thread_sched()
-        ns = max(0, s.python_ns - ns0)
-        times = (ns, max(0, s.python_cpu_ns - cpu0),
-                 (wait - wait0) * ns // wall if wall > 0 else 0)
+        # the reply's time in Python (the dataset's iterator, map, the rows into the arena):
+        # wall, CPU (exact: the schedstat's is as of the last switch), waiting for a core
+        wall, cpu, (_, wait) = time.perf_counter_ns() - wall0, time.thread_time_ns(), \
+            thread_sched()
+        times = (wall, max(0, cpu - cpu0), max(0, wait - wait0))
         reply = (out, offsets, ended, new_size, times, s.warned_self_split)
         try:
             payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
@@ -362,7 +361,7 @@ class StreamProcess:
             self.leases.append(None)
         if lease is None:
             self.free.append(slot)
-        s = self.stream  # map's time in the worker
+        s = self.stream  # the worker's time in Python
         s.python_ns, s.python_cpu_ns, s.python_wait_ns = \
             s.python_ns + ns, s.python_cpu_ns + cpu, s.python_wait_ns + wait
         self.ended = self.ended or ended

@@ -91,8 +91,8 @@ class IterableStage(PythonStage):
         cpu, wait = cpu1 - cpu0, wait1 - wait0
         if rows.workers == 0:  # map ran here: this thread's time is the Python stage's
             task.add_times(wall, cpu, 0, 0, 0, 0, wait)
-        else:  # the workers' map time, and this thread's CPU merging and checking (not its
-            # wall time, most of it waiting for the workers' rows)
+        else:  # the workers' time in the dataset and map, and this thread's CPU merging and
+            # checking (not its wall time, most of it waiting for the workers' rows)
             mapped = max(0, rows.python_ns - py0)
             task.add_times(mapped + cpu, max(0, rows.python_cpu_ns - pcpu0) + cpu, 0, 0, 0,
                            0, max(0, rows.python_wait_ns - pwait0) + wait)
