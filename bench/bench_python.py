@@ -21,9 +21,10 @@ interleaved, medians of --repeats:
   (d) an IterableDataset: a stream of the same JPEG files, sharded by get_worker_info():
       read + cv2 decode in its __iter__, then albumentations' RandomResizedCrop(224),
       ColorJitter, Rotate(20) and GaussianBlur.
-        stoker:      the stream decodes, the ops in map= (run on the loader's num_workers=2
-                     worker threads); and the drop-in: the stream doing the ops itself,
-                     with exactly DataLoader's arguments
+        stoker:      the stream decodes, the ops in map= (num_workers=2: two worker
+                     processes, each iterating its share and mapping its rows; and the same
+                     on two worker threads); and the drop-in: the stream doing the ops
+                     itself, with exactly DataLoader's arguments
         DataLoader:  the stream doing the ops itself (DataLoader has no map)
   (b) pure Python: per-box label processing in Python loops (64 boxes per sample: to
       corners, clipped, small ones dropped, classes remapped, best of 9 anchors by IoU).
@@ -40,9 +41,11 @@ torch Dataset with no arguments beyond batch_size and shuffle, and DataLoader wi
 num_workers 0/1/2. Columns: the first epoch's samples/s (the loader made, its workers
 started and one epoch read: what a training run's first epoch pays) and its ratio to the
 best DataLoader's first epoch; the steady state's samples/s (the --epochs epochs after the
-first) and its ratio to the best DataLoader's; time to the first batch; and the peak PSS
+first) and its ratio to the best DataLoader's; time to the first batch; the peak PSS
 of the whole process tree (the main process and its workers, from
-/proc/<pid>/smaps_rollup).
+/proc/<pid>/smaps_rollup); and the tree's CPU time per batch in the steady state (every
+thread of the main process and its workers, from /proc/<pid>/stat): what a batch costs
+the machine, which holds when other work on the machine makes the timings noisy.
 """
 
 import argparse
@@ -104,6 +107,21 @@ def _pss_of(pid):
     return 0
 
 
+def _cpu_of(pid):
+    """CPU seconds (user + system, all its threads) process `pid` used so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def tree_cpu(pid=None):
+    """CPU seconds used so far by `pid` and each of its live descendants, by pid."""
+    return {p: _cpu_of(p) for p in _tree(pid or os.getpid())}
+
+
 def tree_pss(pid=None):
     """PSS in bytes of `pid` and all its descendants (shared pages counted once in total).
     A process forked while the tree is read would count the pages it shares twice (its
@@ -143,14 +161,17 @@ class PeakPss:
 
 
 def timed_epochs(make, epochs):
-    """(first epoch samples/s, steady samples/s, seconds to the first batch, peak PSS) of one
-    loader. The first epoch is timed from before the loader is made to its last batch: the
-    start-up a training run's first epoch pays (DataLoader forks its workers at iter(),
+    """(first epoch samples/s, steady samples/s, seconds to the first batch, peak PSS, CPU
+    seconds per batch in the steady state) of one loader. The first epoch is timed from
+    before the loader is made to its last batch: the start-up a training run's first
+    epoch pays (DataLoader forks its workers at iter(),
     kept with persistent_workers=True; stoker starts its threads and any process workers).
     Then `epochs` epochs more, the steady state a training run sees. The tree's PSS is
     sampled through the first epoch and once after the last: reading it costs
     milliseconds of a core per sample, which would slow the steady epochs (more so
-    DataLoader's, whose workers are read too)."""
+    DataLoader's, whose workers are read too). The steady state's CPU is the whole tree's
+    (the loop's process and its workers, every thread): what the loader costs the machine
+    per batch, which a loaded machine's timings hide."""
     with PeakPss() as mem:
         t0 = time.perf_counter()
         loader = make()
@@ -161,16 +182,19 @@ def timed_epochs(make, epochs):
                 first = time.perf_counter() - t0
             n0 += _batch_len(batch)
         first_epoch = time.perf_counter() - t0
+    cpu0 = tree_cpu()
     t0 = time.perf_counter()
-    n = 0
+    n = batches = 0
     for e in range(1, epochs + 1):
         for batch in _epoch(loader, e):
             n += _batch_len(batch)
+            batches += 1
     wall = time.perf_counter() - t0
+    cpu = sum(c - cpu0.get(p, 0.0) for p, c in tree_cpu().items())
     peak = max(mem.peak, tree_pss())
     if hasattr(loader, "close"):
         loader.close()
-    return n0 / first_epoch, n / wall, first, peak
+    return n0 / first_epoch, n / wall, first, peak, cpu / max(1, batches)
 
 
 def _epoch(loader, e):
@@ -507,7 +531,7 @@ def run(workload, title, args, tmp):
         for name, make in runs.items():
             warm_files(warm)  # the page cache may have dropped the data since the last run
             results[name].append(timed_epochs(make, args.epochs))
-    med = {name: tuple(statistics.median(r[i] for r in rs) for i in range(4))
+    med = {name: tuple(statistics.median(r[i] for r in rs) for i in range(5))
            for name, rs in results.items()}
     dl = [k for k in med if k.startswith("DataLoader")]
     best_first = max(dl, key=lambda k: med[k][0])
@@ -515,11 +539,11 @@ def run(workload, title, args, tmp):
     print(f"\n({workload}) {title}")
     width = max(map(len, med))
     print(f"  {'':<{width}}  {'first epoch':>11}  {'vs best DL':>10}  {'steady':>9}  "
-          f"{'vs best DL':>10}  {'first batch':>11}  {'peak PSS':>9}")
-    for name, (first_rate, rate, first, pss) in med.items():
+          f"{'vs best DL':>10}  {'first batch':>11}  {'peak PSS':>9}  {'CPU/batch':>9}")
+    for name, (first_rate, rate, first, pss, cpu) in med.items():
         print(f"  {name:<{width}}  {first_rate:9.0f}/s  {first_rate / med[best_first][0]:9.2f}x"
               f"  {rate:7.0f}/s  {rate / med[best_steady][1]:9.2f}x  {first:10.3f}s  "
-              f"{pss / 2**20:7.0f}MB")
+              f"{pss / 2**20:7.0f}MB  {cpu * 1e3:7.0f}ms")
     print(f"  best DataLoader: {best_first} (first epoch), {best_steady} (steady state)")
     return med
 

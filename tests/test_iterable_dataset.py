@@ -483,3 +483,78 @@ def test_a_script_that_exits_mid_epoch_ends_its_worker_processes(tmp_path):
     while not all(_gone(x) for x in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(_gone(x) for x in pids)
+
+
+class _Filled(IterableDataset):
+    """n rows, each a 4 KiB array filled with its number (and its number), sharded across
+    workers; a worker's replies overwrite its arenas once given back."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        import numpy as np
+
+        info = get_worker_info()
+        w, k = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(w, self.n, k):
+            yield {"a": np.full(1024, i, np.int32), "raw": np.full(8, i, np.int64), "i": i}
+
+
+def _same(sample, rng):
+    return sample
+
+
+def test_rows_from_processes_are_their_own_wherever_they_outlive_their_batch():
+    """Rows of worker processes are views of their arenas, given back once their batch
+    is made (NOTE [ Iterable datasets in processes ]): what outlives it is a copy (an
+    object field, a collate_fn's rows, the epoch's first rows that pad its end), a step
+    larger than the arenas a worker starts with gets new ones, and every batch is the
+    threads' batch."""
+    import numpy as np
+
+    def run(python_workers, **kw):
+        with stoker.Loader(_Filled(403), num_workers=2, python_workers=python_workers,
+                           timeout=60, **kw) as loader:
+            return list(loader)
+
+    def check(batches, *, kept=False):
+        for b in batches:
+            rows = b if kept else [dict(zip(b, v)) for v in zip(*b.values())]
+            for r in rows:
+                i = int(r["i"])
+                assert np.all(np.asarray(r["a"]) == i) and np.all(np.asarray(r["raw"]) == i)
+
+    # a collate_fn that keeps its rows: they are copies, not views of reused arenas
+    kept = run("process", batch_size=8, collate_fn=lambda rows: rows)
+    assert sorted(int(r["i"]) for b in kept for r in b) == list(range(403))
+    check(kept, kept=True)
+    # an object field is kept in the batch as it is: a copy too
+    objects = run("process", batch_size=8, map=_same, map_fields={"raw": object})
+    assert sorted(int(i) for b in objects for i in b["i"]) == list(range(403))
+    check(objects)
+    # a step of more rows than a worker's first arenas hold (16 replies of 8 rows)
+    for kw in (dict(batch_size=400), dict(batch_size=8, rank=1, world_size=2),
+               dict(batch_size=16, rank=0, world_size=3, even_batches=True)):
+        threads, processes = run("thread", **kw), run("process", **kw)
+        assert len(threads) == len(processes) > 0, kw
+        for t, p in zip(threads, processes):
+            assert t.keys() == p.keys() and all(torch.equal(t[k], p[k]) for k in t), kw
+        check(processes)
+
+
+@pytest.mark.parametrize("python_workers", ["thread", "process"])
+def test_stats_count_the_streams_workers(python_workers):
+    """The stats and the stall verdict count the workers reading the stream (not the one
+    C++ thread that numbers its rows), and their time in the dataset and map is the
+    Python stage's."""
+    for workers in (0, 1, 3):
+        with stoker.Loader(Range(12), batch_size=4, num_workers=workers, map=_same,
+                           python_workers=python_workers) as loader:
+            assert len(list(loader)) == 3
+            s = loader.stats()
+        assert s["num_threads"] == max(1, workers)
+        assert "1 of 1 thread" not in s["verdict"] or workers <= 1
+        assert s["python_seconds"] > 0
+        if workers:  # the workers' CPU reaches the stats
+            assert s["python_cpu_seconds"] > 0

@@ -117,7 +117,10 @@ class IterableSource(Source):
                               inline=workers == 0, unbatched=st.unbatched)
         producer = _core.IterableProducer(batch_size)
         options = _core.LoaderOptions()
-        options.num_threads = 1  # the C++ side only numbers the rows of each batch
+        # the C++ side only numbers the rows of each batch, one thread per reading worker:
+        # the stats and the stall verdict count the stream's workers (their map time is
+        # the stage's busy time)
+        options.num_threads = max(1, workers)
         options.auto_threads = False
         options.prefetch = t.prefetch
         options.auto_prefetch = t.auto_prefetch

@@ -54,6 +54,9 @@ core owns its epochs, iterators, skip, resume state and stats, as for every othe
     the dataset that state and the resumed stream's reading reads the rows consumed again
     (through map: the epoch's first rows pad its end), without batching them. Without a
     dataset state_dict(), a mid-epoch state_dict() is an error that says so.
+  * stats() count the reading workers as the loader's workers (num_threads, the stall
+    verdict), and their Python time is theirs in the dataset's iterator and map (wall,
+    CPU, waiting for a core), with the stage thread's CPU merging and batching.
   * set_epoch(e) is passed on to the dataset's own set_epoch (WebDataset, HF datasets)
     when a reading of epoch e starts.
 """
@@ -63,12 +66,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+import numpy as np
 import torch
 
 from .errors import add_note
-from .iterable_processes import StreamProcesses
+from .iterable_processes import StepHold, StreamProcesses
 from .iterable_workers import (
     DONE,
     MIN_QUEUE_ROWS,
@@ -78,7 +82,7 @@ from .iterable_workers import (
     datapipes,
     live_workers,
 )
-from .rng import rng_from_key, rng_keys
+from .rng import key_words, rng_from_key
 
 __all__ = ["IterableRows", "StreamReading", "DatasetStatePart"]
 
@@ -108,12 +112,19 @@ class StreamReading:
         self._ended = False  # no more rows to read: its epoch's end, or closed
         self.exhausted = False
         self._closed = False
-        self._steps: Dict[int, Union[List[Any], BaseException, None]] = {}
+        self._steps: Dict[int, Tuple[Union[List[Any], BaseException, None],
+                                     Optional[StepHold]]] = {}
         self._made = 0  # steps read
+        # the leases of the rows read since the last step was made (rows that are views of
+        # a worker process's arena: NOTE [ Iterable datasets in processes ])
+        self.held: Dict[Any, int] = {}
 
-    def step(self, k: int) -> Union[List[Any], BaseException, None]:
+    def step(self, k: int) -> Tuple[Union[List[Any], BaseException, None],
+                                    Optional[StepHold]]:
         """This rank's rows of step `k` (fewer in the last), the error that step raised, or
-        None past the stream's end. Steps are read in order, whichever thread asks."""
+        None past the stream's end; and what holds its rows' arenas (None: nothing), to
+        be released once its batch is made. Steps are read in order, whichever thread
+        asks."""
         with self.lock:
             if not self._started:
                 self._started = True
@@ -123,9 +134,16 @@ class StreamReading:
                     got: Union[List[Any], BaseException, None] = self.next_rows()
                 except Exception as e:
                     got = e
-                self._steps[self._made] = got
+                self._steps[self._made] = (got, self._hold())
                 self._made += 1
-            return self._steps.pop(k, None)
+            return self._steps.pop(k, (None, None))
+
+    def _hold(self) -> Optional[StepHold]:
+        """The leases of the rows read since the last call, as one hold."""
+        if not self.held:
+            return None
+        held, self.held = self.held, {}
+        return StepHold(held)
 
     def take_skipped(self) -> int:
         with self.lock:
@@ -157,22 +175,24 @@ class StreamReading:
         for _ in range(self.offset):
             if self._row() is DONE:
                 break
+        hold = self._hold()
+        if hold is not None:
+            hold.release()
 
     def mapped(self, item: Any, row: int) -> Any:
         """`item` through map (in a worker, or the loop's thread with num_workers=0)."""
         s = self.stream
         if s.map_fn is None:
             return item
-        t0 = time.perf_counter_ns()
         try:
-            return s.map_fn(item, rng_from_key(rng_keys(s.seed, self.epoch, [row])[0]))
+            # (key_words: rng_keys' key of one row without NumPy's per-call cost)
+            key = np.array(key_words(s.seed, self.epoch, row), np.uint64)
+            return s.map_fn(item, rng_from_key(key))
         except Exception as e:
             if s.skip_errors:
                 return Skipped(f"row {row} ({type(e).__name__}: {e})")
             return Failed(add_note(e, f"stoker: raised by map for row {row} of the "
                                        f"IterableDataset's stream, epoch {self.epoch}"))
-        finally:
-            s.python_ns += time.perf_counter_ns() - t0  # (a race may lose one)
 
     def _row(self) -> Any:
         """The next row of the merged stream (a Failed, a Skipped), or DONE."""
@@ -205,7 +225,7 @@ class StreamReading:
         deadline = None if self.stream.timeout <= 0 else time.monotonic() + self.stream.timeout
         while True:
             try:
-                return w.take(0.1)
+                return w.take(0.1, self.held)
             except queue.Empty:
                 if self._closed:
                     return DONE
@@ -217,9 +237,10 @@ class StreamReading:
 
     def _keep(self, item: Any) -> Any:
         s = self.stream
-        if self.rows < s.batch_size * self.world and s.even_batches and not s.drop_last and \
-                not isinstance(item, (Failed, Skipped)):
-            self.first.append(item)
+        # (only a split across ranks pads the last step)
+        if self.world > 1 and self.rows < s.batch_size * self.world and s.even_batches and \
+                not s.drop_last and not isinstance(item, (Failed, Skipped)):
+            self.first.append(_owned(item) if self._processes is not None else item)
         self.rows += 1
         return item
 
@@ -289,6 +310,23 @@ class StreamReading:
             pass
 
 
+def _owned(row: Any) -> Any:
+    """A row whose own arrays may be views of a worker process's arena, with copies of
+    them (kept beyond its batch)."""
+    def own(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return v.copy()
+        if isinstance(v, torch.Tensor):
+            return v.clone()
+        return v
+
+    if type(row) is dict:
+        return {k: own(v) for k, v in row.items()}
+    if type(row) in (tuple, list):
+        return type(row)(own(v) for v in row)
+    return own(row)
+
+
 class IterableRows:
     """An IterableDataset's rows for the Python stage: how it is read (the Loader's
     arguments), a reading per core stream, and the dataset's own state at each epoch's
@@ -318,8 +356,13 @@ class IterableRows:
         self._inited: set = set()
         self.timeout = timeout
         self.skip_errors = skip_errors  # on_error="skip": a row whose map raised is left out
+        # rows from worker processes are views of their arenas, batched by the stage (else
+        # a collate_fn is given them: copies), NOTE [ Iterable datasets in processes ]
+        self.views = False
         self.prefetch = prefetch  # batches the workers may hold ahead (None: automatic)
-        self.python_ns = 0  # map's time in the workers
+        # the workers' time in the dataset's iterator and map: wall, CPU, and waiting for a
+        # core (processes only) (threads: a race may lose one)
+        self.python_ns = self.python_cpu_ns = self.python_wait_ns = 0
         self._skipped: List[str] = []  # the first rows left out since the last report
         self._skipped_more = 0  # and how many more
         self.pending_dataset_state: Any = None  # load_state_dict's, for the next reading

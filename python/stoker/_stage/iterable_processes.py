@@ -19,8 +19,9 @@ at "auto" (or is "process"), threads with python_workers="thread":
   asks worker w for up to C rows, requests     --> next() and map (its draws keyed by
   in flight, each with an arena of its own          the row's place in the merged
                                                     stream, as on threads), arrays into
-  rows copied out of the arena, taken           <-- the request's arena, the rest
-  round-robin (0, 1, ..., skipping ended ones)      pickled; "ended" after its last row
+  rows as views of the arena, taken             <-- the request's arena, the rest
+  round-robin (0, 1, ..., skipping ended ones),     pickled; "ended" after its last row
+  the arena leased until their batch is made
 
   * The same sharding, merge, keys, skip, resume and epoch rules as the threads
     (NOTE [ Iterable datasets ]): a reading of the same seed and worker count gives the
@@ -29,6 +30,14 @@ at "auto" (or is "process"), threads with python_workers="thread":
     make what a worker may read ahead (IterableRows.queue_rows): a row reaches the loop
     once its reply's few rows are made, and a worker never waits for a request. With an
     explicit prefetch: one row, one request in flight.
+  * Rows are views of the arena they arrived in, not copies (as the map-style stage's,
+    NOTE [ Python stage processes ] in processes.py): the batch is made from them, with
+    one copy, and a reply's arena goes back to the worker once every row it brought is
+    in a batch or dropped (ReplyLease, counted per row; a step's leases are held by its
+    batch: StepHold). A worker whose arenas are all leased is given a new one. Rows
+    kept beyond their batch are copied: object fields (the batch holds them as they
+    are), the epoch's first rows kept to pad its end; with a collate_fn (which may keep
+    what it is given) every row is copied out.
   * Errors: an exception of map or of the dataset's iterator comes back as itself (its
     traceback's text in a note: transport._portable_error) at its row's place; after
     the iterator's own error that worker's share ends, as on threads. A worker that
@@ -59,6 +68,7 @@ import queue
 import select
 import signal
 import socket
+import threading
 import time
 import weakref
 from collections import deque
@@ -69,6 +79,7 @@ from .errors import add_note
 from .iterable_workers import DONE, Failed, Skipped, warn_self_split, watch_rank_calls
 from .lifecycle import died_message
 from .processes import _ARENA_BYTES, WorkerDied, _send_reply, _Worker, fork_worker
+from .telemetry import thread_sched
 from .transport import (
     _Arena,
     _BadReply,
@@ -81,7 +92,7 @@ from .transport import (
 )
 from .workers import seed_globals, set_process_worker_info, set_thread_worker_info
 
-__all__ = ["StreamProcesses"]
+__all__ = ["StreamProcesses", "ReplyLease", "StepHold"]
 
 
 # -- the worker process -------------------------------------------------------------------
@@ -138,7 +149,7 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
                 arenas[slot].close()
             arenas[slot] = _Arena(fds[0], size)
         got: List[Any] = []
-        ns0 = s.python_ns
+        wall0, cpu0, (_, wait0) = time.perf_counter_ns(), time.thread_time_ns(), thread_sched()
         while not ended and len(got) < want:
             if error is None:
                 try:
@@ -175,15 +186,19 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
             a = arenas[slot] = _Arena.create(max(writer.total, 2 * a.size))
             new_size = a.size
         offsets = writer.write(a)
-        reply = (out, offsets, ended, new_size, max(0, s.python_ns - ns0),
-                 s.warned_self_split)
+        # the reply's time in Python (the dataset's iterator, map, the rows into the arena):
+        # wall, CPU (exact: the schedstat's is as of the last switch), waiting for a core
+        wall, cpu, (_, wait) = time.perf_counter_ns() - wall0, time.thread_time_ns(), \
+            thread_sched()
+        times = (wall, max(0, cpu - cpu0), max(0, wait - wait0))
+        reply = (out, offsets, ended, new_size, times, s.warned_self_split)
         try:
             payload = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # an unpicklable row: it fails, and the share ends
             ended = True
             payload = pickle.dumps(([("failed", _portable_error(TypeError(
                 f"the IterableDataset (or map) gave a value that cannot leave the worker "
-                f"process: {e}")))], [], True, new_size, 0, s.warned_self_split))
+                f"process: {e}")))], [], True, new_size, (0, 0, 0), s.warned_self_split))
         try:
             _send_reply(sock, ticket, payload, (a.fd,) if new_size else ())
         except OSError:
@@ -203,6 +218,8 @@ class StreamProcess:
         self.chunk, self.in_flight = chunk, in_flight
         self.ahead = ahead  # rows it may hold beyond those taken: buffered or asked for
         self.rows: Deque[Any] = deque()
+        # each row's ReplyLease (None: a copy, an error, a skip), in step with `rows`
+        self.leases: Deque[Optional[ReplyLease]] = deque()
         self.pending: Deque[Tuple[int, int]] = deque()  # (ticket, slot), in order
         self.free = list(range(in_flight))
         self.known = [True] + [False] * (in_flight - 1)  # slot 0: the fork's arena
@@ -216,7 +233,7 @@ class StreamProcess:
         """The worker starts its share of a reading of `epoch` (the dataset given `state`
         first, where one was loaded; worker_init_fn run if `init`)."""
         _send(self.w.sock, pickle.dumps(("start", epoch, world, state, init)))
-        self.rows.clear()
+        self._drop_rows()
         self.ended = self.gone = False
 
     def idle(self) -> bool:
@@ -232,15 +249,34 @@ class StreamProcess:
                 self._receive()
         except (EOFError, OSError, _BadReply):
             return False
-        self.rows.clear()
+        self._drop_rows()
         return True
+
+    def _drop_rows(self) -> None:
+        """The rows buffered here are dropped, and their arenas given back."""
+        self.rows.clear()
+        leases, self.leases = self.leases, deque()
+        for lease in leases:
+            if lease is not None:
+                lease.release(1)
+
+    def _slot(self) -> int:
+        """A free arena for a request: one given back, else a new one (the others are
+        leased to rows not yet batched)."""
+        try:
+            return self.free.pop()
+        except IndexError:
+            pass
+        self.arenas.append(_Arena.create(_ARENA_BYTES))
+        self.known.append(False)
+        return len(self.arenas) - 1
 
     def _ask(self) -> None:
         """Asks the worker for rows while it may read ahead (`ahead` rows, buffered here or
         asked for), until its share ended."""
-        while not self.ended and self.free and \
+        while not self.ended and len(self.pending) < self.in_flight and \
                 len(self.rows) + (len(self.pending) + 1) * self.chunk <= self.ahead:
-            slot = self.free.pop()
+            slot = self._slot()
             a = self.arenas[slot]
             new = not self.known[slot]
             ticket = self.w.sent
@@ -251,8 +287,9 @@ class StreamProcess:
             self.w.sent += 1
             self.pending.append((ticket, slot))
 
-    def take(self, timeout: float) -> Any:
-        """The next row (a Failed, a Skipped), or DONE; queue.Empty after `timeout` seconds."""
+    def take(self, timeout: float, held: Dict[Any, int]) -> Any:
+        """The next row (a Failed, a Skipped), or DONE; queue.Empty after `timeout` seconds.
+        A row that is a view of an arena counts its lease in `held` (StepHold)."""
         deadline = time.monotonic() + timeout
         while not self.rows:
             if self.gone:
@@ -283,6 +320,9 @@ class StreamProcess:
                     "stream ends, and so does the iterator (as DataLoader's). The next "
                     "iter() starts new workers"))
         row = self.rows.popleft()
+        lease = self.leases.popleft()
+        if lease is not None:
+            held[lease] = held.get(lease, 0) + 1
         try:  # the worker goes on with the next rows while this one is used
             self._ask()
         except OSError:  # it died: the next take() says so
@@ -298,7 +338,7 @@ class StreamProcess:
             raise _BadReply(f"sent a reply that answers request {answers} of process {pid}, "
                             f"not request {ticket}: its replies can no longer be trusted, it "
                             "was stopped")
-        out, offsets, ended, new_size, ns, asked_rank = pickle.loads(data)
+        out, offsets, ended, new_size, (ns, cpu, wait), asked_rank = pickle.loads(data)
         if asked_rank and not self.stream.warned_self_split:
             self.stream.warned_self_split = True
             warn_self_split()
@@ -306,16 +346,77 @@ class StreamProcess:
             old, self.arenas[slot] = self.arenas[slot], _Arena(fds[0], new_size)
             old.close()
         arena = self.arenas[slot]
+        views = self.stream.views and offsets
+        lease = ReplyLease(self.free, slot, sum(kind == "row" for kind, _ in out)) \
+            if views else None
         for kind, value in out:
             if kind == "row":
-                self.rows.append(_decode(value, arena, offsets))  # copied out
-            elif kind == "skipped":
-                self.rows.append(Skipped(value))
-            else:
-                self.rows.append(Failed(value))
-        self.free.append(slot)
-        self.stream.python_ns += ns  # map's time in the worker
+                if lease is not None:
+                    self.rows.append(_viewed(value, arena, offsets))
+                else:
+                    self.rows.append(_decode(value, arena, offsets))  # copied out
+                self.leases.append(lease)
+                continue
+            self.rows.append(Skipped(value) if kind == "skipped" else Failed(value))
+            self.leases.append(None)
+        if lease is None:
+            self.free.append(slot)
+        s = self.stream  # the worker's time in Python
+        s.python_ns, s.python_cpu_ns, s.python_wait_ns = \
+            s.python_ns + ns, s.python_cpu_ns + cpu, s.python_wait_ns + wait
         self.ended = self.ended or ended
+
+
+def _viewed(value: Any, arena: _Arena, offsets: List[int]) -> Any:
+    """A row out of the arena: the arrays that are its own fields (a dict's values, a
+    tuple's or list's items, the row itself) views of it, deeper ones copied."""
+    if type(value) is dict:
+        return _decode(value, arena, offsets, True)
+    if type(value) is tuple and not (len(value) == 2 and value[0] in _LEAVES):
+        return tuple(_decode(v, arena, offsets, type(v) is tuple) for v in value)
+    if type(value) is list:
+        return [_decode(v, arena, offsets, type(v) is tuple) for v in value]
+    return _decode(value, arena, offsets, True)
+
+
+_LEAVES = ("__stoker_array__", "__stoker_tensor__")
+
+
+class ReplyLease:
+    """A reply's arena, leased to the rows it brought (views of it): given back to its
+    worker (`free`) once each of them is released, in a batch made or dropped."""
+
+    __slots__ = ("_free", "_slot", "_left", "_lock")
+
+    def __init__(self, free: List[int], slot: int, rows: int):
+        self._free, self._slot, self._left = free, slot, rows
+        self._lock = threading.Lock()
+
+    def release(self, rows: int) -> None:
+        with self._lock:
+            self._left -= rows
+            done = self._left == 0
+        if done:
+            self._free.append(self._slot)  # atomic: a stage thread may be asking
+
+
+class StepHold:
+    """The leases of a step's rows (ReplyLease -> rows), held by its batch until it is
+    made or dropped (_Pending.release), or by nothing (released when it goes)."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self, held: Dict[ReplyLease, int]):
+        self._held: Optional[Dict[ReplyLease, int]] = held
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            for lease, rows in held.items():
+                lease.release(rows)
+
+    def __del__(self) -> None:
+        self.release()
 
 
 def _exit_status(w: _Worker) -> str:

@@ -130,8 +130,9 @@ class StreamWorker(threading.Thread):
                 return True
         return False
 
-    def take(self, timeout: float) -> Any:
-        """The next row (a Failed, DONE); queue.Empty after `timeout` seconds."""
+    def take(self, timeout: float, held: Any = None) -> Any:
+        """The next row (a Failed, DONE); queue.Empty after `timeout` seconds. (`held`:
+        the leases of rows that are views, which a thread's rows never are.)"""
         item = self.q.get(timeout=timeout)
         self.credits.release()
         return item
@@ -148,13 +149,17 @@ class StreamWorker(threading.Thread):
             rows = iter(s.dataset if self.pipe is None else self.pipe)
             j = 0
             while self._credit():
+                t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
                 try:
                     item = next(rows)
                 except StopIteration:
                     break
                 # keyed by the row's place in the merged stream while every worker runs
                 # (rows are taken round-robin): the same draws for any timing
-                self.q.put(it.mapped(item, j * self.n + self.wid))
+                row = it.mapped(item, j * self.n + self.wid)
+                s.python_ns += time.perf_counter_ns() - t0  # the row's time in Python
+                s.python_cpu_ns += time.thread_time_ns() - c0
+                self.q.put(row)
                 j += 1
         except BaseException as e:  # the loop raises it at this worker's place
             self.q.put(Failed(add_note(e, f"stoker: raised by the IterableDataset in "
