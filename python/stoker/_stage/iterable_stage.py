@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any, Tuple
 
-from .chunks import _copied
+from .chunks import _copied, _object_positions
 from .iterable import IterableRows
 from .pending import Pending as _Pending
 from .stage import PythonStage
@@ -72,13 +72,13 @@ class IterableStage(PythonStage):
                 pending.rows = list(got)
             else:
                 pending.rows = [None] * len(got)
-                objects = self._object_positions() if hold is not None else []
+                objects = _object_positions(self.layout) if hold is not None else []
                 for j, row in enumerate(got):
                     try:
                         checked = self.layout.check(
                             row, lambda j=j: self.rows.describe(int(task.indices[j])))
                         if objects is None:  # the layout was fixed by this row
-                            objects = self._object_positions()
+                            objects = _object_positions(self.layout)
                         for i in objects or ():  # kept as they are in the batch: not views
                             checked[i] = _copied(checked[i])
                         pending.rows[j] = checked
