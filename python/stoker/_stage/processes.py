@@ -14,8 +14,8 @@ hand it the chunks they take; everything else stays in the loader's process:
   send (epoch, indices, arena a)   ------>      fetch + map each sample (its own GIL)
                                                 arrays -> arena a (shared memfd),
                                                 the rest (numbers, str, structure) pickled
-  rows <- views of arena a         <------      reply: where each array is
-  checked; arena a stays leased to the batch
+  rows <- views of arena a,        <------      reply: where each array is (a sample
+  checked; arena a leased to the batch          checked here too with on_error="skip")
   the batch's last chunk: native batching (the one copy out of the arenas), collate_fn,
   batch_map, complete(); the batch's arenas are free again
 
@@ -111,6 +111,7 @@ from .. import _core
 from . import lifecycle
 from .lifecycle import _become_worker, _end_all, _end_workers, _loader_ends, died_message
 from .rng import rng_keys
+from .workers import prepare_chunk
 from .taking import SendOrder
 from .telemetry import native_times, thread_sched
 from .transport import (
@@ -215,6 +216,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         cpu0, wait0 = thread_sched()
         times = native_times.reset()
         keys = rng_keys(stage.seed, epoch, indices) if stage.map_fn is not None else None
+        prepare_chunk(stage.seed, epoch, indices)  # keys of the global generators
         rows: List[Any] = []
         errors: Dict[int, Any] = {}
         skipped = 0
