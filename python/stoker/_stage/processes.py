@@ -111,7 +111,6 @@ from .. import _core
 from . import lifecycle
 from .lifecycle import _become_worker, _end_all, _end_workers, _loader_ends, died_message
 from .rng import rng_keys
-from .workers import prepare_chunk
 from .taking import SendOrder
 from .telemetry import native_times, thread_sched
 from .transport import (
@@ -129,6 +128,7 @@ from .transport import (
     _Usage,
     _Writer,
 )
+from .workers import prepare_chunk
 
 __all__ = ["Lease", "ProcessWorkers", "SendOrder", "WorkerDied", "fork_worker"]
 
