@@ -112,6 +112,23 @@ def test_global_draws_resume_exactly_mid_epoch():
     assert _draws(again) == rest and len(head) + len(rest) == 6
 
 
+def test_a_chunks_keys_seed_each_sample_as_its_own_key_does():
+    """A worker makes the global generators' keys of a chunk at once: each sample's draws
+    are those of its own key (what a thread's watched sample and a replacement use)."""
+    from stoker._stage.workers import prepare_chunk, seed_globals
+
+    draws = []
+    for chunk in ([], [3, 9, 4]):
+        prepare_chunk(5, 2, chunk)
+        seed_globals(5, 2, 9)
+        draws.append((random.random(), float(np.random.rand()), float(torch.rand(()))))
+    prepare_chunk(5, 3, [9])  # another epoch's keys: sample 9 of epoch 2 draws otherwise
+    seed_globals(5, 3, 9)
+    assert draws[0] == draws[1] != (random.random(), float(np.random.rand()),
+                                    float(torch.rand(())))
+    prepare_chunk(-1, -1, [])
+
+
 def test_num_workers_means_worker_processes():
     loader = stoker.Loader(Drawing(), batch_size=4, num_workers=2)
     assert loader.plan.stage.workers == "process"
