@@ -16,6 +16,10 @@ after it, the two loaders taking turns, medians of --repeats. Per loader:
                      over the first epoch (start-up included) and over the steady epochs.
                      stoker's workers run ahead into the next epoch; the samples they map
                      early count in the user's CPU, so they fall out of this column
+  between samples    a worker's wall time from the end of one ``__getitem__`` call to the
+                     start of its next, where under a millisecond (not a wait for work):
+                     the loader's own code per sample in the worker (stoker seeds the
+                     global generators there), its caches cold after the user's code
   1st sample         seconds from making the loader to the first sample a worker returned
   1st batch          seconds from making the loader to its first batch
   wake-ups/batch     voluntary context switches of the training process's threads per
@@ -53,8 +57,9 @@ class Timed:
     into memory shared with the training process (slot 1 + worker id; 0: the training
     process), and the time of each worker's first call."""
 
-    def __init__(self, inner, cpu, first):
+    def __init__(self, inner, cpu, first, gaps):
         self.inner, self.cpu, self.first = inner, cpu, first
+        self.gaps = gaps  # per slot: [last end, gap ns, gaps] (between samples)
 
     def __len__(self):
         return len(self.inner)
@@ -62,12 +67,18 @@ class Timed:
     def __getitem__(self, i):
         import torch
 
+        t0 = time.monotonic_ns()
         c0 = time.thread_time_ns()
         try:
             return self.inner[i]
         finally:
             info = torch.utils.data.get_worker_info()
             slot = 0 if info is None else 1 + info.id
+            g = self.gaps
+            if g[3 * slot] and t0 - g[3 * slot] < 1_000_000:
+                g[3 * slot + 1] += t0 - g[3 * slot]
+                g[3 * slot + 2] += 1
+            g[3 * slot] = time.monotonic_ns()
             self.cpu[slot] += time.thread_time_ns() - c0
             if self.first[slot] == 0:
                 self.first[slot] = time.monotonic_ns()
@@ -169,7 +180,8 @@ def run_one(make, inner, epochs):
     """One loader's first epoch and `epochs` more: the row's numbers."""
     cpu = multiprocessing.RawArray(ctypes.c_int64, 8)
     first = multiprocessing.RawArray(ctypes.c_int64, 8)
-    ds = Timed(inner, cpu, first)
+    gaps = multiprocessing.RawArray(ctypes.c_int64, 24)
+    ds = Timed(inner, cpu, first, gaps)
     me = os.getpid()
     with Peak() as peak:
         wake0, cpu0 = _wakeups(me), tree_cpu()
@@ -195,6 +207,7 @@ def run_one(make, inner, epochs):
     tree1, user1 = tree_cpu() - cpu0 - peak.cpu, sum(cpu) / 1e9
     wake2 = _wakeups(me) - peak.wakes
     starts = [f for f in first[1:] if f]
+    gap_n = sum(gaps[3 * k + 2] for k in range(1, 8))
     if hasattr(loader, "close"):
         loader.close()
     del loader
@@ -204,6 +217,8 @@ def run_one(make, inner, epochs):
         "user us/sample": 1e6 * user1 / (n0 + n),
         "loader us/sample, first": 1e6 * (tree0 - user0) / n0,
         "loader us/sample, steady": 1e6 * ((tree1 - user1) - (tree0 - user0)) / n,
+        "between samples us": sum(gaps[3 * k + 1] for k in range(1, 8)) / gap_n / 1e3
+        if gap_n else float("nan"),
         "1st sample s": (min(starts) - t0) / 1e9 if starts else float("nan"),
         "1st batch s": first_batch,
         "wake-ups/batch": (wake2 - wake0) / (batches0 + batches),
@@ -231,13 +246,17 @@ def workload(name, tmp, args):
 
 
 def seeding_cost(n=20000):
-    """Microseconds per sample of stoker's seeding of the three global generators."""
-    from stoker._stage.workers import seed_globals
+    """Microseconds per sample of stoker's seeding of the three global generators, as a
+    worker seeds them (a chunk's keys made at once), with the caches warm (between a
+    user's samples they are not: the "between samples" row has that)."""
+    from stoker._stage import workers
 
     t = time.perf_counter()
-    for i in range(n):
-        seed_globals(0, 1, i)
-    return 1e6 * (time.perf_counter() - t) / n
+    for lo in range(0, n, 32):
+        workers.prepare_chunk(0, 1, list(range(lo, lo + 32)))
+        for i in range(lo, lo + 32):
+            workers.seed_globals(0, 1, i)
+    return 1e6 * (time.perf_counter() - t) / (-(-n // 32) * 32)
 
 
 def main():

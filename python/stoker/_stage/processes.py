@@ -14,8 +14,8 @@ hand it the chunks they take; everything else stays in the loader's process:
   send (epoch, indices, arena a)   ------>      fetch + map each sample (its own GIL)
                                                 arrays -> arena a (shared memfd),
                                                 the rest (numbers, str, structure) pickled
-  rows <- views of arena a         <------      reply: where each array is
-  checked; arena a stays leased to the batch
+  rows <- views of arena a,        <------      reply: where each array is (a sample
+  checked; arena a leased to the batch          checked here too with on_error="skip")
   the batch's last chunk: native batching (the one copy out of the arenas), collate_fn,
   batch_map, complete(); the batch's arenas are free again
 
@@ -128,6 +128,7 @@ from .transport import (
     _Usage,
     _Writer,
 )
+from .workers import prepare_chunk
 
 __all__ = ["Lease", "ProcessWorkers", "SendOrder", "WorkerDied", "fork_worker"]
 
@@ -215,6 +216,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         cpu0, wait0 = thread_sched()
         times = native_times.reset()
         keys = rng_keys(stage.seed, epoch, indices) if stage.map_fn is not None else None
+        prepare_chunk(stage.seed, epoch, indices)  # keys of the global generators
         rows: List[Any] = []
         errors: Dict[int, Any] = {}
         skipped = 0

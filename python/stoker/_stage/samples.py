@@ -159,13 +159,14 @@ class Samples:
         return None
 
     def worker_sample(self, index: int, epoch: int, key: Optional[np.ndarray]) -> Any:
-        """In a worker process: produce()'s value, checked there too (so that on_error=
-        "skip" replaces a sample that does not fit), sent as it is. Python's, NumPy's and
-        torch's global generators are seeded for the sample first (NOTE [ Global random
-        generators ] in workers.py)."""
+        """In a worker process: produce()'s value, sent as it is; the loader's process
+        checks it against the layout (once: NOTE [ Python stage processes ]), except with
+        on_error="skip", where it is checked here too, so that a sample that does not fit
+        is replaced in the worker. Python's, NumPy's and torch's global generators are
+        seeded for the sample first (NOTE [ Global random generators ] in workers.py)."""
         seed_globals(self.seed, epoch, index)
         sample = self.produce(index, epoch, key)
-        if self.collate_fn is None:
+        if self.collate_fn is None and self.skip:
             self.layout.check(sample, lambda: self.source.describe(index))
         return sample
 
