@@ -33,7 +33,7 @@ def scene(h=48, w=64, seed=0):
 def group(img, mask=None, boxes=None, classes=None, ops=(), seed=0, **kw):
     return _testing.augment_group(png(img), None if mask is None else png(mask), boxes,
                                classes=classes,
-                               ops=T._specs(list(ops)), seed=seed, **kw)
+                               ops=T.op_specs(list(ops)), seed=seed, **kw)
 
 
 def test_letterbox_matches_pillow_resize_and_pad():

@@ -22,7 +22,7 @@ def photo(h, w, seed=0):
 
 
 def decode(img, op_list, seed=0):
-    return _core.decode_image(png(img), ops._specs(op_list), "HWC", seed)
+    return _core.decode_image(png(img), ops.op_specs(op_list), "HWC", seed)
 
 
 def test_colour_ops_compute_torchvisions_definitions():
@@ -82,10 +82,10 @@ def test_bad_arguments_are_refused_at_construction(make, match):
 
 def test_erasing_must_come_after_every_other_op():
     with pytest.raises(ValueError, match="after every other op"):
-        ops._specs([ops.RandomErasing(), ops.RandomHorizontalFlip()])
+        ops.op_specs([ops.RandomErasing(), ops.RandomHorizontalFlip()])
     with pytest.raises(ValueError, match="must be the last op"):
-        ops._specs([ops.Normalize((0,) * 3, (1,) * 3), ops.RandomHorizontalFlip()])
-    ops._specs([ops.Normalize((0,) * 3, (1,) * 3), ops.RandomErasing(), ops.RandomErasing()])
+        ops.op_specs([ops.Normalize((0,) * 3, (1,) * 3), ops.RandomHorizontalFlip()])
+    ops.op_specs([ops.Normalize((0,) * 3, (1,) * 3), ops.RandomErasing(), ops.RandomErasing()])
 
 
 def jpeg(arr):

@@ -334,7 +334,7 @@ def run(scene, ops, seed, others=()):
             for o in uses(ops, others)]
     try:
         return _testing.augment_group(png(img), png(mask), boxes, classes=classes,
-                                      keypoints=kps, ops=T._specs(list(ops)), seed=seed,
+                                      keypoints=kps, ops=T.op_specs(list(ops)), seed=seed,
                                       **({"others": more} if more else {}))
     except Exception as e:
         if "pad_if_needed" in str(e):

@@ -101,15 +101,15 @@ def test_chw_layout_and_flip_are_exact():
     data = encode(photo(), "PNG")
     hwc = _core.decode_image(data)
     np.testing.assert_array_equal(_core.decode_image(data, layout="CHW"), hwc.transpose(2, 0, 1))
-    flipped = _core.decode_image(data, stoker.ops._specs([stoker.ops.RandomHorizontalFlip(1.0)]))
+    flipped = _core.decode_image(data, stoker.ops.op_specs([stoker.ops.RandomHorizontalFlip(1.0)]))
     np.testing.assert_array_equal(flipped, hwc[:, ::-1])
-    kept = _core.decode_image(data, stoker.ops._specs([stoker.ops.RandomHorizontalFlip(0.0)]))
+    kept = _core.decode_image(data, stoker.ops.op_specs([stoker.ops.RandomHorizontalFlip(0.0)]))
     np.testing.assert_array_equal(kept, hwc)
 
 
 def test_flip_is_random_with_p():
     data = encode(photo(), "PNG")
-    ops = stoker.ops._specs([stoker.ops.RandomHorizontalFlip(0.3)])
+    ops = stoker.ops.op_specs([stoker.ops.RandomHorizontalFlip(0.3)])
     hwc = _core.decode_image(data)
     flips = sum(not np.array_equal(_core.decode_image(data, ops, seed=s), hwc) for s in range(400))
     assert 80 < flips < 160  # binomial(400, 0.3): mean 120, sd 9
@@ -117,7 +117,7 @@ def test_flip_is_random_with_p():
 
 def test_resize_and_center_crop_match_pillow():
     data = encode(photo(120, 90), "PNG")
-    got = _core.decode_image(data, stoker.ops._specs([stoker.ops.Resize(50),
+    got = _core.decode_image(data, stoker.ops.op_specs([stoker.ops.Resize(50),
                                                       stoker.ops.CenterCrop(40)]))
     img = Image.open(io.BytesIO(data)).convert("RGB")
     img = img.resize((50, int(50 * 120 / 90)), Image.BILINEAR)  # shorter side (w) -> 50
@@ -132,7 +132,7 @@ def test_resize_and_center_crop_match_pillow():
 def test_exact_resize_and_upscale_match_pillow():
     data = encode(photo(40, 30), "PNG")
     for h, w in [(17, 23), (80, 61), (40, 30)]:
-        got = _core.decode_image(data, stoker.ops._specs([stoker.ops.Resize((h, w))]))
+        got = _core.decode_image(data, stoker.ops.op_specs([stoker.ops.Resize((h, w))]))
         want = np.asarray(Image.open(io.BytesIO(data)).resize((w, h), Image.BILINEAR))
         assert got.shape == (h, w, 3)
         assert absdiff(got, want).max() <= 2
@@ -143,7 +143,7 @@ def test_center_crop_of_jpeg_equals_full_decode_crop():
     data = encode(photo(150, 203), "JPEG", quality=90)
     full = _core.decode_image(data)
     for h, w in [(64, 99), (150, 1), (1, 203), (17, 16)]:
-        got = _core.decode_image(data, stoker.ops._specs([stoker.ops.CenterCrop((h, w))]))
+        got = _core.decode_image(data, stoker.ops.op_specs([stoker.ops.CenterCrop((h, w))]))
         top, left = int(round((150 - h) / 2.0)), int(round((203 - w) / 2.0))
         np.testing.assert_array_equal(got, full[top:top + h, left:left + w])
 
@@ -151,7 +151,7 @@ def test_center_crop_of_jpeg_equals_full_decode_crop():
 def test_center_crop_larger_than_image_pads_with_zeros_like_torchvision():
     data = encode(photo(20, 30), "PNG")
     full = _core.decode_image(data)
-    got = _core.decode_image(data, stoker.ops._specs([stoker.ops.CenterCrop((25, 33))]))
+    got = _core.decode_image(data, stoker.ops.op_specs([stoker.ops.CenterCrop((25, 33))]))
     want = np.zeros((25, 33, 3), np.uint8)
     want[2:22, 1:31] = full  # torchvision pads (crop - size) // 2 before, the rest after
     np.testing.assert_array_equal(got, want)
@@ -165,7 +165,7 @@ def test_random_resized_crop_of_whole_image_matches_pillow(fmt):
     arr = photo(480, 640)
     data = encode(arr, fmt, **({"quality": 92} if fmt == "JPEG" else {}))
     op = stoker.ops.RandomResizedCrop((60, 80), scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3))
-    got = _core.decode_image(data, stoker.ops._specs([op]), seed=3)
+    got = _core.decode_image(data, stoker.ops.op_specs([op]), seed=3)
     want = pil_crop_resize(data, (0, 0, 640, 480), (60, 80))
     d = absdiff(got, want)
     if fmt == "PNG":
@@ -176,7 +176,7 @@ def test_random_resized_crop_of_whole_image_matches_pillow(fmt):
 
 def test_random_resized_crop_is_deterministic_and_varies_with_seed():
     data = encode(photo(200, 300), "JPEG", quality=90)
-    ops = stoker.ops._specs([stoker.ops.RandomResizedCrop(64)])
+    ops = stoker.ops.op_specs([stoker.ops.RandomResizedCrop(64)])
     a = _core.decode_image(data, ops, seed=5)
     assert a.shape == (64, 64, 3)
     np.testing.assert_array_equal(a, _core.decode_image(data, ops, seed=5))
@@ -187,9 +187,9 @@ def test_random_resized_crop_is_deterministic_and_varies_with_seed():
 def test_flip_after_crop_mirrors_the_same_crop():
     data = encode(photo(200, 300), "JPEG", quality=90)
     crop = stoker.ops.RandomResizedCrop((48, 40))
-    plain = _core.decode_image(data, stoker.ops._specs([crop]), seed=11)
+    plain = _core.decode_image(data, stoker.ops.op_specs([crop]), seed=11)
     flipped = _core.decode_image(
-        data, stoker.ops._specs([crop, stoker.ops.RandomHorizontalFlip(1.0)]), seed=11)
+        data, stoker.ops.op_specs([crop, stoker.ops.RandomHorizontalFlip(1.0)]), seed=11)
     np.testing.assert_array_equal(flipped, plain[:, ::-1])
 
 
@@ -199,25 +199,25 @@ def test_every_output_form_carries_the_same_pixels(p):
     # when flipped), and through a buffer for CHW, Normalize, or a crop after it.
     data = encode(photo(180, 260), "JPEG", quality=90)
     crop, flip = stoker.ops.RandomResizedCrop((40, 56)), stoker.ops.RandomHorizontalFlip(p)
-    hwc = _core.decode_image(data, stoker.ops._specs([crop, flip]), seed=3)
-    chw = _core.decode_image(data, stoker.ops._specs([crop, flip]), seed=3, layout="CHW")
+    hwc = _core.decode_image(data, stoker.ops.op_specs([crop, flip]), seed=3)
+    chw = _core.decode_image(data, stoker.ops.op_specs([crop, flip]), seed=3, layout="CHW")
     np.testing.assert_array_equal(chw, hwc.transpose(2, 0, 1))
     norm = stoker.ops.Normalize((0, 0, 0), (1, 1, 1))
-    f32 = _core.decode_image(data, stoker.ops._specs([crop, flip, norm]), seed=3)
+    f32 = _core.decode_image(data, stoker.ops.op_specs([crop, flip, norm]), seed=3)
     np.testing.assert_allclose(f32 * 255, hwc, atol=1e-3)
     # A center crop after the resize: the middle of the same resized image.
     cc = _core.decode_image(
-        data, stoker.ops._specs([crop, flip, stoker.ops.CenterCrop((20, 30))]), seed=3)
+        data, stoker.ops.op_specs([crop, flip, stoker.ops.CenterCrop((20, 30))]), seed=3)
     np.testing.assert_array_equal(cc, hwc[10:30, 13:43])
     # And the flip, done inside the resize, is exactly the mirror of the plain crop.
-    plain = _core.decode_image(data, stoker.ops._specs([crop]), seed=3)
+    plain = _core.decode_image(data, stoker.ops.op_specs([crop]), seed=3)
     np.testing.assert_array_equal(hwc, plain[:, ::-1] if p == 1.0 else plain)
 
 
 def test_same_output_from_many_threads():
     from concurrent.futures import ThreadPoolExecutor
     data = [encode(photo(100 + 7 * i, 150, seed=i), "JPEG", quality=90) for i in range(6)]
-    ops = stoker.ops._specs([stoker.ops.RandomResizedCrop(32), stoker.ops.RandomHorizontalFlip()])
+    ops = stoker.ops.op_specs([stoker.ops.RandomResizedCrop(32), stoker.ops.RandomHorizontalFlip()])
     jobs = [(d, s) for d in data for s in range(8)]
     want = [_core.decode_image(d, ops, seed=s) for d, s in jobs]
     with ThreadPoolExecutor(4) as pool:
@@ -244,8 +244,8 @@ def test_output_size_from_header():
     data = encode(photo(90, 120), "JPEG")
     assert _core.image_size(data) == (90, 120)
     assert _core.image_output_size(data) == (90, 120)
-    assert _core.image_output_size(data, stoker.ops._specs([stoker.ops.Resize(45)])) == (45, 60)
-    ops = stoker.ops._specs([stoker.ops.Resize(45), stoker.ops.CenterCrop((20, 30))])
+    assert _core.image_output_size(data, stoker.ops.op_specs([stoker.ops.Resize(45)])) == (45, 60)
+    ops = stoker.ops.op_specs([stoker.ops.Resize(45), stoker.ops.CenterCrop((20, 30))])
     assert _core.image_output_size(data, ops) == (20, 30)
     assert _core.decode_image(data, ops).shape == (20, 30, 3)
 
@@ -287,7 +287,7 @@ def test_truncated_jpeg_is_caught_even_when_the_crop_needs_only_its_top():
                 [stoker.ops.RandomResizedCrop(8, scale=(0.01, 0.02))]):
         for seed in range(5):
             with pytest.raises(stoker.DecodeError, match="truncated JPEG data"):
-                _core.decode_image(cut, stoker.ops._specs(ops), seed=seed)
+                _core.decode_image(cut, stoker.ops.op_specs(ops), seed=seed)
 
 
 def test_pixel_limit_refuses_before_decoding():

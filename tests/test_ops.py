@@ -4,7 +4,7 @@ from stoker import _core, ops
 
 
 def test_ops_build_the_typed_cpp_ops():
-    built = ops._specs([ops.RandomResizedCrop(224), ops.Resize(256), ops.Resize((30, 40)),
+    built = ops.op_specs([ops.RandomResizedCrop(224), ops.Resize(256), ops.Resize((30, 40)),
                         ops.CenterCrop((10, 20)), ops.RandomHorizontalFlip(),
                         ops.Normalize((0.5, 0.4, 0.3), (0.1, 0.2, 0.3), "float16")])
     cpp = _core
@@ -23,8 +23,8 @@ def test_ops_build_the_typed_cpp_ops():
     assert built[0].ratio_hi == 4 / 3 and built[5].std == (0.1, 0.2, 0.3)
     assert built[5].dtype == "float16" and built[3].h == 10 and built[3].w == 20
     assert ops.CenterCrop(3).spec() == ("center_crop", [3, 3])
-    assert ops._specs(ops.CenterCrop(3)) == [cpp.CenterCrop(3, 3)]
-    assert ops._specs([]) == []
+    assert ops.op_specs(ops.CenterCrop(3)) == [cpp.CenterCrop(3, 3)]
+    assert ops.op_specs([]) == []
     assert set(_core.IMAGE_OPS) == {"random_resized_crop", "resize", "center_crop",
                                     "random_horizontal_flip", "normalize", "color_jitter",
                                     "random_grayscale", "gaussian_blur", "hsv_jitter",
@@ -76,9 +76,9 @@ def test_invalid_arguments_are_refused_at_construction(make, match):
 
 def test_normalize_must_be_last():
     with pytest.raises(ValueError, match="must be the last op"):
-        ops._specs([ops.Normalize((0,) * 3, (1,) * 3), ops.CenterCrop(4)])
+        ops.op_specs([ops.Normalize((0,) * 3, (1,) * 3), ops.CenterCrop(4)])
     with pytest.raises(TypeError, match="stoker.ops.Op"):
-        ops._specs([("center_crop", [4, 4])])
+        ops.op_specs([("center_crop", [4, 4])])
 
 
 def test_repr_is_readable_and_ops_compare_by_value():
@@ -146,7 +146,7 @@ def test_subclass_errors_are_clear_at_construction_or_at_loader(tmp_path):
     with pytest.raises(ValueError, match="no C\\+\\+ image op of kind 'sharpen'"):
         Unknown().build()
     with pytest.raises(ValueError, match="CenterCrop: h must be a positive whole number"):
-        ops._specs([Bad()])
+        ops.op_specs([Bad()])
     fields = {"image": stoker.image()}
     with stoker.ShardWriter(tmp_path / "d", fields) as w:
         w.write({"image": _png(8, 8)})
@@ -177,7 +177,7 @@ def test_a_new_op_subclass_reaches_the_cpp_pipeline():
         def args(self):
             return [self.side, self.side]
 
-    assert _core.decode_image(_png(10, 12), ops._specs([Square(4)])).shape == (4, 4, 3)
+    assert _core.decode_image(_png(10, 12), ops.op_specs([Square(4)])).shape == (4, 4, 3)
     assert Square(4).build() == _core.CenterCrop(4, 4)
 
 

@@ -27,10 +27,7 @@ def _module(path: Path) -> str:
 # under TYPE_CHECKING only, for annotations. New ones fail the test; none remain.
 TYPE_ONLY_KNOWN: dict = {}
 # Private names imported across a package boundary that remain, each with why.
-PRIVATE_KNOWN = {
-    ("stoker.ops", "_specs"): "the op list as the C++ core takes it, read by the plan and "
-                              "the stage",
-}
+PRIVATE_KNOWN: dict = {}
 
 
 def _imports(path: Path, name: str, type_only: bool = False) -> set:

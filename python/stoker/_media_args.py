@@ -12,7 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ._media_fields import Audio, Video
 from .fields import Field
-from .ops import Op, _specs
+from .ops import Op, op_specs
 from .ops.clip import AudioCropOp, ClipOp, audio_spec
 
 
@@ -27,7 +27,7 @@ class MediaPlan:
 
     def options(self) -> Dict[str, Any]:
         """``videos=`` and ``audios=`` of ``_core.RecordOptions``."""
-        return {"videos": {name: clip.spec(_specs(list(ops)), self.layout, self.max_pixels)
+        return {"videos": {name: clip.spec(op_specs(list(ops)), self.layout, self.max_pixels)
                            for name, clip, ops in self.videos},
                 "audios": {name: audio_spec(rate, channels, crop)
                            for name, rate, channels, crop in self.audios}}
@@ -83,7 +83,7 @@ def split_media(fields: Mapping[str, Field], transforms: Any, image_layout: Opti
                 if op.kind in ("mosaic", "detection_mixup", "copy_paste"):
                     raise ValueError(f"transforms[{name!r}]: {op!r} reads other samples; it "
                                      "does not apply to video frames")
-            _specs(list(ops[1:]))  # the C++ op list's own checks
+            op_specs(list(ops[1:]))  # the C++ op list's own checks
             videos.append((name, ops[0], tuple(ops[1:])))
         elif isinstance(f, Audio):
             ops = media.get(name, [])

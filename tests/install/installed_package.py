@@ -101,7 +101,7 @@ def test_jpeg_and_png_decode_through_the_loader(tmp_path):
     assert np.abs(jpeg.astype(int) - want_jpeg).max() <= 1  # both libjpeg-turbo, same IDCT
     assert np.array_equal(png, photo)  # PNG is lossless
     # the single-image path, with an op
-    crop = _core.decode_image(images[1], stoker.ops._specs([stoker.ops.CenterCrop(16)]))
+    crop = _core.decode_image(images[1], stoker.ops.op_specs([stoker.ops.CenterCrop(16)]))
     assert np.array_equal(crop, photo[16:32, 24:40])
 
 

@@ -17,7 +17,7 @@ from .._media_args import split_media
 from .._plan_parts import GroupPlan, RecordPlan, Sampling
 from .._transform_args import check_transforms, group_targets
 from ..fields import Image
-from ..ops import _specs
+from ..ops import op_specs
 
 __all__ = ["image_layouts", "transform_groups", "fetch_plan", "record_options",
            "sampler_options", "sample"]
@@ -31,7 +31,7 @@ def record_options(r: RecordPlan, sampling: Sampling, threads_hint: int = 0,
         sampler=sampler_options(sampling, listed),
         skip_errors=r.skip_errors,
         images={name: _core.ImageFieldSpec(layout, pixels) for name, layout, pixels in r.images},
-        transforms=[_core.TransformSpec(list(g.fields), _specs(list(g.ops)),
+        transforms=[_core.TransformSpec(list(g.fields), op_specs(list(g.ops)),
                                         [_core.TargetSpec(*t) for t in g.targets])
                     for g in r.groups],
         threads_hint=threads_hint, handoff=r.handoff, pad_values=dict(r.pad_values),
@@ -84,7 +84,7 @@ def transform_groups(fields: Mapping[str, Any],
         is_mask = any(getattr(fields[n], "mode", "") == "L" for n in names)
         if not ops and not is_mask:
             continue
-        _specs(ops)  # the C++ op list's own checks (Normalize last, ...)
+        op_specs(ops)  # the C++ op list's own checks (Normalize last, ...)
         out.append(GroupPlan(names, tuple(ops), tuple(group_targets(fields, names))))
     grouped = {n for k in transforms for n in (k if isinstance(k, tuple) else (k,))}
     out += [GroupPlan((n,), (), (("mask",),)) for n, f in fields.items()

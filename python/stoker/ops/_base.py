@@ -1,6 +1,6 @@
 """The bases of stoker.ops: :class:`Op` (an image op, built into a C++ op of
 ``csrc/geometry/image_ops.h``), :class:`BatchOp` (an op on whole batches), the argument
-helpers the families share, and :func:`_specs` (an op list as the C++ pipeline takes it)."""
+helpers the families share, and :func:`op_specs` (an op list as the C++ pipeline takes it)."""
 
 from __future__ import annotations
 
@@ -184,7 +184,7 @@ class BatchOp:
         return hash((type(self), repr(self)))
 
 
-def _specs(ops: Union[Op, Sequence[Op]]) -> List[_core.ImageOp]:
+def op_specs(ops: Union[Op, Sequence[Op]]) -> List[_core.ImageOp]:
     """The op list as the C++ pipeline takes it: the C++ ops (``Op.build()``), checked
     as a list (Normalize last). Accepts a single op too."""
     if isinstance(ops, Op):
