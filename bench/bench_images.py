@@ -130,7 +130,7 @@ def time_cached(out, shard_files, batch_size, threads, key):
 def time_bare(files):
     from stoker import _core, ops
 
-    specs = ops._specs([ops.RandomResizedCrop(224), ops.RandomHorizontalFlip()])
+    specs = ops.op_specs([ops.RandomResizedCrop(224), ops.RandomHorizontalFlip()])
     t0 = time.perf_counter()
     for i, data in enumerate(files):
         _core.decode_image(data, specs, seed=i)

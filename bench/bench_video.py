@@ -293,9 +293,9 @@ def cpu_per_clip(paths, clips, repeats):
     import av
     import stoker
     from stoker import _core
-    from stoker._media_args import _specs
+    from stoker._media_args import op_specs
 
-    spec = stoker.ops.RandomClip(T).spec(_specs([stoker.ops.Resize(SIZE),
+    spec = stoker.ops.RandomClip(T).spec(op_specs([stoker.ops.Resize(SIZE),
                                                  stoker.ops.CenterCrop(SIZE)]))
     datas = [open(p, "rb").read() for p in paths]
     recs = [stoker.video().encode(d) for d in datas]
