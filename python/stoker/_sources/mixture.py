@@ -17,6 +17,7 @@ from ..token_dataset import producer_args
 from .base import Planned, Planning, Running, Source
 from .record_plan import record_options
 from .records import batches_stage, record_parts, tier
+from .tokens import TokensSource, token_arguments
 
 __all__ = ["MixtureSource", "TokenMixtureSource", "MixtureRunning"]
 
@@ -62,9 +63,7 @@ class TokenMixtureSource(MixtureSource):
     kind = "token mixture"
     batches_are_tokens = True
 
-    def check_shard_window(self, shard_window: int, shuffle: bool) -> None:
-        raise ValueError("shard_window applies to record datasets (stoker.Dataset); token "
-                         "batches (seq_len=, packing=, max_tokens=) have their own orders")
+    check_shard_window = TokensSource.check_shard_window  # refused, as for one
 
     def plan(self, ctx: Planning) -> Planned:
         s = ctx.sampling
@@ -93,14 +92,6 @@ class TokenMixtureSource(MixtureSource):
         run.attach(_core.MixTokenProducer(run.sources, run.sequence, run.epoch_rows, run.keys))
         return _build.wire(p, run.producer, None, MixtureRunning(run),
                            listed=_build.listed_orders(s), mix=run, open_device=open_device)
-
-
-def token_arguments(ctx: Planning) -> Dict[str, Any]:
-    """The token producer's keyword arguments (TokenProducer's, stoker/token_dataset.py)."""
-    a, s = ctx.a, ctx.sampling
-    return dict(seq_len=a["seq_len"], packing=a["packing"], token_dtype=a["token_dtype"],
-                max_tokens=a["max_tokens"], labels=a["labels"], even_batches=s.even_batches,
-                **ctx.token_options)
 
 
 class MixtureRunning(Running):

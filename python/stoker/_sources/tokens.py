@@ -10,7 +10,6 @@ from typing import Any, Dict, Optional, Tuple
 from .. import _build, _core
 from ..token_dataset import producer_args
 from .base import Planned, Planning, Running, Source, dataset_identity
-from .mixture import token_arguments
 from .records import tier
 
 __all__ = ["TokensSource", "TokensRunning"]
@@ -55,3 +54,11 @@ class TokensRunning(Running):
 
     def tier(self) -> Optional[str]:
         return tier(self.dataset, tokens=True)
+
+
+def token_arguments(ctx: Planning) -> Dict[str, Any]:
+    """The token producer's keyword arguments (TokenProducer's, stoker/token_dataset.py)."""
+    a, s = ctx.a, ctx.sampling
+    return dict(seq_len=a["seq_len"], packing=a["packing"], token_dtype=a["token_dtype"],
+                max_tokens=a["max_tokens"], labels=a["labels"], even_batches=s.even_batches,
+                **ctx.token_options)

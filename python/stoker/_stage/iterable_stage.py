@@ -27,8 +27,8 @@ class IterableStage(PythonStage):
         self.per_sample = True  # every batch is made of rows here
         # NOTE [ Iterable datasets ]: a stream iter() starts ahead is not read before an
         # iterator asks for a batch of its epoch (its workers start at the first next())
-        self._hold_ahead = True
-        self._open_epoch = -1
+        self._draws.hold_ahead = True
+        self._draws.open_epoch = -1
         # rows from worker processes may be views of their arenas: batched natively (one
         # copy), a collate_fn is given copies (NOTE [ Iterable datasets in processes ])
         rows.views = self.collate_fn is None
@@ -45,7 +45,7 @@ class IterableStage(PythonStage):
         hold = None
         try:
             if not task.stopped:
-                self._wait_for_epoch(task)
+                self._draws.wait_for_epoch(task)
                 reading = self.rows.reading(task)
                 # batch number from the start of the stream's reading (its segment)
                 per_step = max(1, self.rows.batch_size * (task.world_size or 1))
@@ -97,7 +97,7 @@ class IterableStage(PythonStage):
             task.add_times(mapped + cpu, max(0, rows.python_cpu_ns - pcpu0) + cpu, 0, 0, 0,
                            0, max(0, rows.python_wait_ns - pwait0) + wait)
         if task.chunk_done():
-            self._finish(task, pending)
+            self._assembly.finish(task, pending)
 
     def stop(self) -> None:
         super().stop()

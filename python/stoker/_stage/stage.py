@@ -19,7 +19,7 @@ from .chunks import ChunkRunner
 from .collate import BatchLayout
 from .consumer import Consumer
 from .deliveries import Deliveries
-from .pending import Pending, PendingBatches
+from .pending import PendingBatches
 from .placement import Placement, gil_bound
 from .pool import StagePool
 from .probe import GlobalDraws
@@ -168,30 +168,6 @@ class PythonStage:
     @per_sample.setter
     def per_sample(self, value: bool) -> None:
         self._assembly.per_sample = self._consumer.per_sample = bool(value)
-
-    # -- what a stage whose rows come from elsewhere builds on (iterable_stage.py) -----
-
-    @property
-    def _hold_ahead(self) -> bool:
-        return self._draws.hold_ahead
-
-    @_hold_ahead.setter
-    def _hold_ahead(self, value: bool) -> None:
-        self._draws.hold_ahead = value
-
-    @property
-    def _open_epoch(self) -> int:
-        return self._draws.open_epoch
-
-    @_open_epoch.setter
-    def _open_epoch(self, value: int) -> None:
-        self._draws.open_epoch = value
-
-    def _wait_for_epoch(self, task: Any) -> None:
-        self._draws.wait_for_epoch(task)
-
-    def _finish(self, task: Any, pending: Pending) -> None:
-        self._assembly.finish(task, pending)
 
     # -- threads and worker processes ------------------------------------------------
 
