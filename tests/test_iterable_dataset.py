@@ -359,6 +359,31 @@ def _drawing(sample, rng):
     return sample
 
 
+def test_process_workers_serve_a_process_holding_over_1024_files():
+    # a training process often holds more than 1024 files (shards, sockets, CUDA's); the
+    # loader's own sockets then get fds past 1024, which select() cannot take
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1100
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"this machine allows {hard} open files, the test needs {want}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        with stoker.Loader(Range(10), batch_size=4, num_workers=2,
+                           python_workers="process") as loader:
+            got = sorted(i for b in loader for i in b["i"].tolist())
+        assert got == list(range(10))
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_process_workers_give_the_batches_of_thread_workers():
     import os
 

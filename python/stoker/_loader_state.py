@@ -1,7 +1,7 @@
 """A loader's resume state: what ``Loader.state_dict()`` holds, its versions, and the
 checks ``load_state_dict`` makes before the core resumes (the same data, the same
-sampling settings, a position inside the epoch); and the two themselves, as functions of
-the loader (``loader_state``, ``load_loader_state``).
+sampling settings, a position inside the epoch); and :class:`Resume`, the part of a loader
+that owns them (``Loader.state()`` and ``load_state_dict`` are its methods).
 
 The state is the epoch and the global samples of it the whole job has consumed, the same
 on every rank; the world size that saved it only decides where wrap-around padding
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Dict, Mapping, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ._loader_args import check_int
 
@@ -149,47 +149,63 @@ class SamplerPart:
         self._samplers.load(dict(part), int(part.get("epoch", -1)))
 
 
-# -- a loader's state: Any.state() and load_state_dict() ------------------------------
+# -- a loader's resume state: Loader.state() and load_state_dict() ------------------------
 
-def loader_identity(loader: Any) -> Dict[str, Any]:
-    """What a state records of `loader`'s data (``Loader._identity`` keeps it): its
-    source's (stoker/_sources/)."""
-    return loader._source.identity()
+class Resume:
+    """A loader's resume state, owned here with the parts it reads: the core (epoch,
+    position, world size), the sampling settings it is valid for, the source's running
+    half (the dataset's identity and its stateful parts, stoker/_sources/) and a user
+    sampler. ``Loader.state()``, ``load_state_dict`` and ``_pending_resume`` are its
+    methods; `world` gives (rank, world_size) now."""
 
+    def __init__(self, core: Any, producer: Any, source: Any, sampling: Any,
+                 samplers: Any, world: Callable[[], Tuple[int, int]]):
+        self._core, self._producer, self._source = core, producer, source
+        self._sampling, self._samplers, self._world = sampling, samplers, world
+        # fixed for the loader's life (its dataset may be closed later)
+        self._identity: Dict[str, Any] = source.identity()
+        self._loaded: Optional[Tuple[int, int, int]] = None  # the last load()
 
-def loader_parts(loader: Any) -> Dict[str, Any]:
-    """The stateful parts of `loader`, by the key of their state."""
-    parts: Dict[str, Any] = dict(loader._source.state_parts())  # (stoker/_sources/)
-    if loader._samplers is not None:
-        parts["sampler"] = SamplerPart(loader._samplers, loader._core)
-    return parts
+    def identity(self) -> Dict[str, Any]:
+        """What a state records of the loader's data: its source's identity."""
+        return self._identity
 
+    def parts(self) -> Dict[str, Any]:
+        """The stateful parts, by the key of their state."""
+        parts: Dict[str, Any] = dict(self._source.state_parts())
+        if self._samplers is not None:
+            parts["sampler"] = SamplerPart(self._samplers, self._core)
+        return parts
 
-def loader_state(loader: Any) -> LoaderState:
-    """``loader.state()``: the core's epoch and position, with what they are valid for and
-    each stateful part's state."""
-    epoch, position, world = loader._core.state()
-    return LoaderState(
-        epoch, position, world or loader._world()[1], loader.plan.sampling.state_keys(),
-        loader._identity(), {k: part.state() for k, part in loader_parts(loader).items()})
+    def state(self) -> LoaderState:
+        """The core's epoch and position, with what they are valid for and each stateful
+        part's state."""
+        epoch, position, world = self._core.state()
+        return LoaderState(epoch, position, world or self._world()[1],
+                           self._sampling.state_keys(), self._identity,
+                           {k: part.state() for k, part in self.parts().items()})
 
+    def load(self, state: Mapping[str, Any], caller: Any) -> None:
+        """Every field of `state` checked, then the parts and the core resumed. `caller`
+        is the frame that called ``load_state_dict``."""
+        epoch_samples = self._producer.epoch_samples()
+        parts = self.parts()
+        s = LoaderState.from_dict(state, self._sampling.state_keys(), self._identity,
+                                  epoch_samples, tuple(parts))
+        check_lightning_resume(self._world()[1], s.world_size, s.position, epoch_samples,
+                               caller)
+        if "sampler" in s.parts and s.parts["sampler"].get("epoch") != s.epoch:
+            raise ValueError(f"cannot resume: the state's sampler part is for epoch "
+                             f"{s.parts['sampler'].get('epoch')!r}, the state's epoch is "
+                             f"{s.epoch}")
+        for key, part in parts.items():
+            part.load(s.parts[key])
+        self._core.load_state(s.epoch, s.position, s.world_size)
+        self._loaded = tuple(self._core.state())
 
-def load_loader_state(loader: Any, state: Mapping[str, Any], caller: Any) -> None:
-    """``loader.load_state_dict(state)``: every field of `state` checked, then the parts
-    and the core resumed. `caller` is the frame that called ``load_state_dict``."""
-    from ._dropin import adopt_seed
-
-    adopt_seed(loader, state)  # a drawn seed (seed=None) takes the state's
-    epoch_samples = loader._producer.epoch_samples()
-    parts = loader_parts(loader)
-    s = LoaderState.from_dict(state, loader.plan.sampling.state_keys(), loader._identity(),
-                              epoch_samples, tuple(parts))
-    check_lightning_resume(loader._world()[1], s.world_size, s.position, epoch_samples, caller)
-    if "sampler" in s.parts and s.parts["sampler"].get("epoch") != s.epoch:
-        raise ValueError(f"cannot resume: the state's sampler part is for epoch "
-                         f"{s.parts['sampler'].get('epoch')!r}, the state's epoch is "
-                         f"{s.epoch}")
-    for key, part in parts.items():
-        part.load(s.parts[key])
-    loader._core.load_state(s.epoch, s.position, s.world_size)
-    loader._loaded = tuple(loader._core.state())
+    def pending(self) -> Optional[Tuple[int, int]]:
+        """For a resume loaded and not started yet: (the world size that saved it, the
+        batches the next iterator of this rank yields); else None."""
+        if self._loaded is None or tuple(self._core.state()) != self._loaded:
+            return None
+        return self._loaded[2], self._core.next_batches(*self._world())

@@ -13,13 +13,15 @@ import atexit
 import os
 import sys
 import weakref
+from functools import partial
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _build, _core, _dropin, _loader_stats, _plan
+from . import _build, _core, _dropin, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
+from ._loader_stats import Counters
 from ._iterator import LoaderIter
 from ._loader_args import check_int
 from ._samplers import UserSampler
@@ -379,7 +381,7 @@ class Loader(_dropin.DataLoaderAttributes):
         self.seed = int(s.seed)
         self.even_batches = s.even_batches
         self.shard_window: Optional[int] = s.shard_window
-        self._rank, self._world_size = s.rank, s.world_size
+        self._rank, self._world_size = self._world_args = s.rank, s.world_size
         self.on_error = p.on_error
         self.prefetch_next_epoch = p.prefetch_next_epoch
         t = p.settings
@@ -410,16 +412,19 @@ class Loader(_dropin.DataLoaderAttributes):
         sampler = _dropin.attach_samplers(self, p, parts.listed)
         self._cache = parts.cache
         self._source = parts.source  # its source's running half (stoker/_sources/base.py)
-        self._cache_full_said = False
-        self._ident: Optional[Dict[str, Any]] = None
-        self._identity()
+        # the parts that own the resume state and the counters (stoker/_loader_state.py,
+        # stoker/_loader_stats.py)
+        # (the loader's world as a function of its arguments: a bound method would make
+        # a cycle, and a dropped loader must end its workers at once, not at a collection)
+        self._resume = state_mod.Resume(self._core, self._producer, self._source, s,
+                                        self._samplers, partial(args.world, *self._world_args))
+        self._counters = Counters(self._core, self._source, self._cache,
+                                  self._stage if p.service is not None else None)
         self._pid = os.getpid()
         self._failed_iter: Optional[Any] = None  # NOTE [ After a failed batch ]
         self._live_iter: Optional[Any] = None  # the last iterator (weakly)
         self._built_len = len(p.dataset) if p.source.follows_len else None
         self._following: Any = None  # the remote fetcher following this loader
-        self._skipped_reported = 0
-        self._loaded: Optional[Tuple[int, int, int]] = None  # the last load_state_dict
         self.sampler = sampler
         _live_loaders.add(self)
         self._initialized = True  # the attributes of _FIXED are set (__setattr__)
@@ -432,7 +437,7 @@ class Loader(_dropin.DataLoaderAttributes):
 
     def _world(self) -> Tuple[int, int]:
         """(rank, world_size) now: the explicit ones, else torch.distributed's, else 0/1."""
-        return args.world(self._rank, self._world_size)
+        return args.world(*self._world_args)
 
     @property
     def rank(self) -> int:
@@ -523,14 +528,9 @@ class Loader(_dropin.DataLoaderAttributes):
 
     # -- resume ---------------------------------------------------------------
 
-    def _identity(self) -> Dict[str, Any]:
-        if self._ident is None:  # fixed for the loader's life (the dataset may be closed)
-            self._ident = state_mod.loader_identity(self)
-        return self._ident
-
     def state(self) -> state_mod.LoaderState:
         """``state_dict()`` as a typed :class:`LoaderState` (stoker/_loader_state.py)."""
-        return state_mod.loader_state(self)
+        return self._resume.state()
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands, the same on every rank in lockstep: the epoch and the
@@ -542,17 +542,15 @@ class Loader(_dropin.DataLoaderAttributes):
         """Resumes from ``state_dict()`` (of any rank): the next iterator continues that
         epoch. The thread count, prefetch, rank and world size may differ; the data and
         sampling settings may not. Every field of the state is checked first."""
-        state_mod.load_loader_state(self, state, sys._getframe(1))
+        _dropin.adopt_seed(self, state)  # a drawn seed (seed=None) takes the state's
+        self._resume.load(state, sys._getframe(1))
 
     def _pending_resume(self) -> Optional[Tuple[int, int]]:
         """For a resume loaded and not started yet: (the world size that saved it, the
         batches the next iterator of this rank yields); else None. stoker.lightning
         reconciles Lightning's batch counter with it (NOTE [ Elastic resume under
         Lightning ] in stoker/lightning.py)."""
-        if self._loaded is None or tuple(self._core.state()) != self._loaded:
-            return None
-        rank, world = self._world()
-        return self._loaded[2], self._core.next_batches(rank, world)
+        return self._resume.pending()
 
     # -- lifetime: threads, with, pickling --------------------------------------
 
@@ -586,10 +584,13 @@ class Loader(_dropin.DataLoaderAttributes):
 
     # -- introspection --------------------------------------------------------
 
-    # stats() and the end of an epoch's warnings: functions of stoker/_loader_stats.py, bound
-    # here as methods (the docstring of stats() is there)
-    stats = _loader_stats.stats
-    _report_skipped = _loader_stats.report_skipped
+    def stats(self) -> Dict[str, Any]:
+        return self._counters.stats()
+
+    stats.__doc__ = Counters.stats.__doc__  # (stoker/_loader_stats.py)
+
+    def _report_skipped(self) -> None:
+        self._counters.end_of_epoch()  # skipped samples, a full cache
 
     def __repr__(self) -> str:
         window = "" if self.shard_window is None else f"shard_window={self.shard_window}, "

@@ -97,6 +97,14 @@ __all__ = ["StreamProcesses", "ReplyLease", "StepHold"]
 
 # -- the worker process -------------------------------------------------------------------
 
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether `sock` has data (or its end) within `timeout` seconds. poll, not select:
+    a training process often holds over 1024 files, and select takes no fd past that."""
+    p = select.poll()
+    p.register(sock, select.POLLIN)
+    return bool(p.poll(int(max(0.0, timeout) * 1000 + 0.999)))
+
 def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: int,
                  pipe: Any) -> None:
     """Worker `wid` of `n`'s loop: a reading's start, then requests for rows in and its
@@ -243,8 +251,7 @@ class StreamProcess:
             return False
         try:
             while self.pending:
-                ready, _, _ = select.select([self.w.sock], [], [], _DRAIN_SECONDS)
-                if not ready:
+                if not _readable(self.w.sock, _DRAIN_SECONDS):
                     return False
                 self._receive()
         except (EOFError, OSError, _BadReply):
@@ -299,9 +306,7 @@ class StreamProcess:
                 if not self.pending:  # its share ended, every reply read
                     self.gone = True
                     return DONE
-                ready, _, _ = select.select([self.w.sock], [], [],
-                                            max(0.0, deadline - time.monotonic()))
-                if not ready:
+                if not _readable(self.w.sock, deadline - time.monotonic()):
                     raise queue.Empty
                 self._receive()
             except (EOFError, OSError, _BadReply) as e:
