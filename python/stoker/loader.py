@@ -3,8 +3,9 @@
 The work happens in the C++ loader core (``csrc/pipeline/loader_core.h``): it owns the
 stream of epochs, the worker threads, the batch ring, the batch memory and the device copy.
 A Loader is planned and built by ``_plan`` (NOTE [ Loader plan ]: every argument check,
-then the one place that wires the parts); this module keeps iteration, state and stats,
-and wraps batches as tensors; ``_loader_state`` holds the resume state's format and checks.
+then the one place that wires the parts); this module keeps iteration and wraps batches as
+tensors. Its resume state is a part of its own, ``_loader_state.Resume`` (with the state's
+format and checks), and so are its counters, ``_loader_stats.Counters``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import torch
 from . import _build, _core, _dropin, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
-from ._loader_stats import Counters
 from ._iterator import LoaderIter
 from ._loader_args import check_int
+from ._loader_stats import Counters
 from ._samplers import UserSampler
 from ._sources.record_plan import sampler_options
 from .mix import MixRun
