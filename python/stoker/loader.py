@@ -413,10 +413,9 @@ class Loader(_dropin.DataLoaderAttributes):
         sampler = _dropin.attach_samplers(self, p, parts.listed)
         self._cache = parts.cache
         self._source = parts.source  # its source's running half (stoker/_sources/base.py)
-        # the parts that own the resume state and the counters (stoker/_loader_state.py,
-        # stoker/_loader_stats.py)
-        # (the loader's world as a function of its arguments: a bound method would make
-        # a cycle, and a dropped loader must end its workers at once, not at a collection)
+        # the parts owning the resume state and the counters (_loader_state, _loader_stats);
+        # the world as a function of the arguments (a bound method would make a cycle, and a
+        # dropped loader must end its workers at once, not at a collection)
         self._resume = state_mod.Resume(self._core, self._producer, self._source, s,
                                         self._samplers, partial(args.world, *self._world_args))
         self._counters = Counters(self._core, self._source, self._cache,
@@ -587,7 +586,6 @@ class Loader(_dropin.DataLoaderAttributes):
 
     def stats(self) -> Dict[str, Any]:
         return self._counters.stats()
-
     stats.__doc__ = Counters.stats.__doc__  # (stoker/_loader_stats.py)
 
     def _report_skipped(self) -> None:
