@@ -14,7 +14,6 @@ import atexit
 import os
 import sys
 import weakref
-from functools import partial
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -382,7 +381,7 @@ class Loader(_dropin.DataLoaderAttributes):
         self.seed = int(s.seed)
         self.even_batches = s.even_batches
         self.shard_window: Optional[int] = s.shard_window
-        self._rank, self._world_size = self._world_args = s.rank, s.world_size
+        self._rank, self._world_size = s.rank, s.world_size
         self.on_error = p.on_error
         self.prefetch_next_epoch = p.prefetch_next_epoch
         t = p.settings
@@ -414,10 +413,11 @@ class Loader(_dropin.DataLoaderAttributes):
         self._cache = parts.cache
         self._source = parts.source  # its source's running half (stoker/_sources/base.py)
         # the parts owning the resume state and the counters (_loader_state, _loader_stats);
-        # the world as a function of the arguments (a bound method would make a cycle, and a
+        # the world through a weak reference (a bound method would make a cycle, and a
         # dropped loader must end its workers at once, not at a collection)
+        me = weakref.ref(self)
         self._resume = state_mod.Resume(self._core, self._producer, self._source, s,
-                                        self._samplers, partial(args.world, *self._world_args))
+                                        self._samplers, lambda: me()._world())
         self._counters = Counters(self._core, self._source, self._cache,
                                   self._stage if p.service is not None else None)
         self._pid = os.getpid()
@@ -437,7 +437,7 @@ class Loader(_dropin.DataLoaderAttributes):
 
     def _world(self) -> Tuple[int, int]:
         """(rank, world_size) now: the explicit ones, else torch.distributed's, else 0/1."""
-        return args.world(*self._world_args)
+        return args.world(self._rank, self._world_size)
 
     @property
     def rank(self) -> int:
