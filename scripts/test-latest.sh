@@ -8,6 +8,8 @@
 #
 #   bash scripts/test-latest.sh                 # builds the wheel first (scripts/build-wheel.sh)
 #   bash scripts/test-latest.sh dist/stoker-...whl
+#   STOKER_LATEST_QUICK=1 bash scripts/test-latest.sh ...   # one process per test only
+#     (.ci/run: each framework's API, without the tests that start several processes)
 #
 # Prints the packages whose newest release differs from the pin, then pytest's summary; exits
 # with pytest's status.
@@ -39,5 +41,9 @@ cp -r tests "$run/tests"
 cp pyproject.toml "$run/"
 mkdir -p "$run/docs" && cp -r docs/. "$run/docs/"
 cp README.md "$run/"
+select=()
+if [ "${STOKER_LATEST_QUICK:-0}" = 1 ]; then
+  select=(-k "not two_processes and not elastic and not killed_run and not torchrun and not more_processes")
+fi
 (cd "$run" && "$py" -m pytest -q -p no:cacheprovider tests/test_frameworks.py \
-  tests/test_docs_frameworks.py)
+  tests/test_docs_frameworks.py "${select[@]}")
