@@ -177,8 +177,9 @@ def test_a_budget_too_small_caches_part_and_says_so(images):
     want = [epoch(loader(images, 2), e) for e in range(2)]
     index = _core.DecodedCache.index_bytes(len(images), 4)
     small = loader(images, 2, cache="decoded", cache_size=index + 200_000)
-    with pytest.warns(RuntimeWarning, match="decoded-sample cache is full"):
+    with pytest.warns(RuntimeWarning, match="decoded-sample cache is full") as said:
         got0 = epoch(small, 0)
+    assert said[0].filename == __file__  # the line of the loop (in epoch()), not stoker's
     got1 = epoch(small, 1)  # said once
     assert same(want[0], got0) and same(want[1], got1)
     s = small.stats()["cache"]

@@ -318,6 +318,11 @@ def test_on_error_skip_replaces_and_warns(tmp_path):
         outs.append(labels)
     assert outs[0] == outs[1]
     assert outs[0][23] == 24 and len(outs[0]) == 40  # the next valid sample took its place
+    # the warning names the loop's line, not stoker's iterator
+    with pytest.warns(RuntimeWarning, match="replaced 1 unreadable sample") as said:
+        for _ in stoker.Loader(ds, batch_size=4, on_error="skip"):
+            pass
+    assert [w.filename for w in said] == [__file__]
 
 
 def test_break_and_del_stop_all_threads(small_ds):
