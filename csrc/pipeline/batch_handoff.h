@@ -62,6 +62,9 @@ class HandedOffBatch {
   /// streams, and a source read in order (an IterableDataset) reads one copy of
   /// itself for each. Unique in the process.
   virtual uint64_t stream_id() const = 0;
+  /// Whether every earlier batch of its stream left the workers: handed off, or
+  /// published without a hand-off (NOTE [ Hand-off order ] in pipeline/stream.cpp).
+  virtual bool earlier_passed() const { return true; }
 };
 
 /// Finishes handed-off batches (the loader's Python stage).
@@ -70,6 +73,10 @@ class BatchFinisher {
   virtual ~BatchFinisher() = default;
   /// Called by the worker that finished the batch's last unit. Must not block.
   virtual void hand_off(std::shared_ptr<HandedOffBatch> batch) = 0;
+  /// A batch of a stream left the workers without a hand-off (published: an
+  /// error, or a batch with nothing to finish): a later one held back for it
+  /// may be served now (NOTE [ Hand-off order ]). Must not block.
+  virtual void passed() {}
 };
 
 }  // namespace stoker

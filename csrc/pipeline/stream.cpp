@@ -142,7 +142,9 @@ void Stream::plan(int64_t pos, Job& job) {
   stats_->plan_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
   job.units.store(pack_units(pos, 0, count), std::memory_order_release);
   if (count == 0) {
-    ring_.publish(pos);  // the error is the batch
+    job.passed.store(pos, std::memory_order_release);
+    if (finisher_) finisher_->passed();  // NOTE [ Hand-off order ]
+    ring_.publish(pos);                  // the error is the batch
   } else if (count > 1) {
     signal_->notify();  // parked workers can help with this batch
   }
@@ -246,6 +248,10 @@ class Stream::Handle final : public HandedOffBatch {
     s->ring_.publish(pos_);
   }
   uint64_t stream_id() const override { return stream_id_; }
+  bool earlier_passed() const override {
+    std::shared_ptr<Stream> s = stream_.lock();
+    return !s || s->passed_before(pos_);
+  }
 
  private:
   // The stream, the first time only, and only while it runs.
@@ -265,6 +271,19 @@ class Stream::Handle final : public HandedOffBatch {
   std::atomic<bool> done_{false};
 };
 
+// NOTE [ Hand-off order ]
+// Workers finish positions out of order: the one planning position p may be
+// descheduled while another plans, runs and hands off p + 1, p + 2. A
+// finisher that served p + 2 at once would put its samples at a worker
+// process before p's, and a sample that hangs there (a map stuck until its
+// timeout) would then hold up the batch the reader needs first. So a job
+// records the position it passed (handed off or published) and the finisher
+// serves a handed-off batch only once every earlier position of its stream
+// passed (HandedOffBatch::earlier_passed): the stage takes batches in the
+// reader's order, as DataLoader's workers get their indices. A batch that
+// passes without a hand-off (an error) tells the finisher, which may then
+// serve those held back for it.
+
 void Stream::finish(int64_t pos, Job& job, WorkerContext& ctx) {
   const int count = units_count(job.units.load(std::memory_order_relaxed));
   if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 != count) return;
@@ -279,12 +298,24 @@ void Stream::finish(int64_t pos, Job& job, WorkerContext& ctx) {
       job.error = std::current_exception();
     }
   }
+  job.passed.store(pos, std::memory_order_release);  // NOTE [ Hand-off order ]
   if (job.work && job.work->handoff && !job.error &&
       !job.cut_short.load(std::memory_order_relaxed) && !stopped()) {
     finisher_->hand_off(std::make_shared<Handle>(*this, pos, job));
     return;
   }
+  if (finisher_) finisher_->passed();
   ring_.publish(pos);
+}
+
+bool Stream::passed_before(int64_t pos) const {
+  for (int64_t q = read_pos_.load(std::memory_order_acquire); q < pos; ++q) {
+    if (ring_.at(q).passed.load(std::memory_order_acquire) == q) continue;
+    // The slot may hold a later position already: q was read meanwhile.
+    if (q < read_pos_.load(std::memory_order_acquire)) continue;
+    return false;
+  }
+  return true;
 }
 
 // ---- segments ---------------------------------------------------------------------

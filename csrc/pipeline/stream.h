@@ -115,6 +115,9 @@ class Stream : public std::enable_shared_from_this<Stream> {
   Read read(HostBatch& out, Clock::time_point deadline);
   /// The position the next read() returns.
   int64_t read_position() const { return read_pos_.load(std::memory_order_acquire); }
+  /// Whether every position before `pos` left the workers: handed off to the
+  /// finisher, or published (NOTE [ Hand-off order ]). Any thread.
+  bool passed_before(int64_t pos) const;
   /// Positions assembled and waiting for the reader.
   int ready_batches() const;
   /// Positions the reader can take now without waiting (consecutive ready
@@ -164,6 +167,9 @@ class Stream : public std::enable_shared_from_this<Stream> {
     std::atomic<uint64_t> units{~0ull};  // (pos mod 2^32) << 32 | next << 16 | count
     std::atomic<int> done{0};
     std::atomic<bool> cut_short{false};
+    // The position whose batch left the workers (handed off, or published):
+    // NOTE [ Hand-off order ]. Another position's value: not yet.
+    std::atomic<int64_t> passed{-1};
     bool end = false;  // the finisher ended the epoch here (NOTE [ Open-ended epochs ])
     std::unique_ptr<BatchWork> work;
     std::shared_ptr<uint8_t> memory;

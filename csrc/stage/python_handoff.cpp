@@ -109,12 +109,21 @@ bool PythonHandoff::take(Chunk& out, Clock::time_point deadline) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed()) return false;
-      // Oldest first: every thread helps with the batch the consumer needs next.
+      // Oldest first: every thread helps with the batch the consumer needs next;
+      // a batch whose stream has an earlier one still with the workers waits for
+      // it (NOTE [ Hand-off order ] in pipeline/stream.cpp), and so do the later
+      // batches of that stream.
       while (!queue_.empty() && queue_.front()->stopped()) queue_.pop_front();
+      uint64_t held = 0;  // the stream found waiting (ids start at 1)
       for (auto it = queue_.begin(); it != queue_.end();) {
         PythonTask& t = **it;
         if (t.stopped()) {
           it = queue_.erase(it);
+          continue;
+        }
+        if (t.stream == held || (t.fresh() && !t.earlier_passed())) {
+          held = t.stream;
+          ++it;
           continue;
         }
         if (t.claim(out.lo, out.hi)) {

@@ -85,9 +85,14 @@ class PythonTask {
 
   /// Nobody will read the batch (its stream stopped): drop the work.
   bool stopped() const { return batch_->stopped(); }
+  /// Every earlier batch of its stream was handed off or published (NOTE [ Hand-off
+  /// order ] in pipeline/stream.cpp): take() serves it only then.
+  bool earlier_passed() const { return batch_->earlier_passed(); }
   /// Claims the next chunk: [lo, hi) of the samples. False when all are taken.
   bool claim(int64_t& lo, int64_t& hi);
   bool fully_claimed() const { return next_ >= chunks_; }
+  /// No chunk claimed yet (guarded by the hand-off's mutex, as claim()).
+  bool fresh() const { return next_ == 0; }
   /// Marks a claimed chunk done; true for the last of the batch (its thread
   /// assembles and completes the batch).
   bool chunk_done();
@@ -128,6 +133,7 @@ class PythonHandoff final : public BatchFinisher {
   void set_stats(std::shared_ptr<LoaderStats> stats);
 
   void hand_off(std::shared_ptr<HandedOffBatch> batch) override;
+  void passed() override { ready_.notify(); }
 
   struct Chunk {
     std::shared_ptr<PythonTask> task;

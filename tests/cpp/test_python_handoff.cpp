@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -132,6 +133,20 @@ struct Setup {
   std::shared_ptr<PythonHandoff> handoff;
   std::shared_ptr<LoaderCore> core;
 };
+
+Setup make(std::shared_ptr<const BatchProducer> producer, int64_t batch_size, int prefetch,
+           int64_t chunk) {
+  Setup out;
+  out.handoff = std::make_shared<PythonHandoff>(chunk, batch_size);
+  LoaderOptions o;
+  o.num_threads = 2;
+  o.prefetch = prefetch;
+  o.prefetch_next_epoch = false;
+  o.finisher = out.handoff;
+  out.core = LoaderCore::create(std::move(producer), o);
+  out.handoff->set_stats(out.core->stats_handle());
+  return out;
+}
 
 Setup make(int64_t n, const SamplerOptions& s, int prefetch, int64_t chunk) {
   Setup out;
@@ -346,9 +361,109 @@ void chunks_are_served_in_the_order_the_consumer_reads() {
   CHECK(served == want);
 }
 
+// A producer whose batch `gated` is planned only once the gate opens (its
+// worker is held there, as a descheduled worker would be), then planned, or
+// failed.
+class GatedProducer final : public BatchProducer {
+ public:
+  GatedProducer(std::shared_ptr<const BatchProducer> inner, int64_t gated, bool fail)
+      : inner_(std::move(inner)), gated_(gated), fail_(fail) {}
+  int64_t num_batches(int64_t rank, int64_t world_size) const override {
+    return inner_->num_batches(rank, world_size);
+  }
+  int64_t rank_samples(int64_t rank, int64_t world_size) const override {
+    return inner_->rank_samples(rank, world_size);
+  }
+  int64_t epoch_samples() const override { return inner_->epoch_samples(); }
+  int64_t consumed_after(const EpochKey& key, int64_t batches) const override {
+    return inner_->consumed_after(key, batches);
+  }
+  std::shared_ptr<const EpochPlan> plan_epoch(const EpochKey& key) const override {
+    return inner_->plan_epoch(key);
+  }
+  std::unique_ptr<BatchWork> plan_batch(const EpochPlan& epoch, int64_t k) const override {
+    if (k == gated_) {
+      entered.store(true);
+      while (!open.load()) std::this_thread::sleep_for(1ms);
+      if (fail_) throw Error("planning batch " + std::to_string(k) + " failed");
+    }
+    return inner_->plan_batch(epoch, k);
+  }
+  mutable std::atomic<bool> open{false}, entered{false};
+
+ private:
+  std::shared_ptr<const BatchProducer> inner_;
+  int64_t gated_;
+  bool fail_;
+};
+
+void a_batch_is_served_after_every_earlier_one_left_the_workers() {
+  // The worker planning batch 0 is held; the other plans and hands off 1, 2, 3.
+  // None of them is served before batch 0 (a chunk of batch 2 at a worker
+  // process before batch 0's could hold batch 0 up behind a stuck sample).
+  const SamplerOptions s = sampler(4, false);
+  auto gated = std::make_shared<GatedProducer>(std::make_shared<PythonProducer>(40, s), 0, false);
+  Setup x = make(gated, 4, 4, 4);
+  auto it = x.core->iter(0, 1);
+  const auto until = Clock::now() + 5s;
+  while ((!gated->entered.load() || x.handoff->waiting() < 3) && Clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  CHECK(gated->entered.load());
+  CHECK_EQ(x.handoff->waiting(), 3u);  // batches 1, 2 and 3, handed off
+  PythonHandoff::Chunk c;
+  CHECK(!x.handoff->take(c, Clock::now() + 50ms));
+  gated->open.store(true);
+  std::vector<int64_t> served;
+  for (int k = 0; k < 4; ++k) {
+    PythonHandoff::Chunk d;
+    CHECK(x.handoff->take(d, Clock::now() + 5s));
+    served.push_back(d.task->number);
+    d.task->complete({}, 0, static_cast<uint64_t>(d.task->number + 1), 0);
+  }
+  CHECK((served == std::vector<int64_t>{0, 1, 2, 3}));
+  for (uint64_t k = 0; k < 4; ++k) {
+    DeliveredBatch b;
+    CHECK(next(*it, b) == Status::kBatch);
+    CHECK_EQ(b.ticket, k + 1);
+  }
+}
+
+void a_batch_that_failed_before_its_hand_off_releases_the_later_ones() {
+  // Batch 0's planning fails: it is published as its error, never handed off,
+  // and the batches held back for it are served; the consumer gets the error,
+  // then every later batch.
+  const SamplerOptions s = sampler(4, false);
+  auto gated = std::make_shared<GatedProducer>(std::make_shared<PythonProducer>(24, s), 0, true);
+  Setup x = make(gated, 4, 3, 4);
+  auto it = x.core->iter(0, 1);
+  const auto until = Clock::now() + 5s;
+  while ((!gated->entered.load() || x.handoff->waiting() < 2) && Clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  CHECK_EQ(x.handoff->waiting(), 2u);
+  PythonHandoff::Chunk c;
+  CHECK(!x.handoff->take(c, Clock::now() + 50ms));
+  gated->open.store(true);
+  CHECK(x.handoff->take(c, Clock::now() + 5s));
+  CHECK_EQ(c.task->number, 1);
+  c.task->fail(77, "batch 1 failed in Python");
+  FakeStage stage(x.handoff, 2);
+  DeliveredBatch b;
+  CHECK_THROWS(Error, next(*it, b));  // batch 0: planning failed
+  CHECK_THROWS(PythonStageError, next(*it, b));
+  for (int64_t k = 2; k < 6; ++k) {
+    CHECK(next(*it, b) == Status::kBatch);
+    std::vector<int64_t> want;
+    for (int64_t i = 4 * k; i < 4 * k + 4; ++i) want.push_back(i * 10);
+    CHECK(values(b) == want);
+  }
+  CHECK(next(*it, b) == Status::kEnd);
+}
+
 }  // namespace
 
 TEST_MAIN(chunks_are_served_in_the_order_the_consumer_reads();
+          a_batch_is_served_after_every_earlier_one_left_the_workers();
+          a_batch_that_failed_before_its_hand_off_releases_the_later_ones();
           batches_in_order_whatever_order_they_finish();
           failed_batch_carries_its_ticket_and_the_iterator_goes_on();
           resume_hands_off_exactly_the_rest();
