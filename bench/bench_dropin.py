@@ -26,7 +26,8 @@ after it, the two loaders taking turns, medians of --repeats. Per loader:
                      batch (on 2 cores each wake-up takes a core from a worker)
   peak PSS           of the process tree: the training process's anonymous and shared
                      memory (stoker's arenas, DataLoader's batches in shared memory) and
-                     the workers'
+                     the workers', over the first epoch of a run of its own: sampling it
+                     takes most of a core, so the timed runs do not
 
 and, timed alone, what stoker's per-sample seeding of the global generators costs (random,
 numpy.random and torch, seeded from (seed, epoch, index) before each sample: the same
@@ -176,14 +177,32 @@ def tree_cpu():
     return t.user + t.system + sum(_stat(k) for k in bp._children(os.getpid()))
 
 
-def run_one(make, inner, epochs):
-    """One loader's first epoch and `epochs` more: the row's numbers."""
+class _NoPeak:
+    """Peak's place in a timed run: nothing samples (run_one() says why)."""
+
+    cpu = 0.0
+    wakes = 0
+    best = (0, 0, 0, 0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def run_one(make, inner, epochs, memory=False):
+    """One loader's first epoch and `epochs` more: the row's numbers. The timed runs
+    sample no memory: reading a process's smaps_rollup costs 14-17 ms of a core here (a
+    torch process maps about 1,400 regions), so a sampler every 20 ms takes most of a core
+    from the loaders it measures, and their first epochs' times with it. `memory`: a run
+    for the peak PSS only (the same steps, sampled; its timings are not kept)."""
     cpu = multiprocessing.RawArray(ctypes.c_int64, 8)
     first = multiprocessing.RawArray(ctypes.c_int64, 8)
     gaps = multiprocessing.RawArray(ctypes.c_int64, 24)
     ds = Timed(inner, cpu, first, gaps)
     me = os.getpid()
-    with Peak() as peak:
+    with (Peak() if memory else _NoPeak()) as peak:
         wake0, cpu0 = _wakeups(me), tree_cpu()
         t0 = time.monotonic_ns()
         loader = make(ds)
@@ -196,7 +215,7 @@ def run_one(make, inner, epochs):
             batches0 += 1
         first_epoch = (time.monotonic_ns() - t0) / 1e9
         tree0, user0 = tree_cpu() - cpu0 - peak.cpu, sum(cpu) / 1e9
-        wake1 = _wakeups(me) - peak_wakeups(peak)
+        wake1 = _wakeups(me) - (peak_wakeups(peak) if memory else 0)
     t1 = time.monotonic_ns()
     n = batches = 0
     for e in range(1, epochs + 1):
@@ -211,6 +230,11 @@ def run_one(make, inner, epochs):
     if hasattr(loader, "close"):
         loader.close()
     del loader
+    if memory:
+        return {"peak PSS MB": peak.best[0] / 2**20,
+                "  parent anon MB": peak.best[1] / 2**20,
+                "  parent shared MB": peak.best[2] / 2**20,
+                "  workers MB": peak.best[3] / 2**20}, wake1
     return {
         "first epoch s": first_epoch,
         "steady s/epoch": steady,
@@ -222,10 +246,6 @@ def run_one(make, inner, epochs):
         "1st sample s": (min(starts) - t0) / 1e9 if starts else float("nan"),
         "1st batch s": first_batch,
         "wake-ups/batch": (wake2 - wake0) / (batches0 + batches),
-        "peak PSS MB": peak.best[0] / 2**20,
-        "  parent anon MB": peak.best[1] / 2**20,
-        "  parent shared MB": peak.best[2] / 2**20,
-        "  workers MB": peak.best[3] / 2**20,
     }, wake1
 
 
@@ -291,6 +311,9 @@ def main():
                     rows[k].append(run_one(make, inner, args.epochs)[0])
             med = {k: {m: statistics.median(r[m] for r in rs) for m in rs[0]}
                    for k, rs in rows.items()}
+            for k, make in makers.items():  # the memory: one run each, of its own
+                bp.warm_files(warm)
+                med[k].update(run_one(make, inner, args.epochs, memory=True)[0])
             print(f"\n{titles[name]}")
             print(f"  {'':26}" + "".join(f"{k:>18}" for k in med) + f"{'ratio':>10}")
             s, d = med["stoker (drop-in)"], med["DataLoader"]

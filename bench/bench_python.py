@@ -43,7 +43,8 @@ started and one epoch read: what a training run's first epoch pays) and its rati
 best DataLoader's first epoch; the steady state's samples/s (the --epochs epochs after the
 first) and its ratio to the best DataLoader's; time to the first batch; the peak PSS
 of the whole process tree (the main process and its workers, from
-/proc/<pid>/smaps_rollup); and the tree's CPU time per batch in the steady state (every
+/proc/<pid>/smaps_rollup, sampled in a run of each configuration apart from the timed
+ones: reading it takes most of a core); and the tree's CPU time per batch in the steady state (every
 thread of the main process and its workers, from /proc/<pid>/stat): what a batch costs
 the machine, which holds when other work on the machine makes the timings noisy.
 """
@@ -161,27 +162,26 @@ class PeakPss:
 
 
 def timed_epochs(make, epochs):
-    """(first epoch samples/s, steady samples/s, seconds to the first batch, peak PSS, CPU
-    seconds per batch in the steady state) of one loader. The first epoch is timed from
-    before the loader is made to its last batch: the start-up a training run's first
-    epoch pays (DataLoader forks its workers at iter(),
-    kept with persistent_workers=True; stoker starts its threads and any process workers).
-    Then `epochs` epochs more, the steady state a training run sees. The tree's PSS is
-    sampled through the first epoch and once after the last: reading it costs
-    milliseconds of a core per sample, which would slow the steady epochs (more so
-    DataLoader's, whose workers are read too). The steady state's CPU is the whole tree's
-    (the loop's process and its workers, every thread): what the loader costs the machine
-    per batch, which a loaded machine's timings hide."""
-    with PeakPss() as mem:
-        t0 = time.perf_counter()
-        loader = make()
-        first = None
-        n0 = 0
-        for batch in _epoch(loader, 0):
-            if first is None:
-                first = time.perf_counter() - t0
-            n0 += _batch_len(batch)
-        first_epoch = time.perf_counter() - t0
+    """(first epoch samples/s, steady samples/s, seconds to the first batch, CPU seconds
+    per batch in the steady state) of one loader. The first epoch is timed from before
+    the loader is made to its last batch: the start-up a training run's first epoch pays
+    (DataLoader forks its workers at iter(), kept with persistent_workers=True; stoker
+    starts its threads and any process workers). Then `epochs` epochs more, the steady
+    state a training run sees. The steady state's CPU is the whole tree's (the loop's
+    process and its workers, every thread): what the loader costs the machine per batch,
+    which a loaded machine's timings hide. Nothing samples memory meanwhile (peak_pss()
+    does, in runs of its own): reading a process's smaps_rollup costs 14-17 ms of a core
+    here (a torch process maps about 1,400 regions), so a sampler every 50 ms would take
+    most of a core from the loader it measures."""
+    t0 = time.perf_counter()
+    loader = make()
+    first = None
+    n0 = 0
+    for batch in _epoch(loader, 0):
+        if first is None:
+            first = time.perf_counter() - t0
+        n0 += _batch_len(batch)
+    first_epoch = time.perf_counter() - t0
     cpu0 = tree_cpu()
     t0 = time.perf_counter()
     n = batches = 0
@@ -191,10 +191,23 @@ def timed_epochs(make, epochs):
             batches += 1
     wall = time.perf_counter() - t0
     cpu = sum(c - cpu0.get(p, 0.0) for p, c in tree_cpu().items())
+    if hasattr(loader, "close"):
+        loader.close()
+    return n0 / first_epoch, n / wall, first, cpu / max(1, batches)
+
+
+def peak_pss(make, epochs):
+    """The process tree's peak PSS over the same run as timed_epochs() (made, a first
+    epoch, `epochs` more), sampled every 50 ms; its timings are not kept."""
+    with PeakPss() as mem:
+        loader = make()
+        for e in range(epochs + 1):
+            for _ in _epoch(loader, e):
+                pass
     peak = max(mem.peak, tree_pss())
     if hasattr(loader, "close"):
         loader.close()
-    return n0 / first_epoch, n / wall, first, peak, cpu / max(1, batches)
+    return peak
 
 
 def _epoch(loader, e):
@@ -454,6 +467,13 @@ def configs(workload, tmp, n_images, n_boxes):
     import stoker
     import torch
 
+    if workload in ("a", "d"):
+        # imported here, as a training script imports them at its top: otherwise the
+        # configurations before the first that runs the ops in this process would each
+        # import them in every worker (about 0.6 s), and the first repeat's timings of
+        # only those would pay it
+        import albumentations  # noqa: F401
+        import cv2  # noqa: F401
     out = {}
     if workload == "d":
         paths, _ = make_images(os.path.join(tmp, workload), n_images)
@@ -531,8 +551,14 @@ def run(workload, title, args, tmp):
         for name, make in runs.items():
             warm_files(warm)  # the page cache may have dropped the data since the last run
             results[name].append(timed_epochs(make, args.epochs))
-    med = {name: tuple(statistics.median(r[i] for r in rs) for i in range(5))
-           for name, rs in results.items()}
+    memory = {}
+    for name, make in runs.items():  # memory: runs of their own (timed_epochs says why)
+        warm_files(warm)
+        memory[name] = peak_pss(make, args.epochs)
+    med = {}
+    for name, rs in results.items():
+        first_rate, rate, first, cpu = (statistics.median(r[i] for r in rs) for i in range(4))
+        med[name] = (first_rate, rate, first, memory[name], cpu)
     dl = [k for k in med if k.startswith("DataLoader")]
     best_first = max(dl, key=lambda k: med[k][0])
     best_steady = max(dl, key=lambda k: med[k][1])
