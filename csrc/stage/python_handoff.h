@@ -3,8 +3,10 @@
 // `map=`, `collate_fn=` or a map-style dataset. A worker hands it each planned
 // batch (stage/python_producer.h: its sample indices); the stage's Python
 // threads take the batches in chunks of a few samples, earliest batch first (by
-// epoch and number, whatever order the workers finished them in), so that all
-// threads work on the batch the consumer needs next; the thread that
+// epoch and number, whatever order the workers finished them in), and a batch
+// only once every earlier one of its stream was handed off or published (NOTE
+// [ Hand-off order ] in pipeline/stream.cpp), so that all threads work on the
+// batch the consumer needs next; the thread that
 // finishes a batch's last chunk assembles it and completes it, which
 // publishes it to the stream's reader in order.
 //

@@ -20,7 +20,9 @@ class SendOrder:
     map stuck on a sample holds up its own batch and later ones, never an earlier one).
     claim() numbers a chunk as it is taken; a request waits for its turn(); done() after
     it went out, or for a chunk never sent. Numbers of an earlier generation (threads of
-    a pool since stopped) count for nothing."""
+    a pool since stopped) count for nothing. The claims themselves come in batch order:
+    the hand-off serves a batch only once every earlier one reached it (NOTE [ Hand-off
+    order ] in csrc/pipeline/stream.cpp)."""
 
     _TURN_SECONDS = 5.0  # a safety net: an earlier request that never says done()
 
