@@ -130,16 +130,53 @@ def test_persistent_workers_false_runs_worker_init_fn_each_epoch(kind):
     of a new epoch (stoker's threads and processes run it where DataLoader would start a
     new worker); with persistent_workers=True, once per worker."""
     inits, (stale, calls) = _init_calls(False, kind)
-    # every row read after its worker's init of that epoch (thread workers: once, under a
-    # heavily loaded machine, a row was seen before it; not yet explained, so not asserted
-    # there until it is)
-    assert not stale or kind == "thread", (stale, calls)
+    # every row read after its worker's init of that epoch (a worker that read nothing of
+    # the epoch it started in too: test_a_worker_given_work_first_in_a_later_epoch_...)
+    assert not stale, (stale, calls)
     if kind == "iterable":  # each epoch's workers are its own: every worker, every epoch
         assert inits == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
     else:  # a worker that got no work in an epoch has nothing to init for
         assert {(0, 0), (1, 0)} < set(inits) and len(inits) == len(set(inits))
     inits, (stale, _) = _init_calls(True, kind)
     assert inits == [(0, 0), (1, 0)] and stale  # rows of epochs 1, 2: after epoch 0's
+
+
+class _OneRecorded(_Recorded):
+    def __len__(self):
+        return 1
+
+
+def test_a_worker_given_work_first_in_a_later_epoch_runs_worker_init_fn_for_it():
+    """persistent_workers=False: a worker process that read nothing in the epoch it was
+    started in (its init ran for that epoch) runs worker_init_fn again before it reads
+    anything of a later one, as every worker of DataLoader's, made again each epoch,
+    would. One sample an epoch: one worker reads epoch 0; the other is then given epoch
+    1's sample directly."""
+    ctx = mp.get_context("fork")
+    q, epoch = ctx.SimpleQueue(), ctx.Value("i", 0)
+    _INITED.clear()
+
+    def init(worker):
+        _INITED[worker] = epoch.value
+        q.put(("init", worker, epoch.value, None))
+
+    with stoker.Loader(_OneRecorded(q, epoch), batch_size=1, num_workers=2,
+                       python_workers="process", worker_init_fn=init,
+                       persistent_workers=False, prefetch_next_epoch=False) as loader:
+        assert len(list(loader)) == 1
+        got = []
+        while len([r for r in got if r[0] == "row"]) < 1:
+            got.append(q.get())
+        (read,) = [r[1] for r in got if r[0] == "row"]
+        idle = 1 - read  # the worker that read nothing of epoch 0
+        epoch.value = 1
+        rows, errors, _, _, lease = loader._stage.workers.run(idle, 1, [0], copy=True)
+        assert not errors and rows[0]["i"] == 0
+    while not q.empty():
+        got.append(q.get())
+    inits = sorted(r[1:3] for r in got if r[0] == "init")
+    assert inits == sorted([(0, 0), (1, 0), (idle, 1)]), got
+    assert [r[1:] for r in got if r[0] == "row"] == [(read, 0, 0), (idle, 1, 1)], got
 
 
 def _children():

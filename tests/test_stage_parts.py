@@ -81,3 +81,34 @@ def test_activity_lists_the_threads_alive_and_their_own_records():
     done.set()
     t.join()
     assert activity.threads() == []  # a thread that ended is not listed
+
+
+def test_thread_init_runs_again_for_a_later_epoch_than_the_one_it_started_in():
+    """worker_init_fn on threads, without persistent_workers: a thread started at iter()
+    of epoch 0 that takes nothing of it runs init again before its first work of epoch 1
+    (its init was for epoch 0); work of the epoch it started in runs no second init; a
+    thread started with no epoch known (a stuck one's successor) counts its first work's
+    epoch as its init's."""
+    from stoker._stage.thread_init import ThreadInit
+
+    class _Placement:
+        processes = False
+
+    calls = []
+    init = ThreadInit(calls.append, False, object(), 0, 2, _Placement())
+    init.start_epoch = 0
+    init.started(0)
+    init.started(1)
+    init.epoch(0, 0)  # thread 0: work of its start epoch
+    init.epoch(1, 1)  # thread 1: nothing of epoch 0, work of epoch 1
+    init.epoch(0, 1)
+    assert calls == [0, 1, 1, 0]
+    init.start_epoch = None
+    init.started(1)
+    init.epoch(1, 3)
+    assert calls == [0, 1, 1, 0, 1]
+    persistent = ThreadInit(calls.append, True, object(), 0, 2, _Placement())
+    persistent.start_epoch = 0
+    persistent.started(0)
+    persistent.epoch(0, 2)
+    assert calls == [0, 1, 1, 0, 1, 0]

@@ -35,14 +35,15 @@ class Placement:
         # measurement's start
         self._since: Optional[Tuple[float, ...]] = None
 
-    def processes_started(self, samples: Any) -> None:
+    def processes_started(self, samples: Any, epoch: Optional[int] = None) -> None:
         """With processes: the worker processes not running start (each with a copy of
-        `samples`, the part of the stage a worker runs: NOTE [ Python stage processes ])."""
+        `samples`, the part of the stage a worker runs: NOTE [ Python stage processes ]),
+        at iter() of `epoch`."""
         if not self.processes:
             return
         if self.workers is None:
             self.workers = ProcessWorkers(self.count)
-        self.workers.start(samples)
+        self.workers.start(samples, epoch)
 
     def to_processes(self) -> ProcessWorkers:
         """From now on worker processes run the user's code: their ProcessWorkers (not

@@ -171,8 +171,10 @@ def _send_reply(sock: socket.socket, ticket: int, payload: bytes,
 
 def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
                  status: Optional[_SharedStatus] = None, worker_id: int = 0,
-                 num_workers: int = 1) -> None:
-    """A worker's loop: chunks in, rows out, until EOF or "stop"."""
+                 num_workers: int = 1, start_epoch: Optional[int] = None) -> None:
+    """A worker's loop: chunks in, rows out, until EOF or "stop". `start_epoch`: the
+    epoch whose iter() started it (None: unknown, a move to processes mid-epoch), which
+    its first worker_init_fn call is for."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     stage = stage.worker_copy()
     stage.set_status(status)
@@ -188,6 +190,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
     arenas: Dict[int, _Arena] = {0: arena}
     usage = _Usage()
     last_epoch = None
+    init_epoch = start_epoch  # the epoch worker_init_fn last ran for (None: unknown)
     while True:
         if status is not None:
             status.idle()
@@ -200,9 +203,12 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             return
         _, ticket, epoch, indices, slot, size = msg[:6]
         if epoch != last_epoch:  # shards checked again (NOTE [ Verified once ]); init
-            if last_epoch is not None and not stage.persistent_workers:  # each epoch
+            # each epoch, before anything of it is read (a worker that got nothing to
+            # read in the epoch it started in too: its init was for that epoch)
+            if not stage.persistent_workers and (last_epoch is not None or (
+                    init_epoch is not None and epoch != init_epoch)):
                 init_error = stage.worker_started(worker_id, num_workers)
-            last_epoch = epoch
+            last_epoch = init_epoch = epoch
             _core.new_file_check_round()
         if hasattr(stage.source, "keys"):  # a sampler's items that are not indices
             stage.source.keys = {epoch: dict(zip(indices, msg[6]))} if len(msg) > 6 else None
@@ -426,10 +432,11 @@ class ProcessWorkers:
         self._all: List[_Worker] = []
         weakref.finalize(self, _end_all, self._all, os.getpid())
 
-    def start(self, stage: Any) -> None:
+    def start(self, stage: Any, epoch: Optional[int] = None) -> None:
         """Starts the workers that are not running (all of them in a process forked from
         the one that started them), each with a copy of `stage` (NOTE [ Python stage
-        processes ]). Called before the stage's threads start."""
+        processes ]), at iter() of `epoch` (None: mid-epoch). Called before the stage's
+        threads start."""
         with self._lock:
             if self._pid != os.getpid():
                 self._workers = [None] * self.count  # a child has none of the parent's
@@ -440,13 +447,13 @@ class ProcessWorkers:
                     if w is not None:
                         _end_workers([w])
                         self._all.remove(w)
-                    self._workers[i] = self._spawn(stage, i)
+                    self._workers[i] = self._spawn(stage, i, epoch)
                     self._all.append(self._workers[i])
 
-    def _spawn(self, stage: Any, worker_id: int = 0) -> _Worker:
+    def _spawn(self, stage: Any, worker_id: int = 0, epoch: Optional[int] = None) -> _Worker:
         count = self.count
         return fork_worker(lambda sock, arena, status: _worker_main(
-            sock, arena, stage, status, worker_id, count))
+            sock, arena, stage, status, worker_id, count, epoch))
 
     def run(self, worker: int, epoch: int, indices: List[int], copy: bool = False,
             turn: Optional[Callable[[], None]] = None,

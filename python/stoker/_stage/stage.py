@@ -200,7 +200,8 @@ class PythonStage:
             return False
         stuck = past_their_epoch(self._placement.workers, self._activity, self.pool,
                                  self._samples.describe, epoch)  # NOTE [ Stuck workers ]
-        self._placement.processes_started(self._samples)
+        self._placement.processes_started(self._samples, epoch)
+        self._init.start_epoch = epoch  # (read by each thread as it starts)
         self._start_threads()
         return stuck
 

@@ -30,13 +30,20 @@ class ThreadInit:
         self._placement = placement
         self._epochs: Dict[int, int] = {}  # stage thread -> the epoch it last ran init in
         self._error: Optional[BaseException] = None
+        # the epoch of the last iter(), which starts the threads (None before the first)
+        self.start_epoch: Optional[int] = None
 
     def started(self, slot: int) -> None:
         """In each stage thread as it starts: get_worker_info() answers there,
         worker_init_fn runs."""
         if self._placement.processes:
             return  # the worker processes call it (a process per two threads)
-        self._epochs.pop(slot, None)  # (epoch(): a new thread's first epoch)
+        # the epoch this init is for: a thread that takes nothing of it runs init again
+        # before it reads anything of a later one (epoch())
+        if self.start_epoch is None:
+            self._epochs.pop(slot, None)
+        else:
+            self._epochs[slot] = self.start_epoch
         try:
             if self.worker_init_fn is not None or worker_info_wanted(self._source):
                 set_thread_worker_info(slot, self._threads, self._seed,
