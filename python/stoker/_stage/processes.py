@@ -94,6 +94,7 @@ What user code in a worker may do, and what the loader's process does about it:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import mmap
 import os
@@ -145,8 +146,7 @@ def _never() -> bool:
     return False
 
 
-# The error of a sample left undone because its epoch ended (never raised to anyone: its
-# batch's stream stopped).
+# A sample left undone as its epoch ended: never raised (its batch's stream stopped).
 _DROPPED = RuntimeError("stoker: left undone: the epoch of its batch had ended")
 
 
@@ -172,9 +172,8 @@ def _send_reply(sock: socket.socket, ticket: int, payload: bytes,
 def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
                  status: Optional[_SharedStatus] = None, worker_id: int = 0,
                  num_workers: int = 1, start_epoch: Optional[int] = None) -> None:
-    """A worker's loop: chunks in, rows out, until EOF or "stop". `start_epoch`: the
-    epoch whose iter() started it (None: unknown, a move to processes mid-epoch), which
-    its first worker_init_fn call is for."""
+    """A worker's loop: chunks in, rows out, until EOF or "stop". Its first init is for
+    `start_epoch` (the iter() that started it; None: a move to processes mid-epoch)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     stage = stage.worker_copy()
     stage.set_status(status)
@@ -189,8 +188,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         pass
     arenas: Dict[int, _Arena] = {0: arena}
     usage = _Usage()
-    last_epoch = None
-    init_epoch = start_epoch  # the epoch worker_init_fn last ran for (None: unknown)
+    last_epoch, init_epoch = None, start_epoch
     while True:
         if status is not None:
             status.idle()
@@ -203,8 +201,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             return
         _, ticket, epoch, indices, slot, size = msg[:6]
         if epoch != last_epoch:  # shards checked again (NOTE [ Verified once ]); init
-            # each epoch, before anything of it is read (a worker that got nothing to
-            # read in the epoch it started in too: its init was for that epoch)
+            # before anything of each epoch is read (its first init was for init_epoch)
             if not stage.persistent_workers and (last_epoch is not None or (
                     init_epoch is not None and epoch != init_epoch)):
                 init_error = stage.worker_started(worker_id, num_workers)
@@ -339,17 +336,13 @@ class _Worker:
     def hang_up(self) -> None:
         """Shuts the socket down both ways: the worker reads EOF, and a stage thread
         waiting for a reply wakes (closing the descriptor alone would not wake it)."""
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     def close_socket(self) -> None:
         _loader_ends.pop(self.sock.fileno(), None)  # atomic: a finalizer may call it
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
 
 class Lease:
@@ -435,8 +428,7 @@ class ProcessWorkers:
     def start(self, stage: Any, epoch: Optional[int] = None) -> None:
         """Starts the workers that are not running (all of them in a process forked from
         the one that started them), each with a copy of `stage` (NOTE [ Python stage
-        processes ]), at iter() of `epoch` (None: mid-epoch). Called before the stage's
-        threads start."""
+        processes ]), at iter() of `epoch`. Called before the stage's threads start."""
         with self._lock:
             if self._pid != os.getpid():
                 self._workers = [None] * self.count  # a child has none of the parent's
