@@ -65,10 +65,6 @@ class HandedOffBatch {
   /// Whether every earlier batch of its stream left the workers: handed off, or
   /// published without a hand-off (NOTE [ Hand-off order ] in pipeline/stream.cpp).
   virtual bool earlier_passed() const { return true; }
-  /// The finisher has the batch where its takers look (called by hand_off(), under
-  /// the lock those takers hold): later batches of its stream may be served now
-  /// (NOTE [ Hand-off order ] in pipeline/stream.cpp).
-  virtual void mark_passed() {}
 };
 
 /// Finishes handed-off batches (the loader's Python stage).

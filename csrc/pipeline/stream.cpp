@@ -252,9 +252,6 @@ class Stream::Handle final : public HandedOffBatch {
     std::shared_ptr<Stream> s = stream_.lock();
     return !s || s->passed_before(pos_);
   }
-  // Within hand_off(): the stream lives (finish() is on its stack) and the batch
-  // is not published yet, so job_ is still position pos_'s.
-  void mark_passed() override { job_.passed.store(pos_, std::memory_order_release); }
 
  private:
   // The stream, the first time only, and only while it runs.
@@ -280,9 +277,7 @@ class Stream::Handle final : public HandedOffBatch {
 // finisher that served p + 2 at once would put its samples at a worker
 // process before p's, and a sample that hangs there (a map stuck until its
 // timeout) would then hold up the batch the reader needs first. So a job
-// records the position it passed (published, or handed off: marked by the
-// finisher under the lock its takers hold, once the batch is in its queue, so
-// that no taker sees p passed before it can see p itself) and the finisher
+// records the position it passed (handed off or published) and the finisher
 // serves a handed-off batch only once every earlier position of its stream
 // passed (HandedOffBatch::earlier_passed): the stage takes batches in the
 // reader's order, as DataLoader's workers get their indices. A batch that
@@ -303,13 +298,12 @@ void Stream::finish(int64_t pos, Job& job, WorkerContext& ctx) {
       job.error = std::current_exception();
     }
   }
+  job.passed.store(pos, std::memory_order_release);  // NOTE [ Hand-off order ]
   if (job.work && job.work->handoff && !job.error &&
       !job.cut_short.load(std::memory_order_relaxed) && !stopped()) {
-    // passed once the finisher has it where its takers look (Handle::mark_passed)
     finisher_->hand_off(std::make_shared<Handle>(*this, pos, job));
     return;
   }
-  job.passed.store(pos, std::memory_order_release);  // NOTE [ Hand-off order ]
   if (finisher_) finisher_->passed();
   ring_.publish(pos);
 }

@@ -87,7 +87,6 @@ void PythonHandoff::set_stats(std::shared_ptr<LoaderStats> stats) {
 
 void PythonHandoff::hand_off(std::shared_ptr<HandedOffBatch> batch) {
   if (closed()) return;  // dropped: its handle fails nothing on a stopped stream
-  HandedOffBatch* raw = batch.get();
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto task = std::make_shared<PythonTask>(next_id_++, std::move(batch), chunk_samples(),
@@ -100,8 +99,6 @@ void PythonHandoff::hand_off(std::shared_ptr<HandedOffBatch> batch) {
     auto at = queue_.end();
     while (at != queue_.begin() && before(*std::prev(at))) --at;
     queue_.insert(at, std::move(task));
-    // in the queue: later batches of its stream may be taken (NOTE [ Hand-off order ])
-    raw->mark_passed();
   }
   ready_.notify();
 }
