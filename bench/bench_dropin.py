@@ -37,6 +37,7 @@ stoker/_stage/workers.py).
 
 import argparse
 import ctypes
+import gc
 import multiprocessing
 import os
 import statistics
@@ -229,7 +230,8 @@ def run_one(make, inner, epochs, memory=False):
     gap_n = sum(gaps[3 * k + 2] for k in range(1, 8))
     if hasattr(loader, "close"):
         loader.close()
-    del loader
+    del loader, batch
+    gc.collect()  # (a loader in a reference cycle: its memory is not the next run's)
     if memory:
         return {"peak PSS MB": peak.best[0] / 2**20,
                 "  parent anon MB": peak.best[1] / 2**20,

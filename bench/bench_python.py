@@ -50,6 +50,7 @@ the machine, which holds when other work on the machine makes the timings noisy.
 """
 
 import argparse
+import gc
 import io
 import os
 import statistics
@@ -193,6 +194,8 @@ def timed_epochs(make, epochs):
     cpu = sum(c - cpu0.get(p, 0.0) for p, c in tree_cpu().items())
     if hasattr(loader, "close"):
         loader.close()
+    del loader, batch
+    gc.collect()  # (a loader in a reference cycle: its memory is not the next run's)
     return n0 / first_epoch, n / wall, first, cpu / max(1, batches)
 
 
@@ -207,6 +210,8 @@ def peak_pss(make, epochs):
     peak = max(mem.peak, tree_pss())
     if hasattr(loader, "close"):
         loader.close()
+    del loader
+    gc.collect()  # (a loader in a reference cycle: its memory is not the next run's)
     return peak
 
 

@@ -17,6 +17,7 @@
 #include "bindings/dlpack.h"
 #include "common/error.h"
 #include "pipeline/loader_core.h"
+#include "pipeline/shared_memory.h"
 #include "stage/iterable_producer.h"
 #include "stage/python_handoff.h"
 #include "stage/python_producer.h"
@@ -70,6 +71,24 @@ void register_python_stage(py::module_& m) {
         pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
       },
       py::arg("name"), "Names the calling OS thread (the Python stage's threads by role).");
+  // NOTE [ Shared batch memory ] in pipeline/shared_memory.h
+  m.def("shared_memory", &shared_allocator,
+        "Batch slots in shared memory, which Python worker processes write into.");
+  m.def(
+      "shared_block",
+      [](uintptr_t address) -> py::object {
+        std::optional<SharedBlock> b = find_shared_block(reinterpret_cast<const void*>(address));
+        if (!b) return py::none();
+        return py::make_tuple(b->fd, b->id, b->offset, b->size);
+      },
+      py::arg("address"),
+      "(fd, id, offset, size) of the shared block `address` lies in, or None. The "
+      "descriptor stays the block's: valid while the block lives.");
+  m.def("dead_shared_blocks", &dead_shared_blocks, py::arg("ids"),
+        "Those of `ids` that name no live shared block.");
+  m.def("forget_shared_blocks_after_fork", &forget_shared_blocks_after_fork,
+        "In the loader's worker process just forked: the shared blocks it inherited are "
+        "unmapped and their descriptors closed.");
   // A failed batch of the stage: the consumer raises the Python exception the
   // stage keeps under `ticket` (stoker/_stage/stage.py). Registered after the
   // module's translator of stoker::Error, so it is tried first.

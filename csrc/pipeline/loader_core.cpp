@@ -391,6 +391,10 @@ void LoaderCore::close() {
   for (const auto& it : its) it->close(/*keep=*/false);
   producer_->close();
   workers_->stop();
+  // The idle batch memory goes now, and the rest as the batches the user kept
+  // are dropped: not when the loader object is collected, perhaps much later
+  // (a shared block would also be inherited by every process forked until then).
+  host_pool_->set_max_idle(0);
 }
 
 int LoaderCore::active_threads() const { return workers_->active(); }

@@ -131,6 +131,11 @@ def wire(p: LoaderPlan, producer: Any, reader: Any, running: Any, *, listed: Any
         ahead = args.AUTO_DEVICE_PREFETCH if t.auto_prefetch else t.prefetch
         options.delivery = _core.device_delivery(api, ahead)
     handoff = None
+    # batch memory that worker processes write rows into (NOTE [ Direct rows ] in
+    # _stage/direct.py), unless it is page-locked
+    if stage is not None and stage.needs_handoff and not (pin and api is not None) and \
+            (getattr(stage, "processes", False) or getattr(stage, "auto", False)):
+        options.host_memory = _core.shared_memory()
     if stage is not None and stage.needs_handoff:
         per_batch = s.batch_size or int(getattr(s.batch_sampler, "batch_size", 1) or 1)
         handoff = _core.PythonHandoff(

@@ -35,7 +35,7 @@ class BatchAssembly:
     def __init__(self, samples: Samples, pending: PendingBatches, deliveries: Deliveries,
                  activity: Activity, *, batch_map: Optional[Callable],
                  batch_map_on_consumer: bool, unbatched: bool, per_sample: bool,
-                 nchw_views: Sequence[str]):
+                 nchw_views: Sequence[str], direct: Any = None):
         self._samples = samples
         self._pending = pending
         self._deliveries = deliveries
@@ -45,6 +45,7 @@ class BatchAssembly:
         self.unbatched = unbatched
         self.per_sample = per_sample
         self.nchw_views = tuple(nchw_views)
+        self.direct = direct  # the stage's DirectRows (NOTE [ Direct rows ] in direct.py)
 
     def finish(self, task: Any, pending: Pending) -> None:
         """Batch `task`, all its chunks done: assembled and completed, or failed."""
@@ -96,8 +97,15 @@ class BatchAssembly:
         else:
             layout = samples.layout
             specs, nbytes = layout.plan(pending.rows)
-            buffer = task.allocate(nbytes)
-            d.objects = layout.write(pending.rows, specs, buffer)
+            direct, in_place = pending.direct, None
+            if direct and direct.fits(specs, nbytes):  # NOTE [ Direct rows ] in direct.py
+                buffer, in_place = direct.buffer, direct.in_place(len(pending.rows))
+                self.direct.batches += 1
+            else:
+                if direct and self.direct is not None:
+                    self.direct.missed()
+                buffer = task.allocate(nbytes)
+            d.objects = layout.write(pending.rows, specs, buffer, in_place)
             pending.release()  # the rows are in the batch now
             if batch_map is not None:
                 d.whole = mapped_as_nchw(layout.assemble(tensors_of(buffer, specs), d.objects),

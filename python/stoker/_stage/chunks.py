@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from .activity import Activity
+from .direct import DirectRows
 from .errors import add_note
 from .pending import Pending, PendingBatches
 from .placement import Placement
@@ -39,7 +40,7 @@ class ChunkRunner:
                  draws: GlobalDraws, placement: Placement,
                  finish: Callable[[Any, Pending], None],
                  epoch_started: Callable[[int, int], None], *, per_sample: bool,
-                 inline: bool):
+                 inline: bool, direct: Optional[DirectRows] = None):
         self._samples = samples
         self._row = samples.row  # (bound once: per sample)
         self._pending = pending
@@ -51,6 +52,7 @@ class ChunkRunner:
         self._epoch_started = epoch_started
         self._per_sample = per_sample
         self._inline = inline
+        self._direct = direct  # NOTE [ Direct rows ] in direct.py
         self._lock = threading.Lock()  # skips counted by the chunks of one batch
         # the watched sample drew, and auto goes to processes: until then the threads run
         # each sample seeded, as a worker process does (NOTE [ Global random generators ])
@@ -125,6 +127,8 @@ class ChunkRunner:
         workers = self._placement.workers
         assert workers is not None
         listed = getattr(samples.source, "keys", None)  # a sampler's items, not indices
+        # the batch's memory, when the rows go straight into it: held until the reply
+        direct = None if self._direct is None else self._direct.batch(task, pending)
         try:
             rows, errors, skipped, times, lease = workers.run(
                 worker, task.epoch, indices, copy=samples.collate_fn is not None,
@@ -132,7 +136,8 @@ class ChunkRunner:
                 (lambda: order.wait(worker, turn, lambda: task.stopped)),
                 sent=None if turn is None or order is None else
                 (lambda: order.done(worker, turn)), stopped=lambda: task.stopped,
-                keys=None if listed is None else [listed[task.epoch][i] for i in indices])
+                keys=None if listed is None else [listed[task.epoch][i] for i in indices],
+                direct=direct, lo=lo)
         except WorkerDied as e:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
-from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -440,9 +440,12 @@ class BatchLayout:
         return specs, offset
 
     def write(self, rows: Sequence[List[Any]], specs: Sequence[TensorSpec],
-              buffer: np.ndarray) -> Dict[str, List[Any]]:
+              buffer: np.ndarray, in_place: Optional[Set[int]] = None
+              ) -> Dict[str, List[Any]]:
         """Writes the samples into `buffer` (a writable uint8 array of at least the planned
-        bytes) at the planned offsets; returns the object leaves as lists, by name."""
+        bytes) at the planned offsets; returns the object leaves as lists, by name.
+        `in_place`: leaves whose every row is in the buffer already (NOTE [ Direct rows ]
+        in direct.py)."""
         objects: Dict[str, List[Any]] = {}
         if self._fields is None:
             return objects
@@ -454,6 +457,8 @@ class BatchLayout:
                 continue
             if f.kind == "stack":
                 objects[f.name] = [torch.stack(column)] if column else []
+                continue
+            if in_place and i in in_place:
                 continue
             spec = by_name[f.name]
             dst = _view(buffer, spec)

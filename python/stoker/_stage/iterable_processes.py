@@ -425,9 +425,7 @@ class StepHold:
 
 
 def _exit_status(w: _Worker) -> str:
-    from .processes import ProcessWorkers
-
-    return ProcessWorkers._exit_status(w)
+    return lifecycle.exit_status(w)
 
 
 _CHUNK_ROWS = 8  # rows a reply holds at most

@@ -10,8 +10,9 @@ import signal
 import socket
 import threading
 import time
-from typing import Dict, List, Optional, Protocol
+from typing import Any, Dict, List, Optional, Protocol
 
+from .. import _core
 from .transport import _ARENA_NAME, _Arena, _arenas
 
 # Ending workers (NOTE [ Worker faults ]): after the hang-up, after SIGTERM, after SIGKILL.
@@ -139,6 +140,7 @@ def _become_worker(loader_pid: int, from_main: bool, sock: socket.socket, arena_
             except OSError:
                 pass
         _loader_ends.clear()
+        _core.forget_shared_blocks_after_fork()  # NOTE [ Shared batch memory ]
         for a in list(_arenas):
             _reserve(a)
         _arenas.clear()
@@ -181,3 +183,31 @@ def _watch_parent(loader_pid: int) -> None:
     while os.getppid() == loader_pid:
         time.sleep(0.25)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def exit_status(w: Any) -> str:
+    """How worker `w` ended, from its exit status."""
+    for _ in range(50):
+        try:
+            pid, status = os.waitpid(w.pid, os.WNOHANG)
+        except ChildProcessError:
+            return "ended"
+        if pid:
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ \
+                    else str(sig)
+                hint = " (killed: out of memory?)" if sig == signal.SIGKILL else ""
+                return f"was killed by signal {name}{hint}"
+            return f"exited with status {os.WEXITSTATUS(status)}"
+        time.sleep(0.01)
+    return "stopped answering"
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP, a debugger)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False

@@ -12,10 +12,10 @@ __all__ = ["Pending", "PendingBatches"]
 
 class Pending:
     """A batch being mapped: its rows (or each position's error), the samples skipped in
-    it, a bug of the stage that fails it, and the arenas of process workers its rows are
-    views of."""
+    it, a bug of the stage that fails it, the arenas of process workers its rows are
+    views of, and the memory they were written into directly."""
 
-    __slots__ = ("rows", "errors", "skipped", "internal", "leases", "task")
+    __slots__ = ("rows", "errors", "skipped", "internal", "leases", "task", "direct")
 
     def __init__(self, task: Any):
         self.rows: List[Any] = [None] * task.samples
@@ -24,6 +24,9 @@ class Pending:
         self.internal: Optional[BaseException] = None
         self.leases: List[Any] = []  # process workers' arenas that rows are views of
         self.task = task
+        # the batch's memory planned before its chunks went out (a DirectBatch: NOTE
+        # [ Direct rows ] in direct.py); False: its rows go by the arenas
+        self.direct: Any = None
 
     def release(self) -> None:
         """The rows are no longer read: their arenas may be written again."""

@@ -17,7 +17,9 @@ hand it the chunks they take; everything else stays in the loader's process:
   rows <- views of arena a,        <------      reply: where each array is (a sample
   checked; arena a leased to the batch          checked here too with on_error="skip")
   the batch's last chunk: native batching (the one copy out of the arenas), collate_fn,
-  batch_map, complete(); the batch's arenas are free again
+  batch_map, complete(); the batch's arenas are free again. Once the layout is known, a
+  worker writes fixed-shape arrays straight into their batch instead (NOTE [ Direct rows ]
+  in direct.py): nothing of them is copied in the loader's process
 
   * Two stage threads per worker keep a second chunk queued at it: while one thread
     checks its reply (and perhaps assembles a batch), the worker already maps the other
@@ -106,11 +108,20 @@ import threading
 import time
 import traceback
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .. import _core
 from . import lifecycle
-from .lifecycle import _become_worker, _end_all, _end_workers, _loader_ends, died_message
+from .direct import WorkerBlocks, request_part
+from .lifecycle import (
+    _become_worker,
+    _end_all,
+    _end_workers,
+    _loader_ends,
+    died_message,
+    exit_status,
+    process_stopped,
+)
 from .rng import rng_keys
 from .taking import SendOrder
 from .telemetry import native_times, thread_sched
@@ -188,6 +199,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         pass
     arenas: Dict[int, _Arena] = {0: arena}
     usage = _Usage()
+    blocks = WorkerBlocks()  # batches the rows go straight into (NOTE [ Direct rows ])
     last_epoch, init_epoch = None, start_epoch
     while True:
         if status is not None:
@@ -207,14 +219,16 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
                 init_error = stage.worker_started(worker_id, num_workers)
             last_epoch = init_epoch = epoch
             _core.new_file_check_round()
+        listed, part = (msg + (None, None))[6:8]
         if hasattr(stage.source, "keys"):  # a sampler's items that are not indices
-            stage.source.keys = {epoch: dict(zip(indices, msg[6]))} if len(msg) > 6 else None
-        if fds:  # a new arena for this slot, made by the loader's process
+            stage.source.keys = None if listed is None else {epoch: dict(zip(indices, listed))}
+        if size:  # a new arena for this slot, made by the loader's process
             if slot in arenas:
                 arenas[slot].close()
-            arenas[slot] = _Arena(fds[0], size)
+            arenas[slot] = _Arena(fds.pop(0), size)
             usage.reset(slot)
         arena = arenas[slot]
+        rows_in = blocks.writer(part, fds.pop(0) if fds else None)
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
         times = native_times.reset()
@@ -251,7 +265,8 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             errors[pos] = _portable_error(first)
         rows += [None] * (len(indices) - len(rows))
         writer = _Writer()
-        encoded = [None if r is None else writer.encode(r) for r in rows]
+        encoded = [None if r is None else writer.encode_row(
+            r, rows_in.write(r, j) if rows_in is not None else {}) for j, r in enumerate(rows)]
         out_fds: Tuple[int, ...] = ()
         if writer.total > arena.size:
             old = arena
@@ -260,7 +275,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             usage.reset(slot)
             out_fds = (arena.fd,)
         offsets = writer.write(arena)
-        usage.used(arena, slot, writer.total)
+        usage.used(arena, slot, writer.total, rows_in is not None)
         wall = time.perf_counter_ns() - wall0
         cpu1, wait1 = thread_sched()
         cpu = cpu1 - cpu0
@@ -288,7 +303,8 @@ class _Worker:
     requests), what it is doing (its status), and the order of its replies."""
 
     __slots__ = ("pid", "sock", "arenas", "free", "known", "lock", "send_lock", "turn",
-                 "sent", "received", "dead", "leases", "status", "stopped", "__weakref__")
+                 "sent", "received", "dead", "leases", "status", "stopped", "blocks",
+                 "__weakref__")
 
     def __init__(self, pid: int, sock: socket.socket, arena: _Arena, status: _SharedStatus):
         self.pid = pid
@@ -304,6 +320,7 @@ class _Worker:
         self.dead: Optional[str] = None
         self.leases = 0
         self.status = status
+        self.blocks: Set[int] = set()  # batch blocks it has mapped (NOTE [ Direct rows ])
         # Per request not answered yet (by ticket): its epoch, and whether its batch's
         # stream stopped (NOTE [ Stuck workers ] in stuck.py).
         self.stopped: Dict[int, Tuple[int, Callable[[], bool]]] = {}
@@ -451,14 +468,17 @@ class ProcessWorkers:
             turn: Optional[Callable[[], None]] = None,
             sent: Optional[Callable[[], None]] = None,
             stopped: Optional[Callable[[], bool]] = None,
-            keys: Optional[List[Any]] = None) -> Tuple[Any, ...]:
+            keys: Optional[List[Any]] = None, direct: Any = None,
+            lo: int = 0) -> Tuple[Any, ...]:
         """Maps `indices` on worker `worker`: (rows, errors, skipped, times, lease). The
         top-level arrays of each row are views of an arena that `lease` holds until its
         release() (all arrays copied out with `copy`, and the lease released at once).
         `turn` waits for this request's turn to go out (SendOrder), `sent` says it went
         (or never will); `stopped` says whether the request's batch is no longer wanted
         (NOTE [ Stuck workers ] in stuck.py). `keys`: a sampler's items at those positions,
-        where they are not indices (passed to __getitem__ as they are)."""
+        where they are not indices (passed to __getitem__ as they are). `direct`: the
+        DirectBatch the rows go straight into, at batch position `lo` (NOTE [ Direct rows ]
+        in direct.py); the caller holds it until this returns."""
         try:
             if turn is not None:
                 turn()
@@ -472,9 +492,11 @@ class ProcessWorkers:
                 arena = w.arenas[slot]
                 ticket = w.sent
                 try:
-                    msg = ("chunk", ticket, epoch, indices, slot, arena.size if new else 0)
-                    _send(w.sock, pickle.dumps(msg if keys is None else msg + (keys,)),
-                          (arena.fd,) if new else ())
+                    part, block_fd = request_part(direct, lo, w.blocks)
+                    msg = ("chunk", ticket, epoch, indices, slot, arena.size if new else 0,
+                           keys, part)
+                    _send(w.sock, pickle.dumps(msg), ((arena.fd,) if new else ()) + (
+                        () if block_fd is None else (block_fd,)))
                     w.known[slot] = True
                     w.stopped[ticket] = (epoch, stopped or _never)
                     w.sent += 1
@@ -523,14 +545,15 @@ class ProcessWorkers:
             old.close()
         arena = w.arenas[slot]
         view = not copy
-        rows = [None if r is None else _decode(r, arena, offsets, view) for r in encoded]
+        rows = [None if r is None else _decode(r, arena, offsets, view, direct)
+                for r in encoded]
         if copy:
             lease.release()
         return rows, errors, skipped, times, lease
 
     def _lost(self, w: _Worker) -> None:
         if w.dead is None:
-            w.dead = self._exit_status(w)
+            w.dead = exit_status(w)
 
     @staticmethod
     def _fault(w: _Worker, why: str) -> None:
@@ -547,24 +570,6 @@ class ProcessWorkers:
     def _died_message(self, w: Optional[_Worker], slot: int) -> str:
         return (f"{died_message(w, slot)}; the batch it held fails. The next iter() starts a "
                 "new worker in its place")
-
-    @staticmethod
-    def _exit_status(w: _Worker) -> str:
-        for _ in range(50):
-            try:
-                pid, status = os.waitpid(w.pid, os.WNOHANG)
-            except ChildProcessError:
-                return "ended"
-            if pid:
-                if os.WIFSIGNALED(status):
-                    sig = os.WTERMSIG(status)
-                    name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ \
-                        else str(sig)
-                    hint = " (killed: out of memory?)" if sig == signal.SIGKILL else ""
-                    return f"was killed by signal {name}{hint}"
-                return f"exited with status {os.WEXITSTATUS(status)}"
-            time.sleep(0.01)
-        return "stopped answering"
 
     def stop(self) -> None:
         """Ends every worker within a few seconds, whatever it is doing (NOTE [ Worker
@@ -587,13 +592,5 @@ class ProcessWorkers:
         if w is None or w.dead is not None:
             return None
         index, phase, since = w.status.read()
-        return w.pid, index, phase, since, _stopped(w.pid)
+        return w.pid, index, phase, since, process_stopped(w.pid)
 
-
-def _stopped(pid: int) -> bool:
-    """Whether process `pid` is stopped (SIGSTOP, a debugger)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False

@@ -19,6 +19,7 @@ from .chunks import ChunkRunner
 from .collate import BatchLayout
 from .consumer import Consumer
 from .deliveries import Deliveries
+from .direct import direct_rows
 from .pending import PendingBatches
 from .placement import Placement, gil_bound
 from .pool import StagePool
@@ -105,14 +106,15 @@ class PythonStage:
                                 self._threads, self._placement)
         self._pending = PendingBatches()
         self._deliveries = Deliveries()
+        direct = direct_rows(self._samples, unbatched=bool(unbatched), per_sample=per_sample)
         self._assembly = BatchAssembly(self._samples, self._pending, self._deliveries,
                                        self._activity, batch_map=batch_map,
                                        batch_map_on_consumer=batch_map_on_consumer,
                                        unbatched=bool(unbatched), per_sample=per_sample,
-                                       nchw_views=nchw_views)
+                                       nchw_views=nchw_views, direct=direct)
         self._chunks = ChunkRunner(self._samples, self._pending, self._activity, self._draws,
                                    self._placement, self._assembly.finish, self._init.epoch,
-                                   per_sample=per_sample, inline=self.inline)
+                                   per_sample=per_sample, inline=self.inline, direct=direct)
         self._consumer = Consumer(self._samples, self._deliveries, batch_map=batch_map,
                                   batch_map_on_consumer=batch_map_on_consumer,
                                   per_sample=per_sample, nchw_views=nchw_views)

@@ -26,6 +26,7 @@ __all__ = ["PHASES"]
 # in it, when that frees _SHRINK_BYTES and half of what it holds (_Usage).
 _SHRINK_AFTER = 64
 _SHRINK_BYTES = 16 << 20
+_SHRINK_DIRECT = 1 << 20  # ... and at once, when the rows go straight into their batch
 _HEADER = struct.Struct("<Q")  # a request: its length
 # A reply: stoker's magic, the ticket of the request it answers, the pid of the process
 # that wrote it, its length (NOTE [ Worker faults ] in processes.py).
@@ -158,17 +159,21 @@ class _Usage:
         self.uses.pop(slot, None)
         self.held.pop(slot, None)
 
-    def used(self, arena: _Arena, slot: int, nbytes: int) -> None:
+    def used(self, arena: _Arena, slot: int, nbytes: int, now_only: bool = False) -> None:
+        """`now_only`: the chunk's rows went into their batch (NOTE [ Direct rows ] in
+        direct.py), as the next chunks' will: the arena keeps what this one needs."""
         page = mmap.PAGESIZE
         self.tick += 1
         nbytes = min(arena.size, (nbytes + page - 1) // page * page)
         uses = self.uses.setdefault(slot, [])
+        if now_only:
+            uses.clear()
         uses.append((self.tick, nbytes))
         while uses[0][0] <= self.tick - _SHRINK_AFTER:
             del uses[0]
         held = max(self.held.get(slot, 0), nbytes)
         keep = max(n for _, n in uses)
-        if held - keep >= max(_SHRINK_BYTES, keep):
+        if held - keep >= max(_SHRINK_DIRECT if now_only else _SHRINK_BYTES, keep):
             try:
                 arena.map.madvise(mmap.MADV_REMOVE, keep, held - keep)
                 held = keep
@@ -183,9 +188,25 @@ class _Writer:
     def __init__(self) -> None:
         self.arrays: List[np.ndarray] = []
         self.total = 0
+        self.done: Dict[Any, Any] = {}  # leaves written in place, by path (direct.py)
 
-    def encode(self, value: Any) -> Any:
+    def encode_row(self, value: Any, done: Dict[Any, Any]) -> Any:
+        """encode(), the leaves at the paths of `done` replaced by its markers."""
+        if not done:
+            return self.encode(value)
+        self.done = done
+        try:
+            return self.encode(value, ())
+        finally:
+            self.done = {}
+
+    def encode(self, value: Any, path: Optional[Tuple[Any, ...]] = None) -> Any:
         import torch
+
+        if path is not None:
+            got = self.done.get(path)
+            if got is not None:
+                return got
 
         # a plain tensor's memory; a subclass (a nested or jagged tensor, a tensor
         # wrapper) has no .numpy() of its own and is pickled as it is
@@ -197,6 +218,14 @@ class _Writer:
         if isinstance(value, np.ndarray) and value.dtype != object and \
                 value.flags.c_contiguous and value.dtype.isnative:
             return ("__stoker_array__", self._put(value))
+        if path is not None:  # a row with leaves in place: the paths followed
+            if type(value) is dict:
+                return {k: self.encode(v, path + (k,)) for k, v in value.items()}
+            if type(value) is list:
+                return [self.encode(v, path + (i,)) for i, v in enumerate(value)]
+            if type(value) is tuple:
+                return tuple(self.encode(v, path + (i,)) for i, v in enumerate(value))
+            return value
         if type(value) is dict:
             return {k: self.encode(v) for k, v in value.items()}
         if type(value) is list:
@@ -233,10 +262,15 @@ def _dtype(code: str) -> np.dtype:
     return dt
 
 
-def _decode(value: Any, arena: _Arena, offsets: List[int], view: bool = False) -> Any:
+def _decode(value: Any, arena: _Arena, offsets: List[int], view: bool = False,
+            direct: Any = None) -> Any:
     """The value with its array leaves out of the arena (in the loader's process): if
     `view` and it is a dict, its own arrays as views of the arena (the caller holds its
-    lease); every other array leaf copied."""
+    lease); every other array leaf copied. Leaves a worker wrote into their batch
+    (`direct`, a DirectBatch: NOTE [ Direct rows ] in direct.py) are views of it."""
+    if direct is not None and type(value) is tuple and len(value) == 3 and \
+            value[0] == "__stoker_direct__":
+        return direct.row(value[1], value[2])
     if type(value) is tuple and len(value) == 2 and value[0] in ("__stoker_array__",
                                                                   "__stoker_tensor__"):
         i, dtype, shape = value[1]
@@ -252,12 +286,13 @@ def _decode(value: Any, arena: _Arena, offsets: List[int], view: bool = False) -
         return a
     if type(value) is dict:
         if view:
-            return {k: _decode(v, arena, offsets, type(v) is tuple) for k, v in value.items()}
-        return {k: _decode(v, arena, offsets) for k, v in value.items()}
+            return {k: _decode(v, arena, offsets, type(v) is tuple, direct)
+                    for k, v in value.items()}
+        return {k: _decode(v, arena, offsets, False, direct) for k, v in value.items()}
     if type(value) is list:
-        return [_decode(v, arena, offsets) for v in value]
+        return [_decode(v, arena, offsets, False, direct) for v in value]
     if type(value) is tuple:
-        return tuple(_decode(v, arena, offsets) for v in value)
+        return tuple(_decode(v, arena, offsets, False, direct) for v in value)
     return value
 
 

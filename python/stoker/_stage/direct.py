@@ -1,0 +1,266 @@
+"""Rows written by a worker process straight into their batch (NOTE [ Direct rows ]).
+
+NOTE [ Direct rows ]
+Without this, a worker process writes a sample's arrays into its arena and the loader's
+process copies them from there into the batch: two copies, and the arenas (two chunks in
+flight per worker, and those held by batches that wait for their other chunks) hold as
+much memory again as the batches themselves. Once the batch's layout is fixed (the first
+sample checked), every later batch of fixed-shape array fields is planned before its
+chunks go out:
+
+  stage thread, first chunk of batch B           worker process
+  ------------------------------------           --------------
+  plan B as the layout gives it (n rows);
+  task.allocate(): B's memory, a shared block
+  (NOTE [ Shared batch memory ] in
+  pipeline/shared_memory.h)
+  send (indices, the block [+ its fd the first   map each sample; each fixed array field
+  time this worker sees it], where each          that has the planned dtype and shape is
+  field's rows go, the blocks freed since) ----> written at its row in the block; the
+                                                 rest (another shape, objects) goes as
+                                                 before, by the arena
+  rows: views of the block at their place <----- markers for the rows written
+  last chunk: planned again from the rows; the same plan -> the block is the batch, and
+  only what is not in place yet is written (scalars, objects, rows that went by the
+  arena); another plan (a field's shape changed) -> a new block, every row copied into
+  it, and direct rows stop for the loader (its fields' shapes vary)
+
+  * A block stays referenced by the thread that sent a chunk into it until that chunk's
+    reply came back (or its worker died): a batch dropped meanwhile (break, close) does
+    not give the block to another batch while a worker may still write into it.
+  * A worker maps each block once (the pool reuses its blocks: a mapping per request
+    cost 1.1-1.8 ms of page faults per 5 MB chunk) and unmaps those the loader's process
+    freed when its next request names them: a block freed while the worker is idle (the
+    user dropped batches it kept) stays mapped in it until then.
+  * Not for collate_fn (the rows go to user code as they are), batch_size=None, padded
+    fields, or pinned batch memory (not shared): those take the arena path.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from .. import _core
+from .collate import _BF16, TensorSpec, _align
+
+__all__ = ["DirectBatch", "DirectRows", "WorkerBlocks", "direct_rows", "request_part"]
+
+_MISSING = object()
+
+
+class DirectBatch:
+    """Batch B's memory, planned before its chunks went out, and what its workers wrote
+    into it. `fields`: (leaf index, path, offset, row bytes, dtype, shape) of each field
+    written in place."""
+
+    __slots__ = ("buffer", "specs", "nbytes", "block", "fields", "counts", "_lock")
+
+    def __init__(self, buffer: np.ndarray, specs: List[TensorSpec], nbytes: int,
+                 block: Optional[Tuple[int, int, int, int]], fields: List[Tuple[Any, ...]]):
+        self.buffer = buffer
+        self.specs = specs
+        self.nbytes = nbytes
+        self.block = block  # (fd, id, offset, size) of the shared block, or None
+        self.fields = fields
+        self.counts = [0] * len(fields)
+        self._lock = threading.Lock()
+
+    def request(self, lo: int, known: Set[int]) -> Tuple[Tuple[Any, ...], Optional[int]]:
+        """What a request for the chunk at batch position `lo` carries, and the block's
+        descriptor when the worker (which has mapped blocks `known`) has not mapped it."""
+        assert self.block is not None
+        fd, bid, offset, size = self.block
+        new = bid not in known
+        fields = tuple((path, offset + off, row, dtype, shape)
+                       for _, path, off, row, dtype, shape in self.fields)
+        return (bid, size if new else 0, lo, fields), fd if new else None
+
+    def row(self, k: int, pos: int) -> np.ndarray:
+        """Field k's row at batch position `pos`, written in place by a worker."""
+        _, _, off, row, dtype, shape = self.fields[k]
+        with self._lock:
+            self.counts[k] += 1
+        start = off + pos * row
+        return self.buffer[start: start + row].view(dtype).reshape(shape)
+
+    def fits(self, specs: Sequence[TensorSpec], nbytes: int) -> bool:
+        """Whether the batch as its rows came is planned as this one was."""
+        return nbytes == self.nbytes and len(specs) == len(self.specs) and all(
+            a.name == b.name and a.shape == b.shape and a.offset == b.offset
+            for a, b in zip(specs, self.specs))
+
+    def in_place(self, rows: int) -> Set[int]:
+        """The leaf indices of the fields every one of whose `rows` rows is in place."""
+        return {f[0] for f, n in zip(self.fields, self.counts) if n == rows}
+
+
+class DirectRows:
+    """A stage's decision and plans for direct rows (NOTE [ Direct rows ])."""
+
+    def __init__(self, layout: Any, enabled: bool):
+        self._layout = layout
+        self.enabled = enabled
+        self.batches = 0  # batches whose memory was planned before their chunks went out
+        self._lock = threading.Lock()
+
+    def batch(self, task: Any, pending: Any) -> Optional[DirectBatch]:
+        """Batch `task`'s planned memory (made by the first chunk that asks), or None
+        when its rows take the arena path."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            if pending.direct is None:
+                pending.direct = self._plan(task) or False
+        return pending.direct or None
+
+    def _plan(self, task: Any) -> Optional[DirectBatch]:
+        layout = self._layout
+        if layout.fields is None:  # no sample checked yet: this batch goes by the arenas
+            return None
+        n = task.samples
+        specs: List[TensorSpec] = []
+        fields: List[Tuple[Any, ...]] = []
+        offset = 0
+        for i, f in enumerate(layout._list):
+            if f.kind in ("object", "stack"):
+                continue
+            if f.kind not in ("scalar", "array") or f.dtype == _BF16:
+                self.enabled = False  # padded fields: planned only from their rows
+                return None
+            shape = (n,) if f.kind == "scalar" else (n,) + tuple(f.shape)
+            dtype = np.dtype(f.dtype)
+            nbytes = dtype.itemsize * int(np.prod(shape))
+            specs.append(TensorSpec(f.name, f.name, f.dtype, shape, offset, nbytes))
+            if f.kind == "array" and n:
+                fields.append((i, tuple(f.path), offset, nbytes // n, dtype.str,
+                               tuple(f.shape)))
+            offset = _align(offset + nbytes)
+        if not fields:
+            self.enabled = False
+            return None
+        try:
+            buffer = task.allocate(offset)
+        except Exception:  # (its stream stopped meanwhile: nobody reads the batch)
+            return None
+        block = _core.shared_block(buffer.ctypes.data) if offset else None
+        if block is None:  # not shared memory (pinned): the arenas, from now on
+            self.enabled = False
+            return None
+        return DirectBatch(buffer, specs, offset, block, fields)
+
+    def missed(self) -> None:
+        """A batch was planned otherwise from its rows (a field's shape changed): the
+        fields' shapes vary, so rows go by the arenas from now on."""
+        self.enabled = False
+
+
+def direct_rows(samples: Any, *, unbatched: bool, per_sample: bool) -> DirectRows:
+    """The stage's DirectRows: on for batches of rows that the native batching lays out."""
+    return DirectRows(samples.layout, samples.collate_fn is None and not unbatched
+                      and per_sample)
+
+
+# -- in the worker process ----------------------------------------------------------------
+
+def _leaf(value: Any, path: Tuple[Any, ...]) -> Any:
+    """The value at `path` of a sample, through the containers the arena's encoding walks
+    (plain dicts, lists, tuples), else _MISSING."""
+    for k in path:
+        t = type(value)
+        if t is dict:
+            value = value.get(k, _MISSING)
+            if value is _MISSING:
+                return value
+        elif (t is list or t is tuple) and type(k) is int and 0 <= k < len(value):
+            value = value[k]
+        else:
+            return _MISSING
+    return value
+
+
+def _plain_array(value: Any) -> Optional[np.ndarray]:
+    """The array the arena would carry for `value` (transport._Writer's rule), or None."""
+    if isinstance(value, np.ndarray):
+        ok = value.dtype != object and value.flags.c_contiguous and value.dtype.isnative
+        return value if ok else None
+    import torch
+
+    if type(value) is torch.Tensor and value.layout == torch.strided and \
+            not value.is_nested and value.device.type == "cpu" and \
+            value.dtype != torch.bfloat16 and value.is_contiguous() and \
+            not value.requires_grad and not value.is_conj() and not value.is_neg():
+        return value.numpy()
+    return None
+
+
+def request_part(direct: Optional[DirectBatch], lo: int,
+                 known: Set[int]) -> Tuple[Any, Optional[int]]:
+    """What a request for the chunk at batch position `lo` carries about blocks: None, or
+    (the block's part or None, ids of blocks freed since that the worker unmaps); and the
+    block's descriptor to send with it. `known`, the blocks the worker has mapped, is
+    kept up to date."""
+    forget = _core.dead_shared_blocks(list(known)) if known else []
+    known.difference_update(forget)
+    if direct is None:
+        return ((None, forget) if forget else None), None
+    spec, fd = direct.request(lo, known)
+    known.add(spec[0])
+    return (spec, forget), fd
+
+
+class WorkerBlocks:
+    """In the worker: the batch blocks it has mapped, by id. A block is mapped once (the
+    loader's pool reuses its blocks) and unmapped when a request names it freed."""
+
+    def __init__(self) -> None:
+        self._maps: Dict[int, np.ndarray] = {}
+
+    def writer(self, part: Any, fd: Optional[int]) -> Optional["_RowWriter"]:
+        """What writes the rows of a request carrying `part` into their batch's block
+        (None: every row by the arena)."""
+        if part is None:
+            return None
+        spec, forget = part
+        for bid in forget:
+            self._maps.pop(bid, None)  # (the mapping goes with its last view)
+        if spec is None:
+            return None
+        bid, size, lo, fields = spec
+        if fd is not None:
+            try:
+                self._maps[bid] = np.frombuffer(mmap.mmap(fd, size), np.uint8)
+            finally:
+                os.close(fd)
+        block = self._maps.get(bid)
+        return None if block is None else _RowWriter(block, lo, fields)
+
+
+class _RowWriter:
+    """Writes a chunk's fixed fields at their rows of a block; what it wrote is a marker
+    ("__stoker_direct__", field, position) in the reply."""
+
+    __slots__ = ("block", "lo", "fields", "dtypes")
+
+    def __init__(self, block: np.ndarray, lo: int, fields: Sequence[Tuple[Any, ...]]):
+        self.block = block
+        self.lo = lo
+        self.fields = fields
+        self.dtypes = [np.dtype(f[3]) for f in fields]
+
+    def write(self, sample: Any, j: int) -> Dict[Tuple[Any, ...], Any]:
+        """Writes row `j` of the chunk; {path: marker} of the leaves it wrote."""
+        done: Dict[Tuple[Any, ...], Any] = {}
+        pos = self.lo + j
+        for k, (path, off, row, _dtype, shape) in enumerate(self.fields):
+            a = _plain_array(_leaf(sample, path))
+            if a is None or a.dtype != self.dtypes[k] or a.shape != shape:
+                continue  # by the arena: the loader's process plans the batch again
+            start = off + pos * row
+            self.block[start: start + row] = a.reshape(-1).view(np.uint8)
+            done[path] = ("__stoker_direct__", k, pos)
+        return done

@@ -1,0 +1,199 @@
+"""Worker processes write fixed-shape rows straight into their batch (NOTE [ Direct rows ]
+in stoker/_stage/direct.py): the batches are DataLoader's, whatever goes in place and
+whatever does not, and no memory is kept for it that the loader no longer needs."""
+
+import os
+
+import numpy as np
+import stoker
+import torch
+from stoker import _core
+
+
+class Fixed(torch.utils.data.Dataset):
+    """Fixed-shape tensors and arrays, nested, beside numbers and strings."""
+
+    def __len__(self):
+        return 90
+
+    def __getitem__(self, i):
+        g = np.random.default_rng(i)
+        return {"image": torch.from_numpy(g.integers(0, 255, (3, 20, 24), dtype=np.uint8)),
+                "pair": (g.standard_normal(7).astype(np.float32), torch.tensor([i, -i])),
+                "label": i, "name": f"s{i}"}
+
+
+class Varying(Fixed):
+    """From sample 40 on, the dict value "boxes" has another first dimension: padded."""
+
+    def __getitem__(self, i):
+        d = super().__getitem__(i)
+        d["boxes"] = np.full((4 if i < 40 else 1 + i % 5, 2), i, np.float32)
+        return d
+
+
+def _same(a, b):
+    assert type(a) is type(b) or isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    else:
+        assert a == b
+
+
+def _pad_collate(samples):
+    """default_collate, "boxes" padded with their lengths as stoker pads where they vary."""
+    if len({len(s["boxes"]) for s in samples}) == 1:
+        return torch.utils.data.default_collate(samples)
+    out = torch.utils.data.default_collate([{k: v for k, v in s.items() if k != "boxes"}
+                                            for s in samples])
+    n = max(len(s["boxes"]) for s in samples)
+    boxes = torch.zeros((len(samples), n, 2))
+    for j, s in enumerate(samples):
+        boxes[j, :len(s["boxes"])] = torch.from_numpy(s["boxes"])
+    out["boxes"] = boxes
+    out["boxes_lengths"] = torch.tensor([len(s["boxes"]) for s in samples])
+    return out
+
+
+def _loader(ds, **kw):
+    return stoker.Loader(ds, batch_size=8, num_workers=2, python_workers="process", **kw)
+
+
+def _mapped_blocks(pid):
+    """{address range: inode} of the batch blocks process `pid` maps."""
+    with open(f"/proc/{pid}/maps") as f:
+        return {line.split()[0]: int(line.split()[4]) for line in f if "stoker-batch" in line}
+
+
+def test_rows_written_in_place_give_dataloaders_batches_every_epoch():
+    ds = Fixed()
+    want = list(torch.utils.data.DataLoader(ds, batch_size=8))
+    loader = _loader(ds, prefetch_next_epoch=False)  # (no request in flight after it)
+    try:
+        for _ in range(2):
+            got = list(loader)
+            assert len(got) == len(want)
+            for a, b in zip(got, want):
+                _same(a, b)
+        # the rows did go in place: every batch but the first ones (before the layout
+        # was known)
+        assert loader._stage._chunks._direct.batches >= 2 * len(want) - 3
+        for w in loader._stage._placement.workers._workers:
+            # a worker maps the blocks it was sent, once each (and none inherited)
+            assert len(_mapped_blocks(w.pid)) == len(w.blocks) > 0
+            # and its arenas keep no more than the chunk's rows that went by them
+            # (numbers and strings pickled: none)
+            assert sum(a.resident() for a in w.arenas) <= 1 << 20
+    finally:
+        loader.close()
+
+
+def test_a_field_whose_shape_changes_mid_epoch_is_batched_as_before():
+    ds = Varying()
+    want = list(torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=_pad_collate))
+    loader = _loader(ds)
+    try:
+        got = list(loader)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            _same(a, b)
+        assert not loader._stage._chunks._direct.enabled  # its rows go by the arenas now
+        _same(list(loader)[-1], want[-1])
+    finally:
+        loader.close()
+
+
+def test_a_batch_left_mid_epoch_does_not_write_into_the_next_ones():
+    ds = Fixed()
+    want = list(torch.utils.data.DataLoader(ds, batch_size=8))
+    loader = _loader(ds, prefetch_factor=4)
+    try:
+        for stop in (1, 3, 5):
+            for k, b in enumerate(loader):
+                _same(b, want[k])
+                if k == stop:
+                    break
+        for a, b in zip(loader, want):
+            _same(a, b)
+    finally:
+        loader.close()
+
+
+def test_a_worker_forked_while_batches_live_does_not_keep_their_memory():
+    first = _loader(Fixed())
+    second = _loader(Fixed())
+    try:
+        held = next(iter(first))  # its block lives in this process
+        fd, _bid, _off, _size = _core.shared_block(held["image"].data_ptr())
+        ino = os.fstat(fd).st_ino
+        next(iter(second))  # forks the second loader's workers now
+        for w in second._stage._placement.workers._workers:
+            assert ino not in _mapped_blocks(w.pid).values()  # no inherited mapping ...
+            for name in os.listdir(f"/proc/{w.pid}/fd"):  # ... nor descriptor
+                try:
+                    assert os.stat(f"/proc/{w.pid}/fd/{name}").st_ino != ino
+                except FileNotFoundError:
+                    pass
+    finally:
+        first.close()
+        second.close()
+
+
+def test_collate_fn_rows_are_the_users_own_copies():
+    ds = Fixed()
+    kept = []
+
+    def collate(samples):
+        kept.append(samples)
+        return torch.utils.data.default_collate(samples)
+
+    loader = _loader(ds, collate_fn=collate)
+    try:
+        got = list(loader)
+        want = list(torch.utils.data.DataLoader(ds, batch_size=8))
+        for a, b in zip(got, want):
+            _same(a, b)
+        assert len(kept) >= len(want)  # (and the next epoch's first, prefetched)
+        for samples in kept:  # still the samples they were (collated in any order)
+            _same(torch.utils.data.default_collate(samples), want[samples[0]["label"] // 8])
+    finally:
+        loader.close()
+
+
+def test_shared_blocks_are_named_while_they_live_and_dead_after():
+    loader = _loader(Fixed())
+    try:
+        batch = next(iter(loader))
+        addr = batch["image"].data_ptr()
+        got = _core.shared_block(addr)
+        assert got is not None
+        fd, bid, offset, size = got
+        assert os.fstat(fd).st_size == size and 0 <= offset < size
+        assert _core.dead_shared_blocks([bid, 1 << 60]) == [1 << 60]
+        assert _core.shared_block(id(loader)) is None  # an address of no block
+    finally:
+        loader.close()
+    del batch, loader
+    import gc
+
+    gc.collect()
+    # the loader gone and its batches dropped, its blocks are freed
+    assert _core.dead_shared_blocks([bid]) == [bid]
+
+
+def test_threads_keep_pageable_memory():
+    # threads never write from another process: their batches are not shared blocks
+    loader = stoker.Loader(Fixed(), batch_size=8, num_workers=2, python_workers="thread")
+    try:
+        b = next(iter(loader))
+        assert _core.shared_block(b["image"].data_ptr()) is None
+    finally:
+        loader.close()
