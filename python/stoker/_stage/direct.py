@@ -123,6 +123,8 @@ class DirectRows:
         if layout.fields is None:  # no sample checked yet: this batch goes by the arenas
             return None
         n = task.samples
+        if not n:  # (an empty batch: nothing to plan, and nothing learnt about the rest)
+            return None
         specs: List[TensorSpec] = []
         fields: List[Tuple[Any, ...]] = []
         offset = 0
