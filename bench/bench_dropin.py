@@ -28,6 +28,10 @@ after it, the two loaders taking turns, medians of --repeats. Per loader:
                      memory (stoker's arenas, DataLoader's batches in shared memory) and
                      the workers', over the first epoch of a run of its own: sampling it
                      takes most of a core, so the timed runs do not
+  peak memory        the same, with each shared-memory object counted once whole, mapped
+                     or not (bench_python.tree_memory): a DataLoader batch in /dev/shm that
+                     its worker unmapped and the training process has not read yet is in
+                     no process's PSS, yet it is memory
 
 and, timed alone, what stoker's per-sample seeding of the global generators costs (random,
 numpy.random and torch, seeded from (seed, epoch, index) before each sample: the same
@@ -128,6 +132,7 @@ class Peak:
 
     def __init__(self):
         self.best = (0, 0, 0, 0)
+        self.memory = 0  # peak of bench_python.tree_memory()'s memory
         self.cpu = 0.0
         self.tid = None
         self._stop = threading.Event()
@@ -147,6 +152,7 @@ class Peak:
             total = mine.get("Pss", 0) + workers
             if total > self.best[0]:
                 self.best = (total, mine.get("Pss_Anon", 0), mine.get("Pss_Shmem", 0), workers)
+            self.memory = max(self.memory, bp.tree_memory(me)[1])
             self._stop.wait(0.02)
 
     def __enter__(self):
@@ -236,7 +242,8 @@ def run_one(make, inner, epochs, memory=False):
         return {"peak PSS MB": peak.best[0] / 2**20,
                 "  parent anon MB": peak.best[1] / 2**20,
                 "  parent shared MB": peak.best[2] / 2**20,
-                "  workers MB": peak.best[3] / 2**20}, wake1
+                "  workers MB": peak.best[3] / 2**20,
+                "peak memory MB": peak.memory / 2**20}, wake1
     return {
         "first epoch s": first_epoch,
         "steady s/epoch": steady,

@@ -44,9 +44,13 @@ best DataLoader's first epoch; the steady state's samples/s (the --epochs epochs
 first) and its ratio to the best DataLoader's; time to the first batch; the peak PSS
 of the whole process tree (the main process and its workers, from
 /proc/<pid>/smaps_rollup, sampled in a run of each configuration apart from the timed
-ones: reading it takes most of a core); and the tree's CPU time per batch in the steady state (every
-thread of the main process and its workers, from /proc/<pid>/stat): what a batch costs
-the machine, which holds when other work on the machine makes the timings noisy.
+ones: reading it takes most of a core) and its peak memory ("peak mem": the same, with
+each shared-memory object counted once whole, whether or not a page table holds its
+pages: a DataLoader batch in /dev/shm that no process has touched since its worker
+unmapped it is in no process's PSS, yet it is memory; tree_memory()); and the tree's
+CPU time per batch in the steady state (every thread of the main process and its
+workers, from /proc/<pid>/stat): what a batch costs the machine, which holds when other
+work on the machine makes the timings noisy.
 """
 
 import argparse
@@ -98,15 +102,82 @@ def _tree(pid):
     return out
 
 
-def _pss_of(pid):
+# What names a shared-memory object in /proc/<pid>/maps and /proc/<pid>/fd: a memfd
+# (stoker's batch blocks and arenas), a /dev/shm file (DataLoader's batches), a shared
+# anonymous mapping.
+_SHMEM = ("/memfd:", "/dev/shm/", "/dev/zero", "/SYSV")
+
+
+def _rollup(pid):
+    """(Pss, Pss_Shmem) of process `pid`, bytes."""
+    out = {"Pss": 0, "Pss_Shmem": 0}
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
+                key, _, value = line.partition(":")
+                if key in out:
+                    out[key] = int(value.split()[0]) * 1024
     except OSError:
         pass
-    return 0
+    return out["Pss"], out["Pss_Shmem"]
+
+
+def _shared_objects(pid, seen):
+    """Adds to `seen` ((device, inode) -> bytes it holds) each shared-memory object that
+    process `pid` maps or holds open. PSS counts a shared page only in the processes
+    whose page tables have it: a batch that a DataLoader worker wrote into /dev/shm and
+    unmapped, while the training process mapped it and has not read it yet, is in no
+    process's PSS, yet it is memory. An object's size here is its allocated pages (holes
+    punched by MADV_REMOVE excluded). Reading /proc/<pid>/map_files needs the same user
+    (some kernels: CAP_SYS_ADMIN); objects that cannot be read are left out."""
+    paths = []
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[1][3] == "s" and parts[5].startswith(_SHMEM):
+                    paths.append(f"/proc/{pid}/map_files/{parts[0]}")
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        fds = []
+    for fd in fds:
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            if os.readlink(path).startswith(_SHMEM):
+                paths.append(path)
+        except OSError:
+            pass
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+
+
+def tree_memory(pid=None):
+    """(PSS, memory) in bytes of `pid` and all its descendants. PSS: shared pages counted
+    once in total, among the processes whose page tables hold them. Memory: the PSS of
+    everything but shared memory, plus each shared-memory object the tree maps or holds
+    open, counted once whole, whether or not a page table holds its pages (_shared_objects
+    says why). A process forked while the tree is read would count the pages it shares
+    twice (its parent's PSS read before the fork, its own after): the tree is read again
+    until no process came or went meanwhile."""
+    pid = pid or os.getpid()
+    pss = mem = 0
+    for _ in range(5):
+        procs = _tree(pid)
+        seen = {}
+        pss = mem = 0
+        for p in procs:
+            total, shmem = _rollup(p)
+            pss += total
+            mem += total - shmem
+            _shared_objects(p, seen)
+        mem += sum(seen.values())
+        if _tree(pid) == procs:
+            break
+    return pss, mem
 
 
 def _cpu_of(pid):
@@ -125,32 +196,28 @@ def tree_cpu(pid=None):
 
 
 def tree_pss(pid=None):
-    """PSS in bytes of `pid` and all its descendants (shared pages counted once in total).
-    A process forked while the tree is read would count the pages it shares twice (its
-    parent's PSS read before the fork, its own after): the tree is read again until no
-    process came or went meanwhile."""
-    pid = pid or os.getpid()
-    total = 0
-    for _ in range(5):
-        procs = _tree(pid)
-        total = sum(_pss_of(p) for p in procs)
-        if _tree(pid) == procs:
-            break
-    return total
+    """PSS in bytes of `pid` and all its descendants (tree_memory's first figure)."""
+    return tree_memory(pid)[0]
 
 
 class PeakPss:
-    """Samples the tree's PSS every 50 ms while a run goes on."""
+    """Samples the tree's PSS and memory (tree_memory) every 50 ms while a run goes on:
+    their peaks, `peak` and `peak_memory`."""
 
     def __init__(self):
-        self.peak = 0
+        self.peak = self.peak_memory = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_pss())
+            self._sample()
             self._stop.wait(0.05)
+
+    def _sample(self):
+        pss, mem = tree_memory()
+        self.peak = max(self.peak, pss)
+        self.peak_memory = max(self.peak_memory, mem)
 
     def __enter__(self):
         self._t.start()
@@ -159,7 +226,7 @@ class PeakPss:
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join()
-        self.peak = max(self.peak, tree_pss())
+        self._sample()
 
 
 def timed_epochs(make, epochs):
@@ -200,19 +267,19 @@ def timed_epochs(make, epochs):
 
 
 def peak_pss(make, epochs):
-    """The process tree's peak PSS over the same run as timed_epochs() (made, a first
-    epoch, `epochs` more), sampled every 50 ms; its timings are not kept."""
+    """The process tree's peak PSS and peak memory (tree_memory) over the same run as
+    timed_epochs() (made, a first epoch, `epochs` more), sampled every 50 ms; its
+    timings are not kept."""
     with PeakPss() as mem:
         loader = make()
         for e in range(epochs + 1):
             for _ in _epoch(loader, e):
                 pass
-    peak = max(mem.peak, tree_pss())
     if hasattr(loader, "close"):
         loader.close()
     del loader
     gc.collect()  # (a loader in a reference cycle: its memory is not the next run's)
-    return peak
+    return mem.peak, mem.peak_memory
 
 
 def _epoch(loader, e):
@@ -570,11 +637,12 @@ def run(workload, title, args, tmp):
     print(f"\n({workload}) {title}")
     width = max(map(len, med))
     print(f"  {'':<{width}}  {'first epoch':>11}  {'vs best DL':>10}  {'steady':>9}  "
-          f"{'vs best DL':>10}  {'first batch':>11}  {'peak PSS':>9}  {'CPU/batch':>9}")
-    for name, (first_rate, rate, first, pss, cpu) in med.items():
+          f"{'vs best DL':>10}  {'first batch':>11}  {'peak PSS':>9}  {'peak mem':>9}  "
+          f"{'CPU/batch':>9}")
+    for name, (first_rate, rate, first, (pss, mem), cpu) in med.items():
         print(f"  {name:<{width}}  {first_rate:9.0f}/s  {first_rate / med[best_first][0]:9.2f}x"
               f"  {rate:7.0f}/s  {rate / med[best_steady][1]:9.2f}x  {first:10.3f}s  "
-              f"{pss / 2**20:7.0f}MB  {cpu * 1e3:7.0f}ms")
+              f"{pss / 2**20:7.0f}MB  {mem / 2**20:7.0f}MB  {cpu * 1e3:7.0f}ms")
     print(f"  best DataLoader: {best_first} (first epoch), {best_steady} (steady state)")
     return med
 

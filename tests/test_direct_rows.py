@@ -2,9 +2,13 @@
 in stoker/_stage/direct.py): the batches are DataLoader's, whatever goes in place and
 whatever does not, and no memory is kept for it that the loader no longer needs."""
 
+import multiprocessing
 import os
+import signal
+import time
 
 import numpy as np
+import pytest
 import stoker
 import torch
 from stoker import _core
@@ -195,5 +199,139 @@ def test_threads_keep_pageable_memory():
     try:
         b = next(iter(loader))
         assert _core.shared_block(b["image"].data_ptr()) is None
+    finally:
+        loader.close()
+
+
+class Big(torch.utils.data.Dataset):
+    """Rows of 512 KiB: a chunk of 4 is 2 MiB of arena, when it goes by the arena."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return {"x": torch.full((512, 1024), i % 251, dtype=torch.uint8), "label": i}
+
+
+def test_the_arenas_of_the_first_batches_give_their_pages_back():
+    """The first batches' rows (before the layout was known) come by the arenas; once rows
+    go into their batches, those arenas do not keep their pages, whichever slots the
+    later chunks lease."""
+    loader = _loader(Big(), prefetch_next_epoch=False)
+    try:
+        for _ in range(2):
+            got = list(loader)
+            assert [int(b["x"][j, 0, 0]) for b in got for j in range(8)] == \
+                [i % 251 for i in range(64)]
+        assert loader._stage._chunks._direct.batches >= 2 * 8 - 3
+        for w in loader._stage._placement.workers._workers:
+            assert len(w.arenas) >= 2  # (a chunk queued beside one mapped: two leases)
+            assert sum(a.resident() for a in w.arenas) < 1 << 20
+    finally:
+        loader.close()
+
+
+class Counted(torch.utils.data.Dataset):
+    """Counts the samples begun, across the fork (one worker: no lock needed)."""
+
+    def __init__(self, begun, delay=0.01):
+        self.begun = begun
+        self.delay = delay
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        self.begun.value += 1
+        time.sleep(self.delay)
+        return {"x": np.full(16, i, np.int32)}
+
+
+def test_a_batchs_memory_is_taken_when_a_worker_begins_its_chunk(monkeypatch):
+    """Not when the chunk is queued at the worker behind another: a worker's second
+    request, for the next batch, holds no memory while the worker maps the first."""
+    from stoker._stage import direct
+
+    begun = multiprocessing.RawValue("q", 0)
+    planned = []
+    plan = direct.DirectRows._plan
+
+    def recorded(self, task):
+        planned.append((int(task.indices[0]) // 4, begun.value))
+        return plan(self, task)
+
+    monkeypatch.setattr(direct.DirectRows, "_plan", recorded)
+    loader = stoker.Loader(Counted(begun), batch_size=4, num_workers=1,
+                           python_workers="process", prefetch_factor=4)
+    try:
+        got = list(loader)
+        assert [int(v) for b in got for v in b["x"][:, 0]] == list(range(48))
+        assert len(planned) >= 8  # every batch after the first ones went in place
+        for batch, samples_begun in planned:
+            # one chunk per batch: every sample of the batches before it was begun
+            assert samples_begun >= 4 * batch, planned
+    finally:
+        loader.close()
+
+
+class Dies(Fixed):
+    """Its worker is killed at sample 45 (mid-chunk, rows in place), once."""
+
+    def __init__(self, armed):
+        self.armed = armed
+
+    def __getitem__(self, i):
+        if i == 45 and self.armed.value:
+            self.armed.value = 0
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(i)
+
+
+def test_a_worker_killed_mid_chunk_fails_the_batch_and_the_next_epoch_is_whole():
+    armed = multiprocessing.RawValue("i", 1)
+    ds = Dies(armed)
+    armed.value = 0
+    want = list(torch.utils.data.DataLoader(ds, batch_size=8))
+    armed.value = 1
+    loader = _loader(ds)
+    try:
+        got = []
+        with pytest.raises(RuntimeError, match="worker process"):
+            for b in loader:
+                got.append(b)
+        assert 3 <= len(got) <= 5  # batches 0-4 hold samples 0-39; 45 is in batch 5
+        for a, b in zip(got, want):
+            _same(a, b)
+        for a, b in zip(loader, want):  # a new worker in its place
+            _same(a, b)
+    finally:
+        loader.close()
+
+
+def test_a_failed_plan_fails_its_batch_and_the_worker_goes_on(monkeypatch):
+    from stoker._stage import direct
+
+    plan = direct.DirectRows._plan
+
+    def failing(self, task):
+        if int(task.indices[0]) == 48:
+            raise ValueError("no plan for batch 6")
+        return plan(self, task)
+
+    ds = Fixed()
+    want = list(torch.utils.data.DataLoader(ds, batch_size=8))
+    monkeypatch.setattr(direct.DirectRows, "_plan", failing)
+    loader = _loader(ds)
+    try:
+        got = []
+        with pytest.raises(ValueError, match="no plan for batch 6"):
+            for b in loader:
+                got.append(b)
+        assert len(got) == 6
+        pids = loader._stage._placement.workers.pids()
+        monkeypatch.setattr(direct.DirectRows, "_plan", plan)
+        for a, b in zip(loader, want):
+            _same(a, b)
+        assert loader._stage._placement.workers.pids() == pids  # nobody was killed
     finally:
         loader.close()

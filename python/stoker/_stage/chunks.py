@@ -127,8 +127,10 @@ class ChunkRunner:
         workers = self._placement.workers
         assert workers is not None
         listed = getattr(samples.source, "keys", None)  # a sampler's items, not indices
-        # the batch's memory, when the rows go straight into it: held until the reply
-        direct = None if self._direct is None else self._direct.batch(task, pending)
+        # the rows straight into the batch's memory, planned when the worker asks for it
+        # (as it makes the chunk's last sample): held until the reply
+        d = self._direct
+        plan = (lambda: d.batch(task, pending)) if d is not None and d.ready() else None
         try:
             rows, errors, skipped, times, lease = workers.run(
                 worker, task.epoch, indices, copy=samples.collate_fn is not None,
@@ -137,10 +139,12 @@ class ChunkRunner:
                 sent=None if turn is None or order is None else
                 (lambda: order.done(worker, turn)), stopped=lambda: task.stopped,
                 keys=None if listed is None else [listed[task.epoch][i] for i in indices],
-                direct=direct, lo=lo)
+                plan=plan, lo=lo)
         except WorkerDied as e:
             pending.errors[lo] = e
             return (0, 0, 0, 0, 0, 0, 0, 0)
+        if d is not None:
+            lease.trim = d.ready
         pending.leases.append(lease)  # released with the batch (or with pending, dropped)
         layout = samples.layout
         objects = _object_positions(layout)

@@ -5,26 +5,39 @@ Without this, a worker process writes a sample's arrays into its arena and the l
 process copies them from there into the batch: two copies, and the arenas (two chunks in
 flight per worker, and those held by batches that wait for their other chunks) hold as
 much memory again as the batches themselves. Once the batch's layout is fixed (the first
-sample checked), every later batch of fixed-shape array fields is planned before its
-chunks go out:
+sample checked), each later chunk of fixed-shape array fields asks for its batch's memory
+as it begins, and its worker writes each row there as soon as it is made:
 
-  stage thread, first chunk of batch B           worker process
-  ------------------------------------           --------------
-  plan B as the layout gives it (n rows);
-  task.allocate(): B's memory, a shared block
-  (NOTE [ Shared batch memory ] in
-  pipeline/shared_memory.h)
-  send (indices, the block [+ its fd the first   map each sample; each fixed array field
-  time this worker sees it], where each          that has the planned dtype and shape is
-  field's rows go, the blocks freed since) ----> written at its row in the block; the
-                                                 rest (another shape, objects) goes as
-                                                 before, by the arena
+  stage thread of chunk c of batch B              worker process
+  ----------------------------------              --------------
+  send (indices, "ask", blocks freed since) ----> as c begins: ask (framed as a reply)
+  the ask <--------------------------------------
+  B planned as the layout gives it, at the first  map the first sample meanwhile
+  ask of its chunks: task.allocate(), B's memory,
+  a shared block (NOTE [ Shared batch memory ]
+  in pipeline/shared_memory.h)
+  answer (the block [+ its fd the first time ---> each row made: its fixed array fields
+  this worker sees it], where c's rows go)        that have the planned dtype and shape
+                                                  written at their rows in the block (the
+                                                  rows made before the answer came, when
+                                                  it comes); the rest (another shape,
+                                                  objects) goes as before, by the arena
   rows: views of the block at their place <----- markers for the rows written
   last chunk: planned again from the rows; the same plan -> the block is the batch, and
   only what is not in place yet is written (scalars, objects, rows that went by the
   arena); another plan (a field's shape changed) -> a new block, every row copied into
   it, and direct rows stop for the loader (its fields' shapes vary)
 
+  * A batch's memory is taken when a worker begins one of its chunks, not when the chunk
+    is queued at the worker (each worker has a second chunk queued, usually of the next
+    batch), and a worker holds a sample or two, not its chunk: on bench_python's (a)
+    this took the drop-in's peak memory from above DataLoader's to level with it.
+  * The stage thread that sent a chunk reads the worker's ask and answers it (the
+    replies of a worker are read in the order of its requests, so the ask of request t
+    comes after the reply of t - 1): while the worker waits for the answer, messages
+    that come before it (the next request, a stop) are kept in order for after. The
+    answer goes out under the worker's send lock, taken while the reader holds its
+    turn: nothing takes the turn while it holds the send lock.
   * A block stays referenced by the thread that sent a chunk into it until that chunk's
     reply came back (or its worker died): a batch dropped meanwhile (break, close) does
     not give the block to another batch while a worker may still write into it.
@@ -32,6 +45,9 @@ chunks go out:
     cost 1.1-1.8 ms of page faults per 5 MB chunk) and unmaps those the loader's process
     freed when its next request names them: a block freed while the worker is idle (the
     user dropped batches it kept) stays mapped in it until then.
+  * The arenas the first batches' rows came by give their pages back as those batches
+    are assembled (Lease.trim in processes.py): once rows go straight into their
+    batches, an arena carries only what the batch's layout does not fix.
   * Not for collate_fn (the rows go to user code as they are), batch_size=None, padded
     fields, or pinned batch memory (not shared): those take the arena path.
 """
@@ -40,15 +56,19 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
+import select
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from .. import _core
 from .collate import _BF16, TensorSpec, _align
+from .transport import _send
 
-__all__ = ["DirectBatch", "DirectRows", "WorkerBlocks", "direct_rows", "request_part"]
+__all__ = ["ASK", "ChunkRows", "DirectBatch", "DirectRows", "WorkerBlocks", "answer_ask",
+           "direct_rows", "request_part"]
 
 _MISSING = object()
 
@@ -108,9 +128,14 @@ class DirectRows:
         self.batches = 0  # batches whose memory was planned before their chunks went out
         self._lock = threading.Lock()
 
+    def ready(self) -> bool:
+        """Whether a chunk sent now asks for its batch's memory: direct rows are on, and
+        the layout is known (a sample was checked)."""
+        return self.enabled and self._layout.fields is not None
+
     def batch(self, task: Any, pending: Any) -> Optional[DirectBatch]:
-        """Batch `task`'s planned memory (made by the first chunk that asks), or None
-        when its rows take the arena path."""
+        """Batch `task`'s planned memory (made at the first ask of one of its chunks), or
+        None when its rows take the arena path."""
         if not self.enabled:
             return None
         with self._lock:
@@ -200,19 +225,38 @@ def _plain_array(value: Any) -> Optional[np.ndarray]:
     return None
 
 
-def request_part(direct: Optional[DirectBatch], lo: int,
-                 known: Set[int]) -> Tuple[Any, Optional[int]]:
-    """What a request for the chunk at batch position `lo` carries about blocks: None, or
-    (the block's part or None, ids of blocks freed since that the worker unmaps); and the
-    block's descriptor to send with it. `known`, the blocks the worker has mapped, is
-    kept up to date."""
+def request_part(ask: bool, known: Set[int]) -> Any:
+    """What a request carries about blocks: None, or (whether the worker asks for the
+    chunk's block as it begins, ids of the blocks freed since, which it unmaps). `known`,
+    the blocks the worker has mapped, is kept up to date (called under the worker's send
+    lock)."""
     forget = _core.dead_shared_blocks(list(known)) if known else []
     known.difference_update(forget)
-    if direct is None:
-        return ((None, forget) if forget else None), None
-    spec, fd = direct.request(lo, known)
-    known.add(spec[0])
-    return (spec, forget), fd
+    if not ask and not forget:
+        return None
+    return ask, forget
+
+
+def answer_ask(w: Any, plan: Callable[[], Optional[DirectBatch]], ticket: int,
+               lo: int) -> Tuple[Optional[DirectBatch], Optional[Exception]]:
+    """Answers worker `w`'s ask for the block of request `ticket` (the chunk at batch
+    position `lo`): the batch planned by `plan` (None: its rows go by the arena), and
+    plan's error, if it failed (raised once the reply is read: the worker stays in step).
+    OSError: the worker is gone."""
+    try:
+        direct, error = plan(), None
+    except Exception as e:  # (a bug of the stage: that batch fails, the worker goes on)
+        direct, error = None, e
+    with w.send_lock:
+        spec, fd = None, None
+        if direct is not None:
+            spec, fd = direct.request(lo, w.blocks)
+            w.blocks.add(spec[0])
+        _send(w.sock, pickle.dumps(("block", ticket, spec)), () if fd is None else (fd,))
+    return direct, error
+
+
+ASK = pickle.dumps(("block?",))  # a worker's ask, sent framed as a reply to its request
 
 
 class WorkerBlocks:
@@ -222,24 +266,78 @@ class WorkerBlocks:
     def __init__(self) -> None:
         self._maps: Dict[int, np.ndarray] = {}
 
-    def writer(self, part: Any, fd: Optional[int]) -> Optional["_RowWriter"]:
-        """What writes the rows of a request carrying `part` into their batch's block
-        (None: every row by the arena)."""
+    def request(self, part: Any) -> bool:
+        """Whether to ask for the block of a request carrying `part`; the blocks it names
+        freed are unmapped."""
         if part is None:
-            return None
-        spec, forget = part
+            return False
+        ask, forget = part
         for bid in forget:
             self._maps.pop(bid, None)  # (the mapping goes with its last view)
+        return ask
+
+    def answer(self, recv: Callable[[], Tuple[Any, List[int]]], ticket: int,
+               inbox: Deque[Tuple[Any, List[int]]]) -> Optional["_RowWriter"]:
+        """Waits for the answer to the ask of request `ticket`: what writes its rows into
+        their block (None: every row by the arena). `recv` reads a message (EOFError once
+        the loader hung up); those that come before the answer (the next request, a stop)
+        are queued in `inbox`, in order."""
+        while True:
+            msg, fds = recv()
+            if msg[0] == "block" and msg[1] == ticket:
+                break
+            inbox.append((msg, fds))
+            if msg[0] == "stop":
+                return None
+        spec = msg[2]
         if spec is None:
+            for fd in fds:
+                os.close(fd)
             return None
         bid, size, lo, fields = spec
-        if fd is not None:
+        if fds:
             try:
-                self._maps[bid] = np.frombuffer(mmap.mmap(fd, size), np.uint8)
+                self._maps[bid] = np.frombuffer(mmap.mmap(fds[0], size), np.uint8)
             finally:
-                os.close(fd)
+                for fd in fds:
+                    os.close(fd)
         block = self._maps.get(bid)
         return None if block is None else _RowWriter(block, lo, fields)
+
+
+class ChunkRows:
+    """A chunk's rows in the worker. With `asked` (the worker asked for the block as the
+    chunk began), each row is written into the batch's block as soon as it is made, once
+    the loader's answer came (the rows made before it, when it comes): the worker holds a
+    sample or two, not the chunk. What is not written there (other leaves, and every row
+    without a block) is encoded by `writer` for the arena. flush(rows) is called before
+    each sample and, with wait=True, after the last one; rows are encoded in place."""
+
+    __slots__ = ("blocks", "writer", "recv", "sock", "ticket", "inbox", "asked",
+                 "block", "done")
+
+    def __init__(self, blocks: WorkerBlocks, writer: Any,
+                 recv: Callable[[], Tuple[Any, List[int]]], sock: Any, ticket: int,
+                 inbox: Deque[Tuple[Any, List[int]]], asked: bool):
+        self.blocks, self.writer, self.recv, self.sock = blocks, writer, recv, sock
+        self.ticket, self.inbox, self.asked = ticket, inbox, asked
+        self.block: Optional[_RowWriter] = None
+        self.done = 0  # rows encoded
+
+    def flush(self, rows: List[Any], wait: bool = False) -> None:
+        """Encodes the rows made since the last flush, into the block once it is known;
+        without it, only with `wait` (the chunk's end). EOFError: the loader hung up."""
+        if self.asked and (wait or select.select([self.sock], [], [], 0)[0]):
+            self.asked = False
+            self.block = self.blocks.answer(self.recv, self.ticket, self.inbox)
+        if self.asked or (self.block is None and not wait):
+            return
+        block, encode = self.block, self.writer.encode_row
+        for j in range(self.done, len(rows)):
+            r = rows[j]
+            if r is not None:
+                rows[j] = encode(r, {} if block is None else block.write(r, j))
+        self.done = len(rows)
 
 
 class _RowWriter:

@@ -1,7 +1,36 @@
-"""A Python worker process's life (NOTE [ Worker faults ] in processes.py): right after the
-fork, tied to the loader's process and rid of what it inherited of the loader's (the other
-workers' sockets and arenas); at its end, stopped within a bounded time whatever it runs,
-and reaped."""
+"""A Python worker process's life (NOTE [ Worker faults ]): right after the fork, tied to
+the loader's process and rid of what it inherited of the loader's (the other workers'
+sockets and arenas); at its end, stopped within a bounded time whatever it runs, and
+reaped. The workers themselves are in processes.py (NOTE [ Python stage processes ]).
+
+NOTE [ Worker faults ]
+What user code in a worker may do, and what the loader's process does about it:
+
+  * Replies belong to requests. A request carries a ticket (the worker's count of
+    requests); a reply starts with stoker's magic, the ticket it answers and the pid of
+    the process that wrote it. A reply for another ticket, from another process, or
+    unreadable, is never taken for the rows of the awaited request: the worker is ended
+    (it is no longer known which rows are whose), the batches it held fail with a
+    WorkerDied that says so, and the next iter() starts a new worker.
+  * A process forked inside map (or the dataset's __getitem__) that returns from it
+    ends there, os._exit(0), before it could read a request or write a reply (the
+    stage's pid check after each call of user code: chunks.py); its result is ignored.
+    The same holds in the loader's process for the stage's threads.
+  * Nothing waits forever: close() (and a dropped loader, and interpreter exit) hangs up
+    each worker's socket (shutdown: the stage threads waiting for replies wake with
+    EOF), gives the workers _STOP_SECONDS to end, then sends SIGTERM, then after
+    _TERM_SECONDS SIGKILL: 3 s at most whatever map is doing (one when it ends at SIGTERM).
+  * Workers die with the loader's process, however it dies: PR_SET_PDEATHSIG(SIGKILL)
+    when the worker is forked from the main thread (the signal follows the thread that
+    forked, and the main thread ends with the process), else a watchdog thread in the
+    worker that polls its parent. A worker holds no other worker's socket or arena:
+    right after the fork it replaces each inherited loader-side socket and arena
+    descriptor by /dev/null and each inherited arena mapping by an empty reservation,
+    so a worker that ends leaves no other worker without its EOF, and an arena the
+    loader frees is freed.
+  * A loader dropped without close() (or collected in a cycle) ends its workers and
+    closes its arenas in a finalizer (_end_all), the same bounded way.
+"""
 
 from __future__ import annotations
 

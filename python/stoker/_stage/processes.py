@@ -63,35 +63,7 @@ hand it the chunks they take; everything else stays in the loader's process:
     the user's exception re-raised with its traceback's text in a note, on_error="skip"
     replacing a sample by the next good one in dataset order, in the worker. SystemExit,
     KeyboardInterrupt and other BaseExceptions that map raises come back as themselves
-    too (never skipped); the worker goes on.
-
-NOTE [ Worker faults ]
-What user code in a worker may do, and what the loader's process does about it:
-
-  * Replies belong to requests. A request carries a ticket (the worker's count of
-    requests); a reply starts with stoker's magic, the ticket it answers and the pid of
-    the process that wrote it. A reply for another ticket, from another process, or
-    unreadable, is never taken for the rows of the awaited request: the worker is ended
-    (it is no longer known which rows are whose), the batches it held fail with a
-    WorkerDied that says so, and the next iter() starts a new worker.
-  * A process forked inside map (or the dataset's __getitem__) that returns from it
-    ends there, os._exit(0), before it could read a request or write a reply (the
-    stage's pid check after each call of user code: chunks.py); its result is ignored.
-    The same holds in the loader's process for the stage's threads.
-  * Nothing waits forever: close() (and a dropped loader, and interpreter exit) hangs up
-    each worker's socket (shutdown: the stage threads waiting for replies wake with
-    EOF), gives the workers _STOP_SECONDS to end, then sends SIGTERM, then after
-    _TERM_SECONDS SIGKILL: 3 s at most whatever map is doing (one when it ends at SIGTERM).
-  * Workers die with the loader's process, however it dies: PR_SET_PDEATHSIG(SIGKILL)
-    when the worker is forked from the main thread (the signal follows the thread that
-    forked, and the main thread ends with the process), else a watchdog thread in the
-    worker that polls its parent. A worker holds no other worker's socket or arena:
-    right after the fork it replaces each inherited loader-side socket and arena
-    descriptor by /dev/null and each inherited arena mapping by an empty reservation,
-    so a worker that ends leaves no other worker without its EOF, and an arena the
-    loader frees is freed.
-  * A loader dropped without close() (or collected in a cycle) ends its workers and
-    closes its arenas in a finalizer (_end_all), the same bounded way.
+    too (never skipped); the worker goes on. Faults: NOTE [ Worker faults ] in lifecycle.py.
 """
 
 from __future__ import annotations
@@ -108,11 +80,12 @@ import threading
 import time
 import traceback
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from .. import _core
 from . import lifecycle
-from .direct import WorkerBlocks, request_part
+from .direct import ASK, ChunkRows, WorkerBlocks, answer_ask, request_part
 from .lifecycle import (
     _become_worker,
     _end_all,
@@ -150,7 +123,7 @@ _ROUND_EVERY = 16  # every this many leases take the arena idle longest (_Worker
 
 class WorkerDied(RuntimeError):
     """A Python worker process ended while it held a chunk (or sent a reply that answers
-    no awaited request: NOTE [ Worker faults ])."""
+    no awaited request: NOTE [ Worker faults ] in lifecycle.py)."""
 
 
 def _never() -> bool:
@@ -200,15 +173,20 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
     arenas: Dict[int, _Arena] = {0: arena}
     usage = _Usage()
     blocks = WorkerBlocks()  # batches the rows go straight into (NOTE [ Direct rows ])
+    inbox: Deque[Tuple[Any, List[int]]] = deque()  # came while a block was awaited
+
+    def recv() -> Tuple[Any, List[int]]:
+        data, fds = _recv(sock)
+        return pickle.loads(data), fds
+
     last_epoch, init_epoch = None, start_epoch
     while True:
         if status is not None:
             status.idle()
         try:
-            data, fds = _recv(sock)
+            msg, fds = inbox.popleft() if inbox else recv()
         except (EOFError, OSError):
             return
-        msg = pickle.loads(data)
         if msg[0] == "stop":
             return
         _, ticket, epoch, indices, slot, size = msg[:6]
@@ -228,7 +206,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             arenas[slot] = _Arena(fds.pop(0), size)
             usage.reset(slot)
         arena = arenas[slot]
-        rows_in = blocks.writer(part, fds.pop(0) if fds else None)
+        ask = blocks.request(part)
         wall0 = time.perf_counter_ns()
         cpu0, wait0 = thread_sched()
         times = native_times.reset()
@@ -237,7 +215,16 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
         rows: List[Any] = []
         errors: Dict[int, Any] = {}
         skipped = 0
+        if ask and indices:  # answered while the first sample is made
+            with contextlib.suppress(OSError):  # (then EOF at the answer)
+                _send_reply(sock, ticket, ASK)
+        writer = _Writer()
+        chunk = ChunkRows(blocks, writer, recv, sock, ticket, inbox, ask and bool(indices))
         for pos, index in enumerate(indices):
+            try:
+                chunk.flush(rows)
+            except (EOFError, OSError):
+                return
             if init_error is not None:
                 rows.append(None)
                 errors[pos] = _portable_error(init_error)
@@ -264,9 +251,11 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
                     continue
             errors[pos] = _portable_error(first)
         rows += [None] * (len(indices) - len(rows))
-        writer = _Writer()
-        encoded = [None if r is None else writer.encode_row(
-            r, rows_in.write(r, j) if rows_in is not None else {}) for j, r in enumerate(rows)]
+        try:
+            chunk.flush(rows, wait=True)
+        except (EOFError, OSError):
+            return
+        encoded = rows
         out_fds: Tuple[int, ...] = ()
         if writer.total > arena.size:
             old = arena
@@ -275,7 +264,7 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             usage.reset(slot)
             out_fds = (arena.fd,)
         offsets = writer.write(arena)
-        usage.used(arena, slot, writer.total, rows_in is not None)
+        usage.used(arena, slot, writer.total, chunk.block is not None)
         wall = time.perf_counter_ns() - wall0
         cpu1, wait1 = thread_sched()
         cpu = cpu1 - cpu0
@@ -367,15 +356,21 @@ class Lease:
     again. Released when the batch holding the rows is assembled or dropped (also when
     this object goes away)."""
 
-    __slots__ = ("_worker", "_slot", "__weakref__")
+    __slots__ = ("_worker", "_slot", "trim", "__weakref__")
 
     def __init__(self, worker: _Worker, slot: int):
         self._worker: Optional[_Worker] = worker
         self._slot = slot
+        # True once rows go straight into their batches: the arena gives its pages back
+        # when released (the first batches' rows came by it: NOTE [ Direct rows ])
+        self.trim: Optional[Callable[[], bool]] = None
 
     def release(self) -> None:
         w, self._worker = self._worker, None
         if w is not None:
+            if self.trim is not None and self.trim():
+                with contextlib.suppress(IndexError):  # (its arenas closed: stopped)
+                    w.arenas[self._slot].give_back()
             w.give_back(self._slot)
 
     def __del__(self) -> None:
@@ -385,7 +380,7 @@ class Lease:
 def fork_worker(main: Callable[[socket.socket, _Arena, _SharedStatus], None]) -> _Worker:
     """A worker process forked from this one, running `main(sock, arena, status)` (its
     socket, its first arena, its status) until it returns; the loader's side of it (NOTE
-    [ Python stage processes ], NOTE [ Worker faults ])."""
+    [ Python stage processes ], NOTE [ Worker faults ] in lifecycle.py)."""
     from_main = threading.current_thread() is threading.main_thread()
     loader_pid = os.getpid()
     status = _SharedStatus(mmap.mmap(-1, _STATUS_BYTES))  # shared with the worker
@@ -438,7 +433,7 @@ class ProcessWorkers:
         self._lock = threading.Lock()
         self._pid = -1
         # Dropped without stop(): the workers still end, and are waited for; the arenas
-        # are closed (NOTE [ Worker faults ]).
+        # are closed (NOTE [ Worker faults ] in lifecycle.py).
         self._all: List[_Worker] = []
         weakref.finalize(self, _end_all, self._all, os.getpid())
 
@@ -467,18 +462,17 @@ class ProcessWorkers:
     def run(self, worker: int, epoch: int, indices: List[int], copy: bool = False,
             turn: Optional[Callable[[], None]] = None,
             sent: Optional[Callable[[], None]] = None,
-            stopped: Optional[Callable[[], bool]] = None,
-            keys: Optional[List[Any]] = None, direct: Any = None,
-            lo: int = 0) -> Tuple[Any, ...]:
+            stopped: Optional[Callable[[], bool]] = None, keys: Optional[List[Any]] = None,
+            plan: Optional[Callable[[], Any]] = None, lo: int = 0) -> Tuple[Any, ...]:
         """Maps `indices` on worker `worker`: (rows, errors, skipped, times, lease). The
         top-level arrays of each row are views of an arena that `lease` holds until its
         release() (all arrays copied out with `copy`, and the lease released at once).
         `turn` waits for this request's turn to go out (SendOrder), `sent` says it went
         (or never will); `stopped` says whether the request's batch is no longer wanted
         (NOTE [ Stuck workers ] in stuck.py). `keys`: a sampler's items at those positions,
-        where they are not indices (passed to __getitem__ as they are). `direct`: the
-        DirectBatch the rows go straight into, at batch position `lo` (NOTE [ Direct rows ]
-        in direct.py); the caller holds it until this returns."""
+        where they are not indices (passed to __getitem__ as they are). `plan`, called as
+        the worker asks: the DirectBatch the rows go into at position `lo`, or None
+        (NOTE [ Direct rows ] in direct.py)."""
         try:
             if turn is not None:
                 turn()
@@ -487,42 +481,49 @@ class ProcessWorkers:
                 raise WorkerDied(self._died_message(w, worker))
             slot = w.lease()
             lease = Lease(w, slot)
+            lost = False
             with w.send_lock:
                 new = not w.known[slot]
                 arena = w.arenas[slot]
                 ticket = w.sent
                 try:
-                    part, block_fd = request_part(direct, lo, w.blocks)
+                    part = request_part(plan is not None, w.blocks)
                     msg = ("chunk", ticket, epoch, indices, slot, arena.size if new else 0,
                            keys, part)
-                    _send(w.sock, pickle.dumps(msg), ((arena.fd,) if new else ()) + (
-                        () if block_fd is None else (block_fd,)))
+                    _send(w.sock, pickle.dumps(msg), (arena.fd,) if new else ())
                     w.known[slot] = True
                     w.stopped[ticket] = (epoch, stopped or _never)
                     w.sent += 1
                 except OSError:
-                    self._lost(w)
-                    with w.turn:
-                        w.turn.notify_all()
-                    raise WorkerDied(self._died_message(w, worker)) from None
+                    lost = True
+            if lost:  # (w.turn, never under send_lock: a reader answers asks under turn)
+                self._lost(w)
+                with w.turn:
+                    w.turn.notify_all()
+                raise WorkerDied(self._died_message(w, worker)) from None
         finally:
             if sent is not None:
                 sent()
         fds: List[int] = []
+        direct = plan_error = None  # the DirectBatch its rows go into, once asked
         with w.turn:  # the replies come in the order the requests went out
             while w.received != ticket and w.dead is None:
                 w.turn.wait(0.5)  # (a notify a stop could miss: see w.dead again)
             try:
                 if w.dead is not None:
                     raise EOFError
-                answers, pid, data, fds = _recv_reply(w.sock)
-                if pid != w.pid:
-                    raise _BadReply(f"a reply that answers process {pid}, not the worker (a "
-                                    "process forked inside map writing to its socket?)")
-                if answers != ticket:
-                    raise _BadReply(f"a reply that answers request {answers}, while request "
-                                    f"{ticket} was awaited")
-                reply = pickle.loads(data)
+                while True:  # its ask for the block (NOTE [ Direct rows ]), then the rows
+                    answers, pid, data, fds = _recv_reply(w.sock)
+                    if pid != w.pid:
+                        raise _BadReply(f"a reply that answers process {pid}, not the worker "
+                                        "(a process forked inside map writing to its socket?)")
+                    if answers != ticket:
+                        raise _BadReply(f"a reply that answers request {answers}, while "
+                                        f"request {ticket} was awaited")
+                    reply = pickle.loads(data)
+                    if reply[0] != "block?" or plan is None:
+                        break
+                    direct, plan_error = answer_ask(w, plan, ticket, lo)
             except (EOFError, OSError):
                 self._lost(w)
                 w.turn.notify_all()
@@ -543,6 +544,8 @@ class ProcessWorkers:
             with w.lock:
                 old, w.arenas[slot] = w.arenas[slot], _Arena(fds[0], new_size)
             old.close()
+        if plan_error is not None:
+            raise plan_error
         arena = w.arenas[slot]
         view = not copy
         rows = [None if r is None else _decode(r, arena, offsets, view, direct)

@@ -42,7 +42,7 @@ class Samples:
         self.persistent_workers = persistent_workers
         self._here = here
         # A process forked inside user code that returns from it ends there (NOTE
-        # [ Worker faults ] in processes.py): the pid the stage runs in.
+        # [ Worker faults ] in lifecycle.py): the pid the stage runs in.
         self._pid = os.getpid()
         self._forks = forks()
 
@@ -114,7 +114,7 @@ class Samples:
     def check_fork(self) -> None:
         """After user code: a process it forked (os.fork) that returned from it ends here,
         before it could write to a worker's socket or complete a batch of the loader's
-        (NOTE [ Worker faults ] in processes.py); its result is ignored."""
+        (NOTE [ Worker faults ] in lifecycle.py); its result is ignored."""
         if forks() != self._forks and os.getpid() != self._pid:
             os._exit(0)
 

@@ -29,7 +29,7 @@ _SHRINK_BYTES = 16 << 20
 _SHRINK_DIRECT = 1 << 20  # ... and at once, when the rows go straight into their batch
 _HEADER = struct.Struct("<Q")  # a request: its length
 # A reply: stoker's magic, the ticket of the request it answers, the pid of the process
-# that wrote it, its length (NOTE [ Worker faults ] in processes.py).
+# that wrote it, its length (NOTE [ Worker faults ] in lifecycle.py).
 _REPLY = struct.Struct("<4sQqQ")
 _MAGIC = b"STKR"
 _MAX_REPLY = 1 << 40
@@ -125,6 +125,15 @@ class _Arena:
         """Bytes of memory the arena holds (its pages that were written)."""
         return os.fstat(self.fd).st_blocks * 512
 
+    def give_back(self) -> None:
+        """Its pages go back to the system (it reads as zeros after): an arena that no
+        lease holds, whose rows went into their batch."""
+        try:
+            if self.resident() >= _SHRINK_DIRECT:
+                self.map.madvise(mmap.MADV_REMOVE, 0, self.size)
+        except (AttributeError, OSError, ValueError):  # closed, or no MADV_REMOVE here
+            pass
+
     def close(self) -> None:
         _arenas.discard(self)
         self.array = None
@@ -138,7 +147,7 @@ class _Arena:
 
 
 # The arenas mapped in this process: a worker forked from it lets go of all but its own
-# (NOTE [ Worker faults ] in processes.py).
+# (NOTE [ Worker faults ] in lifecycle.py).
 _arenas: "weakref.WeakSet[_Arena]" = weakref.WeakSet()
 
 
