@@ -232,7 +232,7 @@ def test_the_arenas_of_the_first_batches_give_their_pages_back():
 
 
 class Counted(torch.utils.data.Dataset):
-    """Counts the samples begun, across the fork (one worker: no lock needed)."""
+    """Counts the samples begun, across the fork (unlocked: exact with one worker)."""
 
     def __init__(self, begun, delay=0.01):
         self.begun = begun
@@ -287,6 +287,15 @@ class Dies(Fixed):
         return super().__getitem__(i)
 
 
+def _until_raises(loader, error, match):
+    """The batches an epoch of `loader` gave before it raised `error`."""
+    got = []
+    with pytest.raises(error, match=match):
+        for b in loader:
+            got.append(b)
+    return got
+
+
 def test_a_worker_killed_mid_chunk_fails_the_batch_and_the_next_epoch_is_whole():
     armed = multiprocessing.RawValue("i", 1)
     ds = Dies(armed)
@@ -295,10 +304,7 @@ def test_a_worker_killed_mid_chunk_fails_the_batch_and_the_next_epoch_is_whole()
     armed.value = 1
     loader = _loader(ds)
     try:
-        got = []
-        with pytest.raises(RuntimeError, match="worker process"):
-            for b in loader:
-                got.append(b)
+        got = _until_raises(loader, RuntimeError, "worker process")
         assert 3 <= len(got) <= 5  # batches 0-4 hold samples 0-39; 45 is in batch 5
         for a, b in zip(got, want):
             _same(a, b)
@@ -323,15 +329,35 @@ def test_a_failed_plan_fails_its_batch_and_the_worker_goes_on(monkeypatch):
     monkeypatch.setattr(direct.DirectRows, "_plan", failing)
     loader = _loader(ds)
     try:
-        got = []
-        with pytest.raises(ValueError, match="no plan for batch 6"):
-            for b in loader:
-                got.append(b)
+        got = _until_raises(loader, ValueError, "no plan for batch 6")
         assert len(got) == 6
         pids = loader._stage._placement.workers.pids()
         monkeypatch.setattr(direct.DirectRows, "_plan", plan)
         for a, b in zip(loader, want):
             _same(a, b)
         assert loader._stage._placement.workers.pids() == pids  # nobody was killed
+    finally:
+        loader.close()
+
+
+def test_close_while_workers_wait_for_their_blocks_ends_them():
+    """close() mid-epoch, each worker mid-chunk (its ask sent, perhaps not answered):
+    close() returns, every worker ended and reaped, and a new iter() reads a whole epoch
+    (a worker waiting for its answer reads EOF; nothing waits on the stage's side)."""
+    begun = multiprocessing.RawValue("q", 0)
+    loader = stoker.Loader(Counted(begun, delay=0.05), batch_size=4, num_workers=2,
+                           python_workers="process")
+    it = iter(loader)
+    for _ in range(3):  # past the first batches: the rows go in place
+        next(it)
+    assert loader._stage._chunks._direct.batches >= 1
+    pids = loader._stage._placement.workers.pids()
+    loader.close()
+    for p in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(p, os.WNOHANG)
+    try:
+        got = list(loader)
+        assert sorted(int(v) for b in got for v in b["x"][:, 0]) == list(range(48))
     finally:
         loader.close()

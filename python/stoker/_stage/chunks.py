@@ -128,7 +128,7 @@ class ChunkRunner:
         assert workers is not None
         listed = getattr(samples.source, "keys", None)  # a sampler's items, not indices
         # the rows straight into the batch's memory, planned when the worker asks for it
-        # (as it makes the chunk's last sample): held until the reply
+        # (as it begins the chunk): held until the reply
         d = self._direct
         plan = (lambda: d.batch(task, pending)) if d is not None and d.ready() else None
         try:
