@@ -218,7 +218,7 @@ def run_one(make, inner, epochs, memory=False):
         for batch in bp._epoch(loader, 0):
             if first_batch is None:
                 first_batch = (time.monotonic_ns() - t0) / 1e9
-            n0 += bp._batch_len(batch)
+            n0 += bp.step(batch)
             batches0 += 1
         first_epoch = (time.monotonic_ns() - t0) / 1e9
         tree0, user0 = tree_cpu() - cpu0 - peak.cpu, sum(cpu) / 1e9
@@ -227,7 +227,7 @@ def run_one(make, inner, epochs, memory=False):
     n = batches = 0
     for e in range(1, epochs + 1):
         for batch in bp._epoch(loader, e):
-            n += bp._batch_len(batch)
+            n += bp.step(batch)
             batches += 1
     steady = (time.monotonic_ns() - t1) / 1e9 / epochs
     tree1, user1 = tree_cpu() - cpu0 - peak.cpu, sum(cpu) / 1e9

@@ -248,14 +248,14 @@ def timed_epochs(make, epochs):
     for batch in _epoch(loader, 0):
         if first is None:
             first = time.perf_counter() - t0
-        n0 += _batch_len(batch)
+        n0 += step(batch)
     first_epoch = time.perf_counter() - t0
     cpu0 = tree_cpu()
     t0 = time.perf_counter()
     n = batches = 0
     for e in range(1, epochs + 1):
         for batch in _epoch(loader, e):
-            n += _batch_len(batch)
+            n += step(batch)
             batches += 1
     wall = time.perf_counter() - t0
     cpu = sum(c - cpu0.get(p, 0.0) for p, c in tree_cpu().items())
@@ -270,14 +270,15 @@ def peak_pss(make, epochs):
     """The process tree's peak PSS and peak memory (tree_memory) over the same run as
     timed_epochs() (made, a first epoch, `epochs` more), sampled every 50 ms; its
     timings are not kept."""
+    batch = None
     with PeakPss() as mem:
         loader = make()
         for e in range(epochs + 1):
-            for _ in _epoch(loader, e):
-                pass
+            for batch in _epoch(loader, e):
+                step(batch)
     if hasattr(loader, "close"):
         loader.close()
-    del loader
+    del loader, batch
     gc.collect()  # (a loader in a reference cycle: its memory is not the next run's)
     return mem.peak, mem.peak_memory
 
@@ -292,6 +293,33 @@ def _batch_len(batch):
     if isinstance(batch, dict):
         return len(next(iter(batch.values())))
     return len(batch[0])
+
+
+def _tensors(x):
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _tensors(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _tensors(v)
+
+
+def step(batch):
+    """What a training step does with a batch, short of the model: it reads it (a byte of
+    every page of each tensor, where a copy to the GPU reads them all), and counts its
+    samples. Without the read, a batch whose pages another process wrote into shared
+    memory and unmapped (DataLoader's /dev/shm batches) would be in no process's PSS
+    while the loop holds it."""
+    import torch
+
+    for t in _tensors(batch):
+        if t.numel():
+            int(t.contiguous().reshape(-1).view(torch.uint8)[::4096].sum())
+    return _batch_len(batch)
 
 
 # -- (a) images, albumentations ---------------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 from .activity import Activity
 from .collate import tensors_of
 from .deliveries import UNSET, Deliveries, Delivery, not_none
-from .errors import add_note, format_exception_summary
+from .errors import add_note, format_exception_summary, without_locals
 from .pending import Pending, PendingBatches
 from .pool import exiting
 from .rng import batch_rng, batch_torch_seed, call_with_torch_seeded
@@ -137,7 +137,7 @@ class BatchAssembly:
     def fail(self, task: Any, exc: BaseException) -> None:
         """Batch `task` fails with `exc`, raised in the loop when it comes."""
         d = Delivery(task)
-        d.error = exc
+        d.error = without_locals(exc)
         ticket = self._deliveries.put(d)
         task.fail(ticket, format_exception_summary(exc))
 

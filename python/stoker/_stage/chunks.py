@@ -13,7 +13,7 @@ import numpy as np
 
 from .activity import Activity
 from .direct import DirectRows
-from .errors import add_note
+from .errors import add_note, without_locals
 from .pending import Pending, PendingBatches
 from .placement import Placement
 from .probe import GlobalDraws
@@ -92,7 +92,7 @@ class ChunkRunner:
                                      None if keys is None else keys[pos - lo]) or task.stopped:
                         break
         except BaseException as e:  # a bug of the stage: the batch fails with it
-            pending.internal = e
+            pending.internal = without_locals(e)
         finally:
             doing.idle()
             order = placement.order
@@ -141,7 +141,7 @@ class ChunkRunner:
                 keys=None if listed is None else [listed[task.epoch][i] for i in indices],
                 plan=plan, lo=lo)
         except WorkerDied as e:
-            pending.errors[lo] = e
+            pending.errors[lo] = without_locals(e)
             return (0, 0, 0, 0, 0, 0, 0, 0)
         if d is not None:
             lease.trim = d.ready

@@ -3,7 +3,10 @@ the sample or batch, as it was raised."""
 
 from __future__ import annotations
 
-__all__ = ["add_note", "format_exception_summary", "names_itself"]
+import os
+from typing import Optional
+
+__all__ = ["add_note", "format_exception_summary", "names_itself", "without_locals"]
 
 
 def add_note(exc: BaseException, note: str) -> BaseException:
@@ -35,3 +38,29 @@ def names_itself(exc: BaseException) -> bool:
     from .. import _core
 
     return isinstance(exc, _core.Error)
+
+
+def without_locals(e: BaseException) -> BaseException:
+    """`e`, the locals of stoker's own finished frames in its traceback (and its
+    context's) dropped; the lines it prints stay, and so do a user's frames, for a
+    debugger. An error kept past the call that raised it (a failed batch's, raised later
+    in the loop, perhaps kept by the user) then holds no batch memory through them, and
+    no cycle through the record that keeps it."""
+    seen = 0
+    x: Optional[BaseException] = e
+    while x is not None and seen < 8:
+        tb = x.__traceback__
+        while tb is not None:
+            f = tb.tb_frame
+            if f.f_code.co_filename.startswith(_OWN):
+                try:
+                    f.clear()
+                except RuntimeError:  # still running (the frame that keeps it)
+                    pass
+            tb = tb.tb_next
+        x = x.__cause__ or x.__context__
+        seen += 1
+    return e
+
+
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # stoker/

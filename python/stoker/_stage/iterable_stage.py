@@ -8,6 +8,7 @@ import time
 from typing import Any, Tuple
 
 from .chunks import _copied, _object_positions
+from .errors import without_locals
 from .iterable import IterableRows
 from .pending import Pending as _Pending
 from .stage import PythonStage
@@ -51,7 +52,7 @@ class IterableStage(PythonStage):
                 per_step = max(1, self.rows.batch_size * (task.world_size or 1))
                 got, hold = reading.step(task.batch - task.offset // per_step)
         except BaseException as e:  # a bug of the stage: the batch fails with it
-            pending.internal = e
+            pending.internal = without_locals(e)
         if hold is not None:  # released once the batch is made (or dropped)
             pending.leases.append(hold)
         if task.stopped:

@@ -29,7 +29,15 @@ class Pending:
         self.direct: Any = None
 
     def release(self) -> None:
-        """The rows are no longer read: their arenas may be written again."""
+        """The rows are no longer read: their arenas may be written again, and what the
+        record holds goes (its rows, its batch memory, a bug's error: that error's
+        frames hold this record, a cycle that kept its batch's memory until a garbage
+        collection, after close() too). A thread still running one of its chunks plans
+        no memory for it again (direct False)."""
+        self.rows = [None] * len(self.rows)
+        self.direct = False
+        self.internal = None
+        self.errors = {}
         leases, self.leases = self.leases, []
         for lease in leases:
             lease.release()
