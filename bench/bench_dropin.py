@@ -31,7 +31,8 @@ after it, the two loaders taking turns, medians of --repeats. Per loader:
   peak memory        the same, with each shared-memory object counted once whole, mapped
                      or not (bench_python.tree_memory): a DataLoader batch in /dev/shm that
                      its worker unmapped and the training process has not read yet is in
-                     no process's PSS, yet it is memory
+                     no process's PSS, yet it is memory (every loop reads each batch it
+                     gets, as a training step does: bench_python.step)
 
 and, timed alone, what stoker's per-sample seeding of the global generators costs (random,
 numpy.random and torch, seeded from (seed, epoch, index) before each sample: the same

@@ -50,7 +50,9 @@ pages: a DataLoader batch in /dev/shm that no process has touched since its work
 unmapped it is in no process's PSS, yet it is memory; tree_memory()); and the tree's
 CPU time per batch in the steady state (every thread of the main process and its
 workers, from /proc/<pid>/stat): what a batch costs the machine, which holds when other
-work on the machine makes the timings noisy.
+work on the machine makes the timings noisy. Every loop reads each batch it gets (a byte
+of every page: step()), as a training step's copy to the GPU reads them all; a batch
+never read would be in no process's PSS where another process wrote it and unmapped it.
 """
 
 import argparse

@@ -47,20 +47,15 @@ bool intact(const Item& v, int64_t p) {
 template <typename T>
 using Wait = typename BatchRing<T>::Wait;
 
-/// Waits without a deadline of its own: a long one, retried on timeout.
+/// Waits without a deadline of its own: a long one, retried on timeout (for at
+/// most two minutes: RETRY_WAITS).
 template <typename T>
 Wait<T> wait_ready(BatchRing<T>& r, int64_t p) {
-  for (;;) {
-    const Wait<T> w = r.wait_ready(p, Clock::now() + 10s);
-    if (w != Wait<T>::kTimeout) return w;
-  }
+  return RETRY_WAITS(Wait<T>::kTimeout, r.wait_ready(p, Clock::now() + 10s));
 }
 template <typename T>
 Wait<T> wait_free(BatchRing<T>& r, int64_t p) {
-  for (;;) {
-    const Wait<T> w = r.wait_free(p, Clock::now() + 10s);
-    if (w != Wait<T>::kTimeout) return w;
-  }
+  return RETRY_WAITS(Wait<T>::kTimeout, r.wait_free(p, Clock::now() + 10s));
 }
 
 /// `producers` threads take positions [first, first + count) from a shared

@@ -104,10 +104,7 @@ Setup make(int64_t rows, int64_t batch, int prefetch = 3, bool device = false) {
 }
 
 Status next(LoaderCore::Iterator& it, DeliveredBatch& b) {
-  for (;;) {
-    Status s = it.next(b, Clock::now() + 5s);
-    if (s != Status::kTimeout) return s;
-  }
+  return RETRY_WAITS(Status::kTimeout, it.next(b, Clock::now() + 5s));
 }
 
 std::vector<int64_t> values(const DeliveredBatch& b) {

@@ -147,10 +147,7 @@ bool content_ok(const DeliveredBatch& b) {
 
 /// next(), retried while it times out.
 Status next(Iterator& it, DeliveredBatch& b) {
-  for (;;) {
-    const Status s = it.next(b, Clock::now() + 200ms);
-    if (s != Status::kTimeout) return s;
-  }
+  return RETRY_WAITS(Status::kTimeout, it.next(b, Clock::now() + 200ms));
 }
 
 /// Up to `max` batches of a record iterator, content checked.

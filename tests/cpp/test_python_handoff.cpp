@@ -169,10 +169,7 @@ std::vector<int64_t> values(const DeliveredBatch& b) {
 }
 
 Status next(LoaderCore::Iterator& it, DeliveredBatch& b) {
-  for (;;) {
-    Status s = it.next(b, Clock::now() + 5s);
-    if (s != Status::kTimeout) return s;
-  }
+  return RETRY_WAITS(Status::kTimeout, it.next(b, Clock::now() + 5s));
 }
 
 // ---- tests ----------------------------------------------------------------------
