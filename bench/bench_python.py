@@ -43,16 +43,17 @@ started and one epoch read: what a training run's first epoch pays) and its rati
 best DataLoader's first epoch; the steady state's samples/s (the --epochs epochs after the
 first) and its ratio to the best DataLoader's; time to the first batch; the peak PSS
 of the whole process tree (the main process and its workers, from
-/proc/<pid>/smaps_rollup, sampled in a run of each configuration apart from the timed
-ones: reading it takes most of a core) and its peak memory ("peak mem": the same, with
-each shared-memory object counted once whole, whether or not a page table holds its
-pages: a DataLoader batch in /dev/shm that no process has touched since its worker
-unmapped it is in no process's PSS, yet it is memory; tree_memory()); and the tree's
-CPU time per batch in the steady state (every thread of the main process and its
-workers, from /proc/<pid>/stat): what a batch costs the machine, which holds when other
-work on the machine makes the timings noisy. Every loop reads each batch it gets (a byte
-of every page: step()), as a training step's copy to the GPU reads them all; a batch
-never read would be in no process's PSS where another process wrote it and unmapped it.
+/proc/<pid>/smaps_rollup, sampled in --repeats runs of each configuration apart from the
+timed ones, reading it takes most of a core; the median of their peaks) and its peak
+memory ("peak mem": the same, with each shared-memory object counted once whole, whether
+or not a page table holds its pages: a DataLoader batch in /dev/shm that no process has
+touched since its worker unmapped it is in no process's PSS, yet it is memory;
+tree_memory()); and the tree's CPU time per batch in the steady state (every thread of
+the main process and its workers, from /proc/<pid>/stat): what a batch costs the machine,
+which holds when other work on the machine makes the timings noisy. Every loop reads each
+batch it gets (a byte of every page: step()), as a training step's copy to the GPU reads
+them all; a batch never read would be in no process's PSS where another process wrote it
+and unmapped it.
 """
 
 import argparse
@@ -653,14 +654,18 @@ def run(workload, title, args, tmp):
         for name, make in runs.items():
             warm_files(warm)  # the page cache may have dropped the data since the last run
             results[name].append(timed_epochs(make, args.epochs))
-    memory = {}
-    for name, make in runs.items():  # memory: runs of their own (timed_epochs says why)
-        warm_files(warm)
-        memory[name] = peak_pss(make, args.epochs)
+    # memory: runs of their own (timed_epochs says why), as many, interleaved too: one
+    # run's peak moves by a batch's memory or two with the timing of the workers' chunks
+    memory = {name: [] for name in runs}
+    for _ in range(args.repeats):
+        for name, make in runs.items():
+            warm_files(warm)
+            memory[name].append(peak_pss(make, args.epochs))
     med = {}
     for name, rs in results.items():
         first_rate, rate, first, cpu = (statistics.median(r[i] for r in rs) for i in range(4))
-        med[name] = (first_rate, rate, first, memory[name], cpu)
+        peak = tuple(statistics.median(m[i] for m in memory[name]) for i in range(2))
+        med[name] = (first_rate, rate, first, peak, cpu)
     dl = [k for k in med if k.startswith("DataLoader")]
     best_first = max(dl, key=lambda k: med[k][0])
     best_steady = max(dl, key=lambda k: med[k][1])
