@@ -837,3 +837,42 @@ def test_soak_faults_at_random(labels_ds, workers):
                 os.waitpid(c, 0)
             except ChildProcessError:
                 pass
+
+
+class _RaisesWithLocals(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        marker = f"sample {i}"  # noqa: F841 (read back from the traceback's frame)
+        if i == 5:
+            raise ValueError("bad sample")
+        return {"x": np.full(3, i, np.int32)}
+
+
+def test_a_failed_batchs_error_keeps_the_users_frames_and_drops_stokers_locals():
+    """A failed batch's error, kept past its raise, holds no memory through stoker's own
+    frames (their locals dropped: stage._errors.without_locals), while the user's frame
+    keeps its locals for a debugger (pdb.post_mortem, %debug)."""
+    loader = stoker.Loader(_RaisesWithLocals(), batch_size=2, num_workers=1,
+                           python_workers="thread")
+    try:
+        with pytest.raises(ValueError, match="bad sample") as info:
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
+    frames = []
+    tb = info.value.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    user = [f for f in frames if f.f_code.co_name == "__getitem__"
+            and f.f_code.co_filename == __file__]
+    assert len(user) == 1 and user[0].f_locals["marker"] == "sample 5"
+    # the frames of the stage thread that ran the sample: after the loop's own (its
+    # next(), where the error was raised again, keeps its locals as any raise does)
+    raised = max(k for k, f in enumerate(frames) if f.f_code.co_name == "next")
+    own = os.path.dirname(stoker.__file__) + os.sep
+    stage = [f for f in frames[raised + 1:] if f.f_code.co_filename.startswith(own)]
+    assert stage and all(not f.f_locals for f in stage)

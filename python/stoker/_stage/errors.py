@@ -40,6 +40,9 @@ def names_itself(exc: BaseException) -> bool:
     return isinstance(exc, _core.Error)
 
 
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # stoker/
+
+
 def without_locals(e: BaseException) -> BaseException:
     """`e`, the locals of stoker's own finished frames in its traceback (and its
     context's) dropped; the lines it prints stay, and so do a user's frames, for a
@@ -62,5 +65,3 @@ def without_locals(e: BaseException) -> BaseException:
         seen += 1
     return e
 
-
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # stoker/
