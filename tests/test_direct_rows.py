@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import stoker
 import torch
+from conftest import eventually
 from stoker import _core
 
 
@@ -146,6 +147,68 @@ def test_a_worker_forked_while_batches_live_does_not_keep_their_memory():
                     assert os.stat(f"/proc/{w.pid}/fd/{name}").st_ino != ino
                 except FileNotFoundError:
                     pass
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_batch_kept_by_a_forked_child_stays_as_it_was():
+    """The user's os.fork() while a batch lives: the child's batch is the parent's block
+    itself (shared memory, not copied on write). The parent's loader frees that block when
+    the parent lets go of it, never handing it to a later batch, so the child still reads
+    its own batch after the parent went on for epochs (before: a later batch's rows)."""
+    loader = _loader(Fixed())
+    try:
+        it = iter(loader)
+        next(it)  # the first batch comes by the arenas: the second is written in place
+        held = next(it)
+        want = held["image"].numpy().tobytes()
+        bid = _core.shared_block(held["image"].data_ptr())[1]
+        go_r, go_w = os.pipe()
+        res_r, res_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: reads its batch once the parent has gone on
+            code = 1
+            try:
+                os.read(go_r, 1)
+                code = 0 if held["image"].numpy().tobytes() == want else 2
+                os.write(res_w, bytes([code]))
+            finally:
+                os._exit(code)
+        os.close(go_r)
+        os.close(res_w)
+        try:
+            del held
+            for _ in range(3):  # the pool's blocks go round several times
+                for _ in loader:
+                    pass
+            freed = _core.dead_shared_blocks([bid])
+        finally:  # the child never waits past the test
+            os.write(go_w, b"x")
+            os.close(go_w)
+            got = os.read(res_r, 1)
+            os.close(res_r)
+            status = os.waitpid(pid, 0)[1]
+        assert got == bytes([0]) and status == 0, "the child's batch changed under it"
+        assert freed == [bid]  # freed when given back, not reused
+    finally:
+        loader.close()
+
+
+def test_the_loaders_own_worker_forks_leave_its_blocks_in_use():
+    first = _loader(Fixed())
+    second = _loader(Fixed())
+    try:
+        it = iter(first)
+        next(it)
+        held = next(it)  # written in place: a shared block
+        bid = _core.shared_block(held["image"].data_ptr())[1]
+        next(iter(second))  # forks the second loader's workers while the block lives
+        del held
+        for _ in range(2):
+            for _ in first:
+                pass
+        assert _core.dead_shared_blocks([bid]) == []  # given back, and used again
     finally:
         first.close()
         second.close()
@@ -395,3 +458,63 @@ def test_a_loader_closed_mid_epoch_and_dropped_keeps_no_batch_memory():
 
     assert _kept_blocks(run) == set()
 
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        w, n = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(w, 90, n):
+            yield Fixed()[i]
+
+
+@pytest.mark.parametrize("kind", ["process", "thread"])
+@pytest.mark.parametrize("iterable", [False, True], ids=["map", "iterable"])
+@pytest.mark.parametrize("leave", [False, True], ids=["whole", "break"])
+def test_a_closed_loader_the_user_keeps_holds_no_batch_memory(kind, iterable, leave):
+    """close() gives back every batch block the loader holds, not when the loader object
+    is collected (a trainer keeps its loaders): a stage thread's record of its last chunk,
+    a delivery or a batch waiting for the stage's threads held a stopped batch, and its
+    block (10-30 MB in bench_python's loops), for the loader's life."""
+    ds = _Stream() if iterable else Fixed()
+    loader = stoker.Loader(ds, batch_size=8, num_workers=2, python_workers=kind,
+                           persistent_workers=True)
+    held = None
+    for _ in range(2):
+        for k, held in enumerate(loader):  # noqa: B007 (the loop holds its last batch)
+            if leave and k == 3:
+                break
+    assert loader.stats()["host_blocks"] > 0  # (the batch the loop holds, at least)
+    del held
+    loader.close()
+    s = loader.stats()
+    assert (s["host_blocks"], s["host_bytes"]) == (0, 0)
+    # and the loader works on after it
+    assert sum(len(b["label"]) for b in loader) == 90
+    loader.close()
+
+
+def _busy(activity):
+    """The stage threads whose record says they are on something: (name, phase)."""
+    return [(d.name, d.phase) for d in activity.threads()
+            if d.phase is not None or d.task is not None]
+
+
+@pytest.mark.parametrize("iterable", [False, True], ids=["map", "iterable"])
+def test_a_closed_loader_holds_no_batch_after_collate_fn_or_batch_map(iterable):
+    """The same with the user's collate_fn or batch_map, which stage threads run after a
+    batch's rows (their record marks the phase and the batch): once done, no thread's
+    record holds a batch, and close() leaves no block held."""
+    def collate(rows):
+        return {k: torch.utils.data.default_collate([r[k] for r in rows])
+                for k in ("image", "label")}
+
+    for kw in (dict(collate_fn=collate), dict(batch_map=lambda b, rng: b)):
+        loader = stoker.Loader(_Stream() if iterable else Fixed(), batch_size=8, num_workers=2,
+                               persistent_workers=True, prefetch_next_epoch=False, **kw)
+        assert sum(len(b["label"]) for b in loader) == 90
+        activity = loader._stage._activity  # (no next epoch read ahead: nothing to do)
+        assert eventually(lambda a=activity: not _busy(a)), _busy(activity)
+        loader.close()
+        s = loader.stats()
+        assert (s["host_blocks"], s["host_bytes"]) == (0, 0), kw

@@ -4,6 +4,7 @@ stoker.Dataset, DataLoader's sampler and batch_sampler objects (YOLO's InfiniteD
 compared with DataLoader itself where the meaning is the same."""
 
 import ctypes
+import os
 import random
 
 import numpy as np
@@ -324,3 +325,9 @@ def test_yolos_infinite_dataloader_runs_as_with_dataloader(num_workers):
         assert [b[0].tolist() for b in got] == [b[0].tolist() for b in want]
     got.reset()
     assert len([b for b in got]) == 3
+    pids = got._stage.workers.pids() if num_workers else []
+    assert len(pids) == num_workers
+    got.close()  # its iterator never ends: close() ends its workers, as a dropped loader's
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)

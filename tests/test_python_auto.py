@@ -47,7 +47,7 @@ def test_moving_to_processes_mid_epoch_keeps_every_batch():
     got = []
     for k, b in enumerate(loader):
         got.append(b["x"].clone())
-        if k == 3:
+        if k == 0:  # (auto measures from here: a GIL-bound verdict comes at batch 2)
             assert loader._stage.auto and not loader._stage.processes
             assert loader._stage._to_processes()  # what a GIL-bound verdict does
     assert loader._stage.processes and loader._stage.workers.pids()

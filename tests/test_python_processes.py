@@ -323,3 +323,98 @@ def test_a_script_without_a_main_guard(tmp_path, img_ds):  # noqa: F811
     lines = p.stdout.splitlines()
     assert lines[-1] == str(2 * sum(range(60)))
     assert sum(line.startswith("script body ran") for line in lines) == 1
+
+
+class OddTensors(torch.utils.data.Dataset):
+    """Tensors that NumPy cannot view as they are: a conjugate and a negative view (lazy
+    bits), bfloat16 and float8 (no NumPy dtype), beside a plain one."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return {"z": torch.tensor([1 + 1j * i, 2 - 1j]).conj(),
+                "neg": torch.tensor([1.0, float(i)])._neg_view(),
+                "bf16": torch.tensor([0.5, float(i)], dtype=torch.bfloat16),
+                "f8": torch.tensor([0.5, float(i)]).to(torch.float8_e4m3fn),
+                "x": torch.full((3,), i)}
+
+
+def _same_odd(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        for k in w:
+            assert g[k].dtype == w[k].dtype, k
+            assert torch.equal(g[k].resolve_conj().resolve_neg().view(torch.uint8),
+                               w[k].resolve_conj().resolve_neg().view(torch.uint8)), k
+
+
+def test_tensors_numpy_cannot_view_come_from_worker_processes_as_they_are():
+    """Before: a worker process asked NumPy for a conjugate view's memory, the error
+    ended the worker, and the batch failed as a dead worker's."""
+    want = list(torch.utils.data.DataLoader(OddTensors(), batch_size=2))
+    for e in range(2):  # the first batches by the arenas, then straight into batches
+        loader = stoker.Loader(OddTensors(), batch_size=2, num_workers=2)
+        _same_odd([b for _ in range(e + 1) for b in loader], want * (e + 1))
+        loader.close()
+    one = list(stoker.Loader(OddTensors(), batch_size=None, num_workers=2))
+    _same_odd([{k: v.unsqueeze(0) for k, v in s.items()} for s in one],
+              [{k: v[i: i + 1] for k, v in b.items()} for b in want for i in range(2)])
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            w, n = (0, 1) if info is None else (info.id, info.num_workers)
+            return (OddTensors()[i] for i in range(w, 6, n))
+
+    got = list(stoker.Loader(Stream(), batch_size=2, num_workers=2))
+    flat = sorted((int(b["x"][j, 0]), {k: v[j] for k, v in b.items()})
+                  for b in got for j in range(len(b["x"])))
+    _same_odd([s for _, s in flat], [OddTensors()[i] for i in range(6)])
+
+
+def test_a_row_that_cannot_be_encoded_fails_its_sample_and_the_worker_goes_on(monkeypatch):
+    """A sample whose value the worker cannot hand over fails as that sample, with the
+    reason; the worker process lives on (the same pids) and later batches come."""
+    from stoker._stage import direct, transport
+
+    plain = transport.plain_array
+
+    def refuse(value):
+        if isinstance(value, np.ndarray) and value.shape == (3,) and value[0] in (2, 13):
+            raise ValueError(f"cannot carry sample {value[0]}")
+        return plain(value)
+
+    # forked with it: by the arena (the first batch, planned before any row was seen)
+    # and straight into their batch (the later ones)
+    monkeypatch.setattr(transport, "plain_array", refuse)
+    monkeypatch.setattr(direct, "plain_array", refuse)
+
+    class Arrays(torch.utils.data.Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            return {"x": np.full((3,), i)}
+
+    loader = stoker.Loader(Arrays(), batch_size=4, num_workers=2)
+    it = iter(loader)
+    with pytest.raises(TypeError, match="(?s)index 2 cannot leave the worker process.*"
+                                        "ValueError: cannot carry sample 2"):
+        next(it)
+    pids = loader._stage.workers.pids()
+    assert [next(it)["x"][:, 0].tolist() for _ in range(2)] == [[4, 5, 6, 7], [8, 9, 10, 11]]
+    with pytest.raises(TypeError, match="index 13 cannot leave the worker process"):
+        next(it)
+    assert loader._stage.workers.pids() == pids and len(pids) == 2
+    loader.close()
+
+    class Stream(torch.utils.data.IterableDataset):  # its workers' path
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            return ({"x": np.full((3,), i)} for i in range(info.id, 16, info.num_workers))
+
+    with pytest.raises(TypeError, match="(?s)a row cannot leave worker [01].*"
+                                        "ValueError: cannot carry sample (2|13)"):
+        list(stoker.Loader(Stream(), batch_size=4, num_workers=2))

@@ -184,3 +184,17 @@ def test_nothing_outlives_loaders_whose_workers_were_killed_or_hung(tmp_path, mo
     for p in pids:
         with pytest.raises(ChildProcessError):
             os.waitpid(p, os.WNOHANG)
+
+
+def test_a_thread_gone_idle_meanwhile_is_not_past_its_epoch():
+    """The check at iter() reads a thread's batch once from its record: the thread may go
+    idle meanwhile (its record's batch None), which is no batch past its epoch."""
+    from types import SimpleNamespace
+
+    from stoker._stage.stuck import _past
+
+    assert not _past(None, 3)
+    assert _past(SimpleNamespace(stopped=True, epoch=3), 3)
+    assert _past(SimpleNamespace(stopped=False, epoch=2), 3)
+    assert not _past(SimpleNamespace(stopped=False, epoch=3), 3)
+    assert not _past(SimpleNamespace(stopped=False, epoch=2), None)

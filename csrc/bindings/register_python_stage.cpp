@@ -89,6 +89,9 @@ void register_python_stage(py::module_& m) {
   m.def("forget_shared_blocks_after_fork", &forget_shared_blocks_after_fork,
         "In the loader's worker process just forked: the shared blocks it inherited are "
         "unmapped and their descriptors closed.");
+  m.def("mark_shared_blocks_forked", &mark_shared_blocks_forked,
+        "In the parent of a fork whose child keeps its mappings: every live shared block "
+        "is freed when given back, never reused (the child's batches stay as they were).");
   // A failed batch of the stage: the consumer raises the Python exception the
   // stage keeps under `ticket` (stoker/_stage/stage.py). Registered after the
   // module's translator of stoker::Error, so it is tried first.
@@ -251,6 +254,8 @@ void register_python_stage(py::module_& m) {
           "(task, lo, hi): samples [lo, hi) of the oldest batch waiting, or None after "
           "timeout_ms or once closed.")
       .def("close", &PythonHandoff::close, py::call_guard<py::gil_scoped_release>())
+      .def("drop_stopped", &PythonHandoff::drop_stopped, py::call_guard<py::gil_scoped_release>(),
+           "Drops the batches waiting whose stream stopped; how many.")
       .def_property_readonly("waiting", &PythonHandoff::waiting)
       .def_property_readonly("chunk_samples", &PythonHandoff::chunk_samples)
       .def("set_chunk_samples", &PythonHandoff::set_chunk_samples, py::arg("n"),

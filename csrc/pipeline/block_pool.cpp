@@ -190,11 +190,15 @@ BlockPool::Block BlockPool::acquire(size_t bytes, uintptr_t stream) {
     // Best fit; among equal fits the most recently released block, whose bytes are
     // the likeliest to be still in cache (a batch written into a cold block costs
     // its reads-for-ownership from memory).
+    // (NOTE [ Idle pages ]: among equal fits, one that still has its pages.)
     size_t best = idle_.size();
-    for (size_t i = idle_.size(); i-- > 0;)
-      if (idle_[i].block.capacity >= bytes &&
-          (best == idle_.size() || idle_[i].block.capacity < idle_[best].block.capacity))
+    for (size_t i = idle_.size(); i-- > 0;) {
+      const Idle& c = idle_[i];
+      if (c.block.capacity < bytes) continue;
+      if (best == idle_.size() || c.block.capacity < idle_[best].block.capacity ||
+          (c.block.capacity == idle_[best].block.capacity && c.resident && !idle_[best].resident))
         best = i;
+    }
     if (best < idle_.size()) {
       found = std::move(idle_[best]);
       idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(best));
@@ -236,6 +240,7 @@ std::shared_ptr<BlockPool::Lease> BlockPool::lease(size_t bytes, uintptr_t strea
 void BlockPool::release(Block b, std::optional<uintptr_t> reader) noexcept {
   if (static_cast<int>(::getpid()) != pid_) return;  // forked child: never touch the parent's pool
   Idle idle{b, nullptr};
+  const bool recyclable = alloc_->recyclable(b.data);
   if (reader && fence_) {
     try {
       idle.fence = fence_->record(*reader);
@@ -251,12 +256,27 @@ void BlockPool::release(Block b, std::optional<uintptr_t> reader) noexcept {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (idle_.size() < max_idle_) {
+    if (recyclable && idle_.size() < max_idle_) {
       idle_.push_back(std::move(idle));
+      keep_resident_locked();
       return;
     }
   }
   retire(std::move(idle));
+}
+
+void BlockPool::keep_resident_locked() noexcept {
+  // NOTE [ Idle pages ]: the oldest resident idle blocks past kResidentIdle give
+  // their pages back (under the lock: no lease may take a block meanwhile).
+  size_t resident = 0;
+  for (const Idle& i : idle_) resident += i.resident ? 1 : 0;
+  for (Idle& i : idle_) {
+    if (resident <= kResidentIdle) return;
+    if (!i.resident || i.fence) continue;  // (a fenced block may still be read)
+    if (!alloc_->release_pages(i.block.data, i.block.capacity)) return;
+    i.resident = false;
+    --resident;
+  }
 }
 
 void BlockPool::set_max_idle(size_t n) {

@@ -54,6 +54,14 @@ class BlockAllocator {
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* p, size_t bytes) noexcept = 0;
   virtual MemoryKind kind() const = 0;
+  /// Whether the block at `p`, given back, may be handed out again; false: it is
+  /// freed instead (a shared block that a forked child may still read:
+  /// NOTE [ Shared batch memory ] in shared_memory.h).
+  virtual bool recyclable(const void* /*p*/) const noexcept { return true; }
+  /// Gives the idle block's pages back to the system, its contents lost (the
+  /// next writer faults in zero pages); false where it cannot, and the block
+  /// stays as it is.
+  virtual bool release_pages(void* /*p*/, size_t /*bytes*/) noexcept { return false; }
 };
 
 /// Page-aligned pageable host memory (huge pages advised for large blocks).
@@ -124,7 +132,16 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   struct Idle {
     Block block;
     BlockFence::Token fence;  // null when nothing else read it
+    bool resident = true;     // false: its pages were given back (release_pages)
   };
+  // NOTE [ Idle pages ]: one idle block keeps its pages, the one the next lease
+  // takes; the pages of the others go back to the system where the allocator can
+  // give them (shared memory). A pool that has kept a block more than its steady
+  // state needs (a worker a chunk ahead of the loop) then holds no memory for it,
+  // and a lease prefers a block that still has its pages (faulting a 10 MB block
+  // in again costs its writers about 15 ms).
+  static constexpr size_t kResidentIdle = 1;
+  void keep_resident_locked() noexcept;
   BlockPool(std::shared_ptr<BlockAllocator> alloc, std::shared_ptr<BlockFence> fence,
             size_t max_idle);
   // Frees `idle` now if its fence allows, else defers it. Never waits.

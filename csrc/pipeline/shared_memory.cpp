@@ -22,6 +22,7 @@ struct Entry {
   int fd;
   uint64_t id;
   size_t size;
+  bool forked = false;  // live at a fork whose child keeps it mapped: never reused
 };
 
 // Every live block by its base address. The lock is taken around fork() too
@@ -62,7 +63,7 @@ class SharedAllocator final : public BlockAllocator {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
     r.ids.insert(r.next_id);
-    r.blocks[reinterpret_cast<uintptr_t>(p)] = Entry{fd, r.next_id++, n};
+    r.blocks[reinterpret_cast<uintptr_t>(p)] = Entry{fd, r.next_id++, n, false};
     return p;
   }
   void deallocate(void* p, size_t) noexcept override {
@@ -80,6 +81,18 @@ class SharedAllocator final : public BlockAllocator {
     ::close(e.fd);
   }
   MemoryKind kind() const override { return MemoryKind::kPageable; }
+  bool release_pages(void* p, size_t bytes) noexcept override {
+    // (MADV_REMOVE frees the memfd's pages themselves, in every process that maps
+    // them: a worker's mapping reads zeros after it, and holds nothing.)
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    return ::madvise(p, (std::max<size_t>(bytes, 1) + page - 1) / page * page, MADV_REMOVE) == 0;
+  }
+  bool recyclable(const void* p) const noexcept override {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.blocks.find(reinterpret_cast<uintptr_t>(p));
+    return it == r.blocks.end() || !it->second.forked;
+  }
 };
 
 }  // namespace
@@ -121,6 +134,12 @@ void forget_shared_blocks_after_fork() noexcept {
   }
   r.blocks.clear();
   r.ids.clear();
+}
+
+void mark_shared_blocks_forked() noexcept {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& [base, e] : r.blocks) e.forked = true;
 }
 
 }  // namespace stoker

@@ -13,6 +13,15 @@
 // (forget_shared_blocks_after_fork): a block the loader frees is freed, not kept
 // alive by a worker's inherited mapping or descriptor. A fork() never meets the
 // registry's lock held (pthread_atfork).
+//
+// A process that the user forks keeps the parent's mappings: a batch it holds is
+// the parent's block itself, not a copy on write. So after such a fork the parent
+// marks every live block (mark_shared_blocks_forked, from os.fork()'s hook in
+// python/stoker/_stage/lifecycle.py): given back, a marked block is freed rather
+// than handed to a later batch, and the child keeps the pages of its batches as
+// they were (the memfd lives while the child maps it). Blocks idle at the fork
+// are marked too (the registry does not know which are idle): each is freed once
+// after its next use.
 #pragma once
 
 #include <cstddef>
@@ -43,5 +52,8 @@ std::vector<uint64_t> dead_shared_blocks(const std::vector<uint64_t>& ids);
 /// becomes an inaccessible reservation and each descriptor is closed, so the
 /// memory goes when the parent frees it. Only for the loader's own worker processes.
 void forget_shared_blocks_after_fork() noexcept;
+/// In the parent, after a fork whose child keeps its mappings (the user's, not a
+/// worker's): every live block is freed when given back, never reused.
+void mark_shared_blocks_forked() noexcept;
 
 }  // namespace stoker

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <vector>
 
 #include "producers/batch_planner.h"
 #include "stage/python_producer.h"
@@ -147,6 +148,20 @@ void PythonHandoff::close() {
     dropped.swap(queue_);
   }
   ready_.notify();
+}
+
+size_t PythonHandoff::drop_stopped() {
+  std::vector<std::shared_ptr<PythonTask>> dropped;  // freed after the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if ((*it)->stopped()) {
+      dropped.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dropped.size();
 }
 
 size_t PythonHandoff::waiting() const {

@@ -149,6 +149,9 @@ class PythonHandoff final : public BatchFinisher {
   /// dropped (their streams fail nothing: a stopped stream reads nothing).
   void close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
+  /// Drops the batches waiting whose stream stopped (the loader's close(): until the
+  /// next take(), they would hold their batch memory). Returns how many.
+  size_t drop_stopped();
   /// Batches handed off and not fully claimed.
   size_t waiting() const;
   int64_t chunk_samples() const { return chunk_samples_.load(std::memory_order_relaxed); }

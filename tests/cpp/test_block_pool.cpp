@@ -485,8 +485,54 @@ void allocator_kinds() {
   CHECK_THROWS(UsageError, device_buffer_pool(nullptr, 1));
 }
 
+/// Host memory whose idle pages can be given back: records which blocks were.
+class PagingAllocator final : public BlockAllocator {
+ public:
+  void* allocate(size_t bytes) override {
+    return std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  }
+  void deallocate(void* p, size_t) noexcept override { std::free(p); }
+  MemoryKind kind() const override { return MemoryKind::kPageable; }
+  bool release_pages(void* p, size_t) noexcept override {
+    paged.push_back(p);  // (called under the pool's lock)
+    return true;
+  }
+  std::vector<void*> paged;
+};
+
+// NOTE [ Idle pages ]: one idle block keeps its pages, the one given back last;
+// the older idle blocks give theirs back, and a lease prefers a block that
+// still has its pages among equal fits.
+void idle_blocks_past_one_give_their_pages_back() {
+  auto alloc = std::make_shared<PagingAllocator>();
+  auto pool = BlockPool::create(alloc, nullptr, 8);
+  BlockPool::Block a = pool->acquire(4096), b = pool->acquire(4096), c = pool->acquire(4096);
+  pool->release(a);
+  CHECK(alloc->paged.empty());  // the one idle block keeps its pages
+  pool->release(b);
+  CHECK(alloc->paged == std::vector<void*>{a.data});  // the older one gives them back
+  pool->release(c);
+  CHECK((alloc->paged == std::vector<void*>{a.data, b.data}));
+  CHECK_EQ(pool->blocks(), 3u);  // still the pool's
+  BlockPool::Block x = pool->acquire(4096);
+  CHECK(x.data == c.data);  // the one with its pages
+  BlockPool::Block y = pool->acquire(4096);
+  CHECK(y.data == b.data);  // then the most recent
+  pool->release(y);         // b idle beside a (paged): it keeps its pages
+  CHECK_EQ(alloc->paged.size(), 2u);
+  pool->release(x);  // two resident again: the older, b, gives its pages back
+  CHECK((alloc->paged == std::vector<void*>{a.data, b.data, b.data}));
+  // a smaller fit wins over a resident larger one
+  BlockPool::Block big = pool->acquire(100000);
+  pool->release(big);
+  BlockPool::Block small = pool->acquire(100);
+  CHECK(small.data != big.data);
+  pool->release(small);
+}
+
 }  // namespace
 
 TEST_MAIN(best_fit_reuse(); max_idle_bound(); shared_blocks(); max_idle_zero_frees_blocks();
           out_of_memory_retry(); many_threads(); fence_orders_reuse_after_reader();
-          deleters_never_wait(); fence_failures(); allocator_kinds())
+          deleters_never_wait(); fence_failures(); allocator_kinds();
+          idle_blocks_past_one_give_their_pages_back())

@@ -290,6 +290,24 @@ void stopped_stream_drops_its_batches_and_a_dropped_batch_fails() {
   CHECK_THROWS(Error, next(*yit, b));
 }
 
+void drop_stopped_lets_go_of_a_stopped_streams_batches_at_once() {
+  // The loader's close(): the batches waiting would hold their memory until the
+  // next take(), perhaps never (a loader kept after close()).
+  Setup x = make(40, sampler(4, false), 3, 4);
+  auto it = x.core->iter(0, 1);
+  DeliveredBatch b;
+  CHECK(it->next(b, Clock::now() + 20ms) == Status::kTimeout);
+  const auto all = Clock::now() + 5s;
+  while (x.handoff->waiting() < 3 && Clock::now() < all) std::this_thread::sleep_for(1ms);
+  CHECK_EQ(x.handoff->waiting(), 3u);
+  CHECK_EQ(x.handoff->drop_stopped(), 0u);  // a live stream's batches stay
+  CHECK_EQ(x.handoff->waiting(), 3u);
+  it->close();
+  CHECK_EQ(x.handoff->drop_stopped(), 3u);
+  CHECK_EQ(x.handoff->waiting(), 0u);
+  CHECK(!x.handoff->closed());  // the hand-off serves the next iterator
+}
+
 void empty_batches_are_one_empty_chunk() {
   SamplerOptions s = sampler(4, false);
   s.even_batches = false;
@@ -465,4 +483,5 @@ TEST_MAIN(chunks_are_served_in_the_order_the_consumer_reads();
           failed_batch_carries_its_ticket_and_the_iterator_goes_on();
           resume_hands_off_exactly_the_rest();
           stopped_stream_drops_its_batches_and_a_dropped_batch_fails();
+          drop_stopped_lets_go_of_a_stopped_streams_batches_at_once();
           empty_batches_are_one_empty_chunk(); closed_handoff_returns_at_once();)

@@ -1,7 +1,8 @@
 // Shared batch memory (NOTE [ Shared batch memory ] in pipeline/shared_memory.h):
 // blocks another process can map through their descriptor, named by address
 // while they live and dead once freed, and dropped by a forked worker, which
-// then holds neither their mapping nor their descriptor.
+// then holds neither their mapping nor their descriptor. A block live at a fork
+// whose child keeps it is never reused.
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -37,6 +38,12 @@ void blocks_are_shared_and_named() {
   CHECK_EQ(static_cast<uint8_t*>(other)[9999], 7);
   static_cast<uint8_t*>(other)[0] = 9;  // a worker's write, seen by the loader
   CHECK_EQ(p[0], 9);
+  // an idle block's pages given back: zeros in every mapping, and none resident
+  CHECK(alloc->release_pages(p, 10000));
+  CHECK_EQ(p[0], 0);
+  CHECK_EQ(static_cast<uint8_t*>(other)[9999], 0);
+  std::memset(p, 7, 10000);  // written again: fresh pages
+  CHECK_EQ(static_cast<uint8_t*>(other)[9999], 7);
   ::munmap(other, b->size);
   CHECK(!find_shared_block(p + b->size).has_value() || find_shared_block(p + b->size)->id != b->id);
   CHECK(dead_shared_blocks({b->id}).empty());
@@ -125,7 +132,30 @@ void many_threads_and_a_fork() {
   for (auto& t : threads) t.join();
 }
 
+// After a fork whose child keeps its mappings (mark_shared_blocks_forked): a
+// block live then is freed when given back to its pool, never handed to a later
+// lease (the child may still read it); a block made after the mark goes round.
+void blocks_live_at_a_users_fork_are_not_reused() {
+  auto pool = BlockPool::create(shared_allocator(), nullptr, 4);
+  BlockPool::Block held = pool->acquire(1 << 16);
+  const uint64_t id = find_shared_block(held.data)->id;
+  CHECK(shared_allocator()->recyclable(held.data));
+  mark_shared_blocks_forked();
+  CHECK(!shared_allocator()->recyclable(held.data));
+  pool->release(held);
+  CHECK_EQ(dead_shared_blocks({id}), std::vector<uint64_t>{id});  // freed at once
+  CHECK_EQ(pool->blocks(), 0u);
+  BlockPool::Block fresh = pool->acquire(1 << 16);
+  const uint64_t fresh_id = find_shared_block(fresh.data)->id;
+  CHECK(fresh_id > id);
+  pool->release(fresh);
+  BlockPool::Block again = pool->acquire(1 << 16);  // the unmarked block is reused
+  CHECK_EQ(find_shared_block(again.data)->id, fresh_id);
+  pool->release(again);
+  CHECK(pageable_allocator()->recyclable(nullptr));  // private memory: always
+}
+
 }  // namespace
 
 TEST_MAIN(blocks_are_shared_and_named(); a_forked_worker_forgets_the_blocks();
-          many_threads_and_a_fork())
+          many_threads_and_a_fork(); blocks_live_at_a_users_fork_are_not_reused())

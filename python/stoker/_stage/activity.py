@@ -38,7 +38,10 @@ class Doing:
         self.since = time.monotonic()
 
     def idle(self) -> None:
+        # (and the batch let go: a record kept past its thread's work, or past close(),
+        # would hold the batch's memory)
         self.phase = None
+        self.task = None
 
 
 class Activity:

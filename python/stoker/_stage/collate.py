@@ -46,7 +46,7 @@ import torch
 from ..fields import Blob, Field, NDArray, Scalar
 from .structure import Structure, key_name, path_str, where_text
 
-__all__ = ["BatchLayout", "FieldLayout", "TensorSpec", "is_object_spec"]
+__all__ = ["BatchLayout", "FieldLayout", "Specs", "TensorSpec", "is_object_spec"]
 
 _ALIGN = 64  # as kTensorAlign in csrc/producers/batch_planner.cpp
 
@@ -141,6 +141,22 @@ class TensorSpec:
     def __repr__(self) -> str:
         return (f"TensorSpec({self.name!r}, {_dtype_name(self.dtype)}, {self.shape}, "
                 f"offset={self.offset})")
+
+
+class Specs:
+    """A batch's tensors laid out one after another in its buffer, each aligned as the
+    C++ planner aligns them: ``specs``, and ``offset``, the bytes they take."""
+
+    def __init__(self) -> None:
+        self.specs: List[TensorSpec] = []
+        self.offset = 0
+
+    def add(self, name: str, dtype: Any, shape: Tuple[int, ...]) -> TensorSpec:
+        itemsize = 2 if dtype == _BF16 else np.dtype(dtype).itemsize
+        spec = TensorSpec(name, name, dtype, shape, self.offset, itemsize * math.prod(shape))
+        self.specs.append(spec)
+        self.offset = _align(self.offset + spec.nbytes)
+        return spec
 
 
 def _declared(key: Hashable, spec: Any) -> FieldLayout:
@@ -415,29 +431,20 @@ class BatchLayout:
         if self._fields is None:
             return [], 0
         b = len(rows)
-        specs: List[TensorSpec] = []
-        offset = 0
-
-        def add(name: str, dtype: Any, shape: Tuple[int, ...]) -> None:
-            nonlocal offset
-            itemsize = 2 if dtype == _BF16 else np.dtype(dtype).itemsize
-            nbytes = itemsize * math.prod(shape)
-            specs.append(TensorSpec(name, name, dtype, shape, offset, nbytes))
-            offset = _align(offset + nbytes)
-
+        out = Specs()
         for i, f in enumerate(self._list):
             if f.kind in ("object", "stack"):
                 continue
             if f.kind == "scalar":
-                add(f.name, f.dtype, (b,))
+                out.add(f.name, f.dtype, (b,))
             elif f.kind == "array" and _uniform(rows, i):
-                add(f.name, f.dtype, (b,) + (tuple(rows[0][i].shape) if rows else f.shape))
+                out.add(f.name, f.dtype, (b,) + (tuple(rows[0][i].shape) if rows else f.shape))
             else:  # padded: declared so, or a dict value whose first dimension varies here
                 rest = f.shape if f.kind == "var" else f.shape[1:]
                 longest = max((len(r[i]) for r in rows), default=0)
-                add(f.name, f.dtype, (b, longest) + rest)
-                add(f"{f.name}_lengths", np.dtype("int64"), (b,))
-        return specs, offset
+                out.add(f.name, f.dtype, (b, longest) + rest)
+                out.add(f"{f.name}_lengths", np.dtype("int64"), (b,))
+        return out.specs, out.offset
 
     def write(self, rows: Sequence[List[Any]], specs: Sequence[TensorSpec],
               buffer: np.ndarray, in_place: Optional[Set[int]] = None

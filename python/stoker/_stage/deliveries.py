@@ -88,6 +88,14 @@ class Deliveries:
         with self._lock:
             self._consumers += 1
 
+    def drop_stopped(self) -> None:
+        """close(): the deliveries of batches whose stream stopped go now (each holds its
+        task, and so its batch memory), unless a consumer is in next()."""
+        with self._lock:
+            if not self._consumers:
+                for t in [t for t, d in self._table.items() if d.task.stopped]:
+                    del self._table[t]
+
     def leave(self) -> bool:
         """The consumer left next(); now and then the purge: whether it ran (the caller's
         cue to drop the stage's other records of stopped batches)."""

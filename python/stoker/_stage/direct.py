@@ -64,8 +64,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tu
 import numpy as np
 
 from .. import _core
-from .collate import _BF16, TensorSpec, _align
-from .transport import _send
+from .collate import _BF16, Specs, TensorSpec
+from .transport import _portable_error, _send, plain_array
 
 __all__ = ["ASK", "ChunkRows", "DirectBatch", "DirectRows", "WorkerBlocks", "answer_ask",
            "direct_rows", "request_part"]
@@ -78,7 +78,8 @@ class DirectBatch:
     into it. `fields`: (leaf index, path, offset, row bytes, dtype, shape) of each field
     written in place."""
 
-    __slots__ = ("buffer", "specs", "nbytes", "block", "fields", "counts", "_lock")
+    __slots__ = ("buffer", "specs", "nbytes", "block", "fields", "counts", "_views",
+                 "_lock")
 
     def __init__(self, buffer: np.ndarray, specs: List[TensorSpec], nbytes: int,
                  block: Optional[Tuple[int, int, int, int]], fields: List[Tuple[Any, ...]]):
@@ -88,6 +89,9 @@ class DirectBatch:
         self.block = block  # (fd, id, offset, size) of the shared block, or None
         self.fields = fields
         self.counts = [0] * len(fields)
+        # field k -> (offset, row bytes, dtype, shape) for row(): parsed once, not per row
+        self._views = [(off, row, np.dtype(dtype), shape)
+                       for _, _, off, row, dtype, shape in fields]
         self._lock = threading.Lock()
 
     def request(self, lo: int, known: Set[int]) -> Tuple[Tuple[Any, ...], Optional[int]]:
@@ -102,8 +106,8 @@ class DirectBatch:
 
     def row(self, k: int, pos: int) -> np.ndarray:
         """Field k's row at batch position `pos`, written in place by a worker."""
-        _, _, off, row, dtype, shape = self.fields[k]
-        with self._lock:
+        off, row, dtype, shape = self._views[k]
+        with self._lock:  # (the chunks of a batch come back on several threads)
             self.counts[k] += 1
         start = off + pos * row
         return self.buffer[start: start + row].view(dtype).reshape(shape)
@@ -150,23 +154,20 @@ class DirectRows:
         n = task.samples
         if not n:  # (an empty batch: nothing to plan, and nothing learnt about the rest)
             return None
-        specs: List[TensorSpec] = []
+        out = Specs()  # laid out as BatchLayout.plan lays out uniform rows
         fields: List[Tuple[Any, ...]] = []
-        offset = 0
         for i, f in enumerate(layout._list):
             if f.kind in ("object", "stack"):
                 continue
             if f.kind not in ("scalar", "array") or f.dtype == _BF16:
                 self.enabled = False  # padded fields: planned only from their rows
                 return None
-            shape = (n,) if f.kind == "scalar" else (n,) + tuple(f.shape)
-            dtype = np.dtype(f.dtype)
-            nbytes = dtype.itemsize * int(np.prod(shape))
-            specs.append(TensorSpec(f.name, f.name, f.dtype, shape, offset, nbytes))
-            if f.kind == "array" and n:
-                fields.append((i, tuple(f.path), offset, nbytes // n, dtype.str,
-                               tuple(f.shape)))
-            offset = _align(offset + nbytes)
+            spec = out.add(f.name, f.dtype,
+                           (n,) if f.kind == "scalar" else (n,) + tuple(f.shape))
+            if f.kind == "array":
+                fields.append((i, tuple(f.path), spec.offset, spec.nbytes // n,
+                               np.dtype(f.dtype).str, tuple(f.shape)))
+        specs, offset = out.specs, out.offset
         if not fields:
             self.enabled = False
             return None
@@ -208,21 +209,6 @@ def _leaf(value: Any, path: Tuple[Any, ...]) -> Any:
         else:
             return _MISSING
     return value
-
-
-def _plain_array(value: Any) -> Optional[np.ndarray]:
-    """The array the arena would carry for `value` (transport._Writer's rule), or None."""
-    if isinstance(value, np.ndarray):
-        ok = value.dtype != object and value.flags.c_contiguous and value.dtype.isnative
-        return value if ok else None
-    import torch
-
-    if type(value) is torch.Tensor and value.layout == torch.strided and \
-            not value.is_nested and value.device.type == "cpu" and \
-            value.dtype != torch.bfloat16 and value.is_contiguous() and \
-            not value.requires_grad and not value.is_conj() and not value.is_neg():
-        return value.numpy()
-    return None
 
 
 def request_part(ask: bool, known: Set[int]) -> Any:
@@ -311,16 +297,20 @@ class ChunkRows:
     the loader's answer came (the rows made before it, when it comes): the worker holds a
     sample or two, not the chunk. What is not written there (other leaves, and every row
     without a block) is encoded by `writer` for the arena. flush(rows) is called before
-    each sample and, with wait=True, after the last one; rows are encoded in place."""
+    each sample and, with wait=True, after the last one; rows are encoded in place. A row
+    that cannot be encoded fails as its sample (`errors`, by chunk position; `describe`
+    names it): the worker goes on."""
 
     __slots__ = ("blocks", "writer", "recv", "sock", "ticket", "inbox", "asked",
-                 "block", "done")
+                 "block", "done", "errors", "describe")
 
     def __init__(self, blocks: WorkerBlocks, writer: Any,
                  recv: Callable[[], Tuple[Any, List[int]]], sock: Any, ticket: int,
-                 inbox: Deque[Tuple[Any, List[int]]], asked: bool):
+                 inbox: Deque[Tuple[Any, List[int]]], asked: bool, errors: Dict[int, Any],
+                 describe: Callable[[int], str]):
         self.blocks, self.writer, self.recv, self.sock = blocks, writer, recv, sock
-        self.ticket, self.inbox, self.asked = ticket, inbox, asked
+        self.ticket, self.inbox, self.asked, self.errors = ticket, inbox, asked, errors
+        self.describe = describe  # row j -> its sample, in words
         self.block: Optional[_RowWriter] = None
         self.done = 0  # rows encoded
 
@@ -336,7 +326,13 @@ class ChunkRows:
         for j in range(self.done, len(rows)):
             r = rows[j]
             if r is not None:
-                rows[j] = encode(r, {} if block is None else block.write(r, j))
+                try:
+                    rows[j] = encode(r, {} if block is None else block.write(r, j))
+                except Exception as e:
+                    rows[j] = None
+                    self.errors[j] = _portable_error(TypeError(
+                        f"stoker: {self.describe(j)} cannot leave the worker process: "
+                        f"{type(e).__name__}: {e}"))
         self.done = len(rows)
 
 
@@ -357,7 +353,7 @@ class _RowWriter:
         done: Dict[Tuple[Any, ...], Any] = {}
         pos = self.lo + j
         for k, (path, off, row, _dtype, shape) in enumerate(self.fields):
-            a = _plain_array(_leaf(sample, path))
+            a = plain_array(_leaf(sample, path))
             if a is None or a.dtype != self.dtypes[k] or a.shape != shape:
                 continue  # by the arena: the loader's process plans the batch again
             start = off + pos * row

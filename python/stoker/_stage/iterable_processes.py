@@ -186,7 +186,11 @@ def _stream_main(sock: socket.socket, arena: _Arena, reading: Any, wid: int, n: 
             elif isinstance(x, Failed):
                 out.append(("failed", _portable_error(x.error)))
             else:
-                out.append(("row", writer.encode(x)))
+                try:
+                    out.append(("row", writer.encode(x)))
+                except Exception as e:  # (plain_array refuses what it cannot carry)
+                    out.append(("failed", _portable_error(TypeError(
+                        f"stoker: a row cannot leave worker {wid}: {type(e).__name__}: {e}"))))
         a = arenas[slot]
         new_size = 0
         if writer.total > a.size:

@@ -34,6 +34,7 @@ What user code in a worker may do, and what the loader's process does about it:
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -54,6 +55,43 @@ _SPAWN_LOCK = threading.Lock()
 # The loader ends of every worker socket in this process (descriptor -> inode): a worker
 # forked from it lets go of the others' (NOTE [ Worker faults ]).
 _loader_ends: Dict[int, int] = {}
+# The thread inside fork_worker's os.fork(): its child is a worker, which lets go of the
+# shared batch blocks it inherits. Any other fork's child (the user's os.fork(), a fork
+# start method's process) keeps them mapped, so the parent marks them: none is handed
+# to a later batch while the child may read it (NOTE [ Shared batch memory ] in
+# csrc/pipeline/shared_memory.h), before the fork and after it: a block given back in
+# between is freed, and one made in between is marked too. A fork and exec (subprocess)
+# does not run these hooks.
+_worker_fork_thread: Optional[int] = None
+
+
+def _mark_at_fork() -> None:
+    if _worker_fork_thread != threading.get_ident():
+        _core.mark_shared_blocks_forked()
+
+
+os.register_at_fork(before=_mark_at_fork, after_in_parent=_mark_at_fork)
+
+
+def fork_frozen() -> int:
+    """os.fork() for a worker (under _SPAWN_LOCK). The objects the worker inherits go to
+    the collector's permanent generation in the worker: its collections never walk them,
+    so their pages stay shared with the loader's process instead of being copied as the
+    walk writes to each object's header (the parent takes them back at once). Left alone
+    if the program froze objects itself: unfreezing would undo its own freeze."""
+    global _worker_fork_thread
+    pid = -1
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    _worker_fork_thread = threading.get_ident()
+    try:
+        pid = os.fork()
+    finally:
+        _worker_fork_thread = None
+        if pid != 0 and freeze:
+            gc.unfreeze()
+    return pid
 
 
 # -- the end of workers, in the loader's process ------------------------------------------

@@ -58,12 +58,14 @@ class Placement:
         """python_workers="auto", on threads, after each batch the consumer took: whether
         the user's Python holds the GIL (the verdict's rule, csrc/pipeline/autotuner.cpp
         gil_bound: two or more threads blocked a third of their time or more, at about one
-        core between them), measured from batch 2 (the first ones carry imports and cold
-        caches), decided at batch 4 and every 4 after, over the batches since batch 2.
-        `core`: the loader core, whose stats say the stage's times; `active`: the stage
-        threads working now."""
+        core between them), measured from the first batch's delivery (the threads' first
+        samples carry imports and cold caches: by then they ran them), decided at batch 2
+        and every 2 after, over the batches since the first: each batch on GIL-bound
+        threads takes about twice a process's time, which a first epoch pays. `core`: the
+        loader core, whose stats say the stage's times; `active`: the stage threads
+        working now."""
         self._delivered += 1
-        if self._delivered < 2 or (self._delivered > 2 and self._delivered % 4):
+        if self._delivered % 2 and self._delivered != 1:
             return False
         if active < 2 or _loader_args.available_cores() < 2:
             self.auto = self._delivered < 64  # no second core: threads it is

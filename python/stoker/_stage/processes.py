@@ -69,7 +69,6 @@ hand it the chunks they take; everything else stays in the loader's process:
 from __future__ import annotations
 
 import contextlib
-import gc
 import mmap
 import os
 import pickle
@@ -219,7 +218,8 @@ def _worker_main(sock: socket.socket, arena: _Arena, stage: Any,
             with contextlib.suppress(OSError):  # (then EOF at the answer)
                 _send_reply(sock, ticket, ASK)
         writer = _Writer()
-        chunk = ChunkRows(blocks, writer, recv, sock, ticket, inbox, ask and bool(indices))
+        chunk = ChunkRows(blocks, writer, recv, sock, ticket, inbox, ask and bool(indices),
+                          errors, lambda j, ix=indices: stage.describe(ix[j]))
         for pos, index in enumerate(indices):
             try:
                 chunk.flush(rows)
@@ -391,20 +391,7 @@ def fork_worker(main: Callable[[socket.socket, _Arena, _SharedStatus], None]) ->
         fd = _Arena.new_fd(_ARENA_BYTES)
         sys.stdout.flush()
         sys.stderr.flush()
-        # The objects the worker inherits go to the collector's permanent generation
-        # in the worker: its collections never walk them, so their pages stay shared
-        # with the loader's process instead of being copied as the walk writes to
-        # each object's header (the parent takes them back at once). Left alone if
-        # the program froze objects itself: unfreezing would undo its own freeze.
-        pid = -1
-        freeze = gc.get_freeze_count() == 0
-        if freeze:
-            gc.freeze()
-        try:
-            pid = os.fork()
-        finally:
-            if pid != 0 and freeze:
-                gc.unfreeze()
+        pid = lifecycle.fork_frozen()
         if pid == 0:  # the worker: never returns into the loader's code
             code = 0
             try:

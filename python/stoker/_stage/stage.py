@@ -255,6 +255,13 @@ class PythonStage:
         if self.pool is not None:
             self.pool.stop()
         self._pending.reset()
+        # What the stopped streams' batches left here holds their batch memory: it goes
+        # now, not at the next iter() or when the loader is collected (anyone still
+        # writing into a batch, a thread left in user code, holds the batch itself)
+        self._deliveries.drop_stopped()
+        drop = getattr(self.handoff, "drop_stopped", None)
+        if drop is not None:
+            drop()
 
     def dropped(self) -> None:
         """The loader was dropped without close(): its worker processes are ended and their

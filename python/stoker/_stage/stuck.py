@@ -130,8 +130,7 @@ def past_their_epoch(workers: Optional[ProcessWorkers], activity: Activity,
             _end(workers, i, f"was still {doing_words(phase, index, describe)} for "
                              f"{time.monotonic() - since:.1f} s when the next epoch began, in "
                              "an epoch that had ended: it was ended and replaced")
-    threads = _replace_threads(activity, pool, lambda d: d.task is not None and (
-        d.task.stopped or (epoch is not None and d.task.epoch < epoch)))
+    threads = _replace_threads(activity, pool, lambda d: _past(d.task, epoch))
     return found or bool(threads)
 
 
@@ -167,6 +166,12 @@ def past_timeout(workers: Optional[ProcessWorkers], pending: PendingBatches,
                     f"{held:.1f} s: it is left to return on its own (a thread cannot be "
                     "ended), and a new thread took its place")
     return said
+
+
+def _past(task: Any, epoch: Optional[int]) -> bool:
+    """Whether a thread's batch (`task`, read once from its record: the thread going idle
+    sets it to None meanwhile) is one nobody reads, or of an epoch before `epoch`."""
+    return task is not None and (task.stopped or (epoch is not None and task.epoch < epoch))
 
 
 def _replace_threads(activity: Activity, pool: Optional[StagePool],

@@ -191,6 +191,47 @@ class _Usage:
         self.held[slot] = held
 
 
+def _plain_tensor(value: Any) -> bool:
+    """Whether `value` is a torch.Tensor (not a subclass: a nested or jagged tensor, a
+    tensor wrapper) whose memory is its value as it is: strided, on the CPU, contiguous,
+    without autograd and without a conjugate or negative bit."""
+    import torch
+
+    return type(value) is torch.Tensor and value.layout == torch.strided and \
+        not value.is_nested and value.device.type == "cpu" and not value.requires_grad \
+        and not value.is_conj() and not value.is_neg() and value.is_contiguous()
+
+
+def plain_array(value: Any) -> Optional[np.ndarray]:
+    """`value`'s memory as an arena (or a batch's block: NOTE [ Direct rows ] in
+    direct.py) carries it: a C-contiguous NumPy array of a native dtype (the value itself,
+    or a plain tensor's .numpy()), else None: the value goes as _tensor_bytes() has it, or
+    is pickled as it is (an object array, any other tensor)."""
+    if isinstance(value, np.ndarray):
+        ok = value.dtype != object and value.flags.c_contiguous and value.dtype.isnative
+        return value if ok else None
+    if not _plain_tensor(value):
+        return None
+    try:
+        return value.numpy()
+    except (TypeError, RuntimeError):  # a dtype NumPy has no counterpart for
+        return None
+
+
+def _tensor_bytes(value: Any) -> Optional[np.ndarray]:
+    """A plain tensor of a dtype NumPy lacks (bfloat16, float8: torch cannot unpickle a
+    float8 tensor) as its bytes, else None (a quantized tensor: its scale is not in them,
+    it is pickled)."""
+    if not _plain_tensor(value) or value.is_quantized:
+        return None
+    import torch
+
+    try:
+        return value.reshape(-1).view(torch.uint8).numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
 class _Writer:
     """Replaces the array leaves of a value by places in the arena (in the worker)."""
 
@@ -210,23 +251,17 @@ class _Writer:
             self.done = {}
 
     def encode(self, value: Any, path: Optional[Tuple[Any, ...]] = None) -> Any:
-        import torch
-
         if path is not None:
             got = self.done.get(path)
             if got is not None:
                 return got
-
-        # a plain tensor's memory; a subclass (a nested or jagged tensor, a tensor
-        # wrapper) has no .numpy() of its own and is pickled as it is
-        if type(value) is torch.Tensor and value.layout == torch.strided and \
-                not value.is_nested and value.device.type == "cpu" and \
-                value.dtype != torch.bfloat16 and value.is_contiguous() and \
-                not value.requires_grad:
-            return ("__stoker_tensor__", self._put(value.numpy()))
-        if isinstance(value, np.ndarray) and value.dtype != object and \
-                value.flags.c_contiguous and value.dtype.isnative:
-            return ("__stoker_array__", self._put(value))
+        a = plain_array(value)
+        if a is not None:
+            return ("__stoker_array__" if a is value else "__stoker_tensor__", self._put(a))
+        raw = _tensor_bytes(value)
+        if raw is not None:  # its dtype by name: ("torch.bfloat16", the tensor's shape)
+            return ("__stoker_tensor__", (self._put(raw)[0], str(value.dtype),
+                                          tuple(value.shape)))
         if path is not None:  # a row with leaves in place: the paths followed
             if type(value) is dict:
                 return {k: self.encode(v, path + (k,)) for k, v in value.items()}
@@ -283,6 +318,12 @@ def _decode(value: Any, arena: _Arena, offsets: List[int], view: bool = False,
     if type(value) is tuple and len(value) == 2 and value[0] in ("__stoker_array__",
                                                                   "__stoker_tensor__"):
         i, dtype, shape = value[1]
+        if dtype.startswith("torch."):  # a dtype NumPy lacks: the tensor's bytes
+            import torch
+
+            tdt = getattr(torch, dtype[6:])
+            raw = arena.array[offsets[i]: offsets[i] + tdt.itemsize * math.prod(shape)]
+            return torch.from_numpy(raw if view else raw.copy()).view(tdt).reshape(shape)
         dt = _dtype(dtype)
         n = dt.itemsize * math.prod(shape)
         a = arena.array[offsets[i]: offsets[i] + n].view(dt).reshape(shape)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections import deque
 from concurrent.futures import Executor
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -22,7 +23,7 @@ from ..fields import Field
 from ._workers import ProcessPool, available_cores
 from .merge import _sibling_tmp, copy_records, part_name, record_writer
 
-__all__ = ["convert_files", "expand_sources", "ordered_results", "Skipped"]
+__all__ = ["convert_files", "expand_sources", "ordered_results", "report", "Skipped"]
 
 #: (where, reason) of a record that skip_bad dropped
 Skipped = Tuple[str, str]
@@ -146,3 +147,15 @@ def convert_files(files: Sequence[str], out: str, fields: Mapping[str, Field], r
         if parts is not None:
             shutil.rmtree(parts, ignore_errors=True)
     return {"records": records, "files": len(files), "skipped": skipped, "shards": shards}
+
+
+def report(stats: Mapping[str, Any], out: str, items: str, files: str) -> None:
+    """A converter command's last words, on stderr: each item skipped and why, then what
+    was written (`items`: "records", "samples"; `files`: what the sources are called)."""
+    for where, reason in stats["skipped"]:
+        print(f"skipped {where}: {reason}", file=sys.stderr)
+    fields = ", ".join(f"{n}: {f!r}" for n, f in stats["fields"].items())
+    print(f"wrote {stats['records']} {items} from {stats['files']} {files} to {out} "
+          f"({stats['shards']} shards; {{{fields}}})"
+          + (f"; skipped {len(stats['skipped'])}" if stats["skipped"] else ""),
+          file=sys.stderr)

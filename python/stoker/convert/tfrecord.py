@@ -32,7 +32,6 @@ import gzip
 import io
 import os
 import struct
-import sys
 import zlib
 from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -51,7 +50,7 @@ from ..fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, 
 from ._errors import InputError
 from ._example_proto import BYTES, INT64, MalformedExample, parse_example
 from ._features import parse_features
-from ._parallel import Skipped, convert_files, expand_sources
+from ._parallel import Skipped, convert_files, expand_sources, report
 
 __all__ = ["convert_tfrecord", "infer_features", "read_records", "masked_crc32c",
            "TFRecordError", "add_arguments", "run"]
@@ -420,11 +419,5 @@ def run(args: argparse.Namespace) -> int:
                              compression=args.compression, workers=args.workers,
                              skip_bad=args.skip_bad, verify=args.verify,
                              progress=not args.quiet, overwrite=args.overwrite)
-    for where, reason in stats["skipped"]:
-        print(f"skipped {where}: {reason}", file=sys.stderr)
-    fields = ", ".join(f"{n}: {f!r}" for n, f in stats["fields"].items())
-    print(f"wrote {stats['records']} records from {stats['files']} file(s) to {args.out} "
-          f"({stats['shards']} shards; {{{fields}}})"
-          + (f"; skipped {len(stats['skipped'])}" if stats["skipped"] else ""),
-          file=sys.stderr)
+    report(stats, args.out, "records", "file(s)")
     return 0

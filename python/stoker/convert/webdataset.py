@@ -30,7 +30,6 @@ import io
 import os
 import re
 import struct
-import sys
 import tarfile
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -48,7 +47,7 @@ from .._args import (
 from ..fields import Blob, Field, Image, NDArray, Scalar, blob, image, ndarray, scalar
 from ._errors import InputError
 from ._features import parse_features
-from ._parallel import Skipped, convert_files, expand_sources
+from ._parallel import Skipped, convert_files, expand_sources, report
 
 __all__ = ["convert_webdataset", "iter_samples", "infer_features", "WebDatasetError",
            "add_arguments", "run"]
@@ -308,11 +307,5 @@ def run(args: argparse.Namespace) -> int:
                                shard_size=args.shard_size, workers=args.workers,
                                skip_bad=args.skip_bad, verify=args.verify,
                                progress=not args.quiet, overwrite=args.overwrite)
-    for where, reason in stats["skipped"]:
-        print(f"skipped {where}: {reason}", file=sys.stderr)
-    fields = ", ".join(f"{n}: {f!r}" for n, f in stats["fields"].items())
-    print(f"wrote {stats['records']} samples from {stats['files']} shard(s) to {args.out} "
-          f"({stats['shards']} shards; {{{fields}}})"
-          + (f"; skipped {len(stats['skipped'])}" if stats["skipped"] else ""),
-          file=sys.stderr)
+    report(stats, args.out, "samples", "shard(s)")
     return 0
