@@ -129,3 +129,74 @@ def test_an_absurd_rate_is_refused_not_resampled(files):
         _core.decode_audio_record(bytes(record), stoker.ops.clip.audio_spec(8000, None, None))
     with pytest.raises(ValueError, match="at most 768000 Hz"):
         stoker.audio(sample_rate=1_000_000)
+
+
+def _wav(pcm: bytes, rate: int, channels: int, extra: bytes = b"") -> bytes:
+    import struct
+
+    fmt = struct.pack("<4sIHHIIHH", b"fmt ", 16, 1, channels, rate, rate * 2 * channels,
+                      2 * channels, 16)
+    body = b"WAVE" + fmt + extra + b"data" + struct.pack("<I", len(pcm)) + pcm
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def test_a_record_that_does_not_match_its_file_is_refused():
+    """A record whose channels say other than its file decodes to (a damaged header) is
+    refused naming both, before the file's channels size a buffer (found by fuzz_media: a
+    file of 8193 channels under a record of 2)."""
+    import struct
+
+    pcm = (np.sin(np.arange(1600) / 5) * 8000).astype("<i2").tobytes()
+    record = bytearray(stoker.audio().encode(_wav(pcm, 8000, 1)))
+    assert _core.audio_info(bytes(record))["channels"] == 1
+    spec = stoker.ops.clip.audio_spec(None, None, None)
+    assert _core.decode_audio_record(bytes(record), spec)[0].shape == (1, 1600)
+    struct.pack_into("<i", record, 20, 2)
+    with pytest.raises(stoker.DecodeError, match=r"decodes to 8000 Hz x 1, its record says "
+                                                 r"8000 Hz x 2"):
+        _core.decode_audio_record(bytes(record), spec)
+    with pytest.raises(ValueError, match="65 channels: stoker reads 1 to 64"):
+        stoker.audio().encode(_wav(b"\0" * 130 * 4, 8000, 65))
+
+
+def test_a_header_that_claims_gigabytes_allocates_no_gigabytes(tmp_path):
+    """A WAV whose LIST chunk claims 4 GB makes FFmpeg's demuxer allocate (and zero) a tag
+    of the size it claims, 2 GB, before reading a byte of it (PyAV, over the same bytes,
+    peaks at 2 GB; found by fuzz_media). stoker caps FFmpeg's single allocations at 1 GiB,
+    so the file is refused, writing or reading, and the process stays small."""
+    import struct
+    import subprocess
+    import sys
+
+    pcm = (np.sin(np.arange(800) / 5) * 8000).astype("<i2").tobytes()
+    info = b"INFO" + b"ISFT" + struct.pack("<I", 0x7FFFFFF0) + b"stoker\0\0"
+    bad = _wav(pcm, 8000, 1, b"LIST" + struct.pack("<I", 0xFFFFFFF0) + info)
+    good = stoker.audio().encode(_wav(pcm, 8000, 1))
+    head = struct.unpack_from("<I", good, 8)[0]
+    (tmp_path / "bad.wav").write_bytes(bad)
+    (tmp_path / "bad.rec").write_bytes(good[:head] + bad)
+    script = """
+import resource, sys, pathlib
+import stoker
+from stoker import _core
+d = pathlib.Path(sys.argv[1])
+try:
+    stoker.audio().encode((d / "bad.wav").read_bytes())
+    print("encoded")
+except ValueError as e:
+    print("refused:", e)
+try:
+    _core.decode_audio_record((d / "bad.rec").read_bytes(),
+                              stoker.ops.clip.audio_spec(None, None, None))
+    print("decoded")
+except stoker.DecodeError as e:
+    print("refused:", e)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("refused: ") and "FFmpeg cannot read the file" in lines[0]
+    assert lines[1].startswith("refused: ") and "FFmpeg cannot read the file" in lines[1]
+    assert int(lines[2]) < 1024, f"peak RSS {lines[2]} MB"

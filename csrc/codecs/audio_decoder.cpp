@@ -113,6 +113,8 @@ std::vector<uint8_t> make_audio_record(const uint8_t* data, size_t n) {
       channels = f->ch_layout.nb_channels;
       STOKER_CHECK(rate > 0 && rate <= kMaxSampleRate, DecodeError, "the audio's rate of ", rate,
                    " Hz is outside 1 to ", kMaxSampleRate, " Hz");
+      STOKER_CHECK(channels > 0 && channels <= kMaxAudioChannels, DecodeError, "the audio has ",
+                   channels, " channels: stoker reads 1 to ", kMaxAudioChannels);
     }
     STOKER_CHECK(f->sample_rate == rate && f->ch_layout.nb_channels == channels, DecodeError,
                  "the audio changes from ", rate, " Hz x ", channels, " to ", f->sample_rate,
@@ -162,6 +164,12 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
   }
 
   AudioInput a(rec.file, rec.file_size, rec.stream, (rec.flags & kAudioProbeStreams) != 0);
+  // The resampler is made for the first decoded frame: its layout and sample format
+  // are the decoder's output, which the stream's parameters need not say (HE-AAC's
+  // rate and channels show in its frames). Every frame must have the record's rate and
+  // channels, as each had when the record was written: a damaged record or file is
+  // refused here, before a frame's channels size a buffer.
+  SwrPtr swr;
   AVChannelLayout in_layout{}, out_layout{};
   struct Layouts {
     AVChannelLayout *a, *b;
@@ -170,29 +178,31 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
       av_channel_layout_uninit(b);
     }
   } layouts{&in_layout, &out_layout};
-  if (a.ctx->ch_layout.order == AV_CHANNEL_ORDER_UNSPEC)
-    av_channel_layout_default(&in_layout, a.ctx->ch_layout.nb_channels);
-  else
-    av_channel_layout_copy(&in_layout, &a.ctx->ch_layout);
-  if (channels == in_layout.nb_channels)
-    av_channel_layout_copy(&out_layout, &in_layout);
-  else
-    av_channel_layout_default(&out_layout, channels);
-  SwrContext* raw = nullptr;
-  int err = swr_alloc_set_opts2(&raw, &out_layout, AV_SAMPLE_FMT_FLTP, rate, &in_layout,
-                                a.ctx->sample_fmt, in_rate, 0, nullptr);
-  SwrPtr swr(raw);
-  if (err >= 0 && channels == 1 && in_layout.nb_channels > 1) {
-    // To mono: the mean of the channels (librosa's to_mono, torchaudio's mean), not
-    // libswresample's default of each at -3 dB.
-    std::vector<double> mean(static_cast<size_t>(in_layout.nb_channels),
-                             1.0 / in_layout.nb_channels);
-    err = swr_set_matrix(swr.get(), mean.data(), in_layout.nb_channels);
-  }
-  if (err >= 0) err = swr_init(swr.get());
-  STOKER_CHECK(err >= 0, DecodeError, "libswresample cannot convert ", in_rate, " Hz x ",
-               in_layout.nb_channels, " to ", rate, " Hz x ", channels, " (", av_error_text(err),
-               ")");
+  auto make_resampler = [&](const AVFrame* f) {
+    if (f->ch_layout.order == AV_CHANNEL_ORDER_UNSPEC)
+      av_channel_layout_default(&in_layout, f->ch_layout.nb_channels);
+    else
+      av_channel_layout_copy(&in_layout, &f->ch_layout);
+    if (channels == in_layout.nb_channels)
+      av_channel_layout_copy(&out_layout, &in_layout);
+    else
+      av_channel_layout_default(&out_layout, channels);
+    SwrContext* raw = nullptr;
+    int err = swr_alloc_set_opts2(&raw, &out_layout, AV_SAMPLE_FMT_FLTP, rate, &in_layout,
+                                  static_cast<AVSampleFormat>(f->format), in_rate, 0, nullptr);
+    swr.reset(raw);
+    if (err >= 0 && channels == 1 && in_layout.nb_channels > 1) {
+      // To mono: the mean of the channels (librosa's to_mono, torchaudio's mean), not
+      // libswresample's default of each at -3 dB.
+      std::vector<double> mean(static_cast<size_t>(in_layout.nb_channels),
+                               1.0 / in_layout.nb_channels);
+      err = swr_set_matrix(swr.get(), mean.data(), in_layout.nb_channels);
+    }
+    if (err >= 0) err = swr_init(swr.get());
+    STOKER_CHECK(err >= 0, DecodeError, "libswresample cannot convert ", in_rate, " Hz x ",
+                 in_layout.nb_channels, " to ", rate, " Hz x ", channels, " (", av_error_text(err),
+                 ")");
+  };
 
   int64_t written = 0;  // output samples kept
   int64_t dropped = 0;  // output samples dropped before `start`
@@ -232,13 +242,19 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
   const int64_t start_pts = a.st->start_time == AV_NOPTS_VALUE ? 0 : a.st->start_time;
   if (seek) {
     const int64_t ts = start_pts + av_rescale_q(in_from, AVRational{1, in_rate}, a.st->time_base);
-    err = av_seek_frame(a.in.fmt(), rec.stream, ts, AVSEEK_FLAG_BACKWARD);
+    const int err = av_seek_frame(a.in.fmt(), rec.stream, ts, AVSEEK_FLAG_BACKWARD);
     STOKER_CHECK(err >= 0, DecodeError, "cannot seek in the audio (", av_error_text(err), ")");
   }
   bool placed = !seek;
-  const int bps = av_get_bytes_per_sample(a.ctx->sample_fmt);
-  const bool planar = av_sample_fmt_is_planar(a.ctx->sample_fmt);
+  int format = AV_SAMPLE_FMT_NONE, bps = 0;
+  bool planar = false;
   a.decode([&](const AVFrame* f) {
+    STOKER_CHECK(f->sample_rate == in_rate && f->ch_layout.nb_channels == rec.channels, DecodeError,
+                 "the audio decodes to ", f->sample_rate, " Hz x ", f->ch_layout.nb_channels,
+                 ", its record says ", in_rate, " Hz x ", rec.channels,
+                 " (the record or the file is damaged)");
+    STOKER_CHECK(!swr || f->format == format, DecodeError,
+                 "the audio's sample format changes from frame to frame");
     if (!placed) {  // after a seek: the frame's place from its time
       STOKER_CHECK(f->pts != AV_NOPTS_VALUE, DecodeError, "an audio frame has no time");
       pos = av_rescale_q(f->pts - start_pts, a.st->time_base, AVRational{1, in_rate});
@@ -247,6 +263,12 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
     }
     const int64_t lo = std::max(pos, in_from), hi = std::min(pos + f->nb_samples, in_to);
     if (lo < hi) {
+      if (!swr) {
+        make_resampler(f);
+        format = f->format;
+        bps = av_get_bytes_per_sample(static_cast<AVSampleFormat>(format));
+        planar = av_sample_fmt_is_planar(static_cast<AVSampleFormat>(format));
+      }
       const int64_t off = lo - pos;
       const uint8_t* in[64];
       const int nch = f->ch_layout.nb_channels;
@@ -257,7 +279,7 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
     pos += f->nb_samples;
     return pos < in_to && written < count;
   });
-  if (written < count) convert(nullptr, 0);  // what the resampler holds back
+  if (swr && written < count) convert(nullptr, 0);  // what the resampler holds back
   return written;
 }
 

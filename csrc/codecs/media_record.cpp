@@ -97,8 +97,8 @@ AudioRecord parse_audio_record(const uint8_t* data, size_t n) {
   r.samples = load<int64_t>(data + 24);
   r.flags = load<int32_t>(data + 32);
   STOKER_CHECK(head == kMediaHeaderBytes && r.stream >= 0 && r.sample_rate > 0 &&
-                   r.sample_rate <= kMaxSampleRate && r.channels > 0 && r.channels <= 64 &&
-                   r.samples >= 0,
+                   r.sample_rate <= kMaxSampleRate && r.channels > 0 &&
+                   r.channels <= kMaxAudioChannels && r.samples >= 0,
                DecodeError, "audio record header is inconsistent (", r.sample_rate, " Hz, ",
                r.channels, " channels, ", r.samples, " samples)");
   r.file = data + head;

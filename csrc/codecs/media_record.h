@@ -53,6 +53,8 @@ inline constexpr int32_t kAudioProbeStreams = 2;  ///< audio flag: needs find_st
 /// The highest audio rate a record holds or a loader resamples to (FFmpeg's
 /// decoders stop at 768 kHz; libswresample's filter grows with the ratio).
 inline constexpr int32_t kMaxSampleRate = 768000;
+/// The most audio channels a record holds (libswresample's limit, SWR_CH_MAX).
+inline constexpr int32_t kMaxAudioChannels = 64;
 
 struct VideoFrameEntry {
   int64_t pts;

@@ -7,6 +7,7 @@ images, Megatron indexes, patches of a decoded cache's file, and small videos an
                                                   OUT_DIR/media/*
 """
 
+import base64
 import io
 import os
 import struct
@@ -120,6 +121,19 @@ def media(out):
         for path, raw in ((3, data), (2, stoker.audio().encode(data))):
             with open(os.path.join(out, f"{name}-{path}"), "wb") as f:
                 f.write(bytes([path]) + raw)
+    # Inputs fuzz_media found, kept so every run tries them again: a record of 2 channels
+    # over a WAV of 8193 whose LIST chunk claims 4 GB (FFmpeg allocated 2 GB for its tag).
+    for name, b64 in FOUND.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(base64.b64decode(b64))
+
+
+FOUND = {
+    "wav-list-4gb-2": (
+        "ApNBVUQBAAAAMAAAAAAAAABAHwAAAgAAAAABAECQAAAAAQAAAAAAAAAAAAAAAAAAAFJJRkaGBgAAV0FW"
+        "RWZtdCAQAAAAASACAEAfAAAAfQAABAAQAExJU1QZ///+SU5GT0lTRlQObWV0YWRhdGEyLjEyLjEwMgBk"
+        "YXRhQAYAAAAAAADNCB8NVxFdGV0ZBAT8+bsMKO0RWhWV4cccDNgZM/cfDQ=="),
+}
 
 
 if __name__ == "__main__":

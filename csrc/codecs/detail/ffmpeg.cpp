@@ -21,11 +21,12 @@ std::string av_error_text(int err) {
   return buf;
 }
 
-void quiet_ffmpeg_log() {
+void configure_ffmpeg() {
   static std::once_flag once;
   std::call_once(once, [] {
     const char* keep = std::getenv("STOKER_FFMPEG_LOG");
     if (!keep || std::strcmp(keep, "1") != 0) av_log_set_level(AV_LOG_QUIET);
+    av_max_alloc(kMaxFFmpegAlloc);
   });
 }
 
@@ -74,7 +75,7 @@ int64_t MemoryInput::seek(void* opaque, int64_t offset, int whence) {
 }
 
 MemoryInput::MemoryInput(const uint8_t* data, size_t n, bool probe_streams) : cursor_{data, n, 0} {
-  quiet_ffmpeg_log();
+  configure_ffmpeg();
   auto* buf = static_cast<uint8_t*>(av_malloc(kIOBufferBytes));
   if (!buf) throw std::bad_alloc();
   io_ = avio_alloc_context(buf, kIOBufferBytes, 0, &cursor_, &MemoryInput::read, nullptr,

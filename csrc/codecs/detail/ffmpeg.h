@@ -9,6 +9,7 @@ extern "C" {
 #include <libavformat/avformat.h>
 #include <libavutil/avutil.h>
 #include <libavutil/channel_layout.h>
+#include <libavutil/mem.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 #include <libswresample/swresample.h>
@@ -30,9 +31,24 @@ namespace stoker::detail {
 /// FFmpeg's text for an error code.
 std::string av_error_text(int err);
 
-/// Keeps FFmpeg's own logging quiet (errors reach the user as exceptions that
-/// name the file); STOKER_FFMPEG_LOG=1 leaves it as FFmpeg has it. Once per process.
-void quiet_ffmpeg_log();
+/// FFmpeg's process-wide settings, once per process, before the first file is
+/// opened: its own logging quiet (errors reach the user as exceptions that name
+/// the file; STOKER_FFMPEG_LOG=1 leaves it as FFmpeg has it), and its largest
+/// single allocation lowered to kMaxFFmpegAlloc (NOTE [ FFmpeg's allocations ]).
+void configure_ffmpeg();
+
+// NOTE [ FFmpeg's allocations ]
+// A damaged file can make FFmpeg allocate what its headers claim before it reads
+// a byte of it: a WAV whose LIST chunk claims 4 GB makes the demuxer allocate a
+// tag of nearly 2 GB (av_mallocz, so every page is touched), in
+// avformat_open_input, found by tests/fuzz/fuzz_media.cpp. A loader opens files
+// on several threads at once, so a few damaged records could take a host's
+// memory. libavutil refuses any single allocation over av_max_alloc()'s limit
+// (INT_MAX by default) as out of memory, which the demuxer reports as an error,
+// so the file is refused with a DecodeError. 1 GiB is far above what a record's
+// decode needs in one block: a packet is at most its file (records are read
+// whole), and a frame over the loader's pixel limit is refused first.
+inline constexpr size_t kMaxFFmpegAlloc = size_t{1} << 30;
 
 struct FrameFree {
   void operator()(AVFrame* f) const { av_frame_free(&f); }
