@@ -76,6 +76,7 @@ from .iterable_processes import StepHold, StreamProcesses
 from .iterable_workers import (
     DONE,
     MIN_QUEUE_ROWS,
+    MIN_WORKER_ROWS,
     Failed,
     Skipped,
     StreamWorker,
@@ -405,12 +406,15 @@ class IterableRows:
         """Rows each of `n` workers may read ahead of the stage. The core's window bounds
         the batches filled ahead (prefetch); an explicit one bounds the rows read too, so
         a worker holds one row beyond it; an automatic one lets the workers run ahead of
-        the batches too (the window starts small): a batch of rows each, so `n` workers
-        taking turns hold `n` batches' rows. (Two batches each, from worker processes,
-        held 19 MB more of their arenas on bench/bench_python.py's (d), 150 KB rows, at
-        the same speed.)"""
+        the batches too (the window starts small): a batch of rows between them (64 at
+        least), as DataLoader's workers hold a batch each as they build it, and 16 each
+        at least, so that one worker's slow row is made while the others fill theirs.
+        (A batch each, from worker processes, held 10 MB more of their arenas on
+        bench/bench_python.py's (d), 150 KB rows, at the same speed; two batches each,
+        19 MB more again.)"""
         if self.prefetch is None:
-            return max(MIN_QUEUE_ROWS, self.batch_size)
+            return max(MIN_WORKER_ROWS,
+                       -(-max(MIN_QUEUE_ROWS, self.batch_size) // max(1, n)))
         return 1
 
     # -- readings -----------------------------------------------------------------------

@@ -18,10 +18,11 @@ import torch
 from .errors import add_note
 from .workers import set_thread_worker_info
 
-__all__ = ["MIN_QUEUE_ROWS", "DONE", "Skipped", "Failed", "StreamWorker", "datapipes",
-           "live_workers", "warn_self_split", "watch_rank_calls"]
+__all__ = ["MIN_QUEUE_ROWS", "MIN_WORKER_ROWS", "DONE", "Skipped", "Failed", "StreamWorker",
+           "datapipes", "live_workers", "warn_self_split", "watch_rank_calls"]
 
-MIN_QUEUE_ROWS = 64  # rows a worker may hold ahead of the loop (automatic prefetch)
+MIN_QUEUE_ROWS = 64  # rows the workers may hold ahead of the loop (automatic prefetch)
+MIN_WORKER_ROWS = 16  # and each of them
 DONE = object()  # a worker's stream ended
 _EXIT_JOIN_SECONDS = 2.0
 
