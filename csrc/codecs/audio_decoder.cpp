@@ -145,6 +145,8 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
   const ScopedNs timer(decode_ns);
   STOKER_CHECK(rate > 0 && rate <= kMaxSampleRate, UsageError, "an audio rate of ", rate,
                " Hz is outside 1 to ", kMaxSampleRate, " Hz");
+  STOKER_CHECK(channels > 0 && channels <= kMaxAudioChannels, UsageError, channels,
+               " audio channels is outside 1 to ", kMaxAudioChannels);
   const int64_t total = resampled_length(rec, rate);
   count = std::min(count, total - start);
   if (count <= 0) return 0;
@@ -223,7 +225,7 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
     const int cap = swr_get_out_samples(swr.get(), n);
     if (cap <= 0) return;
     conv.resize(static_cast<size_t>(cap) * channels);
-    uint8_t* planes[64];
+    uint8_t* planes[kMaxAudioChannels];
     for (int c = 0; c < channels; ++c)
       planes[c] = reinterpret_cast<uint8_t*>(conv.data() + static_cast<size_t>(c) * cap);
     // (const_cast: FFmpeg before 7 declares the input const uint8_t**)
@@ -270,7 +272,7 @@ int64_t decode_audio(const AudioRecord& rec, int64_t start, int64_t count, int r
         planar = av_sample_fmt_is_planar(static_cast<AVSampleFormat>(format));
       }
       const int64_t off = lo - pos;
-      const uint8_t* in[64];
+      const uint8_t* in[kMaxAudioChannels];  // (each frame was checked: rec.channels)
       const int nch = f->ch_layout.nb_channels;
       for (int c = 0; c < (planar ? nch : 1); ++c)
         in[c] = f->extended_data[c] + off * bps * (planar ? 1 : nch);
