@@ -395,7 +395,13 @@ def test_the_attributes_readme_says_the_loader_answers(small_dataset):
         for attr, value in claims:
             assert getattr(loader, attr) == ast.literal_eval(value), (attr, value)
     given = re.findall(r"`(\w+)` the one given or None", sentence)
-    assert len(claims) + len(given) >= 3, sentence
+    assert len(claims) + len(given) >= 2, sentence
+    # collate_fn: DataLoader's default over a torch dataset, None over a stoker dataset
+    assert "`collate_fn` the one given, else DataLoader's default over a torch" in sentence
+    with stoker.Loader(small_dataset) as loader:
+        assert loader.collate_fn is None
+    with stoker.Loader(torch.utils.data.TensorDataset(torch.arange(4))) as loader:
+        assert loader.collate_fn is torch.utils.data.default_collate
     values = {"collate_fn": lambda samples: samples,
               "batch_sampler": torch.utils.data.BatchSampler(range(8), 3, False),
               "sampler": torch.utils.data.SequentialSampler(range(8)),

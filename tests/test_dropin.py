@@ -331,3 +331,101 @@ def test_yolos_infinite_dataloader_runs_as_with_dataloader(num_workers):
     for pid in pids:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+# -- collate_fn and worker_init_fn: answered and read as DataLoader's ---------------------------
+
+class _Vectors(Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return {"x": torch.full((2,), float(i)), "i": i}
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(5))
+
+
+def test_collate_fn_answers_dataloaders_default(tmp_path):
+    """Without collate_fn, DataLoader's attribute is default_collate (default_convert with
+    batch_size=None), and native batching gives its batches: so does a Loader's over a
+    torch dataset, and calling it batches as the loader does. Over a stoker dataset, whose
+    batches are stoker's layout, it is None; a given one is the one given."""
+    for ds in (_Vectors(), _Stream()):
+        for kw in ({"batch_size": 2}, {"batch_size": None}, {"batch_size": 3, "num_workers": 2}):
+            want = DataLoader(ds, **kw).collate_fn
+            got = stoker.Loader(ds, **kw)
+            assert got.collate_fn is want, (type(ds).__name__, kw)
+            got.close()
+    loader = stoker.Loader(_Vectors(), batch_size=3)
+    first = next(iter(loader))
+    again = loader.collate_fn([_Vectors()[i] for i in range(3)])
+    assert first.keys() == again.keys()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    records = stoker.Dataset(write_dataset(tmp_path / "d", 8).path)
+    assert stoker.Loader(records, batch_size=4).collate_fn is None
+
+    def mine(rows):
+        return rows
+
+    assert stoker.Loader(_Vectors(), batch_size=2, collate_fn=mine).collate_fn is mine
+
+
+def test_collate_fn_assigned_later_is_used_from_the_next_epoch_as_dataloaders():
+    """DataLoader reads loader.collate_fn at each iter(): one assigned is used from the
+    next epoch, a running epoch keeps its own. So does a Loader; never ignored."""
+    def firsts(rows):
+        return [int(r["i"]) for r in rows]
+
+    def run(cls):
+        loader = cls(_Vectors(), batch_size=2, shuffle=True,
+                     generator=torch.Generator().manual_seed(5))
+        out = []
+        it = iter(loader)
+        out.append(next(it)["i"].tolist())
+        loader.collate_fn = firsts  # mid-epoch: this epoch keeps native batching
+        out += [b["i"].tolist() for b in it]
+        out.append(list(loader))  # the next epoch: the new one
+        loader.collate_fn = torch.utils.data.default_collate  # back to the default
+        out.append([b["i"].tolist() for b in loader])
+        return out
+
+    want = run(DataLoader)
+    got = run(stoker.Loader)
+    assert got == want
+    assert all(isinstance(b, list) for b in got[3]) and sorted(sum(got[3], [])) == list(range(6))
+
+
+def test_worker_init_fn_assigned_later_runs_in_the_workers(tmp_path):
+    """Lightning assigns loader.worker_init_fn (PL_SEED_WORKERS=1) after the loader was
+    made: it runs in each worker of the next epoch, as DataLoader's does; a resume loaded
+    and not started yet is kept across it."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    class Marking(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return {"i": i, "inited": os.path.exists(marks / f"{os.getpid()}")}
+
+    def mark(worker_id):
+        (marks / f"{os.getpid()}").write_text(str(worker_id))
+
+    loader = stoker.Loader(Marking(), batch_size=2, num_workers=2)
+    it = iter(loader)
+    first = next(it)
+    assert not first["inited"].any()
+    state = loader.state_dict()
+    loader.close()
+    again = stoker.Loader(Marking(), batch_size=2, num_workers=2)
+    again.load_state_dict(state)
+    again.worker_init_fn = mark
+    rest = list(again)
+    assert [b["i"].tolist() for b in rest] == [[2, 3], [4, 5], [6, 7]]  # the resume kept
+    assert all(b["inited"].all() for b in rest)
+    assert sorted(int(p.read_text()) for p in marks.iterdir()) == [0, 1]
+    again.close()

@@ -495,8 +495,18 @@ def set_attributes(loader: Any, p: Any, arguments: Any) -> None:
     loader.num_workers = 0 if workers is None else int(workers)
     for name in _GIVEN:
         setattr(loader, name, arguments[name])
-    if p.stage is not None and p.stage.collate_fn is not None:
-        loader.collate_fn = p.stage.collate_fn
+    if arguments["collate_fn"] is not None:
+        loader.collate_fn = arguments["collate_fn"]
+    elif p.source.reads_python:
+        # a torch dataset batched natively answers DataLoader's default, the function whose
+        # batches native batching gives (NOTE [ Batching Python outputs ] in
+        # stoker/_stage/collate.py): code that calls loader.collate_fn(samples), or makes
+        # another loader with it, gets DataLoader's batches (a stoker dataset's batches are
+        # stoker's own layout, not default_collate's: None there)
+        utils = torch.utils.data
+        loader.collate_fn = utils.default_convert if s.unbatched else utils.default_collate
+    # what follow_hooks compares the attributes with at each iter()
+    loader._hooks = (loader.collate_fn, loader.worker_init_fn)
     loader._user_sampler = s.batch_sampler if s.batch_sampler is not None else s.sampler
 
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _build, _core, _dropin, _plan
+from . import _build, _core, _dropin, _follow, _plan
 from . import _loader_args as args
 from . import _loader_state as state_mod
 from ._iterator import LoaderIter
@@ -507,6 +507,7 @@ class Loader(_dropin.DataLoaderAttributes):
         if self._tokens and self.labels == "shifted":
             _dropin.refuse_shifted_labels_under_trainer(sys._getframe(1))
         self._follow_len()
+        _follow.follow_hooks(self)
         rank, world = self._world()
         self._source.at_epoch(self, world)  # the source's per-epoch hook
         if self._samplers is not None:  # the sampler's order for the epoch, once
