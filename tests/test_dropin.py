@@ -429,3 +429,18 @@ def test_worker_init_fn_assigned_later_runs_in_the_workers(tmp_path):
     assert all(b["inited"].all() for b in rest)
     assert sorted(int(p.read_text()) for p in marks.iterdir()) == [0, 1]
     again.close()
+
+
+def _firsts(rows):
+    return [int(r["i"]) for r in rows]
+
+
+def test_a_pickled_loader_keeps_a_collate_fn_assigned_since():
+    import pickle
+
+    loader = stoker.Loader(_Vectors(), batch_size=4)
+    loader.collate_fn = _firsts
+    copy = pickle.loads(pickle.dumps(loader))
+    assert list(copy) == list(loader) == [[0, 1, 2, 3], [4, 5]]
+    copy.close()
+    loader.close()

@@ -7,8 +7,34 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from ._dropin import DrawnSeed, _rebuild
+from ._loader_args import check_picklable
 
-__all__ = ["follow_hooks"]
+__all__ = ["follow_hooks", "picklable_arguments"]
+
+
+def _assigned(self: Any) -> Dict[str, Any]:
+    """{name: value} of collate_fn and worker_init_fn assigned since the loader was made
+    and not followed yet (follow_hooks says which count)."""
+    collate_fn, worker_init_fn = self._hooks
+    changes: Dict[str, Any] = {}
+    if self.collate_fn is not collate_fn:
+        changes["collate_fn"] = self.collate_fn
+    stage = self.plan.stage
+    python_workers = (stage is not None and stage.fetch != "batches") or \
+        changes.get("collate_fn") is not None
+    if self.worker_init_fn is not worker_init_fn and python_workers:
+        changes["worker_init_fn"] = self.worker_init_fn
+    return changes
+
+
+def picklable_arguments(self: Any) -> Dict[str, Any]:
+    """The loader's arguments as a pickled copy makes it again: with a collate_fn or
+    worker_init_fn assigned since (followed by the copy from its first iter()); refused
+    where one cannot be pickled, naming it."""
+    arguments = dict(self.plan.arguments)
+    arguments.update(_assigned(self))
+    check_picklable(arguments)
+    return arguments
 
 
 def follow_hooks(self: Any) -> None:
@@ -20,15 +46,7 @@ def follow_hooks(self: Any) -> None:
     sample (a stoker.Dataset without map=, token batches, a Mix), which has no worker to
     run in, as Lightning assigns one to every loader under PL_SEED_WORKERS=1 (the
     constructor refuses it there: docs/python.md)."""
-    collate_fn, worker_init_fn = self._hooks
-    changes: Dict[str, Any] = {}
-    if self.collate_fn is not collate_fn:
-        changes["collate_fn"] = self.collate_fn
-    stage = self.plan.stage
-    python_workers = (stage is not None and stage.fetch != "batches") or \
-        changes.get("collate_fn") is not None
-    if self.worker_init_fn is not worker_init_fn and python_workers:
-        changes["worker_init_fn"] = self.worker_init_fn
+    changes = _assigned(self)
     if not changes:
         return
     running = self._live_iter() if self._live_iter is not None else None

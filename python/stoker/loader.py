@@ -575,8 +575,8 @@ class Loader(_dropin.DataLoaderAttributes):
         self.close()
 
     def __getstate__(self) -> Dict[str, Any]:
-        args.check_picklable(self.plan.arguments)
-        return {"dataset": self.dataset, "args": dict(self.plan.arguments),
+        arguments = _follow.picklable_arguments(self)  # (a collate_fn assigned since too)
+        return {"dataset": self.dataset, "args": arguments,
                 "state": self.state_dict()}
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
