@@ -444,3 +444,22 @@ def test_a_pickled_loader_keeps_a_collate_fn_assigned_since():
     assert list(copy) == list(loader) == [[0, 1, 2, 3], [4, 5]]
     copy.close()
     loader.close()
+
+
+def test_a_collate_fn_the_loader_cannot_take_is_refused_at_iter_and_the_loader_kept():
+    """A collate_fn assigned that the loader cannot take (not a function) raises its
+    error at the next iter(), as DataLoader's does at its first batch, and leaves the
+    loader as it was: assigned again, the epochs go on from where they were."""
+    loader = stoker.Loader(_Vectors(), batch_size=4, num_workers=2)
+    first = [b["i"].tolist() for b in loader]
+    loader.collate_fn = 5
+    with pytest.raises(TypeError, match="collate_fn must be a function"):
+        iter(loader)
+    with pytest.raises(ValueError, match="batch_size attribute should not be set"):
+        loader.batch_size = 2  # still a made loader (the refusal came before anything)
+    with pytest.raises(TypeError):
+        next(iter(DataLoader(_Vectors(), batch_size=4, collate_fn=5)))
+    loader.collate_fn = _firsts
+    assert list(loader) == first
+    assert loader.epoch == 2  # two epochs read: the refused iter() used none
+    loader.close()

@@ -47,14 +47,14 @@ from __future__ import annotations
 
 import types
 import weakref
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.utils.data
 
-__all__ = ["follow_len", "DrawnSeed", "base_seed", "worker_kind", "splits_ranks",
-           "samplers", "repeating", "Repeating", "adopt_seed", "bulk_sampler",
+__all__ = ["follow_len", "rebuilt_arguments", "DrawnSeed", "base_seed", "worker_kind",
+           "splits_ranks", "samplers", "repeating", "Repeating", "adopt_seed", "bulk_sampler",
            "set_attributes", "attach_samplers", "DataLoaderAttributes",
            "refuse_shifted_labels_under_trainer", "check_honoured"]
 
@@ -111,10 +111,19 @@ def adopt_seed(loader: Any, state: Any) -> None:
     _rebuild(loader, seed=DrawnSeed(theirs))
 
 
-def _rebuild(loader: Any, **changes: Any) -> None:
-    """The loader made again from its arguments (with `changes`), at the epoch it was at."""
-    epoch, arguments = loader.epoch, dict(loader.plan.arguments)
+def rebuilt_arguments(loader: Any, **changes: Any) -> Dict[str, Any]:
+    """The arguments _rebuild makes the loader again with: its own, the seed it drew if it
+    drew one (a drawn seed is not drawn again), and `changes`."""
+    arguments = dict(loader.plan.arguments)
+    if isinstance(loader.plan.sampling.seed, DrawnSeed):
+        arguments["seed"] = loader.plan.sampling.seed
     arguments.update(changes)
+    return arguments
+
+
+def _rebuild(loader: Any, **changes: Any) -> None:
+    """The loader made again from rebuilt_arguments(), at the epoch it was at."""
+    epoch, arguments = loader.epoch, rebuilt_arguments(loader, **changes)
     loader.close()
     object.__setattr__(loader, "_initialized", False)
     loader.__init__(loader.dataset, **arguments)  # type: ignore[misc]
@@ -471,11 +480,7 @@ def follow_len(self: Any) -> None:
         raise ValueError(f"the dataset has {n} samples now, {self._built_len} when this "
                          "loader was made and its state loaded: a resume continues the "
                          "order of the dataset it was saved with")
-    seed = self.plan.sampling.seed
-    if isinstance(seed, DrawnSeed):
-        _rebuild(self, seed=seed)  # the same seed: a drawn one is not drawn again
-    else:
-        _rebuild(self)
+    _rebuild(self)
 
 
 # -- DataLoader's attribute protocol ----------------------------------------------------------

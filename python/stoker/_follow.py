@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from ._dropin import DrawnSeed, _rebuild
+from ._dropin import _rebuild, rebuilt_arguments
 from ._loader_args import check_picklable
+from ._plan import plan
 
 __all__ = ["follow_hooks", "picklable_arguments"]
 
@@ -52,10 +53,9 @@ def follow_hooks(self: Any) -> None:
     running = self._live_iter() if self._live_iter is not None else None
     if running is not None and len(running) > 0:
         return
+    # one the loader cannot take raises here, before anything stops: the loader as it was
+    plan(self.dataset, **rebuilt_arguments(self, **changes))  # (0.1 ms; starts nothing)
     state = self.state_dict() if self._pending_resume() is not None else None
-    seed = self.plan.sampling.seed
-    if isinstance(seed, DrawnSeed):
-        changes["seed"] = seed  # the same seed: a drawn one is not drawn again
     _rebuild(self, **changes)
     if state is not None:
         self.load_state_dict(state)
